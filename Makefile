@@ -1,0 +1,57 @@
+# attnplug: the host, its plugins, and their checks.
+GO       ?= go
+BIN      := bin
+PLUGINS  := fa3 flashinfer aiter ascend dsa intel_xpu
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+
+.PHONY: all build plugins run test test-short lint proto proto-check bench clean
+
+all: build
+
+## build: the host at bin/attnplug and the plugins in bin/plugins/
+build: plugins
+	$(GO) build -o $(BIN)/attnplug ./cmd/host
+
+plugins:
+	@mkdir -p $(BIN)/plugins
+	@for p in $(PLUGINS); do \
+		$(GO) build -o $(BIN)/plugins/attnplug-backend-$$p ./plugins/$$p || exit 1; \
+	done
+
+## run: build everything and replay the sample batches through every backend
+run: build
+	$(BIN)/attnplug demo
+
+## test: vet, format check and the race-enabled test suite
+test: lint
+	$(GO) test -race -timeout 12m ./...
+
+test-short:
+	$(GO) test -short ./...
+
+## lint: go vet, gofmt and go mod tidy must leave nothing to change
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod/go.sum"; exit 1; }
+
+## proto: regenerate the committed protobuf code (needs protoc)
+proto:
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I wire/pluginv1 \
+		--go_out=wire/pluginv1 --go_opt=paths=source_relative \
+		--go-grpc_out=wire/pluginv1 --go-grpc_opt=paths=source_relative \
+		wire/pluginv1/plugin.proto
+
+## proto-check: fail when the committed generated code is not current
+proto-check: proto
+	@git diff --exit-code -- '*.pb.go' || { echo "generated code is stale: run make proto and commit"; exit 1; }
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./jsonl/... ./registry/...
+
+clean:
+	rm -rf $(BIN)

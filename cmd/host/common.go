@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry"
+	"github.com/hashicorp/go-hclog"
+)
+
+// errHelp is returned when -h was asked: exit status 0.
+var errHelp = flag.ErrHelp
+
+// hostFlags are the flags every command that loads plugins shares.
+type hostFlags struct {
+	pluginDirs  string
+	logLevel    string
+	logJSON     bool
+	platform    string
+	callTimeout time.Duration
+	noCache     bool
+	strict      bool
+}
+
+func (h *hostFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&h.pluginDirs, "plugin-dir", "", "plugin directories, ':'-separated (default $ATTNPLUG_PLUGIN_DIR, else plugins/ beside attnplug)")
+	fs.StringVar(&h.logLevel, "log-level", "", "log level: trace, debug, info, warn, error, off (default $ATTNPLUG_LOG_LEVEL, else warn)")
+	fs.BoolVar(&h.logJSON, "log-json", false, "log JSON lines instead of text")
+	fs.StringVar(&h.platform, "platform", "", "platform of requests that give none: cuda, hip, npu, xpu, cpu (default: detected)")
+	fs.DurationVar(&h.callTimeout, "timeout", 2*time.Second, "deadline of one call to a plugin")
+	fs.BoolVar(&h.noCache, "no-cache", false, "do not read or write the plugin description cache")
+	fs.BoolVar(&h.strict, "strict", false, "refuse requests instead of falling back to the triton rules")
+}
+
+// parseFlags parses args with fs; -h prints the flags and returns errHelp.
+func parseFlags(fs *flag.FlagSet, e *env, args []string, usage string) error {
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: %s\n\nFlags:\n", usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return &usageError{err.Error()}
+	}
+	return nil
+}
+
+func (h *hostFlags) logger(e *env) (hclog.Logger, error) {
+	level := h.logLevel
+	if level == "" {
+		level = os.Getenv("ATTNPLUG_LOG_LEVEL")
+	}
+	if level == "" {
+		level = "warn"
+	}
+	lvl := hclog.LevelFromString(level)
+	if lvl == hclog.NoLevel {
+		return nil, &usageError{fmt.Sprintf("--log-level: unknown level %q (want trace, debug, info, warn, error or off)", level)}
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "attnplug",
+		Level:      lvl,
+		Output:     e.stderr,
+		JSONFormat: h.logJSON,
+	}), nil
+}
+
+func (h *hostFlags) dirs() ([]string, error) {
+	list := h.pluginDirs
+	if list == "" {
+		list = os.Getenv("ATTNPLUG_PLUGIN_DIR")
+	}
+	if list != "" {
+		return registry.SplitDirs(list), nil
+	}
+	d, err := registry.DefaultPluginDir()
+	if err != nil {
+		return nil, err
+	}
+	return []string{d}, nil
+}
+
+func (h *hostFlags) hostPlatform() (core.Platform, error) {
+	if h.platform != "" {
+		p, err := core.ParsePlatform(h.platform)
+		if err != nil || p == core.PlatformUnset {
+			return 0, &usageError{fmt.Sprintf("--platform: unknown platform %q (want cuda, hip, npu, xpu or cpu)", h.platform)}
+		}
+		return p, nil
+	}
+	return detectPlatform(), nil
+}
+
+// detectPlatform is the host's platform from the device files it sees.
+func detectPlatform() core.Platform {
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	switch {
+	case exists("/proc/driver/nvidia/version") && exists("/dev/nvidiactl"):
+		return core.PlatformCUDA
+	case exists("/dev/kfd"):
+		return core.PlatformHIP
+	case exists("/dev/davinci_manager"):
+		return core.PlatformNPU
+	}
+	return core.PlatformCPU
+}
+
+func cacheDir() string {
+	if d := os.Getenv("ATTNPLUG_CACHE_DIR"); d != "" {
+		return d
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "attnplug")
+}
+
+// openRegistry builds the registry of the host flags.
+func (h *hostFlags) openRegistry(ctx context.Context, logger hclog.Logger) (*registry.Registry, error) {
+	dirs, err := h.dirs()
+	if err != nil {
+		return nil, err
+	}
+	platform, err := h.hostPlatform()
+	if err != nil {
+		return nil, err
+	}
+	cfg := registry.Config{
+		PluginDirs:  dirs,
+		Logger:      logger.Named("registry"),
+		Platform:    platform,
+		CallTimeout: h.callTimeout,
+		Strict:      h.strict,
+	}
+	if !h.noCache {
+		cfg.CacheDir = cacheDir()
+	}
+	logger.Debug("opening registry", "plugin_dirs", strings.Join(dirs, ":"), "platform", platform.String())
+	return registry.New(ctx, cfg)
+}

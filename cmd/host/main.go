@@ -1,0 +1,108 @@
+// Command attnplug is the attnplug host: it finds the backend plugins,
+// starts those the requests need, and answers which forward method each
+// DeepSeek attention layer runs.
+//
+// Usage:
+//
+//	attnplug <command> [flags]
+//
+// Run "attnplug help" for the commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// command is one subcommand of attnplug.
+type command struct {
+	name  string
+	usage string
+	run   func(ctx context.Context, env *env, args []string) error
+}
+
+// env is what a command reads and writes.
+type env struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// commands is every subcommand, in the order help lists them.
+func commands() []command {
+	return []command{
+		{"dispatch", "answer JSON Lines dispatch requests from stdin", runDispatch},
+		{"plugins", "list the plugins found, their versions and names", runPlugins},
+		{"demo", "replay sample DeepSeek-V3 batches through every backend name", runDemo},
+		{"version", "print the version", runVersion},
+	}
+}
+
+// usageError is a command-line mistake: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// refusedError means some requests were refused: exit status 1.
+type refusedError struct{ n int }
+
+func (e *refusedError) Error() string { return fmt.Sprintf("%d requests refused", e.n) }
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		printUsage(stderr)
+		return 2
+	}
+	name := args[0]
+	if name == "help" || name == "-h" || name == "--help" {
+		printUsage(stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == name {
+			err := c.run(ctx, e, args[1:])
+			return exitCode(err, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "attnplug: unknown command %q\n\n", name)
+	printUsage(stderr)
+	return 2
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	var ue *usageError
+	var re *refusedError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "attnplug: %v\n", err)
+		return 2
+	case errors.As(err, &re):
+		return 1
+	}
+	fmt.Fprintf(stderr, "attnplug: %v\n", err)
+	return 1
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintf(w, "attnplug: choose and run DeepSeek attention backends that ship as plugins\n\nUsage:\n  attnplug <command> [flags]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.usage)
+	}
+	fmt.Fprintf(w, "\nRun \"attnplug <command> -h\" for a command's flags.\n")
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+)
+
+func runPlugins(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("plugins", flag.ContinueOnError)
+	var h hostFlags
+	h.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	if err := parseFlags(fs, e, args, "attnplug plugins [flags]"); err != nil {
+		return err
+	}
+	logger, err := h.logger(e)
+	if err != nil {
+		return err
+	}
+	reg, err := h.openRegistry(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	list := reg.Plugins()
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(list)
+	}
+	dirs, _ := h.dirs()
+	if len(list) == 0 {
+		fmt.Fprintf(e.stdout, "no plugins found in %s (want files named attnplug-backend-<name>)\n", strings.Join(dirs, ":"))
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PLUGIN\tVERSION\tSTATUS\tNAMES\tPATH")
+	for _, p := range list {
+		names := strings.Join(p.Names, ",")
+		for alias, of := range p.Aliases {
+			names = strings.Replace(names, alias, alias+"(="+of+")", 1)
+		}
+		if names == "" {
+			names = "-"
+		}
+		version := p.Version
+		if version == "" {
+			version = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, version, p.Status, names, p.Path)
+		if p.Reason != "" {
+			fmt.Fprintf(tw, "\t\t\treason: %s\t\n", p.Reason)
+		}
+	}
+	return tw.Flush()
+}

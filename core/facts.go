@@ -1,0 +1,179 @@
+package core
+
+import "strings"
+
+// Fact is one request fact that dispatch rules may read. A rule declares
+// the facts it reads in its Reads; a host may then cache the rule's answers
+// keyed by those facts alone.
+type Fact uint32
+
+// The facts. The comparisons are those the reference rules make.
+const (
+	// FactMode is the forward mode.
+	FactMode Fact = 1 << iota
+	// FactPlatform is the runtime platform.
+	FactPlatform
+	// FactPiecewiseCUDAGraph is runtime.piecewise_cuda_graph.
+	FactPiecewiseCUDAGraph
+	// FactBreakableCUDAGraph is runtime.breakable_cuda_graph.
+	FactBreakableCUDAGraph
+	// FactDeterministicInference is runtime.deterministic_inference.
+	FactDeterministicInference
+	// FactDSAUseMHA is runtime.dsa_use_mha.
+	FactDSAUseMHA
+	// FactTwoBatchOverlap is runtime.two_batch_overlap.
+	FactTwoBatchOverlap
+	// FactMLAPrefillCP is mla_prefill_cp.
+	FactMLAPrefillCP
+	// FactDisableChunkedPrefixCache is layer.disable_chunked_prefix_cache.
+	FactDisableChunkedPrefixCache
+	// FactFlashinferMLADisableRagged is layer.flashinfer_mla_disable_ragged.
+	FactFlashinferMLADisableRagged
+	// FactROCmFusedDecodeMLA is layer.rocm_fused_decode_mla.
+	FactROCmFusedDecodeMLA
+	// FactUseDSA is layer.use_dsa.
+	FactUseDSA
+	// FactFusedQKVAProjWithMQA is layer.fused_qkv_a_proj_with_mqa.
+	FactFusedQKVAProjWithMQA
+	// FactIntelAMX is layer.intel_amx.
+	FactIntelAMX
+	// FactPrefixSumZero is sum(extend_prefix_lens) == 0.
+	FactPrefixSumZero
+	// FactPrefixSumAtThreshold is sum(extend_prefix_lens) >=
+	// layer.chunked_prefix_cache_threshold.
+	FactPrefixSumAtThreshold
+	// FactSeqSumWithinCapacity is sum(seq_lens) <= max_chunk_capacity.
+	FactSeqSumWithinCapacity
+
+	factEnd
+)
+
+// AllFacts is every fact this version of core knows.
+const AllFacts = factEnd - 1
+
+var factNames = [...]string{
+	"mode", "platform", "piecewise_cuda_graph", "breakable_cuda_graph",
+	"deterministic_inference", "dsa_use_mha", "two_batch_overlap",
+	"mla_prefill_cp", "disable_chunked_prefix_cache",
+	"flashinfer_mla_disable_ragged", "rocm_fused_decode_mla", "use_dsa",
+	"fused_qkv_a_proj_with_mqa", "intel_amx", "prefix_sum_zero",
+	"prefix_sum_at_threshold", "seq_sum_within_capacity",
+}
+
+// String lists the facts of f by name, joined by "|".
+func (f Fact) String() string {
+	var parts []string
+	for i, name := range factNames {
+		if f&(1<<i) != 0 {
+			parts = append(parts, name)
+		}
+	}
+	if rest := f &^ AllFacts; rest != 0 {
+		parts = append(parts, "unknown")
+	}
+	return strings.Join(parts, "|")
+}
+
+// FactByName returns the fact called name, and whether there is one.
+func FactByName(name string) (Fact, bool) {
+	for i, n := range factNames {
+		if n == name {
+			return 1 << i, true
+		}
+	}
+	return 0, false
+}
+
+// MaxConstantComparisons is the most constant thresholds Reads may hold in
+// PrefixSumAtLeast and SeqSumAtMost together.
+const MaxConstantComparisons = 32
+
+// Reads declares what a rule reads: a set of facts, and comparisons of the
+// batch's sums against constants of the rule's own (a vendor threshold).
+type Reads struct {
+	// Facts is the set of facts read.
+	Facts Fact
+	// PrefixSumAtLeast holds constants c for which the rule reads
+	// sum(extend_prefix_lens) >= c.
+	PrefixSumAtLeast []int64
+	// SeqSumAtMost holds constants c for which the rule reads
+	// sum(seq_lens) <= c.
+	SeqSumAtMost []int64
+}
+
+// Cacheable reports whether a host can key answers by r: every fact is
+// known to this core and the constants fit in a Key.
+func (r Reads) Cacheable() bool {
+	return r.Facts&^AllFacts == 0 && len(r.PrefixSumAtLeast)+len(r.SeqSumAtMost) <= MaxConstantComparisons
+}
+
+// Key identifies a class of requests that a rule cannot tell apart: two
+// requests with the same Key under the same Reads get the same answer.
+type Key uint64
+
+// Key layout: bits 0-3 the mode, 4-6 the platform, 7-23 the boolean facts
+// (one per Fact bit from FactPiecewiseCUDAGraph on), 24-55 the constant
+// comparisons.
+const (
+	keyPlatformShift = 4
+	keyFactShift     = 7
+	keyConstShift    = 24
+)
+
+// Key returns req's key under r. It reads only what r declares, does not
+// allocate, and costs one pass over the length arrays when a sum is read.
+func (r *Reads) Key(req *Request) Key {
+	f := r.Facts
+	var k Key
+	if f&FactMode != 0 {
+		k |= Key(req.Batch.Mode & 0xf)
+	}
+	if f&FactPlatform != 0 {
+		k |= Key(req.Runtime.Platform&0x7) << keyPlatformShift
+	}
+	var b Fact
+	set := func(fact Fact, v bool) {
+		if v && f&fact != 0 {
+			b |= fact
+		}
+	}
+	set(FactPiecewiseCUDAGraph, req.Runtime.PiecewiseCUDAGraph)
+	set(FactBreakableCUDAGraph, req.Runtime.BreakableCUDAGraph)
+	set(FactDeterministicInference, req.Runtime.DeterministicInference)
+	set(FactDSAUseMHA, req.Runtime.DSAUseMHA)
+	set(FactTwoBatchOverlap, req.Runtime.TwoBatchOverlap)
+	set(FactMLAPrefillCP, req.Batch.MLAPrefillCP)
+	set(FactDisableChunkedPrefixCache, req.Layer.DisableChunkedPrefixCache)
+	set(FactFlashinferMLADisableRagged, req.Layer.FlashinferMLADisableRagged)
+	set(FactROCmFusedDecodeMLA, req.Layer.ROCmFusedDecodeMLA)
+	set(FactUseDSA, req.Layer.UseDSA)
+	set(FactFusedQKVAProjWithMQA, req.Layer.FusedQKVAProjWithMQA)
+	set(FactIntelAMX, req.Layer.IntelAMX)
+	needPrefix := f&(FactPrefixSumZero|FactPrefixSumAtThreshold) != 0 || len(r.PrefixSumAtLeast) > 0
+	var ps int64
+	if needPrefix {
+		ps = req.Batch.PrefixSum()
+		set(FactPrefixSumZero, ps == 0)
+		set(FactPrefixSumAtThreshold, ps >= req.Layer.ChunkedPrefixCacheThreshold)
+	}
+	var ss int64
+	if f&FactSeqSumWithinCapacity != 0 || len(r.SeqSumAtMost) > 0 {
+		ss = req.Batch.SeqSum()
+		set(FactSeqSumWithinCapacity, ss <= req.Batch.MaxChunkCapacity)
+	}
+	k |= Key(b>>2) << keyFactShift // FactPiecewiseCUDAGraph is Fact bit 2
+	bit := uint(keyConstShift)
+	for _, c := range r.PrefixSumAtLeast {
+		if ps >= c {
+			k |= 1 << bit
+		}
+		bit++
+	}
+	for _, c := range r.SeqSumAtMost {
+		if ss <= c {
+			k |= 1 << bit
+		}
+		bit++
+	}
+	return k
+}

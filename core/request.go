@@ -1,0 +1,184 @@
+package core
+
+import "fmt"
+
+// Limits on one request. They bound the memory a decoder spends and keep
+// every sum of lengths far from int64 overflow.
+const (
+	// MaxBatchSize is the most entries extend_prefix_lens or seq_lens may
+	// hold: far above any serving batch, far below what would strain memory.
+	MaxBatchSize = 1 << 16
+	// MaxLength is the largest single prefix or sequence length accepted.
+	MaxLength = 1 << 40
+	// MaxBackendNameLen is the longest backend name accepted.
+	MaxBackendNameLen = 256
+)
+
+// DefaultChunkedPrefixCacheThreshold is the threshold a layer uses when the
+// request does not give one (sglang's default).
+const DefaultChunkedPrefixCacheThreshold = 8192
+
+// Layer holds the facts of the attention layer being dispatched.
+type Layer struct {
+	// ChunkedPrefixCacheThreshold is the sum of prefix lengths from which
+	// chunked-prefix MHA is used.
+	ChunkedPrefixCacheThreshold int64
+	// DisableChunkedPrefixCache turns the chunked prefix cache off.
+	DisableChunkedPrefixCache bool
+	// FlashinferMLADisableRagged turns the ragged prefill off for the
+	// flashinfer and flashmla names.
+	FlashinferMLADisableRagged bool
+	// ROCmFusedDecodeMLA selects the fused-RoPE MLA decode kernel on ROCm.
+	ROCmFusedDecodeMLA bool
+	// UseDSA marks a DeepSeek sparse attention layer.
+	UseDSA bool
+	// FusedQKVAProjWithMQA marks a layer with the fused q/kv-a projection
+	// (q_lora_rank set).
+	FusedQKVAProjWithMQA bool
+	// IntelAMX marks a layer that runs on the Intel AMX CPU backend.
+	IntelAMX bool
+}
+
+// Batch holds the facts of the forward batch.
+type Batch struct {
+	// Mode is the batch's forward mode; it must be valid.
+	Mode ForwardMode
+	// ExtendPrefixLens is, per request, the number of tokens already in the
+	// KV cache; nil means not known, and its sum counts as 0.
+	ExtendPrefixLens []int64
+	// SeqLens is, per request, the total KV length (prefix and new tokens);
+	// nil means not known, and its sum counts as 0.
+	SeqLens []int64
+	// MaxChunkCapacity is the batch's get_max_chunk_capacity().
+	MaxChunkCapacity int64
+	// MLAPrefillCP reports that MLA prefill context parallelism is active.
+	MLAPrefillCP bool
+}
+
+// Runtime holds the facts sglang reads from process state.
+type Runtime struct {
+	// Platform is the platform the request runs on; unset means the host's.
+	Platform Platform
+	// PiecewiseCUDAGraph reports a piecewise CUDA graph (capture or replay).
+	PiecewiseCUDAGraph bool
+	// BreakableCUDAGraph reports a breakable CUDA graph.
+	BreakableCUDAGraph bool
+	// DeterministicInference reports a server with deterministic inference.
+	DeterministicInference bool
+	// DSAUseMHA is the DSA backend's per-batch prefill choice (use_mha).
+	DSAUseMHA bool
+	// TwoBatchOverlap reports a two-batch-overlap wrapper backend; the
+	// choice is read from its primary, so no rule changes with it.
+	TwoBatchOverlap bool
+}
+
+// Request is one dispatch question: which forward method the named backend
+// runs for this layer and batch. A Request is a plain value; handlers must
+// not modify it or keep its slices.
+type Request struct {
+	// Backend is the registry name asked for, matched exactly.
+	Backend string
+	// Layer holds the layer's facts.
+	Layer Layer
+	// Batch holds the batch's facts.
+	Batch Batch
+	// Runtime holds the process-state facts.
+	Runtime Runtime
+}
+
+// NewRequest returns a request for backend and mode with the defaults of the
+// dispatch format: a chunked-prefix threshold of 8192 and nothing else set.
+func NewRequest(backend string, mode ForwardMode) Request {
+	return Request{
+		Backend: backend,
+		Layer:   Layer{ChunkedPrefixCacheThreshold: DefaultChunkedPrefixCacheThreshold},
+		Batch:   Batch{Mode: mode},
+	}
+}
+
+// PrefixSum is the sum of ExtendPrefixLens, 0 when they are not known.
+func (b *Batch) PrefixSum() int64 { return sum(b.ExtendPrefixLens) }
+
+// SeqSum is the sum of SeqLens, 0 when they are not known.
+func (b *Batch) SeqSum() int64 { return sum(b.SeqLens) }
+
+func sum(v []int64) int64 {
+	var s int64
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// Validate checks what a decoder cannot: the mode and platform are known,
+// the lengths are within limits and not negative, both arrays have the same
+// length, and no prefix is longer than its sequence. The error wraps
+// ErrInvalidRequest and names the field and the value.
+func (r *Request) Validate() error {
+	if r.Backend == "" {
+		return invalid("backend", "must not be empty")
+	}
+	if len(r.Backend) > MaxBackendNameLen {
+		return invalid("backend", fmt.Sprintf("name of %d bytes is longer than %d", len(r.Backend), MaxBackendNameLen))
+	}
+	if !r.Batch.Mode.Valid() {
+		return invalid("forward_mode", fmt.Sprintf("unknown mode %s", r.Batch.Mode))
+	}
+	if !r.Runtime.Platform.Valid() {
+		return invalid("runtime.platform", fmt.Sprintf("unknown platform %s", r.Runtime.Platform))
+	}
+	if err := checkLens("extend_prefix_lens", r.Batch.ExtendPrefixLens); err != nil {
+		return err
+	}
+	if err := checkLens("seq_lens", r.Batch.SeqLens); err != nil {
+		return err
+	}
+	p, s := r.Batch.ExtendPrefixLens, r.Batch.SeqLens
+	if p != nil && s != nil {
+		if len(p) != len(s) {
+			return invalid("extend_prefix_lens", fmt.Sprintf("has %d entries but seq_lens has %d", len(p), len(s)))
+		}
+		for i := range p {
+			if p[i] > s[i] {
+				return invalid(fmt.Sprintf("extend_prefix_lens[%d]", i), fmt.Sprintf("prefix %d is longer than seq_lens[%d] = %d", p[i], i, s[i]))
+			}
+		}
+	}
+	return nil
+}
+
+func checkLens(field string, v []int64) error {
+	if len(v) > MaxBatchSize {
+		return invalid(field, fmt.Sprintf("has %d entries, more than the limit of %d", len(v), MaxBatchSize))
+	}
+	for i, x := range v {
+		if x < 0 {
+			return invalid(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("negative length %d", x))
+		}
+		if x > MaxLength {
+			return invalid(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("length %d is past the limit of %d", x, int64(MaxLength)))
+		}
+	}
+	return nil
+}
+
+func invalid(field, msg string) error { return &FieldError{Field: field, Msg: msg} }
+
+// FieldError is an invalid request value: it names the field and says what
+// is wrong with its value. errors.Is(err, ErrInvalidRequest) holds for it.
+type FieldError struct {
+	// Field is the field's path in the dispatch format, such as
+	// "seq_lens[3]" or "layer.use_dsa".
+	Field string
+	// Msg says what is wrong, naming the value.
+	Msg string
+}
+
+// Error returns "field: msg".
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Is makes errors.Is(err, ErrInvalidRequest) hold.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalidRequest }
+
+// NewFieldError returns a FieldError for field with the message msg.
+func NewFieldError(field, msg string) error { return invalid(field, msg) }

@@ -1,0 +1,111 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Rule is one named set of dispatch rules: what a plugin registers for
+// every name it serves.
+type Rule struct {
+	// Name is the registry name.
+	Name string
+	// AliasOf, when set, names the rule this one shares its rules with.
+	AliasOf string
+	// Deprecated, when set, is logged once, the first time the name is asked.
+	Deprecated string
+	// Decide returns the method for a valid request. It must be pure and
+	// read no fact outside Reads.
+	Decide func(*Request) Method
+	// Reads declares the facts Decide reads.
+	Reads Reads
+	// Methods lists every method Decide can return.
+	Methods []Method
+}
+
+// Logger is the logging a RuleBackend needs; hclog.Logger satisfies it.
+type Logger interface {
+	// Warn logs a message at warning level with key/value pairs.
+	Warn(msg string, args ...any)
+}
+
+// RuleBackend is a Backend made of Rules, the usual way to write a plugin.
+// It is safe for concurrent use.
+type RuleBackend struct {
+	desc   Description
+	rules  map[string]*ruleEntry
+	logger Logger
+}
+
+type ruleEntry struct {
+	rule Rule
+	once sync.Once
+}
+
+// NewRuleBackend returns a backend named name, at version, serving rules. It
+// fails when a name is empty or repeated, a rule has no Decide, or an alias
+// points at a name it does not serve. logger may be nil.
+func NewRuleBackend(name, version string, logger Logger, rules ...Rule) (*RuleBackend, error) {
+	b := &RuleBackend{
+		desc:   Description{Name: name, Version: version},
+		rules:  make(map[string]*ruleEntry, len(rules)),
+		logger: logger,
+	}
+	for _, r := range rules {
+		switch {
+		case r.Name == "":
+			return nil, fmt.Errorf("%s: rule with an empty name", name)
+		case r.Decide == nil:
+			return nil, fmt.Errorf("%s: rule %q has no Decide", name, r.Name)
+		case b.rules[r.Name] != nil:
+			return nil, fmt.Errorf("%s: rule %q registered twice", name, r.Name)
+		}
+		b.rules[r.Name] = &ruleEntry{rule: r}
+		b.desc.Handlers = append(b.desc.Handlers, HandlerInfo{
+			Name: r.Name, AliasOf: r.AliasOf, Deprecated: r.Deprecated, Reads: r.Reads, Methods: r.Methods,
+		})
+	}
+	for _, r := range rules {
+		if r.AliasOf != "" && b.rules[r.AliasOf] == nil {
+			return nil, fmt.Errorf("%s: rule %q is an alias of %q, which is not served", name, r.Name, r.AliasOf)
+		}
+	}
+	return b, nil
+}
+
+// Describe returns the backend's description.
+func (b *RuleBackend) Describe(context.Context) (*Description, error) {
+	d := b.desc
+	d.Handlers = append([]HandlerInfo(nil), b.desc.Handlers...)
+	return &d, nil
+}
+
+// Dispatch decides req by the rule named req.Backend.
+func (b *RuleBackend) Dispatch(ctx context.Context, req *Request) (Method, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	e := b.rules[req.Backend]
+	if e == nil {
+		return 0, fmt.Errorf("%s: %w %q", b.desc.Name, ErrUnknownBackend, req.Backend)
+	}
+	if e.rule.Deprecated != "" && b.logger != nil {
+		e.once.Do(func() {
+			b.logger.Warn("deprecated backend name", "backend", req.Backend, "use", e.rule.AliasOf, "reason", e.rule.Deprecated)
+		})
+	}
+	return e.rule.Decide(req), nil
+}
+
+// DispatchBatch decides every request of reqs into out.
+func (b *RuleBackend) DispatchBatch(ctx context.Context, reqs []Request, out []Result) error {
+	if len(out) != len(reqs) {
+		return fmt.Errorf("%s: dispatch batch: %d results for %d requests", b.desc.Name, len(out), len(reqs))
+	}
+	for i := range reqs {
+		m, err := b.Dispatch(ctx, &reqs[i])
+		out[i] = Result{Method: m, Err: err}
+	}
+	return ctx.Err()
+}

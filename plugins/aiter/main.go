@@ -1,0 +1,10 @@
+// Command attnplug-backend-aiter is the attnplug backend plugin of the aiter
+// family: the aiter name (ROCm). The attnplug host starts it; run by hand it says so.
+package main
+
+import (
+	"github.com/attnplug/attnplug/plugins/aiter/rules"
+	"github.com/attnplug/attnplug/wire"
+)
+
+func main() { wire.Main(rules.New) }

@@ -1,0 +1,86 @@
+package registry
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// fallbackLog logs fallbacks without flooding: the first fallback of a
+// name for a reason is a warning with the full error, the ones after it
+// are counted, and the count is logged when the plugin answers again and
+// when the registry closes.
+type fallbackLog struct {
+	log    hclog.Logger
+	active atomic.Int32 // open streaks; zero makes recovered free
+
+	mu      sync.Mutex
+	streaks map[streakKey]*streak
+	total   int64
+	refused int64
+}
+
+type streakKey struct {
+	backend string
+	reason  Reason
+}
+
+type streak struct {
+	plugin string
+	count  int64
+}
+
+func (l *fallbackLog) record(backend, plugin string, reason Reason, msg string, strict bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if strict {
+		l.refused++
+	} else {
+		l.total++
+	}
+	k := streakKey{backend, reason}
+	if s := l.streaks[k]; s != nil {
+		s.count++
+		return
+	}
+	if l.streaks == nil {
+		l.streaks = map[streakKey]*streak{}
+	}
+	l.streaks[k] = &streak{plugin: plugin, count: 1}
+	l.active.Add(1)
+	what := "falling back to the triton rules"
+	if strict {
+		what = "refusing requests (strict)"
+	}
+	l.log.Warn(what, "backend", backend, "plugin", plugin, "reason", string(reason), "error", msg)
+}
+
+// recovered closes the streaks of plugin after it answered.
+func (l *fallbackLog) recovered(plugin string) {
+	if l.active.Load() == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, s := range l.streaks {
+		if s.plugin == plugin && plugin != "" {
+			l.log.Info("plugin answering again", "backend", k.backend, "plugin", plugin, "reason", string(k.reason), "fallbacks", s.count)
+			delete(l.streaks, k)
+			l.active.Add(-1)
+		}
+	}
+}
+
+func (l *fallbackLog) summary() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, s := range l.streaks {
+		if s.count > 1 {
+			l.log.Warn("fallbacks still open at close", "backend", k.backend, "plugin", s.plugin, "reason", string(k.reason), "count", s.count)
+		}
+	}
+	if l.total > 0 || l.refused > 0 {
+		l.log.Info("fallback summary", "fell_back", l.total, "refused", l.refused)
+	}
+}

@@ -1,0 +1,300 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/wire"
+	"github.com/hashicorp/go-hclog"
+	goplugin "github.com/hashicorp/go-plugin"
+)
+
+// instance is one running plugin process.
+type instance struct {
+	client  *goplugin.Client
+	backend core.BatchBackend
+	pid     int
+}
+
+// plugin is a discovered plugin binary and the process the registry runs
+// for it, if any.
+type plugin struct {
+	name   string // the family name, from the description
+	path   string
+	sha256 string
+	desc   *core.Description
+	logger hclog.Logger
+	cfg    *Config
+
+	running  atomic.Pointer[instance]
+	degraded atomic.Bool // failed since its last good answer
+
+	mu          sync.Mutex
+	starting    chan struct{} // closed when the start in progress ends
+	closed      bool
+	failures    int // consecutive failures
+	starts      int
+	retryAt     time.Time
+	lastErr     error
+	lastReason  Reason
+	quarantined bool
+}
+
+// failure is an error of a plugin with the reason a fallback reports.
+type failure struct {
+	reason Reason
+	err    error
+}
+
+func (f *failure) Error() string { return string(f.reason) + ": " + f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+// launch starts the plugin binary at path and returns the connected
+// instance; on any error the process is killed.
+func launch(ctx context.Context, cfg *Config, path string, logger hclog.Logger) (*instance, error) {
+	cmd := exec.Command(path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// The plugin dies with the host, and a terminal's Ctrl-C reaches
+		// the host only, which then ends the plugin itself.
+		Pdeathsig: syscall.SIGKILL,
+		Setpgid:   true,
+	}
+	cmd.Env = append(cmd.Env, "ATTNPLUG_PLUGIN_LOG_LEVEL="+cfg.pluginLogLevel())
+	client := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig:  wire.Handshake(),
+		VersionedPlugins: wire.VersionedPlugins(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
+		Logger:           logger,
+		StartTimeout:     cfg.StartTimeout,
+		AutoMTLS:         true,
+		Managed:          false,
+	})
+	fail := func(err error) (*instance, error) {
+		client.Kill()
+		return nil, err
+	}
+	type result struct {
+		raw any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rpc, err := client.Client()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		raw, err := rpc.Dispense(wire.PluginName)
+		done <- result{raw: raw, err: err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		client.Kill()
+		<-done
+		return nil, ctx.Err()
+	}
+	if res.err != nil {
+		return fail(res.err)
+	}
+	b, ok := res.raw.(core.BatchBackend)
+	if !ok {
+		return fail(fmt.Errorf("%w: dispensed %T, not a backend", core.ErrProtocol, res.raw))
+	}
+	inst := &instance{client: client, backend: b}
+	if rc := client.ReattachConfig(); rc != nil {
+		inst.pid = rc.Pid
+	}
+	return inst, nil
+}
+
+// acquire returns the running instance, starting the process when none
+// runs and the plugin may be started now.
+func (p *plugin) acquire(ctx context.Context) (*instance, error) {
+	if inst := p.running.Load(); inst != nil {
+		return inst, nil
+	}
+	for {
+		p.mu.Lock()
+		if inst := p.running.Load(); inst != nil {
+			p.mu.Unlock()
+			return inst, nil
+		}
+		switch {
+		case p.closed:
+			p.mu.Unlock()
+			return nil, &failure{ReasonClosed, fmt.Errorf("plugin %s: %w: registry closed", p.name, core.ErrUnavailable)}
+		case p.quarantined:
+			err := p.lastErr
+			p.mu.Unlock()
+			return nil, &failure{ReasonQuarantined, fmt.Errorf("plugin %s quarantined after %d failures, last: %w", p.name, p.cfg.QuarantineAfter, err)}
+		case time.Now().Before(p.retryAt):
+			err, at := p.lastErr, p.retryAt
+			p.mu.Unlock()
+			return nil, &failure{ReasonBackoff, fmt.Errorf("plugin %s restarts in %s after: %w", p.name, time.Until(at).Round(time.Millisecond), err)}
+		}
+		if wait := p.starting; wait != nil {
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		wait := make(chan struct{})
+		p.starting = wait
+		p.mu.Unlock()
+
+		sctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
+		inst, err := launch(sctx, p.cfg, p.path, p.logger)
+		cancel()
+		if err == nil {
+			err = p.check(ctx, inst)
+		}
+
+		p.mu.Lock()
+		p.starting = nil
+		close(wait)
+		if err == nil && p.closed {
+			err = fmt.Errorf("registry closed")
+		}
+		if err != nil {
+			if inst != nil {
+				inst.client.Kill()
+			}
+			if ctx.Err() != nil {
+				p.mu.Unlock()
+				return nil, ctx.Err()
+			}
+			p.failLocked(ReasonStartFailed, err)
+			p.mu.Unlock()
+			return nil, &failure{ReasonStartFailed, fmt.Errorf("plugin %s (%s): start: %w", p.name, p.path, err)}
+		}
+		p.starts++
+		p.running.Store(inst)
+		p.mu.Unlock()
+		p.logger.Debug("plugin started", "pid", inst.pid, "path", p.path)
+		return inst, nil
+	}
+}
+
+// check verifies that a freshly started process is the plugin that was
+// discovered: same family and the same names.
+func (p *plugin) check(ctx context.Context, inst *instance) error {
+	d, err := inst.backend.Describe(ctx)
+	if err != nil {
+		return err
+	}
+	if d.Name != p.desc.Name {
+		return fmt.Errorf("%w: plugin now calls itself %q, was %q", core.ErrProtocol, d.Name, p.desc.Name)
+	}
+	if len(d.Handlers) != len(p.desc.Handlers) {
+		return fmt.Errorf("%w: plugin now serves %d names, was %d", core.ErrProtocol, len(d.Handlers), len(p.desc.Handlers))
+	}
+	return nil
+}
+
+// failLocked records a failure of the running instance or of a start: the
+// process is killed, and the next start waits for the backoff. p.mu is
+// held.
+func (p *plugin) failLocked(reason Reason, err error) {
+	p.failures++
+	p.degraded.Store(true)
+	p.lastErr, p.lastReason = err, reason
+	backoff := p.cfg.RestartBackoff << min(p.failures-1, 16)
+	if backoff > p.cfg.MaxRestartBackoff || backoff <= 0 {
+		backoff = p.cfg.MaxRestartBackoff
+	}
+	p.retryAt = time.Now().Add(backoff)
+	if p.cfg.QuarantineAfter > 0 && p.failures >= p.cfg.QuarantineAfter {
+		p.quarantined = true
+		p.logger.Error("plugin quarantined", "failures", p.failures, "error", err)
+	} else {
+		p.logger.Warn("plugin failed; restarting after backoff", "reason", string(reason), "backoff", backoff, "error", err)
+	}
+}
+
+// fail retires inst after a failed call. Only the first caller to report
+// a given instance counts it.
+func (p *plugin) fail(inst *instance, reason Reason, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.running.CompareAndSwap(inst, nil) {
+		return
+	}
+	go inst.client.Kill()
+	p.failLocked(reason, err)
+}
+
+// succeeded resets the failure count after a good answer.
+func (p *plugin) succeeded() {
+	if !p.degraded.Load() {
+		return
+	}
+	p.mu.Lock()
+	p.degraded.Store(false)
+	if p.failures > 0 {
+		p.logger.Info("plugin recovered", "after_failures", p.failures)
+		p.failures = 0
+	}
+	p.mu.Unlock()
+}
+
+// stop kills the running instance, if any, and refuses further starts.
+func (p *plugin) stop() {
+	p.mu.Lock()
+	p.closed = true
+	inst := p.running.Swap(nil)
+	wait := p.starting
+	p.mu.Unlock()
+	if wait != nil {
+		<-wait
+		if late := p.running.Swap(nil); late != nil {
+			late.client.Kill()
+		}
+	}
+	if inst != nil {
+		inst.client.Kill()
+	}
+}
+
+// info fills the run-time fields of a listing entry.
+func (p *plugin) info(pi *PluginInfo) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pi.Restarts = max(p.starts-1, 0)
+	if p.lastErr != nil {
+		pi.LastError = p.lastErr.Error()
+	}
+	switch inst := p.running.Load(); {
+	case inst != nil:
+		pi.Status, pi.PID = StatusRunning, inst.pid
+	case p.quarantined:
+		pi.Status, pi.Reason = StatusQuarantined, pi.LastError
+	case p.lastErr != nil:
+		pi.Status, pi.Reason = StatusFailed, pi.LastError
+	default:
+		pi.Status = StatusReady
+	}
+}
+
+// classify names the reason of a failed call.
+func classify(err error) Reason {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return ReasonTimeout
+	case errors.Is(err, core.ErrProtocol), errors.Is(err, core.ErrUnknownBackend):
+		return ReasonProtocol
+	}
+	return ReasonCrashed
+}

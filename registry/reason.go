@@ -1,0 +1,43 @@
+package registry
+
+// Reason names why the triton rules decided a request although a plugin
+// serves, or should serve, its name. Answer.Fallback starts with it.
+type Reason string
+
+// The fallback reasons.
+const (
+	// ReasonPluginMissing: no plugin found serves a name the reference
+	// registers.
+	ReasonPluginMissing Reason = "plugin_missing"
+	// ReasonStartFailed: the plugin binary did not start or failed its
+	// handshake.
+	ReasonStartFailed Reason = "plugin_start_failed"
+	// ReasonCrashed: the plugin process died or its connection broke.
+	ReasonCrashed Reason = "plugin_crashed"
+	// ReasonTimeout: the plugin did not answer within the call deadline.
+	ReasonTimeout Reason = "plugin_timeout"
+	// ReasonProtocol: the plugin's answer broke the protocol (an unknown or
+	// undeclared method, a name it claimed but refused).
+	ReasonProtocol Reason = "plugin_protocol_error"
+	// ReasonBackoff: the plugin failed recently and waits to be restarted.
+	ReasonBackoff Reason = "plugin_restarting"
+	// ReasonQuarantined: the plugin failed too often and is not restarted.
+	ReasonQuarantined Reason = "plugin_quarantined"
+	// ReasonClosed: the registry is shutting down.
+	ReasonClosed Reason = "registry_closed"
+)
+
+// ReferenceNames returns the backend names that sglang's registry
+// registers. A name of this list that no plugin serves still gets the
+// triton rules, but as a fallback, with ReasonPluginMissing: a backend the
+// host was expected to have is not there. Which plugin serves a name is
+// never assumed; it comes from the plugins' descriptions.
+func ReferenceNames() []string {
+	return []string{
+		"ascend", "flashinfer", "fa3", "flashmla", "cutlass_mla", "fa4",
+		"trtllm_mla", "tokenspeed_mla", "aiter", "dsa", "nsa", "triton", "intel_xpu",
+	}
+}
+
+// ReasonRefused: the plugin refused the request as invalid for its rules.
+const ReasonRefused Reason = "plugin_refused"

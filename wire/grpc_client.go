@@ -1,0 +1,70 @@
+package wire
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/attnplug/attnplug/core"
+	pb "github.com/attnplug/attnplug/wire/pluginv1"
+	"google.golang.org/grpc"
+)
+
+// Client is the host side of the protocol: a core.BatchBackend that asks a
+// plugin over a gRPC connection. It checks what comes back: an answer that
+// is not a known method is an error wrapping core.ErrProtocol. It is safe
+// for concurrent use.
+type Client struct {
+	rpc pb.BackendClient
+}
+
+// NewClient returns a Client over conn.
+func NewClient(conn grpc.ClientConnInterface) *Client {
+	return &Client{rpc: pb.NewBackendClient(conn)}
+}
+
+// Describe asks the plugin what it serves.
+func (c *Client) Describe(ctx context.Context) (*core.Description, error) {
+	resp, err := c.rpc.Describe(ctx, &pb.DescribeRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("describe: %w", FromStatus(err))
+	}
+	return DescriptionFromProto(resp)
+}
+
+// Dispatch asks the plugin to decide req.
+func (c *Client) Dispatch(ctx context.Context, req *core.Request) (core.Method, error) {
+	resp, err := c.rpc.Dispatch(ctx, &pb.DispatchRequest{Request: RequestToProto(req)})
+	if err != nil {
+		return 0, FromStatus(err)
+	}
+	return MethodFromProto(resp.GetMethod())
+}
+
+// DispatchBatch asks the plugin to decide every request of reqs in one call.
+func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []core.Result) error {
+	if len(out) != len(reqs) {
+		return fmt.Errorf("dispatch batch: %d results for %d requests", len(out), len(reqs))
+	}
+	in := &pb.DispatchBatchRequest{Requests: make([]*pb.Request, len(reqs))}
+	msgs := make([]pb.Request, len(reqs))
+	for i := range reqs {
+		requestToProto(&reqs[i], &msgs[i])
+		in.Requests[i] = &msgs[i]
+	}
+	resp, err := c.rpc.DispatchBatch(ctx, in)
+	if err != nil {
+		return FromStatus(err)
+	}
+	if got := len(resp.GetResults()); got != len(reqs) {
+		return fmt.Errorf("%w: dispatch batch: %d results for %d requests", core.ErrProtocol, got, len(reqs))
+	}
+	for i, r := range resp.GetResults() {
+		if err := resultError(r); err != nil {
+			out[i] = core.Result{Err: err}
+			continue
+		}
+		m, err := MethodFromProto(r.GetMethod())
+		out[i] = core.Result{Method: m, Err: err}
+	}
+	return nil
+}

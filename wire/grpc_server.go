@@ -1,0 +1,107 @@
+package wire
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/attnplug/attnplug/core"
+	pb "github.com/attnplug/attnplug/wire/pluginv1"
+)
+
+// MaxBatchRequests is the most requests one DispatchBatch call may carry.
+const MaxBatchRequests = 1 << 16
+
+// Server is the plugin side of the protocol: it serves a core.Backend as
+// the pluginv1 Backend service. It never trusts a request: each is
+// converted and validated before the backend sees it.
+type Server struct {
+	pb.UnimplementedBackendServer
+	backend core.Backend
+}
+
+// NewServer returns a Server for b.
+func NewServer(b core.Backend) *Server { return &Server{backend: b} }
+
+// Describe returns the backend's description with this package's protocol
+// version.
+func (s *Server) Describe(ctx context.Context, _ *pb.DescribeRequest) (*pb.DescribeResponse, error) {
+	d, err := s.backend.Describe(ctx)
+	if err != nil {
+		return nil, ToStatus(fmt.Errorf("describe: %w", err))
+	}
+	out := DescriptionToProto(d)
+	out.ProtocolVersion = ProtocolVersion
+	return out, nil
+}
+
+// Dispatch decides one request.
+func (s *Server) Dispatch(ctx context.Context, in *pb.DispatchRequest) (*pb.DispatchResponse, error) {
+	req, err := RequestFromProto(in.GetRequest())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	m, err := s.backend.Dispatch(ctx, &req)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &pb.DispatchResponse{Method: MethodToProto(m)}, nil
+}
+
+// DispatchBatch decides every request of the batch; a bad request gets its
+// own error result and does not fail the others.
+func (s *Server) DispatchBatch(ctx context.Context, in *pb.DispatchBatchRequest) (*pb.DispatchBatchResponse, error) {
+	n := len(in.GetRequests())
+	if n > MaxBatchRequests {
+		return nil, ToStatus(core.NewFieldError("requests", fmt.Sprintf("batch of %d is larger than the limit of %d", n, MaxBatchRequests)))
+	}
+	reqs := make([]core.Request, n)
+	results := make([]core.Result, n)
+	valid := make([]bool, n)
+	for i, r := range in.GetRequests() {
+		req, err := RequestFromProto(r)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		reqs[i], valid[i] = req, true
+	}
+	if bb, ok := s.backend.(core.BatchBackend); ok {
+		sub, idx := compact(reqs, valid)
+		subOut := make([]core.Result, len(sub))
+		if err := bb.DispatchBatch(ctx, sub, subOut); err != nil {
+			return nil, ToStatus(err)
+		}
+		for j, i := range idx {
+			results[i] = subOut[j]
+		}
+	} else {
+		for i := range reqs {
+			if valid[i] {
+				results[i].Method, results[i].Err = s.backend.Dispatch(ctx, &reqs[i])
+			}
+		}
+	}
+	out := &pb.DispatchBatchResponse{Results: make([]*pb.Result, n)}
+	for i, r := range results {
+		pr := &pb.Result{}
+		if r.Err != nil {
+			errorToResult(r.Err, pr)
+		} else {
+			pr.Method = MethodToProto(r.Method)
+		}
+		out.Results[i] = pr
+	}
+	return out, nil
+}
+
+func compact(reqs []core.Request, valid []bool) ([]core.Request, []int) {
+	sub := make([]core.Request, 0, len(reqs))
+	idx := make([]int, 0, len(reqs))
+	for i, ok := range valid {
+		if ok {
+			sub = append(sub, reqs[i])
+			idx = append(idx, i)
+		}
+	}
+	return sub, idx
+}

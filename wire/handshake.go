@@ -1,0 +1,64 @@
+package wire
+
+import (
+	"context"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/wire/pluginv1"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+)
+
+// ProtocolVersion is the plugin protocol version this package speaks.
+const ProtocolVersion = 1
+
+// PluginName is the name of the backend plugin in go-plugin's plugin sets.
+const PluginName = "backend"
+
+// BinaryPrefix is how every plugin binary's file name begins; the rest is
+// the plugin's family name, as in attnplug-backend-fa3.
+const BinaryPrefix = "attnplug-backend-"
+
+// The magic cookie of attnplug plugins. It is not a secret: it tells a
+// plugin binary that an attnplug host started it.
+const (
+	MagicCookieKey   = "ATTNPLUG_PLUGIN"
+	MagicCookieValue = "d1ab7b1e-attention-backend-5b3c"
+)
+
+// Handshake returns the go-plugin handshake of attnplug plugins.
+func Handshake() plugin.HandshakeConfig {
+	return plugin.HandshakeConfig{
+		ProtocolVersion:  ProtocolVersion,
+		MagicCookieKey:   MagicCookieKey,
+		MagicCookieValue: MagicCookieValue,
+	}
+}
+
+// VersionedPlugins returns the plugin sets of every protocol version this
+// package speaks, for go-plugin's ClientConfig.VersionedPlugins. A host
+// builds them with a nil backend.
+func VersionedPlugins(b core.Backend) map[int]plugin.PluginSet {
+	return map[int]plugin.PluginSet{
+		ProtocolVersion: {PluginName: &GRPCPlugin{Backend: b}},
+	}
+}
+
+// GRPCPlugin is the go-plugin plugin of a backend: on the plugin side it
+// serves Backend, on the host side it makes a Client.
+type GRPCPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	// Backend is what the plugin side serves; nil on the host side.
+	Backend core.Backend
+}
+
+// GRPCServer registers the backend's service on s.
+func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	pluginv1.RegisterBackendServer(s, NewServer(p.Backend))
+	return nil
+}
+
+// GRPCClient returns a Client over conn.
+func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+	return NewClient(conn), nil
+}
