@@ -1,0 +1,99 @@
+package reference
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+//go:embed oracle.py
+var oracleSource []byte
+
+// Answer is the reference's answer to one request.
+type Answer struct {
+	Method  string `json:"method"`
+	Handler string `json:"handler"`
+	Error   string `json:"error"`
+}
+
+// Oracle evaluates requests with the reference's Python code.
+type Oracle struct {
+	python    string
+	reference string
+	script    string
+}
+
+// ErrNotAvailable is returned by Find when python3 or the reference file is
+// missing.
+var ErrNotAvailable = errors.New("reference oracle not available")
+
+// Find locates python3 and the reference file. dir is a directory inside
+// the repository; the script is written to tmp.
+func Find(dir, tmp string) (*Oracle, error) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		return nil, fmt.Errorf("%w: python3 not found", ErrNotAvailable)
+	}
+	ref := os.Getenv("ATTNPLUG_REFERENCE")
+	if ref == "" {
+		root, err := moduleRoot(dir)
+		if err != nil {
+			return nil, err
+		}
+		ref = filepath.Join(root, "..", "shared", "reference", "attention_backend_handler.py.txt")
+	}
+	if _, err := os.Stat(ref); err != nil {
+		return nil, fmt.Errorf("%w: reference file: %v", ErrNotAvailable, err)
+	}
+	script := filepath.Join(tmp, "oracle.py")
+	if err := os.WriteFile(script, oracleSource, 0o600); err != nil {
+		return nil, err
+	}
+	return &Oracle{python: python, reference: ref, script: script}, nil
+}
+
+func moduleRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("%w: no go.mod above %s", ErrNotAvailable, dir)
+		}
+	}
+}
+
+// Evaluate returns the reference's answer to every line of requests (JSON
+// Lines), in order. defaultPlatform stands for a request without one.
+func (o *Oracle) Evaluate(ctx context.Context, requests []byte, defaultPlatform string) ([]Answer, error) {
+	cmd := exec.CommandContext(ctx, o.python, o.script, o.reference, defaultPlatform)
+	cmd.Stdin = bytes.NewReader(requests)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("oracle: %w: %s", err, stderr.String())
+	}
+	var answers []Answer
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc.Scan() {
+		var a Answer
+		if err := json.Unmarshal(sc.Bytes(), &a); err != nil {
+			return nil, fmt.Errorf("oracle answer %d: %w", len(answers)+1, err)
+		}
+		answers = append(answers, a)
+	}
+	return answers, sc.Err()
+}
