@@ -1,0 +1,184 @@
+// Package testbin builds the real attnplug binaries for tests: the host and
+// every plugin under plugins/, with the go command, into a directory laid
+// out as make build lays out bin/.
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Bins is a built tree: Host is the attnplug binary, PluginDir the plugins
+// beside it.
+type Bins struct {
+	Dir       string
+	Host      string
+	PluginDir string
+	Plugins   []string // family names
+}
+
+// Plugin returns the path of the named plugin binary.
+func (b *Bins) Plugin(family string) string {
+	return filepath.Join(b.PluginDir, "attnplug-backend-"+family)
+}
+
+// ModuleRoot returns the repository root above dir.
+func ModuleRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod above %s", dir)
+		}
+	}
+}
+
+// Build builds the host (when withHost) and the plugins into dir/bin. The
+// builds run one at a time: the go command parallelises inside each.
+func Build(dir string, withHost bool) (*Bins, error) {
+	root, err := ModuleRoot(".")
+	if err != nil {
+		return nil, err
+	}
+	b := &Bins{Dir: filepath.Join(dir, "bin")}
+	b.Host = filepath.Join(b.Dir, "attnplug")
+	b.PluginDir = filepath.Join(b.Dir, "plugins")
+	entries, err := os.ReadDir(filepath.Join(root, "plugins"))
+	if err != nil {
+		return nil, err
+	}
+	var pkgs []string
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(root, "plugins", e.Name(), "main.go")); e.IsDir() && err == nil {
+			b.Plugins = append(b.Plugins, e.Name())
+			pkgs = append(pkgs, "./plugins/"+e.Name())
+		}
+	}
+	if err := GoBuild(root, b.PluginDir, pkgs, "attnplug-backend-"); err != nil {
+		return nil, err
+	}
+	if withHost {
+		if err := goBuildOne(root, "./cmd/host", b.Host); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// GoBuild builds each package of pkgs (paths relative to root) into dir,
+// naming the binary prefix+<last path element>.
+func GoBuild(root, dir string, pkgs []string, prefix string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(pkgs))
+	sem := make(chan struct{}, 2)
+	for i, pkg := range pkgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = goBuildOne(root, pkg, filepath.Join(dir, prefix+filepath.Base(pkg)))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func goBuildOne(root, pkg, out string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+// CopyTree copies the built tree to dir, leaving out the plugins named in
+// without; it returns the copy.
+func (b *Bins) CopyTree(dir string, without ...string) (*Bins, error) {
+	c := &Bins{Dir: filepath.Join(dir, "bin")}
+	c.Host = filepath.Join(c.Dir, "attnplug")
+	c.PluginDir = filepath.Join(c.Dir, "plugins")
+	if err := os.MkdirAll(c.PluginDir, 0o755); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(b.Host); err == nil {
+		if err := copyFile(b.Host, c.Host); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range b.Plugins {
+		skip := false
+		for _, w := range without {
+			skip = skip || w == p
+		}
+		if skip {
+			continue
+		}
+		if err := copyFile(b.Plugin(p), c.Plugin(p)); err != nil {
+			return nil, err
+		}
+		c.Plugins = append(c.Plugins, p)
+	}
+	return c, nil
+}
+
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755)
+}
+
+// ProcessesUnder returns the PIDs of live processes whose executable path
+// lies under dir, read from /proc: the plugin processes a test started.
+func ProcessesUnder(dir string) []int {
+	var pids []int
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil {
+			continue
+		}
+		if strings.HasPrefix(exe, dir+string(filepath.Separator)) {
+			stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if isZombie(stat) {
+				continue
+			}
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func isZombie(stat []byte) bool {
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}

@@ -1,0 +1,345 @@
+package registry_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/testbin"
+	"github.com/attnplug/attnplug/registry"
+	"github.com/hashicorp/go-hclog"
+)
+
+// served is which plugin family the tests expect to answer each name.
+var served = map[string]string{
+	"fa3": "fa3", "fa4": "fa3",
+	"flashinfer": "flashinfer", "flashmla": "flashinfer", "cutlass_mla": "flashinfer",
+	"trtllm_mla": "flashinfer", "tokenspeed_mla": "flashinfer",
+	"aiter": "aiter", "ascend": "ascend", "dsa": "dsa", "nsa": "dsa", "intel_xpu": "intel_xpu",
+}
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// syncBuffer is a log sink safe for the registry's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func open(t *testing.T, cfg registry.Config) (*registry.Registry, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})
+	}
+	if cfg.PluginDirs == nil {
+		cfg.PluginDirs = []string{bins.PluginDir}
+	}
+	r, err := registry.New(testContext(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, logs
+}
+
+func decode(name string) *core.Request {
+	r := core.NewRequest(name, core.ModeDecode)
+	r.Batch.ExtendPrefixLens = []int64{10}
+	r.Batch.SeqLens = []int64{11}
+	return &r
+}
+
+func TestEveryNameAnsweredByItsPlugin(t *testing.T) {
+	r, _ := open(t, registry.Config{})
+	ctx := testContext(t)
+	for name, family := range served {
+		t.Run(name, func(t *testing.T) {
+			a, err := r.Dispatch(ctx, decode(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Plugin != family || a.Handler != name || a.Fallback != "" {
+				t.Errorf("got %+v, want handler %s from plugin %s without fallback", a, name, family)
+			}
+		})
+	}
+}
+
+func TestNamesNobodyServesGetTritonWithoutFallback(t *testing.T) {
+	r, _ := open(t, registry.Config{})
+	ctx := testContext(t)
+	for _, name := range []string{"triton", "FA3", "torch_native", "no_such", "fa3 "} {
+		t.Run(name, func(t *testing.T) {
+			req := core.NewRequest(name, core.ModeExtend)
+			a, err := r.Dispatch(ctx, &req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := core.Answer{Method: core.MHA, Handler: "triton", Plugin: "core"}
+			if a != want {
+				t.Errorf("got %+v, want %+v", a, want)
+			}
+		})
+	}
+}
+
+func TestMissingPluginFallsBackWithReason(t *testing.T) {
+	tree, err := bins.CopyTree(t.TempDir(), "fa3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, logs := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}})
+	ctx := testContext(t)
+	for _, name := range []string{"fa3", "fa4"} {
+		req := core.NewRequest(name, core.ModeExtend)
+		a, err := r.Dispatch(ctx, &req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Handler != "triton" || a.Plugin != "core" || a.Method != core.MHA {
+			t.Errorf("%s: got %+v, want the triton rules", name, a)
+		}
+		if !strings.HasPrefix(a.Fallback, string(registry.ReasonPluginMissing)+": ") {
+			t.Errorf("%s: fallback %q, want it to start with %s", name, a.Fallback, registry.ReasonPluginMissing)
+		}
+	}
+	if !strings.Contains(logs.String(), "[WARN]") || !strings.Contains(logs.String(), "plugin_missing") {
+		t.Errorf("no warning logged for the fallback; logs:\n%s", logs)
+	}
+
+	strict, _ := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}, Strict: true})
+	req := core.NewRequest("fa3", core.ModeExtend)
+	if _, err := strict.Dispatch(ctx, &req); !errors.Is(err, core.ErrRefused) {
+		t.Errorf("strict: got %v, want an error wrapping ErrRefused", err)
+	}
+	// A name nobody serves is not a fallback, so strict answers it.
+	req = core.NewRequest("FA3", core.ModeExtend)
+	if a, err := strict.Dispatch(ctx, &req); err != nil || a.Handler != "triton" {
+		t.Errorf("strict FA3: got %+v, %v; want the triton rules", a, err)
+	}
+}
+
+func TestInvalidRequestIsAnErrorNotAFallback(t *testing.T) {
+	r, _ := open(t, registry.Config{})
+	req := decode("fa3")
+	req.Batch.SeqLens = []int64{-1}
+	req.Batch.ExtendPrefixLens = nil
+	_, err := r.Dispatch(testContext(t), req)
+	if !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "seq_lens[0]") {
+		t.Errorf("got %v, want ErrInvalidRequest naming seq_lens[0]", err)
+	}
+}
+
+func pidOf(t *testing.T, r *registry.Registry, family string) int {
+	t.Helper()
+	for _, p := range r.Plugins() {
+		if p.Name == family {
+			return p.PID
+		}
+	}
+	t.Fatalf("plugin %s not listed", family)
+	return 0
+}
+
+func TestKilledPluginFallsBackThenRestarts(t *testing.T) {
+	r, _ := open(t, registry.Config{RestartBackoff: time.Millisecond})
+	ctx := testContext(t)
+	if a, err := r.Dispatch(ctx, decode("aiter")); err != nil || a.Plugin != "aiter" {
+		t.Fatalf("got %+v, %v", a, err)
+	}
+	pid := pidOf(t, r, "aiter")
+	if pid == 0 {
+		t.Fatal("aiter has no PID while running")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	sawFallback := false
+	for {
+		a, err := r.Dispatch(ctx, decode("aiter"))
+		if err != nil {
+			t.Fatalf("dispatch after kill: %v", err)
+		}
+		if a.Fallback != "" {
+			sawFallback = true
+			if a.Method != core.MLA || a.Handler != "triton" {
+				t.Errorf("fallback answer %+v, want the triton rules' MLA", a)
+			}
+			continue
+		}
+		if a.Plugin == "aiter" && pidOf(t, r, "aiter") != pid {
+			break
+		}
+	}
+	if !sawFallback {
+		t.Error("no request fell back after the kill")
+	}
+	for _, p := range r.Plugins() {
+		if p.Name == "aiter" && (p.Restarts < 1 || p.LastError == "") {
+			t.Errorf("aiter listing %+v, want a restart and the last error", p)
+		}
+	}
+}
+
+func TestCloseEndsEveryPluginProcess(t *testing.T) {
+	tree, err := bins.CopyTree(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}})
+	ctx := testContext(t)
+	for name := range served {
+		if _, err := r.Dispatch(ctx, decode(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(testbin.ProcessesUnder(tree.Dir)); got != len(tree.Plugins) {
+		t.Fatalf("%d plugin processes running, want %d", got, len(tree.Plugins))
+	}
+	r.Close()
+	if left := testbin.ProcessesUnder(tree.Dir); len(left) > 0 {
+		t.Errorf("processes left after Close: %v", left)
+	}
+	a, err := r.Dispatch(ctx, decode("fa3"))
+	if err != nil || !strings.HasPrefix(a.Fallback, string(registry.ReasonClosed)) {
+		t.Errorf("after Close: got %+v, %v; want a %s fallback", a, err, registry.ReasonClosed)
+	}
+}
+
+func TestBrokenPluginsAreListedNotFatal(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string, mode os.FileMode) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("attnplug-backend-noexec", "x", 0o644)
+	write("attnplug-backend-script", "#!/bin/sh\necho not a plugin\n", 0o755)
+	write("attnplug-backend-crash", "#!/bin/sh\nexit 3\n", 0o755)
+	write("attnplug-backend-bad.name", "x", 0o755)
+	write("unrelated", "x", 0o755)
+	if err := os.Mkdir(filepath.Join(dir, "attnplug-backend-dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := open(t, registry.Config{PluginDirs: []string{dir, bins.PluginDir}, StartTimeout: 5 * time.Second})
+	want := map[string]string{
+		"noexec":   "not executable",
+		"script":   "start",
+		"crash":    "start",
+		"bad.name": "file name",
+		"dir":      "not a regular file",
+	}
+	got := map[string]registry.PluginInfo{}
+	for _, p := range r.Plugins() {
+		got[p.Name] = p
+	}
+	for name, reason := range want {
+		p, ok := got[name]
+		if !ok {
+			t.Errorf("%s not listed", name)
+			continue
+		}
+		if p.Status != registry.StatusBroken || !strings.Contains(p.Reason, reason) {
+			t.Errorf("%s: got status %s reason %q, want broken with %q", name, p.Status, p.Reason, reason)
+		}
+	}
+	if _, ok := got["unrelated"]; ok {
+		t.Error("a file without the plugin prefix was listed")
+	}
+	if p := got["fa3"]; p.Status != registry.StatusReady || p.Version == "" || len(p.Names) != 2 {
+		t.Errorf("fa3 listing %+v, want ready with a version and two names", p)
+	}
+}
+
+func TestEarlierDirectoryShadowsLater(t *testing.T) {
+	first, err := bins.CopyTree(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := open(t, registry.Config{PluginDirs: []string{first.PluginDir, bins.PluginDir}})
+	var shadowed int
+	for _, p := range r.Plugins() {
+		if p.Status == registry.StatusShadowed {
+			shadowed++
+			if !strings.Contains(p.Reason, first.PluginDir) {
+				t.Errorf("shadowed %s: reason %q does not name the first one", p.Name, p.Reason)
+			}
+		} else if !strings.HasPrefix(p.Path, first.PluginDir) {
+			t.Errorf("%s served from %s, want the first directory", p.Name, p.Path)
+		}
+	}
+	if shadowed != len(bins.Plugins) {
+		t.Errorf("%d shadowed, want %d", shadowed, len(bins.Plugins))
+	}
+}
+
+func TestDescriptionCacheSavesStarts(t *testing.T) {
+	cache := t.TempDir()
+	_, logs := open(t, registry.Config{CacheDir: cache})
+	if n := strings.Count(logs.String(), "starting plugin"); n != len(bins.Plugins) {
+		t.Fatalf("first open started %d plugins, want %d", n, len(bins.Plugins))
+	}
+	r, logs := open(t, registry.Config{CacheDir: cache})
+	if n := strings.Count(logs.String(), "starting plugin"); n != 0 {
+		t.Errorf("second open started %d plugins, want 0 (descriptions cached)", n)
+	}
+	if names := r.Names(); len(names) != len(served) {
+		t.Errorf("names from the cache: %v, want %d", names, len(served))
+	}
+	if a, err := r.Dispatch(testContext(t), decode("nsa")); err != nil || a.Plugin != "dsa" {
+		t.Errorf("nsa after a cached description: %+v, %v", a, err)
+	}
+}
+
+func TestConcurrentDispatch(t *testing.T) {
+	r, _ := open(t, registry.Config{})
+	ctx := testContext(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				for name, family := range served {
+					a, err := r.Dispatch(ctx, decode(name))
+					if err != nil || a.Plugin != family {
+						errs <- errors.Join(err, errors.New(name+": answered by "+a.Plugin))
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
