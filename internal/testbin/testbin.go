@@ -182,3 +182,17 @@ func isZombie(stat []byte) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
+
+// BuildFault builds the fault-injection plugin into dir as
+// attnplug-backend-fault and returns its path.
+func BuildFault(dir string) (string, error) {
+	root, err := ModuleRoot(".")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "attnplug-backend-fault")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	return out, goBuildOne(root, "./internal/testplugins/fault", out)
+}
