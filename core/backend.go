@@ -72,6 +72,10 @@ type HandlerInfo struct {
 	// Methods lists every method the name's rules can answer; an answer
 	// outside it is a protocol violation.
 	Methods []Method
+	// Hardware lists what the name's kernels run on (any entry); empty
+	// means anywhere. Deciding a method never needs the hardware: a host
+	// uses this to start only the plugins its hardware can run.
+	Hardware []Hardware
 }
 
 // Handler returns the entry for name, and whether there is one.

@@ -121,8 +121,22 @@ const (
 )
 
 // Key returns req's key under r. It reads only what r declares, does not
-// allocate, and costs one pass over the length arrays when a sum is read.
+// allocate, and costs one pass over a length array when a sum is read.
 func (r *Reads) Key(req *Request) Key {
+	var ps, ss int64
+	if r.Facts&(FactPrefixSumZero|FactPrefixSumAtThreshold) != 0 || len(r.PrefixSumAtLeast) > 0 {
+		ps = req.Batch.PrefixSum()
+	}
+	if r.Facts&FactSeqSumWithinCapacity != 0 || len(r.SeqSumAtMost) > 0 {
+		ss = req.Batch.SeqSum()
+	}
+	return r.KeyWithSums(req, ps, ss)
+}
+
+// KeyWithSums is Key with the batch's sums given: prefixSum must be
+// req.Batch.PrefixSum() and seqSum req.Batch.SeqSum(), computed once for
+// all the layers of a forward pass.
+func (r *Reads) KeyWithSums(req *Request, prefixSum, seqSum int64) Key {
 	f := r.Facts
 	var k Key
 	if f&FactMode != 0 {
@@ -132,45 +146,63 @@ func (r *Reads) Key(req *Request) Key {
 		k |= Key(req.Runtime.Platform&0x7) << keyPlatformShift
 	}
 	var b Fact
-	set := func(fact Fact, v bool) {
-		if v && f&fact != 0 {
-			b |= fact
-		}
+	if req.Runtime.PiecewiseCUDAGraph {
+		b |= FactPiecewiseCUDAGraph
 	}
-	set(FactPiecewiseCUDAGraph, req.Runtime.PiecewiseCUDAGraph)
-	set(FactBreakableCUDAGraph, req.Runtime.BreakableCUDAGraph)
-	set(FactDeterministicInference, req.Runtime.DeterministicInference)
-	set(FactDSAUseMHA, req.Runtime.DSAUseMHA)
-	set(FactTwoBatchOverlap, req.Runtime.TwoBatchOverlap)
-	set(FactMLAPrefillCP, req.Batch.MLAPrefillCP)
-	set(FactDisableChunkedPrefixCache, req.Layer.DisableChunkedPrefixCache)
-	set(FactFlashinferMLADisableRagged, req.Layer.FlashinferMLADisableRagged)
-	set(FactROCmFusedDecodeMLA, req.Layer.ROCmFusedDecodeMLA)
-	set(FactUseDSA, req.Layer.UseDSA)
-	set(FactFusedQKVAProjWithMQA, req.Layer.FusedQKVAProjWithMQA)
-	set(FactIntelAMX, req.Layer.IntelAMX)
-	needPrefix := f&(FactPrefixSumZero|FactPrefixSumAtThreshold) != 0 || len(r.PrefixSumAtLeast) > 0
-	var ps int64
-	if needPrefix {
-		ps = req.Batch.PrefixSum()
-		set(FactPrefixSumZero, ps == 0)
-		set(FactPrefixSumAtThreshold, ps >= req.Layer.ChunkedPrefixCacheThreshold)
+	if req.Runtime.BreakableCUDAGraph {
+		b |= FactBreakableCUDAGraph
 	}
-	var ss int64
-	if f&FactSeqSumWithinCapacity != 0 || len(r.SeqSumAtMost) > 0 {
-		ss = req.Batch.SeqSum()
-		set(FactSeqSumWithinCapacity, ss <= req.Batch.MaxChunkCapacity)
+	if req.Runtime.DeterministicInference {
+		b |= FactDeterministicInference
 	}
+	if req.Runtime.DSAUseMHA {
+		b |= FactDSAUseMHA
+	}
+	if req.Runtime.TwoBatchOverlap {
+		b |= FactTwoBatchOverlap
+	}
+	if req.Batch.MLAPrefillCP {
+		b |= FactMLAPrefillCP
+	}
+	l := &req.Layer
+	if l.DisableChunkedPrefixCache {
+		b |= FactDisableChunkedPrefixCache
+	}
+	if l.FlashinferMLADisableRagged {
+		b |= FactFlashinferMLADisableRagged
+	}
+	if l.ROCmFusedDecodeMLA {
+		b |= FactROCmFusedDecodeMLA
+	}
+	if l.UseDSA {
+		b |= FactUseDSA
+	}
+	if l.FusedQKVAProjWithMQA {
+		b |= FactFusedQKVAProjWithMQA
+	}
+	if l.IntelAMX {
+		b |= FactIntelAMX
+	}
+	if prefixSum == 0 {
+		b |= FactPrefixSumZero
+	}
+	if prefixSum >= l.ChunkedPrefixCacheThreshold {
+		b |= FactPrefixSumAtThreshold
+	}
+	if seqSum <= req.Batch.MaxChunkCapacity {
+		b |= FactSeqSumWithinCapacity
+	}
+	b &= f
 	k |= Key(b>>2) << keyFactShift // FactPiecewiseCUDAGraph is Fact bit 2
 	bit := uint(keyConstShift)
 	for _, c := range r.PrefixSumAtLeast {
-		if ps >= c {
+		if prefixSum >= c {
 			k |= 1 << bit
 		}
 		bit++
 	}
 	for _, c := range r.SeqSumAtMost {
-		if ss <= c {
+		if seqSum <= c {
 			k |= 1 << bit
 		}
 		bit++

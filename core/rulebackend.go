@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -22,6 +23,8 @@ type Rule struct {
 	Reads Reads
 	// Methods lists every method Decide can return.
 	Methods []Method
+	// Hardware lists what the name's kernels run on; empty: anywhere.
+	Hardware []Hardware
 }
 
 // Logger is the logging a RuleBackend needs; hclog.Logger satisfies it.
@@ -64,6 +67,7 @@ func NewRuleBackend(name, version string, logger Logger, rules ...Rule) (*RuleBa
 		b.rules[r.Name] = &ruleEntry{rule: r}
 		b.desc.Handlers = append(b.desc.Handlers, HandlerInfo{
 			Name: r.Name, AliasOf: r.AliasOf, Deprecated: r.Deprecated, Reads: r.Reads, Methods: r.Methods,
+			Hardware: r.Hardware,
 		})
 	}
 	for _, r := range rules {
@@ -72,6 +76,23 @@ func NewRuleBackend(name, version string, logger Logger, rules ...Rule) (*RuleBa
 		}
 	}
 	return b, nil
+}
+
+// Configure refuses a host on which none of the backend's names can run;
+// the error wraps ErrRefused and says what each name needs.
+func (b *RuleBackend) Configure(_ context.Context, info HostInfo) error {
+	var why []string
+	for _, h := range b.desc.Handlers {
+		ok, reason := SupportsAny(h.Hardware, info)
+		if ok {
+			return nil
+		}
+		why = append(why, h.Name+": "+reason)
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s cannot run on this host (%s)", ErrRefused, b.desc.Name, strings.Join(why, "; "))
 }
 
 // Describe returns the backend's description.

@@ -48,11 +48,11 @@ func TestDetectFixtures(t *testing.T) {
 			},
 		},
 		{
-			name: "a100", platform: "cuda", mla: "triton", dsa: "dsa", cpuArch: "amd64",
+			name: "a100", platform: "cuda", mla: "triton", dsa: "triton", cpuArch: "amd64",
 			devs: []wantDev{{"0000:07:00.0", "10de:20b2", "NVIDIA A100 SXM4 80GB", "sm80", "8.0", true, ""}},
 		},
 		{
-			name: "rtx4090", platform: "cuda", mla: "triton", dsa: "dsa", cpuArch: "amd64",
+			name: "rtx4090", platform: "cuda", mla: "triton", dsa: "triton", cpuArch: "amd64",
 			devs: []wantDev{{"0000:01:00.0", "10de:2684", "NVIDIA GeForce RTX 4090", "sm89", "8.9", true, ""}},
 		},
 		{
@@ -70,7 +70,7 @@ func TestDetectFixtures(t *testing.T) {
 			},
 		},
 		{
-			name: "nvidia_plus_igpu", platform: "cuda", mla: "triton", dsa: "dsa", cpuArch: "amd64",
+			name: "nvidia_plus_igpu", platform: "cuda", mla: "triton", dsa: "triton", cpuArch: "amd64",
 			devs: []wantDev{
 				{"0000:00:02.0", "8086:3e92", "Intel integrated GPU 0x3e92", "", "", false,
 					"capable: integrated GPU at 0000:00:02.0 is not used for serving"},
@@ -96,7 +96,7 @@ func TestDetectFixtures(t *testing.T) {
 			},
 		},
 		{
-			name: "intel_max1550", platform: "xpu", mla: "triton", dsa: "dsa", cpuArch: "amd64", amx: true,
+			name: "intel_max1550", platform: "xpu", mla: "triton", dsa: "triton", cpuArch: "amd64", amx: true,
 			devs: []wantDev{{"0000:29:00.0", "8086:0bd5", "Intel Data Center GPU Max 1550", "xe-hpc", "", true, ""}},
 		},
 		{name: "spr_amx", platform: "cpu", mla: "intel_amx", dsa: "intel_amx", cpuArch: "amd64", amx: true},
@@ -598,8 +598,8 @@ func TestReportJSONShape(t *testing.T) {
 	if err := json.Unmarshal(top["default_backend"], &def); err != nil {
 		t.Fatal(err)
 	}
-	if def["mla"] != "triton" || def["dsa"] != "dsa" {
-		t.Errorf("default_backend: got %v, want mla=triton dsa=dsa", def)
+	if def["mla"] != "triton" || def["dsa"] != "triton" {
+		t.Errorf("default_backend: got %v, want mla=triton dsa=triton (DSA needs sm90)", def)
 	}
 	var back Report
 	if err := json.Unmarshal(b, &back); err != nil {

@@ -151,7 +151,7 @@ func TestWriteTable(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"platform:", "cuda", "mla=triton  dsa=dsa", "VENDOR", "PCI ADDRESS",
+		"platform:", "cuda", "mla=triton  dsa=triton", "VENDOR", "PCI ADDRESS",
 		"0000:00:02.0", "8086:3e92", "capable: integrated GPU",
 		"0000:01:00.0", "10de:2684", "sm89", "8.9", "PLUGIN", "/opt/attnplug/triton",
 	} {

@@ -40,9 +40,9 @@ func WriteTable(w io.Writer, r *Report) error {
 	}
 	if len(r.Plugins) > 0 {
 		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "PLUGIN\tPATH\tSERVED\tREASON")
+		fmt.Fprintln(tw, "PLUGIN\tNAMES\tSERVED\tREASON\tPATH")
 		for _, p := range r.Plugins {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Path, yesNo(p.Served), dash(p.Reason))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, dash(strings.Join(p.Names, ",")), yesNo(p.Served), dash(p.Reason), p.Path)
 		}
 	}
 	if err := tw.Flush(); err != nil {

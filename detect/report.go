@@ -137,9 +137,14 @@ type DefaultBackend struct {
 
 // PluginInfo is one plugin the host found, filled in by the host.
 type PluginInfo struct {
-	Name   string `json:"name"`             // the backend it serves
-	Path   string `json:"path"`             // the plugin binary
-	Served bool   `json:"served"`           // the host loaded it
+	Name  string   `json:"name"`  // the plugin (backend family), e.g. "fa3"
+	Path  string   `json:"path"`  // the plugin binary
+	Names []string `json:"names"` // the backend names it serves here
+	// Status is the registry's status of the plugin: "ready", "broken", ...
+	Status string `json:"status"`
+	// Served reports that the plugin is usable and the hardware of at
+	// least one of its names matches this host, so the host starts it.
+	Served bool   `json:"served"`
 	Reason string `json:"reason,omitempty"` // why not served
 }
 

@@ -143,12 +143,16 @@ func backendRequirements() map[string]Requirement {
 		"flashmla":       {Platforms: cuda, MinCapability: 90, MaxCapability: 109},
 		"cutlass_mla":    {Platforms: cuda, MinCapability: 100, MaxCapability: 109},
 		"trtllm_mla":     {Platforms: cuda, MinCapability: 100, MaxCapability: 109},
-		"dsa":            {Platforms: []string{PlatformCUDA, PlatformHIP, PlatformXPU}, MinCapability: 80},
-		"aiter":          {Platforms: []string{PlatformHIP}, Archs: aiterTargets()},
-		"wave":           {Platforms: []string{PlatformHIP}},
-		"ascend":         {Platforms: []string{PlatformNPU}},
-		"intel_xpu":      {Platforms: []string{PlatformXPU}},
-		"intel_amx":      {Platforms: []string{PlatformCPU}, Archs: []string{"amd64"}, NeedsAMX: true},
+		"tokenspeed_mla": {Platforms: cuda, MinCapability: 100, MaxCapability: 109},
+		// sglang sets DSA up for "CUDA or ROCm GPU" (and NPU, where ascend
+		// serves it); on CUDA its defaults below sm100 are Hopper's
+		// (flashmla_sparse prefill, fa3 decode), so sm90 is the minimum.
+		"dsa":       {Platforms: []string{PlatformCUDA, PlatformHIP}, MinCapability: 90},
+		"aiter":     {Platforms: []string{PlatformHIP}, Archs: aiterTargets()},
+		"wave":      {Platforms: []string{PlatformHIP}},
+		"ascend":    {Platforms: []string{PlatformNPU}},
+		"intel_xpu": {Platforms: []string{PlatformXPU}},
+		"intel_amx": {Platforms: []string{PlatformCPU}, Archs: []string{"amd64"}, NeedsAMX: true},
 	}
 }
 

@@ -120,6 +120,7 @@ func (s *seen) mark(bit int, field string) error {
 
 func (d *decoder) request(req *core.Request, prefix, seq []int64) error {
 	var s seen
+	backendNull := false // null reads as absent
 	err := d.object("", func(key []byte) error {
 		switch string(key) {
 		case "backend":
@@ -131,6 +132,7 @@ func (d *decoder) request(req *core.Request, prefix, seq []int64) error {
 				return err
 			}
 			if null {
+				backendNull = true
 				return nil
 			}
 			if len(v) > core.MaxBackendNameLen {
@@ -200,7 +202,7 @@ func (d *decoder) request(req *core.Request, prefix, seq []int64) error {
 	if d.pos != len(d.buf) {
 		return d.errSyntax("end of line after the request object")
 	}
-	if s&1 == 0 {
+	if s&1 == 0 || backendNull {
 		return core.NewFieldError("backend", "required field missing")
 	}
 	if s&2 == 0 || req.Batch.Mode == 0 {
@@ -223,6 +225,9 @@ func fieldName(path string, key []byte) string {
 func (d *decoder) layer(l *core.Layer) error {
 	if d.null() {
 		return nil
+	}
+	if d.peek() != '{' {
+		return d.wrongType("layer", "an object")
 	}
 	var s seen
 	return d.object("layer", func(key []byte) error {
@@ -260,6 +265,9 @@ func (d *decoder) layer(l *core.Layer) error {
 func (d *decoder) runtime(r *core.Runtime) error {
 	if d.null() {
 		return nil
+	}
+	if d.peek() != '{' {
+		return d.wrongType("runtime", "an object")
 	}
 	var s seen
 	return d.object("runtime", func(key []byte) error {
@@ -324,7 +332,7 @@ func (d *decoder) typeName() string {
 		return "an array"
 	case c == 't' || c == 'f':
 		return "a boolean"
-	case c == 'n':
+	case c == 'n' && d.pos+4 <= len(d.buf) && string(d.buf[d.pos:d.pos+4]) == "null":
 		return "null"
 	case c == '-' || (c >= '0' && c <= '9'):
 		return "a number"
@@ -522,10 +530,26 @@ func (d *decoder) rawString(field string) ([]byte, error) {
 			return d.escapedString(start)
 		case c < 0x20:
 			return nil, d.errSyntax("a string character (control characters must be escaped)")
+		case c >= utf8.RuneSelf:
+			if !d.utf8Rune() {
+				return nil, d.errSyntax("UTF-8 text")
+			}
+			continue
 		}
 		d.pos++
 	}
 	return nil, d.errSyntax("'\"' to end the string")
+}
+
+// utf8Rune steps over the UTF-8 encoded rune at d.pos, and reports whether
+// it is valid UTF-8.
+func (d *decoder) utf8Rune() bool {
+	r, size := utf8.DecodeRune(d.buf[d.pos:])
+	if r == utf8.RuneError && size == 1 {
+		return false
+	}
+	d.pos += size
+	return true
 }
 
 func (d *decoder) escapedString(start int) ([]byte, error) {
@@ -538,6 +562,13 @@ func (d *decoder) escapedString(start int) ([]byte, error) {
 			return out, nil
 		case c < 0x20:
 			return nil, d.errSyntax("a string character (control characters must be escaped)")
+		case c >= utf8.RuneSelf:
+			p := d.pos
+			if !d.utf8Rune() {
+				return nil, d.errSyntax("UTF-8 text")
+			}
+			out = append(out, d.buf[p:d.pos]...)
+			continue
 		case c != '\\':
 			out = append(out, c)
 			d.pos++
@@ -570,10 +601,15 @@ func (d *decoder) escapedString(start int) ([]byte, error) {
 			if utf16.IsSurrogate(r) {
 				r2 := rune(-1)
 				if d.pos+1 < len(d.buf) && d.buf[d.pos] == '\\' && d.buf[d.pos+1] == 'u' {
+					next := d.pos
 					d.pos += 2
 					var ok2 bool
 					if r2, ok2 = d.hex4(); !ok2 {
 						return nil, d.errSyntax("four hex digits after \\u")
+					}
+					if utf16.DecodeRune(r, r2) == utf8.RuneError {
+						// Not a pair: the second escape stands on its own.
+						d.pos = next
 					}
 				}
 				r = utf16.DecodeRune(r, r2)

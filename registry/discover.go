@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/attnplug/attnplug/wire"
 )
@@ -24,7 +25,7 @@ type candidate struct {
 // discover lists the plugin binaries of dirs, in order; a family found in
 // an earlier directory shadows the same family in a later one. Files that
 // look like plugins but cannot be one are returned as broken entries.
-func discover(dirs []string) (found []candidate, broken []PluginInfo) {
+func discover(dirs []string, insecure bool) (found []candidate, broken []PluginInfo) {
 	seen := map[string]string{}
 	for _, dir := range dirs {
 		entries, err := os.ReadDir(dir)
@@ -33,6 +34,12 @@ func discover(dirs []string) (found []candidate, broken []PluginInfo) {
 				broken = append(broken, PluginInfo{Path: dir, Status: StatusBroken, Reason: fmt.Sprintf("plugin directory: %v", err)})
 			}
 			continue
+		}
+		if !insecure {
+			if err := checkWritable("plugin directory", dir); err != nil {
+				broken = append(broken, PluginInfo{Path: dir, Status: StatusBroken, Reason: err.Error()})
+				continue
+			}
 		}
 		names := make([]string, 0, len(entries))
 		for _, e := range entries {
@@ -57,7 +64,11 @@ func discover(dirs []string) (found []candidate, broken []PluginInfo) {
 				broken = append(broken, info)
 				continue
 			}
-			if err := checkExecutable(path); err != nil {
+			err := checkExecutable(path)
+			if err == nil && !insecure {
+				err = checkWritable("plugin binary", path)
+			}
+			if err != nil {
 				info.Reason = err.Error()
 				broken = append(broken, info)
 				continue
@@ -79,6 +90,26 @@ func checkExecutable(path string) error {
 	}
 	if st.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("not executable (mode %s)", st.Mode().Perm())
+	}
+	return nil
+}
+
+// checkWritable refuses a file or directory that users other than the
+// caller (and root) can write: world-writable, or group-writable and owned
+// by someone else. Whoever can write a plugin binary runs code in the host.
+func checkWritable(what, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	mode := st.Mode().Perm()
+	if mode&0o002 != 0 {
+		return fmt.Errorf("%s %s is world-writable (mode %s): refused; fix it with chmod o-w, or pass --insecure-plugin-dir", what, path, mode)
+	}
+	if mode&0o020 != 0 {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
+			return fmt.Errorf("%s %s is group-writable and owned by uid %d, not by you (uid %d): refused; fix it with chmod g-w, or pass --insecure-plugin-dir", what, path, sys.Uid, os.Getuid())
+		}
 	}
 	return nil
 }

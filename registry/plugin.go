@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -19,8 +20,48 @@ import (
 // instance is one running plugin process.
 type instance struct {
 	client  *goplugin.Client
-	backend core.BatchBackend
+	backend batchClient
 	pid     int
+	pipe    *os.File // write end of the parent-death pipe
+
+	// calls are held shared by every call in flight; retire takes it
+	// exclusively, so that the process ends only after they finish.
+	calls   sync.RWMutex
+	retired bool // guarded by calls
+}
+
+// batchClient is what the registry needs of a plugin connection.
+type batchClient interface {
+	core.BatchBackend
+	core.Configurer
+}
+
+// enter admits a call; false means the instance was retired.
+func (i *instance) enter() bool {
+	i.calls.RLock()
+	if i.retired {
+		i.calls.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (i *instance) leave() { i.calls.RUnlock() }
+
+// retire waits for the calls in flight, then ends the process.
+func (i *instance) retire() {
+	i.calls.Lock()
+	i.retired = true
+	i.calls.Unlock()
+	i.kill()
+}
+
+// kill ends the process at once.
+func (i *instance) kill() {
+	i.client.Kill()
+	if i.pipe != nil {
+		i.pipe.Close()
+	}
 }
 
 // plugin is a discovered plugin binary and the process the registry runs
@@ -35,6 +76,10 @@ type plugin struct {
 
 	running  atomic.Pointer[instance]
 	degraded atomic.Bool // failed since its last good answer
+
+	// unsupported says why none of the plugin's names runs on the host's
+	// hardware (Config.Host); such a plugin is never started.
+	unsupported string
 
 	mu          sync.Mutex
 	starting    chan struct{} // closed when the start in progress ends
@@ -56,9 +101,9 @@ type failure struct {
 func (f *failure) Error() string { return string(f.reason) + ": " + f.err.Error() }
 func (f *failure) Unwrap() error { return f.err }
 
-// launch starts the plugin binary at path and returns the connected
-// instance; on any error the process is killed.
-func launch(ctx context.Context, cfg *Config, path string, logger hclog.Logger) (*instance, error) {
+// launch starts the plugin binary at path, whose SHA-256 is sum, and
+// returns the connected instance; on any error the process is killed.
+func launch(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logger) (*instance, error) {
 	cmd := exec.Command(path)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// The plugin dies with the host, and a terminal's Ctrl-C reaches
@@ -66,8 +111,17 @@ func launch(ctx context.Context, cfg *Config, path string, logger hclog.Logger) 
 		Pdeathsig: syscall.SIGKILL,
 		Setpgid:   true,
 	}
-	cmd.Env = append(cmd.Env, "ATTNPLUG_PLUGIN_LOG_LEVEL="+cfg.pluginLogLevel())
-	client := goplugin.NewClient(&goplugin.ClientConfig{
+	// The parent-death pipe: the plugin holds the read end and exits when
+	// it reads EOF, which happens when the host is gone however it ended.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("parent-death pipe: %w", err)
+	}
+	cmd.ExtraFiles = []*os.File{pr}
+	cmd.Env = append(cmd.Env,
+		"ATTNPLUG_PLUGIN_LOG_LEVEL="+cfg.pluginLogLevel(),
+		wire.EnvParentPipe+"=3")
+	cc := &goplugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
 		VersionedPlugins: wire.VersionedPlugins(nil),
 		Cmd:              cmd,
@@ -75,10 +129,20 @@ func launch(ctx context.Context, cfg *Config, path string, logger hclog.Logger) 
 		Logger:           logger,
 		StartTimeout:     cfg.StartTimeout,
 		AutoMTLS:         true,
-		Managed:          false,
-	})
+	}
+	if cfg.Lock != nil {
+		secure, err := secureConfig(sum)
+		if err != nil {
+			pr.Close()
+			pw.Close()
+			return nil, err
+		}
+		cc.SecureConfig = secure
+	}
+	client := goplugin.NewClient(cc)
+	inst := &instance{client: client, pipe: pw}
 	fail := func(err error) (*instance, error) {
-		client.Kill()
+		inst.kill()
 		return nil, err
 	}
 	type result struct {
@@ -88,6 +152,7 @@ func launch(ctx context.Context, cfg *Config, path string, logger hclog.Logger) 
 	done := make(chan result, 1)
 	go func() {
 		rpc, err := client.Client()
+		pr.Close() // the child has its copy now
 		if err != nil {
 			done <- result{err: err}
 			return
@@ -99,22 +164,35 @@ func launch(ctx context.Context, cfg *Config, path string, logger hclog.Logger) 
 	select {
 	case res = <-done:
 	case <-ctx.Done():
-		client.Kill()
+		inst.kill()
 		<-done
 		return nil, ctx.Err()
 	}
 	if res.err != nil {
-		return fail(res.err)
+		return fail(startError(res.err))
 	}
-	b, ok := res.raw.(core.BatchBackend)
+	b, ok := res.raw.(batchClient)
 	if !ok {
 		return fail(fmt.Errorf("%w: dispensed %T, not a backend", core.ErrProtocol, res.raw))
 	}
-	inst := &instance{client: client, backend: b}
+	inst.backend = b
 	if rc := client.ReattachConfig(); rc != nil {
 		inst.pid = rc.Pid
 	}
+	if cfg.Host != nil {
+		if err := b.Configure(ctx, *cfg.Host); err != nil {
+			return fail(err)
+		}
+	}
 	return inst, nil
+}
+
+// startError makes go-plugin's start errors say what happened.
+func startError(err error) error {
+	if errors.Is(err, goplugin.ErrChecksumsDoNotMatch) {
+		return fmt.Errorf("%w: the binary changed since it was verified against the lock file", err)
+	}
+	return err
 }
 
 // acquire returns the running instance, starting the process when none
@@ -156,7 +234,7 @@ func (p *plugin) acquire(ctx context.Context) (*instance, error) {
 		p.mu.Unlock()
 
 		sctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
-		inst, err := launch(sctx, p.cfg, p.path, p.logger)
+		inst, err := launch(sctx, p.cfg, p.path, p.sha256, p.logger)
 		cancel()
 		if err == nil {
 			err = p.check(ctx, inst)
@@ -170,7 +248,7 @@ func (p *plugin) acquire(ctx context.Context) (*instance, error) {
 		}
 		if err != nil {
 			if inst != nil {
-				inst.client.Kill()
+				inst.kill()
 			}
 			if ctx.Err() != nil {
 				p.mu.Unlock()
@@ -232,7 +310,7 @@ func (p *plugin) fail(inst *instance, reason Reason, err error) {
 	if !p.running.CompareAndSwap(inst, nil) {
 		return
 	}
-	go inst.client.Kill()
+	go inst.retire()
 	p.failLocked(reason, err)
 }
 
@@ -260,11 +338,11 @@ func (p *plugin) stop() {
 	if wait != nil {
 		<-wait
 		if late := p.running.Swap(nil); late != nil {
-			late.client.Kill()
+			late.kill()
 		}
 	}
 	if inst != nil {
-		inst.client.Kill()
+		inst.kill()
 	}
 }
 

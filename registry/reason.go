@@ -41,3 +41,7 @@ func ReferenceNames() []string {
 
 // ReasonRefused: the plugin refused the request as invalid for its rules.
 const ReasonRefused Reason = "plugin_refused"
+
+// ReasonUnsupportedHardware: the plugin's names do not run on the host's
+// hardware, or the plugin refused it.
+const ReasonUnsupportedHardware Reason = "plugin_unsupported_hardware"

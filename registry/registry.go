@@ -2,13 +2,14 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/attnplug/attnplug/core"
@@ -47,6 +48,22 @@ type Config struct {
 	// Strict refuses, instead of answering by the triton rules, every
 	// request that would fall back.
 	Strict bool
+	// Host, when set, is the hardware the host detected: a plugin none of
+	// whose names runs there is never started (its names fall back with
+	// ReasonUnsupportedHardware), and each plugin started is told it and
+	// may refuse. Nil matches no hardware: deciding a method needs none.
+	Host *core.HostInfo
+	// Lock, when set, pins the plugin binaries: a binary that is not in it,
+	// or whose SHA-256 differs, is refused, and go-plugin checks the hash
+	// again at every start.
+	Lock *Lock
+	// NoAnswerCache makes every request that a plugin serves a call to the
+	// plugin; by default answers are cached by the facts each handler
+	// declares it reads.
+	NoAnswerCache bool
+	// InsecurePluginDir turns off the refusal of plugin directories and
+	// binaries that other users can write.
+	InsecurePluginDir bool
 }
 
 func (c *Config) setDefaults() {
@@ -144,47 +161,62 @@ type PluginInfo struct {
 	Restarts int `json:"restarts"`
 }
 
-// route is what a name resolves to.
-type route struct {
-	plugin  *plugin
-	handler core.HandlerInfo
-}
-
 // Registry resolves names to backends and answers requests. Build it with
 // New and end it with Close.
 type Registry struct {
-	cfg     Config
-	log     hclog.Logger
-	triton  core.Triton
-	plugins []*plugin
-	broken  []PluginInfo
-	routes  map[string]route
-	missing map[string]bool
+	cfg   Config
+	log   hclog.Logger
+	table atomic.Pointer[routeTable]
 
 	fallbacks fallbackLog
+	unknown   sync.Map // names answered by triton that were logged once
+	nUnknown  atomic.Int32
 
+	reloadMu  sync.Mutex
 	closeOnce sync.Once
+	closed    atomic.Bool
+}
+
+// routeTable is what the registry serves at one time; a reload replaces it
+// whole.
+type routeTable struct {
+	plugins []*plugin
+	broken  []PluginInfo
+	routes  map[string]*route
 }
 
 // New discovers the plugins of cfg.PluginDirs and learns what each serves,
 // from the description cache or by starting it once. A plugin that cannot
 // be described is listed as broken and does not fail New; New fails only
-// when ctx ends.
+// when ctx ends or cfg.Lock cannot be honoured.
 func New(ctx context.Context, cfg Config) (*Registry, error) {
 	cfg.setDefaults()
-	r := &Registry{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		routes:  map[string]route{},
-		missing: map[string]bool{},
-	}
+	r := &Registry{cfg: cfg, log: cfg.Logger}
 	r.fallbacks.log = r.log
-	found, broken := discover(cfg.PluginDirs)
-	r.broken = broken
+	t, err := r.load(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	r.table.Store(t)
+	return r, nil
+}
+
+// load discovers and describes the plugins and builds a route table. A
+// plugin of prev whose binary did not change is kept as it is, running or
+// not.
+func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, error) {
+	t := &routeTable{routes: map[string]*route{}}
+	found, broken := discover(r.cfg.PluginDirs, r.cfg.InsecurePluginDir)
+	t.broken = broken
 	for _, b := range broken {
 		r.log.Warn("plugin not usable", "path", b.Path, "reason", b.Reason)
 	}
-
+	kept := map[string]*plugin{}
+	if prev != nil {
+		for _, p := range prev.plugins {
+			kept[p.path+"\x00"+p.sha256] = p
+		}
+	}
 	type described struct {
 		p   *plugin
 		err error
@@ -195,7 +227,7 @@ func New(ctx context.Context, cfg Config) (*Registry, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p, err := r.describe(ctx, c)
+			p, err := r.describe(ctx, c, kept)
 			results[i] = described{p, err}
 		}()
 	}
@@ -206,25 +238,43 @@ func New(ctx context.Context, cfg Config) (*Registry, error) {
 	for i, res := range results {
 		if res.err != nil {
 			info := PluginInfo{Name: found[i].family, Path: found[i].path, Status: StatusBroken, Reason: res.err.Error()}
-			r.broken = append(r.broken, info)
+			t.broken = append(t.broken, info)
 			r.log.Warn("plugin not usable", "path", info.Path, "error", res.err)
 			continue
 		}
-		r.addPlugin(res.p)
+		r.addPlugin(t, res.p)
 	}
-	for _, n := range cfg.ExpectedNames {
-		if _, ok := r.routes[n]; !ok {
-			r.missing[n] = true
+	for _, n := range r.cfg.ExpectedNames {
+		if _, ok := t.routes[n]; !ok {
+			t.routes[n] = &route{name: n, missing: true}
 		}
 	}
-	return r, nil
+	if r.cfg.Lock != nil {
+		for _, m := range r.cfg.Lock.missing(found) {
+			t.broken = append(t.broken, m)
+			for _, n := range m.Names {
+				if _, ok := t.routes[n]; !ok {
+					t.routes[n] = &route{name: n, missing: true}
+				}
+			}
+		}
+	}
+	return t, nil
 }
 
 // describe learns what the binary of c serves.
-func (r *Registry) describe(ctx context.Context, c candidate) (*plugin, error) {
+func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*plugin) (*plugin, error) {
 	sum, err := fileSHA256(c.path)
 	if err != nil {
 		return nil, err
+	}
+	if p := kept[c.path+"\x00"+sum]; p != nil {
+		return p, nil
+	}
+	if r.cfg.Lock != nil {
+		if err := r.cfg.Lock.verify(c.path, sum); err != nil {
+			return nil, err
+		}
 	}
 	logger := r.log.Named(c.family)
 	cache := descCache{dir: r.cfg.CacheDir}
@@ -232,12 +282,14 @@ func (r *Registry) describe(ctx context.Context, c candidate) (*plugin, error) {
 	if !ok {
 		sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 		defer cancel()
-		inst, err := launch(sctx, &r.cfg, c.path, logger)
+		cfg := r.cfg
+		cfg.Host = nil // describing needs no hardware
+		inst, err := launch(sctx, &cfg, c.path, sum, logger)
 		if err != nil {
 			return nil, fmt.Errorf("start: %w", err)
 		}
 		d, err = inst.backend.Describe(sctx)
-		inst.client.Kill()
+		inst.kill()
 		if err != nil {
 			return nil, err
 		}
@@ -248,7 +300,25 @@ func (r *Registry) describe(ctx context.Context, c candidate) (*plugin, error) {
 			r.log.Debug("description cache not written", "error", err)
 		}
 	}
-	return &plugin{name: d.Name, path: c.path, sha256: sum, desc: d, logger: logger, cfg: &r.cfg}, nil
+	p := &plugin{name: d.Name, path: c.path, sha256: sum, desc: d, logger: logger, cfg: &r.cfg}
+	if r.cfg.Host != nil {
+		p.unsupported = unsupportedReason(d, *r.cfg.Host)
+	}
+	return p, nil
+}
+
+// unsupportedReason says why none of d's names runs on host; empty when
+// one does.
+func unsupportedReason(d *core.Description, host core.HostInfo) string {
+	var why []string
+	for _, h := range d.Handlers {
+		ok, reason := core.SupportsAny(h.Hardware, host)
+		if ok {
+			return ""
+		}
+		why = append(why, h.Name+": "+reason)
+	}
+	return strings.Join(why, "; ")
 }
 
 func validateDescription(family string, d *core.Description) error {
@@ -266,32 +336,33 @@ func validateDescription(family string, d *core.Description) error {
 	return nil
 }
 
-func (r *Registry) addPlugin(p *plugin) {
+func (r *Registry) addPlugin(t *routeTable, p *plugin) {
 	for _, h := range p.desc.Handlers {
 		if h.Name == core.TritonName {
 			r.log.Warn("plugin claims the triton name; the in-process triton rules keep it", "plugin", p.name)
 			continue
 		}
-		if prev, dup := r.routes[h.Name]; dup {
+		if prev, dup := t.routes[h.Name]; dup {
 			r.log.Warn("backend name served twice; the first plugin keeps it",
 				"backend", h.Name, "plugin", p.name, "kept", prev.plugin.name)
 			continue
 		}
-		r.routes[h.Name] = route{plugin: p, handler: h}
+		t.routes[h.Name] = newRoute(h, p, !r.cfg.NoAnswerCache)
 	}
-	r.plugins = append(r.plugins, p)
+	t.plugins = append(t.plugins, p)
 }
 
 // Plugins lists every plugin found, usable or not, sorted by name.
 func (r *Registry) Plugins() []PluginInfo {
-	out := make([]PluginInfo, 0, len(r.plugins)+len(r.broken))
-	for _, p := range r.plugins {
+	t := r.table.Load()
+	out := make([]PluginInfo, 0, len(t.plugins)+len(t.broken))
+	for _, p := range t.plugins {
 		pi := PluginInfo{
 			Name: p.name, Path: p.path, Version: p.desc.Version,
 			ProtocolVersion: p.desc.ProtocolVersion, SHA256: p.sha256,
 		}
 		for _, h := range p.desc.Handlers {
-			if rt, ok := r.routes[h.Name]; ok && rt.plugin == p {
+			if rt, ok := t.routes[h.Name]; ok && rt.plugin == p {
 				pi.Names = append(pi.Names, h.Name)
 				if h.AliasOf != "" {
 					if pi.Aliases == nil {
@@ -304,16 +375,19 @@ func (r *Registry) Plugins() []PluginInfo {
 		p.info(&pi)
 		out = append(out, pi)
 	}
-	out = append(out, r.broken...)
+	out = append(out, t.broken...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
 // Names returns every name a plugin serves, sorted.
 func (r *Registry) Names() []string {
-	out := make([]string, 0, len(r.routes))
-	for n := range r.routes {
-		out = append(out, n)
+	t := r.table.Load()
+	out := make([]string, 0, len(t.routes))
+	for n, rt := range t.routes {
+		if rt.plugin != nil {
+			out = append(out, n)
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -322,8 +396,8 @@ func (r *Registry) Names() []string {
 // Handler returns what the plugin serving name declared, and whether one
 // does.
 func (r *Registry) Handler(name string) (core.HandlerInfo, string, bool) {
-	rt, ok := r.routes[name]
-	if !ok {
+	rt, ok := r.table.Load().routes[name]
+	if !ok || rt.plugin == nil {
 		return core.HandlerInfo{}, "", false
 	}
 	return rt.handler, rt.plugin.name, true
@@ -331,97 +405,3 @@ func (r *Registry) Handler(name string) (core.HandlerInfo, string, bool) {
 
 // Platform returns the platform that replaces an unset one.
 func (r *Registry) Platform() core.Platform { return r.cfg.Platform }
-
-// Dispatch answers req. It fills an unset platform, validates the request
-// (an invalid one returns an error wrapping core.ErrInvalidRequest), and
-// asks the plugin serving req.Backend; when that plugin cannot answer, the
-// triton rules do and the answer says why in Fallback, or, with
-// Config.Strict, Dispatch returns an error wrapping core.ErrRefused. req
-// is not modified.
-func (r *Registry) Dispatch(ctx context.Context, req *core.Request) (core.Answer, error) {
-	if req.Runtime.Platform == core.PlatformUnset {
-		cp := *req
-		cp.Runtime.Platform = r.cfg.Platform
-		req = &cp
-	}
-	if err := req.Validate(); err != nil {
-		return core.Answer{}, err
-	}
-	rt, ok := r.routes[req.Backend]
-	if !ok {
-		if r.missing[req.Backend] {
-			return r.fallback(req, "", &failure{ReasonPluginMissing,
-				fmt.Errorf("no plugin in %v serves %q", r.cfg.PluginDirs, req.Backend)})
-		}
-		return r.decideTriton(req, ""), nil
-	}
-	p := rt.plugin
-	inst, err := p.acquire(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return core.Answer{}, ctx.Err()
-		}
-		return r.fallback(req, p.name, err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-	m, err := inst.backend.Dispatch(cctx, req)
-	cancel()
-	if err == nil && !slices.Contains(rt.handler.Methods, m) {
-		err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, req.Backend)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return core.Answer{}, ctx.Err()
-		}
-		return r.callFailed(req, p, inst, err)
-	}
-	r.fallbacks.recovered(p.name)
-	p.succeeded()
-	return core.Answer{Method: m, Handler: req.Backend, Plugin: p.name}, nil
-}
-
-// callFailed handles a failed call to a running instance.
-func (r *Registry) callFailed(req *core.Request, p *plugin, inst *instance, err error) (core.Answer, error) {
-	if errors.Is(err, core.ErrInvalidRequest) {
-		// The plugin refused this request; the plugin is fine.
-		return r.fallback(req, p.name, &failure{ReasonRefused, fmt.Errorf("plugin %s refused the request: %w", p.name, err)})
-	}
-	reason := classify(err)
-	p.fail(inst, reason, err)
-	return r.fallback(req, p.name, &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)})
-}
-
-// decideTriton answers by the in-process triton rules.
-func (r *Registry) decideTriton(req *core.Request, fallback string) core.Answer {
-	return core.Answer{Method: core.TritonDecide(req), Handler: core.TritonName, Plugin: core.PluginCore, Fallback: fallback}
-}
-
-// fallback answers by the triton rules because of err, or refuses under
-// Strict. Either way it is logged.
-func (r *Registry) fallback(req *core.Request, plugin string, err error) (core.Answer, error) {
-	var f *failure
-	if !errors.As(err, &f) {
-		f = &failure{ReasonCrashed, err}
-	}
-	msg := f.Error()
-	r.fallbacks.record(req.Backend, plugin, f.reason, msg, r.cfg.Strict)
-	if r.cfg.Strict {
-		return core.Answer{}, fmt.Errorf("%w: %s (strict: no fallback to triton)", core.ErrRefused, msg)
-	}
-	return r.decideTriton(req, msg), nil
-}
-
-// Close ends every plugin process the registry started and waits for them.
-// Later requests fall back with ReasonClosed. Close is idempotent.
-func (r *Registry) Close() error {
-	r.closeOnce.Do(func() {
-		var wg sync.WaitGroup
-		for _, p := range r.plugins {
-			wg.Add(1)
-			go func() { defer wg.Done(); p.stop() }()
-		}
-		wg.Wait()
-		r.fallbacks.summary()
-	})
-	return nil
-}

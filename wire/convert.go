@@ -57,8 +57,13 @@ func factsToProto(f core.Fact) []pb.Fact {
 func factsFromProto(fs []pb.Fact) (f core.Fact, ok bool) {
 	ok = true
 	for _, x := range fs {
+		// Range first: a shift by a negative count panics.
+		if x <= 0 || x > 32 {
+			ok = false
+			continue
+		}
 		bit := core.Fact(1) << (int(x) - 1)
-		if x <= 0 || x > 32 || bit&core.AllFacts == 0 {
+		if bit&core.AllFacts == 0 {
 			ok = false
 			continue
 		}
@@ -184,6 +189,9 @@ func DescriptionToProto(d *core.Description) *pb.DescribeResponse {
 		for _, m := range h.Methods {
 			ph.Methods = append(ph.Methods, MethodToProto(m))
 		}
+		for _, hw := range h.Hardware {
+			ph.Hardware = append(ph.Hardware, hardwareToProto(hw))
+		}
 		out.Handlers = append(out.Handlers, ph)
 	}
 	return out
@@ -226,6 +234,9 @@ func DescriptionFromProto(d *pb.DescribeResponse) (*core.Description, error) {
 			}
 			ch.Methods = append(ch.Methods, cm)
 		}
+		for _, hw := range h.GetHardware() {
+			ch.Hardware = append(ch.Hardware, hardwareFromProto(hw))
+		}
 		out.Handlers = append(out.Handlers, ch)
 	}
 	return out, nil
@@ -234,3 +245,59 @@ func DescriptionFromProto(d *pb.DescribeResponse) (*core.Description, error) {
 // unknownFact is a bit outside core.AllFacts: Reads holding it are not
 // Cacheable.
 const unknownFact = core.Fact(1) << 31
+
+func hardwareToProto(h core.Hardware) *pb.Hardware {
+	out := &pb.Hardware{
+		MinCapability: int32(h.MinCapability),
+		MaxCapability: int32(h.MaxCapability),
+		Archs:         h.Archs,
+		NeedsAmx:      h.NeedsAMX,
+	}
+	for _, p := range h.Platforms {
+		out.Platforms = append(out.Platforms, pb.Platform(p))
+	}
+	return out
+}
+
+// hardwareFromProto keeps a platform unknown to this host as a value no
+// host matches, so that the entry constrains rather than vanishes.
+func hardwareFromProto(h *pb.Hardware) core.Hardware {
+	out := core.Hardware{
+		MinCapability: int(h.GetMinCapability()),
+		MaxCapability: int(h.GetMaxCapability()),
+		Archs:         h.GetArchs(),
+		NeedsAMX:      h.GetNeedsAmx(),
+	}
+	for _, p := range h.GetPlatforms() {
+		cp, err := platformFromProto(p)
+		if err != nil || cp == core.PlatformUnset {
+			cp = core.Platform(255)
+		}
+		out.Platforms = append(out.Platforms, cp)
+	}
+	return out
+}
+
+// HostInfoToProto returns the protobuf form of info.
+func HostInfoToProto(info core.HostInfo) *pb.HostInfo {
+	return &pb.HostInfo{
+		Platform:          pb.Platform(info.Platform),
+		ComputeCapability: int32(info.ComputeCapability),
+		Archs:             info.Archs,
+		Amx:               info.AMX,
+	}
+}
+
+// HostInfoFromProto returns the core form of info.
+func HostInfoFromProto(info *pb.HostInfo) (core.HostInfo, error) {
+	p, err := platformFromProto(info.GetPlatform())
+	if err != nil {
+		return core.HostInfo{}, err
+	}
+	return core.HostInfo{
+		Platform:          p,
+		ComputeCapability: int(info.GetComputeCapability()),
+		Archs:             info.GetArchs(),
+		AMX:               info.GetAmx(),
+	}, nil
+}

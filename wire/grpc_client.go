@@ -7,6 +7,8 @@ import (
 	"github.com/attnplug/attnplug/core"
 	pb "github.com/attnplug/attnplug/wire/pluginv1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Client is the host side of the protocol: a core.BatchBackend that asks a
@@ -38,6 +40,19 @@ func (c *Client) Dispatch(ctx context.Context, req *core.Request) (core.Method, 
 		return 0, FromStatus(err)
 	}
 	return MethodFromProto(resp.GetMethod())
+}
+
+// Configure tells the plugin the host's hardware. A plugin older than the
+// Configure RPC accepts every host.
+func (c *Client) Configure(ctx context.Context, info core.HostInfo) error {
+	_, err := c.rpc.Configure(ctx, &pb.ConfigureRequest{Host: HostInfoToProto(info)})
+	if status.Code(err) == codes.Unimplemented {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("configure: %w", FromStatus(err))
+	}
+	return nil
 }
 
 // DispatchBatch asks the plugin to decide every request of reqs in one call.

@@ -94,6 +94,21 @@ func (s *Server) DispatchBatch(ctx context.Context, in *pb.DispatchBatchRequest)
 	return out, nil
 }
 
+// Configure passes the host's hardware to a backend that is a
+// core.Configurer; any other backend accepts every host.
+func (s *Server) Configure(ctx context.Context, in *pb.ConfigureRequest) (*pb.ConfigureResponse, error) {
+	info, err := HostInfoFromProto(in.GetHost())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	if c, ok := s.backend.(core.Configurer); ok {
+		if err := c.Configure(ctx, info); err != nil {
+			return nil, ToStatus(err)
+		}
+	}
+	return &pb.ConfigureResponse{}, nil
+}
+
 func compact(reqs []core.Request, valid []bool) ([]core.Request, []int) {
 	sub := make([]core.Request, 0, len(reqs))
 	idx := make([]int, 0, len(reqs))

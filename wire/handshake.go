@@ -9,6 +9,12 @@ import (
 	"google.golang.org/grpc"
 )
 
+// EnvParentPipe names the environment variable that gives a plugin the
+// file descriptor of the read end of a pipe whose write end the host holds.
+// When the host is gone, however it ended, the pipe reads EOF and the
+// plugin exits.
+const EnvParentPipe = "ATTNPLUG_PARENT_PIPE"
+
 // ProtocolVersion is the plugin protocol version this package speaks.
 const ProtocolVersion = 1
 

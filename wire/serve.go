@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/attnplug/attnplug/core"
@@ -51,6 +52,7 @@ func run(ctx context.Context, f Factory, args []string, getenv func(string) stri
 		fmt.Fprint(stderr, usage(ctx, name, backend))
 		return 1
 	}
+	watchParent(getenv(EnvParentPipe), logger)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake(),
 		VersionedPlugins: VersionedPlugins(backend),
@@ -79,4 +81,26 @@ func usage(ctx context.Context, bin string, b core.Backend) string {
 	fmt.Fprintf(&sb, "directory (--plugin-dir, ATTNPLUG_PLUGIN_DIR, or plugins/ beside attnplug) and\n")
 	fmt.Fprintf(&sb, "run, for example:\n\n    attnplug plugins\n    echo '{\"backend\":\"NAME\",\"forward_mode\":\"DECODE\"}' | attnplug dispatch\n")
 	return sb.String()
+}
+
+// watchParent exits the process when the host's end of the parent-death
+// pipe closes. fdText is the descriptor number the host passed.
+func watchParent(fdText string, logger hclog.Logger) {
+	fd, err := strconv.Atoi(fdText)
+	if fdText == "" || err != nil || fd < 3 {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "parent-pipe")
+	if f == nil {
+		return
+	}
+	go func() {
+		var b [1]byte
+		for {
+			if _, err := f.Read(b[:]); err != nil {
+				logger.Info("host is gone; exiting")
+				os.Exit(0)
+			}
+		}
+	}()
 }

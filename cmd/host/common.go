@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/detect"
 	"github.com/attnplug/attnplug/registry"
 	"github.com/hashicorp/go-hclog"
 )
@@ -101,18 +102,25 @@ func (h *hostFlags) hostPlatform() (core.Platform, error) {
 	return detectPlatform(), nil
 }
 
-// detectPlatform is the host's platform from the device files it sees.
+// detectPlatform is the platform of this machine's hardware (package
+// detect on the real root), from files only: asking libcuda costs about
+// 200 ms, too much for the start-up of dispatch. Without libcuda, an
+// NVIDIA GPU missing from detect's device-ID table has no known compute
+// capability; it still makes the platform cuda when it passed every other
+// check.
 func detectPlatform() core.Platform {
-	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
-	switch {
-	case exists("/proc/driver/nvidia/version") && exists("/dev/nvidiactl"):
-		return core.PlatformCUDA
-	case exists("/dev/kfd"):
-		return core.PlatformHIP
-	case exists("/dev/davinci_manager"):
-		return core.PlatformNPU
+	r, err := detect.Detect(context.Background(), detect.Options{NoDriverQuery: true})
+	if err != nil {
+		return core.PlatformCPU
 	}
-	return core.PlatformCPU
+	if r.Platform == detect.PlatformCPU {
+		for _, d := range r.Devices {
+			if d.Vendor == detect.VendorNVIDIA && d.Check() == detect.CheckCapable && strings.Contains(d.Reason, "unknown device id") {
+				return core.PlatformCUDA
+			}
+		}
+	}
+	return r.HostInfo().Platform
 }
 
 func cacheDir() string {

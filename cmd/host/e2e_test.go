@@ -25,6 +25,7 @@ var served = map[string]string{
 	"flashinfer": "flashinfer", "flashmla": "flashinfer", "cutlass_mla": "flashinfer",
 	"trtllm_mla": "flashinfer", "tokenspeed_mla": "flashinfer",
 	"aiter": "aiter", "ascend": "ascend", "dsa": "dsa", "nsa": "dsa", "intel_xpu": "intel_xpu",
+	"intel_amx": "intel_xpu",
 }
 
 type answer struct {

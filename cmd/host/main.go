@@ -42,7 +42,10 @@ func commands() []command {
 	return []command{
 		{"dispatch", "answer JSON Lines dispatch requests from stdin", runDispatch},
 		{"plugins", "list the plugins found, their versions and names", runPlugins},
+		{"detect", "show the hardware, each device's verdict, the default backends and the plugins it serves", runDetect},
+		{"doctor", "explain every unusable device and what to do about it", runDoctor},
 		{"demo", "replay sample DeepSeek-V3 batches through every backend name", runDemo},
+		{"conform", "run the conformance suite on a plugin binary", runConform},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -1,5 +1,7 @@
-// Command attnplug-backend-intel_xpu is the attnplug backend plugin of the intel_xpu
-// family: the intel_xpu name (Intel XPU). The attnplug host starts it; run by hand it says so.
+// Command attnplug-backend-intel_xpu is the attnplug backend plugin of the
+// Intel family: the intel_xpu name (Intel XPU) and intel_amx (the Intel AMX
+// CPU backend, by the triton rules). The attnplug host starts it; run by
+// hand it says so.
 package main
 
 import (

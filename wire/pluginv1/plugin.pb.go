@@ -499,7 +499,9 @@ type Handler struct {
 	// The facts the name's rules read.
 	Reads *Reads `protobuf:"bytes,4,opt,name=reads,proto3" json:"reads,omitempty"`
 	// Every method the name's rules can answer.
-	Methods       []Method `protobuf:"varint,5,rep,packed,name=methods,proto3,enum=attnplug.plugin.v1.Method" json:"methods,omitempty"`
+	Methods []Method `protobuf:"varint,5,rep,packed,name=methods,proto3,enum=attnplug.plugin.v1.Method" json:"methods,omitempty"`
+	// What the name's kernels run on (any entry); empty: anywhere.
+	Hardware      []*Hardware `protobuf:"bytes,6,rep,name=hardware,proto3" json:"hardware,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -569,6 +571,242 @@ func (x *Handler) GetMethods() []Method {
 	return nil
 }
 
+func (x *Handler) GetHardware() []*Hardware {
+	if x != nil {
+		return x.Hardware
+	}
+	return nil
+}
+
+// Hardware describes hardware a handler's kernels run on; a zero field
+// does not constrain.
+type Hardware struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Platforms []Platform             `protobuf:"varint,1,rep,packed,name=platforms,proto3,enum=attnplug.plugin.v1.Platform" json:"platforms,omitempty"`
+	// CUDA compute capability bounds, major*10+minor.
+	MinCapability int32 `protobuf:"varint,2,opt,name=min_capability,json=minCapability,proto3" json:"min_capability,omitempty"`
+	MaxCapability int32 `protobuf:"varint,3,opt,name=max_capability,json=maxCapability,proto3" json:"max_capability,omitempty"`
+	// Device architectures, such as "gfx942".
+	Archs         []string `protobuf:"bytes,4,rep,name=archs,proto3" json:"archs,omitempty"`
+	NeedsAmx      bool     `protobuf:"varint,5,opt,name=needs_amx,json=needsAmx,proto3" json:"needs_amx,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hardware) Reset() {
+	*x = Hardware{}
+	mi := &file_plugin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hardware) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hardware) ProtoMessage() {}
+
+func (x *Hardware) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hardware.ProtoReflect.Descriptor instead.
+func (*Hardware) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Hardware) GetPlatforms() []Platform {
+	if x != nil {
+		return x.Platforms
+	}
+	return nil
+}
+
+func (x *Hardware) GetMinCapability() int32 {
+	if x != nil {
+		return x.MinCapability
+	}
+	return 0
+}
+
+func (x *Hardware) GetMaxCapability() int32 {
+	if x != nil {
+		return x.MaxCapability
+	}
+	return 0
+}
+
+func (x *Hardware) GetArchs() []string {
+	if x != nil {
+		return x.Archs
+	}
+	return nil
+}
+
+func (x *Hardware) GetNeedsAmx() bool {
+	if x != nil {
+		return x.NeedsAmx
+	}
+	return false
+}
+
+// HostInfo is the hardware a host detected.
+type HostInfo struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Platform          Platform               `protobuf:"varint,1,opt,name=platform,proto3,enum=attnplug.plugin.v1.Platform" json:"platform,omitempty"`
+	ComputeCapability int32                  `protobuf:"varint,2,opt,name=compute_capability,json=computeCapability,proto3" json:"compute_capability,omitempty"`
+	Archs             []string               `protobuf:"bytes,3,rep,name=archs,proto3" json:"archs,omitempty"`
+	Amx               bool                   `protobuf:"varint,4,opt,name=amx,proto3" json:"amx,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *HostInfo) Reset() {
+	*x = HostInfo{}
+	mi := &file_plugin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostInfo) ProtoMessage() {}
+
+func (x *HostInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostInfo.ProtoReflect.Descriptor instead.
+func (*HostInfo) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HostInfo) GetPlatform() Platform {
+	if x != nil {
+		return x.Platform
+	}
+	return Platform_PLATFORM_UNSPECIFIED
+}
+
+func (x *HostInfo) GetComputeCapability() int32 {
+	if x != nil {
+		return x.ComputeCapability
+	}
+	return 0
+}
+
+func (x *HostInfo) GetArchs() []string {
+	if x != nil {
+		return x.Archs
+	}
+	return nil
+}
+
+func (x *HostInfo) GetAmx() bool {
+	if x != nil {
+		return x.Amx
+	}
+	return false
+}
+
+type ConfigureRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Host          *HostInfo              `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureRequest) Reset() {
+	*x = ConfigureRequest{}
+	mi := &file_plugin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureRequest) ProtoMessage() {}
+
+func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
+func (*ConfigureRequest) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ConfigureRequest) GetHost() *HostInfo {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
+type ConfigureResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureResponse) Reset() {
+	*x = ConfigureResponse{}
+	mi := &file_plugin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureResponse) ProtoMessage() {}
+
+func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
+func (*ConfigureResponse) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{6}
+}
+
 // Reads declares what a handler's rules read.
 type Reads struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -581,7 +819,7 @@ type Reads struct {
 
 func (x *Reads) Reset() {
 	*x = Reads{}
-	mi := &file_plugin_proto_msgTypes[3]
+	mi := &file_plugin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +831,7 @@ func (x *Reads) String() string {
 func (*Reads) ProtoMessage() {}
 
 func (x *Reads) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[3]
+	mi := &file_plugin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +844,7 @@ func (x *Reads) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reads.ProtoReflect.Descriptor instead.
 func (*Reads) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{3}
+	return file_plugin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Reads) GetFacts() []Fact {
@@ -645,7 +883,7 @@ type Layer struct {
 
 func (x *Layer) Reset() {
 	*x = Layer{}
-	mi := &file_plugin_proto_msgTypes[4]
+	mi := &file_plugin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +895,7 @@ func (x *Layer) String() string {
 func (*Layer) ProtoMessage() {}
 
 func (x *Layer) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[4]
+	mi := &file_plugin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +908,7 @@ func (x *Layer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Layer.ProtoReflect.Descriptor instead.
 func (*Layer) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{4}
+	return file_plugin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Layer) GetChunkedPrefixCacheThreshold() int64 {
@@ -739,7 +977,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_plugin_proto_msgTypes[5]
+	mi := &file_plugin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +989,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[5]
+	mi := &file_plugin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +1002,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{5}
+	return file_plugin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Batch) GetForwardMode() ForwardMode {
@@ -830,7 +1068,7 @@ type Runtime struct {
 
 func (x *Runtime) Reset() {
 	*x = Runtime{}
-	mi := &file_plugin_proto_msgTypes[6]
+	mi := &file_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +1080,7 @@ func (x *Runtime) String() string {
 func (*Runtime) ProtoMessage() {}
 
 func (x *Runtime) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[6]
+	mi := &file_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +1093,7 @@ func (x *Runtime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Runtime.ProtoReflect.Descriptor instead.
 func (*Runtime) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{6}
+	return file_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Runtime) GetPlatform() Platform {
@@ -913,7 +1151,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_plugin_proto_msgTypes[7]
+	mi := &file_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1163,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[7]
+	mi := &file_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1176,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{7}
+	return file_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Request) GetBackend() string {
@@ -978,7 +1216,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_plugin_proto_msgTypes[8]
+	mi := &file_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1228,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[8]
+	mi := &file_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1241,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{8}
+	return file_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DispatchRequest) GetRequest() *Request {
@@ -1022,7 +1260,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_plugin_proto_msgTypes[9]
+	mi := &file_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1272,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[9]
+	mi := &file_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1285,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{9}
+	return file_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DispatchResponse) GetMethod() Method {
@@ -1066,7 +1304,7 @@ type DispatchBatchRequest struct {
 
 func (x *DispatchBatchRequest) Reset() {
 	*x = DispatchBatchRequest{}
-	mi := &file_plugin_proto_msgTypes[10]
+	mi := &file_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1316,7 @@ func (x *DispatchBatchRequest) String() string {
 func (*DispatchBatchRequest) ProtoMessage() {}
 
 func (x *DispatchBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[10]
+	mi := &file_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1329,7 @@ func (x *DispatchBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchBatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchBatchRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{10}
+	return file_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DispatchBatchRequest) GetRequests() []*Request {
@@ -1113,7 +1351,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_plugin_proto_msgTypes[11]
+	mi := &file_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1363,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[11]
+	mi := &file_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1376,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{11}
+	return file_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Result) GetMethod() Method {
@@ -1171,7 +1409,7 @@ type DispatchBatchResponse struct {
 
 func (x *DispatchBatchResponse) Reset() {
 	*x = DispatchBatchResponse{}
-	mi := &file_plugin_proto_msgTypes[12]
+	mi := &file_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1421,7 @@ func (x *DispatchBatchResponse) String() string {
 func (*DispatchBatchResponse) ProtoMessage() {}
 
 func (x *DispatchBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[12]
+	mi := &file_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1434,7 @@ func (x *DispatchBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchBatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchBatchResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{12}
+	return file_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DispatchBatchResponse) GetResults() []*Result {
@@ -1216,7 +1454,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12)\n" +
 	"\x10protocol_version\x18\x03 \x01(\x05R\x0fprotocolVersion\x127\n" +
-	"\bhandlers\x18\x04 \x03(\v2\x1b.attnplug.plugin.v1.HandlerR\bhandlers\"\xbf\x01\n" +
+	"\bhandlers\x18\x04 \x03(\v2\x1b.attnplug.plugin.v1.HandlerR\bhandlers\"\xf9\x01\n" +
 	"\aHandler\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\balias_of\x18\x02 \x01(\tR\aaliasOf\x12\x1e\n" +
@@ -1224,7 +1462,22 @@ const file_plugin_proto_rawDesc = "" +
 	"deprecated\x18\x03 \x01(\tR\n" +
 	"deprecated\x12/\n" +
 	"\x05reads\x18\x04 \x01(\v2\x19.attnplug.plugin.v1.ReadsR\x05reads\x124\n" +
-	"\amethods\x18\x05 \x03(\x0e2\x1a.attnplug.plugin.v1.MethodR\amethods\"\x8d\x01\n" +
+	"\amethods\x18\x05 \x03(\x0e2\x1a.attnplug.plugin.v1.MethodR\amethods\x128\n" +
+	"\bhardware\x18\x06 \x03(\v2\x1c.attnplug.plugin.v1.HardwareR\bhardware\"\xc7\x01\n" +
+	"\bHardware\x12:\n" +
+	"\tplatforms\x18\x01 \x03(\x0e2\x1c.attnplug.plugin.v1.PlatformR\tplatforms\x12%\n" +
+	"\x0emin_capability\x18\x02 \x01(\x05R\rminCapability\x12%\n" +
+	"\x0emax_capability\x18\x03 \x01(\x05R\rmaxCapability\x12\x14\n" +
+	"\x05archs\x18\x04 \x03(\tR\x05archs\x12\x1b\n" +
+	"\tneeds_amx\x18\x05 \x01(\bR\bneedsAmx\"\x9b\x01\n" +
+	"\bHostInfo\x128\n" +
+	"\bplatform\x18\x01 \x01(\x0e2\x1c.attnplug.plugin.v1.PlatformR\bplatform\x12-\n" +
+	"\x12compute_capability\x18\x02 \x01(\x05R\x11computeCapability\x12\x14\n" +
+	"\x05archs\x18\x03 \x03(\tR\x05archs\x12\x10\n" +
+	"\x03amx\x18\x04 \x01(\bR\x03amx\"D\n" +
+	"\x10ConfigureRequest\x120\n" +
+	"\x04host\x18\x01 \x01(\v2\x1c.attnplug.plugin.v1.HostInfoR\x04host\"\x13\n" +
+	"\x11ConfigureResponse\"\x8d\x01\n" +
 	"\x05Reads\x12.\n" +
 	"\x05facts\x18\x01 \x03(\x0e2\x18.attnplug.plugin.v1.FactR\x05facts\x12-\n" +
 	"\x13prefix_sum_at_least\x18\x02 \x03(\x03R\x10prefixSumAtLeast\x12%\n" +
@@ -1326,11 +1579,12 @@ const file_plugin_proto_rawDesc = "" +
 	"\x1aERROR_CODE_INVALID_REQUEST\x10\x01\x12\x1e\n" +
 	"\x1aERROR_CODE_UNKNOWN_BACKEND\x10\x02\x12\x1a\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\x03\x12\x17\n" +
-	"\x13ERROR_CODE_INTERNAL\x10\x042\x9d\x02\n" +
+	"\x13ERROR_CODE_INTERNAL\x10\x042\xf7\x02\n" +
 	"\aBackend\x12U\n" +
 	"\bDescribe\x12#.attnplug.plugin.v1.DescribeRequest\x1a$.attnplug.plugin.v1.DescribeResponse\x12U\n" +
 	"\bDispatch\x12#.attnplug.plugin.v1.DispatchRequest\x1a$.attnplug.plugin.v1.DispatchResponse\x12d\n" +
-	"\rDispatchBatch\x12(.attnplug.plugin.v1.DispatchBatchRequest\x1a).attnplug.plugin.v1.DispatchBatchResponseB5Z3github.com/attnplug/attnplug/wire/pluginv1;pluginv1b\x06proto3"
+	"\rDispatchBatch\x12(.attnplug.plugin.v1.DispatchBatchRequest\x1a).attnplug.plugin.v1.DispatchBatchResponse\x12X\n" +
+	"\tConfigure\x12$.attnplug.plugin.v1.ConfigureRequest\x1a%.attnplug.plugin.v1.ConfigureResponseB5Z3github.com/attnplug/attnplug/wire/pluginv1;pluginv1b\x06proto3"
 
 var (
 	file_plugin_proto_rawDescOnce sync.Once
@@ -1345,7 +1599,7 @@ func file_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_plugin_proto_goTypes = []any{
 	(ForwardMode)(0),              // 0: attnplug.plugin.v1.ForwardMode
 	(Method)(0),                   // 1: attnplug.plugin.v1.Method
@@ -1355,44 +1609,54 @@ var file_plugin_proto_goTypes = []any{
 	(*DescribeRequest)(nil),       // 5: attnplug.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil),      // 6: attnplug.plugin.v1.DescribeResponse
 	(*Handler)(nil),               // 7: attnplug.plugin.v1.Handler
-	(*Reads)(nil),                 // 8: attnplug.plugin.v1.Reads
-	(*Layer)(nil),                 // 9: attnplug.plugin.v1.Layer
-	(*Batch)(nil),                 // 10: attnplug.plugin.v1.Batch
-	(*Runtime)(nil),               // 11: attnplug.plugin.v1.Runtime
-	(*Request)(nil),               // 12: attnplug.plugin.v1.Request
-	(*DispatchRequest)(nil),       // 13: attnplug.plugin.v1.DispatchRequest
-	(*DispatchResponse)(nil),      // 14: attnplug.plugin.v1.DispatchResponse
-	(*DispatchBatchRequest)(nil),  // 15: attnplug.plugin.v1.DispatchBatchRequest
-	(*Result)(nil),                // 16: attnplug.plugin.v1.Result
-	(*DispatchBatchResponse)(nil), // 17: attnplug.plugin.v1.DispatchBatchResponse
+	(*Hardware)(nil),              // 8: attnplug.plugin.v1.Hardware
+	(*HostInfo)(nil),              // 9: attnplug.plugin.v1.HostInfo
+	(*ConfigureRequest)(nil),      // 10: attnplug.plugin.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),     // 11: attnplug.plugin.v1.ConfigureResponse
+	(*Reads)(nil),                 // 12: attnplug.plugin.v1.Reads
+	(*Layer)(nil),                 // 13: attnplug.plugin.v1.Layer
+	(*Batch)(nil),                 // 14: attnplug.plugin.v1.Batch
+	(*Runtime)(nil),               // 15: attnplug.plugin.v1.Runtime
+	(*Request)(nil),               // 16: attnplug.plugin.v1.Request
+	(*DispatchRequest)(nil),       // 17: attnplug.plugin.v1.DispatchRequest
+	(*DispatchResponse)(nil),      // 18: attnplug.plugin.v1.DispatchResponse
+	(*DispatchBatchRequest)(nil),  // 19: attnplug.plugin.v1.DispatchBatchRequest
+	(*Result)(nil),                // 20: attnplug.plugin.v1.Result
+	(*DispatchBatchResponse)(nil), // 21: attnplug.plugin.v1.DispatchBatchResponse
 }
 var file_plugin_proto_depIdxs = []int32{
 	7,  // 0: attnplug.plugin.v1.DescribeResponse.handlers:type_name -> attnplug.plugin.v1.Handler
-	8,  // 1: attnplug.plugin.v1.Handler.reads:type_name -> attnplug.plugin.v1.Reads
+	12, // 1: attnplug.plugin.v1.Handler.reads:type_name -> attnplug.plugin.v1.Reads
 	1,  // 2: attnplug.plugin.v1.Handler.methods:type_name -> attnplug.plugin.v1.Method
-	3,  // 3: attnplug.plugin.v1.Reads.facts:type_name -> attnplug.plugin.v1.Fact
-	0,  // 4: attnplug.plugin.v1.Batch.forward_mode:type_name -> attnplug.plugin.v1.ForwardMode
-	2,  // 5: attnplug.plugin.v1.Runtime.platform:type_name -> attnplug.plugin.v1.Platform
-	9,  // 6: attnplug.plugin.v1.Request.layer:type_name -> attnplug.plugin.v1.Layer
-	10, // 7: attnplug.plugin.v1.Request.batch:type_name -> attnplug.plugin.v1.Batch
-	11, // 8: attnplug.plugin.v1.Request.runtime:type_name -> attnplug.plugin.v1.Runtime
-	12, // 9: attnplug.plugin.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
-	1,  // 10: attnplug.plugin.v1.DispatchResponse.method:type_name -> attnplug.plugin.v1.Method
-	12, // 11: attnplug.plugin.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
-	1,  // 12: attnplug.plugin.v1.Result.method:type_name -> attnplug.plugin.v1.Method
-	4,  // 13: attnplug.plugin.v1.Result.error_code:type_name -> attnplug.plugin.v1.ErrorCode
-	16, // 14: attnplug.plugin.v1.DispatchBatchResponse.results:type_name -> attnplug.plugin.v1.Result
-	5,  // 15: attnplug.plugin.v1.Backend.Describe:input_type -> attnplug.plugin.v1.DescribeRequest
-	13, // 16: attnplug.plugin.v1.Backend.Dispatch:input_type -> attnplug.plugin.v1.DispatchRequest
-	15, // 17: attnplug.plugin.v1.Backend.DispatchBatch:input_type -> attnplug.plugin.v1.DispatchBatchRequest
-	6,  // 18: attnplug.plugin.v1.Backend.Describe:output_type -> attnplug.plugin.v1.DescribeResponse
-	14, // 19: attnplug.plugin.v1.Backend.Dispatch:output_type -> attnplug.plugin.v1.DispatchResponse
-	17, // 20: attnplug.plugin.v1.Backend.DispatchBatch:output_type -> attnplug.plugin.v1.DispatchBatchResponse
-	18, // [18:21] is the sub-list for method output_type
-	15, // [15:18] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	8,  // 3: attnplug.plugin.v1.Handler.hardware:type_name -> attnplug.plugin.v1.Hardware
+	2,  // 4: attnplug.plugin.v1.Hardware.platforms:type_name -> attnplug.plugin.v1.Platform
+	2,  // 5: attnplug.plugin.v1.HostInfo.platform:type_name -> attnplug.plugin.v1.Platform
+	9,  // 6: attnplug.plugin.v1.ConfigureRequest.host:type_name -> attnplug.plugin.v1.HostInfo
+	3,  // 7: attnplug.plugin.v1.Reads.facts:type_name -> attnplug.plugin.v1.Fact
+	0,  // 8: attnplug.plugin.v1.Batch.forward_mode:type_name -> attnplug.plugin.v1.ForwardMode
+	2,  // 9: attnplug.plugin.v1.Runtime.platform:type_name -> attnplug.plugin.v1.Platform
+	13, // 10: attnplug.plugin.v1.Request.layer:type_name -> attnplug.plugin.v1.Layer
+	14, // 11: attnplug.plugin.v1.Request.batch:type_name -> attnplug.plugin.v1.Batch
+	15, // 12: attnplug.plugin.v1.Request.runtime:type_name -> attnplug.plugin.v1.Runtime
+	16, // 13: attnplug.plugin.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
+	1,  // 14: attnplug.plugin.v1.DispatchResponse.method:type_name -> attnplug.plugin.v1.Method
+	16, // 15: attnplug.plugin.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
+	1,  // 16: attnplug.plugin.v1.Result.method:type_name -> attnplug.plugin.v1.Method
+	4,  // 17: attnplug.plugin.v1.Result.error_code:type_name -> attnplug.plugin.v1.ErrorCode
+	20, // 18: attnplug.plugin.v1.DispatchBatchResponse.results:type_name -> attnplug.plugin.v1.Result
+	5,  // 19: attnplug.plugin.v1.Backend.Describe:input_type -> attnplug.plugin.v1.DescribeRequest
+	17, // 20: attnplug.plugin.v1.Backend.Dispatch:input_type -> attnplug.plugin.v1.DispatchRequest
+	19, // 21: attnplug.plugin.v1.Backend.DispatchBatch:input_type -> attnplug.plugin.v1.DispatchBatchRequest
+	10, // 22: attnplug.plugin.v1.Backend.Configure:input_type -> attnplug.plugin.v1.ConfigureRequest
+	6,  // 23: attnplug.plugin.v1.Backend.Describe:output_type -> attnplug.plugin.v1.DescribeResponse
+	18, // 24: attnplug.plugin.v1.Backend.Dispatch:output_type -> attnplug.plugin.v1.DispatchResponse
+	21, // 25: attnplug.plugin.v1.Backend.DispatchBatch:output_type -> attnplug.plugin.v1.DispatchBatchResponse
+	11, // 26: attnplug.plugin.v1.Backend.Configure:output_type -> attnplug.plugin.v1.ConfigureResponse
+	23, // [23:27] is the sub-list for method output_type
+	19, // [19:23] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -1406,7 +1670,7 @@ func file_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   13,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	Backend_Describe_FullMethodName      = "/attnplug.plugin.v1.Backend/Describe"
 	Backend_Dispatch_FullMethodName      = "/attnplug.plugin.v1.Backend/Dispatch"
 	Backend_DispatchBatch_FullMethodName = "/attnplug.plugin.v1.Backend/DispatchBatch"
+	Backend_Configure_FullMethodName     = "/attnplug.plugin.v1.Backend/Configure"
 )
 
 // BackendClient is the client API for Backend service.
@@ -44,6 +45,11 @@ type BackendClient interface {
 	// DispatchBatch decides many requests in one call; each gets its own
 	// result.
 	DispatchBatch(ctx context.Context, in *DispatchBatchRequest, opts ...grpc.CallOption) (*DispatchBatchResponse, error)
+	// Configure tells the plugin the hardware the host detected; a plugin
+	// that cannot run there answers FAILED_PRECONDITION. Added after the
+	// first release of v1: a plugin without it answers UNIMPLEMENTED, which
+	// the host reads as "runs anywhere".
+	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
 }
 
 type backendClient struct {
@@ -84,6 +90,16 @@ func (c *backendClient) DispatchBatch(ctx context.Context, in *DispatchBatchRequ
 	return out, nil
 }
 
+func (c *backendClient) Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfigureResponse)
+	err := c.cc.Invoke(ctx, Backend_Configure_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServer is the server API for Backend service.
 // All implementations must embed UnimplementedBackendServer
 // for forward compatibility.
@@ -97,6 +113,11 @@ type BackendServer interface {
 	// DispatchBatch decides many requests in one call; each gets its own
 	// result.
 	DispatchBatch(context.Context, *DispatchBatchRequest) (*DispatchBatchResponse, error)
+	// Configure tells the plugin the hardware the host detected; a plugin
+	// that cannot run there answers FAILED_PRECONDITION. Added after the
+	// first release of v1: a plugin without it answers UNIMPLEMENTED, which
+	// the host reads as "runs anywhere".
+	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
 	mustEmbedUnimplementedBackendServer()
 }
 
@@ -115,6 +136,9 @@ func (UnimplementedBackendServer) Dispatch(context.Context, *DispatchRequest) (*
 }
 func (UnimplementedBackendServer) DispatchBatch(context.Context, *DispatchBatchRequest) (*DispatchBatchResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DispatchBatch not implemented")
+}
+func (UnimplementedBackendServer) Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Configure not implemented")
 }
 func (UnimplementedBackendServer) mustEmbedUnimplementedBackendServer() {}
 func (UnimplementedBackendServer) testEmbeddedByValue()                 {}
@@ -191,6 +215,24 @@ func _Backend_DispatchBatch_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_Configure_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfigureRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).Configure(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_Configure_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).Configure(ctx, req.(*ConfigureRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Backend_ServiceDesc is the grpc.ServiceDesc for Backend service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -209,6 +251,10 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DispatchBatch",
 			Handler:    _Backend_DispatchBatch_Handler,
+		},
+		{
+			MethodName: "Configure",
+			Handler:    _Backend_Configure_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

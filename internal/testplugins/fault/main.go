@@ -40,9 +40,9 @@ import (
 
 type faults struct {
 	crashAtStart, garbage, undeclared, refuse, badCookie, stdoutNoise bool
-	crashAfter, hangAfter, protocol                                  int
-	sleep                                                            time.Duration
-	version, rules                                                   string
+	crashAfter, hangAfter, protocol                                   int
+	sleep                                                             time.Duration
+	version, rules                                                    string
 }
 
 func parse(spec string) (faults, error) {

@@ -26,13 +26,18 @@ func DecideAiter(req *core.Request) core.Method {
 	return core.MLA
 }
 
-// Rules returns the rules of the aiter name.
+// Rules returns the rules of the aiter name, whose kernels run on ROCm
+// GPUs of gfx90a (MI200), gfx942 (MI300) and gfx950 (MI350).
 func Rules() []core.Rule {
 	return []core.Rule{{
 		Name:    "aiter",
 		Decide:  DecideAiter,
 		Reads:   core.Reads{Facts: core.FactMode | core.FactPiecewiseCUDAGraph | core.FactBreakableCUDAGraph},
 		Methods: []core.Method{core.MHA, core.MLA},
+		Hardware: []core.Hardware{{
+			Platforms: []core.Platform{core.PlatformHIP},
+			Archs:     []string{"gfx90a", "gfx942", "gfx950"},
+		}},
 	}}
 }
 

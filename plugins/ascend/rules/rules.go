@@ -27,13 +27,15 @@ func DecideAscend(req *core.Request) core.Method {
 	return core.MLANPU
 }
 
-// Rules returns the rules of the ascend name.
+// Rules returns the rules of the ascend name, which runs on Ascend NPUs
+// (DSA layers included).
 func Rules() []core.Rule {
 	return []core.Rule{{
-		Name:    "ascend",
-		Decide:  DecideAscend,
-		Reads:   core.Reads{Facts: core.FactMode | core.FactUseDSA},
-		Methods: []core.Method{core.MHANPU, core.MLANPU, core.DSANPU},
+		Name:     "ascend",
+		Decide:   DecideAscend,
+		Reads:    core.Reads{Facts: core.FactMode | core.FactUseDSA},
+		Methods:  []core.Method{core.MHANPU, core.MLANPU, core.DSANPU},
+		Hardware: []core.Hardware{{Platforms: []core.Platform{core.PlatformNPU}}},
 	}}
 }
 

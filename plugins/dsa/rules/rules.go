@@ -22,13 +22,19 @@ func DecideDSA(req *core.Request) core.Method {
 	return core.MLA
 }
 
-// Rules returns the rules of the dsa and nsa names.
+// Rules returns the rules of the dsa and nsa names. sglang sets DSA up on
+// CUDA and ROCm GPUs; on CUDA its kernels (flashmla_sparse, fa3, trtllm)
+// need sm90 or newer. On Ascend NPUs the ascend plugin serves DSA layers.
 func Rules() []core.Rule {
 	reads := core.Reads{Facts: core.FactDSAUseMHA}
 	methods := []core.Method{core.MHAOneShot, core.MLA}
+	hw := []core.Hardware{
+		{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 90},
+		{Platforms: []core.Platform{core.PlatformHIP}},
+	}
 	return []core.Rule{
-		{Name: "dsa", Decide: DecideDSA, Reads: reads, Methods: methods},
-		{Name: "nsa", AliasOf: "dsa", Deprecated: `"nsa" is a deprecated alias of "dsa"`, Decide: DecideDSA, Reads: reads, Methods: methods},
+		{Name: "dsa", Decide: DecideDSA, Reads: reads, Methods: methods, Hardware: hw},
+		{Name: "nsa", AliasOf: "dsa", Deprecated: `"nsa" is a deprecated alias of "dsa"`, Decide: DecideDSA, Reads: reads, Methods: methods, Hardware: hw},
 	}
 }
 

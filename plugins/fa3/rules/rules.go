@@ -27,13 +27,21 @@ func DecideFA3(req *core.Request) core.Method {
 // for decode.
 func DecideFA4(*core.Request) core.Method { return core.MHAChunkedKV }
 
+// Hardware the names' kernels run on (docs/hardware.md, "Backend
+// requirements"): FlashAttention 3 on Hopper (sm90; sglang allows sm80 only
+// for models without MLA), FlashAttention 4 on Blackwell (sm100 family).
+var (
+	fa3Hardware = []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 90, MaxCapability: 99}}
+	fa4Hardware = []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 100, MaxCapability: 109}}
+)
+
 // Rules returns the rules of the fa3 and fa4 names.
 func Rules() []core.Rule {
 	fa3Reads := fa3Rule().Reads()
 	fa3Reads.Facts |= core.FactDeterministicInference
 	return []core.Rule{
-		{Name: "fa3", Decide: DecideFA3, Reads: fa3Reads, Methods: fa3Rule().Methods()},
-		{Name: "fa4", Decide: DecideFA4, Methods: []core.Method{core.MHAChunkedKV}},
+		{Name: "fa3", Decide: DecideFA3, Reads: fa3Reads, Methods: fa3Rule().Methods(), Hardware: fa3Hardware},
+		{Name: "fa4", Decide: DecideFA4, Methods: []core.Method{core.MHAChunkedKV}, Hardware: fa4Hardware},
 	}
 }
 

@@ -37,17 +37,25 @@ func DecideTRTLLMMLA(req *core.Request) core.Method {
 	return core.MLASubtype(req)
 }
 
-// Rules returns the rules of the plugin's names.
+// cuda returns CUDA hardware of compute capability lo to hi (0: open), as
+// docs/hardware.md ("Backend requirements") gives for each name.
+func cuda(lo, hi int) []core.Hardware {
+	return []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: lo, MaxCapability: hi}}
+}
+
+// Rules returns the rules of the plugin's names. flashinfer runs on sm80
+// and newer, flashmla on sm90 and sm100, cutlass_mla, trtllm_mla and
+// tokenspeed_mla on the sm100 family.
 func Rules() []core.Rule {
 	trt := core.Reads{Facts: core.MLASubtypeReads | core.FactPiecewiseCUDAGraph |
 		core.FactDisableChunkedPrefixCache | core.FactPrefixSumZero}
 	trtMethods := append(core.MLASubtypeMethods(), core.MHAChunkedKV)
 	return []core.Rule{
-		{Name: "flashinfer", Decide: flashinferRule().Decide, Reads: flashinferRule().Reads(), Methods: flashinferRule().Methods()},
-		{Name: "flashmla", Decide: flashinferRule().Decide, Reads: flashinferRule().Reads(), Methods: flashinferRule().Methods()},
-		{Name: "cutlass_mla", Decide: cutlassRule().Decide, Reads: cutlassRule().Reads(), Methods: cutlassRule().Methods()},
-		{Name: "trtllm_mla", Decide: DecideTRTLLMMLA, Reads: trt, Methods: trtMethods},
-		{Name: "tokenspeed_mla", AliasOf: "trtllm_mla", Decide: DecideTRTLLMMLA, Reads: trt, Methods: trtMethods},
+		{Name: "flashinfer", Decide: flashinferRule().Decide, Reads: flashinferRule().Reads(), Methods: flashinferRule().Methods(), Hardware: cuda(80, 0)},
+		{Name: "flashmla", Decide: flashinferRule().Decide, Reads: flashinferRule().Reads(), Methods: flashinferRule().Methods(), Hardware: cuda(90, 109)},
+		{Name: "cutlass_mla", Decide: cutlassRule().Decide, Reads: cutlassRule().Reads(), Methods: cutlassRule().Methods(), Hardware: cuda(100, 109)},
+		{Name: "trtllm_mla", Decide: DecideTRTLLMMLA, Reads: trt, Methods: trtMethods, Hardware: cuda(100, 109)},
+		{Name: "tokenspeed_mla", AliasOf: "trtllm_mla", Decide: DecideTRTLLMMLA, Reads: trt, Methods: trtMethods, Hardware: cuda(100, 109)},
 	}
 }
 

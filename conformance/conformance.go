@@ -1,0 +1,981 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/wire"
+	"github.com/hashicorp/go-hclog"
+	goplugin "github.com/hashicorp/go-plugin"
+)
+
+// Options configures Run. Only Binary is required.
+type Options struct {
+	// Binary is the path of the plugin binary to check.
+	Binary string
+	// Env holds extra "KEY=value" environment variables for the plugin
+	// process, over the caller's own environment.
+	Env []string
+	// CallTimeout is the deadline of each call to the plugin. Default: 2s.
+	CallTimeout time.Duration
+	// StartTimeout bounds the start and handshake, and the run by hand.
+	// Default: 10s.
+	StartTimeout time.Duration
+	// MaxRequests, when positive, caps the generated requests asked of each
+	// name to a fixed sample of that many.
+	MaxRequests int
+	// MaxP99, when positive, fails the latency check when the 99th
+	// percentile of a Dispatch call is above it.
+	MaxP99 time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 2 * time.Second
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 10 * time.Second
+	}
+}
+
+// batchChunk is how many requests one DispatchBatch call of the batch check
+// carries.
+const batchChunk = 512
+
+// Run checks the plugin binary opts.Binary and returns the report. One
+// plugin process serves the whole suite. The error is for a run that
+// could not be made at all (no binary, ctx ended); a plugin that fails a
+// check is a Report with Passed false and a nil error.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	opts.setDefaults()
+	if opts.Binary == "" {
+		return nil, errors.New("conformance: no plugin binary given")
+	}
+	st, err := os.Stat(opts.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("conformance: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("conformance: %s is not a regular file", opts.Binary)
+	}
+	start := time.Now()
+	s := &suite{opts: opts, report: &Report{Binary: opts.Binary}}
+	defer s.close()
+	s.run(ctx)
+	s.report.Duration = time.Since(start)
+	s.report.Passed = len(s.report.Failed()) == 0
+	if err := ctx.Err(); err != nil {
+		return s.report, fmt.Errorf("conformance: %w", err)
+	}
+	return s.report, nil
+}
+
+// suite is one run: the plugin process and what has been learnt of it.
+type suite struct {
+	opts   Options
+	report *Report
+
+	client  *goplugin.Client
+	backend core.BatchBackend
+	stderr  *tail // the plugin's own stderr
+	log     *tail // go-plugin's log of the process
+	pid     int
+
+	desc    *core.Description
+	dead    error // set once the plugin cannot answer any more
+	timeout int   // calls in a row that passed their deadline
+
+	// answers[i][j] is the coverage answer of name i to request j.
+	names    []core.HandlerInfo
+	requests [][]core.Request
+	answers  [][]answer
+	latency  []time.Duration
+}
+
+type answer struct {
+	method core.Method
+	err    error
+}
+
+// errNotAsked is the answer of a request the coverage check did not get to.
+var errNotAsked = errors.New("not asked")
+
+// answered counts the coverage answers that are methods.
+func (s *suite) answered() int {
+	n := 0
+	for _, as := range s.answers {
+		for _, a := range as {
+			if a.err == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (s *suite) run(ctx context.Context) {
+	s.check(CheckRunByHand, func(c *Check) { s.runByHand(ctx, c) })
+	if !s.check(CheckHandshake, func(c *Check) { s.handshake(ctx, c) }) {
+		s.skipRest(CheckHandshake, "the handshake failed")
+		return
+	}
+	described := s.check(CheckDescription, func(c *Check) { s.description(ctx, c) })
+	// The protocol check reads the description; it is listed before it.
+	s.check(CheckProtocolVersion, func(c *Check) { s.protocolVersion(c) })
+	s.reorder(CheckProtocolVersion, CheckDescription)
+	if !described || s.desc == nil || len(s.desc.Handlers) == 0 {
+		s.skipRest(CheckDescription, "no usable description")
+		return
+	}
+	s.check(CheckUnknownName, func(c *Check) { s.unknownName(ctx, c) })
+	s.check(CheckCoverage, func(c *Check) { s.coverage(ctx, c) })
+	s.check(CheckCatalog, func(c *Check) { s.catalog(c) })
+	s.check(CheckDeterminism, func(c *Check) { s.determinism(ctx, c) })
+	s.check(CheckBatch, func(c *Check) { s.batch(ctx, c) })
+	s.check(CheckReads, func(c *Check) { s.reads(c) })
+	s.check(CheckBadRequests, func(c *Check) { s.badRequests(ctx, c) })
+	s.check(CheckLatency, func(c *Check) { s.latencyCheck(c) })
+	s.check(CheckKernels, func(c *Check) {
+		c.Status, c.Detail = Skip, "no kernels declared: skipped (protocol v1 has no kernel catalog)"
+	})
+	s.check(CheckProcess, func(c *Check) { s.process(c) })
+}
+
+// check runs f as the check called name, unless the plugin is already
+// dead, and records it; it reports whether the check did not fail.
+func (s *suite) check(name string, f func(*Check)) bool {
+	c := Check{Name: name, Status: Pass}
+	start := time.Now()
+	needsPlugin := name != CheckRunByHand && name != CheckKernels && name != CheckProcess &&
+		name != CheckCatalog && name != CheckReads && name != CheckLatency && name != CheckProtocolVersion
+	if needsPlugin && s.dead != nil {
+		c.Status, c.Detail = Skip, "not run: "+s.dead.Error()
+	} else {
+		f(&c)
+	}
+	c.Duration = time.Since(start)
+	if c.Status == Fail && c.Detail == "" {
+		c.Detail = "failed"
+	}
+	s.report.Checks = append(s.report.Checks, c)
+	return c.Status != Fail
+}
+
+// skipRest records every check after after as skipped, because of why.
+func (s *suite) skipRest(after, why string) {
+	names := CheckNames()
+	i := slices.Index(names, after)
+	for _, n := range names[i+1:] {
+		if _, done := s.report.Check(n); done {
+			continue
+		}
+		if n == CheckKernels {
+			s.report.Checks = append(s.report.Checks, Check{Name: n, Status: Skip, Detail: "no kernels declared: skipped"})
+			continue
+		}
+		s.report.Checks = append(s.report.Checks, Check{Name: n, Status: Skip, Detail: "not run: " + why})
+	}
+}
+
+// reorder moves the check called first just before the one called before.
+func (s *suite) reorder(first, before string) {
+	cs := s.report.Checks
+	i := slices.IndexFunc(cs, func(c Check) bool { return c.Name == first })
+	j := slices.IndexFunc(cs, func(c Check) bool { return c.Name == before })
+	if i < 0 || j < 0 || i < j {
+		return
+	}
+	c := cs[i]
+	cs = slices.Delete(cs, i, i+1)
+	s.report.Checks = slices.Insert(cs, j, c)
+}
+
+func (s *suite) close() {
+	if s.client != nil {
+		s.client.Kill()
+	}
+}
+
+// environ is the caller's environment without the magic cookie, plus
+// opts.Env.
+func (s *suite) environ() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, wire.MagicCookieKey+"=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, s.opts.Env...)
+}
+
+// runByHand starts the binary without the cookie, as a person would.
+func (s *suite) runByHand(ctx context.Context, c *Check) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.opts.Binary)
+	cmd.Env = s.environ()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		c.problem("did not exit within %s (it must print what it is and exit)", s.opts.StartTimeout)
+	case err == nil:
+		c.problem("exited with status 0; it must exit non-zero when the host did not start it")
+	case !errors.As(err, &ee):
+		c.problem("could not run: %v", err)
+	}
+	if stdout.Len() > 0 {
+		c.problem("wrote %d bytes to stdout (only go-plugin's handshake line may ever go there): %q", stdout.Len(), firstLine(stdout.String()))
+	}
+	if c.Status == Fail {
+		c.Detail = "the binary misbehaves when run by hand"
+		return
+	}
+	c.Detail = fmt.Sprintf("exit status %d, nothing on stdout", ee.ExitCode())
+	if line := firstLine(stderr.String()); line != "" {
+		c.Detail += "; stderr: " + line
+	}
+}
+
+// handshake starts the plugin the way the host does.
+func (s *suite) handshake(ctx context.Context, c *Check) {
+	s.stderr, s.log = newTail(), newTail()
+	cmd := exec.Command(s.opts.Binary)
+	cmd.Env = append(s.environ(), "ATTNPLUG_PLUGIN_LOG_LEVEL=warn")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	s.client = goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig:  wire.Handshake(),
+		VersionedPlugins: wire.VersionedPlugins(nil),
+		Cmd:              cmd,
+		SkipHostEnv:      true, // cmd.Env already holds it, under opts.Env
+		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Name: "plugin", Level: hclog.Debug, Output: s.log,
+		}),
+		Stderr:       s.stderr,
+		StartTimeout: s.opts.StartTimeout,
+		AutoMTLS:     true,
+		Managed:      false,
+	})
+	type result struct {
+		raw any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rpc, err := s.client.Client()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		raw, err := rpc.Dispense(wire.PluginName)
+		done <- result{raw, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		s.client.Kill()
+		<-done
+		c.problem("interrupted: %v", ctx.Err())
+		return
+	}
+	if res.err != nil {
+		c.Detail = handshakeError(res.err)
+		c.Status = Fail
+		if text := oneLine(s.stderr.String()); text != "" {
+			c.problem("plugin stderr: %s", text)
+		}
+		return
+	}
+	b, ok := res.raw.(core.BatchBackend)
+	if !ok {
+		c.Status, c.Detail = Fail, fmt.Sprintf("go-plugin dispensed %T, not a backend", res.raw)
+		return
+	}
+	s.backend = b
+	if rc := s.client.ReattachConfig(); rc != nil {
+		s.pid = rc.Pid
+		s.report.PID = rc.Pid
+	}
+	v := s.client.NegotiatedVersion()
+	s.report.ProtocolVersion = v
+	c.Detail = fmt.Sprintf("go-plugin handshake over gRPC with mutual TLS; protocol version %d negotiated (host speaks %s)", v, hostVersions())
+}
+
+var pluginVersionRE = regexp.MustCompile(`Plugin version: (\d+)`)
+
+// handshakeError explains a failed start, naming both protocol versions
+// when they do not match.
+func handshakeError(err error) string {
+	msg := err.Error()
+	if m := pluginVersionRE.FindStringSubmatch(msg); m != nil && strings.Contains(msg, "incompatible API version") {
+		return fmt.Sprintf("protocol version mismatch: the plugin speaks protocol version %s, this host speaks %s (go-plugin: %s)", m[1], hostVersions(), firstLine(msg))
+	}
+	return "go-plugin could not start the plugin: " + oneLine(msg)
+}
+
+// oneLine joins the non-empty lines of s with spaces, cut to 300 bytes.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+// hostVersions lists the protocol versions this host speaks.
+func hostVersions() string {
+	var vs []int
+	for v := range wire.VersionedPlugins(nil) {
+		vs = append(vs, v)
+	}
+	sort.Ints(vs)
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprint(v)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (s *suite) protocolVersion(c *Check) {
+	v := s.client.NegotiatedVersion()
+	if _, ok := wire.VersionedPlugins(nil)[v]; !ok {
+		c.problem("negotiated protocol version %d, which this host does not speak (%s)", v, hostVersions())
+	}
+	if s.desc == nil {
+		c.Status, c.Detail = Skip, "not run: no description"
+		return
+	}
+	if s.desc.ProtocolVersion != v {
+		c.problem("the description says protocol version %d, but version %d was negotiated", s.desc.ProtocolVersion, v)
+	}
+	if c.Status == Fail {
+		c.Detail = "protocol versions disagree"
+		return
+	}
+	c.Detail = fmt.Sprintf("handshake and description agree on protocol version %d", v)
+}
+
+var (
+	semverRE = regexp.MustCompile(`^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+	familyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+)
+
+// description asks for the description twice and checks it.
+func (s *suite) description(ctx context.Context, c *Check) {
+	d, err := s.describe(ctx)
+	if err != nil {
+		c.Status, c.Detail = Fail, "Describe failed: "+err.Error()
+		return
+	}
+	s.desc = d
+	s.report.Plugin, s.report.Version = d.Name, d.Version
+	for _, h := range d.Handlers {
+		s.report.Names = append(s.report.Names, h.Name)
+	}
+	switch {
+	case d.Name == "":
+		c.problem("the plugin has no name")
+	case !familyRE.MatchString(d.Name):
+		c.problem("name %q: want letters, digits, '_' or '-', starting with a letter or digit", d.Name)
+	}
+	if family, ok := strings.CutPrefix(filepath.Base(s.opts.Binary), wire.BinaryPrefix); ok && family != d.Name {
+		c.problem("the binary is named for %q but the plugin calls itself %q; the host refuses it", family, d.Name)
+	}
+	if !semverRE.MatchString(d.Version) {
+		c.problem("version %q is not a semantic version (want MAJOR.MINOR.PATCH)", d.Version)
+	}
+	if len(d.Handlers) == 0 {
+		c.problem("the plugin serves no names")
+	}
+	seen := map[string]bool{}
+	for _, h := range d.Handlers {
+		seen[h.Name] = true
+	}
+	dup := map[string]bool{}
+	for _, h := range d.Handlers {
+		switch {
+		case h.Name == "":
+			c.problem("a name is empty")
+			continue
+		case len(h.Name) > core.MaxBackendNameLen:
+			c.problem("name %q is longer than %d bytes", h.Name[:32]+"...", core.MaxBackendNameLen)
+		case strings.ContainsFunc(h.Name, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			c.problem("name %q holds a space or control character", h.Name)
+		case h.Name == core.TritonName:
+			c.problem("name %q is the in-process fallback's; the host keeps it", h.Name)
+		}
+		if dup[h.Name] {
+			c.problem("name %q is declared twice", h.Name)
+		}
+		dup[h.Name] = true
+		if len(h.Methods) == 0 {
+			c.problem("%s declares no methods; the host refuses it", h.Name)
+		}
+		ms := map[core.Method]bool{}
+		for _, m := range h.Methods {
+			if !m.Valid() {
+				c.problem("%s declares %s, not a method", h.Name, m)
+			}
+			if ms[m] {
+				c.problem("%s declares %s twice", h.Name, m)
+			}
+			ms[m] = true
+		}
+		if h.AliasOf != "" {
+			switch {
+			case h.AliasOf == h.Name:
+				c.problem("%s is declared an alias of itself", h.Name)
+			case !seen[h.AliasOf]:
+				c.problem("%s is an alias of %q, which the plugin does not serve", h.Name, h.AliasOf)
+			}
+		}
+		if !h.Reads.Cacheable() {
+			c.problem("%s: the declared reads are not cacheable (a fact unknown to this host, or more than %d constants)", h.Name, core.MaxConstantComparisons)
+		}
+		for _, v := range append(slices.Clone(h.Reads.PrefixSumAtLeast), h.Reads.SeqSumAtMost...) {
+			if v < 0 || v > core.MaxLength {
+				c.problem("%s: constant %d is outside 0..%d", h.Name, v, int64(core.MaxLength))
+			}
+		}
+	}
+	d2, err := s.describe(ctx)
+	switch {
+	case err != nil:
+		c.problem("a second Describe failed: %v", err)
+	case !reflect.DeepEqual(d, d2):
+		c.problem("a second Describe answered differently; the host caches the description by the binary's hash")
+	}
+	if c.Status == Fail {
+		c.Detail = "the description is not well-formed"
+		return
+	}
+	c.Detail = fmt.Sprintf("%s %s serves %s: %s; stable across calls", d.Name, d.Version, plural(len(d.Handlers), "name"), strings.Join(s.report.Names, ", "))
+}
+
+func (s *suite) describe(ctx context.Context) (*core.Description, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	d, err := s.backend.Describe(cctx)
+	s.observe(ctx, err)
+	return d, err
+}
+
+// noSuchName is a backend name no plugin serves.
+const noSuchName = "attnplug-conformance-no-such-name"
+
+func (s *suite) unknownName(ctx context.Context, c *Check) {
+	req := core.NewRequest(noSuchName, core.ModeDecode)
+	req.Runtime.Platform = core.PlatformCUDA
+	m, _, err := s.dispatch(ctx, &req)
+	switch {
+	case err == nil:
+		c.problem("%q was answered %s; a name the plugin does not serve must be refused as unknown (NotFound)", noSuchName, m)
+	case !errors.Is(err, core.ErrUnknownBackend):
+		c.problem("%q was refused with %v; want an unknown-backend error (gRPC NotFound)", noSuchName, err)
+	}
+	if c.Status == Fail {
+		c.Detail = "an unserved name is not refused as unknown"
+		return
+	}
+	c.Detail = fmt.Sprintf("%q refused as unknown (NotFound)", noSuchName)
+}
+
+// coverage asks every name every generated request, one Dispatch each.
+func (s *suite) coverage(ctx context.Context, c *Check) {
+	s.names = s.desc.Handlers
+	s.requests = make([][]core.Request, len(s.names))
+	s.answers = make([][]answer, len(s.names))
+	total, ok := 0, 0
+	for i, h := range s.names {
+		reqs := sample(GenerateRequests(h.Name, h.Reads), s.opts.MaxRequests)
+		s.requests[i] = reqs
+		s.answers[i] = make([]answer, len(reqs))
+		for j := range s.answers[i] {
+			s.answers[i][j].err = errNotAsked
+		}
+		for j := range reqs {
+			if s.dead != nil {
+				break
+			}
+			m, d, err := s.dispatch(ctx, &reqs[j])
+			s.answers[i][j] = answer{m, err}
+			total++
+			if err != nil {
+				c.problem("%s: %s: %v", h.Name, describe(&reqs[j]), err)
+				continue
+			}
+			ok++
+			s.latency = append(s.latency, d)
+		}
+	}
+	s.report.Requests = ok
+	if s.dead != nil {
+		c.problem("stopped after %d requests: %v", total, s.dead)
+	}
+	if c.Status == Fail {
+		c.Detail = fmt.Sprintf("%d of %d requests not answered", total-ok, total)
+		return
+	}
+	c.Detail = fmt.Sprintf("%s answered all %d generated requests (modes, graph flags, thresholds, capacity edges, platforms, boolean facts, declared constants)", plural(len(s.names), "name"), total)
+}
+
+// catalog checks every coverage answer against the declared methods.
+func (s *suite) catalog(c *Check) {
+	if s.answered() == 0 {
+		c.Status, c.Detail = Skip, "not run: no answers"
+		return
+	}
+	n := 0
+	var unused []string
+	for i, h := range s.names {
+		seen := map[core.Method]bool{}
+		reported := map[core.Method]bool{}
+		for j, a := range s.answers[i] {
+			if a.err != nil || a.method == 0 {
+				continue
+			}
+			n++
+			seen[a.method] = true
+			if !slices.Contains(h.Methods, a.method) && !reported[a.method] {
+				reported[a.method] = true
+				c.problem("%s answered %s, which it does not declare (declared: %s), to %s", h.Name, a.method, methodList(h.Methods), describe(&s.requests[i][j]))
+			}
+		}
+		for _, m := range h.Methods {
+			if !seen[m] {
+				unused = append(unused, h.Name+":"+m.String())
+			}
+		}
+	}
+	if c.Status == Fail {
+		c.Detail = "answers outside the declared methods (the host treats them as protocol violations)"
+		return
+	}
+	c.Detail = fmt.Sprintf("all %d answers among the declared methods", n)
+	if len(unused) > 0 && s.opts.MaxRequests <= 0 {
+		c.Detail += "; declared but never answered: " + strings.Join(unused, ", ")
+	}
+}
+
+// determinismSample is how many requests of each name the determinism
+// check asks again one by one; the batch check asks all of them again.
+const determinismSample = 512
+
+// determinism asks requests again, one by one, in reverse order: a fixed
+// sample of each name's, spread over its whole set.
+func (s *suite) determinism(ctx context.Context, c *Check) {
+	if s.answered() == 0 {
+		c.Status, c.Detail = Skip, "not run: no answers"
+		return
+	}
+	n := 0
+	for i := len(s.names) - 1; i >= 0 && s.dead == nil; i-- {
+		step := max(1, len(s.requests[i])/determinismSample)
+		for j := len(s.requests[i]) - 1; j >= 0 && s.dead == nil; j -= step {
+			first := s.answers[i][j]
+			if first.err != nil {
+				continue
+			}
+			m, _, err := s.dispatch(ctx, &s.requests[i][j])
+			n++
+			switch {
+			case err != nil:
+				c.problem("%s: %s: answered %s, then failed: %v", s.names[i].Name, describe(&s.requests[i][j]), first.method, err)
+			case m != first.method:
+				c.problem("%s: %s: answered %s, then %s", s.names[i].Name, describe(&s.requests[i][j]), first.method, m)
+			}
+		}
+	}
+	if s.dead != nil {
+		c.problem("stopped after %d requests: %v", n, s.dead)
+	}
+	if c.Status == Fail {
+		c.Detail = "the same request got different answers"
+		return
+	}
+	c.Detail = fmt.Sprintf("%d requests asked again one by one, in reverse order: same answers (the batch check asks all again)", n)
+}
+
+// batch asks every request again through DispatchBatch.
+func (s *suite) batch(ctx context.Context, c *Check) {
+	if s.answered() == 0 {
+		c.Status, c.Detail = Skip, "not run: no answers"
+		return
+	}
+	n, calls := 0, 0
+	for i, h := range s.names {
+		reqs := s.requests[i]
+		for lo := 0; lo < len(reqs) && s.dead == nil; lo += batchChunk {
+			hi := min(lo+batchChunk, len(reqs))
+			out := make([]core.Result, hi-lo)
+			cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+			err := s.backend.DispatchBatch(cctx, reqs[lo:hi], out)
+			cancel()
+			s.observe(ctx, err)
+			calls++
+			if err != nil {
+				c.problem("%s: DispatchBatch of %d requests failed: %v", h.Name, hi-lo, err)
+				continue
+			}
+			for k, r := range out {
+				first := s.answers[i][lo+k]
+				if first.err != nil {
+					continue
+				}
+				n++
+				switch {
+				case r.Err != nil:
+					c.problem("%s: %s: Dispatch answered %s, DispatchBatch failed: %v", h.Name, describe(&reqs[lo+k]), first.method, r.Err)
+				case r.Method != first.method:
+					c.problem("%s: %s: Dispatch answered %s, DispatchBatch %s", h.Name, describe(&reqs[lo+k]), first.method, r.Method)
+				}
+			}
+		}
+	}
+	if s.dead != nil {
+		c.problem("stopped: %v", s.dead)
+	}
+	if c.Status == Fail {
+		c.Detail = "DispatchBatch disagrees with Dispatch"
+		return
+	}
+	c.Detail = fmt.Sprintf("%d requests in %s: same answers as Dispatch", n, plural(calls, "DispatchBatch call"))
+}
+
+// reads checks that requests a host cannot tell apart by their Reads.Key
+// got the same answer.
+func (s *suite) reads(c *Check) {
+	if s.answered() == 0 {
+		c.Status, c.Detail = Skip, "not run: no answers"
+		return
+	}
+	classes, checked := 0, 0
+	var uncacheable []string
+	for i, h := range s.names {
+		if !h.Reads.Cacheable() {
+			uncacheable = append(uncacheable, h.Name)
+			continue
+		}
+		first := map[core.Key]int{}
+		for j, a := range s.answers[i] {
+			if a.err != nil {
+				continue
+			}
+			checked++
+			k := h.Reads.Key(&s.requests[i][j])
+			f, ok := first[k]
+			if !ok {
+				first[k] = j
+				continue
+			}
+			if b := s.answers[i][f]; b.method != a.method {
+				c.problem("%s reads more than it declares (%s): these requests have the same key but got %s and %s: [%s] and [%s]",
+					h.Name, readsString(h.Reads), b.method, a.method, describe(&s.requests[i][f]), describe(&s.requests[i][j]))
+			}
+		}
+		classes += len(first)
+	}
+	if c.Status == Fail {
+		c.Detail = "the declared reads are not honest: a host caching by them would answer wrongly"
+		return
+	}
+	c.Detail = fmt.Sprintf("%d answers in %d key classes: one answer per class", checked, classes)
+	if len(uncacheable) > 0 {
+		c.Detail += "; not cacheable, not checked: " + strings.Join(uncacheable, ", ")
+	}
+}
+
+func readsString(r core.Reads) string {
+	s := r.Facts.String()
+	if s == "" {
+		s = "nothing"
+	}
+	if len(r.PrefixSumAtLeast) > 0 {
+		s += fmt.Sprintf(", prefix_sum>=%v", r.PrefixSumAtLeast)
+	}
+	if len(r.SeqSumAtMost) > 0 {
+		s += fmt.Sprintf(", seq_sum<=%v", r.SeqSumAtMost)
+	}
+	return s
+}
+
+// badRequest is an invalid request the plugin must refuse.
+type badRequest struct {
+	what string
+	req  core.Request
+}
+
+func invalidRequests(name string) []badRequest {
+	base := func() core.Request {
+		r := core.NewRequest(name, core.ModeExtend)
+		r.Runtime.Platform = core.PlatformCUDA
+		r.Batch.ExtendPrefixLens = []int64{0, 16}
+		r.Batch.SeqLens = []int64{32, 64}
+		r.Batch.MaxChunkCapacity = 1024
+		return r
+	}
+	var out []badRequest
+	add := func(what string, f func(*core.Request)) {
+		r := base()
+		f(&r)
+		out = append(out, badRequest{what, r})
+	}
+	add("a negative prefix length", func(r *core.Request) { r.Batch.ExtendPrefixLens = []int64{-1, 16} })
+	add("a negative sequence length", func(r *core.Request) { r.Batch.SeqLens = []int64{32, -64} })
+	add("an unknown forward mode (99)", func(r *core.Request) { r.Batch.Mode = 99 })
+	add("no forward mode (0)", func(r *core.Request) { r.Batch.Mode = 0 })
+	add("an unknown platform (42)", func(r *core.Request) { r.Runtime.Platform = 42 })
+	add("a prefix longer than its sequence", func(r *core.Request) { r.Batch.ExtendPrefixLens = []int64{0, 65} })
+	add("length arrays of different lengths", func(r *core.Request) { r.Batch.SeqLens = []int64{32} })
+	add("a length past the limit", func(r *core.Request) { r.Batch.SeqLens = []int64{32, core.MaxLength + 1} })
+	return out
+}
+
+// badRequests sends invalid requests, alone and inside a batch, and checks
+// that the plugin refuses them and still answers.
+func (s *suite) badRequests(ctx context.Context, c *Check) {
+	name := s.desc.Handlers[0].Name
+	good := core.NewRequest(name, core.ModeDecode)
+	good.Runtime.Platform = core.PlatformCUDA
+	want, _, err := s.dispatch(ctx, &good)
+	if err != nil {
+		c.problem("%s: a valid request failed before any bad one was sent: %v", name, err)
+		c.Detail = "the plugin does not answer"
+		return
+	}
+	bad := invalidRequests(name)
+	for _, b := range bad {
+		if s.dead != nil {
+			break
+		}
+		m, _, err := s.dispatch(ctx, &b.req)
+		switch {
+		case err == nil:
+			c.problem("%s: a request with %s was answered %s; want InvalidArgument", name, b.what, m)
+		case !errors.Is(err, core.ErrInvalidRequest):
+			c.problem("%s: a request with %s was refused with %v; want InvalidArgument", name, b.what, err)
+		}
+		if s.dead != nil {
+			c.problem("the plugin died on a request with %s: %v", b.what, s.dead)
+			break
+		}
+		if m, _, err := s.dispatch(ctx, &good); err != nil || m != want {
+			c.problem("%s: after a request with %s, a valid request got %s, %v (want %s)", name, b.what, m, err, want)
+		}
+	}
+	if s.dead == nil {
+		reqs := []core.Request{good, bad[0].req, good, bad[2].req, good}
+		out := make([]core.Result, len(reqs))
+		cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+		err := s.backend.DispatchBatch(cctx, reqs, out)
+		cancel()
+		s.observe(ctx, err)
+		if err != nil {
+			c.problem("%s: a batch holding invalid requests failed as a whole: %v; want a per-request error", name, err)
+		} else {
+			for i, r := range out {
+				isBad := i == 1 || i == 3
+				switch {
+				case isBad && !errors.Is(r.Err, core.ErrInvalidRequest):
+					c.problem("%s: batch entry %d (invalid) got %s, %v; want an invalid-request error", name, i, r.Method, r.Err)
+				case !isBad && (r.Err != nil || r.Method != want):
+					c.problem("%s: batch entry %d (valid) got %s, %v; want %s", name, i, r.Method, r.Err, want)
+				}
+			}
+		}
+	}
+	if s.dead != nil {
+		c.problem("stopped: %v", s.dead)
+	}
+	if c.Status == Fail {
+		c.Detail = "bad requests are not refused cleanly"
+		return
+	}
+	c.Detail = fmt.Sprintf("%d invalid requests refused with InvalidArgument, alone and in a batch; the plugin answered after each", len(bad))
+}
+
+func (s *suite) latencyCheck(c *Check) {
+	if len(s.latency) == 0 {
+		c.Status, c.Detail = Skip, "not run: no answered Dispatch calls"
+		return
+	}
+	ds := slices.Clone(s.latency)
+	slices.Sort(ds)
+	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	l := Latency{Samples: len(ds), P50: at(0.50), P99: at(0.99), Max: ds[len(ds)-1]}
+	s.report.Latency = l
+	c.Detail = fmt.Sprintf("Dispatch p50 %s, p99 %s, max %s over %d calls", round(l.P50), round(l.P99), round(l.Max), l.Samples)
+	if s.opts.MaxP99 > 0 {
+		if l.P99 > s.opts.MaxP99 {
+			c.problem("p99 %s is above the limit of %s", round(l.P99), s.opts.MaxP99)
+		} else {
+			c.Detail += fmt.Sprintf(" (limit %s)", s.opts.MaxP99)
+		}
+	}
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	case d >= time.Microsecond:
+		return d.Round(time.Microsecond)
+	}
+	return d
+}
+
+// process checks that the process that shook hands served the suite.
+func (s *suite) process(c *Check) {
+	switch {
+	case s.client == nil:
+		c.Status, c.Detail = Skip, "not run: no process"
+	case s.client.Exited():
+		c.Status, c.Detail = Fail, "the plugin process exited during the suite"+s.exitNote()
+	case s.dead != nil:
+		c.Status, c.Detail = Fail, s.dead.Error()
+	default:
+		pid := 0
+		if rc := s.client.ReattachConfig(); rc != nil {
+			pid = rc.Pid
+		}
+		if pid != s.pid {
+			c.Status, c.Detail = Fail, fmt.Sprintf("the process changed from pid %d to %d", s.pid, pid)
+			return
+		}
+		c.Detail = fmt.Sprintf("pid %d served the whole suite without a restart", pid)
+	}
+}
+
+// dispatch asks one request with the call deadline.
+func (s *suite) dispatch(ctx context.Context, req *core.Request) (core.Method, time.Duration, error) {
+	if s.dead != nil {
+		return 0, 0, s.dead
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	start := time.Now()
+	m, err := s.backend.Dispatch(cctx, req)
+	d := time.Since(start)
+	cancel()
+	s.observe(ctx, err)
+	return m, d, err
+}
+
+// observe notes the outcome of a call: a process that exited, or calls
+// that keep passing their deadline, end the plugin's part of the suite.
+func (s *suite) observe(ctx context.Context, err error) {
+	if err == nil {
+		s.timeout = 0
+		return
+	}
+	if ctx.Err() != nil || s.dead != nil {
+		return
+	}
+	if errors.Is(err, core.ErrUnavailable) || errors.Is(err, context.Canceled) {
+		// A connection that broke: give the process a moment to be reaped.
+		for i := 0; i < 30 && !s.client.Exited(); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if s.client.Exited() {
+		s.dead = errors.New("the plugin process exited" + s.exitNote())
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.timeout++
+		if s.timeout >= 2 {
+			s.dead = fmt.Errorf("the plugin stopped answering: %d calls in a row passed the %s deadline", s.timeout, s.opts.CallTimeout)
+		}
+		return
+	}
+	s.timeout = 0
+}
+
+var exitRE = regexp.MustCompile(`plugin process exited:.*?error="?([^"\n]+)`)
+
+// exitNote says how the process ended, from go-plugin's log, and the last
+// line it wrote to stderr.
+func (s *suite) exitNote() string {
+	var note string
+	if m := exitRE.FindStringSubmatch(s.log.String()); m != nil {
+		note = " (" + m[1] + ")"
+	}
+	if line := s.stderr.lastLine(); line != "" {
+		note += "; last stderr line: " + line
+	}
+	return note
+}
+
+func methodList(ms []core.Method) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = m.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// tail keeps the last bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailMax = 16 << 10
+
+func newTail() *tail { return &tail{} }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > tailMax {
+		t.buf = t.buf[len(t.buf)-tailMax:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// lastLine is the last non-empty line written.
+func (t *tail) lastLine() string {
+	lines := strings.Split(strings.TrimSpace(t.String()), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// plural is "1 name", "2 names".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}

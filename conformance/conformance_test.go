@@ -1,0 +1,198 @@
+package conformance_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/attnplug/attnplug/conformance"
+	"github.com/attnplug/attnplug/internal/testbin"
+)
+
+var (
+	bins  *testbin.Bins
+	fault string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "attnplug-conformance-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bins, err = testbin.Build(dir, false)
+	if err == nil {
+		fault, err = testbin.BuildFault(dir + "/fault")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func run(t *testing.T, opts conformance.Options) *conformance.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := conformance.Run(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func text(r *conformance.Report) string {
+	var b bytes.Buffer
+	r.WriteText(&b)
+	return b.String()
+}
+
+// TestOurPlugins runs the whole suite, every generated request, on every
+// plugin of the repository.
+func TestOurPlugins(t *testing.T) {
+	if len(bins.Plugins) != 6 {
+		t.Fatalf("built %d plugins (%v), want 6", len(bins.Plugins), bins.Plugins)
+	}
+	var mu sync.Mutex // one plugin at a time: the machine has few cores
+	for _, p := range bins.Plugins {
+		t.Run(p, func(t *testing.T) {
+			t.Parallel()
+			mu.Lock()
+			defer mu.Unlock()
+			r := run(t, conformance.Options{Binary: bins.Plugin(p)})
+			if !r.Passed {
+				t.Fatalf("%s does not conform:\n%s", p, text(r))
+			}
+			if r.Plugin != p || r.ProtocolVersion != 1 || r.Requests < 1000 || r.Latency.Samples != r.Requests {
+				t.Errorf("report: plugin %q, protocol %d, %d requests, %d latency samples\n%s", r.Plugin, r.ProtocolVersion, r.Requests, r.Latency.Samples, text(r))
+			}
+			if len(r.Checks) != len(conformance.CheckNames()) {
+				t.Errorf("%d checks, want %d", len(r.Checks), len(conformance.CheckNames()))
+			}
+			for i, c := range r.Checks {
+				if c.Name != conformance.CheckNames()[i] {
+					t.Errorf("check %d is %s, want %s", i, c.Name, conformance.CheckNames()[i])
+				}
+				if c.Status == conformance.Skip && c.Name != conformance.CheckKernels {
+					t.Errorf("check %s skipped: %s", c.Name, c.Detail)
+				}
+			}
+			if testing.Verbose() && p == "fa3" {
+				t.Logf("\n%s", text(r))
+			}
+		})
+	}
+}
+
+// TestFaults runs the suite on the fault-injection plugin: each fault must
+// fail the report, naming the check that caught it, with a detail that says
+// what went wrong.
+func TestFaults(t *testing.T) {
+	for _, tc := range []struct {
+		fault  string
+		failed []string // checks that must fail
+		detail string   // in the text report
+	}{
+		{"", nil, "PASS: fault conforms"},
+		{"undeclared", []string{conformance.CheckCatalog}, "fault answered MHA_NPU, which it does not declare (declared: MLA, MHA)"},
+		{"garbage", []string{conformance.CheckCoverage}, "unknown method 200"},
+		{"rules=flip", []string{conformance.CheckReads}, "fault reads more than it declares (mode|prefix_sum_zero)"},
+		{"refuse", []string{conformance.CheckCoverage}, "the fault plugin refuses every request"},
+		{"hang_after=20", []string{conformance.CheckCoverage, conformance.CheckProcess}, "the plugin stopped answering: 2 calls in a row passed the 300ms deadline"},
+		{"crash_after=20", []string{conformance.CheckCoverage, conformance.CheckProcess}, "the plugin process exited (exit status 2)"},
+		{"protocol=2", []string{conformance.CheckHandshake}, "the plugin speaks protocol version 2, this host speaks 1"},
+		{"bad_cookie", []string{conformance.CheckHandshake}, "This binary is a plugin"},
+		{"stdout_noise", []string{conformance.CheckRunByHand, conformance.CheckHandshake}, "bytes to stdout (only go-plugin's handshake line may ever go there)"},
+		{"sleep=400ms", []string{conformance.CheckUnknownName}, "stopped answering"},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			r := run(t, conformance.Options{
+				Binary:      fault,
+				Env:         []string{"ATTNPLUG_FAULT=" + tc.fault},
+				CallTimeout: 300 * time.Millisecond,
+				MaxRequests: 200,
+			})
+			out := text(r)
+			if r.Passed != (tc.failed == nil) {
+				t.Fatalf("passed = %v, want %v\n%s", r.Passed, tc.failed == nil, out)
+			}
+			for _, name := range tc.failed {
+				if c, ok := r.Check(name); !ok || c.Status != conformance.Fail {
+					t.Errorf("check %s: %+v, want it failed\n%s", name, c, out)
+				}
+				if !strings.Contains(r.Summary(), name) {
+					t.Errorf("summary %q does not name %s", r.Summary(), name)
+				}
+			}
+			if !strings.Contains(out, tc.detail) {
+				t.Errorf("report does not say %q:\n%s", tc.detail, out)
+			}
+			if d := time.Since(start); d > 15*time.Second {
+				t.Errorf("the suite took %s on a faulty plugin", d)
+			}
+			if testing.Verbose() {
+				t.Logf("\n%s", out)
+			}
+		})
+	}
+}
+
+// TestReportJSON checks the JSON form of a report.
+func TestReportJSON(t *testing.T) {
+	r := run(t, conformance.Options{Binary: bins.Plugin("dsa"), MaxRequests: 50})
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Binary  string   `json:"binary"`
+		Plugin  string   `json:"plugin"`
+		Names   []string `json:"names"`
+		Passed  bool     `json:"passed"`
+		Latency struct {
+			Samples int   `json:"samples"`
+			P50     int64 `json:"p50_ns"`
+			P99     int64 `json:"p99_ns"`
+		} `json:"latency"`
+		Checks []struct {
+			Name   string `json:"name"`
+			Status string `json:"status"`
+			Detail string `json:"detail"`
+		} `json:"checks"`
+	}
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !back.Passed || back.Plugin != "dsa" || len(back.Names) != 2 || back.Latency.Samples == 0 ||
+		back.Latency.P50 <= 0 || back.Latency.P99 < back.Latency.P50 || len(back.Checks) != len(conformance.CheckNames()) {
+		t.Fatalf("JSON report: %s", data)
+	}
+	for _, c := range back.Checks {
+		if c.Status == "" || c.Detail == "" {
+			t.Errorf("check %q has no status or detail", c.Name)
+		}
+	}
+}
+
+// TestRunErrors checks the errors of a run that cannot be made.
+func TestRunErrors(t *testing.T) {
+	ctx := context.Background()
+	if _, err := conformance.Run(ctx, conformance.Options{}); err == nil {
+		t.Error("no binary: no error")
+	}
+	if _, err := conformance.Run(ctx, conformance.Options{Binary: t.TempDir() + "/nope"}); err == nil {
+		t.Error("missing binary: no error")
+	}
+}

@@ -1,0 +1,40 @@
+// Package conformance is the suite a backend plugin must pass before an
+// attnplug host can rely on it: the checks that `attnplug conform
+// PLUGIN_BINARY` runs, and that a vendor runs in CI.
+//
+// Run starts the binary the way the host does (go-plugin, gRPC only, the
+// attnplug handshake and protocol versions, automatic mutual TLS) and keeps
+// that one process for the whole suite. It checks, in order:
+//
+//   - run-by-hand: started without the host's magic cookie, the binary exits
+//     with a non-zero status and writes nothing to stdout;
+//   - handshake: go-plugin's handshake succeeds and a protocol version this
+//     host speaks is negotiated;
+//   - protocol-version: the description's protocol version is the
+//     negotiated one;
+//   - description: the description is well-formed (names, version, methods,
+//     aliases, reads) and stable from one call to the next;
+//   - unknown-name: a name the plugin does not serve is refused as unknown;
+//   - coverage: every declared name answers every request of the generated
+//     set (every forward mode, CUDA-graph flags, prefix sums around the
+//     thresholds, sequence sums around the capacity, every platform, each
+//     boolean fact, and the name's own constants at equality);
+//   - catalog: every method answered is among the name's declared Methods;
+//   - determinism: the same request gets the same answer a second time;
+//   - batch: DispatchBatch agrees with Dispatch;
+//   - reads: two requests with the same core.Reads.Key under the declared
+//     Reads get the same answer, since a host caches answers by that key;
+//   - bad-requests: invalid requests are refused with InvalidArgument, one
+//     at a time and inside a batch, and the plugin answers afterwards;
+//   - latency: p50 and p99 of one Dispatch call, optionally bounded;
+//   - kernels: kernel outputs against the CPU reference, when kernels are
+//     declared (protocol v1 declares none: skipped);
+//   - process: one process, never restarted, served the whole suite.
+//
+// Every call has a deadline (Options.CallTimeout), so a plugin that hangs
+// fails its check quickly; once a plugin has stopped answering or exited,
+// the checks that need it are skipped and the report says why.
+//
+// The Report lists each check with pass, fail or skip and a detail; it
+// prints as text (WriteText) or JSON (its fields carry JSON tags).
+package conformance

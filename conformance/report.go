@@ -1,0 +1,200 @@
+package conformance
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+// The outcomes of a check.
+const (
+	// Pass means the plugin did what the check asks.
+	Pass Status = "pass"
+	// Fail means it did not; Detail says how.
+	Fail Status = "fail"
+	// Skip means the check did not run; Detail says why.
+	Skip Status = "skip"
+)
+
+// The names of the checks, in the order Run runs them.
+const (
+	// CheckRunByHand: run without the magic cookie, the binary exits
+	// non-zero and writes nothing to stdout.
+	CheckRunByHand = "run-by-hand"
+	// CheckHandshake: go-plugin's handshake succeeds on a protocol version
+	// the host speaks.
+	CheckHandshake = "handshake"
+	// CheckProtocolVersion: the description's protocol version is the
+	// negotiated one.
+	CheckProtocolVersion = "protocol-version"
+	// CheckDescription: the description is well-formed and stable.
+	CheckDescription = "description"
+	// CheckUnknownName: a name the plugin does not serve is refused as
+	// unknown.
+	CheckUnknownName = "unknown-name"
+	// CheckCoverage: every declared name answers every generated request.
+	CheckCoverage = "coverage"
+	// CheckCatalog: every answer is among the name's declared methods.
+	CheckCatalog = "catalog"
+	// CheckDeterminism: a request asked again gets the same answer.
+	CheckDeterminism = "determinism"
+	// CheckBatch: DispatchBatch agrees with Dispatch.
+	CheckBatch = "batch"
+	// CheckReads: requests with the same Reads.Key get the same answer.
+	CheckReads = "reads"
+	// CheckBadRequests: invalid requests are refused with InvalidArgument
+	// and the plugin goes on answering.
+	CheckBadRequests = "bad-requests"
+	// CheckLatency: the p50 and p99 of a Dispatch call, optionally bounded.
+	CheckLatency = "latency"
+	// CheckKernels: kernel outputs against the reference, when declared.
+	CheckKernels = "kernels"
+	// CheckProcess: one process served the whole suite.
+	CheckProcess = "process"
+)
+
+// CheckNames returns the name of every check, in the order Run runs them.
+func CheckNames() []string {
+	return []string{
+		CheckRunByHand, CheckHandshake, CheckProtocolVersion, CheckDescription,
+		CheckUnknownName, CheckCoverage, CheckCatalog, CheckDeterminism,
+		CheckBatch, CheckReads, CheckBadRequests, CheckLatency, CheckKernels,
+		CheckProcess,
+	}
+}
+
+// maxProblems is how many problems a check lists before it only counts.
+const maxProblems = 5
+
+// Check is the outcome of one check of the suite.
+type Check struct {
+	// Name is the check's name, one of CheckNames.
+	Name string `json:"name"`
+	// Status is pass, fail or skip.
+	Status Status `json:"status"`
+	// Detail says what was checked, or what went wrong.
+	Detail string `json:"detail"`
+	// Problems lists the first failures found, one per line.
+	Problems []string `json:"problems,omitempty"`
+	// MoreProblems counts the failures found past those listed.
+	MoreProblems int `json:"more_problems,omitempty"`
+	// Duration is how long the check took.
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// problem records one failure of c: the first few are listed.
+func (c *Check) problem(format string, args ...any) {
+	c.Status = Fail
+	if len(c.Problems) < maxProblems {
+		c.Problems = append(c.Problems, fmt.Sprintf(format, args...))
+		return
+	}
+	c.MoreProblems++
+}
+
+// Latency is the distribution of single Dispatch calls.
+type Latency struct {
+	// Samples is how many calls were measured.
+	Samples int `json:"samples"`
+	// P50 is the median call time.
+	P50 time.Duration `json:"p50_ns"`
+	// P99 is the 99th percentile call time.
+	P99 time.Duration `json:"p99_ns"`
+	// Max is the slowest call.
+	Max time.Duration `json:"max_ns"`
+}
+
+// Report is the outcome of a conformance run.
+type Report struct {
+	// Binary is the plugin binary checked.
+	Binary string `json:"binary"`
+	// Plugin is the plugin's family name, from its description.
+	Plugin string `json:"plugin,omitempty"`
+	// Version is the plugin's version, from its description.
+	Version string `json:"version,omitempty"`
+	// ProtocolVersion is the protocol version negotiated.
+	ProtocolVersion int `json:"protocol_version,omitempty"`
+	// PID is the plugin process that served the suite.
+	PID int `json:"pid,omitempty"`
+	// Names are the backend names the plugin declares.
+	Names []string `json:"names,omitempty"`
+	// Requests is how many dispatch requests were answered.
+	Requests int `json:"requests"`
+	// Latency is the distribution of single Dispatch calls.
+	Latency Latency `json:"latency"`
+	// Checks are the checks, in the order they ran.
+	Checks []Check `json:"checks"`
+	// Passed is true when no check failed.
+	Passed bool `json:"passed"`
+	// Duration is how long the whole suite took.
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// Check returns the check called name, and whether the report has it.
+func (r *Report) Check(name string) (Check, bool) {
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Check{}, false
+}
+
+// Failed returns the checks that failed.
+func (r *Report) Failed() []Check {
+	var out []Check
+	for _, c := range r.Checks {
+		if c.Status == Fail {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Summary is one line: whether the plugin conforms and what failed.
+func (r *Report) Summary() string {
+	name := r.Plugin
+	if name == "" {
+		name = r.Binary
+	}
+	failed := r.Failed()
+	if len(failed) == 0 {
+		return fmt.Sprintf("PASS: %s conforms (%d checks, %d requests)", name, len(r.Checks), r.Requests)
+	}
+	names := make([]string, len(failed))
+	for i, c := range failed {
+		names[i] = c.Name
+	}
+	return fmt.Sprintf("FAIL: %s: %d of %d checks failed: %s", name, len(failed), len(r.Checks), strings.Join(names, ", "))
+}
+
+// WriteText writes the report for a person: a header, one line per check
+// with its problems indented below it, and the summary line.
+func (r *Report) WriteText(w io.Writer) error {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "attnplug conformance: %s\n", r.Binary)
+	if r.Plugin != "" {
+		fmt.Fprintf(&sb, "plugin %s %s, protocol %d, pid %d, names: %s\n",
+			r.Plugin, r.Version, r.ProtocolVersion, r.PID, strings.Join(r.Names, ", "))
+	}
+	sb.WriteString("\n")
+	tw := tabwriter.NewWriter(&sb, 2, 4, 2, ' ', 0)
+	for _, c := range r.Checks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.ToUpper(string(c.Status)), c.Name, c.Detail)
+		for _, p := range c.Problems {
+			fmt.Fprintf(tw, "\t\t  - %s\n", p)
+		}
+		if c.MoreProblems > 0 {
+			fmt.Fprintf(tw, "\t\t  - and %d more\n", c.MoreProblems)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(&sb, "\n%s in %s\n", r.Summary(), r.Duration.Round(time.Millisecond))
+	_, err := io.WriteString(w, sb.String())
+	return err
+}

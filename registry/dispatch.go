@@ -1,0 +1,432 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/attnplug/attnplug/core"
+)
+
+// route is what one backend name resolves to in a route table.
+type route struct {
+	name    string
+	plugin  *plugin // nil: no plugin serves the name
+	handler core.HandlerInfo
+	methods uint32       // bit m set: method m declared
+	cache   *answerCache // nil: the handler's reads cannot be cached
+	missing bool         // an expected name that no plugin serves
+}
+
+func newRoute(h core.HandlerInfo, p *plugin, cache bool) *route {
+	rt := &route{name: h.Name, plugin: p, handler: h}
+	for _, m := range h.Methods {
+		if m.Valid() {
+			rt.methods |= 1 << m
+		}
+	}
+	if cache && h.Reads.Cacheable() {
+		rt.cache = &answerCache{}
+	}
+	return rt
+}
+
+func (rt *route) declares(m core.Method) bool { return m.Valid() && rt.methods&(1<<m) != 0 }
+
+// Result is the outcome of one request of a batch.
+type Result struct {
+	// Answer is valid when Err is nil.
+	Answer core.Answer
+	// Err is why the request was not decided.
+	Err error
+}
+
+// Dispatch answers req. It fills an unset platform, validates the request
+// (an invalid one returns an error wrapping core.ErrInvalidRequest), and
+// asks the plugin serving req.Backend, unless the plugin's answer for
+// requests like this one is known already: a handler declares the facts its
+// rules read, and answers are cached by those facts. When the plugin cannot
+// answer, the triton rules do and the answer says why in Fallback, or, with
+// Config.Strict, Dispatch returns an error wrapping core.ErrRefused. req is
+// not modified.
+func (r *Registry) Dispatch(ctx context.Context, req *core.Request) (core.Answer, error) {
+	return r.dispatch(ctx, r.table.Load().routes[req.Backend], req)
+}
+
+// Dispatcher answers the requests of one backend name. Resolve it once and
+// call Dispatch per layer: after the first requests of each kind it answers
+// from the cache of the plugin's answers, without a call to the plugin and
+// without allocating. It follows reloads. It is safe for concurrent use.
+type Dispatcher struct {
+	r    *Registry
+	name string
+	cur  atomicBinding
+}
+
+// Resolve returns the Dispatcher of name. Any name resolves: one that no
+// plugin serves is answered by the triton rules.
+func (r *Registry) Resolve(name string) *Dispatcher {
+	d := &Dispatcher{r: r, name: name}
+	d.bind()
+	return d
+}
+
+// Name returns the backend name d answers.
+func (d *Dispatcher) Name() string { return d.name }
+
+func (d *Dispatcher) bind() *binding {
+	t := d.r.table.Load()
+	b := &binding{table: t, rt: t.routes[d.name]}
+	d.cur.Store(b)
+	return b
+}
+
+func (d *Dispatcher) route() *route {
+	b := d.cur.Load()
+	if b.table != d.r.table.Load() {
+		b = d.bind()
+	}
+	return b.rt
+}
+
+// Dispatch answers req as Registry.Dispatch does; req.Backend is ignored:
+// the Dispatcher's name is asked.
+func (d *Dispatcher) Dispatch(ctx context.Context, req *core.Request) (core.Answer, error) {
+	if req.Backend != d.name {
+		cp := *req
+		cp.Backend = d.name
+		req = &cp
+	}
+	return d.r.dispatch(ctx, d.route(), req)
+}
+
+// Pass answers the layers of one forward pass: the batch and runtime facts
+// are checked and summed once, and each layer then costs a cache lookup.
+type Pass struct {
+	d   *Dispatcher
+	rt  *route
+	req core.Request
+	sum sums
+}
+
+type sums struct{ prefix, seq int64 }
+
+// Begin starts a forward pass over batch with runtime. It validates both,
+// as Dispatch does, and returns the error of an invalid request. The
+// slices of batch must not change until the pass is done.
+func (d *Dispatcher) Begin(batch *core.Batch, runtime *core.Runtime) (*Pass, error) {
+	p := &Pass{}
+	if err := d.BeginInto(p, batch, runtime); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// BeginInto is Begin into a Pass the caller owns, so that a forward loop
+// allocates nothing.
+func (d *Dispatcher) BeginInto(p *Pass, batch *core.Batch, runtime *core.Runtime) error {
+	p.d, p.rt = d, d.route()
+	p.req = core.Request{Backend: d.name, Batch: *batch, Runtime: *runtime}
+	p.req.Layer = core.Layer{ChunkedPrefixCacheThreshold: core.DefaultChunkedPrefixCacheThreshold}
+	if p.req.Runtime.Platform == core.PlatformUnset {
+		p.req.Runtime.Platform = d.r.cfg.Platform
+	}
+	if err := p.req.Validate(); err != nil {
+		return err
+	}
+	p.sum = sums{prefix: batch.PrefixSum(), seq: batch.SeqSum()}
+	return nil
+}
+
+// Dispatch answers the pass's batch for one layer.
+func (p *Pass) Dispatch(ctx context.Context, layer *core.Layer) (core.Answer, error) {
+	rt := p.rt
+	if rt != nil && rt.cache != nil {
+		k := rt.handler.Reads.KeyWithSums(&core.Request{Backend: p.req.Backend, Layer: *layer, Batch: p.req.Batch, Runtime: p.req.Runtime}, p.sum.prefix, p.sum.seq)
+		if m, ok := rt.cache.get(k); ok {
+			return core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}, nil
+		}
+	}
+	req := p.req
+	req.Layer = *layer
+	return p.d.r.decide(ctx, rt, &req)
+}
+
+// dispatch prepares and validates req, then decides it by rt.
+func (r *Registry) dispatch(ctx context.Context, rt *route, req *core.Request) (core.Answer, error) {
+	if req.Runtime.Platform == core.PlatformUnset {
+		cp := *req
+		cp.Runtime.Platform = r.cfg.Platform
+		req = &cp
+	}
+	if err := req.Validate(); err != nil {
+		return core.Answer{}, err
+	}
+	if rt != nil && rt.cache != nil && !r.closed.Load() {
+		if m, ok := rt.cache.get(rt.handler.Reads.Key(req)); ok {
+			return core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}, nil
+		}
+	}
+	return r.decide(ctx, rt, req)
+}
+
+// decide answers a valid request by rt without the cache, and fills the
+// cache with the plugin's answer.
+func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (core.Answer, error) {
+	if rt == nil {
+		r.noteUnknown(req.Backend)
+		return r.decideTriton(req, ""), nil
+	}
+	if rt.missing {
+		return r.fallback(req, "", &failure{ReasonPluginMissing,
+			fmt.Errorf("no plugin in %s serves %q", strings.Join(r.cfg.PluginDirs, ":"), req.Backend)})
+	}
+	p := rt.plugin
+	if p.unsupported != "" {
+		return r.fallback(req, p.name, &failure{ReasonUnsupportedHardware,
+			fmt.Errorf("plugin %s does not run on this host: %s", p.name, p.unsupported)})
+	}
+	for {
+		inst, err := p.acquire(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return core.Answer{}, ctx.Err()
+			}
+			return r.fallback(req, p.name, err)
+		}
+		if !inst.enter() {
+			continue // retired by a reload or failure between acquire and enter
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		m, err := inst.backend.Dispatch(cctx, req)
+		cancel()
+		inst.leave()
+		if err == nil && !rt.declares(m) {
+			err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, req.Backend)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return core.Answer{}, ctx.Err()
+			}
+			return r.callFailed(req, p, inst, err)
+		}
+		r.succeeded(p)
+		if rt.cache != nil {
+			rt.cache.put(rt.handler.Reads.Key(req), m)
+		}
+		return core.Answer{Method: m, Handler: rt.name, Plugin: p.name}, nil
+	}
+}
+
+func (r *Registry) succeeded(p *plugin) {
+	r.fallbacks.recovered(p.name)
+	p.succeeded()
+}
+
+// maxUnknownLogged bounds the names remembered for the once-per-name log.
+const maxUnknownLogged = 1024
+
+func (r *Registry) noteUnknown(name string) {
+	if name == core.TritonName || r.nUnknown.Load() >= maxUnknownLogged {
+		return
+	}
+	if _, loaded := r.unknown.LoadOrStore(name, true); !loaded {
+		r.nUnknown.Add(1)
+		r.log.Info("no plugin serves this name; the triton rules decide, as in sglang", "backend", name)
+	}
+}
+
+// callFailed handles a failed call to a running instance.
+func (r *Registry) callFailed(req *core.Request, p *plugin, inst *instance, err error) (core.Answer, error) {
+	if errors.Is(err, core.ErrInvalidRequest) {
+		// The plugin refused this request; the plugin is fine.
+		return r.fallback(req, p.name, &failure{ReasonRefused, fmt.Errorf("plugin %s refused the request: %w", p.name, err)})
+	}
+	reason := classify(err)
+	p.fail(inst, reason, err)
+	return r.fallback(req, p.name, &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)})
+}
+
+// decideTriton answers by the in-process triton rules.
+func (r *Registry) decideTriton(req *core.Request, fallback string) core.Answer {
+	return core.Answer{Method: core.TritonDecide(req), Handler: core.TritonName, Plugin: core.PluginCore, Fallback: fallback}
+}
+
+// fallback answers by the triton rules because of err, or refuses under
+// Strict. Either way it is logged.
+func (r *Registry) fallback(req *core.Request, plugin string, err error) (core.Answer, error) {
+	var f *failure
+	if !errors.As(err, &f) {
+		f = &failure{ReasonCrashed, err}
+	}
+	msg := f.Error()
+	r.fallbacks.record(req.Backend, plugin, f.reason, msg, r.cfg.Strict)
+	if r.cfg.Strict {
+		return core.Answer{}, fmt.Errorf("%w: %s (strict: no fallback to triton)", core.ErrRefused, msg)
+	}
+	return r.decideTriton(req, msg), nil
+}
+
+// DispatchBatch answers reqs[i] into out[i] for every i, as Dispatch
+// would, with one call per plugin for all the requests that the caches do
+// not answer. len(out) must be len(reqs). The plugins are asked
+// concurrently. It returns an error only when ctx ends.
+func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out []Result) error {
+	if len(out) != len(reqs) {
+		return fmt.Errorf("dispatch batch: %d results for %d requests", len(out), len(reqs))
+	}
+	t := r.table.Load()
+	var groups map[*plugin]*batchGroup
+	for i := range reqs {
+		req := &reqs[i]
+		if req.Runtime.Platform == core.PlatformUnset {
+			req.Runtime.Platform = r.cfg.Platform
+		}
+		if err := req.Validate(); err != nil {
+			out[i] = Result{Err: err}
+			continue
+		}
+		rt := t.routes[req.Backend]
+		if rt == nil || rt.plugin == nil || rt.plugin.unsupported != "" {
+			a, err := r.decide(ctx, rt, req)
+			out[i] = Result{a, err}
+			continue
+		}
+		var k core.Key
+		if rt.cache != nil {
+			k = rt.handler.Reads.Key(req)
+			if m, ok := rt.cache.get(k); ok {
+				out[i] = Result{Answer: core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}}
+				continue
+			}
+		}
+		if groups == nil {
+			groups = map[*plugin]*batchGroup{}
+		}
+		g := groups[rt.plugin]
+		if g == nil {
+			g = &batchGroup{}
+			groups[rt.plugin] = g
+		}
+		g.idx = append(g.idx, i)
+		g.routes = append(g.routes, rt)
+		g.keys = append(g.keys, k)
+	}
+	var wg sync.WaitGroup
+	for p, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.batchCall(ctx, p, g, reqs, out)
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// batchGroup is the requests of one batch that go to one plugin.
+type batchGroup struct {
+	idx    []int
+	routes []*route
+	keys   []core.Key
+}
+
+// batchCall asks p for the requests of g in one call; when the call fails,
+// each request falls back on its own.
+func (r *Registry) batchCall(ctx context.Context, p *plugin, g *batchGroup, reqs []core.Request, out []Result) {
+	sub := make([]core.Request, len(g.idx))
+	for j, i := range g.idx {
+		sub[j] = reqs[i]
+	}
+	res := make([]core.Result, len(sub))
+	var callErr error
+	for {
+		inst, err := p.acquire(ctx)
+		if err != nil {
+			callErr = err
+			break
+		}
+		if !inst.enter() {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		err = inst.backend.DispatchBatch(cctx, sub, res)
+		cancel()
+		inst.leave()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, core.ErrInvalidRequest) {
+			reason := classify(err)
+			p.fail(inst, reason, err)
+			callErr = &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)}
+		} else {
+			callErr = err
+		}
+		break
+	}
+	ok := false
+	for j, i := range g.idx {
+		rt := g.routes[j]
+		if callErr != nil {
+			if ctx.Err() != nil {
+				out[i] = Result{Err: ctx.Err()}
+				continue
+			}
+			a, err := r.fallback(&reqs[i], p.name, callErr)
+			out[i] = Result{a, err}
+			continue
+		}
+		m, err := res[j].Method, res[j].Err
+		if err == nil && !rt.declares(m) {
+			err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, reqs[i].Backend)
+		}
+		if err != nil {
+			a, ferr := r.fallbackFor(&reqs[i], p, err)
+			out[i] = Result{a, ferr}
+			continue
+		}
+		ok = true
+		if rt.cache != nil {
+			rt.cache.put(g.keys[j], m)
+		}
+		out[i] = Result{Answer: core.Answer{Method: m, Handler: rt.name, Plugin: p.name}}
+	}
+	if ok {
+		r.succeeded(p)
+	}
+}
+
+// fallbackFor answers a request whose own result was an error.
+func (r *Registry) fallbackFor(req *core.Request, p *plugin, err error) (core.Answer, error) {
+	reason := ReasonRefused
+	if !errors.Is(err, core.ErrInvalidRequest) {
+		reason = classify(err)
+	}
+	return r.fallback(req, p.name, &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)})
+}
+
+// Close ends every plugin process the registry started and waits for them.
+// Later requests fall back with ReasonClosed. Close is idempotent.
+func (r *Registry) Close() error {
+	r.closeOnce.Do(func() {
+		r.closed.Store(true)
+		t := r.table.Load()
+		var wg sync.WaitGroup
+		for _, p := range t.plugins {
+			wg.Add(1)
+			go func() { defer wg.Done(); p.stop() }()
+		}
+		wg.Wait()
+		r.fallbacks.summary()
+	})
+	return nil
+}
+
+// binding is a Dispatcher's route and the table it came from.
+type binding struct {
+	table *routeTable
+	rt    *route
+}
+
+type atomicBinding = atomic.Pointer[binding]
