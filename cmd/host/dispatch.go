@@ -19,6 +19,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	var h hostFlags
 	h.register(fs)
 	maxLine := fs.Int("max-line-bytes", jsonl.MaxLineBytes, "longest request line accepted; longer lines are refused")
+	connect := fs.String("connect", "", "send the requests to a running attnplug serve at this address (unix:///path or host:port) instead of loading plugins")
 	if err := parseFlags(fs, e, args, "attnplug dispatch [flags] < requests.jsonl > answers.jsonl"); err != nil {
 		return err
 	}
@@ -29,12 +30,23 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	reg, err := h.openRegistry(ctx, logger)
-	if err != nil {
-		return err
+	var d batchDispatcher
+	if *connect != "" {
+		c, err := dialServer(ctx, *connect)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		d = c
+	} else {
+		reg, err := h.openRegistry(ctx, logger)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		d = reg
 	}
-	defer reg.Close()
-	refused, err := dispatchStream(ctx, reg, e.stdin, e.stdout, *maxLine)
+	refused, err := dispatchStream(ctx, d, e.stdin, e.stdout, *maxLine)
 	if err != nil {
 		return err
 	}
@@ -44,55 +56,125 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// inputLine is one line read from the request stream.
-type inputLine struct {
-	data []byte
-	n    int
-	err  error
+// batchDispatcher answers batches of requests: the registry in process, or
+// a running attnplug serve.
+type batchDispatcher interface {
+	DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.Result) error
 }
 
-// readLines sends every line of r to out, then closes it. It stops early
-// when ctx ends.
-func readLines(ctx context.Context, r *jsonl.Reader, out chan<- inputLine) {
+// Chunks bound what the pipeline holds: a chunk is at most chunkLines
+// requests or chunkBytes of input lines, and at most pipelineDepth chunks
+// wait between the reader and the dispatcher.
+const (
+	chunkLines    = 1024
+	chunkBytes    = 8 << 20
+	pipelineDepth = 2
+)
+
+// chunk is a run of consecutive input lines, decoded.
+type chunk struct {
+	first int // line number of items[0]
+	items []item
+	reqs  []core.Request // the valid requests, in order
+	out   []registry.Result
+	err   error // a read error after the items: the stream ends
+}
+
+// item is one input line: its request index in reqs, or why it has none.
+type item struct {
+	n   int
+	req int // index into reqs; -1 when err is set
+	err error
+}
+
+// readChunks decodes the lines of r into chunks. It sends a chunk when it
+// is full or when no more input is already waiting: it never waits for
+// input to fill a chunk.
+func readChunks(ctx context.Context, r *jsonl.Reader, out chan<- *chunk, free <-chan *chunk) {
 	defer close(out)
 	for {
-		line, n, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return
+		var c *chunk
+		select {
+		case c = <-free:
+		default:
+			c = &chunk{}
 		}
-		l := inputLine{n: n, err: err}
-		if err == nil {
-			l.data = bytes.Clone(line)
+		c.items, c.reqs, c.err = c.items[:0], c.reqs[:0], nil
+		bytesIn := 0
+		for len(c.items) < chunkLines && bytesIn < chunkBytes {
+			line, n, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil && n == 0 {
+				c.err = err
+				break
+			}
+			bytesIn += len(line)
+			it := item{n: n, req: -1, err: err}
+			if err == nil {
+				it.err = decodeInto(line, c)
+				if it.err == nil {
+					it.req = len(c.reqs) - 1
+				}
+			}
+			c.items = append(c.items, it)
+			if !r.Buffered() {
+				break
+			}
+		}
+		if len(c.items) == 0 && c.err == nil {
+			return // end of input
 		}
 		select {
-		case out <- l:
+		case out <- c:
 		case <-ctx.Done():
 			return
 		}
-		if err != nil && n == 0 {
-			return // a read error, not a bad line
+		if c.err != nil {
+			return
 		}
 	}
 }
 
+// decodeInto decodes line as the next request of c, reusing the slices of
+// the request that stood there in an earlier use of the chunk.
+func decodeInto(line []byte, c *chunk) error {
+	if len(bytes.TrimSpace(line)) == 0 {
+		return errors.New("empty line (want one JSON request object per line)")
+	}
+	if len(c.reqs) < cap(c.reqs) {
+		c.reqs = c.reqs[:len(c.reqs)+1]
+	} else {
+		c.reqs = append(c.reqs, core.Request{})
+	}
+	req := &c.reqs[len(c.reqs)-1]
+	if err := jsonl.DecodeRequest(line, req); err != nil {
+		c.reqs = c.reqs[:len(c.reqs)-1]
+		return err
+	}
+	return nil
+}
+
 // dispatchStream answers every request line of in on out, in order, and
-// returns how many lines were refused. An answer is flushed as soon as no
-// further input is waiting.
-func dispatchStream(ctx context.Context, reg *registry.Registry, in io.Reader, out io.Writer, maxLine int) (int, error) {
+// returns how many lines were refused. Lines already waiting are decided
+// together, one call per plugin for what the answer caches do not hold;
+// the answers are flushed as soon as no further input is waiting.
+func dispatchStream(ctx context.Context, d batchDispatcher, in io.Reader, out io.Writer, maxLine int) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lines := make(chan inputLine, 256)
-	go readLines(ctx, jsonl.NewReader(in, maxLine), lines)
+	chunks := make(chan *chunk, pipelineDepth)
+	free := make(chan *chunk, pipelineDepth+1)
+	go readChunks(ctx, jsonl.NewReader(in, maxLine), chunks, free)
 
-	w := bufio.NewWriterSize(out, 64<<10)
+	w := bufio.NewWriterSize(out, 256<<10)
 	refused := 0
-	var req core.Request
 	var buf []byte
 	for {
-		var l inputLine
+		var c *chunk
 		var ok bool
 		select {
-		case l, ok = <-lines:
+		case c, ok = <-chunks:
 		case <-ctx.Done():
 			w.Flush()
 			return refused, fmt.Errorf("dispatch: %w", ctx.Err())
@@ -100,23 +182,40 @@ func dispatchStream(ctx context.Context, reg *registry.Registry, in io.Reader, o
 		if !ok {
 			break
 		}
-		if l.err != nil && l.n == 0 {
+		if cap(c.out) < len(c.reqs) {
+			c.out = make([]registry.Result, len(c.reqs))
+		}
+		c.out = c.out[:len(c.reqs)]
+		if err := d.DispatchBatch(ctx, c.reqs, c.out); err != nil {
 			w.Flush()
-			return refused, fmt.Errorf("dispatch: read requests: %w", l.err)
+			return refused, fmt.Errorf("dispatch: %w", err)
 		}
 		buf = buf[:0]
-		if err := decideLine(ctx, reg, l, &req, &buf); err != nil {
-			if ctx.Err() != nil {
-				w.Flush()
-				return refused, fmt.Errorf("dispatch: %w", ctx.Err())
+		for _, it := range c.items {
+			err := it.err
+			if err == nil {
+				res := c.out[it.req]
+				if err = res.Err; err == nil {
+					buf = jsonl.AppendAnswer(buf, res.Answer)
+					continue
+				}
 			}
 			refused++
-			buf = jsonl.AppendError(buf[:0], l.n, err)
+			buf = jsonl.AppendError(buf, it.n, err)
 		}
 		if _, err := w.Write(buf); err != nil {
 			return refused, fmt.Errorf("dispatch: write answers: %w", err)
 		}
-		if len(lines) == 0 {
+		readErr := c.err
+		select {
+		case free <- c:
+		default:
+		}
+		if readErr != nil {
+			w.Flush()
+			return refused, fmt.Errorf("dispatch: read requests: %w", readErr)
+		}
+		if len(chunks) == 0 {
 			if err := w.Flush(); err != nil {
 				return refused, fmt.Errorf("dispatch: write answers: %w", err)
 			}
@@ -126,24 +225,4 @@ func dispatchStream(ctx context.Context, reg *registry.Registry, in io.Reader, o
 		return refused, fmt.Errorf("dispatch: write answers: %w", err)
 	}
 	return refused, nil
-}
-
-// decideLine appends the answer of one line to buf, or returns why it has
-// none.
-func decideLine(ctx context.Context, reg *registry.Registry, l inputLine, req *core.Request, buf *[]byte) error {
-	if l.err != nil {
-		return l.err
-	}
-	if len(bytes.TrimSpace(l.data)) == 0 {
-		return errors.New("empty line (want one JSON request object per line)")
-	}
-	if err := jsonl.DecodeRequest(l.data, req); err != nil {
-		return err
-	}
-	a, err := reg.Dispatch(ctx, req)
-	if err != nil {
-		return err
-	}
-	*buf = jsonl.AppendAnswer(*buf, a)
-	return nil
 }
