@@ -137,6 +137,12 @@ func (r *Reads) Key(req *Request) Key {
 // req.Batch.PrefixSum() and seqSum req.Batch.SeqSum(), computed once for
 // all the layers of a forward pass.
 func (r *Reads) KeyWithSums(req *Request, prefixSum, seqSum int64) Key {
+	return r.BatchKey(req, prefixSum, seqSum) | r.LayerKey(&req.Layer, prefixSum)
+}
+
+// BatchKey is the part of KeyWithSums that does not depend on req.Layer:
+// the same for every layer of a forward pass.
+func (r *Reads) BatchKey(req *Request, prefixSum, seqSum int64) Key {
 	f := r.Facts
 	var k Key
 	if f&FactMode != 0 {
@@ -164,7 +170,33 @@ func (r *Reads) KeyWithSums(req *Request, prefixSum, seqSum int64) Key {
 	if req.Batch.MLAPrefillCP {
 		b |= FactMLAPrefillCP
 	}
-	l := &req.Layer
+	if prefixSum == 0 {
+		b |= FactPrefixSumZero
+	}
+	if seqSum <= req.Batch.MaxChunkCapacity {
+		b |= FactSeqSumWithinCapacity
+	}
+	k |= factBits(b & f)
+	bit := uint(keyConstShift)
+	for _, c := range r.PrefixSumAtLeast {
+		if prefixSum >= c {
+			k |= 1 << bit
+		}
+		bit++
+	}
+	for _, c := range r.SeqSumAtMost {
+		if seqSum <= c {
+			k |= 1 << bit
+		}
+		bit++
+	}
+	return k
+}
+
+// LayerKey is the part of KeyWithSums that depends on the layer; prefixSum
+// is the batch's sum of prefix lengths.
+func (r *Reads) LayerKey(l *Layer, prefixSum int64) Key {
+	var b Fact
 	if l.DisableChunkedPrefixCache {
 		b |= FactDisableChunkedPrefixCache
 	}
@@ -183,29 +215,13 @@ func (r *Reads) KeyWithSums(req *Request, prefixSum, seqSum int64) Key {
 	if l.IntelAMX {
 		b |= FactIntelAMX
 	}
-	if prefixSum == 0 {
-		b |= FactPrefixSumZero
-	}
 	if prefixSum >= l.ChunkedPrefixCacheThreshold {
 		b |= FactPrefixSumAtThreshold
 	}
-	if seqSum <= req.Batch.MaxChunkCapacity {
-		b |= FactSeqSumWithinCapacity
-	}
-	b &= f
-	k |= Key(b>>2) << keyFactShift // FactPiecewiseCUDAGraph is Fact bit 2
-	bit := uint(keyConstShift)
-	for _, c := range r.PrefixSumAtLeast {
-		if prefixSum >= c {
-			k |= 1 << bit
-		}
-		bit++
-	}
-	for _, c := range r.SeqSumAtMost {
-		if seqSum <= c {
-			k |= 1 << bit
-		}
-		bit++
-	}
-	return k
+	return factBits(b & r.Facts)
+}
+
+// factBits places the boolean facts of b in their Key bits.
+func factBits(b Fact) Key {
+	return Key(b>>2) << keyFactShift // FactPiecewiseCUDAGraph is Fact bit 2
 }

@@ -106,10 +106,11 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req *core.Request) (core.Answ
 // Pass answers the layers of one forward pass: the batch and runtime facts
 // are checked and summed once, and each layer then costs a cache lookup.
 type Pass struct {
-	d   *Dispatcher
-	rt  *route
-	req core.Request
-	sum sums
+	d        *Dispatcher
+	rt       *route
+	req      core.Request
+	sum      sums
+	batchKey core.Key
 }
 
 type sums struct{ prefix, seq int64 }
@@ -138,6 +139,9 @@ func (d *Dispatcher) BeginInto(p *Pass, batch *core.Batch, runtime *core.Runtime
 		return err
 	}
 	p.sum = sums{prefix: batch.PrefixSum(), seq: batch.SeqSum()}
+	if p.rt != nil && p.rt.cache != nil {
+		p.batchKey = p.rt.handler.Reads.BatchKey(&p.req, p.sum.prefix, p.sum.seq)
+	}
 	return nil
 }
 
@@ -145,7 +149,7 @@ func (d *Dispatcher) BeginInto(p *Pass, batch *core.Batch, runtime *core.Runtime
 func (p *Pass) Dispatch(ctx context.Context, layer *core.Layer) (core.Answer, error) {
 	rt := p.rt
 	if rt != nil && rt.cache != nil {
-		k := rt.handler.Reads.KeyWithSums(&core.Request{Backend: p.req.Backend, Layer: *layer, Batch: p.req.Batch, Runtime: p.req.Runtime}, p.sum.prefix, p.sum.seq)
+		k := p.batchKey | rt.handler.Reads.LayerKey(layer, p.sum.prefix)
 		if m, ok := rt.cache.get(k); ok {
 			return core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}, nil
 		}

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -405,3 +406,35 @@ func (r *Registry) Handler(name string) (core.HandlerInfo, string, bool) {
 
 // Platform returns the platform that replaces an unset one.
 func (r *Registry) Platform() core.Platform { return r.cfg.Platform }
+
+// Start starts, concurrently, the processes of every usable plugin that is
+// not running yet, and returns when all are ready or failed, with how long
+// each start took. A host calls it to pay the start-up cost before the
+// first request; plugins otherwise start on their first request.
+func (r *Registry) Start(ctx context.Context) (map[string]time.Duration, error) {
+	t := r.table.Load()
+	var mu sync.Mutex
+	took := map[string]time.Duration{}
+	var errs []error
+	var wg sync.WaitGroup
+	for _, p := range t.plugins {
+		if p.unsupported != "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			_, err := p.acquire(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			took[p.name] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	return took, errors.Join(errs...)
+}

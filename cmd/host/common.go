@@ -28,6 +28,15 @@ type hostFlags struct {
 	callTimeout time.Duration
 	noCache     bool
 	strict      bool
+
+	// configHook, when set, changes the registry configuration last.
+	configHook func(*registry.Config)
+	lockFile    string
+	insecureDir bool
+	// noLock opens the registry without a lock file, for attnplug lock.
+	noLock bool
+	// lock is the lock file openRegistry used; nil when none.
+	lock *registry.Lock
 }
 
 func (h *hostFlags) register(fs *flag.FlagSet) {
@@ -38,6 +47,8 @@ func (h *hostFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.callTimeout, "timeout", 2*time.Second, "deadline of one call to a plugin")
 	fs.BoolVar(&h.noCache, "no-cache", false, "do not read or write the plugin description cache")
 	fs.BoolVar(&h.strict, "strict", false, "refuse requests instead of falling back to the triton rules")
+	fs.StringVar(&h.lockFile, "lock", "", "lock file pinning the plugin binaries by SHA-256 (default: "+registry.LockFileName+" in the first plugin directory, when present)")
+	fs.BoolVar(&h.insecureDir, "insecure-plugin-dir", false, "accept plugin directories and binaries that other users can write")
 }
 
 // parseFlags parses args with fs; -h prints the flags and returns errHelp.
@@ -134,6 +145,34 @@ func cacheDir() string {
 	return filepath.Join(d, "attnplug")
 }
 
+// lockPath returns the lock file the flags name: --lock, else
+// attnplug.lock in the first plugin directory; explicit says whether
+// --lock gave it.
+func (h *hostFlags) lockPath(dirs []string) (path string, explicit bool) {
+	if h.lockFile != "" {
+		return h.lockFile, true
+	}
+	if len(dirs) == 0 {
+		return "", false
+	}
+	return filepath.Join(dirs[0], registry.LockFileName), false
+}
+
+// readLock reads the lock file in use: the one --lock names, which must
+// exist, else the default one when it exists; nil when none is in use.
+func (h *hostFlags) readLock(dirs []string) (*registry.Lock, error) {
+	path, explicit := h.lockPath(dirs)
+	if path == "" {
+		return nil, nil
+	}
+	if !explicit {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+	}
+	return registry.ReadLock(path)
+}
+
 // openRegistry builds the registry of the host flags.
 func (h *hostFlags) openRegistry(ctx context.Context, logger hclog.Logger) (*registry.Registry, error) {
 	dirs, err := h.dirs()
@@ -145,15 +184,32 @@ func (h *hostFlags) openRegistry(ctx context.Context, logger hclog.Logger) (*reg
 		return nil, err
 	}
 	cfg := registry.Config{
-		PluginDirs:  dirs,
-		Logger:      logger.Named("registry"),
-		Platform:    platform,
-		CallTimeout: h.callTimeout,
-		Strict:      h.strict,
+		PluginDirs:        dirs,
+		Logger:            logger.Named("registry"),
+		Platform:          platform,
+		CallTimeout:       h.callTimeout,
+		Strict:            h.strict,
+		InsecurePluginDir: h.insecureDir,
+	}
+	if !h.noLock {
+		if cfg.Lock, err = h.readLock(dirs); err != nil {
+			return nil, err
+		}
+		h.lock = cfg.Lock
 	}
 	if !h.noCache {
 		cfg.CacheDir = cacheDir()
 	}
 	logger.Debug("opening registry", "plugin_dirs", strings.Join(dirs, ":"), "platform", platform.String())
+	if h.configHook != nil {
+		h.configHook(&cfg)
+	}
 	return registry.New(ctx, cfg)
+}
+
+// openRegistryWith is openRegistry with a last change to the configuration.
+func (h *hostFlags) openRegistryWith(ctx context.Context, logger hclog.Logger, change func(*registry.Config)) (*registry.Registry, error) {
+	h.configHook = change
+	defer func() { h.configHook = nil }()
+	return h.openRegistry(ctx, logger)
 }

@@ -42,9 +42,11 @@ func commands() []command {
 	return []command{
 		{"dispatch", "answer JSON Lines dispatch requests from stdin", runDispatch},
 		{"plugins", "list the plugins found, their versions and names", runPlugins},
+		{"lock", "pin the plugin binaries by SHA-256 in attnplug.lock", runLock},
 		{"detect", "show the hardware, each device's verdict, the default backends and the plugins it serves", runDetect},
 		{"doctor", "explain every unusable device and what to do about it", runDoctor},
 		{"demo", "replay sample DeepSeek-V3 batches through every backend name", runDemo},
+		{"bench", "measure dispatch: rules in process, one gRPC call per layer, the production path", runBench},
 		{"conform", "run the conformance suite on a plugin binary", runConform},
 		{"version", "print the version", runVersion},
 	}

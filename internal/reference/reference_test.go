@@ -9,31 +9,15 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/inproc"
 	"github.com/attnplug/attnplug/internal/reference"
 	"github.com/attnplug/attnplug/jsonl"
-	aiter "github.com/attnplug/attnplug/plugins/aiter/rules"
-	ascend "github.com/attnplug/attnplug/plugins/ascend/rules"
-	dsa "github.com/attnplug/attnplug/plugins/dsa/rules"
-	fa3 "github.com/attnplug/attnplug/plugins/fa3/rules"
-	flashinfer "github.com/attnplug/attnplug/plugins/flashinfer/rules"
-	intelxpu "github.com/attnplug/attnplug/plugins/intel_xpu/rules"
 )
 
 // inProcess decides a request by the plugins' rule packages, linked in,
 // with the triton rules for names none of them serves.
 func inProcess() func(*core.Request) (core.Method, string) {
-	rules := map[string]core.Rule{}
-	for _, set := range [][]core.Rule{fa3.Rules(), flashinfer.Rules(), aiter.Rules(), ascend.Rules(), dsa.Rules(), intelxpu.Rules(), {core.TritonRule()}} {
-		for _, r := range set {
-			rules[r.Name] = r
-		}
-	}
-	return func(req *core.Request) (core.Method, string) {
-		if r, ok := rules[req.Backend]; ok {
-			return r.Decide(req), r.Name
-		}
-		return core.TritonDecide(req), core.TritonName
-	}
+	return inproc.NewDecider().Decide
 }
 
 func oracle(t *testing.T) *reference.Oracle {

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/inproc"
+	"github.com/attnplug/attnplug/registry"
+)
+
+// deepSeekV3Layers is the number of attention layers of DeepSeek-V3.
+const deepSeekV3Layers = 61
+
+// benchPass is one forward pass of the trace: a batch and its layers.
+type benchPass struct {
+	kind    string
+	batch   core.Batch
+	runtime core.Runtime
+}
+
+// benchTrace returns n forward passes of a DeepSeek-V3 serving mix: fresh
+// prefills, chunked prefills over long cached prefixes, decode batches
+// (most passes), speculative target-verify, and decode inside a piecewise
+// CUDA graph.
+func benchTrace(n int, seed uint64) []benchPass {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	out := make([]benchPass, n)
+	for i := range out {
+		var p benchPass
+		p.batch.MaxChunkCapacity = 131072
+		switch x := rng.IntN(100); {
+		case x < 8: // fresh prefill
+			p.kind = "prefill"
+			bs := 1 + rng.IntN(4)
+			p.batch.Mode = core.ModeExtend
+			for j := 0; j < bs; j++ {
+				p.batch.ExtendPrefixLens = append(p.batch.ExtendPrefixLens, 0)
+				p.batch.SeqLens = append(p.batch.SeqLens, int64(256+rng.IntN(8192)))
+			}
+		case x < 16: // chunked prefill over a cached prefix
+			p.kind = "chunked-prefill"
+			bs := 1 + rng.IntN(2)
+			p.batch.Mode = core.ModeExtend
+			for j := 0; j < bs; j++ {
+				prefix := int64(4096 + rng.IntN(60000))
+				p.batch.ExtendPrefixLens = append(p.batch.ExtendPrefixLens, prefix)
+				p.batch.SeqLens = append(p.batch.SeqLens, prefix+int64(1024+rng.IntN(7168)))
+			}
+		case x < 26: // speculative verify
+			p.kind = "target-verify"
+			p.batch.Mode = core.ModeTargetVerify
+			fillDecode(rng, &p.batch, 4)
+		case x < 36: // decode in a piecewise CUDA graph
+			p.kind = "decode-graph"
+			p.batch.Mode = core.ModeDecode
+			p.runtime.PiecewiseCUDAGraph = true
+			fillDecode(rng, &p.batch, 1)
+		default:
+			p.kind = "decode"
+			p.batch.Mode = core.ModeDecode
+			fillDecode(rng, &p.batch, 1)
+		}
+		p.runtime.Platform = core.PlatformCUDA
+		out[i] = p
+	}
+	return out
+}
+
+func fillDecode(rng *rand.Rand, b *core.Batch, newTokens int64) {
+	bs := 8 + rng.IntN(120)
+	for j := 0; j < bs; j++ {
+		seq := int64(128 + rng.IntN(16000))
+		b.ExtendPrefixLens = append(b.ExtendPrefixLens, seq-newTokens)
+		b.SeqLens = append(b.SeqLens, seq)
+	}
+}
+
+// benchLayer is DeepSeek-V3's attention layer: every one of the 61 is the
+// same MLA layer with the fused q/kv-a projection.
+func benchLayer() core.Layer {
+	return core.Layer{ChunkedPrefixCacheThreshold: core.DefaultChunkedPrefixCacheThreshold, FusedQKVAProjWithMQA: true}
+}
+
+// benchResult is what attnplug bench prints.
+type benchResult struct {
+	Backend              string             `json:"backend"`
+	Passes               int                `json:"passes"`
+	Layers               int                `json:"layers_per_pass"`
+	InProcessNsPerPass   float64            `json:"in_process_ns_per_pass"`
+	InProcessNsPerLayer  float64            `json:"in_process_ns_per_layer"`
+	RPCPerLayerNsPerPass float64            `json:"rpc_per_layer_ns_per_pass"`
+	RPCNsPerLayer        float64            `json:"rpc_ns_per_layer"`
+	ProductionNsPerPass  float64            `json:"production_ns_per_pass"`
+	ProductionNsPerLayer float64            `json:"production_ns_per_layer"`
+	ProductionVsInProc   float64            `json:"production_vs_in_process"`
+	RPCVsInProc          float64            `json:"rpc_vs_in_process"`
+	ProductionAllocs     float64            `json:"production_allocs_per_pass"`
+	ColdStartMs          float64            `json:"cold_start_ms"`
+	ColdStartPlugins     int                `json:"cold_start_plugins"`
+	PluginStartMs        map[string]float64 `json:"plugin_start_ms"`
+	PluginRSSKiB         map[string]int64   `json:"plugin_rss_kib"`
+	Mismatches           int                `json:"mismatches"`
+}
+
+func runBench(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var h hostFlags
+	h.register(fs)
+	backend := fs.String("backend", "fa3", "backend name to replay the trace through")
+	passes := fs.Int("passes", 2000, "forward passes in the trace")
+	rpcPasses := fs.Int("rpc-passes", 40, "forward passes replayed with one gRPC call per layer")
+	minTime := fs.Duration("min-time", 300*time.Millisecond, "least time to spend on each in-process measurement")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := parseFlags(fs, e, args, "attnplug bench [flags]"); err != nil {
+		return err
+	}
+	if *passes <= 0 || *rpcPasses <= 0 {
+		return &usageError{"bench: --passes and --rpc-passes must be positive"}
+	}
+	logger, err := h.logger(e)
+	if err != nil {
+		return err
+	}
+	trace := benchTrace(*passes, 1)
+	res := benchResult{Backend: *backend, Passes: *passes, Layers: deepSeekV3Layers}
+
+	// Cold start: a registry whose descriptions come from the cache, so
+	// that New starts nothing, then every plugin at once.
+	h.noCache = false
+	warm, err := h.openRegistry(ctx, logger)
+	if err != nil {
+		return err
+	}
+	warm.Close()
+	reg, err := h.openRegistry(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	t0 := time.Now()
+	took, err := reg.Start(ctx)
+	res.ColdStartMs = ms(time.Since(t0))
+	if err != nil {
+		logger.Warn("some plugins did not start", "error", err)
+	}
+	res.ColdStartPlugins = len(took)
+	res.PluginStartMs = map[string]float64{}
+	for name, d := range took {
+		res.PluginStartMs[name] = ms(d)
+	}
+	res.PluginRSSKiB = map[string]int64{}
+	for _, p := range reg.Plugins() {
+		if p.PID > 0 {
+			res.PluginRSSKiB[p.Name] = rssKiB(p.PID)
+		}
+	}
+
+	// (a) the rules called in process, as sglang calls its handler: the
+	// request of every layer built and decided afresh.
+	decider := inproc.NewDecider()
+	layer := benchLayer()
+	want := make([]core.Method, len(trace))
+	inProc := measure(*minTime, func() {
+		for i := range trace {
+			p := &trace[i]
+			for l := 0; l < deepSeekV3Layers; l++ {
+				req := core.Request{Backend: *backend, Layer: layer, Batch: p.batch, Runtime: p.runtime}
+				want[i], _ = decider.Decide(&req)
+			}
+		}
+	})
+	res.InProcessNsPerPass = inProc / float64(len(trace))
+
+	// (b) one gRPC call per layer.
+	noCache := h
+	rpcReg, err := noCache.openRegistryWith(ctx, logger, func(c *registry.Config) { c.NoAnswerCache = true })
+	if err != nil {
+		return err
+	}
+	defer rpcReg.Close()
+	rpcTrace := trace[:min(*rpcPasses, len(trace))]
+	for l := 0; l < 3; l++ { // start the plugin and warm the connection
+		req := core.Request{Backend: *backend, Layer: layer, Batch: rpcTrace[0].batch, Runtime: rpcTrace[0].runtime}
+		if _, err := rpcReg.Dispatch(ctx, &req); err != nil {
+			return err
+		}
+	}
+	t0 = time.Now()
+	for i := range rpcTrace {
+		p := &rpcTrace[i]
+		for l := 0; l < deepSeekV3Layers; l++ {
+			req := core.Request{Backend: *backend, Layer: layer, Batch: p.batch, Runtime: p.runtime}
+			a, err := rpcReg.Dispatch(ctx, &req)
+			if err != nil {
+				return err
+			}
+			if a.Method != want[i] {
+				res.Mismatches++
+			}
+		}
+	}
+	res.RPCPerLayerNsPerPass = float64(time.Since(t0).Nanoseconds()) / float64(len(rpcTrace))
+
+	// (c) the production path: resolve once, begin a pass, one cache
+	// lookup per layer; warm-up fills the cache through the plugin.
+	d := reg.Resolve(*backend)
+	var pass registry.Pass
+	production := func(check bool) error {
+		for i := range trace {
+			p := &trace[i]
+			if err := d.BeginInto(&pass, &p.batch, &p.runtime); err != nil {
+				return err
+			}
+			for l := 0; l < deepSeekV3Layers; l++ {
+				a, err := pass.Dispatch(ctx, &layer)
+				if err != nil {
+					return err
+				}
+				if check && a.Method != want[i] {
+					res.Mismatches++
+				}
+			}
+		}
+		return nil
+	}
+	if err := production(true); err != nil {
+		return err
+	}
+	var perr error
+	prod := measure(*minTime, func() {
+		if err := production(false); err != nil {
+			perr = err
+		}
+	})
+	if perr != nil {
+		return perr
+	}
+	res.ProductionNsPerPass = prod / float64(len(trace))
+	res.ProductionAllocs = allocsPerRun(func() { _ = production(false) }) / float64(len(trace))
+
+	res.InProcessNsPerLayer = res.InProcessNsPerPass / deepSeekV3Layers
+	res.RPCNsPerLayer = res.RPCPerLayerNsPerPass / deepSeekV3Layers
+	res.ProductionNsPerLayer = res.ProductionNsPerPass / deepSeekV3Layers
+	res.ProductionVsInProc = res.ProductionNsPerPass / res.InProcessNsPerPass
+	res.RPCVsInProc = res.RPCPerLayerNsPerPass / res.InProcessNsPerPass
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	return writeBench(e, &res)
+}
+
+func writeBench(e *env, r *benchResult) error {
+	fmt.Fprintf(e.stdout, "attnplug bench: %d DeepSeek-V3 forward passes of %d layers through %q\n\n", r.Passes, r.Layers, r.Backend)
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tns/pass\tns/layer\tvs in-process\t")
+	fmt.Fprintf(tw, "(a) rules in process\t%.0f\t%.1f\t1.00x\t\n", r.InProcessNsPerPass, r.InProcessNsPerLayer)
+	fmt.Fprintf(tw, "(b) one gRPC call per layer\t%.0f\t%.1f\t%.1fx\t\n", r.RPCPerLayerNsPerPass, r.RPCNsPerLayer, r.RPCVsInProc)
+	fmt.Fprintf(tw, "(c) production (answer cache)\t%.0f\t%.1f\t%.2fx\t\n", r.ProductionNsPerPass, r.ProductionNsPerLayer, r.ProductionVsInProc)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "\nproduction path: %.1f allocations per pass; answers differing from (a): %d\n", r.ProductionAllocs, r.Mismatches)
+	fmt.Fprintf(e.stdout, "cold start of %d plugins in parallel: %.1f ms\n", r.ColdStartPlugins, r.ColdStartMs)
+	names := make([]string, 0, len(r.PluginStartMs))
+	for n := range r.PluginStartMs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	tw = tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  plugin\tstart ms\tRSS MiB")
+	for _, n := range names {
+		fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\n", n, r.PluginStartMs[n], float64(r.PluginRSSKiB[n])/1024)
+	}
+	return tw.Flush()
+}
+
+// measure runs f until minTime has passed (at least twice) and returns the
+// nanoseconds of one run, the best of the runs.
+func measure(minTime time.Duration, f func()) float64 {
+	best := 0.0
+	start := time.Now()
+	for runs := 0; runs < 2 || time.Since(start) < minTime; runs++ {
+		t0 := time.Now()
+		f()
+		ns := float64(time.Since(t0).Nanoseconds())
+		if best == 0 || ns < best {
+			best = ns
+		}
+	}
+	return best
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// rssKiB is the resident memory of a process, from /proc.
+func rssKiB(pid int) int64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
