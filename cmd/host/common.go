@@ -30,7 +30,7 @@ type hostFlags struct {
 	strict      bool
 
 	// configHook, when set, changes the registry configuration last.
-	configHook func(*registry.Config)
+	configHook  func(*registry.Config)
 	lockFile    string
 	insecureDir bool
 	// noLock opens the registry without a lock file, for attnplug lock.
