@@ -38,7 +38,7 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PLUGIN\tVERSION\tSTATUS\tNAMES\tPATH")
+	fmt.Fprintln(tw, "PLUGIN\tVERSION\tSTATUS\tLOCK\tNAMES\tPATH")
 	for _, p := range list {
 		names := strings.Join(p.Names, ",")
 		for alias, of := range p.Aliases {
@@ -51,9 +51,15 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 		if version == "" {
 			version = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, version, p.Status, names, p.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, version, p.Status, lockStatus(h.lock, p), names, p.Path)
 		if p.Reason != "" {
-			fmt.Fprintf(tw, "\t\t\treason: %s\t\n", p.Reason)
+			for i, line := range strings.Split(strings.TrimSpace(p.Reason), "\n") {
+				label := "reason: "
+				if i > 0 {
+					label = "        "
+				}
+				fmt.Fprintf(tw, "\t\t\t%s%s\n", label, strings.TrimSpace(line))
+			}
 		}
 	}
 	return tw.Flush()
