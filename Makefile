@@ -45,6 +45,10 @@ proto:
 		--go_out=wire/pluginv1 --go_opt=paths=source_relative \
 		--go-grpc_out=wire/pluginv1 --go-grpc_opt=paths=source_relative \
 		wire/pluginv1/plugin.proto
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I wire/pluginv1 -I api/dispatchv1 \
+		--go_out=api/dispatchv1 --go_opt=paths=source_relative \
+		--go-grpc_out=api/dispatchv1 --go-grpc_opt=paths=source_relative \
+		api/dispatchv1/dispatch.proto
 
 ## proto-check: fail when the committed generated code is not current
 proto-check: proto

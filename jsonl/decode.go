@@ -15,7 +15,18 @@ import (
 // slices are reused when they have capacity. The error names the field and
 // the value, and wraps core.ErrInvalidRequest.
 func DecodeRequest(line []byte, req *core.Request) error {
-	d := decoder{buf: line}
+	return decode(line, req, false)
+}
+
+// DecodeRoutedRequest is DecodeRequest for a server that routes requests
+// without a backend (attnplug serve with prefill and decode backends): the
+// backend may be absent, null or empty, and is then "".
+func DecodeRoutedRequest(line []byte, req *core.Request) error {
+	return decode(line, req, true)
+}
+
+func decode(line []byte, req *core.Request, routed bool) error {
+	d := decoder{buf: line, routed: routed}
 	prefix, seq := req.Batch.ExtendPrefixLens[:0], req.Batch.SeqLens[:0]
 	*req = core.NewRequest("", 0)
 	if err := d.request(req, prefix, seq); err != nil {
@@ -25,8 +36,9 @@ func DecodeRequest(line []byte, req *core.Request) error {
 }
 
 type decoder struct {
-	buf []byte
-	pos int
+	buf    []byte
+	pos    int
+	routed bool // the backend may be missing
 }
 
 // errSyntax reports malformed JSON at the current position.
@@ -202,13 +214,13 @@ func (d *decoder) request(req *core.Request, prefix, seq []int64) error {
 	if d.pos != len(d.buf) {
 		return d.errSyntax("end of line after the request object")
 	}
-	if s&1 == 0 || backendNull {
+	if (s&1 == 0 || backendNull) && !d.routed {
 		return core.NewFieldError("backend", "required field missing")
 	}
 	if s&2 == 0 || req.Batch.Mode == 0 {
 		return core.NewFieldError("forward_mode", "required field missing")
 	}
-	if req.Backend == "" {
+	if req.Backend == "" && !d.routed {
 		return core.NewFieldError("backend", "must not be empty")
 	}
 	return nil

@@ -2,21 +2,61 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/registry"
+	"github.com/attnplug/attnplug/wire"
+	pb "github.com/attnplug/attnplug/wire/pluginv1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // serverClient is a connection to a running attnplug serve.
-type serverClient struct{}
-
-func dialServer(ctx context.Context, addr string) (*serverClient, error) {
-	return nil, fmt.Errorf("--connect %s: not available yet", addr)
+type serverClient struct {
+	conn *grpc.ClientConn
+	rpc  dispatchv1.DispatcherClient
 }
 
+// dialServer connects to the serve at addr (unix:///path or host:port).
+func dialServer(_ context.Context, addr string) (*serverClient, error) {
+	network, address := listenAddr(addr)
+	target := address
+	if network == "unix" {
+		target = "unix://" + address
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("--connect %s: %w", addr, err)
+	}
+	return &serverClient{conn: conn, rpc: dispatchv1.NewDispatcherClient(conn)}, nil
+}
+
+// DispatchBatch sends reqs in one call and reads the answers back.
 func (c *serverClient) DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.Result) error {
+	in := &dispatchv1.DispatchBatchRequest{Requests: make([]*pb.Request, len(reqs))}
+	for i := range reqs {
+		in.Requests[i] = wire.RequestToProto(&reqs[i])
+	}
+	resp, err := c.rpc.DispatchBatch(ctx, in, grpc.WaitForReady(true))
+	if err != nil {
+		return fmt.Errorf("server: %w", wire.FromStatus(err))
+	}
+	if len(resp.GetAnswers()) != len(reqs) {
+		return fmt.Errorf("%w: server answered %d of %d requests", core.ErrProtocol, len(resp.GetAnswers()), len(reqs))
+	}
+	for i, a := range resp.GetAnswers() {
+		if a.GetError() != "" {
+			out[i] = registry.Result{Err: errors.New(a.GetError())}
+			continue
+		}
+		m, err := wire.MethodFromProto(a.GetMethod())
+		out[i] = registry.Result{Answer: core.Answer{Method: m, Handler: a.GetHandler(), Plugin: a.GetPlugin(), Fallback: a.GetFallback()}, Err: err}
+	}
 	return nil
 }
 
-func (c *serverClient) Close() error { return nil }
+// Close closes the connection.
+func (c *serverClient) Close() error { return c.conn.Close() }

@@ -46,7 +46,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		defer reg.Close()
 		d = reg
 	}
-	refused, err := dispatchStream(ctx, d, e.stdin, e.stdout, *maxLine)
+	refused, err := dispatchStream(ctx, d, e.stdin, e.stdout, *maxLine, *connect != "")
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ type item struct {
 // readChunks decodes the lines of r into chunks. It sends a chunk when it
 // is full or when no more input is already waiting: it never waits for
 // input to fill a chunk.
-func readChunks(ctx context.Context, r *jsonl.Reader, out chan<- *chunk, free <-chan *chunk) {
+func readChunks(ctx context.Context, r *jsonl.Reader, routed bool, out chan<- *chunk, free <-chan *chunk) {
 	defer close(out)
 	for {
 		var c *chunk
@@ -113,7 +113,7 @@ func readChunks(ctx context.Context, r *jsonl.Reader, out chan<- *chunk, free <-
 			bytesIn += len(line)
 			it := item{n: n, req: -1, err: err}
 			if err == nil {
-				it.err = decodeInto(line, c)
+				it.err = decodeInto(line, c, routed)
 				if it.err == nil {
 					it.req = len(c.reqs) - 1
 				}
@@ -139,7 +139,7 @@ func readChunks(ctx context.Context, r *jsonl.Reader, out chan<- *chunk, free <-
 
 // decodeInto decodes line as the next request of c, reusing the slices of
 // the request that stood there in an earlier use of the chunk.
-func decodeInto(line []byte, c *chunk) error {
+func decodeInto(line []byte, c *chunk, routed bool) error {
 	if len(bytes.TrimSpace(line)) == 0 {
 		return errors.New("empty line (want one JSON request object per line)")
 	}
@@ -149,7 +149,11 @@ func decodeInto(line []byte, c *chunk) error {
 		c.reqs = append(c.reqs, core.Request{})
 	}
 	req := &c.reqs[len(c.reqs)-1]
-	if err := jsonl.DecodeRequest(line, req); err != nil {
+	decode := jsonl.DecodeRequest
+	if routed {
+		decode = jsonl.DecodeRoutedRequest
+	}
+	if err := decode(line, req); err != nil {
 		c.reqs = c.reqs[:len(c.reqs)-1]
 		return err
 	}
@@ -157,15 +161,16 @@ func decodeInto(line []byte, c *chunk) error {
 }
 
 // dispatchStream answers every request line of in on out, in order, and
-// returns how many lines were refused. Lines already waiting are decided
+// returns how many lines were refused. routed lets requests leave the
+// backend to the server. Lines already waiting are decided
 // together, one call per plugin for what the answer caches do not hold;
 // the answers are flushed as soon as no further input is waiting.
-func dispatchStream(ctx context.Context, d batchDispatcher, in io.Reader, out io.Writer, maxLine int) (int, error) {
+func dispatchStream(ctx context.Context, d batchDispatcher, in io.Reader, out io.Writer, maxLine int, routed bool) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	chunks := make(chan *chunk, pipelineDepth)
 	free := make(chan *chunk, pipelineDepth+1)
-	go readChunks(ctx, jsonl.NewReader(in, maxLine), chunks, free)
+	go readChunks(ctx, jsonl.NewReader(in, maxLine), routed, chunks, free)
 
 	w := bufio.NewWriterSize(out, 256<<10)
 	refused := 0

@@ -46,6 +46,7 @@ func commands() []command {
 		{"detect", "show the hardware, each device's verdict, the default backends and the plugins it serves", runDetect},
 		{"doctor", "explain every unusable device and what to do about it", runDoctor},
 		{"demo", "replay sample DeepSeek-V3 batches through every backend name", runDemo},
+		{"serve", "serve dispatch over gRPC for engines not written in Go; SIGHUP hot-swaps changed plugins", runServe},
 		{"bench", "measure dispatch: rules in process, one gRPC call per layer, the production path", runBench},
 		{"conform", "run the conformance suite on a plugin binary", runConform},
 		{"version", "print the version", runVersion},

@@ -16,6 +16,8 @@
 //	bad_cookie       expect another magic cookie
 //	stdout_noise     write to stdout before the handshake
 //	version=V        describe itself with version V
+//	name=N           call itself N (the family name) instead of "fault"
+//	names=A+B        serve the names A and B instead of "fault"
 //	rules=R          decide like R: mla (default), mha, flip (MHA for
 //	                 even prefix sums, else MLA)
 //
@@ -27,6 +29,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -42,11 +45,12 @@ type faults struct {
 	crashAtStart, garbage, undeclared, refuse, badCookie, stdoutNoise bool
 	crashAfter, hangAfter, protocol                                   int
 	sleep                                                             time.Duration
-	version, rules                                                    string
+	version, rules, name                                              string
+	names                                                             []string
 }
 
 func parse(spec string) (faults, error) {
-	f := faults{protocol: wire.ProtocolVersion, version: "0.0.1-fault", rules: "mla"}
+	f := faults{protocol: wire.ProtocolVersion, version: "0.0.1-fault", rules: "mla", name: "fault", names: []string{"fault"}}
 	for _, item := range strings.Split(spec, ",") {
 		key, val, _ := strings.Cut(strings.TrimSpace(item), "=")
 		var err error
@@ -76,6 +80,10 @@ func parse(spec string) (faults, error) {
 			f.version = val
 		case "rules":
 			f.rules = val
+		case "name":
+			f.name = val
+		case "names":
+			f.names = strings.Split(val, "+")
 		default:
 			err = fmt.Errorf("unknown fault %q", key)
 		}
@@ -93,15 +101,15 @@ type backend struct {
 }
 
 func (b *backend) Describe(context.Context) (*core.Description, error) {
-	return &core.Description{
-		Name:    "fault",
-		Version: b.f.version,
-		Handlers: []core.HandlerInfo{{
-			Name:    "fault",
+	d := &core.Description{Name: b.f.name, Version: b.f.version}
+	for _, n := range b.f.names {
+		d.Handlers = append(d.Handlers, core.HandlerInfo{
+			Name:    n,
 			Reads:   core.Reads{Facts: core.FactPrefixSumZero | core.FactMode},
 			Methods: []core.Method{core.MLA, core.MHA},
-		}},
-	}, nil
+		})
+	}
+	return d, nil
 }
 
 func (b *backend) Dispatch(ctx context.Context, req *core.Request) (core.Method, error) {
@@ -116,7 +124,7 @@ func (b *backend) Dispatch(ctx context.Context, req *core.Request) (core.Method,
 	if b.f.sleep > 0 {
 		time.Sleep(b.f.sleep)
 	}
-	if req.Backend != "fault" {
+	if !slices.Contains(b.f.names, req.Backend) {
 		return 0, fmt.Errorf("fault: %w %q", core.ErrUnknownBackend, req.Backend)
 	}
 	switch {

@@ -1,0 +1,271 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/attnplug/attnplug/core"
+)
+
+// Change is what a reload did to one plugin.
+type Change struct {
+	// Plugin is the plugin's family name.
+	Plugin string `json:"plugin"`
+	// Action is one of "swapped", "added", "removed" or "rejected".
+	Action string `json:"action"`
+	// OldVersion and NewVersion are the versions before and after.
+	OldVersion string `json:"old_version,omitempty"`
+	NewVersion string `json:"new_version,omitempty"`
+	// OldSHA256 and NewSHA256 are the binaries' hashes.
+	OldSHA256 string `json:"old_sha256,omitempty"`
+	NewSHA256 string `json:"new_sha256,omitempty"`
+	// Reason says why a new binary was rejected (the old one keeps
+	// serving), or what the self-test saw.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Reload looks at the plugin directories again and swaps every plugin
+// whose binary changed, without failing a request:
+//
+//  1. the new binary is started and described, which checks its handshake
+//     and protocol version;
+//  2. a self-test sends sample requests for every name to the new and to
+//     the old plugin: the answers must match, unless the new version
+//     differs (the rules changed on purpose), and the new plugin must still
+//     serve every name the old one served;
+//  3. a new binary that fails is rejected: the old plugin keeps serving and
+//     the change says why;
+//  4. otherwise new requests switch to the new plugin at once, and the old
+//     process ends after the calls it is answering finish.
+//
+// Plugins whose binaries did not change keep running, with their answer
+// caches. A plugin whose binary is gone is removed: its names fall back.
+// Reload returns what changed; it fails only when ctx ends.
+func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
+	r.reloadMu.Lock()
+	defer r.reloadMu.Unlock()
+	if r.closed.Load() {
+		return nil, fmt.Errorf("reload: %w: registry closed", core.ErrUnavailable)
+	}
+	old := r.table.Load()
+	next, err := r.load(ctx, old)
+	if err != nil {
+		return nil, err
+	}
+	oldBy := map[string]*plugin{}
+	for _, p := range old.plugins {
+		oldBy[p.name] = p
+	}
+	var changes []Change
+	var retire []*plugin
+	newBy := map[string]bool{}
+	for i, p := range next.plugins {
+		newBy[p.name] = true
+		prev := oldBy[p.name]
+		switch {
+		case prev == p:
+			continue
+		case prev == nil:
+			changes = append(changes, Change{Plugin: p.name, Action: "added", NewVersion: p.desc.Version, NewSHA256: p.sha256})
+			continue
+		}
+		c := Change{Plugin: p.name, OldVersion: prev.desc.Version, NewVersion: p.desc.Version, OldSHA256: prev.sha256, NewSHA256: p.sha256}
+		if why := r.selfTest(ctx, prev, p); why != "" {
+			c.Action, c.Reason = "rejected", why
+			p.stop()
+			next.plugins[i] = prev
+			r.log.Warn("new plugin binary rejected; the old one keeps serving", "plugin", p.name, "path", p.path, "reason", why)
+		} else {
+			c.Action = "swapped"
+			retire = append(retire, prev)
+			r.log.Info("plugin swapped", "plugin", p.name, "old_version", prev.desc.Version, "new_version", p.desc.Version, "sha256", p.sha256)
+		}
+		changes = append(changes, c)
+	}
+	brokenBy := map[string]PluginInfo{}
+	for _, b := range next.broken {
+		if b.Name != "" && b.Status == StatusBroken {
+			brokenBy[b.Name] = b
+		}
+	}
+	for name, p := range oldBy {
+		if newBy[name] {
+			continue
+		}
+		if b, ok := brokenBy[name]; ok {
+			// The binary is there but unusable now (refused by the lock,
+			// failed to start): the old process keeps serving.
+			next.plugins = append(next.plugins, p)
+			changes = append(changes, Change{Plugin: name, Action: "rejected", OldVersion: p.desc.Version, OldSHA256: p.sha256, Reason: b.Reason})
+			r.log.Warn("new plugin binary rejected; the old one keeps serving", "plugin", name, "path", b.Path, "reason", b.Reason)
+			continue
+		}
+		changes = append(changes, Change{Plugin: name, Action: "removed", OldVersion: p.desc.Version, OldSHA256: p.sha256})
+		retire = append(retire, p)
+	}
+	r.rebuildRoutes(next, old)
+	r.table.Store(next)
+	var wg sync.WaitGroup
+	for _, p := range retire {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.retireAll() }()
+	}
+	wg.Wait()
+	sort.Slice(changes, func(i, j int) bool { return changes[i].Plugin < changes[j].Plugin })
+	return changes, nil
+}
+
+// rebuildRoutes makes next's routes from its plugins, keeping the routes
+// (and answer caches) of old for plugins that did not change.
+func (r *Registry) rebuildRoutes(next, old *routeTable) {
+	routes := map[string]*route{}
+	for _, p := range next.plugins {
+		for _, h := range p.desc.Handlers {
+			if h.Name == core.TritonName || routes[h.Name] != nil {
+				continue
+			}
+			if prev := old.routes[h.Name]; prev != nil && prev.plugin == p {
+				routes[h.Name] = prev
+				continue
+			}
+			routes[h.Name] = newRoute(h, p, !r.cfg.NoAnswerCache)
+		}
+	}
+	for name, rt := range next.routes {
+		if rt.missing && routes[name] == nil {
+			routes[name] = rt
+		}
+	}
+	for _, n := range r.cfg.ExpectedNames {
+		if routes[n] == nil {
+			routes[n] = &route{name: n, missing: true}
+		}
+	}
+	next.routes = routes
+}
+
+// retireAll refuses new starts and ends the running process once its
+// calls in flight have finished.
+func (p *plugin) retireAll() {
+	p.mu.Lock()
+	p.closed = true
+	inst := p.running.Swap(nil)
+	wait := p.starting
+	p.mu.Unlock()
+	if wait != nil {
+		<-wait
+		if late := p.running.Swap(nil); late != nil {
+			late.retire()
+		}
+	}
+	if inst != nil {
+		inst.retire()
+	}
+}
+
+// selfTest compares a new plugin binary with the one it would replace, on
+// sample requests for every name the old one serves. It returns why the new
+// one must not replace the old, or "".
+func (r *Registry) selfTest(ctx context.Context, old, next *plugin) string {
+	for _, h := range old.desc.Handlers {
+		if _, ok := next.desc.Handler(h.Name); !ok {
+			return fmt.Sprintf("the new binary no longer serves %q", h.Name)
+		}
+	}
+	newInst, err := next.acquire(ctx)
+	if err != nil {
+		return fmt.Sprintf("the new binary did not start: %v", err)
+	}
+	oldInst, err := old.acquire(ctx)
+	if err != nil {
+		// Nothing to compare with: the new binary only has to answer.
+		oldInst = nil
+	}
+	var reqs []core.Request
+	for _, h := range old.desc.Handlers {
+		reqs = append(reqs, sampleRequests(h.Name, r.cfg.Platform)...)
+	}
+	newOut := make([]core.Result, len(reqs))
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	if err := newInst.backend.DispatchBatch(cctx, reqs, newOut); err != nil {
+		return fmt.Sprintf("self-test: the new binary failed: %v", err)
+	}
+	for i, res := range newOut {
+		h, _ := next.desc.Handler(reqs[i].Backend)
+		if res.Err != nil {
+			return fmt.Sprintf("self-test: %s refused a sample request: %v", reqs[i].Backend, res.Err)
+		}
+		if !slices.Contains(h.Methods, res.Method) {
+			return fmt.Sprintf("self-test: %s answered %s, which it does not declare", reqs[i].Backend, res.Method)
+		}
+	}
+	if oldInst == nil || !oldInst.enter() {
+		return ""
+	}
+	oldOut := make([]core.Result, len(reqs))
+	err = oldInst.backend.DispatchBatch(cctx, reqs, oldOut)
+	oldInst.leave()
+	if err != nil {
+		return ""
+	}
+	differ := 0
+	first := ""
+	for i := range reqs {
+		if oldOut[i].Err == nil && oldOut[i].Method != newOut[i].Method {
+			if differ == 0 {
+				first = fmt.Sprintf("%s %s: old %s, new %s", reqs[i].Backend, reqs[i].Batch.Mode, oldOut[i].Method, newOut[i].Method)
+			}
+			differ++
+		}
+	}
+	if differ > 0 && old.desc.Version == next.desc.Version {
+		return fmt.Sprintf("self-test: %d of %d sample answers differ from the running plugin's (first: %s) and the version is still %s", differ, len(reqs), first, next.desc.Version)
+	}
+	return ""
+}
+
+// sampleRequests returns requests for name that reach the branches of the
+// shared rules: every mode, inside and outside CUDA graphs, prefix sums of
+// 0, below, at and above the threshold, sequence sums within and past the
+// chunk capacity, and the layer and runtime switches.
+func sampleRequests(name string, platform core.Platform) []core.Request {
+	var out []core.Request
+	platforms := []core.Platform{platform, core.PlatformHIP}
+	for _, mode := range core.ForwardModes() {
+		for _, prefix := range []int64{0, 1, 8191, 8192, 20000} {
+			for _, seqExtra := range []int64{100, 200000} {
+				for v := 0; v < 6; v++ {
+					req := core.NewRequest(name, mode)
+					req.Batch.ExtendPrefixLens = []int64{prefix}
+					req.Batch.SeqLens = []int64{prefix + seqExtra}
+					req.Batch.MaxChunkCapacity = 131072
+					req.Runtime.Platform = platforms[v%2]
+					req.Layer.FusedQKVAProjWithMQA = true
+					switch v {
+					case 1:
+						req.Runtime.PiecewiseCUDAGraph = true
+					case 2:
+						req.Runtime.DeterministicInference = true
+						req.Layer.ROCmFusedDecodeMLA = true
+					case 3:
+						req.Layer.DisableChunkedPrefixCache = true
+						req.Layer.FlashinferMLADisableRagged = true
+					case 4:
+						req.Runtime.BreakableCUDAGraph = true
+						req.Runtime.DSAUseMHA = true
+						req.Layer.UseDSA = true
+					case 5:
+						req.Batch.MLAPrefillCP = true
+						req.Layer.IntelAMX = true
+					}
+					out = append(out, req)
+				}
+			}
+		}
+	}
+	return out
+}
