@@ -356,4 +356,3 @@ func procAlive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return !(i >= 0 && i+2 < len(s) && s[i+2] == 'Z')
 }
-
