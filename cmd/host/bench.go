@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"sort"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/internal/inproc"
+	"github.com/attnplug/attnplug/internal/reference"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -110,6 +113,12 @@ type benchResult struct {
 	PluginStartMs        map[string]float64 `json:"plugin_start_ms"`
 	PluginRSSKiB         map[string]int64   `json:"plugin_rss_kib"`
 	Mismatches           int                `json:"mismatches"`
+
+	StreamRequests          int     `json:"stream_requests"`
+	StreamRequestsPerSecond float64 `json:"dispatch_stream_requests_per_s"`
+	PythonRequestsPerSecond float64 `json:"python_reference_requests_per_s,omitempty"`
+	StreamVsPython          float64 `json:"dispatch_stream_vs_python,omitempty"`
+	PythonSkipped           string  `json:"python_reference_skipped,omitempty"`
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -121,6 +130,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	rpcPasses := fs.Int("rpc-passes", 40, "forward passes replayed with one gRPC call per layer")
 	minTime := fs.Duration("min-time", 300*time.Millisecond, "least time to spend on each in-process measurement")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	stream := fs.Int("stream", 200000, "requests of a varied dispatch stream (every backend, mode and flag mixed) to time through the dispatch pipeline and, when python3 and the reference are found, through sglang's Python code; 0 skips it")
 	if err := parseFlags(fs, e, args, "attnplug bench [flags]"); err != nil {
 		return err
 	}
@@ -248,6 +258,12 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	res.ProductionNsPerPass = prod / float64(len(trace))
 	res.ProductionAllocs = allocsPerRun(func() { _ = production(false) }) / float64(len(trace))
 
+	if *stream > 0 {
+		if err := benchStream(ctx, reg, *stream, &res); err != nil {
+			return err
+		}
+	}
+
 	res.InProcessNsPerLayer = res.InProcessNsPerPass / deepSeekV3Layers
 	res.RPCNsPerLayer = res.RPCPerLayerNsPerPass / deepSeekV3Layers
 	res.ProductionNsPerLayer = res.ProductionNsPerPass / deepSeekV3Layers
@@ -272,6 +288,15 @@ func writeBench(e *env, r *benchResult) error {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "\nproduction path: %.1f allocations per pass; answers differing from (a): %d\n", r.ProductionAllocs, r.Mismatches)
+	if r.StreamRequests > 0 {
+		fmt.Fprintf(e.stdout, "dispatch stream of %d varied requests (JSON in, JSON out): %.0f requests/s", r.StreamRequests, r.StreamRequestsPerSecond)
+		if r.PythonRequestsPerSecond > 0 {
+			fmt.Fprintf(e.stdout, "; sglang's Python code on the same stream: %.0f requests/s (%.1fx)", r.PythonRequestsPerSecond, r.StreamVsPython)
+		} else if r.PythonSkipped != "" {
+			fmt.Fprintf(e.stdout, "; Python reference skipped: %s", r.PythonSkipped)
+		}
+		fmt.Fprintln(e.stdout)
+	}
 	fmt.Fprintf(e.stdout, "cold start of %d plugins in parallel: %.1f ms\n", r.ColdStartPlugins, r.ColdStartMs)
 	names := make([]string, 0, len(r.PluginStartMs))
 	for n := range r.PluginStartMs {
@@ -320,4 +345,43 @@ func rssKiB(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// benchStream times a varied stream of n requests through the dispatch
+// pipeline (decode, batch per plugin, encode) and, when it can, through
+// sglang's own Python code, in the same run.
+func benchStream(ctx context.Context, reg *registry.Registry, n int, res *benchResult) error {
+	rng := rand.New(rand.NewPCG(17, 23))
+	var in bytes.Buffer
+	for i := 0; i < n; i++ {
+		in.Write(reference.Generate(rng))
+		in.WriteByte('\n')
+	}
+	res.StreamRequests = n
+	t0 := time.Now()
+	if _, err := dispatchStream(ctx, reg, bytes.NewReader(in.Bytes()), io.Discard, 0, false); err != nil {
+		return err
+	}
+	res.StreamRequestsPerSecond = float64(n) / time.Since(t0).Seconds()
+	tmp, err := os.MkdirTemp("", "attnplug-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	o, err := reference.Find(".", tmp)
+	if err != nil {
+		res.PythonSkipped = err.Error()
+		return nil
+	}
+	t0 = time.Now()
+	answers, err := o.Evaluate(ctx, in.Bytes(), reg.Platform().String())
+	if err != nil {
+		res.PythonSkipped = err.Error()
+		return nil
+	}
+	if len(answers) == n {
+		res.PythonRequestsPerSecond = float64(n) / time.Since(t0).Seconds()
+		res.StreamVsPython = res.StreamRequestsPerSecond / res.PythonRequestsPerSecond
+	}
+	return nil
 }
