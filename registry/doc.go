@@ -3,26 +3,40 @@
 // rules of package core when no plugin can answer.
 //
 // Where to start: New builds a Registry from a Config; Registry.Dispatch
-// answers one core.Request with a core.Answer; Registry.Close ends every
-// plugin process the registry started.
+// answers one core.Request with a core.Answer, and Registry.DispatchBatch
+// many, with one call per plugin; Registry.Close ends every plugin process
+// the registry started. A Go serving engine resolves a backend once with
+// Registry.Resolve and answers each forward pass with Dispatcher.BeginInto
+// and Pass.Dispatch per layer: no RPC and no allocation once warm.
 //
 // The life of a plugin in a registry:
 //
 //  1. Discovery: every executable file named attnplug-backend-<name> in the
-//     plugin directories is a candidate. Its description (the names it
-//     serves, the facts they read) comes from a cache keyed by the binary's
-//     SHA-256, or from starting the binary once and asking.
+//     plugin directories is a candidate, unless other users can write it or
+//     its directory, or a lock file (Config.Lock) does not pin its SHA-256.
+//     Its description (the names it serves, the facts they read, the
+//     hardware they need) comes from a cache keyed by the binary's SHA-256,
+//     or from starting the binary once and asking.
 //  2. Resolution: a name maps to the first plugin, in directory order, that
 //     serves it. A name nobody serves is decided by the triton rules, as in
-//     the reference; Answer.Handler is then "triton".
+//     the reference; Answer.Handler is then "triton". A name sglang
+//     registers that no plugin serves falls back with ReasonPluginMissing.
 //  3. Start: a plugin process starts when the first request for one of its
-//     names arrives, and keeps running.
-//  4. Supervision: a call that fails (crash, deadline, protocol violation)
-//     falls back to the triton rules with a named reason, logged as a
+//     names arrives (or at Registry.Start), and keeps running. With
+//     Config.Host set, a plugin whose hardware the host lacks is never
+//     started, and each plugin started may refuse the host.
+//  4. Answers: each handler declares the request facts its rules read
+//     (core.Reads); the registry caches the plugin's answers by those
+//     facts, so most requests never reach the plugin.
+//  5. Supervision: a call that fails (crash, deadline, protocol violation)
+//     falls back to the triton rules with a named Reason, logged as a
 //     warning; the plugin is restarted with exponential backoff, and a
 //     plugin that keeps failing is quarantined.
-//  5. End: Close kills every process the registry started; plugin processes
-//     also die with the host (a parent-death signal), so none outlives it.
+//  6. Reload: Registry.Reload swaps every plugin whose binary changed,
+//     after a self-test, without failing a request in flight.
+//  7. End: Close kills every process the registry started; plugin
+//     processes also die with the host (a parent-death signal and a pipe
+//     that reads EOF when the host is gone), so none outlives it.
 //
 // A Registry is safe for concurrent use.
 package registry
