@@ -1,0 +1,119 @@
+//go:build linux && (amd64 || arm64)
+
+package cuda
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/ebitengine/purego"
+)
+
+// loadDriver opens libcuda.so.1 and binds the driver entry points.
+func loadDriver() (*driver, error) {
+	lib, path, err := dlopenFirst([]string{"libcuda.so.1", "libcuda.so"})
+	if err != nil {
+		return nil, err
+	}
+	drv := &driver{path: path}
+	syms := []struct {
+		fptr  any
+		names []string
+	}{
+		{&drv.cuInit, []string{"cuInit"}},
+		{&drv.cuDriverGetVersion, []string{"cuDriverGetVersion"}},
+		{&drv.cuDeviceGetCount, []string{"cuDeviceGetCount"}},
+		{&drv.cuDeviceGet, []string{"cuDeviceGet"}},
+		{&drv.cuDeviceGetAttribute, []string{"cuDeviceGetAttribute"}},
+		{&drv.cuDeviceGetName, []string{"cuDeviceGetName"}},
+		{&drv.cuDevicePrimaryCtxRetain, []string{"cuDevicePrimaryCtxRetain"}},
+		{&drv.cuDevicePrimaryCtxRelease, []string{"cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"}},
+		{&drv.cuCtxSetCurrent, []string{"cuCtxSetCurrent"}},
+		{&drv.cuCtxSynchronize, []string{"cuCtxSynchronize"}},
+		{&drv.cuModuleLoadData, []string{"cuModuleLoadData"}},
+		{&drv.cuModuleUnload, []string{"cuModuleUnload"}},
+		{&drv.cuModuleGetFunction, []string{"cuModuleGetFunction"}},
+		{&drv.cuMemAlloc, []string{"cuMemAlloc_v2"}},
+		{&drv.cuMemFree, []string{"cuMemFree_v2"}},
+		{&drv.cuMemcpyHtoD, []string{"cuMemcpyHtoD_v2"}},
+		{&drv.cuMemcpyDtoH, []string{"cuMemcpyDtoH_v2"}},
+		{&drv.cuLaunchKernel, []string{"cuLaunchKernel"}},
+		{&drv.cuGetErrorName, []string{"cuGetErrorName"}},
+		{&drv.cuGetErrorString, []string{"cuGetErrorString"}},
+	}
+	for _, s := range syms {
+		if err := bind(lib, s.fptr, s.names...); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return drv, nil
+}
+
+// loadNVRTCLib opens one NVRTC library file (or soname) and binds its entry points.
+// For a path it first loads the libnvrtc-builtins beside it, which NVRTC opens by
+// soname at compile time and would otherwise find only on the loader's search path.
+func loadNVRTCLib(name string) (*nvrtc, error) {
+	if filepath.IsAbs(name) {
+		builtins, _ := filepath.Glob(filepath.Join(filepath.Dir(name), "libnvrtc-builtins.so*"))
+		for _, b := range builtins {
+			purego.Dlopen(b, purego.RTLD_NOW|purego.RTLD_GLOBAL) // best effort
+		}
+	}
+	lib, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return nil, err
+	}
+	nv := &nvrtc{path: name}
+	syms := []struct {
+		fptr any
+		name string
+	}{
+		{&nv.nvrtcVersion, "nvrtcVersion"},
+		{&nv.nvrtcGetErrorString, "nvrtcGetErrorString"},
+		{&nv.nvrtcCreateProgram, "nvrtcCreateProgram"},
+		{&nv.nvrtcCompileProgram, "nvrtcCompileProgram"},
+		{&nv.nvrtcGetPTXSize, "nvrtcGetPTXSize"},
+		{&nv.nvrtcGetPTX, "nvrtcGetPTX"},
+		{&nv.nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize"},
+		{&nv.nvrtcGetProgramLog, "nvrtcGetProgramLog"},
+		{&nv.nvrtcDestroyProgram, "nvrtcDestroyProgram"},
+	}
+	for _, s := range syms {
+		if err := bind(lib, s.fptr, s.name); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nv, nil
+}
+
+// dlopenFirst opens the first library of names that loads.
+func dlopenFirst(names []string) (uintptr, string, error) {
+	var errs []error
+	for _, name := range names {
+		lib, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		if err == nil {
+			return lib, name, nil
+		}
+		errs = append(errs, err)
+	}
+	return 0, "", joinErrs(errs...)
+}
+
+// bind looks up the first of names that lib exports and registers it into fptr.
+func bind(lib uintptr, fptr any, names ...string) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("binding %s: %v", names[0], p)
+		}
+	}()
+	for _, name := range names {
+		sym, e := purego.Dlsym(lib, name)
+		if e != nil {
+			err = fmt.Errorf("missing symbol %s: %w", name, e)
+			continue
+		}
+		purego.RegisterFunc(fptr, sym)
+		return nil
+	}
+	return err
+}

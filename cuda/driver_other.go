@@ -1,0 +1,19 @@
+//go:build !(linux && (amd64 || arm64))
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+)
+
+// loadDriver reports that libcuda is only opened on linux/amd64 and linux/arm64.
+func loadDriver() (*driver, error) {
+	return nil, fmt.Errorf("libcuda on %s/%s: %w", runtime.GOOS, runtime.GOARCH, errors.ErrUnsupported)
+}
+
+// loadNVRTCLib reports that NVRTC is only opened on linux/amd64 and linux/arm64.
+func loadNVRTCLib(string) (*nvrtc, error) {
+	return nil, fmt.Errorf("libnvrtc on %s/%s: %w", runtime.GOOS, runtime.GOARCH, errors.ErrUnsupported)
+}
