@@ -149,9 +149,7 @@ func (s *suite) run(ctx context.Context) {
 	s.check(CheckReads, func(c *Check) { s.reads(c) })
 	s.check(CheckBadRequests, func(c *Check) { s.badRequests(ctx, c) })
 	s.check(CheckLatency, func(c *Check) { s.latencyCheck(c) })
-	s.check(CheckKernels, func(c *Check) {
-		c.Status, c.Detail = Skip, "no kernels declared: skipped (protocol v1 has no kernel catalog)"
-	})
+	s.check(CheckKernels, func(c *Check) { s.kernels(ctx, c) })
 	s.check(CheckProcess, func(c *Check) { s.process(c) })
 }
 

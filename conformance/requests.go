@@ -32,6 +32,8 @@ var toggles = []toggle{
 	{"runtime.deterministic_inference", func(r *core.Request) { r.Runtime.DeterministicInference = true }},
 	{"runtime.dsa_use_mha", func(r *core.Request) { r.Runtime.DSAUseMHA = true }},
 	{"runtime.two_batch_overlap", func(r *core.Request) { r.Runtime.TwoBatchOverlap = true }},
+	{"runtime.dsa_use_mha_set", func(r *core.Request) { r.Runtime.DSAUseMHASet = true }},
+	{"runtime.compute_capability=90", func(r *core.Request) { r.Runtime.ComputeCapability = 90 }},
 }
 
 var platforms = []core.Platform{core.PlatformCUDA, core.PlatformHIP, core.PlatformNPU, core.PlatformXPU, core.PlatformCPU}
@@ -229,6 +231,13 @@ func describe(r *core.Request) string {
 	flag("deterministic_inference", r.Runtime.DeterministicInference)
 	flag("dsa_use_mha", r.Runtime.DSAUseMHA)
 	flag("two_batch_overlap", r.Runtime.TwoBatchOverlap)
+	flag("dsa_use_mha_set", r.Runtime.DSAUseMHASet)
+	if r.Runtime.ComputeCapability != 0 {
+		fmt.Fprintf(&sb, " compute_capability=%d", r.Runtime.ComputeCapability)
+	}
+	if r.Runtime.KVCacheDType != "" {
+		fmt.Fprintf(&sb, " kv_cache_dtype=%s", r.Runtime.KVCacheDType)
+	}
 	flag("mla_prefill_cp", r.Batch.MLAPrefillCP)
 	flag("disable_chunked_prefix_cache", r.Layer.DisableChunkedPrefixCache)
 	flag("flashinfer_mla_disable_ragged", r.Layer.FlashinferMLADisableRagged)

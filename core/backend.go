@@ -76,6 +76,10 @@ type HandlerInfo struct {
 	// means anywhere. Deciding a method never needs the hardware: a host
 	// uses this to start only the plugins its hardware can run.
 	Hardware []Hardware
+	// Kernels is the name's kernel catalog: the kernel it runs for each
+	// method of Methods (core/kernel.go). Empty for a backend that runs no
+	// kernels (a plugin older than the catalog).
+	Kernels []Kernel
 }
 
 // Handler returns the entry for name, and whether there is one.

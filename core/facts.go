@@ -44,6 +44,16 @@ const (
 	FactPrefixSumAtThreshold
 	// FactSeqSumWithinCapacity is sum(seq_lens) <= max_chunk_capacity.
 	FactSeqSumWithinCapacity
+	// FactDSAUseMHASet is whether runtime.dsa_use_mha was given at all
+	// (Runtime.DSAUseMHAGiven).
+	FactDSAUseMHASet
+	// FactDenseDSADevice is runtime.compute_capability == 90 or in
+	// [100, 110): the SM90 and SM100-class devices on which sglang's DSA
+	// backend may run its prefill as dense MHA.
+	FactDenseDSADevice
+	// FactKVCacheDenseDType is runtime.kv_cache_dtype being bf16 or
+	// fp8_e4m3 (Runtime.KVCacheDenseDType).
+	FactKVCacheDenseDType
 
 	factEnd
 )
@@ -57,7 +67,8 @@ var factNames = [...]string{
 	"mla_prefill_cp", "disable_chunked_prefix_cache",
 	"flashinfer_mla_disable_ragged", "rocm_fused_decode_mla", "use_dsa",
 	"fused_qkv_a_proj_with_mqa", "intel_amx", "prefix_sum_zero",
-	"prefix_sum_at_threshold", "seq_sum_within_capacity",
+	"prefix_sum_at_threshold", "seq_sum_within_capacity", "dsa_use_mha_set",
+	"dense_dsa_device", "kv_cache_dense_dtype",
 }
 
 // String lists the facts of f by name, joined by "|".
@@ -85,7 +96,7 @@ func FactByName(name string) (Fact, bool) {
 }
 
 // MaxConstantComparisons is the most constant thresholds Reads may hold in
-// PrefixSumAtLeast and SeqSumAtMost together.
+// PrefixSumAtLeast, SeqSumAtMost and MaxSeqLenAtMost together.
 const MaxConstantComparisons = 32
 
 // Reads declares what a rule reads: a set of facts, and comparisons of the
@@ -99,25 +110,28 @@ type Reads struct {
 	// SeqSumAtMost holds constants c for which the rule reads
 	// sum(seq_lens) <= c.
 	SeqSumAtMost []int64
+	// MaxSeqLenAtMost holds constants c for which the rule reads
+	// max(seq_lens) <= c (0 when the lengths are not known).
+	MaxSeqLenAtMost []int64
 }
 
 // Cacheable reports whether a host can key answers by r: every fact is
 // known to this core and the constants fit in a Key.
 func (r Reads) Cacheable() bool {
-	return r.Facts&^AllFacts == 0 && len(r.PrefixSumAtLeast)+len(r.SeqSumAtMost) <= MaxConstantComparisons
+	return r.Facts&^AllFacts == 0 && len(r.PrefixSumAtLeast)+len(r.SeqSumAtMost)+len(r.MaxSeqLenAtMost) <= MaxConstantComparisons
 }
 
 // Key identifies a class of requests that a rule cannot tell apart: two
 // requests with the same Key under the same Reads get the same answer.
 type Key uint64
 
-// Key layout: bits 0-3 the mode, 4-6 the platform, 7-23 the boolean facts
-// (one per Fact bit from FactPiecewiseCUDAGraph on), 24-55 the constant
+// Key layout: bits 0-3 the mode, 4-6 the platform, 7-27 the boolean facts
+// (one per Fact bit from FactPiecewiseCUDAGraph on), 28-59 the constant
 // comparisons.
 const (
 	keyPlatformShift = 4
 	keyFactShift     = 7
-	keyConstShift    = 24
+	keyConstShift    = 28
 )
 
 // Key returns req's key under r. It reads only what r declares, does not
@@ -176,6 +190,16 @@ func (r *Reads) BatchKey(req *Request, prefixSum, seqSum int64) Key {
 	if seqSum <= req.Batch.MaxChunkCapacity {
 		b |= FactSeqSumWithinCapacity
 	}
+	rt := &req.Runtime
+	if rt.DSAUseMHAGiven() {
+		b |= FactDSAUseMHASet
+	}
+	if rt.DenseDSADevice() {
+		b |= FactDenseDSADevice
+	}
+	if rt.KVCacheDenseDType() {
+		b |= FactKVCacheDenseDType
+	}
 	k |= factBits(b & f)
 	bit := uint(keyConstShift)
 	for _, c := range r.PrefixSumAtLeast {
@@ -189,6 +213,15 @@ func (r *Reads) BatchKey(req *Request, prefixSum, seqSum int64) Key {
 			k |= 1 << bit
 		}
 		bit++
+	}
+	if len(r.MaxSeqLenAtMost) > 0 {
+		m := req.Batch.MaxSeqLen()
+		for _, c := range r.MaxSeqLenAtMost {
+			if m <= c {
+				k |= 1 << bit
+			}
+			bit++
+		}
 	}
 	return k
 }

@@ -28,6 +28,9 @@ var factNames = []struct {
 	{core.FactPrefixSumZero, "prefix_sum_zero"},
 	{core.FactPrefixSumAtThreshold, "prefix_sum_at_threshold"},
 	{core.FactSeqSumWithinCapacity, "seq_sum_within_capacity"},
+	{core.FactDSAUseMHASet, "dsa_use_mha_set"},
+	{core.FactDenseDSADevice, "dense_dsa_device"},
+	{core.FactKVCacheDenseDType, "kv_cache_dense_dtype"},
 }
 
 func TestFactString(t *testing.T) {
@@ -125,7 +128,8 @@ func factPairs() []struct {
 		{core.FactPiecewiseCUDAGraph, base(), base(piecewise)},
 		{core.FactBreakableCUDAGraph, base(), base(breakable)},
 		{core.FactDeterministicInference, base(), base(deterministic)},
-		{core.FactDSAUseMHA, base(), base(dsaUseMHA)},
+		// dsa_use_mha given in both, false against true.
+		{core.FactDSAUseMHA, base(dsaSet), base(dsaSet, dsaUseMHA)},
 		{core.FactTwoBatchOverlap, base(), base(tbo)},
 		{core.FactMLAPrefillCP, base(), base(prefillCP)},
 		{core.FactDisableChunkedPrefixCache, base(), base(noChunked)},
@@ -140,6 +144,11 @@ func factPairs() []struct {
 		{core.FactPrefixSumAtThreshold, base(prefix(8191, 0), seq(9000, 0)), base(prefix(8191, 1), seq(9000, 1))},
 		// 1000 against 1001 at a capacity of 1000 (equality).
 		{core.FactSeqSumWithinCapacity, base(seq(900, 100)), base(seq(900, 101))},
+		{core.FactDSAUseMHASet, base(), base(dsaSet)},
+		// sm80 against sm90.
+		{core.FactDenseDSADevice, base(cc(80)), base(cc(90))},
+		// auto (bf16) against fp16.
+		{core.FactKVCacheDenseDType, base(), base(kvDType("fp16"))},
 	}
 }
 
@@ -238,6 +247,12 @@ func TestReadsKeyConstants(t *testing.T) {
 			req(core.ModeExtend, prefix(100)), req(core.ModeDecode, prefix(100), hip, amx), true},
 		{"thirty_second_constant_counts", core.Reads{SeqSumAtMost: append(make([]int64, 31), 100)},
 			req(core.ModeExtend, seq(100)), req(core.ModeExtend, seq(101)), false},
+		{"max_seq_at_most_equality_vs_one_above", core.Reads{MaxSeqLenAtMost: []int64{2048}},
+			req(core.ModeExtend, seq(2048, 10)), req(core.ModeExtend, seq(10, 2049)), false},
+		{"max_seq_at_most_reads_max_not_sum", core.Reads{MaxSeqLenAtMost: []int64{2048}},
+			req(core.ModeExtend, seq(2048, 2048)), req(core.ModeExtend, seq(1)), true},
+		{"max_seq_after_other_constants", core.Reads{SeqSumAtMost: []int64{100}, MaxSeqLenAtMost: []int64{100}},
+			req(core.ModeExtend, seq(100, 100)), req(core.ModeExtend, seq(101, 1)), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -44,3 +44,11 @@ func noChunked(r *core.Request)     { r.Layer.DisableChunkedPrefixCache = true }
 func dsaUseMHA(r *core.Request)     { r.Runtime.DSAUseMHA = true }
 func useDSA(r *core.Request)        { r.Layer.UseDSA = true }
 func tbo(r *core.Request)           { r.Runtime.TwoBatchOverlap = true }
+
+var dsaSet = func(r *core.Request) { r.Runtime.DSAUseMHASet = true }
+
+func cc(v int) func(*core.Request) { return func(r *core.Request) { r.Runtime.ComputeCapability = v } }
+
+func kvDType(v string) func(*core.Request) {
+	return func(r *core.Request) { r.Runtime.KVCacheDType = v }
+}

@@ -41,6 +41,9 @@ func randomRequests(n int, seed uint64) []core.Request {
 	thresholds := []int64{0, 1, 100, 8192, 8193}
 	capacities := []int64{0, 100, 8192, 8193, 16384, 131072}
 	modes := core.ForwardModes()
+	rng2 := rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, seed))
+	computeCaps := []int{0, 80, 90, 90, 100, 103, 109, 110}
+	kvDTypes := []string{"", "auto", "bf16", "fp8_e4m3", "fp16", "fp8_e5m2"}
 	flip := func() bool { return rng.IntN(2) == 0 }
 	out := make([]core.Request, 0, n)
 	for len(out) < n {
@@ -60,6 +63,14 @@ func randomRequests(n int, seed uint64) []core.Request {
 		r.Runtime.DeterministicInference = flip()
 		r.Runtime.DSAUseMHA = flip()
 		r.Runtime.TwoBatchOverlap = flip()
+		// The DSA prefill facts come from a stream of their own, so that the
+		// other facts are drawn as before they existed.
+		if rng2.IntN(2) == 0 {
+			r.Runtime.DSAUseMHA = false // more batches that leave the choice to dsa
+		}
+		r.Runtime.DSAUseMHASet = rng2.IntN(8) == 0
+		r.Runtime.ComputeCapability = computeCaps[rng2.IntN(len(computeCaps))]
+		r.Runtime.KVCacheDType = kvDTypes[rng2.IntN(len(kvDTypes))]
 		p := prefixes[rng.IntN(len(prefixes))]
 		switch rng.IntN(3) {
 		case 0: // prefix lengths known, sequence lengths not

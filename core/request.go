@@ -1,6 +1,10 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Limits on one request. They bound the memory a decoder spends and keep
 // every sum of lengths far from int64 overflow.
@@ -65,11 +69,54 @@ type Runtime struct {
 	BreakableCUDAGraph bool
 	// DeterministicInference reports a server with deterministic inference.
 	DeterministicInference bool
-	// DSAUseMHA is the DSA backend's per-batch prefill choice (use_mha).
+	// DSAUseMHA is the DSA backend's per-batch prefill choice (use_mha),
+	// when DSAUseMHASet says it was made.
 	DSAUseMHA bool
 	// TwoBatchOverlap reports a two-batch-overlap wrapper backend; the
 	// choice is read from its primary, so no rule changes with it.
 	TwoBatchOverlap bool
+	// DSAUseMHASet reports that runtime.dsa_use_mha was given. When it was
+	// not, the dsa backend makes the prefill choice itself, as sglang's DSA
+	// backend does (set_dsa_prefill_impl).
+	DSAUseMHASet bool
+	// ComputeCapability is the CUDA compute capability of the device the
+	// batch runs on, as major*10+minor (90 for sm90); 0 when not known.
+	ComputeCapability int
+	// KVCacheDType is the KV cache's data type, as sglang's
+	// --kv-cache-dtype spells it (KVCacheDTypes); "" is "auto", the model's
+	// dtype (bf16 for DeepSeek).
+	KVCacheDType string
+}
+
+// DSAUseMHAGiven reports that the request carries the DSA backend's
+// prefill choice: DSAUseMHASet, or DSAUseMHA true (which a client older
+// than DSAUseMHASet always meant as given).
+func (r *Runtime) DSAUseMHAGiven() bool { return r.DSAUseMHASet || r.DSAUseMHA }
+
+// KVCacheDTypes are the values runtime.kv_cache_dtype accepts.
+func KVCacheDTypes() []string {
+	return []string{"auto", "bf16", "bfloat16", "fp16", "float16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1"}
+}
+
+// MaxComputeCapability is the largest runtime.compute_capability accepted.
+const MaxComputeCapability = 1000
+
+// DenseDSADevice reports a compute capability of 90 or in [100, 110): the
+// devices (H100/H200, B200/GB200) on which sglang's DSA backend may run a
+// prefill as dense MHA.
+func (r *Runtime) DenseDSADevice() bool {
+	cc := r.ComputeCapability
+	return cc == 90 || (cc >= 100 && cc < 110)
+}
+
+// KVCacheDenseDType reports a KV cache of bf16 or fp8_e4m3, the dtypes of
+// the DSA backend's dense prefill; "" and "auto" are the model's bf16.
+func (r *Runtime) KVCacheDenseDType() bool {
+	switch r.KVCacheDType {
+	case "", "auto", "bf16", "bfloat16", "fp8_e4m3":
+		return true
+	}
+	return false
 }
 
 // Request is one dispatch question: which forward method the named backend
@@ -102,6 +149,15 @@ func (b *Batch) PrefixSum() int64 { return sum(b.ExtendPrefixLens) }
 // SeqSum is the sum of SeqLens, 0 when they are not known.
 func (b *Batch) SeqSum() int64 { return sum(b.SeqLens) }
 
+// MaxSeqLen is the largest of SeqLens, 0 when they are not known.
+func (b *Batch) MaxSeqLen() int64 {
+	var m int64
+	for _, x := range b.SeqLens {
+		m = max(m, x)
+	}
+	return m
+}
+
 func sum(v []int64) int64 {
 	var s int64
 	for _, x := range v {
@@ -126,6 +182,12 @@ func (r *Request) Validate() error {
 	}
 	if !r.Runtime.Platform.Valid() {
 		return invalid("runtime.platform", fmt.Sprintf("unknown platform %s", r.Runtime.Platform))
+	}
+	if cc := r.Runtime.ComputeCapability; cc < 0 || cc > MaxComputeCapability {
+		return invalid("runtime.compute_capability", fmt.Sprintf("%d is out of [0, %d]", cc, MaxComputeCapability))
+	}
+	if dt := r.Runtime.KVCacheDType; dt != "" && !slices.Contains(KVCacheDTypes(), dt) {
+		return invalid("runtime.kv_cache_dtype", fmt.Sprintf("unknown dtype %q (want one of %s)", shortText(dt), strings.Join(KVCacheDTypes(), ", ")))
 	}
 	if err := checkLens("extend_prefix_lens", r.Batch.ExtendPrefixLens); err != nil {
 		return err
@@ -160,6 +222,14 @@ func checkLens(field string, v []int64) error {
 		}
 	}
 	return nil
+}
+
+// shortText cuts s to 40 bytes for an error message.
+func shortText(s string) string {
+	if len(s) > 40 {
+		return s[:37] + "..."
+	}
+	return s
 }
 
 func invalid(field, msg string) error { return &FieldError{Field: field, Msg: msg} }

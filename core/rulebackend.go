@@ -25,6 +25,9 @@ type Rule struct {
 	Methods []Method
 	// Hardware lists what the name's kernels run on; empty: anywhere.
 	Hardware []Hardware
+	// Kernels is the name's kernel catalog, one kernel per method of
+	// Methods.
+	Kernels []Kernel
 }
 
 // Logger is the logging a RuleBackend needs; hclog.Logger satisfies it.
@@ -67,7 +70,7 @@ func NewRuleBackend(name, version string, logger Logger, rules ...Rule) (*RuleBa
 		b.rules[r.Name] = &ruleEntry{rule: r}
 		b.desc.Handlers = append(b.desc.Handlers, HandlerInfo{
 			Name: r.Name, AliasOf: r.AliasOf, Deprecated: r.Deprecated, Reads: r.Reads, Methods: r.Methods,
-			Hardware: r.Hardware,
+			Hardware: r.Hardware, Kernels: r.Kernels,
 		})
 	}
 	for _, r := range rules {

@@ -38,6 +38,7 @@ func TritonRule() Rule {
 		Decide:  TritonDecide,
 		Reads:   Reads{Facts: MLASubtypeReads | FactPiecewiseCUDAGraph | FactDeterministicInference | FactPrefixSumZero},
 		Methods: append(MLASubtypeMethods(), MHA),
+		Kernels: TritonKernels(),
 	}
 }
 
@@ -53,7 +54,7 @@ func (Triton) Describe(context.Context) (*Description, error) {
 		Name:    PluginCore,
 		Version: Version,
 		Handlers: []HandlerInfo{{
-			Name: r.Name, Reads: r.Reads, Methods: r.Methods,
+			Name: r.Name, Reads: r.Reads, Methods: r.Methods, Kernels: r.Kernels,
 		}},
 	}, nil
 }

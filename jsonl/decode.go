@@ -3,7 +3,9 @@ package jsonl
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -310,7 +312,46 @@ func (d *decoder) runtime(r *core.Runtime) error {
 		case "deterministic_inference":
 			dst, bit = &r.DeterministicInference, 3
 		case "dsa_use_mha":
-			dst, bit = &r.DSAUseMHA, 4
+			if err := s.mark(4, "runtime.dsa_use_mha"); err != nil {
+				return err
+			}
+			if d.null() {
+				return nil // null reads as absent: the dsa backend decides
+			}
+			r.DSAUseMHASet = true
+			return d.optBool("runtime.dsa_use_mha", &r.DSAUseMHA)
+		case "compute_capability":
+			if err := s.mark(6, "runtime.compute_capability"); err != nil {
+				return err
+			}
+			var v int64 = -1
+			if d.null() {
+				return nil
+			}
+			if err := d.optInt("runtime.compute_capability", &v); err != nil {
+				return err
+			}
+			if v < 0 || v > core.MaxComputeCapability {
+				return core.NewFieldError("runtime.compute_capability", fmt.Sprintf("%d is out of [0, %d] (want major*10+minor, such as 90)", v, core.MaxComputeCapability))
+			}
+			r.ComputeCapability = int(v)
+			return nil
+		case "kv_cache_dtype":
+			if err := s.mark(7, "runtime.kv_cache_dtype"); err != nil {
+				return err
+			}
+			v, null, err := d.str("runtime.kv_cache_dtype")
+			if err != nil || null {
+				return err
+			}
+			if !slices.Contains(core.KVCacheDTypes(), v) {
+				if len(v) > 40 {
+					v = v[:37] + "..."
+				}
+				return core.NewFieldError("runtime.kv_cache_dtype", fmt.Sprintf("unknown dtype %q (want one of %s)", v, strings.Join(core.KVCacheDTypes(), ", ")))
+			}
+			r.KVCacheDType = v
+			return nil
 		case "two_batch_overlap":
 			dst, bit = &r.TwoBatchOverlap, 5
 		default:
@@ -411,7 +452,11 @@ func (d *decoder) integer(field string) (int64, error) {
 		d.pos++
 	}
 	if d.pos == digits {
-		return 0, d.errSyntax("a digit")
+		end := d.pos
+		for end < len(d.buf) && end-start < 40 && !isDelimiter(d.buf[end]) {
+			end++
+		}
+		return 0, core.NewFieldError(field, fmt.Sprintf("want an integer, got %q", d.buf[start:end]))
 	}
 	if d.buf[digits] == '0' && d.pos-digits > 1 {
 		d.pos = digits + 1
@@ -539,12 +584,12 @@ func (d *decoder) rawString(field string) ([]byte, error) {
 			d.pos++
 			return s, nil
 		case c == '\\':
-			return d.escapedString(start)
+			return d.escapedString(start, field)
 		case c < 0x20:
 			return nil, d.errSyntax("a string character (control characters must be escaped)")
 		case c >= utf8.RuneSelf:
 			if !d.utf8Rune() {
-				return nil, d.errSyntax("UTF-8 text")
+				return nil, d.errUTF8(field)
 			}
 			continue
 		}
@@ -564,7 +609,24 @@ func (d *decoder) utf8Rune() bool {
 	return true
 }
 
-func (d *decoder) escapedString(start int) ([]byte, error) {
+// errUTF8 reports bytes that are not UTF-8 inside the string of field.
+func (d *decoder) errUTF8(field string) error {
+	if field == "" {
+		return d.errSyntax("UTF-8 text")
+	}
+	return core.NewFieldError(field, fmt.Sprintf("invalid UTF-8 at byte %d", d.pos+1))
+}
+
+// isDelimiter reports whether c ends a JSON number.
+func isDelimiter(c byte) bool {
+	switch c {
+	case ',', ']', '}', ' ', '\t', '\r', '\n':
+		return true
+	}
+	return false
+}
+
+func (d *decoder) escapedString(start int, field string) ([]byte, error) {
 	out := append([]byte(nil), d.buf[start:d.pos]...)
 	for d.pos < len(d.buf) {
 		c := d.buf[d.pos]
@@ -577,7 +639,7 @@ func (d *decoder) escapedString(start int) ([]byte, error) {
 		case c >= utf8.RuneSelf:
 			p := d.pos
 			if !d.utf8Rune() {
-				return nil, d.errSyntax("UTF-8 text")
+				return nil, d.errUTF8(field)
 			}
 			out = append(out, d.buf[p:d.pos]...)
 			continue

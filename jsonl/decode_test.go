@@ -61,7 +61,7 @@ func decodeCases() []decodeCase {
 		r.Layer = core.Layer{ChunkedPrefixCacheThreshold: 7, DisableChunkedPrefixCache: true, FlashinferMLADisableRagged: true,
 			ROCmFusedDecodeMLA: true, UseDSA: true, FusedQKVAProjWithMQA: true, IntelAMX: true}
 		r.Runtime = core.Runtime{Platform: core.PlatformHIP, PiecewiseCUDAGraph: true, BreakableCUDAGraph: true,
-			DeterministicInference: true, DSAUseMHA: true, TwoBatchOverlap: true}
+			DeterministicInference: true, DSAUseMHA: true, DSAUseMHASet: true, TwoBatchOverlap: true}
 		r.Batch.MLAPrefillCP = true
 	}
 	backend := func(s string) func(*core.Request) { return func(r *core.Request) { r.Backend = s } }
@@ -74,6 +74,7 @@ func decodeCases() []decodeCase {
 			r.Batch = core.Batch{Mode: core.ModeExtend, ExtendPrefixLens: []int64{0, 512}, SeqLens: []int64{1024, 2048}, MaxChunkCapacity: 131072}
 			r.Layer.FusedQKVAProjWithMQA = true
 			r.Runtime.Platform = core.PlatformCUDA
+			r.Runtime.DSAUseMHASet = true // "dsa_use_mha": false is given
 		}), ""},
 		{"defaults_when_absent", `{"backend":"fa3","forward_mode":"DECODE"}`, want(core.ModeDecode), ""},
 		{"every_field_set", with(`"mla_prefill_cp":true,"layer":{"chunked_prefix_cache_threshold":7,"disable_chunked_prefix_cache":true,
@@ -93,7 +94,15 @@ func decodeCases() []decodeCase {
 			want(core.ModeExtend, func(r *core.Request) { r.Batch.SeqLens = []int64{1, 2} }), ""},
 		{"field_order_irrelevant", `{"runtime":{"platform":"npu"},"forward_mode":"IDLE","backend":"fa3"}`,
 			want(core.ModeIdle, func(r *core.Request) { r.Runtime.Platform = core.PlatformNPU }), ""},
-		{"explicit_false", with(`"mla_prefill_cp":false,"layer":{"use_dsa":false},"runtime":{"dsa_use_mha":false}`), want(core.ModeExtend), ""},
+		{"explicit_false", with(`"mla_prefill_cp":false,"layer":{"use_dsa":false},"runtime":{"dsa_use_mha":false}`),
+			want(core.ModeExtend, func(r *core.Request) { r.Runtime.DSAUseMHASet = true }), ""},
+		{"dsa_prefill_facts", with(`"runtime":{"compute_capability":90,"kv_cache_dtype":"fp8_e4m3"}`),
+			want(core.ModeExtend, func(r *core.Request) { r.Runtime.ComputeCapability, r.Runtime.KVCacheDType = 90, "fp8_e4m3" }), ""},
+		{"dsa_prefill_facts_null", with(`"runtime":{"compute_capability":null,"kv_cache_dtype":null}`), want(core.ModeExtend), ""},
+		{"compute_capability_negative", with(`"runtime":{"compute_capability":-1}`), nil, "runtime.compute_capability: -1 is out of [0, 1000] (want major*10+minor, such as 90)"},
+		{"compute_capability_not_integer", with(`"runtime":{"compute_capability":"90"}`), nil, "runtime.compute_capability: want an integer, got a string"},
+		{"kv_cache_dtype_unknown", with(`"runtime":{"kv_cache_dtype":"int4"}`), nil, `runtime.kv_cache_dtype: unknown dtype "int4" (want one of auto, bf16, bfloat16, fp16, float16, fp8_e4m3, fp8_e5m2, fp4_e2m1)`},
+		{"kv_cache_dtype_twice", with(`"runtime":{"kv_cache_dtype":"bf16","kv_cache_dtype":"bf16"}`), nil, "runtime.kv_cache_dtype: given twice"},
 		{"exponent_integer_1e3", with(`"max_chunk_capacity":1e3`), want(core.ModeExtend, capacity(1000)), ""},
 		{"exponent_integer_1E+2", with(`"max_chunk_capacity":1E+2`), want(core.ModeExtend, capacity(100)), ""},
 		{"fraction_integer_1024.0", with(`"max_chunk_capacity":1024.0`), want(core.ModeExtend, capacity(1024)), ""},
@@ -136,7 +145,7 @@ func decodeCases() []decodeCase {
 		{"truncated_null", with(`"layer":{"use_dsa":nul}`), nil, `layer.use_dsa: want true or false, got 'n'`},
 		{"nan_literal", with(`"max_chunk_capacity":NaN`), nil, `max_chunk_capacity: want an integer, got 'N'`},
 		{"infinity_literal", with(`"max_chunk_capacity":Infinity`), nil, `max_chunk_capacity: want an integer, got 'I'`},
-		{"minus_infinity_literal", with(`"max_chunk_capacity":-Infinity`), nil, `request: invalid JSON at byte 64: unexpected 'I', want a digit`},
+		{"minus_infinity_literal", with(`"max_chunk_capacity":-Infinity`), nil, `max_chunk_capacity: want an integer, got "-Infinity"`},
 		{"nan_in_array", with(`"seq_lens":[NaN]`), nil, `seq_lens[0]: want an integer, got 'N'`},
 		{"leading_zeros", with(`"max_chunk_capacity":01`), nil, `request: invalid JSON at byte 64: unexpected '1', want ',' after a number (leading zeros are not JSON)`},
 		{"leading_zeros_negative", with(`"max_chunk_capacity":-007`), nil, `request: invalid JSON at byte 65: unexpected '0', want ',' after a number (leading zeros are not JSON)`},
@@ -145,7 +154,7 @@ func decodeCases() []decodeCase {
 		{"leading_dot", with(`"max_chunk_capacity":.5`), nil, `max_chunk_capacity: want an integer, got '.'`},
 		{"dot_without_digits", with(`"max_chunk_capacity":1.`), nil, `request: invalid JSON at byte 65: unexpected '}', want a digit after '.'`},
 		{"exponent_without_digits", with(`"max_chunk_capacity":1e`), nil, `request: invalid JSON at byte 65: unexpected '}', want a digit in the exponent`},
-		{"minus_alone", with(`"max_chunk_capacity":-`), nil, `request: invalid JSON at byte 64: unexpected '}', want a digit`},
+		{"minus_alone", with(`"max_chunk_capacity":-`), nil, `max_chunk_capacity: want an integer, got "-"`},
 		{"invalid_escape", `{"backend":"\x","forward_mode":"EXTEND"}`, nil, `request: invalid JSON at byte 14: unexpected 'x', want an escape character`},
 		{"short_unicode_escape", `{"backend":"\u12","forward_mode":"EXTEND"}`, nil, `request: invalid JSON at byte 15: unexpected '1', want four hex digits after \u`},
 		{"non_hex_unicode_escape", `{"backend":"\u12G4","forward_mode":"EXTEND"}`, nil, `request: invalid JSON at byte 15: unexpected '1', want four hex digits after \u`},
@@ -157,8 +166,8 @@ func decodeCases() []decodeCase {
 			`request: invalid JSON at byte 14: unexpected byte 0x09, want a string character (control characters must be escaped)`},
 		{"raw_control_after_escape", "{\"backend\":\"\\n\x1f\",\"forward_mode\":\"EXTEND\"}", nil,
 			`request: invalid JSON at byte 15: unexpected byte 0x1f, want a string character (control characters must be escaped)`},
-		{"invalid_utf8", "{\"backend\":\"a\xff\",\"forward_mode\":\"EXTEND\"}", nil, `request: invalid JSON at byte 14: unexpected byte 0xff, want UTF-8 text`},
-		{"invalid_utf8_after_escape", "{\"backend\":\"\\t\xc3(\",\"forward_mode\":\"EXTEND\"}", nil, `request: invalid JSON at byte 15: unexpected byte 0xc3, want UTF-8 text`},
+		{"invalid_utf8", "{\"backend\":\"a\xff\",\"forward_mode\":\"EXTEND\"}", nil, `backend: invalid UTF-8 at byte 14`},
+		{"invalid_utf8_after_escape", "{\"backend\":\"\\t\xc3(\",\"forward_mode\":\"EXTEND\"}", nil, `backend: invalid UTF-8 at byte 15`},
 		{"invalid_utf8_key", "{\"\xed\xa0\x80\":1}", nil, `request: invalid JSON at byte 3: unexpected byte 0xed, want UTF-8 text`},
 		{"deep_nesting_top_level", deep, nil, `request: invalid JSON at byte 1: unexpected '[', want '{'`},
 		{"deep_nesting_seq_lens", with(`"seq_lens":` + deep), nil, `seq_lens[0]: want an integer, got an array`},

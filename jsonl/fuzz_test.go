@@ -27,8 +27,10 @@ func encodeRequest(r *core.Request) ([]byte, error) {
 		PiecewiseCUDAGraph     bool   `json:"piecewise_cuda_graph"`
 		BreakableCUDAGraph     bool   `json:"breakable_cuda_graph"`
 		DeterministicInference bool   `json:"deterministic_inference"`
-		DSAUseMHA              bool   `json:"dsa_use_mha"`
+		DSAUseMHA              *bool  `json:"dsa_use_mha,omitempty"` // absent unless given
 		TwoBatchOverlap        bool   `json:"two_batch_overlap"`
+		ComputeCapability      int    `json:"compute_capability"`
+		KVCacheDType           string `json:"kv_cache_dtype,omitempty"`
 	}
 	type request struct {
 		Backend          string  `json:"backend"`
@@ -41,6 +43,10 @@ func encodeRequest(r *core.Request) ([]byte, error) {
 		Runtime          runtime `json:"runtime"`
 	}
 	l, rt := r.Layer, r.Runtime
+	var useMHA *bool
+	if rt.DSAUseMHASet {
+		useMHA = &rt.DSAUseMHA
+	}
 	return json.Marshal(request{
 		Backend: r.Backend, ForwardMode: r.Batch.Mode.String(),
 		ExtendPrefixLens: r.Batch.ExtendPrefixLens, SeqLens: r.Batch.SeqLens,
@@ -48,7 +54,7 @@ func encodeRequest(r *core.Request) ([]byte, error) {
 		Layer: layer{l.ChunkedPrefixCacheThreshold, l.DisableChunkedPrefixCache, l.FlashinferMLADisableRagged,
 			l.ROCmFusedDecodeMLA, l.UseDSA, l.FusedQKVAProjWithMQA, l.IntelAMX},
 		Runtime: runtime{rt.Platform.String(), rt.PiecewiseCUDAGraph, rt.BreakableCUDAGraph,
-			rt.DeterministicInference, rt.DSAUseMHA, rt.TwoBatchOverlap},
+			rt.DeterministicInference, useMHA, rt.TwoBatchOverlap, rt.ComputeCapability, rt.KVCacheDType},
 	})
 }
 

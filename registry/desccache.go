@@ -84,7 +84,7 @@ func (c descCache) put(sum string, d *core.Description) error {
 
 // cacheFormat versions the entries: a core whose description changes
 // meaning bumps it, and old entries are then ignored.
-const cacheFormat = "v1"
+const cacheFormat = "v2" // v2: kernel catalogs, max_seq_len_at_most
 
 func (c descCache) file(sum string) string {
 	return filepath.Join(c.dir, "desc-"+cacheFormat+"-"+sum+".json")

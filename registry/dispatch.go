@@ -19,6 +19,7 @@ type route struct {
 	methods uint32       // bit m set: method m declared
 	cache   *answerCache // nil: the handler's reads cannot be cached
 	missing bool         // an expected name that no plugin serves
+	why     error        // with missing: why the binary that serves it was refused
 }
 
 func newRoute(h core.HandlerInfo, p *plugin, cache bool) *route {
@@ -185,8 +186,11 @@ func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (co
 		return r.decideTriton(req, ""), nil
 	}
 	if rt.missing {
-		return r.fallback(req, "", &failure{ReasonPluginMissing,
-			fmt.Errorf("no plugin in %s serves %q", strings.Join(r.cfg.PluginDirs, ":"), req.Backend)})
+		err := fmt.Errorf("no plugin in %s serves %q", strings.Join(r.cfg.PluginDirs, ":"), req.Backend)
+		if rt.why != nil {
+			err = fmt.Errorf("%q: %w", req.Backend, rt.why)
+		}
+		return r.fallback(req, "", &failure{ReasonPluginMissing, err})
 	}
 	p := rt.plugin
 	if p.unsupported != "" {
@@ -250,8 +254,18 @@ func (r *Registry) callFailed(req *core.Request, p *plugin, inst *instance, err 
 		return r.fallback(req, p.name, &failure{ReasonRefused, fmt.Errorf("plugin %s refused the request: %w", p.name, err)})
 	}
 	reason := classify(err)
+	err = r.explain(reason, err)
 	p.fail(inst, reason, err)
 	return r.fallback(req, p.name, &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)})
+}
+
+// explain says what a deadline means: gRPC reports a call it cancelled at
+// the deadline in terms of its stream.
+func (r *Registry) explain(reason Reason, err error) error {
+	if reason == ReasonTimeout {
+		return fmt.Errorf("no answer within the call deadline of %s: %w", r.cfg.CallTimeout, err)
+	}
+	return err
 }
 
 // decideTriton answers by the in-process triton rules.
@@ -362,6 +376,7 @@ func (r *Registry) batchCall(ctx context.Context, p *plugin, g *batchGroup, reqs
 		inst.leave()
 		if err != nil && ctx.Err() == nil && !errors.Is(err, core.ErrInvalidRequest) {
 			reason := classify(err)
+			err = r.explain(reason, err)
 			p.fail(inst, reason, err)
 			callErr = &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)}
 		} else {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -76,6 +77,12 @@ type plugin struct {
 
 	running  atomic.Pointer[instance]
 	degraded atomic.Bool // failed since its last good answer
+	// retiring counts the instances retired after a failure whose process
+	// has not ended yet; stop waits for them.
+	retiring sync.WaitGroup
+
+	// selfChecked is the kernel-catalog self-check (selfcheck.go).
+	selfChecked selfCheckState
 
 	// unsupported says why none of the plugin's names runs on the host's
 	// hardware (Config.Host); such a plugin is never started.
@@ -129,6 +136,7 @@ func launch(ctx context.Context, cfg *Config, path, sum string, logger hclog.Log
 		Logger:           logger,
 		StartTimeout:     cfg.StartTimeout,
 		AutoMTLS:         true,
+		Stderr:           &stderrTail{},
 	}
 	if cfg.Lock != nil {
 		secure, err := secureConfig(sum)
@@ -169,7 +177,8 @@ func launch(ctx context.Context, cfg *Config, path, sum string, logger hclog.Log
 		return nil, ctx.Err()
 	}
 	if res.err != nil {
-		return fail(startError(res.err))
+		inst.kill() // waits for go-plugin's stderr reader: the tail is whole
+		return nil, startError(res.err, cfg, path, sum, cc.Stderr.(*stderrTail).lastLines())
 	}
 	b, ok := res.raw.(batchClient)
 	if !ok {
@@ -187,12 +196,89 @@ func launch(ctx context.Context, cfg *Config, path, sum string, logger hclog.Log
 	return inst, nil
 }
 
-// startError makes go-plugin's start errors say what happened.
-func startError(err error) error {
+// startError makes go-plugin's start errors say what happened, in one
+// line: go-plugin's handshake errors run over many lines of generic advice.
+// stderr is the end of what the plugin wrote on stderr, if anything.
+func startError(err error, cfg *Config, path, sum, stderr string) error {
 	if errors.Is(err, goplugin.ErrChecksumsDoNotMatch) {
-		return fmt.Errorf("%w: the binary changed since it was verified against the lock file", err)
+		actual, herr := fileSHA256(path)
+		if herr != nil {
+			actual = "unreadable (" + herr.Error() + ")"
+		}
+		lockPath := ""
+		if cfg.Lock != nil {
+			lockPath = cfg.Lock.Path
+		}
+		return fmt.Errorf("%w: %w: %s changed since it was verified: sha256 %s, but %s pins %s", ErrNotPinned, err, path, actual, lockPath, sum)
 	}
-	return err
+	msg := err.Error()
+	if first, _, multi := strings.Cut(msg, "\n"); multi {
+		const unrecognized = "Unrecognized remote plugin message: "
+		switch {
+		case first == unrecognized:
+			msg = "no go-plugin handshake: the plugin wrote nothing on stdout before it exited " +
+				"(it crashed at start, expects another magic cookie than attnplug's, or is built for another system)"
+		case strings.HasPrefix(first, unrecognized):
+			msg = fmt.Sprintf("no go-plugin handshake: the plugin's first line on stdout is %q, "+
+				"not the handshake (a plugin must write nothing else on stdout)", strings.TrimPrefix(first, unrecognized))
+		default:
+			msg = first
+		}
+	}
+	if stderr != "" {
+		msg += "; it wrote on stderr: " + stderr
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &startFailure{msg: msg, err: err}
+}
+
+// startFailure is a start error with a message of its own.
+type startFailure struct {
+	msg string
+	err error
+}
+
+func (e *startFailure) Error() string { return e.msg }
+func (e *startFailure) Unwrap() error { return e.err }
+
+// stderrTail keeps the end of what a plugin wrote on stderr, to explain a
+// failed start.
+type stderrTail struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+const stderrTailBytes = 4096
+
+func (t *stderrTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > 2*stderrTailBytes {
+		t.b = append(t.b[:0], t.b[len(t.b)-stderrTailBytes:]...)
+	}
+	return len(p), nil
+}
+
+// lastLines returns the last three non-empty lines written, joined by
+// " / ", at most 400 bytes.
+func (t *stderrTail) lastLines() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var keep []string
+	lines := strings.Split(string(t.b), "\n")
+	for i := len(lines) - 1; i >= 0 && len(keep) < 3; i-- {
+		if line := strings.TrimSpace(lines[i]); line != "" {
+			keep = append([]string{line}, keep...)
+		}
+	}
+	out := strings.Join(keep, " / ")
+	if len(out) > 400 {
+		out = "..." + out[len(out)-400:]
+	}
+	return out
 }
 
 // acquire returns the running instance, starting the process when none
@@ -211,6 +297,10 @@ func (p *plugin) acquire(ctx context.Context) (*instance, error) {
 		case p.closed:
 			p.mu.Unlock()
 			return nil, &failure{ReasonClosed, fmt.Errorf("plugin %s: %w: registry closed", p.name, core.ErrUnavailable)}
+		case p.selfCheckRefusal() != nil:
+			err := p.selfCheckRefusal()
+			p.mu.Unlock()
+			return nil, &failure{ReasonStartFailed, fmt.Errorf("plugin %s: %w", p.name, err)}
 		case p.quarantined:
 			err := p.lastErr
 			p.mu.Unlock()
@@ -238,6 +328,9 @@ func (p *plugin) acquire(ctx context.Context) (*instance, error) {
 		cancel()
 		if err == nil {
 			err = p.check(ctx, inst)
+		}
+		if err == nil {
+			err = p.selfCheck(ctx, inst) // selfcheck.go: the kernel catalog
 		}
 
 		p.mu.Lock()
@@ -310,7 +403,11 @@ func (p *plugin) fail(inst *instance, reason Reason, err error) {
 	if !p.running.CompareAndSwap(inst, nil) {
 		return
 	}
-	go inst.retire()
+	p.retiring.Add(1)
+	go func() {
+		defer p.retiring.Done()
+		inst.retire()
+	}()
 	p.failLocked(reason, err)
 }
 
@@ -344,6 +441,7 @@ func (p *plugin) stop() {
 	if inst != nil {
 		inst.kill()
 	}
+	p.retiring.Wait()
 }
 
 // info fills the run-time fields of a listing entry.
@@ -355,6 +453,8 @@ func (p *plugin) info(pi *PluginInfo) {
 		pi.LastError = p.lastErr.Error()
 	}
 	switch inst := p.running.Load(); {
+	case p.selfCheckRefusal() != nil:
+		pi.Status, pi.Reason = StatusBroken, p.selfCheckRefusal().Error()
 	case inst != nil:
 		pi.Status, pi.PID = StatusRunning, inst.pid
 	case p.quarantined:

@@ -236,14 +236,27 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	refused := map[string]error{} // names pinned to binaries the lock file refused
 	for i, res := range results {
 		if res.err != nil {
 			info := PluginInfo{Name: found[i].family, Path: found[i].path, Status: StatusBroken, Reason: res.err.Error()}
 			t.broken = append(t.broken, info)
 			r.log.Warn("plugin not usable", "path", info.Path, "error", res.err)
+			if e, ok := r.pinned(found[i].path); ok && errors.Is(res.err, ErrNotPinned) {
+				for _, n := range e.Names {
+					refused[n] = res.err
+				}
+			}
 			continue
 		}
 		r.addPlugin(t, res.p)
+	}
+	// The names of a refused binary fall back, as a missing plugin's do,
+	// rather than go silently to the triton rules.
+	for n, why := range refused {
+		if _, ok := t.routes[n]; !ok && n != core.TritonName {
+			t.routes[n] = &route{name: n, missing: true, why: why}
+		}
 	}
 	for _, n := range r.cfg.ExpectedNames {
 		if _, ok := t.routes[n]; !ok {
@@ -261,6 +274,15 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 		}
 	}
 	return t, nil
+}
+
+// pinned returns the lock entry of the binary at path, if a lock is in use
+// and pins it.
+func (r *Registry) pinned(path string) (LockEntry, bool) {
+	if r.cfg.Lock == nil {
+		return LockEntry{}, false
+	}
+	return r.cfg.Lock.Entry(filepath.Base(path))
 }
 
 // describe learns what the binary of c serves.
@@ -300,6 +322,9 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 		if err := cache.put(sum, d); err != nil {
 			r.log.Debug("description cache not written", "error", err)
 		}
+	}
+	if err := catalogCheck(d); err != nil { // selfcheck.go
+		return nil, err
 	}
 	p := &plugin{name: d.Name, path: c.path, sha256: sum, desc: d, logger: logger, cfg: &r.cfg}
 	if r.cfg.Host != nil {

@@ -106,6 +106,9 @@ func requestToProto(r *core.Request, out *pb.Request) {
 		DeterministicInference: r.Runtime.DeterministicInference,
 		DsaUseMha:              r.Runtime.DSAUseMHA,
 		TwoBatchOverlap:        r.Runtime.TwoBatchOverlap,
+		ComputeCapability:      int32(r.Runtime.ComputeCapability),
+		KvCacheDtype:           r.Runtime.KVCacheDType,
+		DsaUseMhaSet:           r.Runtime.DSAUseMHASet,
 	}
 }
 
@@ -151,6 +154,11 @@ func RequestFromProto(r *pb.Request) (core.Request, error) {
 		DeterministicInference: rt.GetDeterministicInference(),
 		DSAUseMHA:              rt.GetDsaUseMha(),
 		TwoBatchOverlap:        rt.GetTwoBatchOverlap(),
+		ComputeCapability:      int(rt.GetComputeCapability()),
+		KVCacheDType:           rt.GetKvCacheDtype(),
+		// A host older than dsa_use_mha_set sends only dsa_use_mha; true
+		// still counts as given (core.Runtime.DSAUseMHAGiven).
+		DSAUseMHASet: rt.GetDsaUseMhaSet(),
 	}
 	if err := out.Validate(); err != nil {
 		return out, err
@@ -184,7 +192,9 @@ func DescriptionToProto(d *core.Description) *pb.DescribeResponse {
 				Facts:            factsToProto(h.Reads.Facts),
 				PrefixSumAtLeast: h.Reads.PrefixSumAtLeast,
 				SeqSumAtMost:     h.Reads.SeqSumAtMost,
+				MaxSeqLenAtMost:  h.Reads.MaxSeqLenAtMost,
 			},
+			Kernels: KernelsToProto(h.Kernels),
 		}
 		for _, m := range h.Methods {
 			ph.Methods = append(ph.Methods, MethodToProto(m))
@@ -225,8 +235,14 @@ func DescriptionFromProto(d *pb.DescribeResponse) (*core.Description, error) {
 				Facts:            facts,
 				PrefixSumAtLeast: h.GetReads().GetPrefixSumAtLeast(),
 				SeqSumAtMost:     h.GetReads().GetSeqSumAtMost(),
+				MaxSeqLenAtMost:  h.GetReads().GetMaxSeqLenAtMost(),
 			},
 		}
+		kernels, err := KernelsFromProto(h.GetKernels())
+		if err != nil {
+			return nil, fmt.Errorf("handler %q: %w", h.GetName(), err)
+		}
+		ch.Kernels = kernels
 		for _, m := range h.GetMethods() {
 			cm, err := MethodFromProto(m)
 			if err != nil {
@@ -300,4 +316,171 @@ func HostInfoFromProto(info *pb.HostInfo) (core.HostInfo, error) {
 		Archs:             info.GetArchs(),
 		AMX:               info.GetAmx(),
 	}, nil
+}
+
+// KernelsToProto returns the protobuf form of a kernel catalog.
+func KernelsToProto(ks []core.Kernel) []*pb.Kernel {
+	var out []*pb.Kernel
+	for _, k := range ks {
+		pk := &pb.Kernel{
+			Name:      k.Name,
+			Library:   k.Library,
+			Method:    MethodToProto(k.Method),
+			Dtypes:    k.DTypes,
+			CudaGraph: k.CUDAGraph,
+			Sparse:    k.Sparse,
+		}
+		for _, d := range k.HeadDims {
+			pk.HeadDims = append(pk.HeadDims, int32(d))
+		}
+		for _, p := range k.PageSizes {
+			pk.PageSizes = append(pk.PageSizes, int32(p))
+		}
+		for _, hw := range k.Hardware {
+			pk.Hardware = append(pk.Hardware, hardwareToProto(hw))
+		}
+		out = append(out, pk)
+	}
+	return out
+}
+
+// KernelsFromProto returns the core form of a kernel catalog; a kernel of
+// an unknown method is an error wrapping core.ErrProtocol.
+func KernelsFromProto(ks []*pb.Kernel) ([]core.Kernel, error) {
+	var out []core.Kernel
+	for _, pk := range ks {
+		m, err := MethodFromProto(pk.GetMethod())
+		if err != nil {
+			return nil, fmt.Errorf("kernel %q: %w", pk.GetName(), err)
+		}
+		k := core.Kernel{
+			Name:      pk.GetName(),
+			Library:   pk.GetLibrary(),
+			Method:    m,
+			DTypes:    pk.GetDtypes(),
+			CUDAGraph: pk.GetCudaGraph(),
+			Sparse:    pk.GetSparse(),
+		}
+		for _, d := range pk.GetHeadDims() {
+			k.HeadDims = append(k.HeadDims, int(d))
+		}
+		for _, p := range pk.GetPageSizes() {
+			k.PageSizes = append(k.PageSizes, int(p))
+		}
+		for _, hw := range pk.GetHardware() {
+			k.Hardware = append(k.Hardware, hardwareFromProto(hw))
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// Limits of a kernel request, checked before a plugin maps anything.
+const (
+	// MaxKernelTensors is the most tensor references one request holds.
+	MaxKernelTensors = 64
+	// MaxKernelBatch is the most requests (seq_lens entries) of a kernel
+	// call.
+	MaxKernelBatch = 1 << 16
+	// maxKernelDim bounds every dimension and shape entry.
+	maxKernelDim = 1 << 30
+)
+
+// KernelRequestToProto returns the protobuf form of req: the buffer's path
+// and size, never its memory.
+func KernelRequestToProto(req *core.KernelRequest) *pb.RunKernelRequest {
+	d := req.Dims
+	out := &pb.RunKernelRequest{
+		Backend: req.Backend,
+		Method:  MethodToProto(req.Method),
+		Dims: &pb.KernelDims{
+			Heads: int32(d.Heads), KvLoraRank: int32(d.KVLoraRank), QkNopeHeadDim: int32(d.QKNopeHeadDim),
+			QkRopeHeadDim: int32(d.QKRopeHeadDim), VHeadDim: int32(d.VHeadDim), SoftmaxScale: d.SoftmaxScale,
+			RopeBase: d.RopeBase, ChunkCapacity: int32(d.ChunkCapacity), TopK: int32(d.TopK),
+		},
+		SeqLens:    req.SeqLens,
+		PrefixLens: req.PrefixLens,
+		Buffer:     &pb.SharedBuffer{Path: req.Buffer.Path, Size: req.Buffer.Size},
+	}
+	for _, t := range req.Tensors {
+		out.Tensors = append(out.Tensors, &pb.TensorRef{Name: t.Name, Offset: t.Offset, Shape: t.Shape, Dtype: t.DType})
+	}
+	return out
+}
+
+// KernelRequestFromProto returns the core form of r, checked: a method the
+// protocol knows, dimensions and lengths in range, and every tensor inside
+// the buffer. The kernel checks the rest (shapes against dimensions). The
+// error wraps core.ErrInvalidRequest.
+func KernelRequestFromProto(r *pb.RunKernelRequest) (core.KernelRequest, error) {
+	var out core.KernelRequest
+	if r == nil {
+		return out, core.NewFieldError("request", "missing")
+	}
+	m := core.Method(r.GetMethod())
+	if r.GetMethod() < 0 || r.GetMethod() > 255 || !m.Valid() {
+		return out, core.NewFieldError("method", fmt.Sprintf("unknown method %d", int32(r.GetMethod())))
+	}
+	d := r.GetDims()
+	out = core.KernelRequest{
+		Backend: r.GetBackend(),
+		Method:  m,
+		Dims: core.KernelDims{
+			Heads: int(d.GetHeads()), KVLoraRank: int(d.GetKvLoraRank()), QKNopeHeadDim: int(d.GetQkNopeHeadDim()),
+			QKRopeHeadDim: int(d.GetQkRopeHeadDim()), VHeadDim: int(d.GetVHeadDim()), SoftmaxScale: d.GetSoftmaxScale(),
+			RopeBase: d.GetRopeBase(), ChunkCapacity: int(d.GetChunkCapacity()), TopK: int(d.GetTopK()),
+		},
+		SeqLens:    r.GetSeqLens(),
+		PrefixLens: r.GetPrefixLens(),
+		Buffer:     core.SharedBuffer{Path: r.GetBuffer().GetPath(), Size: r.GetBuffer().GetSize()},
+	}
+	if out.Backend == "" || len(out.Backend) > core.MaxBackendNameLen {
+		return out, core.NewFieldError("backend", "must be a name of 1 to 256 bytes")
+	}
+	if n := len(out.SeqLens); n == 0 || n > MaxKernelBatch || len(out.PrefixLens) != n {
+		return out, core.NewFieldError("seq_lens", fmt.Sprintf("has %d entries and prefix_lens %d: want the same number, 1 to %d", n, len(out.PrefixLens), MaxKernelBatch))
+	}
+	if out.Buffer.Path == "" || out.Buffer.Size <= 0 {
+		return out, core.NewFieldError("buffer", "needs a path and a positive size")
+	}
+	if n := len(r.GetTensors()); n == 0 || n > MaxKernelTensors {
+		return out, core.NewFieldError("tensors", fmt.Sprintf("has %d entries, want 1 to %d", n, MaxKernelTensors))
+	}
+	for i, t := range r.GetTensors() {
+		field := fmt.Sprintf("tensors[%d]", i)
+		if t.GetDtype() != "float32" && t.GetDtype() != "int32" {
+			return out, core.NewFieldError(field+".dtype", fmt.Sprintf("unknown dtype %q (want float32 or int32)", t.GetDtype()))
+		}
+		elems := int64(1)
+		for _, x := range t.GetShape() {
+			if x < 0 || x > maxKernelDim {
+				return out, core.NewFieldError(field+".shape", fmt.Sprintf("dimension %d is out of [0, %d]", x, maxKernelDim))
+			}
+			elems *= x
+			if elems > out.Buffer.Size {
+				return out, core.NewFieldError(field+".shape", "is larger than the buffer")
+			}
+		}
+		if t.GetOffset() < 0 || t.GetOffset()%4 != 0 || t.GetOffset() > out.Buffer.Size-4*elems {
+			return out, core.NewFieldError(field+".offset", fmt.Sprintf("%d: %d bytes at it do not fit a buffer of %d, or it is not 4-byte aligned", t.GetOffset(), 4*elems, out.Buffer.Size))
+		}
+		out.Tensors = append(out.Tensors, core.TensorRef{Name: t.GetName(), Offset: t.GetOffset(), Shape: t.GetShape(), DType: t.GetDtype()})
+	}
+	return out, nil
+}
+
+// KernelResultToProto returns the protobuf form of res.
+func KernelResultToProto(res *core.KernelResult) *pb.RunKernelResponse {
+	return &pb.RunKernelResponse{
+		Kernel: res.Kernel, Library: res.Library, Emulated: res.Emulated,
+		TimeNs: res.TimeNS, Note: res.Note, Sparse: res.Sparse,
+	}
+}
+
+// KernelResultFromProto returns the core form of r.
+func KernelResultFromProto(r *pb.RunKernelResponse) *core.KernelResult {
+	return &core.KernelResult{
+		Kernel: r.GetKernel(), Library: r.GetLibrary(), Emulated: r.GetEmulated(),
+		TimeNS: r.GetTimeNs(), Note: r.GetNote(), Sparse: r.GetSparse(),
+	}
 }

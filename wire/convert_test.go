@@ -32,7 +32,8 @@ func TestRequestRoundTrip(t *testing.T) {
 		Batch: core.Batch{Mode: core.ModeDLLMExtend, ExtendPrefixLens: []int64{0, 512}, SeqLens: []int64{1024, 2048},
 			MaxChunkCapacity: 131072, MLAPrefillCP: true},
 		Runtime: core.Runtime{Platform: core.PlatformHIP, PiecewiseCUDAGraph: true, BreakableCUDAGraph: true,
-			DeterministicInference: true, DSAUseMHA: true, TwoBatchOverlap: true},
+			DeterministicInference: true, DSAUseMHA: true, TwoBatchOverlap: true, DSAUseMHASet: true,
+			ComputeCapability: 90, KVCacheDType: "fp8_e4m3"},
 	}
 	tests := []struct {
 		name string
@@ -266,7 +267,7 @@ func TestFactsFromProtoUnknown(t *testing.T) {
 	}{
 		{"none", nil, 0, true},
 		{"newer_fact_99", []pb.Fact{pb.Fact_FACT_MODE, 99}, core.FactMode, false},
-		{"one_past_last", []pb.Fact{18}, 0, false},
+		{"one_past_last", []pb.Fact{21}, 0, false},
 		{"bit_31", []pb.Fact{32}, 0, false},
 		{"past_32_bits", []pb.Fact{33}, 0, false},
 		{"unspecified", []pb.Fact{0, pb.Fact_FACT_USE_DSA}, core.FactUseDSA, false},

@@ -38,6 +38,8 @@ func codeOf(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, core.ErrProtocol):
 		return codes.Internal
+	case errors.Is(err, core.ErrNoKernel):
+		return codes.Unimplemented
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

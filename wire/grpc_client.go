@@ -83,3 +83,18 @@ func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []c
 	}
 	return nil
 }
+
+// RunKernel asks the plugin to run a kernel on tensors in shared memory;
+// only the buffer's name, the shapes and the offsets travel. A plugin older
+// than the RunKernel RPC gets an error wrapping core.ErrNoKernel.
+func (c *Client) RunKernel(ctx context.Context, req *core.KernelRequest) (*core.KernelResult, error) {
+	resp, err := c.rpc.RunKernel(ctx, KernelRequestToProto(req))
+	if Unsupported(err) {
+		// A plugin older than the RPC, or one whose catalog lacks the kernel.
+		return nil, fmt.Errorf("%w: %s", core.ErrNoKernel, status.Convert(err).Message())
+	}
+	if err != nil {
+		return nil, FromStatus(err)
+	}
+	return KernelResultFromProto(resp), nil
+}

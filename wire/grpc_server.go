@@ -120,3 +120,21 @@ func compact(reqs []core.Request, valid []bool) ([]core.Request, []int) {
 	}
 	return sub, idx
 }
+
+// RunKernel runs a kernel for a backend that is a core.KernelRunner; any
+// other backend answers Unimplemented, as a plugin older than the RPC.
+func (s *Server) RunKernel(ctx context.Context, in *pb.RunKernelRequest) (*pb.RunKernelResponse, error) {
+	kr, ok := s.backend.(core.KernelRunner)
+	if !ok {
+		return s.UnimplementedBackendServer.RunKernel(ctx, in)
+	}
+	req, err := KernelRequestFromProto(in)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res, err := kr.RunKernel(ctx, &req)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return KernelResultToProto(res), nil
+}

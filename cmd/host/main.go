@@ -41,6 +41,7 @@ type env struct {
 func commands() []command {
 	return []command{
 		{"dispatch", "answer JSON Lines dispatch requests from stdin", runDispatch},
+		{"run", "dispatch JSON Lines requests and run the chosen kernel on their tensors", runRun},
 		{"plugins", "list the plugins found, their versions and names", runPlugins},
 		{"lock", "pin the plugin binaries by SHA-256 in attnplug.lock", runLock},
 		{"detect", "show the hardware, each device's verdict, the default backends and the plugins it serves", runDetect},

@@ -14,6 +14,7 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 	var h hostFlags
 	h.register(fs)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	withKernels := fs.Bool("kernels", false, "print the kernel catalog of every name instead")
 	if err := parseFlags(fs, e, args, "attnplug plugins [flags]"); err != nil {
 		return err
 	}
@@ -27,6 +28,9 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 	}
 	defer reg.Close()
 	list := reg.Plugins()
+	if *withKernels {
+		return kernelsTable(e.stdout, reg, list, *asJSON)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -58,7 +62,7 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 				if i > 0 {
 					label = "        "
 				}
-				fmt.Fprintf(tw, "\t\t\t%s%s\n", label, strings.TrimSpace(line))
+				fmt.Fprintf(tw, "\t\t\t\t\t%s%s\n", label, strings.TrimSpace(line))
 			}
 		}
 	}

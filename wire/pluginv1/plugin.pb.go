@@ -251,6 +251,12 @@ const (
 	Fact_FACT_PREFIX_SUM_ZERO               Fact = 15
 	Fact_FACT_PREFIX_SUM_AT_THRESHOLD       Fact = 16
 	Fact_FACT_SEQ_SUM_WITHIN_CAPACITY       Fact = 17
+	// runtime.dsa_use_mha was given at all.
+	Fact_FACT_DSA_USE_MHA_SET Fact = 18
+	// runtime.compute_capability is 90 or in [100, 110).
+	Fact_FACT_DENSE_DSA_DEVICE Fact = 19
+	// runtime.kv_cache_dtype is bf16 or fp8_e4m3 (or auto, the model's bf16).
+	Fact_FACT_KV_CACHE_DENSE_DTYPE Fact = 20
 )
 
 // Enum value maps for Fact.
@@ -274,6 +280,9 @@ var (
 		15: "FACT_PREFIX_SUM_ZERO",
 		16: "FACT_PREFIX_SUM_AT_THRESHOLD",
 		17: "FACT_SEQ_SUM_WITHIN_CAPACITY",
+		18: "FACT_DSA_USE_MHA_SET",
+		19: "FACT_DENSE_DSA_DEVICE",
+		20: "FACT_KV_CACHE_DENSE_DTYPE",
 	}
 	Fact_value = map[string]int32{
 		"FACT_UNSPECIFIED":                   0,
@@ -294,6 +303,9 @@ var (
 		"FACT_PREFIX_SUM_ZERO":               15,
 		"FACT_PREFIX_SUM_AT_THRESHOLD":       16,
 		"FACT_SEQ_SUM_WITHIN_CAPACITY":       17,
+		"FACT_DSA_USE_MHA_SET":               18,
+		"FACT_DENSE_DSA_DEVICE":              19,
+		"FACT_KV_CACHE_DENSE_DTYPE":          20,
 	}
 )
 
@@ -501,7 +513,9 @@ type Handler struct {
 	// Every method the name's rules can answer.
 	Methods []Method `protobuf:"varint,5,rep,packed,name=methods,proto3,enum=attnplug.plugin.v1.Method" json:"methods,omitempty"`
 	// What the name's kernels run on (any entry); empty: anywhere.
-	Hardware      []*Hardware `protobuf:"bytes,6,rep,name=hardware,proto3" json:"hardware,omitempty"`
+	Hardware []*Hardware `protobuf:"bytes,6,rep,name=hardware,proto3" json:"hardware,omitempty"`
+	// The name's kernel catalog: the kernel it runs for each method.
+	Kernels       []*Kernel `protobuf:"bytes,7,rep,name=kernels,proto3" json:"kernels,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -578,6 +592,129 @@ func (x *Handler) GetHardware() []*Hardware {
 	return nil
 }
 
+func (x *Handler) GetKernels() []*Kernel {
+	if x != nil {
+		return x.Kernels
+	}
+	return nil
+}
+
+// Kernel is one entry of a handler's kernel catalog.
+type Kernel struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The kernel's name, such as "flash_attn_varlen_func".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The library it stands for, such as "FlashAttention 3".
+	Library string `protobuf:"bytes,2,opt,name=library,proto3" json:"library,omitempty"`
+	// The forward method it runs.
+	Method Method `protobuf:"varint,3,opt,name=method,proto3,enum=attnplug.plugin.v1.Method" json:"method,omitempty"`
+	// The KV cache dtypes the real kernel takes, such as "bf16".
+	Dtypes    []string `protobuf:"bytes,4,rep,name=dtypes,proto3" json:"dtypes,omitempty"`
+	HeadDims  []int32  `protobuf:"varint,5,rep,packed,name=head_dims,json=headDims,proto3" json:"head_dims,omitempty"`
+	PageSizes []int32  `protobuf:"varint,6,rep,packed,name=page_sizes,json=pageSizes,proto3" json:"page_sizes,omitempty"`
+	// Whether it can be captured in a CUDA graph.
+	CudaGraph bool `protobuf:"varint,7,opt,name=cuda_graph,json=cudaGraph,proto3" json:"cuda_graph,omitempty"`
+	// What the real kernel needs (any entry); empty: anything.
+	Hardware []*Hardware `protobuf:"bytes,8,rep,name=hardware,proto3" json:"hardware,omitempty"`
+	// Whether it attends only to the DSA indexer's top-k positions.
+	Sparse        bool `protobuf:"varint,9,opt,name=sparse,proto3" json:"sparse,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Kernel) Reset() {
+	*x = Kernel{}
+	mi := &file_plugin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Kernel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Kernel) ProtoMessage() {}
+
+func (x *Kernel) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Kernel.ProtoReflect.Descriptor instead.
+func (*Kernel) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Kernel) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Kernel) GetLibrary() string {
+	if x != nil {
+		return x.Library
+	}
+	return ""
+}
+
+func (x *Kernel) GetMethod() Method {
+	if x != nil {
+		return x.Method
+	}
+	return Method_METHOD_UNSPECIFIED
+}
+
+func (x *Kernel) GetDtypes() []string {
+	if x != nil {
+		return x.Dtypes
+	}
+	return nil
+}
+
+func (x *Kernel) GetHeadDims() []int32 {
+	if x != nil {
+		return x.HeadDims
+	}
+	return nil
+}
+
+func (x *Kernel) GetPageSizes() []int32 {
+	if x != nil {
+		return x.PageSizes
+	}
+	return nil
+}
+
+func (x *Kernel) GetCudaGraph() bool {
+	if x != nil {
+		return x.CudaGraph
+	}
+	return false
+}
+
+func (x *Kernel) GetHardware() []*Hardware {
+	if x != nil {
+		return x.Hardware
+	}
+	return nil
+}
+
+func (x *Kernel) GetSparse() bool {
+	if x != nil {
+		return x.Sparse
+	}
+	return false
+}
+
 // Hardware describes hardware a handler's kernels run on; a zero field
 // does not constrain.
 type Hardware struct {
@@ -595,7 +732,7 @@ type Hardware struct {
 
 func (x *Hardware) Reset() {
 	*x = Hardware{}
-	mi := &file_plugin_proto_msgTypes[3]
+	mi := &file_plugin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +744,7 @@ func (x *Hardware) String() string {
 func (*Hardware) ProtoMessage() {}
 
 func (x *Hardware) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[3]
+	mi := &file_plugin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +757,7 @@ func (x *Hardware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hardware.ProtoReflect.Descriptor instead.
 func (*Hardware) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{3}
+	return file_plugin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Hardware) GetPlatforms() []Platform {
@@ -671,7 +808,7 @@ type HostInfo struct {
 
 func (x *HostInfo) Reset() {
 	*x = HostInfo{}
-	mi := &file_plugin_proto_msgTypes[4]
+	mi := &file_plugin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +820,7 @@ func (x *HostInfo) String() string {
 func (*HostInfo) ProtoMessage() {}
 
 func (x *HostInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[4]
+	mi := &file_plugin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +833,7 @@ func (x *HostInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostInfo.ProtoReflect.Descriptor instead.
 func (*HostInfo) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{4}
+	return file_plugin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HostInfo) GetPlatform() Platform {
@@ -736,7 +873,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_plugin_proto_msgTypes[5]
+	mi := &file_plugin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +885,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[5]
+	mi := &file_plugin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +898,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{5}
+	return file_plugin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConfigureRequest) GetHost() *HostInfo {
@@ -779,7 +916,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_plugin_proto_msgTypes[6]
+	mi := &file_plugin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +928,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[6]
+	mi := &file_plugin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +941,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{6}
+	return file_plugin_proto_rawDescGZIP(), []int{7}
 }
 
 // Reads declares what a handler's rules read.
@@ -813,13 +950,15 @@ type Reads struct {
 	Facts            []Fact                 `protobuf:"varint,1,rep,packed,name=facts,proto3,enum=attnplug.plugin.v1.Fact" json:"facts,omitempty"`
 	PrefixSumAtLeast []int64                `protobuf:"varint,2,rep,packed,name=prefix_sum_at_least,json=prefixSumAtLeast,proto3" json:"prefix_sum_at_least,omitempty"`
 	SeqSumAtMost     []int64                `protobuf:"varint,3,rep,packed,name=seq_sum_at_most,json=seqSumAtMost,proto3" json:"seq_sum_at_most,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Constants c for which the rules read max(seq_lens) <= c.
+	MaxSeqLenAtMost []int64 `protobuf:"varint,4,rep,packed,name=max_seq_len_at_most,json=maxSeqLenAtMost,proto3" json:"max_seq_len_at_most,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Reads) Reset() {
 	*x = Reads{}
-	mi := &file_plugin_proto_msgTypes[7]
+	mi := &file_plugin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +970,7 @@ func (x *Reads) String() string {
 func (*Reads) ProtoMessage() {}
 
 func (x *Reads) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[7]
+	mi := &file_plugin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +983,7 @@ func (x *Reads) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reads.ProtoReflect.Descriptor instead.
 func (*Reads) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{7}
+	return file_plugin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Reads) GetFacts() []Fact {
@@ -868,6 +1007,13 @@ func (x *Reads) GetSeqSumAtMost() []int64 {
 	return nil
 }
 
+func (x *Reads) GetMaxSeqLenAtMost() []int64 {
+	if x != nil {
+		return x.MaxSeqLenAtMost
+	}
+	return nil
+}
+
 type Layer struct {
 	state                       protoimpl.MessageState `protogen:"open.v1"`
 	ChunkedPrefixCacheThreshold int64                  `protobuf:"varint,1,opt,name=chunked_prefix_cache_threshold,json=chunkedPrefixCacheThreshold,proto3" json:"chunked_prefix_cache_threshold,omitempty"`
@@ -883,7 +1029,7 @@ type Layer struct {
 
 func (x *Layer) Reset() {
 	*x = Layer{}
-	mi := &file_plugin_proto_msgTypes[8]
+	mi := &file_plugin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1041,7 @@ func (x *Layer) String() string {
 func (*Layer) ProtoMessage() {}
 
 func (x *Layer) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[8]
+	mi := &file_plugin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1054,7 @@ func (x *Layer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Layer.ProtoReflect.Descriptor instead.
 func (*Layer) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{8}
+	return file_plugin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Layer) GetChunkedPrefixCacheThreshold() int64 {
@@ -977,7 +1123,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_plugin_proto_msgTypes[9]
+	mi := &file_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1135,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[9]
+	mi := &file_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1148,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{9}
+	return file_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Batch) GetForwardMode() ForwardMode {
@@ -1062,13 +1208,20 @@ type Runtime struct {
 	DeterministicInference bool                   `protobuf:"varint,4,opt,name=deterministic_inference,json=deterministicInference,proto3" json:"deterministic_inference,omitempty"`
 	DsaUseMha              bool                   `protobuf:"varint,5,opt,name=dsa_use_mha,json=dsaUseMha,proto3" json:"dsa_use_mha,omitempty"`
 	TwoBatchOverlap        bool                   `protobuf:"varint,6,opt,name=two_batch_overlap,json=twoBatchOverlap,proto3" json:"two_batch_overlap,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// CUDA compute capability, major*10+minor; 0 when not known.
+	ComputeCapability int32 `protobuf:"varint,7,opt,name=compute_capability,json=computeCapability,proto3" json:"compute_capability,omitempty"`
+	// The KV cache dtype, as sglang's --kv-cache-dtype; "" is "auto".
+	KvCacheDtype string `protobuf:"bytes,8,opt,name=kv_cache_dtype,json=kvCacheDtype,proto3" json:"kv_cache_dtype,omitempty"`
+	// True when dsa_use_mha was given; a host older than this field sends
+	// false, and then dsa_use_mha = true still counts as given.
+	DsaUseMhaSet  bool `protobuf:"varint,9,opt,name=dsa_use_mha_set,json=dsaUseMhaSet,proto3" json:"dsa_use_mha_set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Runtime) Reset() {
 	*x = Runtime{}
-	mi := &file_plugin_proto_msgTypes[10]
+	mi := &file_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1233,7 @@ func (x *Runtime) String() string {
 func (*Runtime) ProtoMessage() {}
 
 func (x *Runtime) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[10]
+	mi := &file_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1246,7 @@ func (x *Runtime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Runtime.ProtoReflect.Descriptor instead.
 func (*Runtime) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{10}
+	return file_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Runtime) GetPlatform() Platform {
@@ -1138,6 +1291,27 @@ func (x *Runtime) GetTwoBatchOverlap() bool {
 	return false
 }
 
+func (x *Runtime) GetComputeCapability() int32 {
+	if x != nil {
+		return x.ComputeCapability
+	}
+	return 0
+}
+
+func (x *Runtime) GetKvCacheDtype() string {
+	if x != nil {
+		return x.KvCacheDtype
+	}
+	return ""
+}
+
+func (x *Runtime) GetDsaUseMhaSet() bool {
+	if x != nil {
+		return x.DsaUseMhaSet
+	}
+	return false
+}
+
 // Request is one dispatch question.
 type Request struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1151,7 +1325,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_plugin_proto_msgTypes[11]
+	mi := &file_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1337,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[11]
+	mi := &file_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1350,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{11}
+	return file_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Request) GetBackend() string {
@@ -1216,7 +1390,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_plugin_proto_msgTypes[12]
+	mi := &file_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1402,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[12]
+	mi := &file_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1415,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{12}
+	return file_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DispatchRequest) GetRequest() *Request {
@@ -1260,7 +1434,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_plugin_proto_msgTypes[13]
+	mi := &file_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1446,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[13]
+	mi := &file_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1459,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{13}
+	return file_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DispatchResponse) GetMethod() Method {
@@ -1304,7 +1478,7 @@ type DispatchBatchRequest struct {
 
 func (x *DispatchBatchRequest) Reset() {
 	*x = DispatchBatchRequest{}
-	mi := &file_plugin_proto_msgTypes[14]
+	mi := &file_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1490,7 @@ func (x *DispatchBatchRequest) String() string {
 func (*DispatchBatchRequest) ProtoMessage() {}
 
 func (x *DispatchBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[14]
+	mi := &file_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1503,7 @@ func (x *DispatchBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchBatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchBatchRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{14}
+	return file_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DispatchBatchRequest) GetRequests() []*Request {
@@ -1351,7 +1525,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_plugin_proto_msgTypes[15]
+	mi := &file_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1537,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[15]
+	mi := &file_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1550,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{15}
+	return file_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Result) GetMethod() Method {
@@ -1409,7 +1583,7 @@ type DispatchBatchResponse struct {
 
 func (x *DispatchBatchResponse) Reset() {
 	*x = DispatchBatchResponse{}
-	mi := &file_plugin_proto_msgTypes[16]
+	mi := &file_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1595,7 @@ func (x *DispatchBatchResponse) String() string {
 func (*DispatchBatchResponse) ProtoMessage() {}
 
 func (x *DispatchBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[16]
+	mi := &file_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1608,7 @@ func (x *DispatchBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchBatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchBatchResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{16}
+	return file_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DispatchBatchResponse) GetResults() []*Result {
@@ -1442,6 +1616,419 @@ func (x *DispatchBatchResponse) GetResults() []*Result {
 		return x.Results
 	}
 	return nil
+}
+
+// KernelDims are the attention dimensions of a kernel call.
+type KernelDims struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Heads         int32                  `protobuf:"varint,1,opt,name=heads,proto3" json:"heads,omitempty"`
+	KvLoraRank    int32                  `protobuf:"varint,2,opt,name=kv_lora_rank,json=kvLoraRank,proto3" json:"kv_lora_rank,omitempty"`
+	QkNopeHeadDim int32                  `protobuf:"varint,3,opt,name=qk_nope_head_dim,json=qkNopeHeadDim,proto3" json:"qk_nope_head_dim,omitempty"`
+	QkRopeHeadDim int32                  `protobuf:"varint,4,opt,name=qk_rope_head_dim,json=qkRopeHeadDim,proto3" json:"qk_rope_head_dim,omitempty"`
+	VHeadDim      int32                  `protobuf:"varint,5,opt,name=v_head_dim,json=vHeadDim,proto3" json:"v_head_dim,omitempty"`
+	SoftmaxScale  float64                `protobuf:"fixed64,6,opt,name=softmax_scale,json=softmaxScale,proto3" json:"softmax_scale,omitempty"`
+	RopeBase      float64                `protobuf:"fixed64,7,opt,name=rope_base,json=ropeBase,proto3" json:"rope_base,omitempty"`
+	ChunkCapacity int32                  `protobuf:"varint,8,opt,name=chunk_capacity,json=chunkCapacity,proto3" json:"chunk_capacity,omitempty"`
+	TopK          int32                  `protobuf:"varint,9,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelDims) Reset() {
+	*x = KernelDims{}
+	mi := &file_plugin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelDims) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelDims) ProtoMessage() {}
+
+func (x *KernelDims) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelDims.ProtoReflect.Descriptor instead.
+func (*KernelDims) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *KernelDims) GetHeads() int32 {
+	if x != nil {
+		return x.Heads
+	}
+	return 0
+}
+
+func (x *KernelDims) GetKvLoraRank() int32 {
+	if x != nil {
+		return x.KvLoraRank
+	}
+	return 0
+}
+
+func (x *KernelDims) GetQkNopeHeadDim() int32 {
+	if x != nil {
+		return x.QkNopeHeadDim
+	}
+	return 0
+}
+
+func (x *KernelDims) GetQkRopeHeadDim() int32 {
+	if x != nil {
+		return x.QkRopeHeadDim
+	}
+	return 0
+}
+
+func (x *KernelDims) GetVHeadDim() int32 {
+	if x != nil {
+		return x.VHeadDim
+	}
+	return 0
+}
+
+func (x *KernelDims) GetSoftmaxScale() float64 {
+	if x != nil {
+		return x.SoftmaxScale
+	}
+	return 0
+}
+
+func (x *KernelDims) GetRopeBase() float64 {
+	if x != nil {
+		return x.RopeBase
+	}
+	return 0
+}
+
+func (x *KernelDims) GetChunkCapacity() int32 {
+	if x != nil {
+		return x.ChunkCapacity
+	}
+	return 0
+}
+
+func (x *KernelDims) GetTopK() int32 {
+	if x != nil {
+		return x.TopK
+	}
+	return 0
+}
+
+// SharedBuffer names the shared memory that holds the tensors: a file the
+// plugin opens and maps (under /dev/shm, or a memfd's /proc/<pid>/fd/<n>).
+type SharedBuffer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SharedBuffer) Reset() {
+	*x = SharedBuffer{}
+	mi := &file_plugin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SharedBuffer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SharedBuffer) ProtoMessage() {}
+
+func (x *SharedBuffer) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SharedBuffer.ProtoReflect.Descriptor instead.
+func (*SharedBuffer) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SharedBuffer) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SharedBuffer) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+// TensorRef locates one tensor in the shared buffer.
+type TensorRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Byte offset of the first element.
+	Offset int64   `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Shape  []int64 `protobuf:"varint,3,rep,packed,name=shape,proto3" json:"shape,omitempty"`
+	// "float32" or "int32".
+	Dtype         string `protobuf:"bytes,4,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TensorRef) Reset() {
+	*x = TensorRef{}
+	mi := &file_plugin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TensorRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TensorRef) ProtoMessage() {}
+
+func (x *TensorRef) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TensorRef.ProtoReflect.Descriptor instead.
+func (*TensorRef) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TensorRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TensorRef) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *TensorRef) GetShape() []int64 {
+	if x != nil {
+		return x.Shape
+	}
+	return nil
+}
+
+func (x *TensorRef) GetDtype() string {
+	if x != nil {
+		return x.Dtype
+	}
+	return ""
+}
+
+type RunKernelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The handler whose kernel runs.
+	Backend       string        `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	Method        Method        `protobuf:"varint,2,opt,name=method,proto3,enum=attnplug.plugin.v1.Method" json:"method,omitempty"`
+	Dims          *KernelDims   `protobuf:"bytes,3,opt,name=dims,proto3" json:"dims,omitempty"`
+	SeqLens       []int64       `protobuf:"varint,4,rep,packed,name=seq_lens,json=seqLens,proto3" json:"seq_lens,omitempty"`
+	PrefixLens    []int64       `protobuf:"varint,5,rep,packed,name=prefix_lens,json=prefixLens,proto3" json:"prefix_lens,omitempty"`
+	Buffer        *SharedBuffer `protobuf:"bytes,6,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	Tensors       []*TensorRef  `protobuf:"bytes,7,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunKernelRequest) Reset() {
+	*x = RunKernelRequest{}
+	mi := &file_plugin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunKernelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunKernelRequest) ProtoMessage() {}
+
+func (x *RunKernelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunKernelRequest.ProtoReflect.Descriptor instead.
+func (*RunKernelRequest) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RunKernelRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *RunKernelRequest) GetMethod() Method {
+	if x != nil {
+		return x.Method
+	}
+	return Method_METHOD_UNSPECIFIED
+}
+
+func (x *RunKernelRequest) GetDims() *KernelDims {
+	if x != nil {
+		return x.Dims
+	}
+	return nil
+}
+
+func (x *RunKernelRequest) GetSeqLens() []int64 {
+	if x != nil {
+		return x.SeqLens
+	}
+	return nil
+}
+
+func (x *RunKernelRequest) GetPrefixLens() []int64 {
+	if x != nil {
+		return x.PrefixLens
+	}
+	return nil
+}
+
+func (x *RunKernelRequest) GetBuffer() *SharedBuffer {
+	if x != nil {
+		return x.Buffer
+	}
+	return nil
+}
+
+func (x *RunKernelRequest) GetTensors() []*TensorRef {
+	if x != nil {
+		return x.Tensors
+	}
+	return nil
+}
+
+type RunKernelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The catalog name of the kernel that ran, and its library.
+	Kernel  string `protobuf:"bytes,1,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	Library string `protobuf:"bytes,2,opt,name=library,proto3" json:"library,omitempty"`
+	// True when the reference CPU kernels ran the kernel's math.
+	Emulated      bool   `protobuf:"varint,3,opt,name=emulated,proto3" json:"emulated,omitempty"`
+	TimeNs        int64  `protobuf:"varint,4,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	Note          string `protobuf:"bytes,5,opt,name=note,proto3" json:"note,omitempty"`
+	Sparse        bool   `protobuf:"varint,6,opt,name=sparse,proto3" json:"sparse,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunKernelResponse) Reset() {
+	*x = RunKernelResponse{}
+	mi := &file_plugin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunKernelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunKernelResponse) ProtoMessage() {}
+
+func (x *RunKernelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunKernelResponse.ProtoReflect.Descriptor instead.
+func (*RunKernelResponse) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RunKernelResponse) GetKernel() string {
+	if x != nil {
+		return x.Kernel
+	}
+	return ""
+}
+
+func (x *RunKernelResponse) GetLibrary() string {
+	if x != nil {
+		return x.Library
+	}
+	return ""
+}
+
+func (x *RunKernelResponse) GetEmulated() bool {
+	if x != nil {
+		return x.Emulated
+	}
+	return false
+}
+
+func (x *RunKernelResponse) GetTimeNs() int64 {
+	if x != nil {
+		return x.TimeNs
+	}
+	return 0
+}
+
+func (x *RunKernelResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *RunKernelResponse) GetSparse() bool {
+	if x != nil {
+		return x.Sparse
+	}
+	return false
 }
 
 var File_plugin_proto protoreflect.FileDescriptor
@@ -1454,7 +2041,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12)\n" +
 	"\x10protocol_version\x18\x03 \x01(\x05R\x0fprotocolVersion\x127\n" +
-	"\bhandlers\x18\x04 \x03(\v2\x1b.attnplug.plugin.v1.HandlerR\bhandlers\"\xf9\x01\n" +
+	"\bhandlers\x18\x04 \x03(\v2\x1b.attnplug.plugin.v1.HandlerR\bhandlers\"\xaf\x02\n" +
 	"\aHandler\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\balias_of\x18\x02 \x01(\tR\aaliasOf\x12\x1e\n" +
@@ -1463,7 +2050,20 @@ const file_plugin_proto_rawDesc = "" +
 	"deprecated\x12/\n" +
 	"\x05reads\x18\x04 \x01(\v2\x19.attnplug.plugin.v1.ReadsR\x05reads\x124\n" +
 	"\amethods\x18\x05 \x03(\x0e2\x1a.attnplug.plugin.v1.MethodR\amethods\x128\n" +
-	"\bhardware\x18\x06 \x03(\v2\x1c.attnplug.plugin.v1.HardwareR\bhardware\"\xc7\x01\n" +
+	"\bhardware\x18\x06 \x03(\v2\x1c.attnplug.plugin.v1.HardwareR\bhardware\x124\n" +
+	"\akernels\x18\a \x03(\v2\x1a.attnplug.plugin.v1.KernelR\akernels\"\xaf\x02\n" +
+	"\x06Kernel\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\alibrary\x18\x02 \x01(\tR\alibrary\x122\n" +
+	"\x06method\x18\x03 \x01(\x0e2\x1a.attnplug.plugin.v1.MethodR\x06method\x12\x16\n" +
+	"\x06dtypes\x18\x04 \x03(\tR\x06dtypes\x12\x1b\n" +
+	"\thead_dims\x18\x05 \x03(\x05R\bheadDims\x12\x1d\n" +
+	"\n" +
+	"page_sizes\x18\x06 \x03(\x05R\tpageSizes\x12\x1d\n" +
+	"\n" +
+	"cuda_graph\x18\a \x01(\bR\tcudaGraph\x128\n" +
+	"\bhardware\x18\b \x03(\v2\x1c.attnplug.plugin.v1.HardwareR\bhardware\x12\x16\n" +
+	"\x06sparse\x18\t \x01(\bR\x06sparse\"\xc7\x01\n" +
 	"\bHardware\x12:\n" +
 	"\tplatforms\x18\x01 \x03(\x0e2\x1c.attnplug.plugin.v1.PlatformR\tplatforms\x12%\n" +
 	"\x0emin_capability\x18\x02 \x01(\x05R\rminCapability\x12%\n" +
@@ -1477,11 +2077,12 @@ const file_plugin_proto_rawDesc = "" +
 	"\x03amx\x18\x04 \x01(\bR\x03amx\"D\n" +
 	"\x10ConfigureRequest\x120\n" +
 	"\x04host\x18\x01 \x01(\v2\x1c.attnplug.plugin.v1.HostInfoR\x04host\"\x13\n" +
-	"\x11ConfigureResponse\"\x8d\x01\n" +
+	"\x11ConfigureResponse\"\xbb\x01\n" +
 	"\x05Reads\x12.\n" +
 	"\x05facts\x18\x01 \x03(\x0e2\x18.attnplug.plugin.v1.FactR\x05facts\x12-\n" +
 	"\x13prefix_sum_at_least\x18\x02 \x03(\x03R\x10prefixSumAtLeast\x12%\n" +
-	"\x0fseq_sum_at_most\x18\x03 \x03(\x03R\fseqSumAtMost\"\xf2\x02\n" +
+	"\x0fseq_sum_at_most\x18\x03 \x03(\x03R\fseqSumAtMost\x12,\n" +
+	"\x13max_seq_len_at_most\x18\x04 \x03(\x03R\x0fmaxSeqLenAtMost\"\xf2\x02\n" +
 	"\x05Layer\x12C\n" +
 	"\x1echunked_prefix_cache_threshold\x18\x01 \x01(\x03R\x1bchunkedPrefixCacheThreshold\x12?\n" +
 	"\x1cdisable_chunked_prefix_cache\x18\x02 \x01(\bR\x19disableChunkedPrefixCache\x12A\n" +
@@ -1497,14 +2098,17 @@ const file_plugin_proto_rawDesc = "" +
 	"\bseq_lens\x18\x04 \x03(\x03R\aseqLens\x12$\n" +
 	"\x0eseq_lens_known\x18\x05 \x01(\bR\fseqLensKnown\x12,\n" +
 	"\x12max_chunk_capacity\x18\x06 \x01(\x03R\x10maxChunkCapacity\x12$\n" +
-	"\x0emla_prefill_cp\x18\a \x01(\bR\fmlaPrefillCp\"\xac\x02\n" +
+	"\x0emla_prefill_cp\x18\a \x01(\bR\fmlaPrefillCp\"\xa8\x03\n" +
 	"\aRuntime\x128\n" +
 	"\bplatform\x18\x01 \x01(\x0e2\x1c.attnplug.plugin.v1.PlatformR\bplatform\x120\n" +
 	"\x14piecewise_cuda_graph\x18\x02 \x01(\bR\x12piecewiseCudaGraph\x120\n" +
 	"\x14breakable_cuda_graph\x18\x03 \x01(\bR\x12breakableCudaGraph\x127\n" +
 	"\x17deterministic_inference\x18\x04 \x01(\bR\x16deterministicInference\x12\x1e\n" +
 	"\vdsa_use_mha\x18\x05 \x01(\bR\tdsaUseMha\x12*\n" +
-	"\x11two_batch_overlap\x18\x06 \x01(\bR\x0ftwoBatchOverlap\"\xbc\x01\n" +
+	"\x11two_batch_overlap\x18\x06 \x01(\bR\x0ftwoBatchOverlap\x12-\n" +
+	"\x12compute_capability\x18\a \x01(\x05R\x11computeCapability\x12$\n" +
+	"\x0ekv_cache_dtype\x18\b \x01(\tR\fkvCacheDtype\x12%\n" +
+	"\x0fdsa_use_mha_set\x18\t \x01(\bR\fdsaUseMhaSet\"\xbc\x01\n" +
 	"\aRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12/\n" +
 	"\x05layer\x18\x02 \x01(\v2\x19.attnplug.plugin.v1.LayerR\x05layer\x12/\n" +
@@ -1522,7 +2126,44 @@ const file_plugin_proto_rawDesc = "" +
 	"error_code\x18\x02 \x01(\x0e2\x1d.attnplug.plugin.v1.ErrorCodeR\terrorCode\x12#\n" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"M\n" +
 	"\x15DispatchBatchResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.attnplug.plugin.v1.ResultR\aresults*\xa7\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.attnplug.plugin.v1.ResultR\aresults\"\xb2\x02\n" +
+	"\n" +
+	"KernelDims\x12\x14\n" +
+	"\x05heads\x18\x01 \x01(\x05R\x05heads\x12 \n" +
+	"\fkv_lora_rank\x18\x02 \x01(\x05R\n" +
+	"kvLoraRank\x12'\n" +
+	"\x10qk_nope_head_dim\x18\x03 \x01(\x05R\rqkNopeHeadDim\x12'\n" +
+	"\x10qk_rope_head_dim\x18\x04 \x01(\x05R\rqkRopeHeadDim\x12\x1c\n" +
+	"\n" +
+	"v_head_dim\x18\x05 \x01(\x05R\bvHeadDim\x12#\n" +
+	"\rsoftmax_scale\x18\x06 \x01(\x01R\fsoftmaxScale\x12\x1b\n" +
+	"\trope_base\x18\a \x01(\x01R\bropeBase\x12%\n" +
+	"\x0echunk_capacity\x18\b \x01(\x05R\rchunkCapacity\x12\x13\n" +
+	"\x05top_k\x18\t \x01(\x05R\x04topK\"6\n" +
+	"\fSharedBuffer\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\"c\n" +
+	"\tTensorRef\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
+	"\x05shape\x18\x03 \x03(\x03R\x05shape\x12\x14\n" +
+	"\x05dtype\x18\x04 \x01(\tR\x05dtype\"\xc3\x02\n" +
+	"\x10RunKernelRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x122\n" +
+	"\x06method\x18\x02 \x01(\x0e2\x1a.attnplug.plugin.v1.MethodR\x06method\x122\n" +
+	"\x04dims\x18\x03 \x01(\v2\x1e.attnplug.plugin.v1.KernelDimsR\x04dims\x12\x19\n" +
+	"\bseq_lens\x18\x04 \x03(\x03R\aseqLens\x12\x1f\n" +
+	"\vprefix_lens\x18\x05 \x03(\x03R\n" +
+	"prefixLens\x128\n" +
+	"\x06buffer\x18\x06 \x01(\v2 .attnplug.plugin.v1.SharedBufferR\x06buffer\x127\n" +
+	"\atensors\x18\a \x03(\v2\x1d.attnplug.plugin.v1.TensorRefR\atensors\"\xa6\x01\n" +
+	"\x11RunKernelResponse\x12\x16\n" +
+	"\x06kernel\x18\x01 \x01(\tR\x06kernel\x12\x18\n" +
+	"\alibrary\x18\x02 \x01(\tR\alibrary\x12\x1a\n" +
+	"\bemulated\x18\x03 \x01(\bR\bemulated\x12\x17\n" +
+	"\atime_ns\x18\x04 \x01(\x03R\x06timeNs\x12\x12\n" +
+	"\x04note\x18\x05 \x01(\tR\x04note\x12\x16\n" +
+	"\x06sparse\x18\x06 \x01(\bR\x06sparse*\xa7\x02\n" +
 	"\vForwardMode\x12\x1c\n" +
 	"\x18FORWARD_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13FORWARD_MODE_EXTEND\x10\x01\x12\x17\n" +
@@ -1553,7 +2194,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\fPLATFORM_HIP\x10\x02\x12\x10\n" +
 	"\fPLATFORM_NPU\x10\x03\x12\x10\n" +
 	"\fPLATFORM_XPU\x10\x04\x12\x10\n" +
-	"\fPLATFORM_CPU\x10\x05*\x80\x04\n" +
+	"\fPLATFORM_CPU\x10\x05*\xd4\x04\n" +
 	"\x04Fact\x12\x14\n" +
 	"\x10FACT_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tFACT_MODE\x10\x01\x12\x11\n" +
@@ -1573,18 +2214,22 @@ const file_plugin_proto_rawDesc = "" +
 	"\x0eFACT_INTEL_AMX\x10\x0e\x12\x18\n" +
 	"\x14FACT_PREFIX_SUM_ZERO\x10\x0f\x12 \n" +
 	"\x1cFACT_PREFIX_SUM_AT_THRESHOLD\x10\x10\x12 \n" +
-	"\x1cFACT_SEQ_SUM_WITHIN_CAPACITY\x10\x11*\x9c\x01\n" +
+	"\x1cFACT_SEQ_SUM_WITHIN_CAPACITY\x10\x11\x12\x18\n" +
+	"\x14FACT_DSA_USE_MHA_SET\x10\x12\x12\x19\n" +
+	"\x15FACT_DENSE_DSA_DEVICE\x10\x13\x12\x1d\n" +
+	"\x19FACT_KV_CACHE_DENSE_DTYPE\x10\x14*\x9c\x01\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_CODE_INVALID_REQUEST\x10\x01\x12\x1e\n" +
 	"\x1aERROR_CODE_UNKNOWN_BACKEND\x10\x02\x12\x1a\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\x03\x12\x17\n" +
-	"\x13ERROR_CODE_INTERNAL\x10\x042\xf7\x02\n" +
+	"\x13ERROR_CODE_INTERNAL\x10\x042\xd1\x03\n" +
 	"\aBackend\x12U\n" +
 	"\bDescribe\x12#.attnplug.plugin.v1.DescribeRequest\x1a$.attnplug.plugin.v1.DescribeResponse\x12U\n" +
 	"\bDispatch\x12#.attnplug.plugin.v1.DispatchRequest\x1a$.attnplug.plugin.v1.DispatchResponse\x12d\n" +
 	"\rDispatchBatch\x12(.attnplug.plugin.v1.DispatchBatchRequest\x1a).attnplug.plugin.v1.DispatchBatchResponse\x12X\n" +
-	"\tConfigure\x12$.attnplug.plugin.v1.ConfigureRequest\x1a%.attnplug.plugin.v1.ConfigureResponseB5Z3github.com/attnplug/attnplug/wire/pluginv1;pluginv1b\x06proto3"
+	"\tConfigure\x12$.attnplug.plugin.v1.ConfigureRequest\x1a%.attnplug.plugin.v1.ConfigureResponse\x12X\n" +
+	"\tRunKernel\x12$.attnplug.plugin.v1.RunKernelRequest\x1a%.attnplug.plugin.v1.RunKernelResponseB5Z3github.com/attnplug/attnplug/wire/pluginv1;pluginv1b\x06proto3"
 
 var (
 	file_plugin_proto_rawDescOnce sync.Once
@@ -1599,7 +2244,7 @@ func file_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_plugin_proto_goTypes = []any{
 	(ForwardMode)(0),              // 0: attnplug.plugin.v1.ForwardMode
 	(Method)(0),                   // 1: attnplug.plugin.v1.Method
@@ -1609,54 +2254,69 @@ var file_plugin_proto_goTypes = []any{
 	(*DescribeRequest)(nil),       // 5: attnplug.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil),      // 6: attnplug.plugin.v1.DescribeResponse
 	(*Handler)(nil),               // 7: attnplug.plugin.v1.Handler
-	(*Hardware)(nil),              // 8: attnplug.plugin.v1.Hardware
-	(*HostInfo)(nil),              // 9: attnplug.plugin.v1.HostInfo
-	(*ConfigureRequest)(nil),      // 10: attnplug.plugin.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),     // 11: attnplug.plugin.v1.ConfigureResponse
-	(*Reads)(nil),                 // 12: attnplug.plugin.v1.Reads
-	(*Layer)(nil),                 // 13: attnplug.plugin.v1.Layer
-	(*Batch)(nil),                 // 14: attnplug.plugin.v1.Batch
-	(*Runtime)(nil),               // 15: attnplug.plugin.v1.Runtime
-	(*Request)(nil),               // 16: attnplug.plugin.v1.Request
-	(*DispatchRequest)(nil),       // 17: attnplug.plugin.v1.DispatchRequest
-	(*DispatchResponse)(nil),      // 18: attnplug.plugin.v1.DispatchResponse
-	(*DispatchBatchRequest)(nil),  // 19: attnplug.plugin.v1.DispatchBatchRequest
-	(*Result)(nil),                // 20: attnplug.plugin.v1.Result
-	(*DispatchBatchResponse)(nil), // 21: attnplug.plugin.v1.DispatchBatchResponse
+	(*Kernel)(nil),                // 8: attnplug.plugin.v1.Kernel
+	(*Hardware)(nil),              // 9: attnplug.plugin.v1.Hardware
+	(*HostInfo)(nil),              // 10: attnplug.plugin.v1.HostInfo
+	(*ConfigureRequest)(nil),      // 11: attnplug.plugin.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),     // 12: attnplug.plugin.v1.ConfigureResponse
+	(*Reads)(nil),                 // 13: attnplug.plugin.v1.Reads
+	(*Layer)(nil),                 // 14: attnplug.plugin.v1.Layer
+	(*Batch)(nil),                 // 15: attnplug.plugin.v1.Batch
+	(*Runtime)(nil),               // 16: attnplug.plugin.v1.Runtime
+	(*Request)(nil),               // 17: attnplug.plugin.v1.Request
+	(*DispatchRequest)(nil),       // 18: attnplug.plugin.v1.DispatchRequest
+	(*DispatchResponse)(nil),      // 19: attnplug.plugin.v1.DispatchResponse
+	(*DispatchBatchRequest)(nil),  // 20: attnplug.plugin.v1.DispatchBatchRequest
+	(*Result)(nil),                // 21: attnplug.plugin.v1.Result
+	(*DispatchBatchResponse)(nil), // 22: attnplug.plugin.v1.DispatchBatchResponse
+	(*KernelDims)(nil),            // 23: attnplug.plugin.v1.KernelDims
+	(*SharedBuffer)(nil),          // 24: attnplug.plugin.v1.SharedBuffer
+	(*TensorRef)(nil),             // 25: attnplug.plugin.v1.TensorRef
+	(*RunKernelRequest)(nil),      // 26: attnplug.plugin.v1.RunKernelRequest
+	(*RunKernelResponse)(nil),     // 27: attnplug.plugin.v1.RunKernelResponse
 }
 var file_plugin_proto_depIdxs = []int32{
 	7,  // 0: attnplug.plugin.v1.DescribeResponse.handlers:type_name -> attnplug.plugin.v1.Handler
-	12, // 1: attnplug.plugin.v1.Handler.reads:type_name -> attnplug.plugin.v1.Reads
+	13, // 1: attnplug.plugin.v1.Handler.reads:type_name -> attnplug.plugin.v1.Reads
 	1,  // 2: attnplug.plugin.v1.Handler.methods:type_name -> attnplug.plugin.v1.Method
-	8,  // 3: attnplug.plugin.v1.Handler.hardware:type_name -> attnplug.plugin.v1.Hardware
-	2,  // 4: attnplug.plugin.v1.Hardware.platforms:type_name -> attnplug.plugin.v1.Platform
-	2,  // 5: attnplug.plugin.v1.HostInfo.platform:type_name -> attnplug.plugin.v1.Platform
-	9,  // 6: attnplug.plugin.v1.ConfigureRequest.host:type_name -> attnplug.plugin.v1.HostInfo
-	3,  // 7: attnplug.plugin.v1.Reads.facts:type_name -> attnplug.plugin.v1.Fact
-	0,  // 8: attnplug.plugin.v1.Batch.forward_mode:type_name -> attnplug.plugin.v1.ForwardMode
-	2,  // 9: attnplug.plugin.v1.Runtime.platform:type_name -> attnplug.plugin.v1.Platform
-	13, // 10: attnplug.plugin.v1.Request.layer:type_name -> attnplug.plugin.v1.Layer
-	14, // 11: attnplug.plugin.v1.Request.batch:type_name -> attnplug.plugin.v1.Batch
-	15, // 12: attnplug.plugin.v1.Request.runtime:type_name -> attnplug.plugin.v1.Runtime
-	16, // 13: attnplug.plugin.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
-	1,  // 14: attnplug.plugin.v1.DispatchResponse.method:type_name -> attnplug.plugin.v1.Method
-	16, // 15: attnplug.plugin.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
-	1,  // 16: attnplug.plugin.v1.Result.method:type_name -> attnplug.plugin.v1.Method
-	4,  // 17: attnplug.plugin.v1.Result.error_code:type_name -> attnplug.plugin.v1.ErrorCode
-	20, // 18: attnplug.plugin.v1.DispatchBatchResponse.results:type_name -> attnplug.plugin.v1.Result
-	5,  // 19: attnplug.plugin.v1.Backend.Describe:input_type -> attnplug.plugin.v1.DescribeRequest
-	17, // 20: attnplug.plugin.v1.Backend.Dispatch:input_type -> attnplug.plugin.v1.DispatchRequest
-	19, // 21: attnplug.plugin.v1.Backend.DispatchBatch:input_type -> attnplug.plugin.v1.DispatchBatchRequest
-	10, // 22: attnplug.plugin.v1.Backend.Configure:input_type -> attnplug.plugin.v1.ConfigureRequest
-	6,  // 23: attnplug.plugin.v1.Backend.Describe:output_type -> attnplug.plugin.v1.DescribeResponse
-	18, // 24: attnplug.plugin.v1.Backend.Dispatch:output_type -> attnplug.plugin.v1.DispatchResponse
-	21, // 25: attnplug.plugin.v1.Backend.DispatchBatch:output_type -> attnplug.plugin.v1.DispatchBatchResponse
-	11, // 26: attnplug.plugin.v1.Backend.Configure:output_type -> attnplug.plugin.v1.ConfigureResponse
-	23, // [23:27] is the sub-list for method output_type
-	19, // [19:23] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	9,  // 3: attnplug.plugin.v1.Handler.hardware:type_name -> attnplug.plugin.v1.Hardware
+	8,  // 4: attnplug.plugin.v1.Handler.kernels:type_name -> attnplug.plugin.v1.Kernel
+	1,  // 5: attnplug.plugin.v1.Kernel.method:type_name -> attnplug.plugin.v1.Method
+	9,  // 6: attnplug.plugin.v1.Kernel.hardware:type_name -> attnplug.plugin.v1.Hardware
+	2,  // 7: attnplug.plugin.v1.Hardware.platforms:type_name -> attnplug.plugin.v1.Platform
+	2,  // 8: attnplug.plugin.v1.HostInfo.platform:type_name -> attnplug.plugin.v1.Platform
+	10, // 9: attnplug.plugin.v1.ConfigureRequest.host:type_name -> attnplug.plugin.v1.HostInfo
+	3,  // 10: attnplug.plugin.v1.Reads.facts:type_name -> attnplug.plugin.v1.Fact
+	0,  // 11: attnplug.plugin.v1.Batch.forward_mode:type_name -> attnplug.plugin.v1.ForwardMode
+	2,  // 12: attnplug.plugin.v1.Runtime.platform:type_name -> attnplug.plugin.v1.Platform
+	14, // 13: attnplug.plugin.v1.Request.layer:type_name -> attnplug.plugin.v1.Layer
+	15, // 14: attnplug.plugin.v1.Request.batch:type_name -> attnplug.plugin.v1.Batch
+	16, // 15: attnplug.plugin.v1.Request.runtime:type_name -> attnplug.plugin.v1.Runtime
+	17, // 16: attnplug.plugin.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
+	1,  // 17: attnplug.plugin.v1.DispatchResponse.method:type_name -> attnplug.plugin.v1.Method
+	17, // 18: attnplug.plugin.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
+	1,  // 19: attnplug.plugin.v1.Result.method:type_name -> attnplug.plugin.v1.Method
+	4,  // 20: attnplug.plugin.v1.Result.error_code:type_name -> attnplug.plugin.v1.ErrorCode
+	21, // 21: attnplug.plugin.v1.DispatchBatchResponse.results:type_name -> attnplug.plugin.v1.Result
+	1,  // 22: attnplug.plugin.v1.RunKernelRequest.method:type_name -> attnplug.plugin.v1.Method
+	23, // 23: attnplug.plugin.v1.RunKernelRequest.dims:type_name -> attnplug.plugin.v1.KernelDims
+	24, // 24: attnplug.plugin.v1.RunKernelRequest.buffer:type_name -> attnplug.plugin.v1.SharedBuffer
+	25, // 25: attnplug.plugin.v1.RunKernelRequest.tensors:type_name -> attnplug.plugin.v1.TensorRef
+	5,  // 26: attnplug.plugin.v1.Backend.Describe:input_type -> attnplug.plugin.v1.DescribeRequest
+	18, // 27: attnplug.plugin.v1.Backend.Dispatch:input_type -> attnplug.plugin.v1.DispatchRequest
+	20, // 28: attnplug.plugin.v1.Backend.DispatchBatch:input_type -> attnplug.plugin.v1.DispatchBatchRequest
+	11, // 29: attnplug.plugin.v1.Backend.Configure:input_type -> attnplug.plugin.v1.ConfigureRequest
+	26, // 30: attnplug.plugin.v1.Backend.RunKernel:input_type -> attnplug.plugin.v1.RunKernelRequest
+	6,  // 31: attnplug.plugin.v1.Backend.Describe:output_type -> attnplug.plugin.v1.DescribeResponse
+	19, // 32: attnplug.plugin.v1.Backend.Dispatch:output_type -> attnplug.plugin.v1.DispatchResponse
+	22, // 33: attnplug.plugin.v1.Backend.DispatchBatch:output_type -> attnplug.plugin.v1.DispatchBatchResponse
+	12, // 34: attnplug.plugin.v1.Backend.Configure:output_type -> attnplug.plugin.v1.ConfigureResponse
+	27, // 35: attnplug.plugin.v1.Backend.RunKernel:output_type -> attnplug.plugin.v1.RunKernelResponse
+	31, // [31:36] is the sub-list for method output_type
+	26, // [26:31] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -1670,7 +2330,7 @@ func file_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   17,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	Backend_Dispatch_FullMethodName      = "/attnplug.plugin.v1.Backend/Dispatch"
 	Backend_DispatchBatch_FullMethodName = "/attnplug.plugin.v1.Backend/DispatchBatch"
 	Backend_Configure_FullMethodName     = "/attnplug.plugin.v1.Backend/Configure"
+	Backend_RunKernel_FullMethodName     = "/attnplug.plugin.v1.Backend/RunKernel"
 )
 
 // BackendClient is the client API for Backend service.
@@ -50,6 +51,11 @@ type BackendClient interface {
 	// first release of v1: a plugin without it answers UNIMPLEMENTED, which
 	// the host reads as "runs anywhere".
 	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
+	// RunKernel runs a handler's kernel for one method on tensors in shared
+	// memory that the request names; no tensor data travels in the messages.
+	// Added after the first release of v1: a plugin without it answers
+	// UNIMPLEMENTED, which the host reads as "runs no kernels".
+	RunKernel(ctx context.Context, in *RunKernelRequest, opts ...grpc.CallOption) (*RunKernelResponse, error)
 }
 
 type backendClient struct {
@@ -100,6 +106,16 @@ func (c *backendClient) Configure(ctx context.Context, in *ConfigureRequest, opt
 	return out, nil
 }
 
+func (c *backendClient) RunKernel(ctx context.Context, in *RunKernelRequest, opts ...grpc.CallOption) (*RunKernelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RunKernelResponse)
+	err := c.cc.Invoke(ctx, Backend_RunKernel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServer is the server API for Backend service.
 // All implementations must embed UnimplementedBackendServer
 // for forward compatibility.
@@ -118,6 +134,11 @@ type BackendServer interface {
 	// first release of v1: a plugin without it answers UNIMPLEMENTED, which
 	// the host reads as "runs anywhere".
 	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
+	// RunKernel runs a handler's kernel for one method on tensors in shared
+	// memory that the request names; no tensor data travels in the messages.
+	// Added after the first release of v1: a plugin without it answers
+	// UNIMPLEMENTED, which the host reads as "runs no kernels".
+	RunKernel(context.Context, *RunKernelRequest) (*RunKernelResponse, error)
 	mustEmbedUnimplementedBackendServer()
 }
 
@@ -139,6 +160,9 @@ func (UnimplementedBackendServer) DispatchBatch(context.Context, *DispatchBatchR
 }
 func (UnimplementedBackendServer) Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Configure not implemented")
+}
+func (UnimplementedBackendServer) RunKernel(context.Context, *RunKernelRequest) (*RunKernelResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RunKernel not implemented")
 }
 func (UnimplementedBackendServer) mustEmbedUnimplementedBackendServer() {}
 func (UnimplementedBackendServer) testEmbeddedByValue()                 {}
@@ -233,6 +257,24 @@ func _Backend_Configure_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_RunKernel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RunKernelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).RunKernel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_RunKernel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).RunKernel(ctx, req.(*RunKernelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Backend_ServiceDesc is the grpc.ServiceDesc for Backend service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -255,6 +297,10 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Configure",
 			Handler:    _Backend_Configure_Handler,
+		},
+		{
+			MethodName: "RunKernel",
+			Handler:    _Backend_RunKernel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -20,6 +20,10 @@
 //	names=A+B        serve the names A and B instead of "fault"
 //	rules=R          decide like R: mla (default), mha, flip (MHA for
 //	                 even prefix sums, else MLA)
+//	kernels          declare a kernel catalog (MLA and MHA) and run its
+//	                 kernels (RunKernel) with the reference kernels
+//	kernel_crash     like kernels, but exit with status 2 in every
+//	                 RunKernel, with the tensors' segment mapped
 //
 // Without faults it answers MLA for every request, like a well-behaved
 // plugin.
@@ -35,7 +39,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/shm"
 	"github.com/attnplug/attnplug/wire"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -43,6 +49,7 @@ import (
 
 type faults struct {
 	crashAtStart, garbage, undeclared, refuse, badCookie, stdoutNoise bool
+	kernels, kernelCrash                                              bool
 	crashAfter, hangAfter, protocol                                   int
 	sleep                                                             time.Duration
 	version, rules, name                                              string
@@ -80,6 +87,10 @@ func parse(spec string) (faults, error) {
 			f.version = val
 		case "rules":
 			f.rules = val
+		case "kernels":
+			f.kernels = true
+		case "kernel_crash":
+			f.kernels, f.kernelCrash = true, true
 		case "name":
 			f.name = val
 		case "names":
@@ -108,8 +119,38 @@ func (b *backend) Describe(context.Context) (*core.Description, error) {
 			Reads:   core.Reads{Facts: core.FactPrefixSumZero | core.FactMode},
 			Methods: []core.Method{core.MLA, core.MHA},
 		})
+		if b.f.kernels {
+			d.Handlers[len(d.Handlers)-1].Kernels = faultKernels()
+		}
 	}
 	return d, nil
+}
+
+func faultKernels() []core.Kernel {
+	return []core.Kernel{
+		{Name: "fault_mla", Library: "fault", Method: core.MLA},
+		{Name: "fault_mha", Library: "fault", Method: core.MHA},
+	}
+}
+
+// RunKernel runs the catalog's kernels, or dies with the tensors mapped.
+func (b *backend) RunKernel(ctx context.Context, req *core.KernelRequest) (*core.KernelResult, error) {
+	if !b.f.kernels {
+		return nil, fmt.Errorf("%w: the fault plugin runs kernels only with the kernels fault", core.ErrNoKernel)
+	}
+	if b.f.kernelCrash {
+		if m, err := shm.Open(req.Buffer.Path, req.Buffer.Size); err == nil {
+			_ = m.Bytes()[0] // touch the mapping, then die holding it
+		}
+		fmt.Fprintln(os.Stderr, "fault: crashing in RunKernel, as asked")
+		os.Exit(2)
+	}
+	for _, k := range faultKernels() {
+		if k.Method == req.Method {
+			return backendkit.Run(ctx, k, req, nil)
+		}
+	}
+	return nil, fmt.Errorf("%w: no fault kernel for %s", core.ErrNoKernel, req.Method)
 }
 
 func (b *backend) Dispatch(ctx context.Context, req *core.Request) (core.Method, error) {

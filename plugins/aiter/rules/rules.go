@@ -3,6 +3,7 @@
 package rules
 
 import (
+	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
 	"github.com/hashicorp/go-hclog"
 )
@@ -30,18 +31,31 @@ func DecideAiter(req *core.Request) core.Method {
 // GPUs of gfx90a (MI200), gfx942 (MI300) and gfx950 (MI350).
 func Rules() []core.Rule {
 	return []core.Rule{{
-		Name:    "aiter",
-		Decide:  DecideAiter,
-		Reads:   core.Reads{Facts: core.FactMode | core.FactPiecewiseCUDAGraph | core.FactBreakableCUDAGraph},
-		Methods: []core.Method{core.MHA, core.MLA},
-		Hardware: []core.Hardware{{
-			Platforms: []core.Platform{core.PlatformHIP},
-			Archs:     []string{"gfx90a", "gfx942", "gfx950"},
-		}},
+		Name:     "aiter",
+		Decide:   DecideAiter,
+		Reads:    core.Reads{Facts: core.FactMode | core.FactPiecewiseCUDAGraph | core.FactBreakableCUDAGraph},
+		Methods:  []core.Method{core.MHA, core.MLA},
+		Hardware: aiterHardware,
+		Kernels:  Kernels(),
 	}}
+}
+
+var aiterHardware = []core.Hardware{{
+	Platforms: []core.Platform{core.PlatformHIP},
+	Archs:     []string{"gfx90a", "gfx942", "gfx950"},
+}}
+
+// Kernels is the kernel catalog of aiter: its varlen MHA prefill and its
+// MLA decode, on ROCm GPUs.
+func Kernels() []core.Kernel {
+	dt := []string{"bf16", "fp16", "fp8_e4m3"}
+	return []core.Kernel{
+		{Name: "flash_attn_varlen_func", Library: core.LibAiter, Method: core.MHA, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{1}, CUDAGraph: true, Hardware: aiterHardware},
+		{Name: "mla_decode_fwd", Library: core.LibAiter, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1}, CUDAGraph: true, Hardware: aiterHardware},
+	}
 }
 
 // New returns the aiter plugin's backend.
 func New(logger hclog.Logger) (core.Backend, error) {
-	return core.NewRuleBackend("aiter", Version, logger, Rules()...)
+	return backendkit.NewRules("aiter", Version, logger, Rules()...)
 }

@@ -3,6 +3,7 @@
 package rules
 
 import (
+	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
 	"github.com/hashicorp/go-hclog"
 )
@@ -35,11 +36,25 @@ func Rules() []core.Rule {
 		Decide:   DecideAscend,
 		Reads:    core.Reads{Facts: core.FactMode | core.FactUseDSA},
 		Methods:  []core.Method{core.MHANPU, core.MLANPU, core.DSANPU},
-		Hardware: []core.Hardware{{Platforms: []core.Platform{core.PlatformNPU}}},
+		Hardware: npu,
+		Kernels:  Kernels(),
 	}}
+}
+
+var npu = []core.Hardware{{Platforms: []core.Platform{core.PlatformNPU}}}
+
+// Kernels is the kernel catalog of ascend: torch_npu's fused attention for
+// MHA and MLA, and its sparse flash attention over the DSA indexer's top-k.
+func Kernels() []core.Kernel {
+	dt := []string{"bf16", "fp16", "int8"}
+	return []core.Kernel{
+		{Name: "npu_fused_infer_attention_score", Library: core.LibTorchNPU, Method: core.MHANPU, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{128}, CUDAGraph: true, Hardware: npu},
+		{Name: "npu_fused_infer_attention_score_mla", Library: core.LibTorchNPU, Method: core.MLANPU, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{128}, CUDAGraph: true, Hardware: npu},
+		{Name: "npu_sparse_flash_attention", Library: core.LibTorchNPU, Method: core.DSANPU, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{128}, CUDAGraph: true, Hardware: npu, Sparse: true},
+	}
 }
 
 // New returns the ascend plugin's backend.
 func New(logger hclog.Logger) (core.Backend, error) {
-	return core.NewRuleBackend("ascend", Version, logger, Rules()...)
+	return backendkit.NewRules("ascend", Version, logger, Rules()...)
 }

@@ -3,6 +3,7 @@
 package rules
 
 import (
+	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
 	"github.com/hashicorp/go-hclog"
 )
@@ -40,12 +41,34 @@ func Rules() []core.Rule {
 	fa3Reads := fa3Rule().Reads()
 	fa3Reads.Facts |= core.FactDeterministicInference
 	return []core.Rule{
-		{Name: "fa3", Decide: DecideFA3, Reads: fa3Reads, Methods: fa3Rule().Methods(), Hardware: fa3Hardware},
-		{Name: "fa4", Decide: DecideFA4, Methods: []core.Method{core.MHAChunkedKV}, Hardware: fa4Hardware},
+		{Name: "fa3", Decide: DecideFA3, Reads: fa3Reads, Methods: fa3Rule().Methods(), Hardware: fa3Hardware, Kernels: FA3Kernels()},
+		{Name: "fa4", Decide: DecideFA4, Methods: []core.Method{core.MHAChunkedKV}, Hardware: fa4Hardware, Kernels: FA4Kernels()},
+	}
+}
+
+// FA3Kernels is the kernel catalog of fa3: FlashAttention 3's varlen
+// prefill (one shot, or per prefix chunk merged by LSE) and its paged
+// absorbed-MLA decode, on sm90; the fused-RoPE subtypes are the shared
+// kernels (backendkit.FusedRoPEKernels).
+func FA3Kernels() []core.Kernel {
+	dt := []string{"bf16", "fp16", "fp8_e4m3"}
+	mha := []int{192, 128}
+	return append([]core.Kernel{
+		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention3, Method: core.MHAOneShot, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware},
+		{Name: "flash_attn_varlen_func+merge_state", Library: core.LibFlashAttention3, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware},
+		{Name: "flash_attn_with_kvcache", Library: core.LibFlashAttention3, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1, 16, 64}, CUDAGraph: true, Hardware: fa3Hardware},
+	}, backendkit.FusedRoPEKernels()...)
+}
+
+// FA4Kernels is the kernel catalog of fa4: FlashAttention 4's varlen
+// prefill per prefix chunk, on the sm100 family.
+func FA4Kernels() []core.Kernel {
+	return []core.Kernel{
+		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention4, Method: core.MHAChunkedKV, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{192, 128}, PageSizes: []int{1, 128}, Hardware: fa4Hardware},
 	}
 }
 
 // New returns the fa3 plugin's backend.
 func New(logger hclog.Logger) (core.Backend, error) {
-	return core.NewRuleBackend("fa3", Version, logger, Rules()...)
+	return backendkit.NewRules("fa3", Version, logger, Rules()...)
 }

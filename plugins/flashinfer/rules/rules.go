@@ -3,6 +3,7 @@
 package rules
 
 import (
+	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
 	"github.com/hashicorp/go-hclog"
 )
@@ -51,15 +52,59 @@ func Rules() []core.Rule {
 		core.FactDisableChunkedPrefixCache | core.FactPrefixSumZero}
 	trtMethods := append(core.MLASubtypeMethods(), core.MHAChunkedKV)
 	return []core.Rule{
-		{Name: "flashinfer", Decide: flashinferRule().Decide, Reads: flashinferRule().Reads(), Methods: flashinferRule().Methods(), Hardware: cuda(80, 0)},
-		{Name: "flashmla", Decide: flashinferRule().Decide, Reads: flashinferRule().Reads(), Methods: flashinferRule().Methods(), Hardware: cuda(90, 109)},
-		{Name: "cutlass_mla", Decide: cutlassRule().Decide, Reads: cutlassRule().Reads(), Methods: cutlassRule().Methods(), Hardware: cuda(100, 109)},
-		{Name: "trtllm_mla", Decide: DecideTRTLLMMLA, Reads: trt, Methods: trtMethods, Hardware: cuda(100, 109)},
-		{Name: "tokenspeed_mla", AliasOf: "trtllm_mla", Decide: DecideTRTLLMMLA, Reads: trt, Methods: trtMethods, Hardware: cuda(100, 109)},
+		{Name: "flashinfer", Decide: flashinferRule().Decide, Reads: flashinferRule().Reads(), Methods: flashinferRule().Methods(), Hardware: cuda(80, 0), Kernels: Kernels("flashinfer")},
+		{Name: "flashmla", Decide: flashinferRule().Decide, Reads: flashinferRule().Reads(), Methods: flashinferRule().Methods(), Hardware: cuda(90, 109), Kernels: Kernels("flashmla")},
+		{Name: "cutlass_mla", Decide: cutlassRule().Decide, Reads: cutlassRule().Reads(), Methods: cutlassRule().Methods(), Hardware: cuda(100, 109), Kernels: Kernels("cutlass_mla")},
+		{Name: "trtllm_mla", Decide: DecideTRTLLMMLA, Reads: trt, Methods: trtMethods, Hardware: cuda(100, 109), Kernels: Kernels("trtllm_mla")},
+		{Name: "tokenspeed_mla", AliasOf: "trtllm_mla", Decide: DecideTRTLLMMLA, Reads: trt, Methods: trtMethods, Hardware: cuda(100, 109), Kernels: Kernels("tokenspeed_mla")},
 	}
+}
+
+// Kernels returns the kernel catalog of the plugin's name: FlashInfer's
+// ragged prefill (one shot, or per prefix chunk) for the MHA methods of
+// flashinfer, flashmla and cutlass_mla, whose sglang backends share
+// FlashInfer's prefill; each name's own MLA decode kernel (FlashInfer's
+// paged MLA, FlashMLA, CUTLASS MLA, TRT-LLM MLA, TokenSpeed MLA); TRT-LLM's
+// and TokenSpeed's ragged DeepSeek prefill for MHA_CHUNKED_KV; and the
+// shared fused-RoPE kernels.
+func Kernels(name string) []core.Kernel {
+	dt := []string{"bf16", "fp16", "fp8_e4m3"}
+	mha := []int{192, 128}
+	mla := []int{576, 512}
+	ragged := func(hw []core.Hardware) []core.Kernel {
+		return []core.Kernel{
+			{Name: "BatchPrefillWithRaggedKVCacheWrapper", Library: core.LibFlashInfer, Method: core.MHAOneShot, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: hw},
+			{Name: "BatchPrefillWithRaggedKVCacheWrapper+merge_state", Library: core.LibFlashInfer, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: hw},
+		}
+	}
+	var ks []core.Kernel
+	switch name {
+	case "flashinfer":
+		ks = append(ragged(cuda(80, 0)), core.Kernel{Name: "BatchMLAPagedAttentionWrapper", Library: core.LibFlashInfer, Method: core.MLA, DTypes: dt, HeadDims: mla, PageSizes: []int{1}, CUDAGraph: true, Hardware: cuda(80, 0)})
+	case "flashmla":
+		ks = append(ragged(cuda(90, 109)), core.Kernel{Name: "flash_mla_with_kvcache", Library: core.LibFlashMLA, Method: core.MLA, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: mla, PageSizes: []int{64}, CUDAGraph: true, Hardware: cuda(90, 109)})
+	case "cutlass_mla":
+		ks = []core.Kernel{
+			ragged(cuda(100, 109))[1],
+			{Name: "cutlass_mla_decode", Library: core.LibCutlassMLA, Method: core.MLA, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: mla, PageSizes: []int{128}, CUDAGraph: true, Hardware: cuda(100, 109)},
+		}
+	case "trtllm_mla":
+		ks = []core.Kernel{
+			{Name: "trtllm_ragged_attention_deepseek", Library: core.LibTRTLLMMLA, Method: core.MHAChunkedKV, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: mha, PageSizes: []int{32, 64}, Hardware: cuda(100, 109)},
+			{Name: "trtllm_batch_decode_with_kv_cache_mla", Library: core.LibTRTLLMMLA, Method: core.MLA, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: mla, PageSizes: []int{32, 64}, CUDAGraph: true, Hardware: cuda(100, 109)},
+		}
+	case "tokenspeed_mla":
+		ks = []core.Kernel{
+			{Name: "tokenspeed_mla_prefill", Library: core.LibTokenSpeedMLA, Method: core.MHAChunkedKV, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: mha, PageSizes: []int{64}, Hardware: cuda(100, 109)},
+			{Name: "tokenspeed_mla_decode", Library: core.LibTokenSpeedMLA, Method: core.MLA, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: mla, PageSizes: []int{64}, CUDAGraph: true, Hardware: cuda(100, 109)},
+		}
+	default:
+		return nil
+	}
+	return append(ks, backendkit.FusedRoPEKernels()...)
 }
 
 // New returns the flashinfer plugin's backend.
 func New(logger hclog.Logger) (core.Backend, error) {
-	return core.NewRuleBackend("flashinfer", Version, logger, Rules()...)
+	return backendkit.NewRules("flashinfer", Version, logger, Rules()...)
 }

@@ -5,6 +5,7 @@
 package rules
 
 import (
+	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
 	"github.com/hashicorp/go-hclog"
 )
@@ -28,16 +29,43 @@ func Rules() []core.Rule {
 	return []core.Rule{
 		{
 			Name: "intel_xpu", Decide: DecideIntelXPU, Reads: xpuRule().Reads(), Methods: xpuRule().Methods(),
-			Hardware: []core.Hardware{{Platforms: []core.Platform{core.PlatformXPU}}},
+			Hardware: xpu, Kernels: XPUKernels(),
 		},
 		{
 			Name: "intel_amx", Decide: core.TritonDecide, Reads: amx.Reads, Methods: amx.Methods,
-			Hardware: []core.Hardware{{Platforms: []core.Platform{core.PlatformCPU}, Archs: []string{"amd64"}, NeedsAMX: true}},
+			Hardware: amxHW, Kernels: AMXKernels(),
 		},
 	}
 }
 
+var (
+	xpu   = []core.Hardware{{Platforms: []core.Platform{core.PlatformXPU}}}
+	amxHW = []core.Hardware{{Platforms: []core.Platform{core.PlatformCPU}, Archs: []string{"amd64"}, NeedsAMX: true}}
+)
+
+// XPUKernels is the kernel catalog of intel_xpu: the Intel XPU kernels of
+// sgl-kernel-xpu for the chunked MHA prefill and the paged MLA decode, and
+// the shared fused-RoPE kernels.
+func XPUKernels() []core.Kernel {
+	dt := []string{"bf16", "fp16"}
+	return append([]core.Kernel{
+		{Name: "flash_attn_varlen_func", Library: core.LibIntelXPU, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{1}, Hardware: xpu},
+		{Name: "flash_attn_with_kvcache", Library: core.LibIntelXPU, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1, 64}, CUDAGraph: false, Hardware: xpu},
+	}, backendkit.FusedRoPEKernels()...)
+}
+
+// AMXKernels is the kernel catalog of intel_amx: sgl-kernel's CPU kernels
+// (AMX) for MHA, MLA and the fused-RoPE MLA decode, and the triton grouped
+// RoPE decode that the triton rules give on ROCm.
+func AMXKernels() []core.Kernel {
+	dt := []string{"bf16"}
+	return append([]core.Kernel{
+		{Name: "extend_attention_cpu", Library: core.LibSGLKernel, Method: core.MHA, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{1}, Hardware: amxHW},
+		{Name: "decode_attention_cpu", Library: core.LibSGLKernel, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1}, Hardware: amxHW},
+	}, backendkit.FusedRoPEKernels()...)
+}
+
 // New returns the intel_xpu plugin's backend.
 func New(logger hclog.Logger) (core.Backend, error) {
-	return core.NewRuleBackend("intel_xpu", Version, logger, Rules()...)
+	return backendkit.NewRules("intel_xpu", Version, logger, Rules()...)
 }

@@ -1,0 +1,298 @@
+package backendkit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/kernels"
+	"github.com/attnplug/attnplug/shm"
+)
+
+// Backend is a core.RuleBackend that runs its kernels: a core.Backend,
+// core.BatchBackend, core.Configurer and core.KernelRunner. It is safe for
+// concurrent use.
+type Backend struct {
+	*core.RuleBackend
+	host atomic.Pointer[core.HostInfo]
+}
+
+// New returns rb with kernels.
+func New(rb *core.RuleBackend) *Backend { return &Backend{RuleBackend: rb} }
+
+// NewRules is core.NewRuleBackend followed by New.
+func NewRules(name, version string, logger core.Logger, rules ...core.Rule) (*Backend, error) {
+	rb, err := core.NewRuleBackend(name, version, logger, rules...)
+	if err != nil {
+		return nil, err
+	}
+	return New(rb), nil
+}
+
+// Configure records the host's hardware, for the kernels' notes, and
+// refuses it as the RuleBackend does.
+func (b *Backend) Configure(ctx context.Context, info core.HostInfo) error {
+	if err := b.RuleBackend.Configure(ctx, info); err != nil {
+		return err
+	}
+	b.host.Store(&info)
+	return nil
+}
+
+// RunKernel runs the kernel of req.Method from the catalog of the handler
+// req.Backend on the tensors of req.Buffer: the in-process memory when
+// req.Buffer.Mem is set, else the segment at req.Buffer.Path, mapped for
+// the call.
+func (b *Backend) RunKernel(ctx context.Context, req *core.KernelRequest) (*core.KernelResult, error) {
+	d, err := b.Describe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h, ok := d.Handler(req.Backend)
+	if !ok {
+		return nil, fmt.Errorf("%s: %w %q", d.Name, core.ErrUnknownBackend, req.Backend)
+	}
+	k, ok := h.Kernel(req.Method)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s's catalog has no kernel for %s", core.ErrNoKernel, req.Backend, req.Method)
+	}
+	return Run(ctx, k, req, b.host.Load())
+}
+
+// Run runs kernel k's math for req with the reference kernels. host is the
+// hardware the caller runs on, for the note; nil when not known. The
+// tensors are req.Buffer.Mem when set, else the segment at req.Buffer.Path.
+func Run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core.HostInfo) (*core.KernelResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	mem := req.Buffer.Mem
+	if mem == nil {
+		m, err := shm.Open(req.Buffer.Path, req.Buffer.Size)
+		if err != nil {
+			return nil, core.NewFieldError("buffer", err.Error())
+		}
+		defer m.Close()
+		mem = m.Bytes()
+	}
+	if int64(len(mem)) < req.Buffer.Size {
+		return nil, core.NewFieldError("buffer", fmt.Sprintf("has %d bytes, the request says %d", len(mem), req.Buffer.Size))
+	}
+	cfg := Config(req.Dims)
+	if !k.Sparse {
+		cfg.TopK = 0 // a dense kernel reads no indices
+	}
+	b, err := Batch(req.SeqLens, req.PrefixLens)
+	if err != nil {
+		return nil, err
+	}
+	in, out, err := Views(mem, req.Tensors)
+	if err != nil {
+		return nil, err
+	}
+	if !k.Sparse {
+		in.TopKIndices = nil
+	}
+	m, err := KernelMethod(k)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if m.PreRoped() {
+		// The buffer holds q_pe and k_pe before RoPE: rotate them first,
+		// as the model does before an unfused kernel.
+		if in, err = kernels.ApplyRoPE(cfg, b, in); err != nil {
+			return nil, core.NewFieldError("tensors", err.Error())
+		}
+	}
+	if err := kernels.Run(m, cfg, b, in, out); err != nil {
+		return nil, core.NewFieldError("tensors", err.Error())
+	}
+	elapsed := time.Since(start)
+	return &core.KernelResult{
+		Kernel: k.Name, Library: k.Library, Emulated: true, Sparse: k.Sparse,
+		TimeNS: elapsed.Nanoseconds(), Note: EmulatedNote(k, host),
+	}, nil
+}
+
+// EmulatedNote says why a kernel ran emulated: there is no device code, and
+// whether the hardware it needs is present.
+func EmulatedNote(k core.Kernel, host *core.HostInfo) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "emulated: the reference CPU kernels (kernels.%s) ran the math of %s %s; no device code is built in", mustMethod(k), k.Library, k.Name)
+	switch {
+	case host == nil:
+	case len(k.Hardware) == 0:
+		sb.WriteString("; the kernel needs no particular hardware")
+	default:
+		if ok, why := core.SupportsAny(k.Hardware, *host); ok {
+			sb.WriteString("; its hardware is present")
+		} else {
+			sb.WriteString("; its hardware is absent: " + why)
+		}
+	}
+	return sb.String()
+}
+
+func mustMethod(k core.Kernel) kernels.Method {
+	m, _ := KernelMethod(k)
+	return m
+}
+
+// KernelMethod returns the reference kernel that runs k's math: the one of
+// the same method, except that a sparse kernel for MLA is DSA_MLA.
+func KernelMethod(k core.Kernel) (kernels.Method, error) {
+	if k.Sparse && k.Method == core.MLA {
+		return kernels.DSAMLA, nil
+	}
+	m, err := kernels.ParseMethod(k.Method.String())
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", core.ErrNoKernel, err)
+	}
+	return m, nil
+}
+
+// Config returns the kernels.Config of d.
+func Config(d core.KernelDims) kernels.Config {
+	return kernels.Config{
+		Heads: d.Heads, KVLoraRank: d.KVLoraRank, QKNopeHeadDim: d.QKNopeHeadDim, QKRopeHeadDim: d.QKRopeHeadDim,
+		VHeadDim: d.VHeadDim, SoftmaxScale: d.SoftmaxScale, RopeBase: d.RopeBase, ChunkCapacity: d.ChunkCapacity, TopK: d.TopK,
+	}
+}
+
+// Dims returns the core.KernelDims of cfg.
+func Dims(cfg kernels.Config) core.KernelDims {
+	return core.KernelDims{
+		Heads: cfg.Heads, KVLoraRank: cfg.KVLoraRank, QKNopeHeadDim: cfg.QKNopeHeadDim, QKRopeHeadDim: cfg.QKRopeHeadDim,
+		VHeadDim: cfg.VHeadDim, SoftmaxScale: cfg.SoftmaxScale, RopeBase: cfg.RopeBase, ChunkCapacity: cfg.ChunkCapacity, TopK: cfg.TopK,
+	}
+}
+
+// Batch returns the kernels.BatchShape of seq_lens and extend_prefix_lens.
+func Batch(seq, prefix []int64) (kernels.BatchShape, error) {
+	if len(seq) != len(prefix) {
+		return kernels.BatchShape{}, core.NewFieldError("prefix_lens", fmt.Sprintf("has %d entries, seq_lens %d", len(prefix), len(seq)))
+	}
+	b := kernels.BatchShape{SeqLens: make([]int, len(seq)), PrefixLens: make([]int, len(seq))}
+	for i := range seq {
+		if seq[i] < 0 || seq[i] > 1<<30 || prefix[i] < 0 || prefix[i] > 1<<30 {
+			return kernels.BatchShape{}, core.NewFieldError(fmt.Sprintf("seq_lens[%d]", i), "out of range")
+		}
+		b.SeqLens[i], b.PrefixLens[i] = int(seq[i]), int(prefix[i])
+	}
+	if err := b.Validate(); err != nil {
+		return kernels.BatchShape{}, core.NewFieldError("seq_lens", err.Error())
+	}
+	return b, nil
+}
+
+// Refs returns the tensor references of l: every tensor, the output
+// included, at its offset in a buffer laid out by l.
+func Refs(l kernels.TensorLayout) []core.TensorRef {
+	var out []core.TensorRef
+	for _, f := range l.Fields() {
+		shape := make([]int64, len(f.Shape))
+		for i, x := range f.Shape {
+			shape[i] = int64(x)
+		}
+		dt := "float32"
+		if f.Int32 {
+			dt = "int32"
+		}
+		out = append(out, core.TensorRef{Name: f.Name, Offset: 4 * int64(f.Offset), Shape: shape, DType: dt})
+	}
+	return out
+}
+
+// Views cuts mem into the tensors and the output that refs locate, without
+// copying. Every ref must lie inside mem, 4-byte aligned, with the dtype of
+// its name (int32 for positions and topk_indices, else float32).
+func Views(mem []byte, refs []core.TensorRef) (kernels.Tensors, []float32, error) {
+	var t kernels.Tensors
+	var out []float32
+	seen := map[string]bool{}
+	for i, r := range refs {
+		field := fmt.Sprintf("tensors[%d]", i)
+		if seen[r.Name] {
+			return t, nil, core.NewFieldError(field, fmt.Sprintf("%q given twice", r.Name))
+		}
+		seen[r.Name] = true
+		elems := int64(1)
+		for _, x := range r.Shape {
+			if x < 0 || (x > 0 && elems > int64(len(mem))/x) {
+				return t, nil, core.NewFieldError(field+".shape", "does not fit the buffer")
+			}
+			elems *= x
+		}
+		if r.Offset < 0 || r.Offset%4 != 0 || r.Offset > int64(len(mem))-4*elems {
+			return t, nil, core.NewFieldError(field+".offset", fmt.Sprintf("%d: %d bytes at it do not fit a buffer of %d, or it is not 4-byte aligned", r.Offset, 4*elems, len(mem)))
+		}
+		wantInt := r.Name == "positions" || r.Name == "topk_indices"
+		if (r.DType == "int32") != wantInt || (r.DType != "int32" && r.DType != "float32") {
+			return t, nil, core.NewFieldError(field+".dtype", fmt.Sprintf("%q for %s", r.DType, r.Name))
+		}
+		var p unsafe.Pointer
+		if elems > 0 {
+			p = unsafe.Pointer(&mem[r.Offset])
+			if uintptr(p)%4 != 0 {
+				return t, nil, core.NewFieldError(field+".offset", "not 4-byte aligned in memory")
+			}
+		}
+		f32 := func() []float32 {
+			if elems == 0 {
+				return []float32{}
+			}
+			return unsafe.Slice((*float32)(p), elems)
+		}
+		i32 := func() []int32 {
+			if elems == 0 {
+				return []int32{}
+			}
+			return unsafe.Slice((*int32)(p), elems)
+		}
+		switch r.Name {
+		case "q_nope":
+			t.QNope = f32()
+		case "q_pe":
+			t.QPe = f32()
+		case "positions":
+			t.Positions = i32()
+		case "c_kv":
+			t.CKV = f32()
+		case "k_pe":
+			t.KPe = f32()
+		case "w_kc":
+			t.WKC = f32()
+		case "w_vc":
+			t.WVC = f32()
+		case "topk_indices":
+			t.TopKIndices = i32()
+		case "out":
+			out = f32()
+		default:
+			return t, nil, core.NewFieldError(field+".name", fmt.Sprintf("unknown tensor %q", r.Name))
+		}
+	}
+	if out == nil {
+		return t, nil, core.NewFieldError("tensors", `no "out" tensor`)
+	}
+	return t, out, nil
+}
+
+// FusedRoPEKernels are the kernels of the two fused-RoPE MLA methods, which
+// every name whose rules can answer them shares (core.TritonKernels):
+// sglang's triton grouped-RoPE decode on ROCm and sgl-kernel's AMX decode
+// on Intel CPUs.
+func FusedRoPEKernels() []core.Kernel {
+	var out []core.Kernel
+	for _, k := range core.TritonKernels() {
+		if k.Method == core.MLAFusedRoPEROCm || k.Method == core.MLAFusedRoPECPU {
+			out = append(out, k)
+		}
+	}
+	return out
+}

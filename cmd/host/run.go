@@ -1,0 +1,491 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	"github.com/attnplug/attnplug/backendkit"
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/jsonl"
+	"github.com/attnplug/attnplug/kernels"
+	"github.com/attnplug/attnplug/registry"
+	"github.com/attnplug/attnplug/shm"
+)
+
+// runOptions are the flags of attnplug run: the default tensor dimensions
+// and how tensors are made when a line gives none.
+type runOptions struct {
+	cfg           kernels.Config // dimensions; ChunkCapacity and TopK are per line
+	topK          int
+	randomTensors bool
+	seed          uint64
+	maxKVTokens   int
+}
+
+func defaultRunOptions() runOptions {
+	return runOptions{
+		cfg: kernels.Config{Heads: 2, KVLoraRank: 16, QKNopeHeadDim: 8, QKRopeHeadDim: 4, VHeadDim: 8,
+			SoftmaxScale: 1 / math.Sqrt(12), RopeBase: 10000},
+		topK: 2048, seed: 1, maxKVTokens: 1 << 14,
+	}
+}
+
+func runRun(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var h hostFlags
+	h.register(fs)
+	o := defaultRunOptions()
+	fs.BoolVar(&o.randomTensors, "random-tensors", false, "generate the tensors of lines that give none (seeded by --seed and the line number)")
+	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of --random-tensors")
+	fs.IntVar(&o.cfg.Heads, "heads", o.cfg.Heads, "attention heads")
+	fs.IntVar(&o.cfg.KVLoraRank, "kv-lora-rank", o.cfg.KVLoraRank, "width of the latent c_kv (DeepSeek-V3: 512)")
+	fs.IntVar(&o.cfg.QKNopeHeadDim, "qk-nope-head-dim", o.cfg.QKNopeHeadDim, "per-head width of the non-rotary q and k (DeepSeek-V3: 128)")
+	fs.IntVar(&o.cfg.QKRopeHeadDim, "qk-rope-head-dim", o.cfg.QKRopeHeadDim, "width of the rotary q_pe and k_pe, even (DeepSeek-V3: 64)")
+	fs.IntVar(&o.cfg.VHeadDim, "v-head-dim", o.cfg.VHeadDim, "per-head width of v (DeepSeek-V3: 128)")
+	fs.Float64Var(&o.cfg.SoftmaxScale, "softmax-scale", 0, "softmax scale (default (qk_nope+qk_rope)^-0.5)")
+	fs.Float64Var(&o.cfg.RopeBase, "rope-base", o.cfg.RopeBase, "RoPE base theta")
+	fs.IntVar(&o.topK, "top-k", o.topK, "DSA indexer top-k of DSA layers (DeepSeek-V3.2: 2048)")
+	fs.IntVar(&o.maxKVTokens, "max-kv-tokens", o.maxKVTokens, "refuse lines whose batch has more KV tokens (sum of seq_lens)")
+	maxLine := fs.Int("max-line-bytes", 64<<20, "longest request line accepted")
+	if err := parseFlags(fs, e, args, "attnplug run [flags] < requests.jsonl > answers.jsonl"); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &usageError{fmt.Sprintf("run: unexpected argument %q (requests come on stdin)", fs.Arg(0))}
+	}
+	if o.cfg.SoftmaxScale == 0 {
+		o.cfg.SoftmaxScale = 1 / math.Sqrt(float64(o.cfg.QKNopeHeadDim+o.cfg.QKRopeHeadDim))
+	}
+	o.cfg.ChunkCapacity, o.cfg.TopK = 1, 0
+	if err := o.cfg.Validate(); err != nil {
+		return &usageError{"run: " + err.Error()}
+	}
+	logger, err := h.logger(e)
+	if err != nil {
+		return err
+	}
+	reg, err := h.openRegistry(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	refused, err := runStream(ctx, reg, o, e.stdin, e.stdout, *maxLine)
+	if err != nil {
+		return err
+	}
+	if refused > 0 {
+		return &refusedError{refused}
+	}
+	return nil
+}
+
+// runStream answers every line of in on out, one at a time, and returns how
+// many lines were refused.
+func runStream(ctx context.Context, reg *registry.Registry, o runOptions, in io.Reader, out io.Writer, maxLine int) (int, error) {
+	r := jsonl.NewReader(in, maxLine)
+	w := bufio.NewWriter(out)
+	refused := 0
+	for {
+		line, n, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil && n == 0 {
+			w.Flush()
+			return refused, fmt.Errorf("run: read requests: %w", err)
+		}
+		var a *runAnswer
+		if err == nil {
+			a, err = runLine(ctx, reg, o, line, n)
+		}
+		if ctx.Err() != nil {
+			w.Flush()
+			return refused, fmt.Errorf("run: %w", ctx.Err())
+		}
+		if err != nil {
+			refused++
+			w.Write(jsonl.AppendError(nil, n, err))
+		} else {
+			b, _ := json.Marshal(a)
+			w.Write(append(b, '\n'))
+		}
+		if !r.Buffered() {
+			if err := w.Flush(); err != nil {
+				return refused, fmt.Errorf("run: write answers: %w", err)
+			}
+		}
+	}
+	return refused, w.Flush()
+}
+
+// runAnswer is one answer line of attnplug run: a dispatch answer and what
+// running the kernel gave.
+type runAnswer struct {
+	Method   string `json:"method"`
+	Handler  string `json:"handler"`
+	Plugin   string `json:"plugin"`
+	Fallback string `json:"fallback,omitempty"`
+	// Kernel is the catalog name of the kernel that ran, Library what it
+	// stands for.
+	Kernel  string `json:"kernel"`
+	Library string `json:"library"`
+	// Emulated: the reference CPU kernels ran the kernel's math.
+	Emulated bool  `json:"emulated"`
+	TimeNS   int64 `json:"time_ns"`
+	// RelError is max|out-ref|/max|ref| against the float64 reference
+	// (the sparse one for DSA layers).
+	RelError float64 `json:"rel_error"`
+	// KernelPlugin is who ran the kernel ("core": this process).
+	KernelPlugin string `json:"kernel_plugin"`
+	// KernelFallback says why the host ran a plugin's kernel itself.
+	KernelFallback string `json:"kernel_fallback,omitempty"`
+	Sparse         bool   `json:"sparse,omitempty"`
+	Note           string `json:"note,omitempty"`
+
+	out []float32 // the kernel's output, for tests
+}
+
+// tensorSpec is a line's "tensors" object: dimensions that replace the
+// flags', and either a seed ("random") or every input given inline.
+type tensorSpec struct {
+	Random        *uint64  `json:"random"`
+	Heads         *int     `json:"heads"`
+	KVLoraRank    *int     `json:"kv_lora_rank"`
+	QKNopeHeadDim *int     `json:"qk_nope_head_dim"`
+	QKRopeHeadDim *int     `json:"qk_rope_head_dim"`
+	VHeadDim      *int     `json:"v_head_dim"`
+	TopK          *int     `json:"top_k"`
+	SoftmaxScale  *float64 `json:"softmax_scale"`
+	RopeBase      *float64 `json:"rope_base"`
+
+	QNope       []float32 `json:"q_nope"`
+	QPe         []float32 `json:"q_pe"`
+	Positions   []int32   `json:"positions"`
+	CKV         []float32 `json:"c_kv"`
+	KPe         []float32 `json:"k_pe"`
+	WKC         []float32 `json:"w_kc"`
+	WVC         []float32 `json:"w_vc"`
+	TopKIndices []int32   `json:"topk_indices"`
+}
+
+func (s *tensorSpec) inline() bool {
+	return s.QNope != nil || s.QPe != nil || s.Positions != nil || s.CKV != nil || s.KPe != nil ||
+		s.WKC != nil || s.WVC != nil || s.TopKIndices != nil
+}
+
+// splitTensors takes the "tensors" object out of line; the rest is a
+// dispatch request. A line without one is returned as it is.
+func splitTensors(line []byte) ([]byte, *tensorSpec, error) {
+	if !bytes.Contains(line, []byte(`"tensors"`)) {
+		return line, nil, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(line, &obj); err != nil {
+		return nil, nil, core.NewFieldError("request", "invalid JSON: "+err.Error())
+	}
+	raw, ok := obj["tensors"]
+	if !ok {
+		return line, nil, nil
+	}
+	delete(obj, "tensors")
+	rest, err := json.Marshal(obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	if string(raw) == "null" {
+		return rest, nil, nil
+	}
+	var spec tensorSpec
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return nil, nil, core.NewFieldError("tensors", err.Error())
+	}
+	return rest, &spec, nil
+}
+
+// runLine decides line n and runs the chosen kernel.
+func runLine(ctx context.Context, reg *registry.Registry, o runOptions, line []byte, n int) (*runAnswer, error) {
+	rest, spec, err := splitTensors(line)
+	if err != nil {
+		return nil, err
+	}
+	var req core.Request
+	if err := jsonl.DecodeRequest(rest, &req); err != nil {
+		return nil, err
+	}
+	if spec == nil {
+		if !o.randomTensors {
+			return nil, core.NewFieldError("tensors", `missing: give "tensors" ({"random": SEED} or the inputs) or run with --random-tensors`)
+		}
+		seed := o.seed + uint64(n)
+		spec = &tensorSpec{Random: &seed}
+	}
+	return runRequest(ctx, reg, o, &req, spec)
+}
+
+// runRequest dispatches req, runs the kernel of the answer on the tensors of
+// spec in shared memory, and compares its output with the float64
+// reference.
+func runRequest(ctx context.Context, reg *registry.Registry, o runOptions, req *core.Request, spec *tensorSpec) (*runAnswer, error) {
+	cfg := o.cfg
+	topK := o.topK
+	setInt := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setInt(&cfg.Heads, spec.Heads)
+	setInt(&cfg.KVLoraRank, spec.KVLoraRank)
+	setInt(&cfg.QKNopeHeadDim, spec.QKNopeHeadDim)
+	setInt(&cfg.QKRopeHeadDim, spec.QKRopeHeadDim)
+	setInt(&cfg.VHeadDim, spec.VHeadDim)
+	setInt(&topK, spec.TopK)
+	if spec.SoftmaxScale != nil {
+		cfg.SoftmaxScale = *spec.SoftmaxScale
+	} else if spec.QKNopeHeadDim != nil || spec.QKRopeHeadDim != nil {
+		cfg.SoftmaxScale = 1 / math.Sqrt(float64(cfg.QKNopeHeadDim+cfg.QKRopeHeadDim))
+	}
+	if spec.RopeBase != nil {
+		cfg.RopeBase = *spec.RopeBase
+	}
+	b, err := batchShape(req)
+	if err != nil {
+		return nil, err
+	}
+	if kv := b.KVTokens(); kv > o.maxKVTokens {
+		return nil, core.NewFieldError("seq_lens", fmt.Sprintf("the batch has %d KV tokens, more than --max-kv-tokens %d", kv, o.maxKVTokens))
+	}
+	cfg.ChunkCapacity = int(min(max(req.Batch.MaxChunkCapacity, int64(b.Requests())), 1<<30))
+	if req.Batch.MaxChunkCapacity <= 0 {
+		cfg.ChunkCapacity = 128 * 1024 // sglang's default get_max_chunk_capacity()
+	}
+
+	ans, err := reg.Dispatch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	catalog := reg.Kernels(ans.Handler)
+	sparseLayer := topK > 0 && (req.Layer.UseDSA || slices.ContainsFunc(catalog, func(k core.Kernel) bool { return k.Sparse }))
+	if sparseLayer {
+		cfg.TopK = topK
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, core.NewFieldError("tensors", err.Error())
+	}
+	l, err := kernels.Layout(cfg, b)
+	if err != nil {
+		return nil, core.NewFieldError("tensors", err.Error())
+	}
+	raw, err := inputs(cfg, b, spec)
+	if err != nil {
+		return nil, err
+	}
+	seg, err := shm.Create(int64(l.Bytes()))
+	if err != nil {
+		return nil, err
+	}
+	defer seg.Close()
+	dst, out, err := l.SplitBytes(seg.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	copyTensors(&dst, &raw)
+	kreq := &core.KernelRequest{
+		Backend: ans.Handler, Method: ans.Method, Dims: backendkit.Dims(cfg),
+		SeqLens: req.Batch.SeqLens, PrefixLens: prefixLens(b),
+		Buffer:  core.SharedBuffer{Path: seg.Path(), Size: seg.Size(), Mem: seg.Bytes()},
+		Tensors: backendkit.Refs(l),
+	}
+	ka, err := reg.RunKernel(ctx, kreq)
+	if err != nil {
+		return nil, err
+	}
+	var want []float64
+	if sparseLayer {
+		want, err = kernels.SparseReference(cfg, b, raw)
+	} else {
+		want, err = kernels.Reference(cfg, b, raw)
+	}
+	if err != nil {
+		return nil, core.NewFieldError("tensors", err.Error())
+	}
+	return &runAnswer{
+		Method: ans.Method.String(), Handler: ans.Handler, Plugin: ans.Plugin, Fallback: ans.Fallback,
+		Kernel: ka.Kernel, Library: ka.Library, Emulated: ka.Emulated, TimeNS: ka.TimeNS,
+		RelError: kernels.RelError(out, want), KernelPlugin: ka.Plugin, KernelFallback: ka.Fallback,
+		Sparse: ka.Sparse, Note: ka.Note, out: slices.Clone(out),
+	}, nil
+}
+
+// batchShape is req's batch for the kernels: seq_lens are needed; missing
+// extend_prefix_lens are 0 for extend modes and seq_lens-1 (one new token)
+// for the others.
+func batchShape(req *core.Request) (kernels.BatchShape, error) {
+	seq := req.Batch.SeqLens
+	if len(seq) == 0 {
+		return kernels.BatchShape{}, core.NewFieldError("seq_lens", "needed to run a kernel")
+	}
+	prefix := req.Batch.ExtendPrefixLens
+	if prefix == nil {
+		prefix = make([]int64, len(seq))
+		if !req.Batch.Mode.IsExtend() {
+			for i, s := range seq {
+				prefix[i] = max(s-1, 0)
+			}
+		}
+	}
+	return backendkit.Batch(seq, prefix)
+}
+
+func prefixLens(b kernels.BatchShape) []int64 {
+	out := make([]int64, len(b.PrefixLens))
+	for i, p := range b.PrefixLens {
+		out[i] = int64(p)
+	}
+	return out
+}
+
+// inputs returns the tensors of spec for cfg and b: random from its seed,
+// or the inline arrays, which must have the layout's lengths.
+func inputs(cfg kernels.Config, b kernels.BatchShape, spec *tensorSpec) (kernels.Tensors, error) {
+	if !spec.inline() {
+		var seed uint64
+		if spec.Random != nil {
+			seed = *spec.Random
+		}
+		t, err := kernels.RandomTensors(rand.New(rand.NewPCG(seed, seed^0x6a09e667f3bcc908)), cfg, b)
+		if err != nil {
+			return t, core.NewFieldError("tensors", err.Error())
+		}
+		return t, nil
+	}
+	if spec.Random != nil {
+		return kernels.Tensors{}, core.NewFieldError("tensors", `give either "random" or the inputs, not both`)
+	}
+	t := kernels.Tensors{QNope: spec.QNope, QPe: spec.QPe, Positions: spec.Positions, CKV: spec.CKV, KPe: spec.KPe,
+		WKC: spec.WKC, WVC: spec.WVC, TopKIndices: spec.TopKIndices}
+	if t.Positions == nil {
+		t.Positions = make([]int32, 0, b.Tokens())
+		for r := range b.Requests() {
+			for i := b.PrefixLens[r]; i < b.SeqLens[r]; i++ {
+				t.Positions = append(t.Positions, int32(i))
+			}
+		}
+	}
+	l, _ := kernels.Layout(cfg, b)
+	for _, f := range []struct {
+		name string
+		got  int
+		want kernels.Field
+	}{
+		{"q_nope", len(t.QNope), l.QNope}, {"q_pe", len(t.QPe), l.QPe}, {"positions", len(t.Positions), l.Positions},
+		{"c_kv", len(t.CKV), l.CKV}, {"k_pe", len(t.KPe), l.KPe}, {"w_kc", len(t.WKC), l.WKC}, {"w_vc", len(t.WVC), l.WVC},
+		{"topk_indices", len(t.TopKIndices), l.TopKIndices},
+	} {
+		if f.got != f.want.Len {
+			return t, core.NewFieldError("tensors."+f.name, fmt.Sprintf("has %d elements, want %d (shape %v)", f.got, f.want.Len, f.want.Shape))
+		}
+	}
+	return t, nil
+}
+
+// copyTensors copies the inputs of src into the views of dst.
+func copyTensors(dst, src *kernels.Tensors) {
+	copy(dst.QNope, src.QNope)
+	copy(dst.QPe, src.QPe)
+	copy(dst.Positions, src.Positions)
+	copy(dst.CKV, src.CKV)
+	copy(dst.KPe, src.KPe)
+	copy(dst.WKC, src.WKC)
+	copy(dst.WVC, src.WVC)
+	copy(dst.TopKIndices, src.TopKIndices)
+}
+
+// kernelsTable writes the kernel catalogs of the plugins' names, one line
+// per kernel (attnplug plugins --kernels).
+func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInfo, asJSON bool) error {
+	type row struct {
+		Plugin string        `json:"plugin"`
+		Name   string        `json:"name"`
+		Kernel []core.Kernel `json:"kernels"`
+	}
+	var rows []row
+	for _, p := range list {
+		for _, n := range p.Names {
+			h, _, _ := reg.Handler(n)
+			rows = append(rows, row{p.Name, n, h.Kernels})
+		}
+	}
+	rows = append(rows, row{core.PluginCore, core.TritonName, core.TritonKernels()})
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-8s %s\n", "PLUGIN", "NAME", "METHOD", "KERNEL", "LIBRARY", "DTYPES", "HEAD_DIMS", "GRAPH", "HARDWARE")
+	for _, r := range rows {
+		if len(r.Kernel) == 0 {
+			fmt.Fprintf(&sb, "%-10s %-15s (no kernel catalog: decides methods, runs no kernels)\n", r.Plugin, r.Name)
+		}
+		for _, k := range r.Kernel {
+			dims := make([]string, len(k.HeadDims))
+			for i, d := range k.HeadDims {
+				dims[i] = fmt.Sprint(d)
+			}
+			graph := "no"
+			if k.CUDAGraph {
+				graph = "yes"
+			}
+			name := k.Name
+			if k.Sparse {
+				name += " (sparse)"
+			}
+			fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-8s %s\n", r.Plugin, r.Name, k.Method, name, k.Library,
+				strings.Join(k.DTypes, ","), strings.Join(dims, "/"), graph, hardwareString(k.Hardware))
+		}
+	}
+	_, err := io.WriteString(w, sb.String())
+	return err
+}
+
+func hardwareString(hw []core.Hardware) string {
+	if len(hw) == 0 {
+		return "any"
+	}
+	var parts []string
+	for _, h := range hw {
+		var p []string
+		for _, pl := range h.Platforms {
+			p = append(p, pl.String())
+		}
+		s := strings.Join(p, "|")
+		switch {
+		case h.MinCapability > 0 && h.MaxCapability > 0:
+			s += fmt.Sprintf(" sm%d-sm%d", h.MinCapability, h.MaxCapability)
+		case h.MinCapability > 0:
+			s += fmt.Sprintf(" sm%d+", h.MinCapability)
+		case h.MaxCapability > 0:
+			s += fmt.Sprintf(" up to sm%d", h.MaxCapability)
+		}
+		if len(h.Archs) > 0 {
+			s += " " + strings.Join(h.Archs, "|")
+		}
+		if h.NeedsAMX {
+			s += " amx"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, " or ")
+}

@@ -1,0 +1,454 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/attnplug/attnplug/backendkit"
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/testbin"
+	"github.com/attnplug/attnplug/kernels"
+	"github.com/attnplug/attnplug/registry"
+	"github.com/attnplug/attnplug/shm"
+	"github.com/attnplug/attnplug/wire"
+	"google.golang.org/protobuf/proto"
+)
+
+// openTestRegistry opens a registry over the plugins of dir, in process,
+// with the real plugin binaries.
+func openTestRegistry(t *testing.T, dirs ...string) *registry.Registry {
+	t.Helper()
+	reg, err := registry.New(testContext(t), registry.Config{PluginDirs: dirs, Platform: core.PlatformCUDA, CallTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	return reg
+}
+
+// invariantFamily is one kind of batch of the invariant test.
+type invariantFamily struct {
+	name   string
+	mode   core.ForwardMode
+	prefix []int64
+	seq    []int64
+	cap    int64
+	thresh int64
+	dsa    bool // a DSA layer with a top-k shorter than the sequences
+}
+
+var invariantFamilies = []invariantFamily{
+	{"no_prefix", core.ModeExtend, []int64{0}, []int64{12}, 1 << 17, 0, false},
+	{"long_prefix", core.ModeExtend, []int64{40}, []int64{44}, 1 << 17, 8, false},
+	{"several_requests", core.ModeExtend, []int64{0, 5, 17}, []int64{3, 9, 30}, 1 << 17, 4, false},
+	{"decode", core.ModeDecode, []int64{8, 16, 4}, []int64{9, 17, 5}, 1 << 17, 0, false},
+	{"target_verify", core.ModeTargetVerify, []int64{10, 6}, []int64{13, 9}, 1 << 17, 0, false},
+	{"past_chunk_capacity", core.ModeExtend, []int64{24, 30}, []int64{28, 33}, 6, 8, false},
+	{"past_capacity_no_prefix", core.ModeExtend, []int64{0, 0}, []int64{20, 20}, 30, 0, false},
+	{"dsa_topk", core.ModeExtend, []int64{0, 9}, []int64{20, 14}, 1 << 17, 0, true},
+	{"dsa_topk_decode", core.ModeDecode, []int64{19}, []int64{20}, 1 << 17, 0, true},
+}
+
+// invariantProfiles are the runtime and layer facts the test varies: one
+// each for the paths of every rule to every method.
+var invariantProfiles = []struct {
+	name string
+	set  func(*core.Request)
+	// dense reports a profile in which dsa may choose dense MHA.
+	dense bool
+}{
+	{"cuda", func(*core.Request) {}, false},
+	{"deterministic", func(r *core.Request) { r.Runtime.DeterministicInference = true }, false},
+	{"piecewise_graph", func(r *core.Request) { r.Runtime.PiecewiseCUDAGraph = true }, false},
+	{"breakable_graph", func(r *core.Request) { r.Runtime.BreakableCUDAGraph = true }, false},
+	{"prefill_cp", func(r *core.Request) { r.Batch.MLAPrefillCP = true }, false},
+	{"hip_fused_decode", func(r *core.Request) { r.Runtime.Platform = core.PlatformHIP; r.Layer.ROCmFusedDecodeMLA = true }, false},
+	{"cpu_amx", func(r *core.Request) {
+		r.Runtime.Platform = core.PlatformCPU
+		r.Layer.FusedQKVAProjWithMQA, r.Layer.IntelAMX = true, true
+	}, false},
+	{"npu_dsa_layer", func(r *core.Request) { r.Runtime.Platform = core.PlatformNPU; r.Layer.UseDSA = true }, false},
+	{"dsa_use_mha", func(r *core.Request) { r.Runtime.DSAUseMHA, r.Runtime.DSAUseMHASet = true, true }, true},
+	{"sm90_dsa_decides", func(r *core.Request) { r.Runtime.ComputeCapability = 90 }, true},
+}
+
+// randomSmallConfig draws small MLA dimensions.
+func randomSmallConfig(rng *rand.Rand) kernels.Config {
+	nope, rope := 2+rng.IntN(7), 2*(1+rng.IntN(4))
+	return kernels.Config{
+		Heads: 1 + rng.IntN(3), KVLoraRank: 4 + rng.IntN(13), QKNopeHeadDim: nope, QKRopeHeadDim: rope,
+		VHeadDim: 2 + rng.IntN(7), SoftmaxScale: 0.2 + rng.Float64(), RopeBase: 100 + 10000*rng.Float64(),
+	}
+}
+
+// TestRunInvariant is the invariant of attnplug run: for random small MLA
+// configurations and every kind of batch, the method each backend name
+// picks, run by the kernel of that name's plugin (in the plugin's process,
+// through shared memory), matches the float64 reference attention within
+// 1e-5; and every method of every name's catalog is run at least once.
+func TestRunInvariant(t *testing.T) {
+	reg := openTestRegistry(t, bins.PluginDir)
+	names := append(reg.Names(), core.TritonName, "FA3")
+	rng := rand.New(rand.NewPCG(7, 11))
+	covered := map[string]map[string]bool{}
+	runs := 0
+	for _, name := range names {
+		for _, fam := range invariantFamilies {
+			for _, prof := range invariantProfiles {
+				if fam.dsa && (prof.dense || !slices.ContainsFunc(reg.Kernels(name), func(k core.Kernel) bool { return k.Sparse })) {
+					// A top-k shorter than the sequences is for the sparse
+					// backends only, and never with dense MHA: that is what
+					// the dense threshold (= index_topk) prevents.
+					continue
+				}
+				o := defaultRunOptions()
+				o.cfg = randomSmallConfig(rng)
+				o.topK = 2048 // at least every sequence: sparse attention equals dense
+				if fam.dsa {
+					o.topK = 3 + rng.IntN(5)
+				}
+				req := core.NewRequest(name, fam.mode)
+				req.Batch.ExtendPrefixLens, req.Batch.SeqLens = slices.Clone(fam.prefix), slices.Clone(fam.seq)
+				req.Batch.MaxChunkCapacity = fam.cap
+				if fam.thresh > 0 {
+					req.Layer.ChunkedPrefixCacheThreshold = fam.thresh
+				}
+				req.Layer.UseDSA = fam.dsa
+				req.Runtime.Platform = core.PlatformCUDA
+				prof.set(&req)
+				seed := rng.Uint64()
+				a, err := runRequest(testContext(t), reg, o, &req, &tensorSpec{Random: &seed})
+				what := fmt.Sprintf("%s/%s/%s (dims %+v, top-k %d)", name, fam.name, prof.name, o.cfg, o.topK)
+				if err != nil {
+					t.Errorf("%s: %v", what, err)
+					continue
+				}
+				runs++
+				if a.RelError > 1e-5 {
+					t.Errorf("%s: %s by %s (%s): rel_error %.3g > 1e-5", what, a.Method, a.Kernel, a.KernelPlugin, a.RelError)
+				}
+				if a.KernelFallback != "" {
+					t.Errorf("%s: the host ran the kernel itself: %s", what, a.KernelFallback)
+				}
+				wantPlugin := a.Plugin
+				if a.KernelPlugin != wantPlugin {
+					t.Errorf("%s: decided by %s, kernel run by %s", what, wantPlugin, a.KernelPlugin)
+				}
+				if !a.Emulated {
+					t.Errorf("%s: not emulated, but there is no device code", what)
+				}
+				m, _ := core.ParseMethod(a.Method)
+				if !slices.ContainsFunc(reg.Kernels(a.Handler), func(k core.Kernel) bool { return k.Method == m && k.Name == a.Kernel }) {
+					t.Errorf("%s: kernel %s is not %s's kernel for %s", what, a.Kernel, a.Handler, a.Method)
+				}
+				if covered[a.Handler] == nil {
+					covered[a.Handler] = map[string]bool{}
+				}
+				covered[a.Handler][a.Method] = true
+			}
+		}
+	}
+	for _, name := range append(reg.Names(), core.TritonName) {
+		for _, k := range reg.Kernels(name) {
+			if !covered[name][k.Method.String()] {
+				t.Errorf("%s: method %s (kernel %s) never ran", name, k.Method, k.Name)
+			}
+		}
+	}
+	t.Logf("%d runs; methods run per name: %v", runs, covered)
+}
+
+// TestRunDSADenseEqualsSparse: when no sequence is longer than the top-k,
+// the dsa plugin's dense MHA_ONE_SHOT kernel and its sparse MLA kernel give
+// the same answer.
+func TestRunDSADenseEqualsSparse(t *testing.T) {
+	reg := openTestRegistry(t, bins.PluginDir)
+	rng := rand.New(rand.NewPCG(3, 5))
+	for i := range 12 {
+		o := defaultRunOptions()
+		o.cfg = randomSmallConfig(rng)
+		n := 1 + rng.IntN(3)
+		var prefix, seq []int64
+		for range n {
+			p := int64(rng.IntN(10))
+			prefix, seq = append(prefix, p), append(seq, p+1+int64(rng.IntN(12)))
+		}
+		o.topK = int(slices.Max(seq)) + rng.IntN(3)
+		seed := rng.Uint64()
+		var outs [2]*runAnswer
+		for j, useMHA := range []bool{true, false} {
+			req := core.NewRequest("dsa", core.ModeExtend)
+			req.Batch.ExtendPrefixLens, req.Batch.SeqLens, req.Batch.MaxChunkCapacity = prefix, seq, 1<<17
+			req.Layer.UseDSA = true
+			req.Runtime.DSAUseMHA, req.Runtime.DSAUseMHASet = useMHA, true
+			a, err := runRequest(testContext(t), reg, o, &req, &tensorSpec{Random: &seed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs[j] = a
+		}
+		if outs[0].Method != "MHA_ONE_SHOT" || outs[1].Method != "MLA" || outs[0].Sparse || !outs[1].Sparse {
+			t.Fatalf("case %d: got %s (sparse %v) and %s (sparse %v)", i, outs[0].Method, outs[0].Sparse, outs[1].Method, outs[1].Sparse)
+		}
+		dense := make([]float64, len(outs[0].out))
+		for k, x := range outs[0].out {
+			dense[k] = float64(x)
+		}
+		if e := kernels.RelError(outs[1].out, dense); e > 1e-5 {
+			t.Errorf("case %d (seq %v, top-k %d): sparse MLA and dense MHA_ONE_SHOT differ by %.3g", i, seq, o.topK, e)
+		}
+	}
+}
+
+// TestRunCommand runs attnplug run, the binary, on random and inline
+// tensors, a bad line among them.
+func TestRunCommand(t *testing.T) {
+	cfg := kernels.Config{Heads: 1, KVLoraRank: 4, QKNopeHeadDim: 2, QKRopeHeadDim: 2, VHeadDim: 2, SoftmaxScale: 0.5, RopeBase: 10000, ChunkCapacity: 8}
+	b := kernels.BatchShape{SeqLens: []int{3}, PrefixLens: []int{0}}
+	raw, err := kernels.RandomTensors(rand.New(rand.NewPCG(1, 1)), cfg, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inline, _ := json.Marshal(map[string]any{
+		"heads": 1, "kv_lora_rank": 4, "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2, "softmax_scale": 0.5,
+		"q_nope": raw.QNope, "q_pe": raw.QPe, "c_kv": raw.CKV, "k_pe": raw.KPe, "w_kc": raw.WKC, "w_vc": raw.WVC,
+	})
+	in := strings.Join([]string{
+		`{"backend":"fa3","forward_mode":"EXTEND","extend_prefix_lens":[0,0],"seq_lens":[16,24],"max_chunk_capacity":131072}`,
+		`{"backend":"dsa","forward_mode":"DECODE","seq_lens":[30]}`,
+		`{"backend":"fa3","forward_mode":"EXTEND","seq_lens":[3],"max_chunk_capacity":8,"tensors":` + string(inline) + `}`,
+		`{"backend":"fa3","forward_mode":"DECODE"}`,
+		`{"backend":"triton","forward_mode":"EXTEND","seq_lens":[5],"tensors":{"random":3,"heads":3}}`,
+	}, "\n") + "\n"
+	r := host(t, bins, in, "run", "--random-tensors", "--plugin-dir", bins.PluginDir)
+	if r.code != 1 {
+		t.Errorf("exit status %d, want 1 (one line refused); stderr: %s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("got %d answers, want 5:\n%s\nstderr: %s", len(lines), r.stdout, r.stderr)
+	}
+	want := []struct{ method, kernel, plugin string }{
+		{"MHA_ONE_SHOT", "flash_attn_varlen_func", "fa3"},
+		{"MLA", "flash_mla_sparse_fwd", "dsa"},
+		{"MHA_ONE_SHOT", "flash_attn_varlen_func", "fa3"},
+		{},
+		{"MHA", "extend_attention_fwd", "core"},
+	}
+	for i, line := range lines {
+		var a struct {
+			Method, Kernel, Plugin, Error string
+			KernelPlugin                  string  `json:"kernel_plugin"`
+			Emulated                      bool    `json:"emulated"`
+			TimeNS                        int64   `json:"time_ns"`
+			RelError                      float64 `json:"rel_error"`
+		}
+		if err := json.Unmarshal([]byte(line), &a); err != nil {
+			t.Fatalf("answer %d: %v: %s", i+1, err, line)
+		}
+		if want[i].method == "" {
+			if !strings.Contains(a.Error, "line 4: seq_lens: needed to run a kernel") {
+				t.Errorf("answer 4: got %s, want the seq_lens error", line)
+			}
+			continue
+		}
+		if a.Method != want[i].method || a.Kernel != want[i].kernel || a.KernelPlugin != want[i].plugin || !a.Emulated ||
+			a.TimeNS <= 0 || a.RelError > 1e-5 {
+			t.Errorf("answer %d: got %s, want %+v, emulated, time_ns > 0, rel_error <= 1e-5", i+1, line, want[i])
+		}
+	}
+}
+
+// TestRunPluginsKernels checks attnplug plugins --kernels lists every
+// name's catalog.
+func TestRunPluginsKernels(t *testing.T) {
+	r := host(t, bins, "", "plugins", "--kernels", "--plugin-dir", bins.PluginDir)
+	if r.code != 0 {
+		t.Fatalf("exit status %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"flash_mla_sparse_fwd (sparse)", "DeepSeek sparse attention", "FlashAttention 4", "CUTLASS MLA",
+		"TRT-LLM MLA", "TokenSpeed MLA", "torch_npu", "Intel XPU", "FlashMLA", "FlashInfer", "aiter", "extend_attention_fwd"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("plugins --kernels: no %q in:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// fillFast fills b with a cheap pseudo-random pattern of small floats.
+func fillFast(v []float32, seed uint32) {
+	const chunk = 1 << 16
+	x := seed | 1
+	for i := 0; i < min(len(v), chunk); i++ {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		v[i] = float32(int32(x%2001)-1000) / 1000
+	}
+	for done := min(len(v), chunk); done < len(v); done *= 2 {
+		copy(v[done:], v[:done])
+	}
+}
+
+// TestShm256MB sends a 256 MiB c_kv to a real plugin process: the kernel
+// runs there on the shared memory and its answer equals the same kernel run
+// in this process, while the gRPC request stays a few hundred bytes.
+func TestShm256MB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("256 MiB round trip: skipped with -short")
+	}
+	reg := openTestRegistry(t, bins.PluginDir)
+	cfg := kernels.Config{Heads: 1, KVLoraRank: 512, QKNopeHeadDim: 16, QKRopeHeadDim: 64, VHeadDim: 16,
+		SoftmaxScale: 0.125, RopeBase: 10000, ChunkCapacity: 1 << 17}
+	const seq = 1 << 17 // 131072 tokens × 512 × 4 bytes = 256 MiB of c_kv
+	b := kernels.BatchShape{SeqLens: []int{seq}, PrefixLens: []int{seq - 1}}
+	l, err := kernels.Layout(cfg, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := 4 * l.CKV.Len; got != 256<<20 {
+		t.Fatalf("c_kv has %d bytes, want 256 MiB", got)
+	}
+	seg, err := shm.Create(int64(l.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	in, out, err := l.SplitBytes(seg.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range [][]float32{in.QNope, in.QPe, in.CKV, in.KPe, in.WKC, in.WVC} {
+		fillFast(v, uint32(i+1))
+	}
+	in.Positions[0] = seq - 1
+	req := &core.KernelRequest{
+		Backend: "fa3", Method: core.MLA, Dims: backendkit.Dims(cfg),
+		SeqLens: []int64{seq}, PrefixLens: []int64{seq - 1},
+		Buffer:  core.SharedBuffer{Path: seg.Path(), Size: seg.Size(), Mem: seg.Bytes()},
+		Tensors: backendkit.Refs(l),
+	}
+	if n := proto.Size(wire.KernelRequestToProto(req)); n > 2048 {
+		t.Errorf("the RunKernel request is %d bytes: tensor data went into the message", n)
+	}
+	start := time.Now()
+	a, err := reg.RunKernel(testContext(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Plugin != "fa3" || a.Fallback != "" {
+		t.Fatalf("kernel run by %q (fallback %q), want the fa3 plugin", a.Plugin, a.Fallback)
+	}
+	t.Logf("256 MiB c_kv: the fa3 plugin ran %s in %v (kernel %v); request message %d bytes",
+		a.Kernel, time.Since(start).Round(time.Millisecond), time.Duration(a.TimeNS).Round(time.Millisecond), proto.Size(wire.KernelRequestToProto(req)))
+	got := slices.Clone(out)
+	if slices.ContainsFunc(got, func(x float32) bool { return x == 0 }) {
+		t.Fatalf("output not written: %v", got)
+	}
+	clear(out)
+	k, _ := (&core.HandlerInfo{Kernels: reg.Kernels("fa3")}).Kernel(core.MLA)
+	if _, err := backendkit.Run(testContext(t), k, req, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, out) {
+		t.Errorf("plugin output %v, in-process %v", got, out)
+	}
+}
+
+func openFDs(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	var out []string
+	for _, e := range ents {
+		target, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		out = append(out, target)
+	}
+	return out
+}
+
+// TestRunPluginDiesMidKernel: a plugin that dies during RunKernel gives the
+// host an error; the host runs the kernel itself, the answer is still
+// right, the plugin restarts, and neither a descriptor nor a shared-memory
+// segment is left behind.
+func TestRunPluginDiesMidKernel(t *testing.T) {
+	tree := &testbin.Bins{PluginDir: t.TempDir()}
+	faultScript(t, tree, "fault", "kernel_crash")
+	// Warm up what the process opens once (netpoll, ...).
+	warm := openTestRegistry(t, tree.PluginDir)
+	warm.Close()
+	shmBefore, _ := filepath.Glob("/dev/shm/attnplug-*")
+	fdsBefore := openFDs(t)
+
+	reg, err := registry.New(testContext(t), registry.Config{PluginDirs: []string{tree.PluginDir}, Platform: core.PlatformCUDA,
+		RestartBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := defaultRunOptions()
+	for i := range 3 {
+		req := core.NewRequest("fault", core.ModeDecode)
+		req.Batch.SeqLens = []int64{9, 4}
+		seed := uint64(i)
+		a, err := runRequest(testContext(t), reg, o, &req, &tensorSpec{Random: &seed})
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if a.Plugin != "fault" || a.KernelPlugin != core.PluginCore || a.KernelFallback == "" || a.RelError > 1e-5 {
+			t.Errorf("run %d: decided by %s, kernel by %s (fallback %q), rel_error %g; want the host to run it after the crash",
+				i, a.Plugin, a.KernelPlugin, a.KernelFallback, a.RelError)
+		}
+		if i == 0 && !strings.Contains(a.KernelFallback, "plugin_crashed") {
+			t.Errorf("run 0: fallback %q, want plugin_crashed", a.KernelFallback)
+		}
+		time.Sleep(20 * time.Millisecond) // past the restart backoff
+	}
+	var restarts int
+	for _, p := range reg.Plugins() {
+		if p.Name == "fault" {
+			restarts = p.Restarts
+		}
+	}
+	if restarts < 1 {
+		t.Errorf("the fault plugin restarted %d times, want at least once", restarts)
+	}
+	reg.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fds := openFDs(t)
+		leaked := slices.ContainsFunc(fds, func(s string) bool { return strings.Contains(s, "memfd:attnplug") })
+		if !leaked && len(fds) <= len(fdsBefore) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("descriptors: %d before, %d after: %v", len(fdsBefore), len(fds), fds)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after, _ := filepath.Glob("/dev/shm/attnplug-*"); len(after) > len(shmBefore) {
+		t.Errorf("/dev/shm: %v before, %v after", shmBefore, after)
+	}
+}
+
+// TestRunContextDeadline keeps runRequest honest about cancellation.
+func TestRunContextDeadline(t *testing.T) {
+	reg := openTestRegistry(t, bins.PluginDir)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := core.NewRequest("fa3", core.ModeDecode)
+	req.Batch.SeqLens = []int64{4}
+	seed := uint64(1)
+	if _, err := runRequest(ctx, reg, defaultRunOptions(), &req, &tensorSpec{Random: &seed}); err == nil {
+		t.Error("runRequest with a cancelled context: got nil error")
+	}
+}

@@ -1,0 +1,143 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/attnplug/attnplug/backendkit"
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/kernels"
+	"github.com/attnplug/attnplug/shm"
+)
+
+// kernelTolerance is the largest relative error a kernel may have against
+// the float64 reference.
+const kernelTolerance = 1e-5
+
+// kernels checks the kernel catalog: every declared and every answered
+// method of every name has a kernel, and each kernel of the catalog, run by
+// the plugin on small random tensors in shared memory, matches the float64
+// reference attention (over the top-k for a sparse kernel) within 1e-5.
+func (s *suite) kernels(ctx context.Context, c *Check) {
+	if s.desc == nil || !s.desc.HasKernels() {
+		c.Status, c.Detail = Skip, "no kernels declared: skipped (the plugin has no kernel catalog, so it runs no kernels)"
+		return
+	}
+	if s.dead != nil {
+		c.Status, c.Detail = Skip, "not run: "+s.dead.Error()
+		return
+	}
+	for i, h := range s.names {
+		var missing []string
+		for _, m := range h.Methods {
+			if _, ok := h.Kernel(m); !ok {
+				missing = append(missing, m.String())
+			}
+		}
+		for _, a := range s.answers[i] {
+			if a.err == nil && a.method.Valid() && !strings.Contains(strings.Join(missing, ","), a.method.String()) {
+				if _, ok := h.Kernel(a.method); !ok {
+					missing = append(missing, a.method.String()+" (answered)")
+				}
+			}
+		}
+		if len(missing) > 0 {
+			c.problem("%s has no kernel for %s: a host refuses the plugin", h.Name, strings.Join(missing, ", "))
+		}
+	}
+	kr, ok := s.backend.(core.KernelRunner)
+	if !ok {
+		c.problem("the connection cannot run kernels")
+		return
+	}
+	rng := rand.New(rand.NewPCG(17, 19))
+	n, worst := 0, 0.0
+	for _, h := range s.names {
+		if h.Deprecated != "" {
+			continue
+		}
+		for _, k := range h.Kernels {
+			if s.dead != nil {
+				break
+			}
+			rel, err := s.runKernel(ctx, kr, h.Name, k, rng)
+			n++
+			switch {
+			case err != nil:
+				c.problem("%s: kernel %s for %s: %v", h.Name, k.Name, k.Method, err)
+			case rel > kernelTolerance:
+				c.problem("%s: kernel %s for %s: relative error %.3g against the float64 reference, more than %g", h.Name, k.Name, k.Method, rel, kernelTolerance)
+			}
+			worst = max(worst, rel)
+		}
+	}
+	if c.Status == Fail {
+		c.Detail = "kernels missing or wrong"
+		return
+	}
+	c.Detail = fmt.Sprintf("%d kernels ran over shared memory within %g of the float64 reference (worst %.2g)", n, kernelTolerance, worst)
+}
+
+// runKernel runs kernel k of name once, through the plugin, on a small
+// random batch, and returns its relative error.
+func (s *suite) runKernel(ctx context.Context, kr core.KernelRunner, name string, k core.Kernel, rng *rand.Rand) (float64, error) {
+	cfg := kernels.Config{Heads: 2, KVLoraRank: 8, QKNopeHeadDim: 4, QKRopeHeadDim: 4, VHeadDim: 4, SoftmaxScale: 0.35,
+		RopeBase: 10000, ChunkCapacity: 4}
+	if k.Sparse {
+		cfg.TopK = 3
+	}
+	b := kernels.BatchShape{SeqLens: []int{7, 3}, PrefixLens: []int{5, 0}}
+	raw, err := kernels.RandomTensors(rng, cfg, b)
+	if err != nil {
+		return 0, err
+	}
+	l, err := kernels.Layout(cfg, b)
+	if err != nil {
+		return 0, err
+	}
+	seg, err := shm.Create(int64(l.Bytes()))
+	if err != nil {
+		return 0, err
+	}
+	defer seg.Close()
+	in, out, err := l.SplitBytes(seg.Bytes())
+	if err != nil {
+		return 0, err
+	}
+	copy(in.QNope, raw.QNope)
+	copy(in.QPe, raw.QPe)
+	copy(in.Positions, raw.Positions)
+	copy(in.CKV, raw.CKV)
+	copy(in.KPe, raw.KPe)
+	copy(in.WKC, raw.WKC)
+	copy(in.WVC, raw.WVC)
+	copy(in.TopKIndices, raw.TopKIndices)
+	req := &core.KernelRequest{
+		Backend: name, Method: k.Method, Dims: backendkit.Dims(cfg),
+		SeqLens: []int64{7, 3}, PrefixLens: []int64{5, 0},
+		Buffer:  core.SharedBuffer{Path: seg.Path(), Size: seg.Size()},
+		Tensors: backendkit.Refs(l),
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	res, err := kr.RunKernel(cctx, req)
+	cancel()
+	s.observe(ctx, err)
+	if err != nil {
+		return 0, err
+	}
+	if res.Kernel != k.Name {
+		return 0, fmt.Errorf("ran kernel %q, the catalog says %q", res.Kernel, k.Name)
+	}
+	var want []float64
+	if k.Sparse {
+		want, err = kernels.SparseReference(cfg, b, raw)
+	} else {
+		want, err = kernels.Reference(cfg, b, raw)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return kernels.RelError(out, want), nil
+}

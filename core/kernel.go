@@ -1,0 +1,187 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"slices"
+)
+
+// The kernel libraries a catalog entry can stand for (Kernel.Library).
+const (
+	LibFlashAttention3 = "FlashAttention 3"
+	LibFlashAttention4 = "FlashAttention 4"
+	LibFlashInfer      = "FlashInfer"
+	LibFlashMLA        = "FlashMLA"
+	LibCutlassMLA      = "CUTLASS MLA"
+	LibTRTLLMMLA       = "TRT-LLM MLA"
+	LibTokenSpeedMLA   = "TokenSpeed MLA"
+	LibAiter           = "aiter"
+	LibTorchNPU        = "torch_npu"
+	LibDSA             = "DeepSeek sparse attention"
+	LibIntelXPU        = "Intel XPU"
+	LibTriton          = "triton"
+	LibSGLKernel       = "sgl-kernel"
+)
+
+// Kernel is one entry of a handler's kernel catalog: the kernel a backend
+// runs for one forward method, and what it stands for in sglang.
+type Kernel struct {
+	// Name is the kernel's name, such as "flash_attn_varlen_func".
+	Name string
+	// Library is the library the kernel stands for (one of the Lib
+	// constants, or a vendor's own).
+	Library string
+	// Method is the forward method the kernel runs.
+	Method Method
+	// DTypes are the KV cache dtypes the real kernel takes ("bf16",
+	// "fp8_e4m3", ...). The reference kernels always compute in float32
+	// with float64 accumulation.
+	DTypes []string
+	// HeadDims are the head dimensions the kernel supports (192 and 128
+	// for decompressed MHA: q·k and v; 576 and 512 for absorbed MLA).
+	HeadDims []int
+	// PageSizes are the KV cache page sizes it supports.
+	PageSizes []int
+	// CUDAGraph reports that the kernel can be captured in a CUDA graph.
+	CUDAGraph bool
+	// Hardware lists what the real kernel needs (any entry); empty: any.
+	Hardware []Hardware
+	// Sparse reports a kernel that attends only to the DSA indexer's top-k
+	// positions of each query.
+	Sparse bool
+}
+
+// Kernel returns the catalog entry of h for m, and whether there is one.
+func (h *HandlerInfo) Kernel(m Method) (Kernel, bool) {
+	for _, k := range h.Kernels {
+		if k.Method == m {
+			return k, true
+		}
+	}
+	return Kernel{}, false
+}
+
+// HasKernels reports whether any handler of d declares a kernel catalog.
+func (d *Description) HasKernels() bool {
+	return slices.ContainsFunc(d.Handlers, func(h HandlerInfo) bool { return len(h.Kernels) > 0 })
+}
+
+// KernelDims are the attention dimensions of a kernel call (DeepSeek MLA).
+type KernelDims struct {
+	// Heads is the number of attention heads.
+	Heads int
+	// KVLoraRank is the width of the compressed latent c_kv.
+	KVLoraRank int
+	// QKNopeHeadDim is the per-head width of the non-rotary part of q, k.
+	QKNopeHeadDim int
+	// QKRopeHeadDim is the width of the rotary part (even).
+	QKRopeHeadDim int
+	// VHeadDim is the per-head width of v and of the output.
+	VHeadDim int
+	// SoftmaxScale multiplies q·k before the softmax.
+	SoftmaxScale float64
+	// RopeBase is the rotary base theta.
+	RopeBase float64
+	// ChunkCapacity is the chunk capacity of MHA_CHUNKED_KV.
+	ChunkCapacity int
+	// TopK is the DSA indexer's top-k; 0 when the layer is dense.
+	TopK int
+}
+
+// TensorRef locates one tensor of a kernel call in the shared buffer.
+type TensorRef struct {
+	// Name is the tensor's name: q_nope, q_pe, positions, c_kv, k_pe,
+	// w_kc, w_vc, topk_indices or out.
+	Name string
+	// Offset is the tensor's first byte in the buffer.
+	Offset int64
+	// Shape is its row-major shape.
+	Shape []int64
+	// DType is "float32" or "int32".
+	DType string
+}
+
+// SharedBuffer is the memory that holds a kernel call's tensors.
+type SharedBuffer struct {
+	// Path is what the callee opens to map the buffer: a file under
+	// /dev/shm or a memfd's /proc/<pid>/fd/<n>.
+	Path string
+	// Size is the buffer's size in bytes.
+	Size int64
+	// Mem, in the caller's process only, is the buffer mapped; it never
+	// crosses a process boundary. A KernelRunner in the same process uses
+	// it instead of mapping Path.
+	Mem []byte
+}
+
+// KernelRequest asks a backend to run the kernel of a method on tensors in
+// shared memory. The tensors are never copied into the request: it names
+// the buffer and gives the offsets, shapes and dtypes. q_pe and k_pe are
+// given before RoPE; the kernel rotates them (inside the kernel for the
+// fused-RoPE methods, before it for the others).
+type KernelRequest struct {
+	// Backend is the handler whose kernel runs (the dispatch answer's
+	// Handler).
+	Backend string
+	// Method is the forward method to run.
+	Method Method
+	// Dims are the attention dimensions.
+	Dims KernelDims
+	// SeqLens and PrefixLens are the batch's seq_lens and
+	// extend_prefix_lens; every request has at least one new token.
+	SeqLens, PrefixLens []int64
+	// Buffer holds the tensors.
+	Buffer SharedBuffer
+	// Tensors locate the inputs and the output ("out") in Buffer.
+	Tensors []TensorRef
+}
+
+// KernelResult is what running a kernel did.
+type KernelResult struct {
+	// Kernel is the catalog name of the kernel that ran.
+	Kernel string
+	// Library is the library it stands for.
+	Library string
+	// Emulated reports that the kernel's math ran on the reference CPU
+	// kernels instead of the real library (always, in this module: there
+	// is no device code).
+	Emulated bool
+	// Sparse reports a kernel that attended only to the top-k positions.
+	Sparse bool
+	// TimeNS is how long the kernel ran, in nanoseconds.
+	TimeNS int64
+	// Note says more, such as why the kernel was emulated.
+	Note string
+}
+
+// ErrNoKernel marks a kernel request that the backend cannot run: a
+// plugin without kernels (older than the RunKernel RPC), or a method its
+// catalog lacks.
+var ErrNoKernel = errors.New("no kernel")
+
+// KernelRunner is an optional ability of a Backend: it runs the kernels of
+// its catalog (HandlerInfo.Kernels) on tensors in shared memory. Over the
+// wire it is always present; a plugin without it answers every call with
+// an error wrapping ErrNoKernel.
+type KernelRunner interface {
+	// RunKernel runs req.Method's kernel of the handler req.Backend, reading
+	// the inputs from req.Buffer and writing the output there. It returns an
+	// error wrapping ErrNoKernel when the catalog has no such kernel, and
+	// ErrInvalidRequest for tensors that do not fit the dimensions.
+	RunKernel(ctx context.Context, req *KernelRequest) (*KernelResult, error)
+}
+
+// TritonKernels is the kernel catalog of the triton rules: sglang's triton
+// attention kernels for MHA and MLA, the fused-RoPE MLA decode kernel on
+// ROCm, and sgl-kernel's AMX kernel on Intel CPUs.
+func TritonKernels() []Kernel {
+	dt := []string{"bf16", "fp16", "fp8_e4m3"}
+	return []Kernel{
+		{Name: "extend_attention_fwd", Library: LibTriton, Method: MHA, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{1}, CUDAGraph: false},
+		{Name: "decode_attention_fwd", Library: LibTriton, Method: MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1}, CUDAGraph: true},
+		{Name: "decode_attention_fwd_grouped_rope", Library: LibTriton, Method: MLAFusedRoPEROCm, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1}, CUDAGraph: true,
+			Hardware: []Hardware{{Platforms: []Platform{PlatformHIP}}}},
+		{Name: "decode_attention_cpu", Library: LibSGLKernel, Method: MLAFusedRoPECPU, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1},
+			Hardware: []Hardware{{Platforms: []Platform{PlatformCPU}, NeedsAMX: true}}},
+	}
+}

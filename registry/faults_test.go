@@ -1,0 +1,388 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/testbin"
+	"github.com/attnplug/attnplug/registry"
+)
+
+// The tests of this file run the fault-injection plugin
+// (internal/testplugins/fault) as a real process and check what the
+// registry does when it crashes, hangs, sleeps or breaks the protocol.
+
+var (
+	faultOnce sync.Once
+	faultBin  string
+	faultErr  error
+)
+
+// faultDir returns a fresh plugin directory holding only the fault plugin.
+// The binary is built once, beside the package's other test binaries.
+func faultDir(t *testing.T) string {
+	t.Helper()
+	faultOnce.Do(func() {
+		faultBin, faultErr = testbin.BuildFault(filepath.Join(filepath.Dir(bins.Dir), "fault"))
+	})
+	if faultErr != nil {
+		t.Fatal(faultErr)
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(faultBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "attnplug-backend-fault"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// openFault opens a registry over a directory holding the fault plugin.
+// The plugin is described without faults; every process started after
+// that misbehaves as spec says. Answers are not cached, so that every
+// request is a call.
+func openFault(t *testing.T, spec string, cfg registry.Config) (*registry.Registry, *syncBuffer, string) {
+	t.Helper()
+	dir := faultDir(t)
+	t.Setenv("ATTNPLUG_FAULT", "")
+	cfg.PluginDirs = []string{dir}
+	cfg.NoAnswerCache = true
+	r, logs := open(t, cfg)
+	t.Setenv("ATTNPLUG_FAULT", spec)
+	t.Cleanup(func() {
+		r.Close()
+		if left := testbin.ProcessesUnder(dir); len(left) > 0 {
+			t.Errorf("fault plugin processes left after Close: %v", left)
+		}
+	})
+	return r, logs, dir
+}
+
+// faultReq is a request for the fault plugin; i varies the lengths.
+func faultReq(i int) *core.Request {
+	r := core.NewRequest("fault", core.ModeDecode)
+	r.Batch.ExtendPrefixLens = []int64{int64(i)}
+	r.Batch.SeqLens = []int64{int64(i) + 1}
+	return &r
+}
+
+// ask dispatches req and returns the reason it fell back (or, under
+// strict, was refused); "" when the fault plugin answered. Every other
+// outcome fails the test.
+func ask(t *testing.T, ctx context.Context, r *registry.Registry, strict bool, req *core.Request) (registry.Reason, string) {
+	t.Helper()
+	a, err := r.Dispatch(ctx, req)
+	if strict {
+		if err != nil {
+			if !errors.Is(err, core.ErrRefused) {
+				t.Fatalf("strict: got %v, want an error wrapping ErrRefused", err)
+			}
+			msg := strings.TrimPrefix(err.Error(), core.ErrRefused.Error()+": ")
+			reason, _, _ := strings.Cut(msg, ":")
+			return registry.Reason(reason), err.Error()
+		}
+		if a.Fallback != "" {
+			t.Fatalf("strict: fell back: %+v", a)
+		}
+	} else if err != nil {
+		t.Fatalf("dispatch: %v", err)
+	}
+	if a.Fallback == "" {
+		if a.Plugin != "fault" || a.Handler != "fault" || a.Method != core.MLA {
+			t.Fatalf("got %+v, want MLA from the fault plugin", a)
+		}
+		return "", ""
+	}
+	if a.Handler != core.TritonName || a.Plugin != core.PluginCore || a.Method != core.TritonDecide(req) {
+		t.Fatalf("fallback %+v, want the triton rules' answer", a)
+	}
+	reason, _, _ := strings.Cut(a.Fallback, ":")
+	return registry.Reason(reason), a.Fallback
+}
+
+// eachMode runs f once falling back and once under Strict.
+func eachMode(t *testing.T, f func(t *testing.T, strict bool)) {
+	for _, strict := range []bool{false, true} {
+		name := "fallback"
+		if strict {
+			name = "strict"
+		}
+		t.Run(name, func(t *testing.T) { f(t, strict) })
+	}
+}
+
+func faultInfo(t *testing.T, r *registry.Registry) registry.PluginInfo {
+	t.Helper()
+	for _, p := range r.Plugins() {
+		if p.Name == "fault" {
+			return p
+		}
+	}
+	t.Fatal("fault plugin not listed")
+	return registry.PluginInfo{}
+}
+
+// poll waits a little between the attempts of a polling loop; the loop's
+// context bounds it.
+func poll(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		t.Fatalf("gave up waiting for %s: %v", what, ctx.Err())
+	case <-time.After(2 * time.Millisecond):
+	}
+}
+
+func pollContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestFaultCrashAtStartBacksOffThenQuarantines(t *testing.T) {
+	eachMode(t, func(t *testing.T, strict bool) {
+		const backoff = 20 * time.Millisecond
+		r, logs, _ := openFault(t, "crash_at_start", registry.Config{
+			Strict: strict, RestartBackoff: backoff, MaxRestartBackoff: time.Second, QuarantineAfter: 3,
+		})
+		ctx := pollContext(t, 20*time.Second)
+		var starts []time.Time
+		var last string
+		for i := 0; ; i++ {
+			reason, msg := ask(t, ctx, r, strict, faultReq(i))
+			switch reason {
+			case registry.ReasonStartFailed:
+				starts = append(starts, time.Now())
+				last = msg
+			case registry.ReasonBackoff:
+			case registry.ReasonQuarantined:
+			default:
+				t.Fatalf("request %d: reason %q (%s), want a start failure, a backoff or quarantine", i, reason, msg)
+			}
+			if reason == registry.ReasonQuarantined {
+				break
+			}
+			poll(t, ctx, "quarantine")
+		}
+		if len(starts) != 3 {
+			t.Fatalf("%d failed starts before quarantine, want QuarantineAfter = 3", len(starts))
+		}
+		for k := 1; k < len(starts); k++ {
+			if gap, want := starts[k].Sub(starts[k-1]), backoff<<(k-1); gap < want {
+				t.Errorf("restart %d came %s after the failure, want a backoff of at least %s", k, gap, want)
+			}
+		}
+		if !strings.Contains(last, "crashing at start") {
+			t.Errorf("start failure %q does not carry the plugin's stderr", last)
+		}
+		p := faultInfo(t, r)
+		if p.Status != registry.StatusQuarantined || !strings.Contains(p.Reason, "no go-plugin handshake") {
+			t.Errorf("listing %+v, want quarantined with the start error", p)
+		}
+		if !strings.Contains(logs.String(), "plugin quarantined") {
+			t.Errorf("quarantine not logged:\n%s", logs)
+		}
+		// A quarantined plugin stays so: no more starts.
+		for i := 0; i < 3; i++ {
+			if reason, _ := ask(t, ctx, r, strict, faultReq(i)); reason != registry.ReasonQuarantined {
+				t.Errorf("after quarantine: %q", reason)
+			}
+		}
+	})
+}
+
+func TestFaultCrashMidStreamFallsBackThenRestarts(t *testing.T) {
+	eachMode(t, func(t *testing.T, strict bool) {
+		r, _, dir := openFault(t, "crash_after=3", registry.Config{Strict: strict, RestartBackoff: 10 * time.Millisecond})
+		ctx := pollContext(t, 20*time.Second)
+		for i := 1; i <= 2; i++ {
+			if reason, msg := ask(t, ctx, r, strict, faultReq(i)); reason != "" {
+				t.Fatalf("request %d before the crash: %s", i, msg)
+			}
+		}
+		pid := faultInfo(t, r).PID
+		if reason, msg := ask(t, ctx, r, strict, faultReq(3)); reason != registry.ReasonCrashed {
+			t.Fatalf("request that crashed the plugin: reason %q (%s), want %s", reason, msg, registry.ReasonCrashed)
+		}
+		// Until it is restarted, requests wait out the backoff on the
+		// triton rules; then the new process answers again.
+		for i := 4; ; i++ {
+			reason, msg := ask(t, ctx, r, strict, faultReq(i))
+			if reason == "" {
+				break
+			}
+			if reason != registry.ReasonBackoff {
+				t.Fatalf("request %d after the crash: %s, want %s or an answer", i, msg, registry.ReasonBackoff)
+			}
+			poll(t, ctx, "the restart")
+		}
+		p := faultInfo(t, r)
+		if p.Restarts != 1 || p.PID == pid || p.PID == 0 || p.Status != registry.StatusRunning || p.LastError == "" {
+			t.Errorf("listing after the restart %+v, want one restart, a new PID (was %d) and the last error", p, pid)
+		}
+		if n := len(testbin.ProcessesUnder(dir)); n != 1 {
+			t.Errorf("%d fault processes, want 1", n)
+		}
+	})
+}
+
+func TestFaultHangTimesOutAndIsKilled(t *testing.T) {
+	eachMode(t, func(t *testing.T, strict bool) {
+		const deadline = 200 * time.Millisecond
+		r, _, dir := openFault(t, "hang_after=2", registry.Config{Strict: strict, CallTimeout: deadline, RestartBackoff: 10 * time.Millisecond})
+		ctx := pollContext(t, 20*time.Second)
+		if reason, msg := ask(t, ctx, r, strict, faultReq(1)); reason != "" {
+			t.Fatalf("first request: %s", msg)
+		}
+		pid := faultInfo(t, r).PID
+		start := time.Now()
+		reason, msg := ask(t, ctx, r, strict, faultReq(2))
+		took := time.Since(start)
+		if reason != registry.ReasonTimeout {
+			t.Fatalf("hung call: reason %q (%s), want %s", reason, msg, registry.ReasonTimeout)
+		}
+		if took < deadline || took > deadline+2*time.Second {
+			t.Errorf("hung call took %s, want about the deadline of %s", took, deadline)
+		}
+		// The hung process is killed ...
+		for slices.Contains(testbin.ProcessesUnder(dir), pid) {
+			poll(t, ctx, "the hung plugin to be killed")
+		}
+		// ... and a new one answers.
+		for i := 3; ; i++ {
+			reason, msg := ask(t, ctx, r, strict, faultReq(i))
+			if reason == "" {
+				break
+			}
+			if reason != registry.ReasonBackoff {
+				t.Fatalf("request %d after the timeout: %s", i, msg)
+			}
+			poll(t, ctx, "the restart")
+		}
+		if p := faultInfo(t, r); p.PID == pid || p.Restarts != 1 || p.LastError == "" {
+			t.Errorf("listing after the restart %+v, want a new process and the timeout as last error", p)
+		}
+	})
+}
+
+func TestFaultSleepBelowTheDeadlineIsAnswered(t *testing.T) {
+	eachMode(t, func(t *testing.T, strict bool) {
+		r, _, _ := openFault(t, "sleep=100ms", registry.Config{Strict: strict, CallTimeout: 2 * time.Second})
+		ctx := pollContext(t, 20*time.Second)
+		for i := 0; i < 3; i++ {
+			if reason, msg := ask(t, ctx, r, strict, faultReq(i)); reason != "" {
+				t.Fatalf("request %d: %s", i, msg)
+			}
+		}
+		if p := faultInfo(t, r); p.LastError != "" || p.Restarts != 0 {
+			t.Errorf("a slow plugin was counted as failed: %+v", p)
+		}
+	})
+}
+
+func TestFaultProtocolErrors(t *testing.T) {
+	for _, spec := range []string{"garbage", "undeclared"} {
+		t.Run(spec, func(t *testing.T) {
+			eachMode(t, func(t *testing.T, strict bool) {
+				r, _, _ := openFault(t, spec, registry.Config{Strict: strict, RestartBackoff: time.Millisecond})
+				ctx := pollContext(t, 20*time.Second)
+				reason, msg := ask(t, ctx, r, strict, faultReq(1))
+				if reason != registry.ReasonProtocol {
+					t.Fatalf("reason %q (%s), want %s", reason, msg, registry.ReasonProtocol)
+				}
+				if spec == "undeclared" && !strings.Contains(msg, "MHA_NPU") {
+					t.Errorf("fallback %q does not name the undeclared method", msg)
+				}
+				// A plugin that breaks the protocol is failed and restarted.
+				if p := faultInfo(t, r); p.LastError == "" || p.Status == registry.StatusRunning {
+					t.Errorf("listing %+v, want the plugin failed", p)
+				}
+			})
+		})
+	}
+}
+
+func TestFaultRefusedRequestDoesNotFailThePlugin(t *testing.T) {
+	eachMode(t, func(t *testing.T, strict bool) {
+		r, _, _ := openFault(t, "refuse", registry.Config{Strict: strict})
+		ctx := pollContext(t, 20*time.Second)
+		var pid int
+		for i := 0; i < 4; i++ {
+			reason, msg := ask(t, ctx, r, strict, faultReq(i))
+			if reason != registry.ReasonRefused || !strings.Contains(msg, "refuses every request") {
+				t.Fatalf("request %d: reason %q (%s), want %s with the plugin's message", i, reason, msg, registry.ReasonRefused)
+			}
+			p := faultInfo(t, r)
+			if i == 0 {
+				pid = p.PID
+			}
+			if p.Status != registry.StatusRunning || p.PID != pid || p.Restarts != 0 || p.LastError != "" {
+				t.Fatalf("after refusal %d: %+v, want the same process running, not failed", i, p)
+			}
+		}
+	})
+}
+
+func TestFaultCrashMidBatchFallsBackEveryRequest(t *testing.T) {
+	eachMode(t, func(t *testing.T, strict bool) {
+		r, _, _ := openFault(t, "crash_after=3", registry.Config{Strict: strict, RestartBackoff: 10 * time.Millisecond})
+		ctx := pollContext(t, 20*time.Second)
+		var reqs []core.Request
+		for i := 0; i < 6; i++ {
+			reqs = append(reqs, *faultReq(i))
+		}
+		reqs = append(reqs, core.NewRequest("triton", core.ModeExtend), core.NewRequest("FA3", core.ModeDecode))
+		bad := *faultReq(99)
+		bad.Batch.SeqLens = []int64{-1}
+		reqs = append(reqs, bad)
+		out := make([]registry.Result, len(reqs))
+		if err := r.DispatchBatch(ctx, slices.Clone(reqs), out); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 6; i++ {
+			res := out[i]
+			if strict {
+				if !errors.Is(res.Err, core.ErrRefused) || !strings.Contains(res.Err.Error(), string(registry.ReasonCrashed)) {
+					t.Errorf("request %d: %+v, want refused with %s", i, res, registry.ReasonCrashed)
+				}
+				continue
+			}
+			if res.Err != nil || !strings.HasPrefix(res.Answer.Fallback, string(registry.ReasonCrashed)) || res.Answer.Handler != core.TritonName {
+				t.Errorf("request %d: %+v, want a %s fallback", i, res, registry.ReasonCrashed)
+			}
+		}
+		for i := 6; i < 8; i++ {
+			if res := out[i]; res.Err != nil || res.Answer.Handler != core.TritonName || res.Answer.Fallback != "" {
+				t.Errorf("request %d (%s): %+v, want the triton rules without a fallback", i, reqs[i].Backend, res)
+			}
+		}
+		if res := out[8]; !errors.Is(res.Err, core.ErrInvalidRequest) {
+			t.Errorf("invalid request: %+v, want ErrInvalidRequest", res)
+		}
+		// After the restart, a batch the plugin can answer is answered.
+		small := []core.Request{*faultReq(1), *faultReq(2)}
+		for {
+			out := make([]registry.Result, len(small))
+			if err := r.DispatchBatch(ctx, slices.Clone(small), out); err != nil {
+				t.Fatal(err)
+			}
+			if out[0].Err == nil && out[0].Answer.Plugin == "fault" {
+				if out[1].Err != nil || out[1].Answer.Plugin != "fault" {
+					t.Errorf("second request of the batch: %+v", out[1])
+				}
+				break
+			}
+			poll(t, ctx, "the restart")
+		}
+	})
+}

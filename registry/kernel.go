@@ -1,0 +1,126 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/attnplug/attnplug/backendkit"
+	"github.com/attnplug/attnplug/core"
+)
+
+// KernelCallTimeout bounds one RunKernel call to a plugin when the caller's
+// context has no deadline of its own: kernels on large tensors take far
+// longer than a dispatch.
+const KernelCallTimeout = 5 * time.Minute
+
+// KernelAnswer is the outcome of Registry.RunKernel.
+type KernelAnswer struct {
+	core.KernelResult
+	// Plugin is the plugin that ran the kernel, or core.PluginCore when the
+	// host ran it in its own process.
+	Plugin string
+	// Fallback, when not empty, says why the host ran the kernel itself
+	// although a plugin owns it (the plugin died during the call, runs no
+	// kernels, or does not run on this host).
+	Fallback string
+}
+
+// Kernels returns the kernel catalog of the handler name: the plugin's, or
+// the triton rules' for "triton" and names no plugin serves.
+func (r *Registry) Kernels(name string) []core.Kernel {
+	if h, _, ok := r.Handler(name); ok {
+		return h.Kernels
+	}
+	return core.TritonKernels()
+}
+
+// RunKernel runs req.Method's kernel of the handler req.Backend on the
+// tensors of req.Buffer (whose Mem must be the caller's mapping of Path):
+// in the plugin's process, through shared memory, when a plugin serves the
+// name; in this process for the triton rules. When the plugin fails during
+// the call (it crashed, timed out, or runs no kernels), the host runs the
+// same kernel's math itself and Fallback says why; a crash also retires the
+// plugin, which restarts as after a failed dispatch. An error is returned
+// for a request the kernel refuses (core.ErrInvalidRequest), a method the
+// catalog lacks everywhere, or when ctx ends.
+func (r *Registry) RunKernel(ctx context.Context, req *core.KernelRequest) (*KernelAnswer, error) {
+	rt, ok := r.table.Load().routes[req.Backend]
+	if !ok || rt.plugin == nil || req.Backend == core.TritonName {
+		return r.runInProcess(ctx, req, core.TritonKernels(), "")
+	}
+	p := rt.plugin
+	if p.unsupported != "" {
+		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s does not run on this host: %s", p.name, p.unsupported))
+	}
+	if _, ok := rt.handler.Kernel(req.Method); !ok && len(rt.handler.Kernels) > 0 {
+		return nil, fmt.Errorf("%w: %s's kernel catalog has no kernel for %s", core.ErrNoKernel, req.Backend, req.Method)
+	}
+	for {
+		inst, err := p.acquire(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return r.runInProcess(ctx, req, rt.handler.Kernels, err.Error())
+		}
+		if !inst.enter() {
+			continue
+		}
+		kr, ok := inst.backend.(core.KernelRunner)
+		if !ok {
+			inst.leave()
+			return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s: the connection runs no kernels", p.name))
+		}
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if _, has := ctx.Deadline(); !has {
+			cctx, cancel = context.WithTimeout(ctx, KernelCallTimeout)
+		}
+		res, err := kr.RunKernel(cctx, req)
+		cancel()
+		inst.leave()
+		switch {
+		case err == nil:
+			r.succeeded(p)
+			return &KernelAnswer{KernelResult: *res, Plugin: p.name}, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, core.ErrInvalidRequest):
+			return nil, fmt.Errorf("plugin %s refused the kernel call: %w", p.name, err)
+		case errors.Is(err, core.ErrNoKernel):
+			return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s: %v", p.name, err))
+		}
+		reason := classify(err)
+		p.fail(inst, reason, err)
+		r.log.Warn("plugin failed during a kernel call; the host runs the kernel itself", "plugin", p.name, "reason", string(reason), "error", err)
+		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("%s: plugin %s: %v", reason, p.name, err))
+	}
+}
+
+// runInProcess runs the catalog's kernel for req.Method with the reference
+// kernels in this process; a catalog without one falls back to the triton
+// rules' catalog, then to the plain reference kernel of the method.
+func (r *Registry) runInProcess(ctx context.Context, req *core.KernelRequest, catalog []core.Kernel, fallback string) (*KernelAnswer, error) {
+	k, ok := findKernel(catalog, req.Method)
+	if !ok {
+		k, ok = findKernel(core.TritonKernels(), req.Method)
+	}
+	if !ok {
+		k = core.Kernel{Name: "reference", Library: "attnplug kernels", Method: req.Method}
+	}
+	res, err := backendkit.Run(ctx, k, req, r.cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	return &KernelAnswer{KernelResult: *res, Plugin: core.PluginCore, Fallback: fallback}, nil
+}
+
+func findKernel(ks []core.Kernel, m core.Method) (core.Kernel, bool) {
+	for _, k := range ks {
+		if k.Method == m {
+			return k, true
+		}
+	}
+	return core.Kernel{}, false
+}

@@ -1,0 +1,170 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/attnplug/attnplug/core"
+)
+
+// The kernel-catalog self-check. A plugin that declares a kernel catalog
+// must own a kernel for every method it can answer: statically, every
+// declared method of every name has one (checked when the description is
+// known, catalogCheck); and when it first starts, its rules answer a set of
+// sample requests, and every method answered has one (selfCheck). A plugin
+// that fails either is refused: listed as broken, with the method and the
+// name, and never used. A plugin without any catalog (older than catalogs)
+// stays usable; the registry logs once that it runs no kernels.
+
+// selfCheckState is the self-check of one plugin (plugin.selfChecked).
+type selfCheckState struct {
+	mu      sync.Mutex
+	done    bool                  // guarded by mu
+	refused atomic.Pointer[error] // nil: passed, not applicable or not run yet
+}
+
+// selfCheckRefusal returns why the self-check refused p, or nil.
+func (p *plugin) selfCheckRefusal() error {
+	if err := p.selfChecked.refused.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// catalogCheck refuses a description whose catalog lacks a kernel for a
+// declared method; a description without any catalog passes.
+func catalogCheck(d *core.Description) error {
+	if !d.HasKernels() {
+		return nil
+	}
+	var missing []string
+	for _, h := range d.Handlers {
+		for _, m := range h.Methods {
+			if _, ok := h.Kernel(m); !ok {
+				missing = append(missing, fmt.Sprintf("%s can answer %s", h.Name, m))
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: kernel catalog incomplete: %s, for which it lists no kernel", core.ErrProtocol, strings.Join(missing, "; "))
+}
+
+// selfCheck runs once per plugin, after its first successful start: the
+// sample requests of every name go through inst's rules, and a method
+// answered that the name's catalog lacks refuses the plugin. It returns
+// the refusal, now and at every later start.
+func (p *plugin) selfCheck(ctx context.Context, inst *instance) error {
+	s := &p.selfChecked
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return p.selfCheckRefusal()
+	}
+	if !p.desc.HasKernels() {
+		s.done = true
+		p.logger.Info("plugin declares no kernel catalog: it decides methods but runs no kernels")
+		return nil
+	}
+	refusal, err := runSelfCheck(ctx, p, inst)
+	if err != nil {
+		return err // the call failed: a failed start, checked again at the next
+	}
+	s.done = true
+	if refusal != nil {
+		s.refused.Store(&refusal)
+		p.logger.Error("plugin refused by the kernel self-check", "error", refusal)
+	}
+	return refusal
+}
+
+// runSelfCheck returns the refusal of p, or the error of a call that
+// failed.
+func runSelfCheck(ctx context.Context, p *plugin, inst *instance) (refusal, err error) {
+	for _, h := range p.desc.Handlers {
+		if h.Deprecated != "" {
+			// A deprecated alias shares its target's rules, and asking it
+			// would log the deprecation; catalogCheck covers its catalog.
+			continue
+		}
+		reqs := selfCheckRequests(h.Name)
+		out := make([]core.Result, len(reqs))
+		cctx, cancel := context.WithTimeout(ctx, max(p.cfg.CallTimeout, p.cfg.StartTimeout))
+		err := inst.backend.DispatchBatch(cctx, reqs, out)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("kernel self-check of %s: %w", h.Name, err)
+		}
+		for i, r := range out {
+			if r.Err != nil {
+				continue
+			}
+			if _, ok := h.Kernel(r.Method); !ok {
+				return fmt.Errorf("%w: refused by the kernel self-check: %s answered %s, which its kernel catalog lacks, to %s",
+					core.ErrProtocol, h.Name, r.Method, sampleString(&reqs[i])), nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// selfCheckRequests returns the self-check's requests for name: every mode on
+// every platform, with and without each CUDA graph, prefix sums of 0 and at
+// the threshold, sequence sums within and past the chunk capacity, each
+// boolean fact alone, and the DSA prefill inputs (dsa_use_mha absent, false
+// and true; compute capabilities 0, 90 and 100; short and long sequences).
+func selfCheckRequests(name string) []core.Request {
+	var out []core.Request
+	add := func(r core.Request) {
+		if r.Validate() == nil {
+			out = append(out, r)
+		}
+	}
+	platforms := []core.Platform{core.PlatformCUDA, core.PlatformHIP, core.PlatformNPU, core.PlatformXPU, core.PlatformCPU}
+	toggles := []func(*core.Request){
+		func(*core.Request) {},
+		func(r *core.Request) { r.Runtime.PiecewiseCUDAGraph = true },
+		func(r *core.Request) { r.Runtime.BreakableCUDAGraph = true },
+		func(r *core.Request) { r.Runtime.DeterministicInference = true },
+		func(r *core.Request) { r.Batch.MLAPrefillCP = true },
+		func(r *core.Request) { r.Layer.DisableChunkedPrefixCache = true },
+		func(r *core.Request) { r.Layer.FlashinferMLADisableRagged = true },
+		func(r *core.Request) { r.Layer.ROCmFusedDecodeMLA = true },
+		func(r *core.Request) { r.Layer.UseDSA = true },
+		func(r *core.Request) { r.Layer.FusedQKVAProjWithMQA = true; r.Layer.IntelAMX = true },
+		func(r *core.Request) { r.Runtime.DSAUseMHA, r.Runtime.DSAUseMHASet = true, true },
+		func(r *core.Request) { r.Runtime.DSAUseMHASet = true },
+		func(r *core.Request) { r.Runtime.ComputeCapability = 90 },
+		func(r *core.Request) { r.Runtime.ComputeCapability = 100; r.Runtime.KVCacheDType = "fp8_e4m3" },
+	}
+	t := int64(core.DefaultChunkedPrefixCacheThreshold)
+	for _, mode := range core.ForwardModes() {
+		for _, pl := range platforms {
+			for _, tg := range toggles {
+				for _, prefix := range []int64{0, t} {
+					for _, extra := range []int64{1, 1024, 4096} {
+						for _, capDelta := range []int64{0, -1} {
+							r := core.NewRequest(name, mode)
+							r.Runtime.Platform = pl
+							r.Batch.ExtendPrefixLens = []int64{prefix}
+							r.Batch.SeqLens = []int64{prefix + extra}
+							r.Batch.MaxChunkCapacity = prefix + extra + capDelta
+							tg(&r)
+							add(r)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func sampleString(r *core.Request) string {
+	return fmt.Sprintf("%s on %s, prefix_lens %v, seq_lens %v, capacity %d, runtime %+v, layer %+v",
+		r.Batch.Mode, r.Runtime.Platform, r.Batch.ExtendPrefixLens, r.Batch.SeqLens, r.Batch.MaxChunkCapacity, r.Runtime, r.Layer)
+}
