@@ -174,6 +174,7 @@ type Registry struct {
 	nUnknown  atomic.Int32
 
 	reloadMu  sync.Mutex
+	lock      *Lock // the lock in force; replaced by Reload, under reloadMu
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -192,7 +193,7 @@ type routeTable struct {
 // when ctx ends or cfg.Lock cannot be honoured.
 func New(ctx context.Context, cfg Config) (*Registry, error) {
 	cfg.setDefaults()
-	r := &Registry{cfg: cfg, log: cfg.Logger}
+	r := &Registry{cfg: cfg, log: cfg.Logger, lock: cfg.Lock}
 	r.fallbacks.log = r.log
 	t, err := r.load(ctx, nil)
 	if err != nil {
@@ -263,8 +264,8 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 			t.routes[n] = &route{name: n, missing: true}
 		}
 	}
-	if r.cfg.Lock != nil {
-		for _, m := range r.cfg.Lock.missing(found) {
+	if r.lock != nil {
+		for _, m := range r.lock.missing(found) {
 			t.broken = append(t.broken, m)
 			for _, n := range m.Names {
 				if _, ok := t.routes[n]; !ok {
@@ -279,10 +280,10 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 // pinned returns the lock entry of the binary at path, if a lock is in use
 // and pins it.
 func (r *Registry) pinned(path string) (LockEntry, bool) {
-	if r.cfg.Lock == nil {
+	if r.lock == nil {
 		return LockEntry{}, false
 	}
-	return r.cfg.Lock.Entry(filepath.Base(path))
+	return r.lock.Entry(filepath.Base(path))
 }
 
 // describe learns what the binary of c serves.
@@ -294,8 +295,8 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 	if p := kept[c.path+"\x00"+sum]; p != nil {
 		return p, nil
 	}
-	if r.cfg.Lock != nil {
-		if err := r.cfg.Lock.verify(c.path, sum); err != nil {
+	if r.lock != nil {
+		if err := r.lock.verify(c.path, sum); err != nil {
 			return nil, err
 		}
 	}

@@ -41,14 +41,24 @@ type Change struct {
 //  4. otherwise new requests switch to the new plugin at once, and the old
 //     process ends after the calls it is answering finish.
 //
-// Plugins whose binaries did not change keep running, with their answer
-// caches. A plugin whose binary is gone is removed: its names fall back.
+// The lock file in use, if any, is read again first, so that a binary
+// pinned since is accepted. Plugins whose binaries did not change keep
+// running, with their answer caches. A plugin whose binary is gone is removed: its names fall back.
 // Reload returns what changed; it fails only when ctx ends.
 func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
 	if r.closed.Load() {
 		return nil, fmt.Errorf("reload: %w: registry closed", core.ErrUnavailable)
+	}
+	if r.lock != nil && r.lock.Path != "" {
+		// An operator pins a new binary (attnplug lock) before the reload.
+		l, err := ReadLock(r.lock.Path)
+		if err != nil {
+			r.log.Warn("lock file not reread; the one read before stays in force", "path", r.lock.Path, "error", err)
+		} else {
+			r.lock = l
+		}
 	}
 	old := r.table.Load()
 	next, err := r.load(ctx, old)

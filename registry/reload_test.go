@@ -1,0 +1,108 @@
+package registry_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/attnplug/attnplug/registry"
+)
+
+// rebuild puts a binary with the same code but another hash at path, the
+// way an operator replaces one: a new file renamed over the old.
+func rebuild(t *testing.T, src, dst string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst+".new", append(data, "rebuilt"...), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dst+".new", dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReload(t *testing.T) {
+	tree, err := bins.CopyTree(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}})
+	ctx := testContext(t)
+	if ch, err := r.Reload(ctx); err != nil || len(ch) != 0 {
+		t.Fatalf("reload of an unchanged directory: %v, %v", ch, err)
+	}
+	if a, err := r.Dispatch(ctx, decode("aiter")); err != nil || a.Plugin != "aiter" {
+		t.Fatalf("aiter: %+v, %v", a, err)
+	}
+
+	rebuild(t, bins.Plugin("aiter"), tree.Plugin("aiter"))
+	os.Remove(tree.Plugin("ascend"))
+	ch, err := r.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range ch {
+		got[c.Plugin] = c.Action
+	}
+	if got["aiter"] != "swapped" || got["ascend"] != "removed" || len(got) != 2 {
+		t.Errorf("changes %+v, want aiter swapped and ascend removed", ch)
+	}
+	if a, err := r.Dispatch(ctx, decode("aiter")); err != nil || a.Plugin != "aiter" || a.Fallback != "" {
+		t.Errorf("aiter after the swap: %+v, %v", a, err)
+	}
+	if a, err := r.Dispatch(ctx, decode("ascend")); err != nil || !strings.HasPrefix(a.Fallback, string(registry.ReasonPluginMissing)) {
+		t.Errorf("ascend after its removal: %+v, %v; want a plugin_missing fallback", a, err)
+	}
+}
+
+// TestReloadRereadsTheLock: a rebuilt binary is refused until it is
+// pinned, and accepted by the reload that follows the new lock.
+func TestReloadRereadsTheLock(t *testing.T) {
+	tree, err := bins.CopyTree(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockPath := filepath.Join(tree.PluginDir, registry.LockFileName)
+	unlocked, _ := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}})
+	if err := registry.LockOf(unlocked.Plugins()).Write(lockPath); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := registry.ReadLock(lockPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}, Lock: lock})
+	ctx := testContext(t)
+	if a, err := r.Dispatch(ctx, decode("fa3")); err != nil || a.Plugin != "fa3" {
+		t.Fatalf("fa3: %+v, %v", a, err)
+	}
+
+	rebuild(t, bins.Plugin("fa3"), tree.Plugin("fa3"))
+	ch, err := r.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch) != 1 || ch[0].Action != "rejected" || !strings.Contains(ch[0].Reason, "pins") {
+		t.Fatalf("reload to an unpinned binary: %+v, want it rejected by the lock", ch)
+	}
+	if a, err := r.Dispatch(ctx, decode("fa3")); err != nil || a.Plugin != "fa3" || a.Fallback != "" {
+		t.Errorf("fa3 after the rejected swap: %+v, %v; want the old plugin", a, err)
+	}
+
+	fresh, _ := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}, InsecurePluginDir: true})
+	if err := registry.LockOf(fresh.Plugins()).Write(lockPath); err != nil {
+		t.Fatal(err)
+	}
+	ch, err = r.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch) != 1 || ch[0].Action != "swapped" {
+		t.Fatalf("reload after pinning: %+v, want fa3 swapped", ch)
+	}
+}
