@@ -2,13 +2,18 @@ package backendkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/cuda"
 	"github.com/attnplug/attnplug/kernels"
 	"github.com/attnplug/attnplug/shm"
 )
@@ -19,6 +24,46 @@ import (
 type Backend struct {
 	*core.RuleBackend
 	host atomic.Pointer[core.HostInfo]
+
+	gpuOnce sync.Once
+	gpu     *cuda.Device // nil: no usable CUDA device, or turned off
+	gpuWhy  string       // why gpu is nil
+}
+
+// EnvNoGPU names the environment variable that, set to 1, makes every
+// kernel run emulated even where a CUDA device is present.
+const EnvNoGPU = "ATTNPLUG_NO_GPU"
+
+// device opens the CUDA device once, the first time a kernel could run on
+// it: opening costs the driver's initialisation.
+func (b *Backend) device() (*cuda.Device, string) {
+	b.gpuOnce.Do(func() {
+		if os.Getenv(EnvNoGPU) == "1" {
+			b.gpuWhy = EnvNoGPU + "=1"
+			return
+		}
+		d, err := cuda.Open()
+		if err != nil {
+			b.gpuWhy = err.Error()
+			return
+		}
+		b.gpu = d
+	})
+	return b.gpu, b.gpuWhy
+}
+
+// onCUDA reports whether kernel k is a CUDA kernel whose math this package
+// runs on the device: the absorbed MLA of the NVIDIA libraries.
+func onCUDA(k core.Kernel) bool {
+	if k.Sparse || k.Method != core.MLA {
+		return false
+	}
+	for _, h := range k.Hardware {
+		if slices.Contains(h.Platforms, core.PlatformCUDA) {
+			return true
+		}
+	}
+	return false
 }
 
 // New returns rb with kernels.
@@ -60,13 +105,42 @@ func (b *Backend) RunKernel(ctx context.Context, req *core.KernelRequest) (*core
 	if !ok {
 		return nil, fmt.Errorf("%w: %s's catalog has no kernel for %s", core.ErrNoKernel, req.Backend, req.Method)
 	}
-	return Run(ctx, k, req, b.host.Load())
+	if !onCUDA(k) {
+		return Run(ctx, k, req, b.host.Load())
+	}
+	gpu, why := b.device()
+	if gpu == nil {
+		res, err := Run(ctx, k, req, b.host.Load())
+		if err == nil {
+			res.Note += "; no CUDA device: " + why
+		}
+		return res, err
+	}
+	res, err := run(ctx, k, req, b.host.Load(), gpu)
+	if err == nil || !errors.Is(err, errDevice) {
+		return res, err
+	}
+	// The device failed: the reference kernels still answer, and say so.
+	res, err2 := Run(ctx, k, req, b.host.Load())
+	if err2 == nil {
+		res.Note = "the CUDA kernel failed (" + err.Error() + "); " + res.Note
+	}
+	return res, err2
 }
+
+// errDevice marks a failure of the device, not of the request.
+var errDevice = errors.New("device kernel failed")
 
 // Run runs kernel k's math for req with the reference kernels. host is the
 // hardware the caller runs on, for the note; nil when not known. The
 // tensors are req.Buffer.Mem when set, else the segment at req.Buffer.Path.
 func Run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core.HostInfo) (*core.KernelResult, error) {
+	return run(ctx, k, req, host, nil)
+}
+
+// run is Run on gpu when it is not nil: the absorbed MLA kernel then runs
+// on the device, compiled from CUDA C by NVRTC.
+func run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core.HostInfo, gpu *cuda.Device) (*core.KernelResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -109,6 +183,17 @@ func Run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core
 			return nil, core.NewFieldError("tensors", err.Error())
 		}
 	}
+	if gpu != nil && m == kernels.MLA {
+		if err := gpu.RunMLA(cfg, b, in, out); err != nil {
+			return nil, fmt.Errorf("%w: %v", errDevice, err)
+		}
+		return &core.KernelResult{
+			Kernel: k.Name, Library: k.Library, Emulated: false, Sparse: k.Sparse,
+			TimeNS: time.Since(start).Nanoseconds(),
+			Note: fmt.Sprintf("ran on %s (compute %d.%d): the CUDA MLA kernel of package cuda, standing for %s %s",
+				gpu.Info().Name, gpu.Info().Major, gpu.Info().Minor, k.Library, k.Name),
+		}, nil
+	}
 	if err := kernels.Run(m, cfg, b, in, out); err != nil {
 		return nil, core.NewFieldError("tensors", err.Error())
 	}
@@ -123,7 +208,10 @@ func Run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core
 // whether the hardware it needs is present.
 func EmulatedNote(k core.Kernel, host *core.HostInfo) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "emulated: the reference CPU kernels (kernels.%s) ran the math of %s %s; no device code is built in", mustMethod(k), k.Library, k.Name)
+	fmt.Fprintf(&sb, "emulated: the reference CPU kernels (kernels.%s) ran the math of %s %s", mustMethod(k), k.Library, k.Name)
+	if !onCUDA(k) {
+		sb.WriteString("; attnplug has device code for the absorbed MLA kernel of the CUDA libraries only")
+	}
 	switch {
 	case host == nil:
 	case len(k.Hardware) == 0:
