@@ -185,7 +185,7 @@ func run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core
 	}
 	if gpu != nil && m == kernels.MLA {
 		if err := gpu.RunMLA(cfg, b, in, out); err != nil {
-			return nil, fmt.Errorf("%w: %v", errDevice, err)
+			return nil, fmt.Errorf("%w: %w", errDevice, err)
 		}
 		return &core.KernelResult{
 			Kernel: k.Name, Library: k.Library, Emulated: false, Sparse: k.Sparse,
@@ -239,7 +239,7 @@ func KernelMethod(k core.Kernel) (kernels.Method, error) {
 	}
 	m, err := kernels.ParseMethod(k.Method.String())
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", core.ErrNoKernel, err)
+		return "", fmt.Errorf("%w: %w", core.ErrNoKernel, err)
 	}
 	return m, nil
 }

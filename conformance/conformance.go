@@ -372,10 +372,7 @@ func (s *suite) protocolVersion(c *Check) {
 	c.Detail = fmt.Sprintf("handshake and description agree on protocol version %d", v)
 }
 
-var (
-	semverRE = regexp.MustCompile(`^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
-	familyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
-)
+var semverRE = regexp.MustCompile(`^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
 
 // description asks for the description twice and checks it.
 func (s *suite) description(ctx context.Context, c *Check) {
@@ -392,7 +389,7 @@ func (s *suite) description(ctx context.Context, c *Check) {
 	switch {
 	case d.Name == "":
 		c.problem("the plugin has no name")
-	case !familyRE.MatchString(d.Name):
+	case !wire.ValidFamily(d.Name):
 		c.problem("name %q: want letters, digits, '_' or '-', starting with a letter or digit", d.Name)
 	}
 	if family, ok := strings.CutPrefix(filepath.Base(s.opts.Binary), wire.BinaryPrefix); ok && family != d.Name {

@@ -19,28 +19,40 @@ type toggle struct {
 	set  func(*core.Request)
 }
 
-// toggles are the boolean facts the generated set varies one at a time, all
-// at once and all but one, around a smaller base.
-var toggles = []toggle{
-	{"layer.disable_chunked_prefix_cache", func(r *core.Request) { r.Layer.DisableChunkedPrefixCache = true }},
-	{"layer.flashinfer_mla_disable_ragged", func(r *core.Request) { r.Layer.FlashinferMLADisableRagged = true }},
-	{"layer.rocm_fused_decode_mla", func(r *core.Request) { r.Layer.ROCmFusedDecodeMLA = true }},
-	{"layer.use_dsa", func(r *core.Request) { r.Layer.UseDSA = true }},
-	{"layer.fused_qkv_a_proj_with_mqa", func(r *core.Request) { r.Layer.FusedQKVAProjWithMQA = true }},
-	{"layer.intel_amx", func(r *core.Request) { r.Layer.IntelAMX = true }},
-	{"mla_prefill_cp", func(r *core.Request) { r.Batch.MLAPrefillCP = true }},
-	{"runtime.deterministic_inference", func(r *core.Request) { r.Runtime.DeterministicInference = true }},
-	{"runtime.dsa_use_mha", func(r *core.Request) { r.Runtime.DSAUseMHA = true }},
-	{"runtime.two_batch_overlap", func(r *core.Request) { r.Runtime.TwoBatchOverlap = true }},
-	{"runtime.dsa_use_mha_set", func(r *core.Request) { r.Runtime.DSAUseMHASet = true }},
-	{"runtime.compute_capability=90", func(r *core.Request) { r.Runtime.ComputeCapability = 90 }},
+// toggles returns the boolean facts the generated set varies one at a
+// time, all at once and all but one, around a smaller base.
+func toggles() []toggle {
+	return []toggle{
+		{"layer.disable_chunked_prefix_cache", func(r *core.Request) { r.Layer.DisableChunkedPrefixCache = true }},
+		{"layer.flashinfer_mla_disable_ragged", func(r *core.Request) { r.Layer.FlashinferMLADisableRagged = true }},
+		{"layer.rocm_fused_decode_mla", func(r *core.Request) { r.Layer.ROCmFusedDecodeMLA = true }},
+		{"layer.use_dsa", func(r *core.Request) { r.Layer.UseDSA = true }},
+		{"layer.fused_qkv_a_proj_with_mqa", func(r *core.Request) { r.Layer.FusedQKVAProjWithMQA = true }},
+		{"layer.intel_amx", func(r *core.Request) { r.Layer.IntelAMX = true }},
+		{"mla_prefill_cp", func(r *core.Request) { r.Batch.MLAPrefillCP = true }},
+		{"runtime.deterministic_inference", func(r *core.Request) { r.Runtime.DeterministicInference = true }},
+		{"runtime.dsa_use_mha", func(r *core.Request) { r.Runtime.DSAUseMHA = true }},
+		{"runtime.two_batch_overlap", func(r *core.Request) { r.Runtime.TwoBatchOverlap = true }},
+		{"runtime.dsa_use_mha_set", func(r *core.Request) { r.Runtime.DSAUseMHASet = true }},
+		{"runtime.compute_capability=90", func(r *core.Request) { r.Runtime.ComputeCapability = 90 }},
+	}
 }
 
-var platforms = []core.Platform{core.PlatformCUDA, core.PlatformHIP, core.PlatformNPU, core.PlatformXPU, core.PlatformCPU}
+// platforms returns the platforms every request is asked on: each but the
+// unset one, in core's order.
+func platforms() []core.Platform {
+	var out []core.Platform
+	for p := core.PlatformUnset + 1; p.Valid(); p++ {
+		out = append(out, p)
+	}
+	return out
+}
 
-// graphFlags are the combinations of runtime.piecewise_cuda_graph and
+// graphFlags returns the combinations of runtime.piecewise_cuda_graph and
 // runtime.breakable_cuda_graph.
-var graphFlags = [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}}
+func graphFlags() [][2]bool {
+	return [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}}
+}
 
 // batch sets a two-request batch whose prefix lengths add up to prefix and
 // whose sequence lengths add up to seq (seq >= prefix).
@@ -70,14 +82,15 @@ func GenerateRequests(name string, reads core.Reads) []core.Request {
 	const extra = 1024 // new tokens on top of the prefix
 	t := int64(core.DefaultChunkedPrefixCacheThreshold)
 	prefixes := []int64{0, t - 1, t, t + 1}
+	togs, pls, gfs := toggles(), platforms(), graphFlags()
 
 	// The grid: modes x graph flags x prefix sums x capacity edges x
 	// platforms.
 	for _, mode := range core.ForwardModes() {
-		for _, g := range graphFlags {
+		for _, g := range gfs {
 			for _, p := range prefixes {
 				for _, capDelta := range []int64{+1, 0, -1} {
-					for _, pl := range platforms {
+					for _, pl := range pls {
 						r := core.NewRequest(name, mode)
 						batch(&r, p, p+extra)
 						// seq sum = capacity-1, capacity, capacity+1
@@ -90,9 +103,9 @@ func GenerateRequests(name string, reads core.Reads) []core.Request {
 			}
 		}
 	}
-	variants := toggleVariants()
+	variants := toggleVariants(len(togs))
 	for _, mode := range core.ForwardModes() {
-		for _, pl := range platforms {
+		for _, pl := range pls {
 			// A second threshold.
 			for _, p := range []int64{altThreshold - 1, altThreshold, altThreshold + 1} {
 				r := core.NewRequest(name, mode)
@@ -122,13 +135,13 @@ func GenerateRequests(name string, reads core.Reads) []core.Request {
 					r.Batch.MaxChunkCapacity = p + extra
 					r.Runtime.Platform = pl
 					for _, i := range v {
-						toggles[i].set(&r)
+						togs[i].set(&r)
 					}
 					add(r)
 				}
 			}
 			// The name's own constants, at equality and either side.
-			for _, g := range graphFlags {
+			for _, g := range gfs {
 				for _, c := range reads.PrefixSumAtLeast {
 					for _, p := range []int64{c - 1, c, c + 1} {
 						if p < 0 || p+extra > core.MaxLength {
@@ -161,19 +174,19 @@ func GenerateRequests(name string, reads core.Reads) []core.Request {
 	return out
 }
 
-// toggleVariants lists the sets of toggles applied: each alone, all of
-// them, and all but each one.
-func toggleVariants() [][]int {
-	variants := make([][]int, 0, 2*len(toggles)+1)
-	all := make([]int, len(toggles))
-	for i := range toggles {
+// toggleVariants lists the sets of the n toggles applied, by index: each
+// alone, all of them, and all but each one.
+func toggleVariants(n int) [][]int {
+	variants := make([][]int, 0, 2*n+1)
+	all := make([]int, n)
+	for i := range n {
 		all[i] = i
 		variants = append(variants, []int{i})
 	}
 	variants = append(variants, all)
-	for i := range toggles {
-		but := make([]int, 0, len(toggles)-1)
-		for j := range toggles {
+	for i := range n {
+		but := make([]int, 0, n-1)
+		for j := range n {
 			if j != i {
 				but = append(but, j)
 			}

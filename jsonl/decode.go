@@ -1,8 +1,8 @@
 package jsonl
 
 import (
+	"bytes"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -496,14 +496,62 @@ func (d *decoder) integer(field string) (int64, error) {
 		}
 		return v, nil
 	}
-	f, err := strconv.ParseFloat(string(text), 64)
-	if err != nil || math.IsInf(f, 0) || math.Abs(f) >= 1<<53 {
-		return 0, core.NewFieldError(field, fmt.Sprintf("%s is out of the integer range", shorten(text)))
-	}
-	if f != math.Trunc(f) {
+	v, ok, inRange := exactInteger(text)
+	switch {
+	case !ok:
 		return 0, core.NewFieldError(field, fmt.Sprintf("%s is not an integer", shorten(text)))
+	case !inRange:
+		return 0, core.NewFieldError(field, fmt.Sprintf("%s is out of the int64 range", shorten(text)))
 	}
-	return int64(f), nil
+	return v, nil
+}
+
+// exactInteger reads a JSON number with a fraction or an exponent exactly:
+// ok when its value is an integer (1024.0, 1e3, 1.5e1), and inRange when
+// that integer fits an int64. No float rounding: 1e-400 and
+// 1.00000000000000001 are not integers.
+func exactInteger(text []byte) (v int64, ok, inRange bool) {
+	neg := len(text) > 0 && text[0] == '-'
+	if neg {
+		text = text[1:]
+	}
+	mant, exp := text, []byte(nil)
+	if i := bytes.IndexAny(text, "eE"); i >= 0 {
+		mant, exp = text[:i], text[i+1:]
+	}
+	intPart, frac := mant, []byte(nil)
+	if i := bytes.IndexByte(mant, '.'); i >= 0 {
+		intPart, frac = mant[:i], mant[i+1:]
+	}
+	digits := append(append([]byte(nil), intPart...), frac...)
+	digits = bytes.TrimLeft(digits, "0")
+	if len(digits) == 0 {
+		return 0, true, true // zero, whatever the exponent
+	}
+	// The value is digits × 10^shift.
+	shift := -len(frac)
+	if len(exp) > 0 {
+		e, err := strconv.Atoi(string(exp))
+		if err != nil { // an exponent past int: far out of range either way
+			return 0, exp[0] != '-', false
+		}
+		shift += e
+	}
+	trimmed := bytes.TrimRight(digits, "0")
+	shift += len(digits) - len(trimmed)
+	digits = trimmed
+	if shift < 0 {
+		return 0, false, false // a nonzero digit after the point
+	}
+	if len(digits)+shift > 19 {
+		return 0, true, false
+	}
+	s := string(digits) + strings.Repeat("0", shift)
+	if neg {
+		s = "-" + s
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	return v, true, err == nil
 }
 
 func shorten(b []byte) string {

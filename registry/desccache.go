@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/attnplug/attnplug/core"
 )
@@ -21,8 +23,24 @@ type descCache struct {
 
 // cachedDescription is the file format of one cache entry.
 type cachedDescription struct {
-	SHA256      string           `json:"sha256"`
+	Key         string           `json:"key"`
 	Description core.Description `json:"description"`
+}
+
+// envDigest identifies the environment a plugin inherits, as far as it may
+// change a description: a plugin may read its configuration from
+// ATTNPLUG_* variables (the dsa plugin's dense-prefill threshold), so a
+// description is cached for a binary and those variables together.
+func envDigest() string {
+	var vars []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "ATTNPLUG_") {
+			vars = append(vars, kv)
+		}
+	}
+	sort.Strings(vars)
+	h := sha256.Sum256([]byte(strings.Join(vars, "\x00")))
+	return hex.EncodeToString(h[:8])
 }
 
 func fileSHA256(path string) (string, error) {
@@ -38,16 +56,18 @@ func fileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func (c descCache) get(sum string) (*core.Description, bool) {
+// get returns the description cached under key (a binary's SHA-256 and
+// the environment digest).
+func (c descCache) get(key string) (*core.Description, bool) {
 	if c.dir == "" {
 		return nil, false
 	}
-	data, err := os.ReadFile(c.file(sum))
+	data, err := os.ReadFile(c.file(key))
 	if err != nil {
 		return nil, false
 	}
 	var e cachedDescription
-	if err := json.Unmarshal(data, &e); err != nil || e.SHA256 != sum {
+	if err := json.Unmarshal(data, &e); err != nil || e.Key != key {
 		return nil, false
 	}
 	return &e.Description, true
@@ -55,14 +75,14 @@ func (c descCache) get(sum string) (*core.Description, bool) {
 
 // put stores d for sum; a cache that cannot be written is skipped, since
 // it only saves a start.
-func (c descCache) put(sum string, d *core.Description) error {
+func (c descCache) put(key string, d *core.Description) error {
 	if c.dir == "" {
 		return nil
 	}
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return err
 	}
-	data, err := json.Marshal(cachedDescription{SHA256: sum, Description: *d})
+	data, err := json.Marshal(cachedDescription{Key: key, Description: *d})
 	if err != nil {
 		return err
 	}
@@ -79,13 +99,13 @@ func (c descCache) put(sum string, d *core.Description) error {
 		os.Remove(tmp.Name())
 		return err
 	}
-	return os.Rename(tmp.Name(), c.file(sum))
+	return os.Rename(tmp.Name(), c.file(key))
 }
 
 // cacheFormat versions the entries: a core whose description changes
 // meaning bumps it, and old entries are then ignored.
-const cacheFormat = "v2" // v2: kernel catalogs, max_seq_len_at_most
+const cacheFormat = "v3" // v2: kernel catalogs, max_seq_len_at_most
 
-func (c descCache) file(sum string) string {
-	return filepath.Join(c.dir, "desc-"+cacheFormat+"-"+sum+".json")
+func (c descCache) file(key string) string {
+	return filepath.Join(c.dir, "desc-"+cacheFormat+"-"+key+".json")
 }

@@ -4,17 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"syscall"
 
 	"github.com/attnplug/attnplug/wire"
 )
-
-// familyPattern is what may follow wire.BinaryPrefix in a plugin binary's
-// name.
-var familyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
 
 // candidate is a file that looks like a plugin binary.
 type candidate struct {
@@ -53,7 +48,7 @@ func discover(dirs []string, insecure bool) (found []candidate, broken []PluginI
 			}
 			path := filepath.Join(dir, name)
 			info := PluginInfo{Name: family, Path: path, Status: StatusBroken}
-			if !familyPattern.MatchString(family) {
+			if !wire.ValidFamily(family) {
 				info.Reason = fmt.Sprintf("file name %q: want %s<name> with letters, digits, '_' or '-'", name, wire.BinaryPrefix)
 				broken = append(broken, info)
 				continue

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/wire"
 )
 
 // route is what one backend name resolves to in a route table.
@@ -33,6 +34,16 @@ func newRoute(h core.HandlerInfo, p *plugin, cache bool) *route {
 		rt.cache = &answerCache{}
 	}
 	return rt
+}
+
+// cached returns the route's answer cache, or nil when answers must not be
+// cached: no route, facts that cannot be keyed, or a plugin whose running
+// description differs from the one the route was built from.
+func (rt *route) cached() *answerCache {
+	if rt == nil || rt.cache == nil || rt.plugin.staleDesc.Load() {
+		return nil
+	}
+	return rt.cache
 }
 
 func (rt *route) declares(m core.Method) bool { return m.Valid() && rt.methods&(1<<m) != 0 }
@@ -140,7 +151,7 @@ func (d *Dispatcher) BeginInto(p *Pass, batch *core.Batch, runtime *core.Runtime
 		return err
 	}
 	p.sum = sums{prefix: batch.PrefixSum(), seq: batch.SeqSum()}
-	if p.rt != nil && p.rt.cache != nil {
+	if p.rt.cached() != nil {
 		p.batchKey = p.rt.handler.Reads.BatchKey(&p.req, p.sum.prefix, p.sum.seq)
 	}
 	return nil
@@ -149,9 +160,9 @@ func (d *Dispatcher) BeginInto(p *Pass, batch *core.Batch, runtime *core.Runtime
 // Dispatch answers the pass's batch for one layer.
 func (p *Pass) Dispatch(ctx context.Context, layer *core.Layer) (core.Answer, error) {
 	rt := p.rt
-	if rt != nil && rt.cache != nil {
+	if c := rt.cached(); c != nil {
 		k := p.batchKey | rt.handler.Reads.LayerKey(layer, p.sum.prefix)
-		if m, ok := rt.cache.get(k); ok {
+		if m, ok := c.get(k); ok {
 			return core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}, nil
 		}
 	}
@@ -170,8 +181,8 @@ func (r *Registry) dispatch(ctx context.Context, rt *route, req *core.Request) (
 	if err := req.Validate(); err != nil {
 		return core.Answer{}, err
 	}
-	if rt != nil && rt.cache != nil && !r.closed.Load() {
-		if m, ok := rt.cache.get(rt.handler.Reads.Key(req)); ok {
+	if c := rt.cached(); c != nil && !r.closed.Load() {
+		if m, ok := c.get(rt.handler.Reads.Key(req)); ok {
 			return core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}, nil
 		}
 	}
@@ -193,39 +204,54 @@ func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (co
 		return r.fallback(req, "", &failure{ReasonPluginMissing, err})
 	}
 	p := rt.plugin
-	if p.unsupported != "" {
+	if why := p.unsupportedWhy(); why != "" {
 		return r.fallback(req, p.name, &failure{ReasonUnsupportedHardware,
-			fmt.Errorf("plugin %s does not run on this host: %s", p.name, p.unsupported)})
+			fmt.Errorf("plugin %s does not run on this host: %s", p.name, why)})
 	}
+	var m core.Method
+	inst, err := r.callPlugin(ctx, p, func(ctx context.Context, b batchClient) (err error) {
+		m, err = b.Dispatch(ctx, req)
+		return err
+	})
+	if inst == nil { // no process to ask
+		if ctx.Err() != nil {
+			return core.Answer{}, ctx.Err()
+		}
+		return r.fallback(req, p.name, err)
+	}
+	if err == nil && !rt.declares(m) {
+		err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, req.Backend)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return core.Answer{}, ctx.Err()
+		}
+		return r.callFailed(req, p, inst, err)
+	}
+	r.succeeded(p)
+	if c := rt.cached(); c != nil {
+		c.put(rt.handler.Reads.Key(req), m)
+	}
+	return core.Answer{Method: m, Handler: rt.name, Plugin: p.name}, nil
+}
+
+// callPlugin runs f on a running process of p (starting one when needed)
+// under the call deadline, and returns the instance it ran on; a nil
+// instance means none could be had, and err says why.
+func (r *Registry) callPlugin(ctx context.Context, p *plugin, f func(context.Context, batchClient) error) (*instance, error) {
 	for {
 		inst, err := p.acquire(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return core.Answer{}, ctx.Err()
-			}
-			return r.fallback(req, p.name, err)
+			return nil, err
 		}
 		if !inst.enter() {
-			continue // retired by a reload or failure between acquire and enter
+			continue // retired by a reload or a failure since acquire
 		}
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		m, err := inst.backend.Dispatch(cctx, req)
+		err = f(cctx, inst.backend)
 		cancel()
 		inst.leave()
-		if err == nil && !rt.declares(m) {
-			err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, req.Backend)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return core.Answer{}, ctx.Err()
-			}
-			return r.callFailed(req, p, inst, err)
-		}
-		r.succeeded(p)
-		if rt.cache != nil {
-			rt.cache.put(rt.handler.Reads.Key(req), m)
-		}
-		return core.Answer{Method: m, Handler: rt.name, Plugin: p.name}, nil
+		return inst, err
 	}
 }
 
@@ -289,15 +315,18 @@ func (r *Registry) fallback(req *core.Request, plugin string, err error) (core.A
 }
 
 // DispatchBatch answers reqs[i] into out[i] for every i, as Dispatch
-// would, with one call per plugin for all the requests that the caches do
-// not answer. len(out) must be len(reqs). The plugins are asked
-// concurrently. It returns an error only when ctx ends.
+// would, with one call per plugin (per wire.BatchBytes of requests) for
+// all the requests that the caches do not answer; unlike Dispatch, it fills
+// an unset Runtime.Platform of reqs in place. len(out) must be len(reqs).
+// The plugins are asked concurrently. It returns an error only when ctx
+// ends.
 func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out []Result) error {
 	if len(out) != len(reqs) {
 		return fmt.Errorf("dispatch batch: %d results for %d requests", len(out), len(reqs))
 	}
 	t := r.table.Load()
-	var groups map[*plugin]*batchGroup
+	var groups []*batchGroup
+	var open map[*plugin]*batchGroup // the group of each plugin still taking requests
 	for i := range reqs {
 		req := &reqs[i]
 		if req.Runtime.Platform == core.PlatformUnset {
@@ -308,45 +337,51 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 			continue
 		}
 		rt := t.routes[req.Backend]
-		if rt == nil || rt.plugin == nil || rt.plugin.unsupported != "" {
+		if rt == nil || rt.plugin == nil || rt.plugin.unsupportedWhy() != "" {
 			a, err := r.decide(ctx, rt, req)
 			out[i] = Result{a, err}
 			continue
 		}
 		var k core.Key
-		if rt.cache != nil {
+		if c := rt.cached(); c != nil {
 			k = rt.handler.Reads.Key(req)
-			if m, ok := rt.cache.get(k); ok {
+			if m, ok := c.get(k); ok {
 				out[i] = Result{Answer: core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}}
 				continue
 			}
 		}
-		if groups == nil {
-			groups = map[*plugin]*batchGroup{}
+		if open == nil {
+			open = map[*plugin]*batchGroup{}
 		}
-		g := groups[rt.plugin]
-		if g == nil {
-			g = &batchGroup{}
-			groups[rt.plugin] = g
+		g := open[rt.plugin]
+		size := requestBytes(req)
+		if g == nil || g.bytes+size > wire.BatchBytes {
+			g = &batchGroup{plugin: rt.plugin}
+			open[rt.plugin] = g
+			groups = append(groups, g)
 		}
+		g.bytes += size
 		g.idx = append(g.idx, i)
 		g.routes = append(g.routes, rt)
 		g.keys = append(g.keys, k)
 	}
 	var wg sync.WaitGroup
-	for p, g := range groups {
+	for _, g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.batchCall(ctx, p, g, reqs, out)
+			r.batchCall(ctx, g.plugin, g, reqs, out)
 		}()
 	}
 	wg.Wait()
 	return ctx.Err()
 }
 
-// batchGroup is the requests of one batch that go to one plugin.
+// batchGroup is requests of one batch that go to one plugin in one call:
+// at most wire.BatchBytes of them, so that no message nears a gRPC limit.
 type batchGroup struct {
+	plugin *plugin
+	bytes  int
 	idx    []int
 	routes []*route
 	keys   []core.Key
@@ -360,29 +395,18 @@ func (r *Registry) batchCall(ctx context.Context, p *plugin, g *batchGroup, reqs
 		sub[j] = reqs[i]
 	}
 	res := make([]core.Result, len(sub))
-	var callErr error
-	for {
-		inst, err := p.acquire(ctx)
-		if err != nil {
-			callErr = err
-			break
-		}
-		if !inst.enter() {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		err = inst.backend.DispatchBatch(cctx, sub, res)
-		cancel()
-		inst.leave()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, core.ErrInvalidRequest) {
-			reason := classify(err)
-			err = r.explain(reason, err)
-			p.fail(inst, reason, err)
-			callErr = &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)}
-		} else {
-			callErr = err
-		}
-		break
+	inst, callErr := r.callPlugin(ctx, p, func(ctx context.Context, b batchClient) error {
+		return b.DispatchBatch(ctx, sub, res)
+	})
+	switch {
+	case inst == nil, callErr == nil, ctx.Err() != nil:
+	case errors.Is(callErr, core.ErrInvalidRequest):
+		callErr = &failure{ReasonRefused, fmt.Errorf("plugin %s refused the batch: %w", p.name, callErr)}
+	default:
+		reason := classify(callErr)
+		err := r.explain(reason, callErr)
+		p.fail(inst, reason, err)
+		callErr = &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)}
 	}
 	ok := false
 	for j, i := range g.idx {
@@ -406,14 +430,20 @@ func (r *Registry) batchCall(ctx context.Context, p *plugin, g *batchGroup, reqs
 			continue
 		}
 		ok = true
-		if rt.cache != nil {
-			rt.cache.put(g.keys[j], m)
+		if c := rt.cached(); c != nil {
+			c.put(g.keys[j], m)
 		}
 		out[i] = Result{Answer: core.Answer{Method: m, Handler: rt.name, Plugin: p.name}}
 	}
 	if ok {
 		r.succeeded(p)
 	}
+}
+
+// requestBytes bounds the size of req as a protobuf message: ten bytes a
+// length at most, and the rest of the message.
+func requestBytes(req *core.Request) int {
+	return 256 + len(req.Backend) + 10*(len(req.Batch.ExtendPrefixLens)+len(req.Batch.SeqLens))
 }
 
 // fallbackFor answers a request whose own result was an error.
@@ -429,6 +459,10 @@ func (r *Registry) fallbackFor(req *core.Request, p *plugin, err error) (core.An
 // Later requests fall back with ReasonClosed. Close is idempotent.
 func (r *Registry) Close() error {
 	r.closeOnce.Do(func() {
+		// A reload in progress finishes first, so that every process it
+		// started is in the table Close ends.
+		r.reloadMu.Lock()
+		defer r.reloadMu.Unlock()
 		r.closed.Store(true)
 		t := r.table.Load()
 		var wg sync.WaitGroup

@@ -245,14 +245,9 @@ func TestFaultHangTimesOutAndIsKilled(t *testing.T) {
 			t.Fatalf("first request: %s", msg)
 		}
 		pid := faultInfo(t, r).PID
-		start := time.Now()
 		reason, msg := ask(t, ctx, r, strict, faultReq(2))
-		took := time.Since(start)
 		if reason != registry.ReasonTimeout {
 			t.Fatalf("hung call: reason %q (%s), want %s", reason, msg, registry.ReasonTimeout)
-		}
-		if took < deadline || took > deadline+2*time.Second {
-			t.Errorf("hung call took %s, want about the deadline of %s", took, deadline)
 		}
 		// The hung process is killed ...
 		for slices.Contains(testbin.ProcessesUnder(dir), pid) {

@@ -51,8 +51,8 @@ func (r *Registry) RunKernel(ctx context.Context, req *core.KernelRequest) (*Ker
 		return r.runInProcess(ctx, req, core.TritonKernels(), "")
 	}
 	p := rt.plugin
-	if p.unsupported != "" {
-		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s does not run on this host: %s", p.name, p.unsupported))
+	if why := p.unsupportedWhy(); why != "" {
+		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s does not run on this host: %s", p.name, why))
 	}
 	if _, ok := rt.handler.Kernel(req.Method); !ok && len(rt.handler.Kernels) > 0 {
 		return nil, fmt.Errorf("%w: %s's kernel catalog has no kernel for %s", core.ErrNoKernel, req.Backend, req.Method)

@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
+	"github.com/attnplug/attnplug/wire"
 	goplugin "github.com/hashicorp/go-plugin"
 )
 
@@ -58,8 +60,12 @@ func ReadLock(path string) (*Lock, error) {
 		return nil, fmt.Errorf("lock file %s: format %d, want %d", path, l.Format, lockFormat)
 	}
 	for i, e := range l.Plugins {
-		if e.File == "" || len(e.SHA256) != sha256.Size*2 {
-			return nil, fmt.Errorf("lock file %s: entry %d: want a file name and a 64-digit sha256", path, i+1)
+		family, ok := strings.CutPrefix(e.File, wire.BinaryPrefix)
+		if !ok || !wire.ValidFamily(family) {
+			return nil, fmt.Errorf("lock file %s: entry %d: file %q is not a plugin binary's name (want %s<name>)", path, i+1, e.File, wire.BinaryPrefix)
+		}
+		if _, err := hex.DecodeString(e.SHA256); err != nil || len(e.SHA256) != sha256.Size*2 {
+			return nil, fmt.Errorf("lock file %s: entry %d (%s): sha256 %q is not 64 hex digits", path, i+1, e.File, e.SHA256)
 		}
 	}
 	l.Path = path
@@ -134,7 +140,7 @@ func (l *Lock) missing(found []candidate) []PluginInfo {
 		}
 		if !seen {
 			out = append(out, PluginInfo{
-				Name: e.File[len("attnplug-backend-"):], Path: e.File, Version: e.Version, SHA256: e.SHA256, Names: e.Names,
+				Name: strings.TrimPrefix(e.File, wire.BinaryPrefix), Path: e.File, Version: e.Version, SHA256: e.SHA256, Names: e.Names,
 				Status: StatusBroken, Reason: fmt.Sprintf("pinned in %s but not found", l.Path),
 			})
 		}

@@ -203,7 +203,9 @@ func TestLockFileErrors(t *testing.T) {
 	for name, tc := range map[string]struct{ body, want string }{
 		"not json":   {"{", "lock file"},
 		"format":     {`{"format":2,"plugins":[]}`, "format 2, want 1"},
-		"short hash": {`{"format":1,"plugins":[{"file":"attnplug-backend-x","sha256":"abc"}]}`, "entry 1: want a file name and a 64-digit sha256"},
+		"short hash": {`{"format":1,"plugins":[{"file":"attnplug-backend-x","sha256":"abc"}]}`, `entry 1 (attnplug-backend-x): sha256 "abc" is not 64 hex digits`},
+		"not hex":    {`{"format":1,"plugins":[{"file":"attnplug-backend-x","sha256":"` + strings.Repeat("z", 64) + `"}]}`, "is not 64 hex digits"},
+		"bad name":   {`{"format":1,"plugins":[{"file":"x","sha256":"` + strings.Repeat("0", 64) + `"}]}`, `file "x" is not a plugin binary's name`},
 		"no file":    {`{"format":1,"plugins":[{"sha256":"` + strings.Repeat("0", 64) + `"}]}`, "entry 1"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -1,8 +1,6 @@
 package registry_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/attnplug/attnplug/internal/testbin"
@@ -12,18 +10,5 @@ import (
 var bins *testbin.Bins
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "attnplug-registry-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins, err = testbin.Build(dir, false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testbin.Main(m, false, func(b *testbin.Bins) error { bins = b; return nil })
 }

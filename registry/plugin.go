@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,14 +76,22 @@ type plugin struct {
 	logger hclog.Logger
 	cfg    *Config
 
+	cacheKey string // the description cache's key: sha256 and environment
 	running  atomic.Pointer[instance]
-	degraded atomic.Bool // failed since its last good answer
+	// staleDesc is set when the running process describes itself otherwise
+	// than the description the routes were built from (a cached one): its
+	// answers are then never cached.
+	staleDesc atomic.Bool
+	degraded  atomic.Bool // failed since its last good answer
 	// retiring counts the instances retired after a failure whose process
 	// has not ended yet; stop waits for them.
 	retiring sync.WaitGroup
 
 	// selfChecked is the kernel-catalog self-check (selfcheck.go).
 	selfChecked selfCheckState
+
+	// refusedHost is set when the plugin refused the host's hardware.
+	refusedHost atomic.Pointer[string]
 
 	// unsupported says why none of the plugin's names runs on the host's
 	// hardware (Config.Host); such a plugin is never started.
@@ -136,6 +145,7 @@ func launch(ctx context.Context, cfg *Config, path, sum string, logger hclog.Log
 		Logger:           logger,
 		StartTimeout:     cfg.StartTimeout,
 		AutoMTLS:         true,
+		GRPCDialOptions:  wire.DialOptions(),
 		Stderr:           &stderrTail{},
 	}
 	if cfg.Lock != nil {
@@ -336,8 +346,12 @@ func (p *plugin) acquire(ctx context.Context) (*instance, error) {
 		p.mu.Lock()
 		p.starting = nil
 		close(wait)
-		if err == nil && p.closed {
-			err = fmt.Errorf("registry closed")
+		if p.closed {
+			if inst != nil {
+				inst.kill()
+			}
+			p.mu.Unlock()
+			return nil, &failure{ReasonClosed, fmt.Errorf("plugin %s: %w: registry closed", p.name, core.ErrUnavailable)}
 		}
 		if err != nil {
 			if inst != nil {
@@ -346,6 +360,16 @@ func (p *plugin) acquire(ctx context.Context) (*instance, error) {
 			if ctx.Err() != nil {
 				p.mu.Unlock()
 				return nil, ctx.Err()
+			}
+			if errors.Is(err, core.ErrRefused) {
+				// The plugin refused this host's hardware (Configure): it
+				// is not restarted, and its names fall back.
+				why := err.Error()
+				p.refusedHost.Store(&why)
+				p.lastErr = err
+				p.mu.Unlock()
+				p.logger.Warn("plugin refused this host's hardware", "error", err)
+				return nil, &failure{ReasonUnsupportedHardware, fmt.Errorf("plugin %s: %w", p.name, err)}
 			}
 			p.failLocked(ReasonStartFailed, err)
 			p.mu.Unlock()
@@ -362,6 +386,8 @@ func (p *plugin) acquire(ctx context.Context) (*instance, error) {
 // check verifies that a freshly started process is the plugin that was
 // discovered: same family and the same names.
 func (p *plugin) check(ctx context.Context, inst *instance) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
+	defer cancel()
 	d, err := inst.backend.Describe(ctx)
 	if err != nil {
 		return err
@@ -369,8 +395,15 @@ func (p *plugin) check(ctx context.Context, inst *instance) error {
 	if d.Name != p.desc.Name {
 		return fmt.Errorf("%w: plugin now calls itself %q, was %q", core.ErrProtocol, d.Name, p.desc.Name)
 	}
-	if len(d.Handlers) != len(p.desc.Handlers) {
-		return fmt.Errorf("%w: plugin now serves %d names, was %d", core.ErrProtocol, len(d.Handlers), len(p.desc.Handlers))
+	if !reflect.DeepEqual(d.Handlers, p.desc.Handlers) && !p.staleDesc.Load() {
+		// The description came from the cache, and this process says
+		// otherwise: trust the process for the cache's next reader, and
+		// cache no answer of this run, whose routes follow the old one.
+		p.staleDesc.Store(true)
+		p.logger.Warn("plugin describes itself otherwise than its cached description; its answers are not cached in this run", "path", p.path)
+		if err := (descCache{dir: p.cfg.CacheDir}).put(p.cacheKey, d); err != nil {
+			p.logger.Debug("description cache not written", "error", err)
+		}
 	}
 	return nil
 }
@@ -426,20 +459,36 @@ func (p *plugin) succeeded() {
 }
 
 // stop kills the running instance, if any, and refuses further starts.
-func (p *plugin) stop() {
+func (p *plugin) stop() { p.end(false) }
+
+// retireAll refuses new starts and ends the running process once its
+// calls in flight have finished.
+func (p *plugin) retireAll() { p.end(true) }
+
+// end refuses new starts and ends the running process: at once, or, when
+// graceful, after the calls in flight on it. It waits for every process of
+// the plugin to be gone.
+func (p *plugin) end(graceful bool) {
 	p.mu.Lock()
 	p.closed = true
 	inst := p.running.Swap(nil)
 	wait := p.starting
 	p.mu.Unlock()
+	finish := func(i *instance) {
+		if graceful {
+			i.retire()
+		} else {
+			i.kill()
+		}
+	}
 	if wait != nil {
 		<-wait
 		if late := p.running.Swap(nil); late != nil {
-			late.kill()
+			finish(late)
 		}
 	}
 	if inst != nil {
-		inst.kill()
+		finish(inst)
 	}
 	p.retiring.Wait()
 }
@@ -475,4 +524,16 @@ func classify(err error) Reason {
 		return ReasonProtocol
 	}
 	return ReasonCrashed
+}
+
+// unsupportedWhy says why the plugin does not run on this host: its
+// declared hardware is absent, or it refused the host; "" when it runs.
+func (p *plugin) unsupportedWhy() string {
+	if p.unsupported != "" {
+		return p.unsupported
+	}
+	if why := p.refusedHost.Load(); why != nil {
+		return *why
+	}
+	return ""
 }

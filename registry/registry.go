@@ -302,7 +302,8 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 	}
 	logger := r.log.Named(c.family)
 	cache := descCache{dir: r.cfg.CacheDir}
-	d, ok := cache.get(sum)
+	key := sum + "-" + envDigest()
+	d, ok := cache.get(key)
 	if !ok {
 		sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 		defer cancel()
@@ -320,14 +321,14 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 		if err := validateDescription(c.family, d); err != nil {
 			return nil, err
 		}
-		if err := cache.put(sum, d); err != nil {
+		if err := cache.put(key, d); err != nil {
 			r.log.Debug("description cache not written", "error", err)
 		}
 	}
 	if err := catalogCheck(d); err != nil { // selfcheck.go
 		return nil, err
 	}
-	p := &plugin{name: d.Name, path: c.path, sha256: sum, desc: d, logger: logger, cfg: &r.cfg}
+	p := &plugin{name: d.Name, path: c.path, sha256: sum, cacheKey: key, desc: d, logger: logger, cfg: &r.cfg}
 	if r.cfg.Host != nil {
 		p.unsupported = unsupportedReason(d, *r.cfg.Host)
 	}
@@ -444,7 +445,7 @@ func (r *Registry) Start(ctx context.Context) (map[string]time.Duration, error) 
 	var errs []error
 	var wg sync.WaitGroup
 	for _, p := range t.plugins {
-		if p.unsupported != "" {
+		if p.unsupportedWhy() != "" {
 			continue
 		}
 		wg.Add(1)

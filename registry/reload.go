@@ -157,25 +157,6 @@ func (r *Registry) rebuildRoutes(next, old *routeTable) {
 	next.routes = routes
 }
 
-// retireAll refuses new starts and ends the running process once its
-// calls in flight have finished.
-func (p *plugin) retireAll() {
-	p.mu.Lock()
-	p.closed = true
-	inst := p.running.Swap(nil)
-	wait := p.starting
-	p.mu.Unlock()
-	if wait != nil {
-		<-wait
-		if late := p.running.Swap(nil); late != nil {
-			late.retire()
-		}
-	}
-	if inst != nil {
-		inst.retire()
-	}
-}
-
 // selfTest compares a new plugin binary with the one it would replace, on
 // sample requests for every name the old one serves. It returns why the new
 // one must not replace the old, or "".

@@ -18,6 +18,26 @@ const EnvParentPipe = "ATTNPLUG_PARENT_PIPE"
 // ProtocolVersion is the plugin protocol version this package speaks.
 const ProtocolVersion = 1
 
+// MaxMessageBytes is the largest gRPC message a host and a plugin of this
+// package send each other, both ways; gRPC's own default is 4 MiB. A host
+// also splits its batches well below it, because older plugins keep gRPC's
+// default.
+const MaxMessageBytes = 64 << 20
+
+// BatchBytes is how large a host lets one DispatchBatch message grow
+// before it starts another.
+const BatchBytes = 2 << 20
+
+// ServerOptions are the gRPC server options of a plugin.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes)}
+}
+
+// DialOptions are the gRPC dial options of a host's plugin connections.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))}
+}
+
 // PluginName is the name of the backend plugin in go-plugin's plugin sets.
 const PluginName = "backend"
 

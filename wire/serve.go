@@ -13,6 +13,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 )
 
 // Factory builds a plugin's backend; the logger writes JSON lines to
@@ -56,8 +57,10 @@ func run(ctx context.Context, f Factory, args []string, getenv func(string) stri
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake(),
 		VersionedPlugins: VersionedPlugins(backend),
-		GRPCServer:       plugin.DefaultGRPCServer,
-		Logger:           logger,
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return plugin.DefaultGRPCServer(append(opts, ServerOptions()...))
+		},
+		Logger: logger,
 	})
 	return 0
 }

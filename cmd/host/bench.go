@@ -256,7 +256,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return perr
 	}
 	res.ProductionNsPerPass = prod / float64(len(trace))
-	res.ProductionAllocs = allocsPerRun(func() { _ = production(false) }) / float64(len(trace))
+	res.ProductionAllocs = allocsPerRun(5, func() { _ = production(false) }) / float64(len(trace))
 
 	if *stream > 0 {
 		if err := benchStream(ctx, reg, *stream, &res); err != nil {

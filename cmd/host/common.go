@@ -102,7 +102,7 @@ func (h *hostFlags) dirs() ([]string, error) {
 	return []string{d}, nil
 }
 
-func (h *hostFlags) hostPlatform() (core.Platform, error) {
+func (h *hostFlags) hostPlatform(ctx context.Context) (core.Platform, error) {
 	if h.platform != "" {
 		p, err := core.ParsePlatform(h.platform)
 		if err != nil || p == core.PlatformUnset {
@@ -110,7 +110,7 @@ func (h *hostFlags) hostPlatform() (core.Platform, error) {
 		}
 		return p, nil
 	}
-	return detectPlatform(), nil
+	return detectPlatform(ctx), nil
 }
 
 // detectPlatform is the platform of this machine's hardware (package
@@ -119,8 +119,8 @@ func (h *hostFlags) hostPlatform() (core.Platform, error) {
 // NVIDIA GPU missing from detect's device-ID table has no known compute
 // capability; it still makes the platform cuda when it passed every other
 // check.
-func detectPlatform() core.Platform {
-	r, err := detect.Detect(context.Background(), detect.Options{NoDriverQuery: true})
+func detectPlatform(ctx context.Context) core.Platform {
+	r, err := detect.Detect(ctx, detect.Options{NoDriverQuery: true})
 	if err != nil {
 		return core.PlatformCPU
 	}
@@ -179,9 +179,12 @@ func (h *hostFlags) openRegistry(ctx context.Context, logger hclog.Logger) (*reg
 	if err != nil {
 		return nil, err
 	}
-	platform, err := h.hostPlatform()
+	platform, err := h.hostPlatform(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if h.callTimeout <= 0 {
+		return nil, &usageError{fmt.Sprintf("--timeout: %s is not a positive duration", h.callTimeout)}
 	}
 	cfg := registry.Config{
 		PluginDirs:        dirs,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
@@ -14,6 +15,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
+// connectCallTimeout bounds one DispatchBatch call to a server.
+const connectCallTimeout = 30 * time.Second
+
 // serverClient is a connection to a running attnplug serve.
 type serverClient struct {
 	conn *grpc.ClientConn
@@ -21,13 +25,13 @@ type serverClient struct {
 }
 
 // dialServer connects to the serve at addr (unix:///path or host:port).
-func dialServer(_ context.Context, addr string) (*serverClient, error) {
+func dialServer(addr string) (*serverClient, error) {
 	network, address := listenAddr(addr)
 	target := address
 	if network == "unix" {
 		target = "unix://" + address
 	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target, append(wire.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return nil, fmt.Errorf("--connect %s: %w", addr, err)
 	}
@@ -40,7 +44,11 @@ func (c *serverClient) DispatchBatch(ctx context.Context, reqs []core.Request, o
 	for i := range reqs {
 		in.Requests[i] = wire.RequestToProto(&reqs[i])
 	}
-	resp, err := c.rpc.DispatchBatch(ctx, in, grpc.WaitForReady(true))
+	// A server that is not there fails the call at once; one that hangs
+	// fails it at the deadline.
+	ctx, cancel := context.WithTimeout(ctx, connectCallTimeout)
+	defer cancel()
+	resp, err := c.rpc.DispatchBatch(ctx, in)
 	if err != nil {
 		return fmt.Errorf("server: %w", wire.FromStatus(err))
 	}

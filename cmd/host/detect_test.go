@@ -439,15 +439,15 @@ func TestConfigureRefuses(t *testing.T) {
 // without it the real root's platform comes from files alone.
 func TestDetectPlatformDefault(t *testing.T) {
 	h := hostFlags{platform: "hip"}
-	if p, err := h.hostPlatform(); err != nil || p != core.PlatformHIP {
+	if p, err := h.hostPlatform(t.Context()); err != nil || p != core.PlatformHIP {
 		t.Errorf("--platform hip: got %v, %v", p, err)
 	}
 	h = hostFlags{platform: "gpu"}
-	if _, err := h.hostPlatform(); err == nil {
+	if _, err := h.hostPlatform(t.Context()); err == nil {
 		t.Errorf("--platform gpu: no error")
 	}
 	h = hostFlags{}
-	p, err := h.hostPlatform()
+	p, err := h.hostPlatform(t.Context())
 	if err != nil || p == core.PlatformUnset || !p.Valid() {
 		t.Errorf("detected platform: got %v, %v", p, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/jsonl"
@@ -26,13 +27,28 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return &usageError{fmt.Sprintf("dispatch: unexpected argument %q (requests come on stdin)", fs.Arg(0))}
 	}
+	if *maxLine <= 0 {
+		return &usageError{fmt.Sprintf("--max-line-bytes: %d is not a positive size", *maxLine)}
+	}
+	if *connect != "" {
+		var local []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "plugin-dir", "platform", "strict", "no-cache", "lock", "insecure-plugin-dir":
+				local = append(local, "--"+f.Name)
+			}
+		})
+		if len(local) > 0 {
+			return &usageError{fmt.Sprintf("dispatch: %s configure plugins loaded here, and --connect loads none: set them on attnplug serve", strings.Join(local, ", "))}
+		}
+	}
 	logger, err := h.logger(e)
 	if err != nil {
 		return err
 	}
 	var d batchDispatcher
 	if *connect != "" {
-		c, err := dialServer(ctx, *connect)
+		c, err := dialServer(*connect)
 		if err != nil {
 			return err
 		}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/attnplug/attnplug/internal/testbin"
@@ -12,18 +10,5 @@ import (
 var bins *testbin.Bins
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "attnplug-host-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins, err = testbin.Build(dir, true)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testbin.Main(m, true, func(b *testbin.Bins) error { bins = b; return nil })
 }

@@ -15,7 +15,7 @@ import (
 // metrics are the Prometheus metrics of attnplug serve.
 type metrics struct {
 	reg        *registry.Registry
-	known      map[string]bool
+	reference  map[string]bool
 	registry   *prometheus.Registry
 	dispatches *prometheus.CounterVec
 	fallbacks  *prometheus.CounterVec
@@ -27,9 +27,9 @@ type metrics struct {
 
 func newMetrics(reg *registry.Registry) *metrics {
 	m := &metrics{
-		reg:      reg,
-		known:    map[string]bool{core.TritonName: true},
-		registry: prometheus.NewRegistry(),
+		reg:       reg,
+		reference: map[string]bool{},
+		registry:  prometheus.NewRegistry(),
 		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "attnplug_dispatches_total", Help: "Requests answered, by backend name, method and answering plugin.",
 		}, []string{"backend", "method", "plugin"}),
@@ -50,11 +50,8 @@ func newMetrics(reg *registry.Registry) *metrics {
 			Name: "attnplug_plugin_swap_rejections_total", Help: "New plugin binaries a reload refused to switch to, by plugin and reason.",
 		}, []string{"plugin", "reason"}),
 	}
-	for _, n := range reg.Names() {
-		m.known[n] = true
-	}
 	for _, n := range registry.ReferenceNames() {
-		m.known[n] = true
+		m.reference[n] = true
 	}
 	m.registry.MustRegister(m.dispatches, m.fallbacks, m.refusals, m.latency, m.swaps, m.rejections, pluginCollector{reg})
 	return m
@@ -66,10 +63,14 @@ func (m *metrics) handler() http.Handler {
 	return mux
 }
 
-// label bounds the backend label to the names the registry knows: request
-// names are input, and every other one counts as "other".
+// label bounds the backend label to the names sglang registers and the
+// names the plugins serve now (a reload may add some): request names are
+// input, and every other one counts as "other".
 func (m *metrics) label(backend string) string {
-	if m.known[backend] {
+	if m.reference[backend] {
+		return backend
+	}
+	if _, _, ok := m.reg.Handler(backend); ok {
 		return backend
 	}
 	return "other"

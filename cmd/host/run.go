@@ -30,13 +30,16 @@ type runOptions struct {
 	randomTensors bool
 	seed          uint64
 	maxKVTokens   int
+	// maxTensorBytes bounds the shared-memory buffer of a line's tensors
+	// (and what a kernel decompresses from them).
+	maxTensorBytes int64
 }
 
 func defaultRunOptions() runOptions {
 	return runOptions{
 		cfg: kernels.Config{Heads: 2, KVLoraRank: 16, QKNopeHeadDim: 8, QKRopeHeadDim: 4, VHeadDim: 8,
 			SoftmaxScale: 1 / math.Sqrt(12), RopeBase: 10000},
-		topK: 2048, seed: 1, maxKVTokens: 1 << 14,
+		topK: 2048, seed: 1, maxKVTokens: 1 << 14, maxTensorBytes: 1 << 30,
 	}
 }
 
@@ -56,6 +59,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&o.cfg.RopeBase, "rope-base", o.cfg.RopeBase, "RoPE base theta")
 	fs.IntVar(&o.topK, "top-k", o.topK, "DSA indexer top-k of DSA layers (DeepSeek-V3.2: 2048)")
 	fs.IntVar(&o.maxKVTokens, "max-kv-tokens", o.maxKVTokens, "refuse lines whose batch has more KV tokens (sum of seq_lens)")
+	fs.Int64Var(&o.maxTensorBytes, "max-tensor-bytes", o.maxTensorBytes, "refuse lines whose tensors (inputs and output), or the k and v that MHA_ONE_SHOT decompresses, take more bytes")
 	maxLine := fs.Int("max-line-bytes", 64<<20, "longest request line accepted")
 	if err := parseFlags(fs, e, args, "attnplug run [flags] < requests.jsonl > answers.jsonl"); err != nil {
 		return err
@@ -65,6 +69,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	if o.cfg.SoftmaxScale == 0 {
 		o.cfg.SoftmaxScale = 1 / math.Sqrt(float64(o.cfg.QKNopeHeadDim+o.cfg.QKRopeHeadDim))
+	}
+	if o.maxTensorBytes <= 0 {
+		return &usageError{fmt.Sprintf("run: --max-tensor-bytes=%d must be positive", o.maxTensorBytes)}
 	}
 	o.cfg.ChunkCapacity, o.cfg.TopK = 1, 0
 	if err := o.cfg.Validate(); err != nil {
@@ -184,26 +191,53 @@ func (s *tensorSpec) inline() bool {
 }
 
 // splitTensors takes the "tensors" object out of line; the rest is a
-// dispatch request. A line without one is returned as it is.
+// dispatch request, every other member kept as it was written, duplicates
+// included, so that jsonl.DecodeRequest refuses what attnplug dispatch
+// refuses. A line without "tensors" is returned as it is; "tensors" given
+// twice, or a field of it given twice, is refused.
 func splitTensors(line []byte) ([]byte, *tensorSpec, error) {
 	if !bytes.Contains(line, []byte(`"tensors"`)) {
 		return line, nil, nil
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(line, &obj); err != nil {
+	members, err := objectMembers(line)
+	if err != nil {
 		return nil, nil, core.NewFieldError("request", "invalid JSON: "+err.Error())
 	}
-	raw, ok := obj["tensors"]
-	if !ok {
-		return line, nil, nil
+	var raw json.RawMessage
+	rest := []byte{'{'}
+	for _, m := range members {
+		if m.key != "tensors" {
+			if len(rest) > 1 {
+				rest = append(rest, ',')
+			}
+			k, _ := json.Marshal(m.key)
+			rest = append(append(append(rest, k...), ':'), m.value...)
+			continue
+		}
+		if raw != nil {
+			return nil, nil, core.NewFieldError("tensors", "given twice")
+		}
+		raw = m.value
 	}
-	delete(obj, "tensors")
-	rest, err := json.Marshal(obj)
-	if err != nil {
-		return nil, nil, err
+	rest = append(rest, '}')
+	if raw == nil {
+		return line, nil, nil
 	}
 	if string(raw) == "null" {
 		return rest, nil, nil
+	}
+	if bytes.HasPrefix(raw, []byte{'{'}) {
+		fields, err := objectMembers(raw)
+		if err != nil {
+			return nil, nil, core.NewFieldError("tensors", err.Error())
+		}
+		seen := make(map[string]bool, len(fields))
+		for _, f := range fields {
+			if seen[f.key] {
+				return nil, nil, core.NewFieldError("tensors."+f.key, "given twice")
+			}
+			seen[f.key] = true
+		}
 	}
 	var spec tensorSpec
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -212,6 +246,46 @@ func splitTensors(line []byte) ([]byte, *tensorSpec, error) {
 		return nil, nil, core.NewFieldError("tensors", err.Error())
 	}
 	return rest, &spec, nil
+}
+
+// member is one member of a JSON object: its key and its value as written.
+type member struct {
+	key   string
+	value json.RawMessage
+}
+
+// objectMembers returns the members of the JSON object data, in order and
+// duplicates included; data must be one object and nothing else.
+func objectMembers(data []byte) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil {
+		return nil, err
+	} else if tok != json.Delim('{') {
+		return nil, fmt.Errorf("want an object, got %v", tok)
+	}
+	var out []member
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil, fmt.Errorf("want a field name, got %v", tok)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, member{key, v})
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("data after the object")
+	}
+	return out, nil
 }
 
 // runLine decides line n and runs the chosen kernel.
@@ -287,6 +361,9 @@ func runRequest(ctx context.Context, reg *registry.Registry, o runOptions, req *
 	if err != nil {
 		return nil, core.NewFieldError("tensors", err.Error())
 	}
+	if err := checkTensorBytes(cfg, b, l, ans.Method, o.maxTensorBytes); err != nil {
+		return nil, err
+	}
 	raw, err := inputs(cfg, b, spec)
 	if err != nil {
 		return nil, err
@@ -326,6 +403,74 @@ func runRequest(ctx context.Context, reg *registry.Registry, o runOptions, req *
 		RelError: kernels.RelError(out, want), KernelPlugin: ka.Plugin, KernelFallback: ka.Fallback,
 		Sparse: ka.Sparse, Note: ka.Note, out: slices.Clone(out),
 	}, nil
+}
+
+// checkTensorBytes refuses a line whose tensors take more than limit bytes,
+// before anything is allocated for them. The count is made from the
+// fields' shapes with saturating arithmetic, not from l.Bytes(), so no
+// product of dimensions can wrap around; the error names the largest
+// tensor. MHA_ONE_SHOT also decompresses k_nope and v of every head and
+// KV token, which is bounded the same way.
+func checkTensorBytes(cfg kernels.Config, b kernels.BatchShape, l kernels.TensorLayout, m core.Method, limit int64) error {
+	var total int64
+	var largest kernels.Field
+	largestBytes := int64(-1)
+	for _, f := range l.Fields() {
+		n := satMul(4, f.Shape...)
+		if n > largestBytes {
+			largest, largestBytes = f, n
+		}
+		padded := int64(math.MaxInt64) // each tensor starts on 64 bytes
+		if n <= math.MaxInt64-63 {
+			padded = (n + 63) / 64 * 64
+		}
+		total = satAdd(total, padded)
+	}
+	if total > limit {
+		return core.NewFieldError("tensors."+largest.Name, fmt.Sprintf("shape %v takes %s; the line's tensors take %s, more than --max-tensor-bytes %d",
+			largest.Shape, byteCount(largestBytes), byteCount(total), limit))
+	}
+	if m == core.MHAOneShot {
+		kv := satMul(4, cfg.Heads, b.KVTokens(), cfg.QKNopeHeadDim+cfg.VHeadDim)
+		if kv > limit {
+			return core.NewFieldError("tensors", fmt.Sprintf("MHA_ONE_SHOT decompresses k_nope and v of every head and KV token, %d×%d×(%d+%d) floats, %s, more than --max-tensor-bytes %d",
+				cfg.Heads, b.KVTokens(), cfg.QKNopeHeadDim, cfg.VHeadDim, byteCount(kv), limit))
+		}
+	}
+	return nil
+}
+
+// satMul returns the product of x and ys, or math.MaxInt64 when it does
+// not fit (or a factor is negative).
+func satMul(x int64, ys ...int) int64 {
+	for _, y := range ys {
+		switch {
+		case y < 0 || x < 0:
+			return math.MaxInt64
+		case y != 0 && x > math.MaxInt64/int64(y):
+			return math.MaxInt64
+		}
+		x *= int64(y)
+	}
+	return x
+}
+
+// satAdd returns x+y for non-negative x and y, or math.MaxInt64 when the
+// sum does not fit.
+func satAdd(x, y int64) int64 {
+	if x > math.MaxInt64-y {
+		return math.MaxInt64
+	}
+	return x + y
+}
+
+// byteCount spells n bytes for an error message; math.MaxInt64 stands for
+// a count too large for int64.
+func byteCount(n int64) string {
+	if n == math.MaxInt64 {
+		return "more than 2^63 bytes"
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // batchShape is req's batch for the kernels: seq_lens are needed; missing

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -267,6 +268,83 @@ func TestRunCommand(t *testing.T) {
 	}
 }
 
+// TestRunRefusesLinesItCannotHold: a line whose tensors would take more
+// than --max-tensor-bytes (here w_kc, 1024×1024×1024 floats, 4 GiB) and
+// lines with a field given twice are refused with an error naming the
+// field, before anything is allocated, and the line after them is
+// answered.
+func TestRunRefusesLinesItCannotHold(t *testing.T) {
+	const good = `{"backend":"fa3","forward_mode":"DECODE","seq_lens":[4],"tensors":{"random":2}}`
+	lines := []struct{ line, err string }{
+		{`{"backend":"fa3","forward_mode":"DECODE","seq_lens":[4],"tensors":{"random":1,"heads":1024,"kv_lora_rank":1024,"qk_nope_head_dim":1024}}`,
+			"line 1: tensors.w_kc: shape [1024 1024 1024] takes 4294967296 bytes; the line's tensors take "},
+		{good, ""},
+		{`{"backend":"fa3","backend":"triton","forward_mode":"DECODE","seq_lens":[4],"tensors":{"random":1}}`, "line 3: backend: given twice"},
+		{`{"backend":"fa3","forward_mode":"DECODE","tensors":{"random":1},"seq_lens":[4],"seq_lens":[5]}`, "line 4: seq_lens: given twice"},
+		{`{"backend":"fa3","forward_mode":"DECODE","seq_lens":[4],"tensors":{"random":1},"tensors":{"random":2}}`, "line 5: tensors: given twice"},
+		{`{"backend":"fa3","forward_mode":"DECODE","seq_lens":[4],"tensors":{"random":1,"heads":1,"heads":2}}`, "line 6: tensors.heads: given twice"},
+		{good, ""},
+	}
+	var in strings.Builder
+	for _, l := range lines {
+		in.WriteString(l.line + "\n")
+	}
+	r := host(t, bins, in.String(), "run", "--plugin-dir", bins.PluginDir)
+	if r.code != 1 {
+		t.Errorf("exit status %d, want 1 (lines refused); stderr: %s", r.code, r.stderr)
+	}
+	got := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(got) != len(lines) {
+		t.Fatalf("got %d answers, want %d:\n%s\nstderr: %s", len(got), len(lines), r.stdout, r.stderr)
+	}
+	for i, line := range got {
+		var a struct{ Kernel, Error string }
+		if err := json.Unmarshal([]byte(line), &a); err != nil {
+			t.Fatalf("answer %d: %v: %s", i+1, err, line)
+		}
+		if want := lines[i].err; want == "" && (a.Error != "" || a.Kernel == "") {
+			t.Errorf("answer %d: got %s, want a kernel's answer", i+1, line)
+		} else if want != "" && !strings.HasPrefix(a.Error, want) {
+			t.Errorf("answer %d: got %s, want an error starting %q", i+1, line, want)
+		}
+	}
+	if !strings.Contains(got[0], "more than --max-tensor-bytes 1073741824") {
+		t.Errorf("answer 1: %s does not name --max-tensor-bytes", got[0])
+	}
+}
+
+// TestCheckTensorBytes covers what the command test cannot reach cheaply:
+// the MHA_ONE_SHOT decompression bound, a lower limit and sizes past int64.
+func TestCheckTensorBytes(t *testing.T) {
+	cfg := kernels.Config{Heads: 1 << 16, KVLoraRank: 1, QKNopeHeadDim: 1, QKRopeHeadDim: 2, VHeadDim: 1,
+		SoftmaxScale: 0.5, RopeBase: 10000, ChunkCapacity: 1 << 17}
+	b := kernels.BatchShape{SeqLens: []int{1 << 14}, PrefixLens: []int{1<<14 - 1}} // one new token
+	l, err := kernels.Layout(cfg, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkTensorBytes(cfg, b, l, core.MLA, 1<<30); err != nil {
+		t.Errorf("MLA on a %d-byte layout: %v", l.Bytes(), err)
+	}
+	err = checkTensorBytes(cfg, b, l, core.MHAOneShot, 1<<30)
+	if err == nil || !strings.Contains(err.Error(), "MHA_ONE_SHOT decompresses") {
+		t.Errorf("MHA_ONE_SHOT decompressing 8 GiB: got %v, want it refused", err)
+	}
+	err = checkTensorBytes(cfg, b, l, core.MLA, 1<<10)
+	if err == nil || !strings.Contains(err.Error(), "more than --max-tensor-bytes 1024") {
+		t.Errorf("a %d-byte layout under a 1 KiB limit: got %v, want it refused", l.Bytes(), err)
+	}
+	if got := satMul(4, 1<<40, 1<<40); got != math.MaxInt64 {
+		t.Errorf("satMul(4, 2^40, 2^40) = %d, want it saturated", got)
+	}
+	if got := satAdd(math.MaxInt64-1, 2); got != math.MaxInt64 {
+		t.Errorf("satAdd(MaxInt64-1, 2) = %d, want it saturated", got)
+	}
+	if got := satMul(4, 3, 5); got != 60 {
+		t.Errorf("satMul(4, 3, 5) = %d, want 60", got)
+	}
+}
+
 // TestRunPluginsKernels checks attnplug plugins --kernels lists every
 // name's catalog.
 func TestRunPluginsKernels(t *testing.T) {
@@ -395,13 +473,23 @@ func TestRunPluginDiesMidKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := defaultRunOptions()
+	ctx := testContext(t)
 	for i := range 3 {
 		req := core.NewRequest("fault", core.ModeDecode)
 		req.Batch.SeqLens = []int64{9, 4}
 		seed := uint64(i)
-		a, err := runRequest(testContext(t), reg, o, &req, &tensorSpec{Random: &seed})
-		if err != nil {
-			t.Fatalf("run %d: %v", i, err)
+		var a *runAnswer
+		// Until the restart backoff has passed, the host runs the kernel
+		// without asking the plugin; run again until the plugin is asked.
+		asked := pollUntil(ctx, func() bool {
+			var err error
+			if a, err = runRequest(ctx, reg, o, &req, &tensorSpec{Random: &seed}); err != nil {
+				t.Fatalf("run %d: %v", i, err)
+			}
+			return !strings.Contains(a.KernelFallback, string(registry.ReasonBackoff))
+		})
+		if !asked {
+			t.Fatalf("run %d: the fault plugin was not asked again after its crash: %v", i, ctx.Err())
 		}
 		if a.Plugin != "fault" || a.KernelPlugin != core.PluginCore || a.KernelFallback == "" || a.RelError > 1e-5 {
 			t.Errorf("run %d: decided by %s, kernel by %s (fallback %q), rel_error %g; want the host to run it after the crash",
@@ -410,7 +498,6 @@ func TestRunPluginDiesMidKernel(t *testing.T) {
 		if i == 0 && !strings.Contains(a.KernelFallback, "plugin_crashed") {
 			t.Errorf("run 0: fallback %q, want plugin_crashed", a.KernelFallback)
 		}
-		time.Sleep(20 * time.Millisecond) // past the restart backoff
 	}
 	var restarts int
 	for _, p := range reg.Plugins() {
@@ -422,22 +509,34 @@ func TestRunPluginDiesMidKernel(t *testing.T) {
 		t.Errorf("the fault plugin restarted %d times, want at least once", restarts)
 	}
 	reg.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		fds := openFDs(t)
+	closed, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var fds []string
+	if !pollUntil(closed, func() bool {
+		fds = openFDs(t)
 		leaked := slices.ContainsFunc(fds, func(s string) bool { return strings.Contains(s, "memfd:attnplug") })
-		if !leaked && len(fds) <= len(fdsBefore) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("descriptors: %d before, %d after: %v", len(fdsBefore), len(fds), fds)
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+		return !leaked && len(fds) <= len(fdsBefore)
+	}) {
+		t.Errorf("descriptors: %d before, %d after: %v", len(fdsBefore), len(fds), fds)
 	}
 	if after, _ := filepath.Glob("/dev/shm/attnplug-*"); len(after) > len(shmBefore) {
 		t.Errorf("/dev/shm: %v before, %v after", shmBefore, after)
 	}
+}
+
+// pollUntil checks cond every few milliseconds until it holds, and reports
+// whether it did before ctx ended.
+func pollUntil(ctx context.Context, cond func() bool) bool {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
 }
 
 // TestRunContextDeadline keeps runRequest honest about cancellation.

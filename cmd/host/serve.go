@@ -111,13 +111,15 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		for _, w := range sel.Warnings {
-			logger.Warn(w)
+			logger.Warn("backend selection", "warning", w)
 		}
 		hy.prefill, hy.decode = sel.Prefill, sel.Decode
 		info := report.HostInfo()
 		host = &info
 	} else {
-		hy.prefill, hy.decode = unmatchedSelection(&sf)
+		if hy.prefill, hy.decode, err = unmatchedSelection(&sf); err != nil {
+			return err
+		}
 	}
 	reg, err := h.openRegistryWith(ctx, logger, func(c *registry.Config) {
 		c.Host = host
@@ -132,7 +134,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 
 	m := newMetrics(reg)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(wire.ServerOptions()...)
 	ds := &dispatchServer{reg: reg, hybrid: hy, metrics: m, log: logger.Named("serve")}
 	dispatchv1.RegisterDispatcherServer(srv, ds)
 	dispatchv1.RegisterAdminServer(srv, ds)
@@ -232,8 +234,11 @@ func removeStaleSocket(path string) error {
 
 // unmatchedSelection picks the backends from the flags alone, without the
 // hardware (--match-hardware=false); triton when nothing is given.
-func unmatchedSelection(sf *selectFlags) (prefill, decode string) {
-	cfg, _ := sf.loadConfig()
+func unmatchedSelection(sf *selectFlags) (prefill, decode string, err error) {
+	cfg, err := sf.loadConfig()
+	if err != nil {
+		return "", "", err
+	}
 	first := func(vals ...string) string {
 		for _, v := range vals {
 			if v != "" {
@@ -247,7 +252,7 @@ func unmatchedSelection(sf *selectFlags) (prefill, decode string) {
 		cb, cp, cd = cfg.Backend, cfg.PrefillBackend, cfg.DecodeBackend
 	}
 	env := os.Getenv(detect.EnvBackend)
-	return first(sf.prefillBackend, sf.backend, env, cp, cb), first(sf.decodeBackend, sf.backend, env, cd, cb)
+	return first(sf.prefillBackend, sf.backend, env, cp, cb), first(sf.decodeBackend, sf.backend, env, cd, cb), nil
 }
 
 // dispatchServer is the gRPC face of the registry.

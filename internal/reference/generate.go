@@ -3,6 +3,8 @@ package reference
 import (
 	"encoding/json"
 	"math/rand/v2"
+
+	"github.com/attnplug/attnplug/core"
 )
 
 // Names is the backend names Generate picks from: the reference's, names
@@ -16,9 +18,28 @@ func Names() []string {
 	}
 }
 
-var modes = []string{"EXTEND", "DECODE", "MIXED", "IDLE", "TARGET_VERIFY", "DRAFT_EXTEND_V2", "PREBUILT", "SPLIT_PREFILL", "DLLM_EXTEND"}
+// modeNames is the forward modes Generate picks from: every mode, in
+// sglang's order, by name.
+func modeNames() []string {
+	var out []string
+	for _, m := range core.ForwardModes() {
+		out = append(out, m.String())
+	}
+	return out
+}
 
-var platforms = []string{"cuda", "hip", "npu", "xpu", "cpu"}
+// platformNames is the platforms Generate picks from: every platform but
+// the unset one, in core's order, by name.
+func platformNames() []string {
+	var out []string
+	for p := core.PlatformUnset + 1; p.Valid(); p++ {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+// pick returns one of names, chosen by rng.
+func pick(rng *rand.Rand, names []string) string { return names[rng.IntN(len(names))] }
 
 // Generate returns a random valid request of the dispatch format, as one
 // JSON line without its newline. Lengths are chosen so that the prefix sum
@@ -27,7 +48,7 @@ var platforms = []string{"cuda", "hip", "npu", "xpu", "cpu"}
 func Generate(rng *rand.Rand) []byte {
 	req := map[string]any{
 		"backend":      Names()[rng.IntN(len(Names()))],
-		"forward_mode": modes[rng.IntN(len(modes))],
+		"forward_mode": pick(rng, modeNames()),
 	}
 	threshold := []int64{8192, 0, 1, 4096, 16384, int64(rng.IntN(20000))}[rng.IntN(6)]
 	n := 1 + rng.IntN(4)
@@ -86,7 +107,7 @@ func Generate(rng *rand.Rand) []byte {
 	}
 	runtime := map[string]any{}
 	if rng.IntN(3) != 0 {
-		runtime["platform"] = platforms[rng.IntN(len(platforms))]
+		runtime["platform"] = pick(rng, platformNames())
 	}
 	for _, f := range []string{"piecewise_cuda_graph", "breakable_cuda_graph", "deterministic_inference", "dsa_use_mha", "two_batch_overlap"} {
 		maybeBool(rng, runtime, f, 4)

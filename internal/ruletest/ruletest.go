@@ -1,9 +1,3 @@
-// Package ruletest holds the helpers shared by the tests of the rules
-// packages under plugins/: request builders and options, a table of cases
-// checked through both a Decide function and the plugin's backend, and a
-// check of a plugin's Describe answer.
-//
-// It is test support: only *_test.go files import it.
 package ruletest
 
 import (
@@ -13,6 +7,7 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/hashicorp/go-hclog"
 )
 
 // Opt changes a request built by Req.
@@ -83,6 +78,17 @@ func Context(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Backend returns the backend that newBackend (a rules package's New)
+// builds with a null logger; the test fails when it cannot be built.
+func Backend(t *testing.T, newBackend func(hclog.Logger) (core.Backend, error)) core.Backend {
+	t.Helper()
+	b, err := newBackend(hclog.NewNullLogger())
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b
 }
 
 // Case is one request and the method it must get.

@@ -1,6 +1,3 @@
-// Package testbin builds the real attnplug binaries for tests: the host and
-// every plugin under plugins/, with the go command, into a directory laid
-// out as make build lays out bin/.
 package testbin
 
 import (
@@ -10,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // Bins is a built tree: Host is the attnplug binary, PluginDir the plugins
@@ -72,6 +70,33 @@ func Build(dir string, withHost bool) (*Bins, error) {
 		}
 	}
 	return b, nil
+}
+
+// Main is the TestMain of a package whose tests run the real binaries: it
+// builds the plugins (and the host when withHost) into a new temporary
+// directory, hands them to set, runs the tests, removes the directory and
+// exits with the tests' status. When the build or set fails it says why on
+// stderr and exits with status 1 before any test runs.
+func Main(m *testing.M, withHost bool, set func(*Bins) error) {
+	os.Exit(mainCode(m, withHost, set))
+}
+
+func mainCode(m *testing.M, withHost bool, set func(*Bins) error) int {
+	dir, err := os.MkdirTemp("", "attnplug-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	b, err := Build(dir, withHost)
+	if err == nil {
+		err = set(b)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
 }
 
 // GoBuild builds each package of pkgs (paths relative to root) into dir,

@@ -1,5 +1,3 @@
-// Package rules holds the dispatch rules of the aiter plugin (ROCm), as
-// sglang's handle_attention_aiter.
 package rules
 
 import (
@@ -35,23 +33,27 @@ func Rules() []core.Rule {
 		Decide:   DecideAiter,
 		Reads:    core.Reads{Facts: core.FactMode | core.FactPiecewiseCUDAGraph | core.FactBreakableCUDAGraph},
 		Methods:  []core.Method{core.MHA, core.MLA},
-		Hardware: aiterHardware,
+		Hardware: aiterHardware(),
 		Kernels:  Kernels(),
 	}}
 }
 
-var aiterHardware = []core.Hardware{{
-	Platforms: []core.Platform{core.PlatformHIP},
-	Archs:     []string{"gfx90a", "gfx942", "gfx950"},
-}}
+// aiterHardware is what aiter runs on: the ROCm GPUs it is built for. Each
+// call returns a fresh slice.
+func aiterHardware() []core.Hardware {
+	return []core.Hardware{{
+		Platforms: []core.Platform{core.PlatformHIP},
+		Archs:     []string{"gfx90a", "gfx942", "gfx950"},
+	}}
+}
 
 // Kernels is the kernel catalog of aiter: its varlen MHA prefill and its
 // MLA decode, on ROCm GPUs.
 func Kernels() []core.Kernel {
 	dt := []string{"bf16", "fp16", "fp8_e4m3"}
 	return []core.Kernel{
-		{Name: "flash_attn_varlen_func", Library: core.LibAiter, Method: core.MHA, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{1}, CUDAGraph: true, Hardware: aiterHardware},
-		{Name: "mla_decode_fwd", Library: core.LibAiter, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1}, CUDAGraph: true, Hardware: aiterHardware},
+		{Name: "flash_attn_varlen_func", Library: core.LibAiter, Method: core.MHA, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{1}, CUDAGraph: true, Hardware: aiterHardware()},
+		{Name: "mla_decode_fwd", Library: core.LibAiter, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1}, CUDAGraph: true, Hardware: aiterHardware()},
 	}
 }
 

@@ -7,17 +7,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	rt "github.com/attnplug/attnplug/internal/ruletest"
 	"github.com/attnplug/attnplug/plugins/aiter/rules"
-	"github.com/hashicorp/go-hclog"
 )
-
-func backend(t *testing.T) core.Backend {
-	t.Helper()
-	b, err := rules.New(hclog.NewNullLogger())
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return b
-}
 
 func TestDecideAiter(t *testing.T) {
 	huge := rt.Lens([]int64{1 << 40}, []int64{1 << 40})
@@ -45,11 +35,11 @@ func TestDecideAiter(t *testing.T) {
 		{Name: "idle_mla", Req: rt.Req(core.ModeIdle), Want: core.MLA},
 		{Name: "prebuilt_mla", Req: rt.Req(core.ModePrebuilt), Want: core.MLA},
 	}
-	rt.Check(t, backend(t), tests, rules.DecideAiter, "aiter")
+	rt.Check(t, rt.Backend(t, rules.New), tests, rules.DecideAiter, "aiter")
 }
 
 func TestNewDescribes(t *testing.T) {
-	d := rt.Describe(t, backend(t), "aiter", rules.Version, "aiter")
+	d := rt.Describe(t, rt.Backend(t, rules.New), "aiter", rules.Version, "aiter")
 	h, _ := d.Handler("aiter")
 	if want := []core.Method{core.MHA, core.MLA}; !slices.Equal(h.Methods, want) {
 		t.Errorf("methods: got %v, want %v", h.Methods, want)

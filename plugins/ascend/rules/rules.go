@@ -1,5 +1,3 @@
-// Package rules holds the dispatch rules of the ascend plugin (Ascend NPU),
-// as sglang's handle_attention_ascend.
 package rules
 
 import (
@@ -36,21 +34,22 @@ func Rules() []core.Rule {
 		Decide:   DecideAscend,
 		Reads:    core.Reads{Facts: core.FactMode | core.FactUseDSA},
 		Methods:  []core.Method{core.MHANPU, core.MLANPU, core.DSANPU},
-		Hardware: npu,
+		Hardware: npu(),
 		Kernels:  Kernels(),
 	}}
 }
 
-var npu = []core.Hardware{{Platforms: []core.Platform{core.PlatformNPU}}}
+// npu is what ascend runs on: Ascend NPUs. Each call returns a fresh slice.
+func npu() []core.Hardware { return []core.Hardware{{Platforms: []core.Platform{core.PlatformNPU}}} }
 
 // Kernels is the kernel catalog of ascend: torch_npu's fused attention for
 // MHA and MLA, and its sparse flash attention over the DSA indexer's top-k.
 func Kernels() []core.Kernel {
 	dt := []string{"bf16", "fp16", "int8"}
 	return []core.Kernel{
-		{Name: "npu_fused_infer_attention_score", Library: core.LibTorchNPU, Method: core.MHANPU, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{128}, CUDAGraph: true, Hardware: npu},
-		{Name: "npu_fused_infer_attention_score_mla", Library: core.LibTorchNPU, Method: core.MLANPU, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{128}, CUDAGraph: true, Hardware: npu},
-		{Name: "npu_sparse_flash_attention", Library: core.LibTorchNPU, Method: core.DSANPU, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{128}, CUDAGraph: true, Hardware: npu, Sparse: true},
+		{Name: "npu_fused_infer_attention_score", Library: core.LibTorchNPU, Method: core.MHANPU, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{128}, CUDAGraph: true, Hardware: npu()},
+		{Name: "npu_fused_infer_attention_score_mla", Library: core.LibTorchNPU, Method: core.MLANPU, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{128}, CUDAGraph: true, Hardware: npu()},
+		{Name: "npu_sparse_flash_attention", Library: core.LibTorchNPU, Method: core.DSANPU, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{128}, CUDAGraph: true, Hardware: npu(), Sparse: true},
 	}
 }
 

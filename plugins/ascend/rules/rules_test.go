@@ -7,17 +7,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	rt "github.com/attnplug/attnplug/internal/ruletest"
 	"github.com/attnplug/attnplug/plugins/ascend/rules"
-	"github.com/hashicorp/go-hclog"
 )
-
-func backend(t *testing.T) core.Backend {
-	t.Helper()
-	b, err := rules.New(hclog.NewNullLogger())
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return b
-}
 
 func TestDecideAscend(t *testing.T) {
 	// Every flag the rules do not read, set at once.
@@ -42,7 +32,7 @@ func TestDecideAscend(t *testing.T) {
 		{Name: "extend_unread_flags_mha_npu", Req: rt.Req(core.ModeExtend, unread...), Want: core.MHANPU},
 		{Name: "decode_unread_flags_mla_npu", Req: rt.Req(core.ModeDecode, unread...), Want: core.MLANPU},
 	}
-	rt.Check(t, backend(t), tests, rules.DecideAscend, "ascend")
+	rt.Check(t, rt.Backend(t, rules.New), tests, rules.DecideAscend, "ascend")
 }
 
 // TestDecideAscendEveryMode checks use_dsa gives DSA_NPU in both branches,
@@ -65,7 +55,7 @@ func TestDecideAscendEveryMode(t *testing.T) {
 }
 
 func TestNewDescribes(t *testing.T) {
-	d := rt.Describe(t, backend(t), "ascend", rules.Version, "ascend")
+	d := rt.Describe(t, rt.Backend(t, rules.New), "ascend", rules.Version, "ascend")
 	h, _ := d.Handler("ascend")
 	if want := []core.Method{core.MHANPU, core.MLANPU, core.DSANPU}; !slices.Equal(h.Methods, want) {
 		t.Errorf("methods: got %v, want %v", h.Methods, want)

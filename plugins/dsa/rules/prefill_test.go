@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
+	rt "github.com/attnplug/attnplug/internal/ruletest"
 	"github.com/attnplug/attnplug/plugins/dsa/rules"
 )
 
@@ -69,7 +70,7 @@ func TestDSAPrefillChoice(t *testing.T) {
 			r.Batch.Mode = core.ModeDecode
 		}), core.MHAOneShot},
 	}
-	b := backend(t)
+	b := rt.Backend(t, rules.New)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := tt.req.Validate(); err != nil {

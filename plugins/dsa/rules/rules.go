@@ -1,7 +1,3 @@
-// Package rules holds the dispatch rules of the dsa plugin (DeepSeek sparse
-// attention): the dsa name and its deprecated alias nsa, as sglang's
-// handle_attention_dsa, and the DSA backend's own prefill choice when the
-// request does not carry it.
 package rules
 
 import (
@@ -107,14 +103,18 @@ func RulesAt(threshold int64) []core.Rule {
 	decide := Decider(threshold)
 	ks := Kernels()
 	return []core.Rule{
-		{Name: "dsa", Decide: decide, Reads: reads, Methods: methods, Hardware: dsaHardware, Kernels: ks},
-		{Name: "nsa", AliasOf: "dsa", Deprecated: `"nsa" is a deprecated alias of "dsa"`, Decide: decide, Reads: reads, Methods: methods, Hardware: dsaHardware, Kernels: ks},
+		{Name: "dsa", Decide: decide, Reads: reads, Methods: methods, Hardware: dsaHardware(), Kernels: ks},
+		{Name: "nsa", AliasOf: "dsa", Deprecated: `"nsa" is a deprecated alias of "dsa"`, Decide: decide, Reads: reads, Methods: methods, Hardware: dsaHardware(), Kernels: ks},
 	}
 }
 
-var dsaHardware = []core.Hardware{
-	{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 90},
-	{Platforms: []core.Platform{core.PlatformHIP}},
+// dsaHardware is what the dsa names run on: CUDA from sm90, and ROCm. Each
+// call returns a fresh slice.
+func dsaHardware() []core.Hardware {
+	return []core.Hardware{
+		{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 90},
+		{Platforms: []core.Platform{core.PlatformHIP}},
+	}
 }
 
 // Kernels is the kernel catalog of dsa: FlashMLA's sparse MLA over the
@@ -125,7 +125,7 @@ func Kernels() []core.Kernel {
 		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention3, Method: core.MHAOneShot, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{192, 128}, PageSizes: []int{1},
 			Hardware: []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 90, MaxCapability: 109}}},
 		{Name: "flash_mla_sparse_fwd", Library: core.LibDSA, Method: core.MLA, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{576, 512}, PageSizes: []int{64}, CUDAGraph: true,
-			Hardware: dsaHardware, Sparse: true},
+			Hardware: dsaHardware(), Sparse: true},
 	}
 }
 

@@ -12,15 +12,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-func backend(t *testing.T) core.Backend {
-	t.Helper()
-	b, err := rules.New(hclog.NewNullLogger())
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return b
-}
-
 func TestDecideDSA(t *testing.T) {
 	tests := []rt.Case{
 		{Name: "use_mha_one_shot_extend", Req: rt.Req(core.ModeExtend, rt.DSAUseMHA, rt.Fresh), Want: core.MHAOneShot},
@@ -34,7 +25,7 @@ func TestDecideDSA(t *testing.T) {
 		{Name: "no_use_mha_mla_amx", Req: rt.Req(core.ModeDecode, rt.AMXFused), Want: core.MLA},
 		{Name: "no_use_mha_mla_use_dsa_layer", Req: rt.Req(core.ModeExtend, rt.UseDSA), Want: core.MLA},
 	}
-	rt.Check(t, backend(t), tests, rules.DecideDSA, "dsa", "nsa")
+	rt.Check(t, rt.Backend(t, rules.New), tests, rules.DecideDSA, "dsa", "nsa")
 }
 
 // TestDecideDSAEveryMode: the per-batch choice decides, whatever the mode or
@@ -55,7 +46,7 @@ func TestDecideDSAEveryMode(t *testing.T) {
 }
 
 func TestNewDescribes(t *testing.T) {
-	d := rt.Describe(t, backend(t), "dsa", rules.Version, "dsa", "nsa")
+	d := rt.Describe(t, rt.Backend(t, rules.New), "dsa", rules.Version, "dsa", "nsa")
 	dsa, _ := d.Handler("dsa")
 	nsa, _ := d.Handler("nsa")
 	if dsa.AliasOf != "" || dsa.Deprecated != "" {

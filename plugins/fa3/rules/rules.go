@@ -1,5 +1,3 @@
-// Package rules holds the dispatch rules of the fa3 plugin: the fa3 and fa4
-// names, as sglang's handle_attention_fa3 and handle_attention_fa4.
 package rules
 
 import (
@@ -31,18 +29,22 @@ func DecideFA4(*core.Request) core.Method { return core.MHAChunkedKV }
 // Hardware the names' kernels run on (docs/hardware.md, "Backend
 // requirements"): FlashAttention 3 on Hopper (sm90; sglang allows sm80 only
 // for models without MLA), FlashAttention 4 on Blackwell (sm100 family).
-var (
-	fa3Hardware = []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 90, MaxCapability: 99}}
-	fa4Hardware = []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 100, MaxCapability: 109}}
-)
+// Each call returns a fresh slice.
+func fa3Hardware() []core.Hardware {
+	return []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 90, MaxCapability: 99}}
+}
+
+func fa4Hardware() []core.Hardware {
+	return []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 100, MaxCapability: 109}}
+}
 
 // Rules returns the rules of the fa3 and fa4 names.
 func Rules() []core.Rule {
 	fa3Reads := fa3Rule().Reads()
 	fa3Reads.Facts |= core.FactDeterministicInference
 	return []core.Rule{
-		{Name: "fa3", Decide: DecideFA3, Reads: fa3Reads, Methods: fa3Rule().Methods(), Hardware: fa3Hardware, Kernels: FA3Kernels()},
-		{Name: "fa4", Decide: DecideFA4, Methods: []core.Method{core.MHAChunkedKV}, Hardware: fa4Hardware, Kernels: FA4Kernels()},
+		{Name: "fa3", Decide: DecideFA3, Reads: fa3Reads, Methods: fa3Rule().Methods(), Hardware: fa3Hardware(), Kernels: FA3Kernels()},
+		{Name: "fa4", Decide: DecideFA4, Methods: []core.Method{core.MHAChunkedKV}, Hardware: fa4Hardware(), Kernels: FA4Kernels()},
 	}
 }
 
@@ -54,9 +56,9 @@ func FA3Kernels() []core.Kernel {
 	dt := []string{"bf16", "fp16", "fp8_e4m3"}
 	mha := []int{192, 128}
 	return append([]core.Kernel{
-		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention3, Method: core.MHAOneShot, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware},
-		{Name: "flash_attn_varlen_func+merge_state", Library: core.LibFlashAttention3, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware},
-		{Name: "flash_attn_with_kvcache", Library: core.LibFlashAttention3, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1, 16, 64}, CUDAGraph: true, Hardware: fa3Hardware},
+		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention3, Method: core.MHAOneShot, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware()},
+		{Name: "flash_attn_varlen_func+merge_state", Library: core.LibFlashAttention3, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware()},
+		{Name: "flash_attn_with_kvcache", Library: core.LibFlashAttention3, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1, 16, 64}, CUDAGraph: true, Hardware: fa3Hardware()},
 	}, backendkit.FusedRoPEKernels()...)
 }
 
@@ -64,7 +66,7 @@ func FA3Kernels() []core.Kernel {
 // prefill per prefix chunk, on the sm100 family.
 func FA4Kernels() []core.Kernel {
 	return []core.Kernel{
-		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention4, Method: core.MHAChunkedKV, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{192, 128}, PageSizes: []int{1, 128}, Hardware: fa4Hardware},
+		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention4, Method: core.MHAChunkedKV, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{192, 128}, PageSizes: []int{1, 128}, Hardware: fa4Hardware()},
 	}
 }
 

@@ -7,17 +7,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	rt "github.com/attnplug/attnplug/internal/ruletest"
 	"github.com/attnplug/attnplug/plugins/fa3/rules"
-	"github.com/hashicorp/go-hclog"
 )
-
-func backend(t *testing.T) core.Backend {
-	t.Helper()
-	b, err := rules.New(hclog.NewNullLogger())
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return b
-}
 
 func TestDecideFA3(t *testing.T) {
 	tests := []rt.Case{
@@ -48,7 +38,7 @@ func TestDecideFA3(t *testing.T) {
 		{Name: "decode_hip_fused_subtype", Req: rt.Req(core.ModeDecode, rt.HIP, rt.FusedDecode), Want: core.MLAFusedRoPEROCm},
 		{Name: "idle_amx_subtype", Req: rt.Req(core.ModeIdle, rt.AMXFused), Want: core.MLAFusedRoPECPU},
 	}
-	rt.Check(t, backend(t), tests, rules.DecideFA3, "fa3")
+	rt.Check(t, rt.Backend(t, rules.New), tests, rules.DecideFA3, "fa3")
 }
 
 // TestDecideFA4 checks MHA_CHUNKED_KV for every mode and every flag.
@@ -58,7 +48,7 @@ func TestDecideFA4(t *testing.T) {
 		func(r *core.Request) { r.Runtime.Platform = core.PlatformNPU },
 		rt.Lens([]int64{0}, []int64{10}), rt.Lens([]int64{9000}, []int64{9000}), rt.Capacity(0)}
 	ctx := rt.Context(t)
-	b := backend(t)
+	b := rt.Backend(t, rules.New)
 	for _, mode := range core.ForwardModes() {
 		t.Run(mode.String(), func(t *testing.T) {
 			for i := -1; i < len(flags); i++ {
@@ -80,7 +70,7 @@ func TestDecideFA4(t *testing.T) {
 }
 
 func TestNewDescribes(t *testing.T) {
-	d, err := backend(t).Describe(rt.Context(t))
+	d, err := rt.Backend(t, rules.New).Describe(rt.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,17 +7,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	rt "github.com/attnplug/attnplug/internal/ruletest"
 	"github.com/attnplug/attnplug/plugins/flashinfer/rules"
-	"github.com/hashicorp/go-hclog"
 )
-
-func backend(t *testing.T) core.Backend {
-	t.Helper()
-	b, err := rules.New(hclog.NewNullLogger())
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return b
-}
 
 func TestFlashinferAndFlashMLA(t *testing.T) {
 	decide := func(r *core.Request) core.Method {
@@ -43,7 +33,7 @@ func TestFlashinferAndFlashMLA(t *testing.T) {
 		{Name: "decode_hip_fused_subtype", Req: rt.Req(core.ModeDecode, rt.HIP, rt.FusedDecode), Want: core.MLAFusedRoPEROCm},
 		{Name: "split_prefill_one_shot", Req: rt.Req(core.ModeSplitPrefill, rt.Fresh), Want: core.MHAOneShot},
 	}
-	rt.Check(t, backend(t), tests, decide, "flashinfer", "flashmla")
+	rt.Check(t, rt.Backend(t, rules.New), tests, decide, "flashinfer", "flashmla")
 }
 
 func TestCutlassMLA(t *testing.T) {
@@ -59,7 +49,7 @@ func TestCutlassMLA(t *testing.T) {
 		{Name: "prefix_above_threshold_chunked_disabled_subtype", Req: rt.Req(core.ModeExtend, rt.NoChunked, rt.AMXFused, rt.Lens([]int64{9000}, []int64{9000})), Want: core.MLAFusedRoPECPU},
 		{Name: "decode_mla", Req: rt.Req(core.ModeDecode), Want: core.MLA},
 	}
-	rt.Check(t, backend(t), tests, decide, "cutlass_mla")
+	rt.Check(t, rt.Backend(t, rules.New), tests, decide, "cutlass_mla")
 }
 
 func TestTRTLLMMLAAndTokenspeedMLA(t *testing.T) {
@@ -85,14 +75,14 @@ func TestTRTLLMMLAAndTokenspeedMLA(t *testing.T) {
 		{Name: "decode_hip_fused_subtype", Req: rt.Req(core.ModeDecode, rt.HIP, rt.FusedDecode), Want: core.MLAFusedRoPEROCm},
 		{Name: "idle_amx_subtype", Req: rt.Req(core.ModeIdle, rt.AMXFused), Want: core.MLAFusedRoPECPU},
 	}
-	rt.Check(t, backend(t), tests, rules.DecideTRTLLMMLA, "trtllm_mla", "tokenspeed_mla")
+	rt.Check(t, rt.Backend(t, rules.New), tests, rules.DecideTRTLLMMLA, "trtllm_mla", "tokenspeed_mla")
 }
 
 // TestTokenspeedIsTRTLLM checks both names answer alike across every mode
 // and flag.
 func TestTokenspeedIsTRTLLM(t *testing.T) {
 	ctx := rt.Context(t)
-	b := backend(t)
+	b := rt.Backend(t, rules.New)
 	flags := []rt.Opt{rt.HIP, rt.FusedDecode, rt.AMXFused, rt.Piecewise, rt.Breakable, rt.Deterministic, rt.PrefillCP, rt.NoRagged, rt.NoChunked}
 	for _, mode := range core.ForwardModes() {
 		for mask := 0; mask < 1<<len(flags); mask++ {
@@ -116,7 +106,7 @@ func TestTokenspeedIsTRTLLM(t *testing.T) {
 }
 
 func TestNewDescribes(t *testing.T) {
-	d := rt.Describe(t, backend(t), "flashinfer", rules.Version, "flashinfer", "flashmla", "cutlass_mla", "trtllm_mla", "tokenspeed_mla")
+	d := rt.Describe(t, rt.Backend(t, rules.New), "flashinfer", rules.Version, "flashinfer", "flashmla", "cutlass_mla", "trtllm_mla", "tokenspeed_mla")
 	tests := []struct {
 		name       string
 		aliasOf    string

@@ -1,7 +1,3 @@
-// Package rules holds the dispatch rules of the intel_xpu plugin: the
-// intel_xpu name (Intel GPUs), as sglang's handle_attention_intel_xpu, and
-// the intel_amx name (Intel CPUs with AMX), which sglang's registry leaves
-// to the triton rules.
 package rules
 
 import (
@@ -29,19 +25,24 @@ func Rules() []core.Rule {
 	return []core.Rule{
 		{
 			Name: "intel_xpu", Decide: DecideIntelXPU, Reads: xpuRule().Reads(), Methods: xpuRule().Methods(),
-			Hardware: xpu, Kernels: XPUKernels(),
+			Hardware: xpu(), Kernels: XPUKernels(),
 		},
 		{
 			Name: "intel_amx", Decide: core.TritonDecide, Reads: amx.Reads, Methods: amx.Methods,
-			Hardware: amxHW, Kernels: AMXKernels(),
+			Hardware: amxHW(), Kernels: AMXKernels(),
 		},
 	}
 }
 
-var (
-	xpu   = []core.Hardware{{Platforms: []core.Platform{core.PlatformXPU}}}
-	amxHW = []core.Hardware{{Platforms: []core.Platform{core.PlatformCPU}, Archs: []string{"amd64"}, NeedsAMX: true}}
-)
+// xpu is what intel_xpu runs on: Intel GPUs. Each call returns a fresh
+// slice.
+func xpu() []core.Hardware { return []core.Hardware{{Platforms: []core.Platform{core.PlatformXPU}}} }
+
+// amxHW is what intel_amx runs on: amd64 CPUs with AMX. Each call returns a
+// fresh slice.
+func amxHW() []core.Hardware {
+	return []core.Hardware{{Platforms: []core.Platform{core.PlatformCPU}, Archs: []string{"amd64"}, NeedsAMX: true}}
+}
 
 // XPUKernels is the kernel catalog of intel_xpu: the Intel XPU kernels of
 // sgl-kernel-xpu for the chunked MHA prefill and the paged MLA decode, and
@@ -49,8 +50,8 @@ var (
 func XPUKernels() []core.Kernel {
 	dt := []string{"bf16", "fp16"}
 	return append([]core.Kernel{
-		{Name: "flash_attn_varlen_func", Library: core.LibIntelXPU, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{1}, Hardware: xpu},
-		{Name: "flash_attn_with_kvcache", Library: core.LibIntelXPU, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1, 64}, CUDAGraph: false, Hardware: xpu},
+		{Name: "flash_attn_varlen_func", Library: core.LibIntelXPU, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{1}, Hardware: xpu()},
+		{Name: "flash_attn_with_kvcache", Library: core.LibIntelXPU, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1, 64}, CUDAGraph: false, Hardware: xpu()},
 	}, backendkit.FusedRoPEKernels()...)
 }
 
@@ -60,8 +61,8 @@ func XPUKernels() []core.Kernel {
 func AMXKernels() []core.Kernel {
 	dt := []string{"bf16"}
 	return append([]core.Kernel{
-		{Name: "extend_attention_cpu", Library: core.LibSGLKernel, Method: core.MHA, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{1}, Hardware: amxHW},
-		{Name: "decode_attention_cpu", Library: core.LibSGLKernel, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1}, Hardware: amxHW},
+		{Name: "extend_attention_cpu", Library: core.LibSGLKernel, Method: core.MHA, DTypes: dt, HeadDims: []int{192, 128}, PageSizes: []int{1}, Hardware: amxHW()},
+		{Name: "decode_attention_cpu", Library: core.LibSGLKernel, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1}, Hardware: amxHW()},
 	}, backendkit.FusedRoPEKernels()...)
 }
 

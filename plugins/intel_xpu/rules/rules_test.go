@@ -7,17 +7,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	rt "github.com/attnplug/attnplug/internal/ruletest"
 	"github.com/attnplug/attnplug/plugins/intel_xpu/rules"
-	"github.com/hashicorp/go-hclog"
 )
-
-func backend(t *testing.T) core.Backend {
-	t.Helper()
-	b, err := rules.New(hclog.NewNullLogger())
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return b
-}
 
 func TestDecideIntelXPU(t *testing.T) {
 	tests := []rt.Case{
@@ -42,11 +32,11 @@ func TestDecideIntelXPU(t *testing.T) {
 		{Name: "decode_hip_fused_subtype", Req: rt.Req(core.ModeDecode, rt.HIP, rt.FusedDecode), Want: core.MLAFusedRoPEROCm},
 		{Name: "idle_mla", Req: rt.Req(core.ModeIdle), Want: core.MLA},
 	}
-	rt.Check(t, backend(t), tests, rules.DecideIntelXPU, "intel_xpu")
+	rt.Check(t, rt.Backend(t, rules.New), tests, rules.DecideIntelXPU, "intel_xpu")
 }
 
 func TestNewDescribes(t *testing.T) {
-	d := rt.Describe(t, backend(t), "intel_xpu", rules.Version, "intel_xpu", "intel_amx")
+	d := rt.Describe(t, rt.Backend(t, rules.New), "intel_xpu", rules.Version, "intel_xpu", "intel_amx")
 	h, _ := d.Handler("intel_xpu")
 	if slices.Contains(h.Methods, core.MHAOneShot) {
 		t.Errorf("methods: got %v, want no MHA_ONE_SHOT", h.Methods)
@@ -60,7 +50,7 @@ func TestNewDescribes(t *testing.T) {
 // rules, for every mode and flag.
 func TestIntelAMXIsTriton(t *testing.T) {
 	ctx := rt.Context(t)
-	b := backend(t)
+	b := rt.Backend(t, rules.New)
 	flags := []rt.Opt{rt.HIP, rt.FusedDecode, rt.AMXFused, rt.Piecewise, rt.Breakable, rt.Deterministic, rt.PrefillCP, rt.NoRagged, rt.NoChunked}
 	for _, mode := range core.ForwardModes() {
 		for mask := 0; mask < 1<<len(flags); mask++ {
@@ -79,7 +69,7 @@ func TestIntelAMXIsTriton(t *testing.T) {
 			}
 		}
 	}
-	d := rt.Describe(t, backend(t), "intel_xpu", rules.Version, "intel_xpu", "intel_amx")
+	d := rt.Describe(t, rt.Backend(t, rules.New), "intel_xpu", rules.Version, "intel_xpu", "intel_amx")
 	h, _ := d.Handler("intel_amx")
 	if tr := core.TritonRule(); h.Reads.Facts != tr.Reads.Facts || !slices.Equal(h.Methods, tr.Methods) {
 		t.Errorf("intel_amx: got reads %v methods %v, want triton's %v %v", h.Reads.Facts, h.Methods, tr.Reads.Facts, tr.Methods)

@@ -1,0 +1,30 @@
+// Command attnplug-backend-fault is a plugin built only for tests: it
+// serves the name "fault" and misbehaves on command, so that tests can show
+// what the host does when a plugin crashes, hangs, sleeps, answers garbage
+// or breaks the protocol.
+//
+// The faults come from $ATTNPLUG_FAULT, a comma-separated list:
+//
+//	crash_at_start   exit with status 3 before the handshake
+//	crash_after=N    exit with status 2 on the Nth dispatch (1-based)
+//	hang_after=N     from the Nth dispatch on, never answer
+//	sleep=DURATION   sleep that long in every dispatch
+//	garbage          answer a method number no protocol version has
+//	undeclared       answer MHA_NPU, which "fault" does not declare
+//	refuse           refuse every request as invalid
+//	protocol=N       speak plugin protocol version N
+//	bad_cookie       expect another magic cookie
+//	stdout_noise     write to stdout before the handshake
+//	version=V        describe itself with version V
+//	name=N           call itself N (the family name) instead of "fault"
+//	names=A+B        serve the names A and B instead of "fault"
+//	rules=R          decide like R: mla (default), mha, flip (MHA for
+//	                 even prefix sums, else MLA)
+//	kernels          declare a kernel catalog (MLA and MHA) and run its
+//	                 kernels (RunKernel) with the reference kernels
+//	kernel_crash     like kernels, but exit with status 2 in every
+//	                 RunKernel, with the tensors' segment mapped
+//
+// Without faults it answers MLA for every request, like a well-behaved
+// plugin.
+package main

@@ -1,0 +1,3 @@
+// Package rules holds the dispatch rules of the ascend plugin (Ascend NPU),
+// as sglang's handle_attention_ascend.
+package rules
