@@ -55,8 +55,13 @@ func (h *hostFlags) register(fs *flag.FlagSet) {
 func parseFlags(fs *flag.FlagSet, e *env, args []string, usage string) error {
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: %s\n\nFlags:\n", usage)
-		fs.PrintDefaults()
+		fmt.Fprintf(e.stderr, "Usage: %s\n", usage)
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprintf(e.stderr, "\nFlags:\n")
+			fs.PrintDefaults()
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
