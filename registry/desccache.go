@@ -43,7 +43,9 @@ func envDigest() string {
 	return hex.EncodeToString(h[:8])
 }
 
-func fileSHA256(path string) (string, error) {
+// FileSHA256 returns the hex SHA-256 of the file at path: how plugin
+// binaries are identified in the description cache and the lock file.
+func FileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err

@@ -211,7 +211,7 @@ func launch(ctx context.Context, cfg *Config, path, sum string, logger hclog.Log
 // stderr is the end of what the plugin wrote on stderr, if anything.
 func startError(err error, cfg *Config, path, sum, stderr string) error {
 	if errors.Is(err, goplugin.ErrChecksumsDoNotMatch) {
-		actual, herr := fileSHA256(path)
+		actual, herr := FileSHA256(path)
 		if herr != nil {
 			actual = "unreadable (" + herr.Error() + ")"
 		}

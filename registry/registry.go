@@ -288,7 +288,7 @@ func (r *Registry) pinned(path string) (LockEntry, bool) {
 
 // describe learns what the binary of c serves.
 func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*plugin) (*plugin, error) {
-	sum, err := fileSHA256(c.path)
+	sum, err := FileSHA256(c.path)
 	if err != nil {
 		return nil, err
 	}

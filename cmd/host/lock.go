@@ -2,12 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -89,7 +85,7 @@ func lockStatus(lock *registry.Lock, p registry.PluginInfo) string {
 	sum := p.SHA256
 	if sum == "" {
 		// Refused or broken before it was described: hash the file.
-		s, err := fileSHA256(p.Path)
+		s, err := registry.FileSHA256(p.Path)
 		if err != nil {
 			return lockMissing
 		}
@@ -99,19 +95,6 @@ func lockStatus(lock *registry.Lock, p registry.PluginInfo) string {
 		return lockMismatch
 	}
 	return lockPinned
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // firstLine is the first line of a possibly multi-line message.

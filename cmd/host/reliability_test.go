@@ -21,6 +21,7 @@ import (
 
 	"github.com/attnplug/attnplug/internal/reference"
 	"github.com/attnplug/attnplug/internal/testbin"
+	"github.com/attnplug/attnplug/registry"
 )
 
 // The tests of this file show what docs/reliability.md claims, with the
@@ -515,7 +516,7 @@ func TestLockCommandPinsAndRefusesTampering(t *testing.T) {
 	f.Write([]byte{0})
 	f.Close()
 	pinned := lock.Plugins[2].SHA256
-	actual, err := fileSHA256(fault)
+	actual, err := registry.FileSHA256(fault)
 	if err != nil {
 		t.Fatal(err)
 	}

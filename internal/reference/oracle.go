@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/attnplug/attnplug/internal/testbin"
 )
 
 //go:embed oracle.py
@@ -43,7 +45,7 @@ func Find(dir, tmp string) (*Oracle, error) {
 	}
 	ref := os.Getenv("ATTNPLUG_REFERENCE")
 	if ref == "" {
-		root, err := moduleRoot(dir)
+		root, err := testbin.ModuleRoot(dir)
 		if err != nil {
 			return nil, err
 		}
@@ -57,21 +59,6 @@ func Find(dir, tmp string) (*Oracle, error) {
 		return nil, err
 	}
 	return &Oracle{python: python, reference: ref, script: script}, nil
-}
-
-func moduleRoot(dir string) (string, error) {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("%w: no go.mod above %s", ErrNotAvailable, dir)
-		}
-	}
 }
 
 // Evaluate returns the reference's answer to every line of requests (JSON
