@@ -54,8 +54,10 @@ proto:
 proto-check: proto
 	@git diff --exit-code -- '*.pb.go' || { echo "generated code is stale: run make proto and commit"; exit 1; }
 
+## bench: the Go benchmarks and attnplug bench
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./jsonl/... ./registry/...
+	$(GO) test -run '^$$' -bench . -benchmem ./core/... ./jsonl/... ./registry/... ./shm/...
+	bin/attnplug bench
 
 clean:
 	rm -rf $(BIN)
