@@ -19,13 +19,7 @@ import (
 )
 
 // served is which plugin family the tests expect to answer each name.
-var served = map[string]string{
-	"fa3": "fa3", "fa4": "fa3",
-	"flashinfer": "flashinfer", "flashmla": "flashinfer", "cutlass_mla": "flashinfer",
-	"trtllm_mla": "flashinfer", "tokenspeed_mla": "flashinfer",
-	"aiter": "aiter", "ascend": "ascend", "dsa": "dsa", "nsa": "dsa", "intel_xpu": "intel_xpu",
-	"intel_amx": "intel_xpu",
-}
+var served = testbin.Served()
 
 func testContext(t *testing.T) context.Context {
 	t.Helper()

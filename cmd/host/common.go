@@ -221,3 +221,13 @@ func (h *hostFlags) openRegistryWith(ctx context.Context, logger hclog.Logger, c
 	defer func() { h.configHook = nil }()
 	return h.openRegistry(ctx, logger)
 }
+
+// open builds the logger of the flags and the registry, for a command that
+// needs only the two; the caller closes the registry.
+func (h *hostFlags) open(ctx context.Context, e *env) (*registry.Registry, error) {
+	logger, err := h.logger(e)
+	if err != nil {
+		return nil, err
+	}
+	return h.openRegistry(ctx, logger)
+}

@@ -51,15 +51,11 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, e, args, "attnplug demo [flags]"); err != nil {
 		return err
 	}
-	logger, err := h.logger(e)
-	if err != nil {
-		return err
-	}
 	batches, err := loadDemoBatches()
 	if err != nil {
 		return err
 	}
-	reg, err := h.openRegistry(ctx, logger)
+	reg, err := h.open(ctx, e)
 	if err != nil {
 		return err
 	}

@@ -18,11 +18,7 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, e, args, "attnplug plugins [flags]"); err != nil {
 		return err
 	}
-	logger, err := h.logger(e)
-	if err != nil {
-		return err
-	}
-	reg, err := h.openRegistry(ctx, logger)
+	reg, err := h.open(ctx, e)
 	if err != nil {
 		return err
 	}

@@ -77,11 +77,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err := o.cfg.Validate(); err != nil {
 		return &usageError{"run: " + err.Error()}
 	}
-	logger, err := h.logger(e)
-	if err != nil {
-		return err
-	}
-	reg, err := h.openRegistry(ctx, logger)
+	reg, err := h.open(ctx, e)
 	if err != nil {
 		return err
 	}

@@ -221,3 +221,16 @@ func BuildFault(dir string) (string, error) {
 	}
 	return out, goBuildOne(root, "./internal/testplugins/fault", out)
 }
+
+// Served is which plugin family the tests expect to answer each backend
+// name of this repository's plugins: the expectation, written down, that
+// the hosts' answers are checked against.
+func Served() map[string]string {
+	return map[string]string{
+		"fa3": "fa3", "fa4": "fa3",
+		"flashinfer": "flashinfer", "flashmla": "flashinfer", "cutlass_mla": "flashinfer",
+		"trtllm_mla": "flashinfer", "tokenspeed_mla": "flashinfer",
+		"aiter": "aiter", "ascend": "ascend", "dsa": "dsa", "nsa": "dsa", "intel_xpu": "intel_xpu",
+		"intel_amx": "intel_xpu",
+	}
+}
