@@ -56,6 +56,9 @@ type Description struct {
 	ProtocolVersion int
 	// Handlers lists the names the backend answers.
 	Handlers []HandlerInfo
+	// DeviceCode reports that the backend hands the host device code and
+	// launch plans (KernelPlanner).
+	DeviceCode bool
 }
 
 // HandlerInfo describes one name a Backend answers.

@@ -1,0 +1,344 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+)
+
+// Device execution: a plugin owns the device code of its kernels and the
+// rules that launch it; the host loads that code into its own GPU context
+// and launches it on device memory it owns. The split is FlashInfer's:
+//
+//  1. At start the host tells the plugin its device (DeviceInfo) and asks
+//     for the plugin's KernelModules: device code (PTX or a cubin) with
+//     its entry points and their typed parameters. The plugin compiles
+//     them for that device (NVRTC) or ships them built. The host pins each
+//     image by SHA-256 and loads it once.
+//  2. Once per batch the host asks for a Plan (PlanRequest: handler,
+//     method, batch shape, model dims, dtype, device). The plan lists the
+//     launches (entry, grid, block, shared memory, arguments by name), the
+//     metadata to upload once per batch (a split-KV work schedule, say) and
+//     the workspace the launches need. The host checks the plan before use
+//     and caches it by the request it answered.
+//  3. Per layer the host launches the plan on its own tensors and stream:
+//     no RPC, no host copy, no allocation, inside CUDA graphs too.
+//
+// Device code runs inside the host's GPU context, so it is trusted as a
+// shared library is: it is pinned by hash with the plugin binary.
+
+// ModuleFormat is the format of a kernel module's image.
+type ModuleFormat string
+
+// The module formats. The host loads the ones its platform's driver takes
+// (ptx and cubin on CUDA); others are kept for other platforms.
+const (
+	FormatPTX   ModuleFormat = "ptx"
+	FormatCUBIN ModuleFormat = "cubin"
+	FormatHSACO ModuleFormat = "hsaco"
+)
+
+// ParamKind is the type of one kernel parameter, as the entry point takes
+// it.
+type ParamKind string
+
+// The parameter kinds: a device pointer, 32- and 64-bit signed integers and
+// a 32-bit float.
+const (
+	ParamPtr ParamKind = "ptr"
+	ParamI32 ParamKind = "i32"
+	ParamI64 ParamKind = "i64"
+	ParamF32 ParamKind = "f32"
+)
+
+// Size returns the parameter's size in bytes, or 0 for an unknown kind.
+func (k ParamKind) Size() int {
+	switch k {
+	case ParamPtr, ParamI64:
+		return 8
+	case ParamI32, ParamF32:
+		return 4
+	}
+	return 0
+}
+
+// Param is one parameter of an entry point.
+type Param struct {
+	// Name is the parameter's name; a launch binds arguments by it.
+	Name string
+	// Kind is its type.
+	Kind ParamKind
+}
+
+// Entry is one kernel entry point of a module.
+type Entry struct {
+	// Name is the symbol the driver looks up (extern "C" in CUDA C).
+	Name string
+	// Params are its parameters, in order.
+	Params []Param
+}
+
+// KernelModule is device code a plugin hands the host.
+type KernelModule struct {
+	// Name names the module within its plugin, such as "mla_decode".
+	Name string
+	// Platform is the platform it runs on (PlatformCUDA).
+	Platform Platform
+	// Arch is the architecture the image targets, such as "sm_90a"; for
+	// PTX the virtual one it was generated for ("compute_90a").
+	Arch string
+	// Format is the image's format.
+	Format ModuleFormat
+	// Image is the device code.
+	Image []byte
+	// SHA256 is the hex SHA-256 of Image.
+	SHA256 string
+	// Entries are the module's entry points.
+	Entries []Entry
+	// Kernels names the catalog kernels (Kernel.Name) the module runs.
+	Kernels []string
+}
+
+// ImageSHA256 returns the hex SHA-256 of an image, as KernelModule.SHA256
+// holds it.
+func ImageSHA256(image []byte) string {
+	s := sha256.Sum256(image)
+	return hex.EncodeToString(s[:])
+}
+
+// Entry returns the entry point named name.
+func (m *KernelModule) Entry(name string) (Entry, bool) {
+	for _, e := range m.Entries {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+// DeviceInfo describes the device a host launches kernels on.
+type DeviceInfo struct {
+	// Platform is the device's platform.
+	Platform Platform
+	// Name is the device's name, such as "NVIDIA H200".
+	Name string
+	// ComputeCapability is major*10+minor (90 for Hopper).
+	ComputeCapability int
+	// SMs is the number of multiprocessors.
+	SMs int
+	// MaxThreadsPerBlock is the largest block.
+	MaxThreadsPerBlock int
+	// MaxSharedPerBlock is the most dynamic shared memory a block may use
+	// after opting in, in bytes.
+	MaxSharedPerBlock int
+	// MaxGrid is the largest grid, per dimension.
+	MaxGrid [3]int
+}
+
+// PlanShape is the batch a plan is for, in the layout of sglang's paged
+// KV cache: request i has SeqLens[i] tokens of keys (its prefix and its
+// new tokens) and QLens[i] new tokens (queries), the last QLens[i] of its
+// keys; its key j lives in page PageTable[i][j/PageSize] at slot
+// j%PageSize.
+type PlanShape struct {
+	// SeqLens are the key lengths per request.
+	SeqLens []int64
+	// QLens are the query tokens per request (1 for decode, up to the
+	// draft length for target verify).
+	QLens []int64
+	// PageSize is the KV cache's page size in tokens.
+	PageSize int
+	// NumPages is the number of pages of the KV cache.
+	NumPages int
+}
+
+// PlanDims are the model dimensions a plan is for.
+type PlanDims struct {
+	// Heads is the number of query heads (per GPU under tensor
+	// parallelism).
+	Heads int
+	// HeadDimQK is the width of a query and a key row (576 for absorbed
+	// MLA: kv_lora_rank 512 + rope 64).
+	HeadDimQK int
+	// HeadDimV is the width of a value row and of the output (512).
+	HeadDimV int
+	// SoftmaxScale multiplies q·k before the softmax.
+	SoftmaxScale float64
+}
+
+// PlanRequest asks a backend for the launches that run a method's kernel
+// on one batch.
+type PlanRequest struct {
+	// Backend is the handler whose kernel runs.
+	Backend string
+	// Method is the forward method.
+	Method Method
+	// DType is the dtype of the queries, the KV cache and the output
+	// ("bf16").
+	DType string
+	// Dims are the model dimensions.
+	Dims PlanDims
+	// Shape is the batch.
+	Shape PlanShape
+	// Device is the device the plan runs on.
+	Device DeviceInfo
+	// Graph asks for a plan whose launches (grids, blocks, arguments)
+	// depend on the batch size and not on the lengths, so that one CUDA
+	// graph captured for a batch size serves any lengths: only the
+	// metadata changes.
+	Graph bool
+}
+
+// ArgKind says where a launch argument's value comes from.
+type ArgKind string
+
+// The argument kinds.
+const (
+	// ArgTensor is the device address of the host's tensor Name.
+	ArgTensor ArgKind = "tensor"
+	// ArgMeta is the device address of the plan's metadata buffer Name,
+	// plus Offset bytes.
+	ArgMeta ArgKind = "meta"
+	// ArgWorkspace is the device address of the workspace plus Offset.
+	ArgWorkspace ArgKind = "workspace"
+	// ArgInt is the integer Int.
+	ArgInt ArgKind = "int"
+	// ArgFloat is the float Float.
+	ArgFloat ArgKind = "float"
+)
+
+// Arg binds one parameter of a launch.
+type Arg struct {
+	// Param is the parameter's name.
+	Param string
+	// Kind says where the value comes from.
+	Kind ArgKind
+	// Name is the tensor or metadata buffer (ArgTensor, ArgMeta).
+	Name string
+	// Offset is added to a metadata or workspace address, in bytes.
+	Offset int64
+	// Int is the value of an ArgInt.
+	Int int64
+	// Float is the value of an ArgFloat.
+	Float float64
+}
+
+// Launch is one kernel launch of a plan.
+type Launch struct {
+	// Module and Entry name the entry point.
+	Module, Entry string
+	// Grid and Block are the launch dimensions.
+	Grid, Block [3]uint32
+	// SharedBytes is the dynamic shared memory per block.
+	SharedBytes uint32
+	// Args bind every parameter of the entry, by name.
+	Args []Arg
+}
+
+// TensorSpec is a tensor the host binds to a plan.
+type TensorSpec struct {
+	// Name is the tensor's name: q, kv_cache, page_table, out, lse.
+	Name string
+	// DType is its element type: bf16, f32 or i32.
+	DType string
+	// Shape is its row-major shape.
+	Shape []int64
+	// Output reports that the launches write it.
+	Output bool
+}
+
+// Bytes returns the tensor's size in bytes, or -1 for an unknown dtype or
+// a negative or overflowing shape.
+func (t TensorSpec) Bytes() int64 {
+	es := DTypeSize(t.DType)
+	if es == 0 {
+		return -1
+	}
+	n := int64(es)
+	for _, d := range t.Shape {
+		if d < 0 || (d > 0 && n > (1<<62)/d) {
+			return -1
+		}
+		n *= d
+	}
+	return n
+}
+
+// DTypeSize returns the size of one element of dtype, or 0 when unknown.
+func DTypeSize(dtype string) int {
+	switch dtype {
+	case "bf16", "fp16":
+		return 2
+	case "f32", "i32":
+		return 4
+	case "i64", "f64":
+		return 8
+	}
+	return 0
+}
+
+// MetaBuffer is plan metadata the host uploads to device memory once per
+// batch: int32 values, such as a split-KV work schedule.
+type MetaBuffer struct {
+	// Name names the buffer for ArgMeta.
+	Name string
+	// Int32s are its contents.
+	Int32s []int32
+}
+
+// WorkItem is one unit of a split-KV schedule: queries of one request
+// over the keys [KVBegin, KVEnd). The host checks every item against the
+// batch, so no schedule can make a kernel read past a request's keys.
+type WorkItem struct {
+	// Request is the request's index in the batch.
+	Request int32
+	// KVBegin and KVEnd are the key range, within the request's SeqLen.
+	KVBegin, KVEnd int32
+	// Split is the index of this partial result among the request's.
+	Split int32
+}
+
+// Plan is the launches that run one method's kernel on one batch.
+type Plan struct {
+	// Kernel is the catalog name of the kernel the plan runs.
+	Kernel string
+	// Tensors are the tensors the host binds, with the shapes this batch
+	// gives them.
+	Tensors []TensorSpec
+	// Metadata are uploaded once per batch.
+	Metadata []MetaBuffer
+	// Schedule, when set, is the split-KV schedule the plan's "schedule"
+	// metadata buffer encodes (four int32 per item: request, kv_begin,
+	// kv_end, split), for the host to check.
+	Schedule []WorkItem
+	// WorkspaceBytes is the device scratch memory the launches use.
+	WorkspaceBytes int64
+	// Launches run in order on one stream.
+	Launches []Launch
+	// Note describes the plan's choices (tile, splits), for people.
+	Note string
+}
+
+// ErrNoPlan marks a plan request the backend cannot answer: a backend
+// without device code, or a method, dtype or shape its kernels do not
+// cover. The host then runs the kernel another way.
+var ErrNoPlan = errors.New("no device plan")
+
+// KernelPlanner is an optional ability of a Backend: it hands the host
+// device code and plans launches of it. Over the wire a plugin advertises
+// it in its description (Description.DeviceCode), since a type assertion
+// on a remote client always succeeds.
+type KernelPlanner interface {
+	// KernelModules returns the backend's device code for dev, built or
+	// chosen for its architecture. The host calls it once per device,
+	// before any plan; it may compile and take seconds. An error wrapping
+	// ErrNoPlan means the backend has no device code for dev.
+	KernelModules(ctx context.Context, dev DeviceInfo) ([]KernelModule, error)
+	// PlanKernel returns the launches that run req.Method's kernel of the
+	// handler req.Backend on req's batch. It is called once per batch
+	// shape (the host caches plans), concurrently; it must not keep req.
+	// An error wrapping ErrNoPlan means the kernel has no device plan for
+	// req; ErrInvalidRequest, that req is malformed.
+	PlanKernel(ctx context.Context, req *PlanRequest) (*Plan, error)
+}
