@@ -1,0 +1,278 @@
+package launch
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/attnplug/attnplug/core"
+)
+
+// PlanError is a plan the host refuses, with the reason.
+type PlanError struct {
+	// Launch is the index of the offending launch, or -1.
+	Launch int
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *PlanError) Error() string {
+	if e.Launch >= 0 {
+		return fmt.Sprintf("plan refused: launch %d: %s", e.Launch, e.Reason)
+	}
+	return "plan refused: " + e.Reason
+}
+
+func refuse(launch int, format string, args ...any) error {
+	return &PlanError{Launch: launch, Reason: fmt.Sprintf(format, args...)}
+}
+
+// MaxMetadataInt32s bounds the metadata of one plan (64 MiB).
+const MaxMetadataInt32s = 16 << 20
+
+// MaxWorkspaceBytes bounds the workspace of one plan (4 GiB).
+const MaxWorkspaceBytes = 4 << 30
+
+// Check verifies plan p, answered for req, against the modules it may
+// launch and the device: every launch names a known entry and binds each
+// of its parameters exactly once with a value of the right kind; grids,
+// blocks and shared memory are within dev's limits; every tensor argument
+// names a tensor the plan declares; the declared tensors have the shapes
+// req implies; metadata and workspace offsets stay inside their buffers;
+// and every schedule item stays inside its request's keys. It returns a
+// *PlanError naming the first problem.
+func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev core.DeviceInfo) error {
+	if p == nil {
+		return refuse(-1, "no plan")
+	}
+	if len(p.Launches) == 0 {
+		return refuse(-1, "no launches")
+	}
+	if err := checkTensors(p, req); err != nil {
+		return err
+	}
+	meta := map[string]int64{}
+	var total int64
+	for _, m := range p.Metadata {
+		if m.Name == "" {
+			return refuse(-1, "metadata buffer without a name")
+		}
+		if _, dup := meta[m.Name]; dup {
+			return refuse(-1, "metadata buffer %q declared twice", m.Name)
+		}
+		total += int64(len(m.Int32s))
+		if total > MaxMetadataInt32s {
+			return refuse(-1, "metadata of %d int32 values exceeds the limit of %d", total, MaxMetadataInt32s)
+		}
+		meta[m.Name] = 4 * int64(len(m.Int32s))
+	}
+	if p.WorkspaceBytes < 0 || p.WorkspaceBytes > MaxWorkspaceBytes {
+		return refuse(-1, "workspace of %d bytes is outside [0, %d]", p.WorkspaceBytes, int64(MaxWorkspaceBytes))
+	}
+	if err := checkSchedule(p, req, meta); err != nil {
+		return err
+	}
+	tensors := map[string]bool{}
+	for _, t := range p.Tensors {
+		tensors[t.Name] = true
+	}
+	mods := map[string]*core.KernelModule{}
+	for i := range modules {
+		mods[modules[i].Name] = &modules[i]
+	}
+	for i, l := range p.Launches {
+		m, ok := mods[l.Module]
+		if !ok {
+			return refuse(i, "unknown module %q", l.Module)
+		}
+		e, ok := m.Entry(l.Entry)
+		if !ok {
+			return refuse(i, "module %q has no entry %q", l.Module, l.Entry)
+		}
+		if err := checkDims(i, l, dev); err != nil {
+			return err
+		}
+		if err := checkArgs(i, l, e, tensors, meta, p.WorkspaceBytes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkDims(i int, l core.Launch, dev core.DeviceInfo) error {
+	threads := uint64(1)
+	for d := 0; d < 3; d++ {
+		if l.Grid[d] == 0 || l.Block[d] == 0 {
+			return refuse(i, "grid %v or block %v has a zero dimension", l.Grid, l.Block)
+		}
+		if dev.MaxGrid[d] > 0 && uint64(l.Grid[d]) > uint64(dev.MaxGrid[d]) {
+			return refuse(i, "grid dimension %d is %d, the device allows %d", d, l.Grid[d], dev.MaxGrid[d])
+		}
+		threads *= uint64(l.Block[d])
+	}
+	if dev.MaxThreadsPerBlock > 0 && threads > uint64(dev.MaxThreadsPerBlock) {
+		return refuse(i, "block %v has %d threads, the device allows %d", l.Block, threads, dev.MaxThreadsPerBlock)
+	}
+	if dev.MaxSharedPerBlock > 0 && uint64(l.SharedBytes) > uint64(dev.MaxSharedPerBlock) {
+		return refuse(i, "%d bytes of shared memory per block, the device allows %d", l.SharedBytes, dev.MaxSharedPerBlock)
+	}
+	return nil
+}
+
+func checkArgs(i int, l core.Launch, e core.Entry, tensors map[string]bool, meta map[string]int64, workspace int64) error {
+	bound := make(map[string]bool, len(l.Args))
+	for _, a := range l.Args {
+		if bound[a.Param] {
+			return refuse(i, "parameter %q bound twice", a.Param)
+		}
+		bound[a.Param] = true
+		var kind core.ParamKind
+		found := false
+		for _, p := range e.Params {
+			if p.Name == a.Param {
+				kind, found = p.Kind, true
+				break
+			}
+		}
+		if !found {
+			return refuse(i, "entry %s has no parameter %q", e.Name, a.Param)
+		}
+		want := map[core.ArgKind]core.ParamKind{
+			core.ArgTensor: core.ParamPtr, core.ArgMeta: core.ParamPtr, core.ArgWorkspace: core.ParamPtr,
+		}[a.Kind]
+		switch a.Kind {
+		case core.ArgTensor:
+			if !tensors[a.Name] {
+				return refuse(i, "parameter %q binds tensor %q, which the plan does not declare", a.Param, a.Name)
+			}
+		case core.ArgMeta:
+			size, ok := meta[a.Name]
+			if !ok {
+				return refuse(i, "parameter %q binds metadata %q, which the plan does not declare", a.Param, a.Name)
+			}
+			if a.Offset < 0 || a.Offset > size {
+				return refuse(i, "parameter %q: offset %d is outside metadata %q of %d bytes", a.Param, a.Offset, a.Name, size)
+			}
+		case core.ArgWorkspace:
+			if a.Offset < 0 || a.Offset > workspace {
+				return refuse(i, "parameter %q: offset %d is outside the workspace of %d bytes", a.Param, a.Offset, workspace)
+			}
+		case core.ArgInt:
+			switch kind {
+			case core.ParamI32:
+				if a.Int < math.MinInt32 || a.Int > math.MaxInt32 {
+					return refuse(i, "parameter %q: %d does not fit an i32", a.Param, a.Int)
+				}
+			case core.ParamI64:
+			default:
+				return refuse(i, "parameter %q is %s, bound to an integer", a.Param, kind)
+			}
+			continue
+		case core.ArgFloat:
+			if kind != core.ParamF32 {
+				return refuse(i, "parameter %q is %s, bound to a float", a.Param, kind)
+			}
+			if math.IsNaN(a.Float) || math.IsInf(a.Float, 0) || math.Abs(a.Float) > math.MaxFloat32 {
+				return refuse(i, "parameter %q: %v is not a finite f32", a.Param, a.Float)
+			}
+			continue
+		default:
+			return refuse(i, "parameter %q: unknown argument kind %q", a.Param, a.Kind)
+		}
+		if kind != want {
+			return refuse(i, "parameter %q is %s, bound to a device address", a.Param, kind)
+		}
+	}
+	for _, p := range e.Params {
+		if !bound[p.Name] {
+			return refuse(i, "parameter %q of %s is not bound", p.Name, e.Name)
+		}
+		if p.Kind.Size() == 0 {
+			return refuse(i, "parameter %q of %s has unknown kind %q", p.Name, e.Name, p.Kind)
+		}
+	}
+	return nil
+}
+
+// checkTensors checks that the plan declares the tensors req implies, with
+// their shapes.
+func checkTensors(p *core.Plan, req *core.PlanRequest) error {
+	want, err := Tensors(req)
+	if err != nil {
+		return refuse(-1, "%v", err)
+	}
+	got := map[string]core.TensorSpec{}
+	for _, t := range p.Tensors {
+		if _, dup := got[t.Name]; dup {
+			return refuse(-1, "tensor %q declared twice", t.Name)
+		}
+		if t.Bytes() < 0 {
+			return refuse(-1, "tensor %q: dtype %q, shape %v", t.Name, t.DType, t.Shape)
+		}
+		got[t.Name] = t
+	}
+	for _, w := range want {
+		g, ok := got[w.Name]
+		if !ok {
+			return refuse(-1, "tensor %q is not declared", w.Name)
+		}
+		if g.DType != w.DType || !equalShape(g.Shape, w.Shape) || g.Output != w.Output {
+			return refuse(-1, "tensor %q declared as %s %v (output %t), the batch gives %s %v (output %t)",
+				w.Name, g.DType, g.Shape, g.Output, w.DType, w.Shape, w.Output)
+		}
+		delete(got, w.Name)
+	}
+	for name := range got {
+		return refuse(-1, "tensor %q is not one the host binds", name)
+	}
+	return nil
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// checkSchedule checks every work item against the batch: a known request,
+// a key range inside its keys, and a schedule buffer that encodes exactly
+// the items.
+func checkSchedule(p *core.Plan, req *core.PlanRequest, meta map[string]int64) error {
+	if len(p.Schedule) == 0 {
+		if _, ok := meta["schedule"]; ok {
+			return refuse(-1, "metadata \"schedule\" without a Schedule to check it against")
+		}
+		return nil
+	}
+	var buf []int32
+	for _, m := range p.Metadata {
+		if m.Name == "schedule" {
+			buf = m.Int32s
+		}
+	}
+	if len(buf) != 4*len(p.Schedule) {
+		return refuse(-1, "metadata \"schedule\" holds %d values, the schedule has %d items of 4", len(buf), len(p.Schedule))
+	}
+	n := int32(len(req.Shape.SeqLens))
+	for i, w := range p.Schedule {
+		if w.Request < 0 || w.Request >= n {
+			return refuse(-1, "schedule item %d: request %d, the batch has %d", i, w.Request, n)
+		}
+		seq := req.Shape.SeqLens[w.Request]
+		if w.KVBegin < 0 || w.KVBegin > w.KVEnd || int64(w.KVEnd) > seq {
+			return refuse(-1, "schedule item %d: keys [%d, %d) of request %d, which has %d", i, w.KVBegin, w.KVEnd, w.Request, seq)
+		}
+		if w.Split < 0 {
+			return refuse(-1, "schedule item %d: split %d", i, w.Split)
+		}
+		if buf[4*i] != w.Request || buf[4*i+1] != w.KVBegin || buf[4*i+2] != w.KVEnd || buf[4*i+3] != w.Split {
+			return refuse(-1, "schedule item %d: metadata %v differs from %+v", i, buf[4*i:4*i+4], w)
+		}
+	}
+	return nil
+}
