@@ -18,6 +18,11 @@ type Info struct {
 	SMs int
 	// MaxSharedPerBlock is the shared memory a block may use without opting in, in bytes.
 	MaxSharedPerBlock int
+	// MaxSharedPerBlockOptin is the dynamic shared memory a block may use
+	// after opting in (cuFuncSetAttribute), in bytes.
+	MaxSharedPerBlockOptin int
+	// MaxGrid is the largest grid, per dimension.
+	MaxGrid [3]int
 	// MaxThreadsPerBlock is the largest block size.
 	MaxThreadsPerBlock int
 	// DriverVersion is cuDriverGetVersion's value (12040 for CUDA 12.4).
@@ -45,6 +50,7 @@ type Device struct {
 	mla           module
 	arena         uint64
 	arenaSize     uintptr
+	fault         error // the sticky error that corrupted the context
 }
 
 // Open opens CUDA device 0; see OpenOrdinal.
@@ -113,6 +119,10 @@ func (d *Device) setup(ordinal int) error {
 		{&info.SMs, attrMultiprocessorCount},
 		{&info.MaxSharedPerBlock, attrMaxSharedPerBlock},
 		{&info.MaxThreadsPerBlock, attrMaxThreadsPerBlock},
+		{&info.MaxSharedPerBlockOptin, attrMaxSharedPerBlockOptin},
+		{&info.MaxGrid[0], attrMaxGridDimX},
+		{&info.MaxGrid[1], attrMaxGridDimY},
+		{&info.MaxGrid[2], attrMaxGridDimZ},
 	} {
 		if *f.dst, err = attr(f.attr); err != nil {
 			return err

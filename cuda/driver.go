@@ -30,6 +30,29 @@ type driver struct {
 	cuLaunchKernel            func(fn uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params *unsafe.Pointer, extra *unsafe.Pointer) int32
 	cuGetErrorName            func(code int32, s **byte) int32
 	cuGetErrorString          func(code int32, s **byte) int32
+
+	// Device execution (exec.go).
+	cuFuncSetAttribute          func(fn uintptr, attr int32, v int32) int32
+	cuStreamCreate              func(s *uintptr, flags uint32) int32
+	cuStreamDestroy             func(s uintptr) int32
+	cuStreamSynchronize         func(s uintptr) int32
+	cuStreamBeginCapture        func(s uintptr, mode int32) int32
+	cuStreamEndCapture          func(s uintptr, g *uintptr) int32
+	cuGraphInstantiateWithFlags func(exec *uintptr, g uintptr, flags uint64) int32
+	cuGraphLaunch               func(exec uintptr, s uintptr) int32
+	cuGraphExecDestroy          func(exec uintptr) int32
+	cuGraphDestroy              func(g uintptr) int32
+	cuEventCreate               func(e *uintptr, flags uint32) int32
+	cuEventRecord               func(e uintptr, s uintptr) int32
+	cuEventSynchronize          func(e uintptr) int32
+	cuEventElapsedTime          func(ms *float32, start, end uintptr) int32
+	cuEventDestroy              func(e uintptr) int32
+	cuMemcpyHtoDAsync           func(dst uint64, src unsafe.Pointer, n uintptr, s uintptr) int32
+	cuMemcpyDtoD                func(dst, src uint64, n uintptr) int32
+	cuMemsetD8                  func(dst uint64, v uint8, n uintptr) int32
+	cuMemsetD16                 func(dst uint64, v uint16, n uintptr) int32
+	cuMemsetD32                 func(dst uint64, v uint32, n uintptr) int32
+	cuCtxGetCurrent             func(ctx *uintptr) int32
 }
 
 // Device attributes (CUdevice_attribute).
@@ -39,6 +62,10 @@ const (
 	attrMultiprocessorCount    = 16
 	attrComputeCapabilityMajor = 75
 	attrComputeCapabilityMinor = 76
+	attrMaxGridDimX            = 5
+	attrMaxGridDimY            = 6
+	attrMaxGridDimZ            = 7
+	attrMaxSharedPerBlockOptin = 97
 )
 
 var (

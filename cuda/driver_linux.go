@@ -40,6 +40,27 @@ func loadDriver() (*driver, error) {
 		{&drv.cuLaunchKernel, []string{"cuLaunchKernel"}},
 		{&drv.cuGetErrorName, []string{"cuGetErrorName"}},
 		{&drv.cuGetErrorString, []string{"cuGetErrorString"}},
+		{&drv.cuFuncSetAttribute, []string{"cuFuncSetAttribute"}},
+		{&drv.cuStreamCreate, []string{"cuStreamCreate"}},
+		{&drv.cuStreamDestroy, []string{"cuStreamDestroy_v2", "cuStreamDestroy"}},
+		{&drv.cuStreamSynchronize, []string{"cuStreamSynchronize"}},
+		{&drv.cuStreamBeginCapture, []string{"cuStreamBeginCapture_v2", "cuStreamBeginCapture"}},
+		{&drv.cuStreamEndCapture, []string{"cuStreamEndCapture"}},
+		{&drv.cuGraphInstantiateWithFlags, []string{"cuGraphInstantiateWithFlags"}},
+		{&drv.cuGraphLaunch, []string{"cuGraphLaunch"}},
+		{&drv.cuGraphExecDestroy, []string{"cuGraphExecDestroy"}},
+		{&drv.cuGraphDestroy, []string{"cuGraphDestroy"}},
+		{&drv.cuEventCreate, []string{"cuEventCreate"}},
+		{&drv.cuEventRecord, []string{"cuEventRecord"}},
+		{&drv.cuEventSynchronize, []string{"cuEventSynchronize"}},
+		{&drv.cuEventElapsedTime, []string{"cuEventElapsedTime"}},
+		{&drv.cuEventDestroy, []string{"cuEventDestroy_v2", "cuEventDestroy"}},
+		{&drv.cuMemcpyHtoDAsync, []string{"cuMemcpyHtoDAsync_v2"}},
+		{&drv.cuMemcpyDtoD, []string{"cuMemcpyDtoD_v2"}},
+		{&drv.cuMemsetD8, []string{"cuMemsetD8_v2"}},
+		{&drv.cuMemsetD16, []string{"cuMemsetD16_v2"}},
+		{&drv.cuMemsetD32, []string{"cuMemsetD32_v2"}},
+		{&drv.cuCtxGetCurrent, []string{"cuCtxGetCurrent"}},
 	}
 	for _, s := range syms {
 		if err := bind(lib, s.fptr, s.names...); err != nil {
@@ -116,4 +137,26 @@ func bind(lib uintptr, fptr any, names ...string) (err error) {
 		return nil
 	}
 	return err
+}
+
+// loadCUBLAS opens the newest libcublas found and binds what BLAS uses.
+func loadCUBLAS() (*cublas, error) {
+	names := append(libraryCandidates("libcublas", "cublas"), "libcublas.so.13", "libcublas.so.12", "libcublas.so")
+	lib, path, err := dlopenFirst(names)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: no cuBLAS library: %w", err)
+	}
+	b := &cublas{path: path}
+	for _, s := range []struct {
+		fptr any
+		name string
+	}{
+		{&b.create, "cublasCreate_v2"}, {&b.destroy, "cublasDestroy_v2"},
+		{&b.setStream, "cublasSetStream_v2"}, {&b.gemmEx, "cublasGemmEx"},
+	} {
+		if err := bind(lib, s.fptr, s.name); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return b, nil
 }

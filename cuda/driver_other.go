@@ -17,3 +17,8 @@ func loadDriver() (*driver, error) {
 func loadNVRTCLib(string) (*nvrtc, error) {
 	return nil, fmt.Errorf("libnvrtc on %s/%s: %w", runtime.GOOS, runtime.GOARCH, errors.ErrUnsupported)
 }
+
+// loadCUBLAS reports that cuBLAS is only opened on linux/amd64 and linux/arm64.
+func loadCUBLAS() (*cublas, error) {
+	return nil, fmt.Errorf("libcublas on %s/%s: %w", runtime.GOOS, runtime.GOARCH, errors.ErrUnsupported)
+}

@@ -63,6 +63,12 @@ func NVRTCCandidates() []string {
 	if p := os.Getenv(NVRTCEnv); p != "" {
 		return []string{p}
 	}
+	return append(libraryCandidates("libnvrtc", "cuda_nvrtc"), "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so")
+}
+
+// libraryCandidates returns the files lib.so* in the CUDA toolkit, system
+// and pip (nvidia-<pipdir>, cu13, cu12) directories, newest version first.
+func libraryCandidates(lib, pipDir string) []string {
 	var dirs []string
 	for _, v := range []string{"CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"} {
 		if p := os.Getenv(v); p != "" {
@@ -75,7 +81,7 @@ func NVRTCCandidates() []string {
 		"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
 		"/opt/cuda/lib64", "/opt/conda/lib",
 	)
-	pyRoots := []string{"/usr/local/lib/python3*", "/usr/lib/python3*", "/opt/conda/lib/python3*"}
+	pyRoots := []string{"/usr/local/lib/python3*", "/usr/lib/python3*", "/opt/conda/lib/python3*", "/opt/*/.venv/lib/python3*"}
 	if h, err := os.UserHomeDir(); err == nil {
 		pyRoots = append(pyRoots, filepath.Join(h, ".local/lib/python3*"))
 	}
@@ -84,7 +90,7 @@ func NVRTCCandidates() []string {
 	}
 	for _, r := range pyRoots {
 		for _, pk := range []string{"site-packages", "dist-packages"} {
-			for _, sub := range []string{"cuda_nvrtc/lib", "cu13/lib", "cu12/lib"} {
+			for _, sub := range []string{pipDir + "/lib", "cu13/lib", "cu12/lib"} {
 				dirs = append(dirs, filepath.Join(r, pk, "nvidia", sub))
 			}
 		}
@@ -96,7 +102,7 @@ func NVRTCCandidates() []string {
 	var found []cand
 	seen := map[string]bool{}
 	for _, d := range dirs {
-		matches, _ := filepath.Glob(filepath.Join(d, "libnvrtc.so*"))
+		matches, _ := filepath.Glob(filepath.Join(d, lib+".so*"))
 		for _, m := range matches {
 			real, err := filepath.EvalSymlinks(m)
 			if err != nil || seen[real] {
@@ -111,7 +117,7 @@ func NVRTCCandidates() []string {
 	for _, c := range found {
 		out = append(out, c.path)
 	}
-	return append(out, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so")
+	return out
 }
 
 // soVersion parses the numbers after ".so." in a library file name.

@@ -1,22 +1,300 @@
 package devkernels
 
 import (
+	_ "embed"
 	"fmt"
+	"math"
+	"slices"
+	"sync"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/launch"
 )
 
-// Modules returns the device code for dev: every module this package
-// builds, compiled for dev's architecture. It wraps core.ErrNoPlan when dev
-// is not a CUDA device this package has code for.
-func Modules(dev core.DeviceInfo) ([]core.KernelModule, error) {
-	return nil, fmt.Errorf("%w: not built yet", core.ErrNoPlan)
+// MLADecodeSource is the CUDA C source of the paged absorbed-MLA decode
+// kernels and their combine kernel.
+//
+//go:embed mla_decode.cu
+var MLADecodeSource string
+
+// The module and its entries.
+const (
+	ModuleMLADecode = "mla_decode"
+	EntryCombine    = "mla_combine"
+)
+
+// Tile constants of mla_decode.cu (keep in step with its #defines).
+const (
+	mlaBN      = 32
+	mlaStages  = 4
+	mlaThreads = 256
+	mlaDQK     = 576
+	mlaDV      = 512
+	qStride    = mlaDQK + 8
+	pStride    = mlaBN + 8
+)
+
+// mlaRows are the query rows per block of the decode entries.
+var mlaRows = [...]int{16, 32, 64}
+
+func decodeEntry(m int) string { return fmt.Sprintf("mla_decode_m%d", m) }
+
+// decodeShared is the dynamic shared memory of mla_decode_m<m>.
+func decodeShared(m int) int {
+	cgq := mlaBN / max(8, mlaBN/(8/(m/16)))
+	return 2*(m*qStride+mlaStages*mlaBN*qStride+m*pStride) + 4*2*cgq*m
+}
+
+// MLAKernelNames are the catalog kernels the MLA decode module runs: the
+// absorbed MLA decode of FlashAttention 3, FlashInfer and FlashMLA.
+var mlaKernelNames = []string{"flash_attn_with_kvcache", "BatchMLAPagedAttentionWrapper", "flash_mla_with_kvcache"}
+
+func decodeParams() []core.Param {
+	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
+	return []core.Param{
+		p("q"), p("kv_cache"), p("kv_indptr"), p("kv_indices"), p("out"), p("lse"),
+		p("schedule"), p("requests"), p("counts"), p("part_o"), p("part_lse"),
+		{Name: "heads", Kind: core.ParamI32}, {Name: "page_shift", Kind: core.ParamI32},
+		{Name: "scale_log2", Kind: core.ParamF32}, {Name: "head_blocks", Kind: core.ParamI32},
+	}
+}
+
+func combineParams() []core.Param {
+	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
+	return []core.Param{p("out"), p("lse"), p("requests"), p("part_o"), p("part_lse"),
+		{Name: "heads", Kind: core.ParamI32}, {Name: "batch", Kind: core.ParamI32}}
+}
+
+// Builder compiles the modules once per architecture and keeps them. The
+// zero value is ready; it is safe for concurrent use.
+type Builder struct {
+	mu    sync.Mutex
+	built map[string]result
+}
+
+type result struct {
+	mods []core.KernelModule
+	err  error
+}
+
+// Modules returns the device code for dev, compiled by NVRTC for its
+// compute capability on the first call for that capability. It wraps
+// core.ErrNoPlan for a device that is not CUDA sm_80 or newer, and when no
+// NVRTC library can be loaded.
+func (b *Builder) Modules(dev core.DeviceInfo) ([]core.KernelModule, error) {
+	if dev.Platform != core.PlatformCUDA {
+		return nil, fmt.Errorf("%w: device code is CUDA, the device is %s", core.ErrNoPlan, dev.Platform)
+	}
+	if dev.ComputeCapability < 80 {
+		return nil, fmt.Errorf("%w: the kernels need compute capability 8.0 or newer, the device has %d.%d",
+			core.ErrNoPlan, dev.ComputeCapability/10, dev.ComputeCapability%10)
+	}
+	arch := fmt.Sprintf("compute_%d", dev.ComputeCapability)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r, ok := b.built[arch]; ok {
+		return r.mods, r.err
+	}
+	mods, err := build(arch)
+	if b.built == nil {
+		b.built = map[string]result{}
+	}
+	b.built[arch] = result{mods, err}
+	return mods, err
+}
+
+// build compiles every module for the virtual architecture arch.
+func build(arch string) ([]core.KernelModule, error) {
+	ptx, err := cuda.CompilePTX(MLADecodeSource, "mla_decode.cu", "--gpu-architecture="+arch, "-std=c++17", "-lineinfo")
+	if err != nil {
+		return nil, fmt.Errorf("%w: compiling %s for %s: %w", core.ErrNoPlan, ModuleMLADecode, arch, err)
+	}
+	img := []byte(ptx)
+	entries := make([]core.Entry, 0, len(mlaRows)+1)
+	for _, m := range mlaRows {
+		entries = append(entries, core.Entry{Name: decodeEntry(m), Params: decodeParams()})
+	}
+	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()})
+	return []core.KernelModule{{
+		Name: ModuleMLADecode, Platform: core.PlatformCUDA, Arch: arch, Format: core.FormatPTX,
+		Image: img, SHA256: core.ImageSHA256(img), Entries: entries, Kernels: slices.Clone(mlaKernelNames),
+	}}, nil
 }
 
 // Plan returns the launches that run kernel k (an entry of a handler's
 // catalog) on req's batch. It wraps core.ErrNoPlan for a kernel, method,
-// dtype or shape without device code, and core.ErrInvalidRequest for a
-// malformed request.
+// dtype, page size or dimensions without device code, and
+// core.ErrInvalidRequest for a malformed request.
 func Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) {
-	return nil, fmt.Errorf("%w: not built yet", core.ErrNoPlan)
+	if !slices.Contains(mlaKernelNames, k.Name) || k.Method != core.MLA || k.Sparse {
+		return nil, fmt.Errorf("%w: kernel %s (%s) has no device code", core.ErrNoPlan, k.Name, k.Method)
+	}
+	if req.Method != core.MLA {
+		return nil, fmt.Errorf("%w: method %s has no device code", core.ErrNoPlan, req.Method)
+	}
+	tensors, err := launch.Tensors(req)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.DType != "bf16":
+		return nil, fmt.Errorf("%w: dtype %s (the device kernels take bf16)", core.ErrNoPlan, req.DType)
+	case req.Dims.HeadDimQK != mlaDQK || req.Dims.HeadDimV != mlaDV:
+		return nil, fmt.Errorf("%w: head dims %d/%d (the device kernels take %d/%d)", core.ErrNoPlan, req.Dims.HeadDimQK, req.Dims.HeadDimV, mlaDQK, mlaDV)
+	case req.Shape.PageSize&(req.Shape.PageSize-1) != 0:
+		return nil, fmt.Errorf("%w: page size %d is not a power of two", core.ErrNoPlan, req.Shape.PageSize)
+	case len(k.PageSizes) > 0 && !slices.Contains(k.PageSizes, req.Shape.PageSize):
+		return nil, fmt.Errorf("%w: %s takes page sizes %v, not %d", core.ErrNoPlan, k.Name, k.PageSizes, req.Shape.PageSize)
+	case req.Device.Platform != core.PlatformCUDA || req.Device.ComputeCapability < 80:
+		return nil, fmt.Errorf("%w: the device kernels need CUDA compute capability 8.0 or newer", core.ErrNoPlan)
+	}
+	p := planDecode(req)
+	p.Kernel = k.Name
+	p.Tensors = tensors
+	return p, nil
+}
+
+// planDecode cuts the batch into work items of balanced cost (FlashMLA's
+// tile scheduler, computed on the CPU): every head block of an item is one
+// thread block, one block per multiprocessor, so the items are sized to
+// fill the GPU once. A request whose keys span several items gets partial
+// results that mla_combine merges.
+func planDecode(req *core.PlanRequest) *core.Plan {
+	s, d := req.Shape, req.Dims
+	b := len(s.SeqLens)
+	var maxQ int64
+	for _, q := range s.QLens {
+		maxQ = max(maxQ, q)
+	}
+	maxRows := int(maxQ) * d.Heads
+	m := 64
+	for _, r := range mlaRows {
+		if maxRows <= r {
+			m = r
+			break
+		}
+	}
+	hb := (maxRows + m - 1) / m
+	sms := max(req.Device.SMs, 1)
+
+	// Cost of a request: its key tiles plus a fixed cost per item (the
+	// query load and the epilogue), in tiles.
+	const itemCost, minTiles = 2, 2
+	tiles := make([]int, b)
+	var total int
+	for i, n := range s.SeqLens {
+		tiles[i] = int((n + mlaBN - 1) / mlaBN)
+		total += tiles[i] + itemCost
+	}
+	slots := max(sms/hb, 1)
+	target := max((total+slots-1)/slots, minTiles+itemCost)
+	capacity := math.MaxInt
+	if req.Graph {
+		// One graph per batch size: the grid is fixed at the most items
+		// any lengths can produce, and the kernel skips the empty ones.
+		capacity = b + slots
+	}
+	var sched []core.WorkItem
+	for {
+		sched = sched[:0]
+		for i := range b {
+			chunks := max(1, min((tiles[i]+itemCost+target-1)/target, tiles[i]/minTiles))
+			per := (tiles[i] + chunks - 1) / chunks
+			for c := range chunks {
+				lo := c * per * mlaBN
+				hi := min((c+1)*per*mlaBN, int(s.SeqLens[i]))
+				if lo >= hi {
+					break
+				}
+				sched = append(sched, core.WorkItem{Request: int32(i), KVBegin: int32(lo), KVEnd: int32(hi), Split: int32(c)})
+			}
+		}
+		if len(sched) <= capacity {
+			break
+		}
+		target += target/4 + 1
+	}
+	splits := make([]int, b)
+	for _, w := range sched {
+		splits[w.Request]++
+	}
+	reqs := make([]int32, 8*b)
+	var qStart, partRows int64
+	for i := range b {
+		rows := s.QLens[i] * int64(d.Heads)
+		reqs[8*i+0] = int32(qStart)
+		reqs[8*i+1] = int32(s.QLens[i])
+		reqs[8*i+2] = int32(s.SeqLens[i])
+		reqs[8*i+3] = int32(splits[i])
+		reqs[8*i+4] = int32(partRows)
+		if splits[i] > 1 {
+			partRows += int64(splits[i]) * rows
+		}
+		qStart += s.QLens[i]
+	}
+	items := len(sched)
+	if req.Graph {
+		// Pad the schedule to the grid with empty items, so that every
+		// buffer has the same size for any lengths of this batch size.
+		items = capacity
+		partRows = int64(capacity) * int64(maxRows)
+	}
+	count := len(sched)
+	for len(sched) < items {
+		sched = append(sched, core.WorkItem{})
+	}
+	schedule := make([]int32, 0, 4*len(sched))
+	combine := false
+	for _, w := range sched[:count] {
+		combine = combine || splits[w.Request] > 1
+	}
+	for _, w := range sched {
+		schedule = append(schedule, w.Request, w.KVBegin, w.KVEnd, w.Split)
+	}
+	partO := partRows * mlaDV * 4
+	pageShift := 0
+	for 1<<pageShift < s.PageSize {
+		pageShift++
+	}
+	ptr := func(param, tensor string) core.Arg { return core.Arg{Param: param, Kind: core.ArgTensor, Name: tensor} }
+	meta := func(param, name string) core.Arg { return core.Arg{Param: param, Kind: core.ArgMeta, Name: name} }
+	ws := func(param string, off int64) core.Arg { return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off} }
+	i32 := func(param string, v int) core.Arg { return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)} }
+	p := &core.Plan{
+		Metadata: []core.MetaBuffer{
+			{Name: "schedule", Int32s: schedule},
+			{Name: "requests", Int32s: reqs},
+			{Name: "counts", Int32s: []int32{int32(count)}},
+		},
+		Schedule:       sched,
+		WorkspaceBytes: partO + partRows*4,
+		Launches: []core.Launch{{
+			Module: ModuleMLADecode, Entry: decodeEntry(m),
+			Grid: [3]uint32{uint32(items * hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
+			SharedBytes: uint32(decodeShared(m)),
+			Args: []core.Arg{
+				ptr("q", "q"), ptr("kv_cache", "kv_cache"), ptr("kv_indptr", "kv_indptr"), ptr("kv_indices", "kv_indices"),
+				ptr("out", "out"), ptr("lse", "lse"),
+				meta("schedule", "schedule"), meta("requests", "requests"), meta("counts", "counts"),
+				ws("part_o", 0), ws("part_lse", partO),
+				i32("heads", d.Heads), i32("page_shift", pageShift),
+				{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E},
+				i32("head_blocks", hb),
+			},
+		}},
+		Note: fmt.Sprintf("mla decode: %d rows per block, %d head block(s), %d item(s), %d key tile(s) of %d, %d stages",
+			m, hb, count, total-itemCost*b, mlaBN, mlaStages),
+	}
+	if combine || req.Graph {
+		p.Launches = append(p.Launches, core.Launch{
+			Module: ModuleMLADecode, Entry: EntryCombine,
+			Grid: [3]uint32{uint32(b), uint32((maxRows + 7) / 8), 1}, Block: [3]uint32{256, 1, 1},
+			Args: []core.Arg{
+				ptr("out", "out"), ptr("lse", "lse"), meta("requests", "requests"),
+				ws("part_o", 0), ws("part_lse", partO), i32("heads", d.Heads), i32("batch", b),
+			},
+		})
+	}
+	return p
 }

@@ -1,0 +1,408 @@
+// Paged absorbed-MLA decode for sglang's latent KV cache (bf16), with
+// split-KV and a combine kernel. Compiled by NVRTC at plugin start for the
+// host's GPU (sm_80 and newer: mma.sync, ldmatrix, cp.async).
+//
+// Layout (see launch.Tensors): q [tokens, heads, 576], kv_cache
+// [pages*page_size, 576] (the first 512 columns are also the values),
+// kv_indptr/kv_indices the pages of each request, out [tokens, heads, 512],
+// lse [tokens, heads] (natural log of the sum of exp(scale * q.k)).
+//
+// Work: the plan's schedule cuts each request's keys into chunks (items);
+// one block runs one item for M query rows of its request (rows are token-
+// major: row = t*heads + h), so every head of a head block shares each key
+// tile read from memory, and the head blocks of one item are adjacent in
+// the grid, so they read each tile while it is in L2. A block holds its M
+// query rows in shared memory and streams key tiles of BN rows through a
+// STAGES-deep cp.async pipeline; 8 warps compute S = QK^T on tensor cores
+// (mma.sync m16n8k16, bf16 in, fp32 out), an online softmax in fp32 with the
+// row maxima exchanged through shared memory, and O += PV with P through
+// shared memory in bf16. A request cut into several chunks writes fp32
+// partial outputs and their LSE to the workspace; mla_combine merges them.
+
+#define DQK 576
+#define DV 512
+#define BN 32
+#define STAGES 4
+#define NTHREADS 256
+#define QSTRIDE (DQK + 8)   /* shared row stride in elements: 1168 bytes, 16 mod 128 */
+#define PSTRIDE (BN + 8)    /* 80 bytes, conflict-free for ldmatrix */
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+typedef unsigned int u32;
+typedef unsigned short bf16;
+
+// Per-request metadata (the plan's "requests" buffer), 8 int32 each.
+struct ReqInfo {
+    int q_start;    // first query token of the request in q/out/lse
+    int q_len;      // its query tokens
+    int seq_len;    // its keys
+    int num_splits; // chunks its keys are cut into
+    int part_base;  // first partial row in the workspace
+    int pad0, pad1, pad2;
+};
+
+// One work item (the plan's "schedule" buffer), 4 int32 each.
+struct Item {
+    int req, kv_begin, kv_end, split;
+};
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+
+__device__ __forceinline__ void mma16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Issues the cp.async copies of key tile [j0, j0+BN) of a request into sk
+// (BN rows of QSTRIDE elements); keys at or past kv_end are zero-filled.
+__device__ __forceinline__ void load_kv_tile(bf16* sk, const bf16* __restrict__ kv, const int* __restrict__ pages,
+                                             int page_shift, int j0, int kv_end, int tid) {
+    const int chunks = DQK / 8; // 16-byte chunks per row
+    const u32 base = smem_addr(sk);
+#pragma unroll
+    for (int i = 0; i < (BN * chunks) / NTHREADS; i++) {
+        int c = tid + i * NTHREADS;
+        int r = c / chunks, ch = c - r * chunks;
+        int j = j0 + r;
+        const bf16* src = kv;
+        int bytes = 0;
+        if (j < kv_end) {
+            long long page = pages[j >> page_shift];
+            long long row = (page << page_shift) | (j & ((1 << page_shift) - 1));
+            src = kv + row * DQK + ch * 8;
+            bytes = 16;
+        }
+        cp_async16(base + (r * QSTRIDE + ch * 8) * 2, src, bytes);
+    }
+}
+
+template <int M>
+__device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, const bf16* __restrict__ kv,
+                                                const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+                                                bf16* __restrict__ out, float* __restrict__ lse,
+                                                const Item* __restrict__ schedule, const ReqInfo* __restrict__ reqs,
+                                                const int* __restrict__ counts, float* __restrict__ part_o,
+                                                float* __restrict__ part_lse, int heads, int page_shift,
+                                                float scale_log2, int head_blocks) {
+    constexpr int RG = M / 16;                   // row groups of 16
+    constexpr int CG = 8 / RG;                   // column groups
+    constexpr int NQ = (BN / CG >= 8) ? BN / CG : 8; // keys per warp in S
+    constexpr int CGQ = BN / NQ;                 // column groups that compute S
+    constexpr int NTQ = NQ / 8;
+    constexpr int VC = DV / CG;                  // output columns per warp
+    constexpr int NTV = VC / 8;
+
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16* sq = (bf16*)smem;                              // M x QSTRIDE
+    bf16* skv = sq + M * QSTRIDE;                        // STAGES x BN x QSTRIDE
+    bf16* sp = skv + STAGES * BN * QSTRIDE;              // M x PSTRIDE
+    float* red_max = (float*)(sp + M * PSTRIDE);         // CGQ x M
+    float* red_sum = red_max + CGQ * M;                  // CGQ x M (reused for l at the end: CG x M)
+
+    const int item_idx = blockIdx.x / head_blocks;
+    const int hb = blockIdx.x - item_idx * head_blocks;
+    if (item_idx >= counts[0]) return;
+    const Item it = schedule[item_idx];
+    const ReqInfo rq = reqs[it.req];
+    const int rows = rq.q_len * heads;
+    const int row0 = hb * M;
+    if (row0 >= rows) return;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int rg = warp / CG, cg = warp - rg * CG;
+    const int* pages = kv_indices + kv_indptr[it.req];
+
+    // Queries: M rows starting at row0 (zero past the request's rows).
+    {
+        const u32 base = smem_addr(sq);
+        const bf16* qsrc = q + ((long long)rq.q_start * heads + row0) * DQK;
+#pragma unroll
+        for (int i = 0; i < (M * (DQK / 8) + NTHREADS - 1) / NTHREADS; i++) {
+            int c = tid + i * NTHREADS;
+            if (c >= M * (DQK / 8)) break;
+            int r = c / (DQK / 8), ch = c - r * (DQK / 8);
+            bool ok = row0 + r < rows;
+            cp_async16(base + (r * QSTRIDE + ch * 8) * 2, ok ? qsrc + (long long)r * DQK + ch * 8 : qsrc, ok ? 16 : 0);
+        }
+    }
+    const int ntiles = (it.kv_end - it.kv_begin + BN - 1) / BN;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < ntiles)
+            load_kv_tile(skv + s * BN * QSTRIDE, kv, pages, page_shift, it.kv_begin + s * BN, it.kv_end, tid);
+        cp_commit(); // the queries ride in the first group
+    }
+
+    // This thread's two rows (within the block) and their causal limits.
+    const int lr0 = rg * 16 + (lane >> 2), lr1 = lr0 + 8;
+    const int causal0 = rq.seq_len - rq.q_len + (row0 + lr0) / heads; // last key row lr0 may see
+    const int causal1 = rq.seq_len - rq.q_len + (row0 + lr1) / heads;
+
+    float o[NTV][4];
+#pragma unroll
+    for (int n = 0; n < NTV; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+
+    const u32 sq_a = smem_addr(sq), sp_a = smem_addr(sp);
+    for (int t = 0; t < ntiles; t++) {
+        cp_wait<STAGES - 2>();
+        __syncthreads();
+        {
+            int nt = t + STAGES - 1;
+            if (nt < ntiles)
+                load_kv_tile(skv + (nt % STAGES) * BN * QSTRIDE, kv, pages, page_shift, it.kv_begin + nt * BN, it.kv_end, tid);
+            cp_commit();
+        }
+        const bf16* sk = skv + (t % STAGES) * BN * QSTRIDE;
+        const u32 sk_a = smem_addr(sk);
+        const int j0 = it.kv_begin + t * BN;
+
+        float s[NTQ][4];
+        const bool qk = cg < CGQ;
+        if (qk) {
+#pragma unroll
+            for (int n = 0; n < NTQ; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            const u32 a_addr = sq_a + (((rg * 16 + (lane & 15)) * QSTRIDE + (lane >> 4) * 8) * 2);
+#pragma unroll 4
+            for (int kk = 0; kk < DQK / 16; kk++) {
+                u32 a0, a1, a2, a3;
+                ldsm_x4(a_addr + kk * 32, a0, a1, a2, a3);
+                if (NTQ == 1) {
+                    u32 b0, b1;
+                    ldsm_x2(sk_a + (((cg * NQ + (lane & 7)) * QSTRIDE + kk * 16 + ((lane >> 3) & 1) * 8) * 2), b0, b1);
+                    mma16816(s[0], a0, a1, a2, a3, b0, b1);
+                } else {
+#pragma unroll
+                    for (int n = 0; n < NTQ; n += 2) {
+                        u32 b0, b1, b2, b3;
+                        ldsm_x4(sk_a + (((cg * NQ + n * 8 + (lane & 7) + (lane >> 4) * 8) * QSTRIDE + kk * 16 +
+                                         ((lane >> 3) & 1) * 8) * 2),
+                                b0, b1, b2, b3);
+                        mma16816(s[n], a0, a1, a2, a3, b0, b1);
+                        mma16816(s[n + 1], a0, a1, a2, a3, b2, b3);
+                    }
+                }
+            }
+            // Scale, mask, row maxima over this warp's keys.
+            float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+            for (int n = 0; n < NTQ; n++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int j = j0 + cg * NQ + n * 8 + (lane & 3) * 2 + e;
+                    bool in = j < it.kv_end;
+                    s[n][e] = (in && j <= causal0) ? s[n][e] * scale_log2 : NEG_INF;
+                    s[n][2 + e] = (in && j <= causal1) ? s[n][2 + e] * scale_log2 : NEG_INF;
+                    mx0 = fmaxf(mx0, s[n][e]);
+                    mx1 = fmaxf(mx1, s[n][2 + e]);
+                }
+            }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+            if ((lane & 3) == 0) {
+                red_max[cg * M + lr0] = mx0;
+                red_max[cg * M + lr1] = mx1;
+            }
+        }
+        __syncthreads();
+        float mt0 = m0, mt1 = m1;
+#pragma unroll
+        for (int g = 0; g < CGQ; g++) {
+            mt0 = fmaxf(mt0, red_max[g * M + lr0]);
+            mt1 = fmaxf(mt1, red_max[g * M + lr1]);
+        }
+        const float mu0 = mt0 == NEG_INF ? 0.f : mt0, mu1 = mt1 == NEG_INF ? 0.f : mt1;
+        const float al0 = fast_exp2(m0 - mu0), al1 = fast_exp2(m1 - mu1);
+        m0 = mt0;
+        m1 = mt1;
+        l0 *= al0;
+        l1 *= al1;
+#pragma unroll
+        for (int n = 0; n < NTV; n++) {
+            o[n][0] *= al0;
+            o[n][1] *= al0;
+            o[n][2] *= al1;
+            o[n][3] *= al1;
+        }
+        if (qk) {
+            float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+            for (int n = 0; n < NTQ; n++) {
+                float p0 = fast_exp2(s[n][0] - mu0), p1 = fast_exp2(s[n][1] - mu0);
+                float p2 = fast_exp2(s[n][2] - mu1), p3 = fast_exp2(s[n][3] - mu1);
+                u32 w01 = pack_bf16(p0, p1), w23 = pack_bf16(p2, p3);
+                // Sum what the PV product will use: the rounded values.
+                sum0 += __uint_as_float(w01 << 16) + __uint_as_float(w01 & 0xffff0000u);
+                sum1 += __uint_as_float(w23 << 16) + __uint_as_float(w23 & 0xffff0000u);
+                int col = cg * NQ + n * 8 + (lane & 3) * 2;
+                *(u32*)(sp + lr0 * PSTRIDE + col) = w01;
+                *(u32*)(sp + lr1 * PSTRIDE + col) = w23;
+            }
+            sum0 += __shfl_xor_sync(0xffffffff, sum0, 1);
+            sum0 += __shfl_xor_sync(0xffffffff, sum0, 2);
+            sum1 += __shfl_xor_sync(0xffffffff, sum1, 1);
+            sum1 += __shfl_xor_sync(0xffffffff, sum1, 2);
+            if ((lane & 3) == 0) {
+                red_sum[cg * M + lr0] = sum0;
+                red_sum[cg * M + lr1] = sum1;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < CGQ; g++) {
+            l0 += red_sum[g * M + lr0];
+            l1 += red_sum[g * M + lr1];
+        }
+        // O += P V over this warp's VC output columns.
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            u32 a0, a1, a2, a3;
+            ldsm_x4(sp_a + (((rg * 16 + (lane & 15)) * PSTRIDE + kk * 16 + (lane >> 4) * 8) * 2), a0, a1, a2, a3);
+#pragma unroll
+            for (int n = 0; n < NTV; n += 2) {
+                u32 b0, b1, b2, b3;
+                ldsm_x4_t(sk_a + (((kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * QSTRIDE + cg * VC + n * 8 +
+                                   (lane >> 4) * 8) * 2),
+                          b0, b1, b2, b3);
+                mma16816(o[n], a0, a1, a2, a3, b0, b1);
+                mma16816(o[n + 1], a0, a1, a2, a3, b2, b3);
+            }
+        }
+    }
+    cp_wait<0>();
+
+    // Epilogue: normalise, then the final output or a partial one.
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const float lse0 = l0 > 0.f ? (m0 + __log2f(l0)) * 0.6931471805599453f : NEG_INF;
+    const float lse1 = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
+    const int gr0 = row0 + lr0, gr1 = row0 + lr1; // rows within the request
+    const bool ok0 = gr0 < rows, ok1 = gr1 < rows;
+    if (rq.num_splits == 1) {
+        bf16* o0 = out + ((long long)rq.q_start * heads + gr0) * DV + cg * VC + (lane & 3) * 2;
+        bf16* o1 = out + ((long long)rq.q_start * heads + gr1) * DV + cg * VC + (lane & 3) * 2;
+#pragma unroll
+        for (int n = 0; n < NTV; n++) {
+            if (ok0) *(u32*)(o0 + n * 8) = pack_bf16(o[n][0] * inv0, o[n][1] * inv0);
+            if (ok1) *(u32*)(o1 + n * 8) = pack_bf16(o[n][2] * inv1, o[n][3] * inv1);
+        }
+        if (cg == 0 && (lane & 3) == 0) {
+            if (ok0) lse[(long long)rq.q_start * heads + gr0] = lse0;
+            if (ok1) lse[(long long)rq.q_start * heads + gr1] = lse1;
+        }
+    } else {
+        long long p0 = (long long)rq.part_base + (long long)it.split * rows + gr0;
+        long long p1 = (long long)rq.part_base + (long long)it.split * rows + gr1;
+        float* o0 = part_o + p0 * DV + cg * VC + (lane & 3) * 2;
+        float* o1 = part_o + p1 * DV + cg * VC + (lane & 3) * 2;
+#pragma unroll
+        for (int n = 0; n < NTV; n++) {
+            if (ok0) *(float2*)(o0 + n * 8) = make_float2(o[n][0] * inv0, o[n][1] * inv0);
+            if (ok1) *(float2*)(o1 + n * 8) = make_float2(o[n][2] * inv1, o[n][3] * inv1);
+        }
+        if (cg == 0 && (lane & 3) == 0) {
+            if (ok0) part_lse[p0] = lse0;
+            if (ok1) part_lse[p1] = lse1;
+        }
+    }
+}
+
+#define MLA_DECODE_ENTRY(NAME, M)                                                                              \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                                  \
+        NAME(const bf16* __restrict__ q, const bf16* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
+             const int* __restrict__ kv_indices, bf16* __restrict__ out, float* __restrict__ lse,               \
+             const int* __restrict__ schedule, const int* __restrict__ requests, const int* __restrict__ counts, \
+             float* __restrict__ part_o, float* __restrict__ part_lse, int heads, int page_shift, float scale_log2, \
+             int head_blocks) {                                                                                 \
+        mla_decode_body<M>(q, kv_cache, kv_indptr, kv_indices, out, lse, (const Item*)schedule,                  \
+                           (const ReqInfo*)requests, counts, part_o, part_lse, heads, page_shift, scale_log2,    \
+                           head_blocks);                                                                        \
+    }
+
+MLA_DECODE_ENTRY(mla_decode_m16, 16)
+MLA_DECODE_ENTRY(mla_decode_m32, 32)
+MLA_DECODE_ENTRY(mla_decode_m64, 64)
+
+// Merges the partial outputs of every request cut into several chunks:
+// one warp per query row; blockIdx.x is the request, blockIdx.y * 8 + warp
+// the row. Each lane owns 16 of the 512 output columns.
+extern "C" __global__ void __launch_bounds__(256)
+    mla_combine(bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ requests,
+                const float* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch) {
+    const int r = blockIdx.x;
+    if (r >= batch) return;
+    const ReqInfo rq = ((const ReqInfo*)requests)[r];
+    const int rows = rq.q_len * heads;
+    const int row = blockIdx.y * 8 + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (rq.num_splits <= 1 || row >= rows) return;
+    float mx = NEG_INF;
+    for (int s = 0; s < rq.num_splits; s++) mx = fmaxf(mx, part_lse[rq.part_base + (long long)s * rows + row]);
+    float acc[16];
+#pragma unroll
+    for (int i = 0; i < 16; i++) acc[i] = 0.f;
+    float wsum = 0.f;
+    for (int s = 0; s < rq.num_splits; s++) {
+        long long p = rq.part_base + (long long)s * rows + row;
+        float ls = part_lse[p];
+        float w = (ls == NEG_INF) ? 0.f : __expf(ls - mx);
+        wsum += w;
+        const float4* src = (const float4*)(part_o + p * DV);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float4 v = src[lane + i * 32];
+            acc[i * 4 + 0] += w * v.x;
+            acc[i * 4 + 1] += w * v.y;
+            acc[i * 4 + 2] += w * v.z;
+            acc[i * 4 + 3] += w * v.w;
+        }
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    bf16* dst = out + ((long long)rq.q_start * heads + row) * DV;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint2 v;
+        v.x = pack_bf16(acc[i * 4 + 0] * inv, acc[i * 4 + 1] * inv);
+        v.y = pack_bf16(acc[i * 4 + 2] * inv, acc[i * 4 + 3] * inv);
+        *(uint2*)(dst + (lane + i * 32) * 4) = v;
+    }
+    if (lane == 0) lse[(long long)rq.q_start * heads + row] = wsum > 0.f ? mx + __logf(wsum) : NEG_INF;
+}

@@ -1,0 +1,338 @@
+package gpucheck
+
+import (
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/devkernels"
+	"github.com/attnplug/attnplug/launch/cudaexec"
+)
+
+// openEnv opens the GPU or skips the test, saying why.
+func openEnv(t *testing.T) *Env {
+	t.Helper()
+	e, err := Open()
+	if errors.Is(err, cuda.ErrUnavailable) || errors.Is(err, core.ErrNoPlan) {
+		t.Skipf("no CUDA device to run on: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// runCase allocates, plans, poisons, launches and verifies one case.
+func runCase(t *testing.T, e *Env, c Case, rows int) Check {
+	t.Helper()
+	b, err := e.Alloc(c, 1)
+	if err != nil {
+		t.Fatalf("%s: alloc: %v", c.Describe(), err)
+	}
+	defer b.Free(e)
+	p, err := e.Prepare(b)
+	if err != nil {
+		t.Fatalf("%s: prepare: %v", c.Describe(), err)
+	}
+	defer p.Close()
+	err = e.Dev.Do(func(x *cuda.Ctx) error {
+		if err := b.Poison(x); err != nil {
+			return err
+		}
+		return p.Launch(x, e.Stream(), b.Tensors(0))
+	})
+	if err != nil {
+		t.Fatalf("%s: launch: %v", c.Describe(), err)
+	}
+	ch, err := e.Verify(b, 0, rows)
+	if err != nil {
+		t.Fatalf("%s: verify: %v", c.Describe(), err)
+	}
+	if !ch.OK() {
+		t.Errorf("%s (%s): %v (tolerance rel %.0e, lse %.0e)", c.Describe(), p.Plan().Note, ch, MaxRelErr, MaxLSEErr)
+	}
+	return ch
+}
+
+// TestMLADecodeRandom checks the decode kernels against the fp64 reference
+// on random ragged batches: heads 16/32/64/128, page sizes 1 and 64, batch
+// 1..256, 1..4 query tokens, lengths up to 16k, shuffled pages, outputs
+// poisoned first.
+func TestMLADecodeRandom(t *testing.T) {
+	e := openEnv(t)
+	fixed := []Case{
+		{Name: "one key", Heads: 16, PageSize: 1, SeqLens: []int64{1}, QLens: []int64{1}, Seed: 1},
+		{Name: "verify 4 of 4", Heads: 128, PageSize: 64, SeqLens: []int64{4, 70}, QLens: []int64{4, 4}, Seed: 2},
+		{Name: "odd tails", Heads: 32, PageSize: 64, SeqLens: []int64{33, 65, 127, 4097}, QLens: []int64{3, 3, 3, 3}, Seed: 3},
+		{Name: "16k", Heads: 128, PageSize: 64, SeqLens: []int64{16384}, QLens: []int64{1}, Seed: 4},
+		{Name: "batch 256", Heads: 16, PageSize: 1, SeqLens: repeat(256, 300), QLens: repeat(256, 2), Seed: 5},
+		{Name: "flashinfer page 1", Heads: 64, PageSize: 1, SeqLens: []int64{5000, 17}, QLens: []int64{1, 1}, Seed: 6, Kernel: "BatchMLAPagedAttentionWrapper"},
+		{Name: "flashmla page 64", Heads: 128, PageSize: 64, SeqLens: []int64{3000, 9000}, QLens: []int64{2, 2}, Seed: 7, Kernel: "flash_mla_with_kvcache"},
+	}
+	for _, c := range fixed {
+		ch := runCase(t, e, c, 64)
+		t.Logf("%-18s %s: %v", c.Name, c.Describe(), ch)
+	}
+	n := 40
+	if testing.Short() {
+		n = 8
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	seed := rng.Uint64()
+	t.Logf("random cases from seed %d", seed)
+	rng = rand.New(rand.NewPCG(seed, 2))
+	for i := range n {
+		c := RandomCase(rng, "random", []int{16, 32, 64, 128}, []int{1, 64}, []int{1, 2, 5, 16, 64, 133, 256}, 4, 16384, 1<<21)
+		ch := runCase(t, e, c, 24)
+		t.Logf("random %2d %s: %v", i, c.Describe(), ch)
+	}
+}
+
+func repeat(n int, v int64) []int64 {
+	s := make([]int64, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
+}
+
+// TestDecodeStepGraph runs a 61-layer decode step as the host would: one
+// plan for the batch, 61 launches on 61 KV caches, captured once as a CUDA
+// graph and replayed; then the next step's lengths (one token longer) only
+// update the plan's metadata, and the same graph replays them. Every
+// replay is checked against the fp64 reference, and the host-side cost of
+// a layer's launch is reported.
+func TestDecodeStepGraph(t *testing.T) {
+	e := openEnv(t)
+	const layers = 61
+	for _, heads := range []int{16, 128} {
+		rng := rand.New(rand.NewPCG(uint64(heads), 3))
+		c := Case{Heads: heads, PageSize: 64, Seed: uint64(heads), Graph: true}
+		for range 32 {
+			l := 1 + rng.Int64N(4000)
+			if l%64 == 0 {
+				l-- // room for the next step's token in the last page
+			}
+			c.SeqLens = append(c.SeqLens, l)
+			c.QLens = append(c.QLens, 1)
+		}
+		b, err := e.Alloc(c, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free(e)
+		plans := 0
+		p, err := e.Prepare(b)
+		plans++
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		var g cuda.Graph
+		var hostNS float64
+		err = e.Dev.Do(func(x *cuda.Ctx) error {
+			// Host cost of the launches, outside capture.
+			start := time.Now()
+			for l := range layers {
+				if err := p.Launch(x, e.Stream(), b.Tensors(l)); err != nil {
+					return err
+				}
+			}
+			hostNS = float64(time.Since(start).Nanoseconds()) / layers
+			if err := x.SyncStream(e.Stream()); err != nil {
+				return err
+			}
+			if err := b.Poison(x); err != nil {
+				return err
+			}
+			g, err = x.Capture(e.Stream(), func() error {
+				for l := range layers {
+					if err := p.Launch(x, e.Stream(), b.Tensors(l)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			return x.LaunchGraph(g, e.Stream())
+		})
+		if err != nil {
+			t.Fatalf("heads %d: %v", heads, err)
+		}
+		t.Logf("heads %d: host cost per layer launch %.2f us (%d launches per layer), plan requests for the step: %d",
+			heads, hostNS/1000, len(p.Plan().Launches), plans)
+		// The last layer wrote the outputs last: KV copy 60 % 4.
+		ch, err := e.Verify(b, layers-1, 32)
+		if err != nil || !ch.OK() {
+			t.Fatalf("heads %d: graph replay: %v %v", heads, ch, err)
+		}
+		// Next step: every request one token longer. Same batch size, so
+		// the same graph, with the new plan's metadata.
+		for i := range b.Case.SeqLens {
+			b.Case.SeqLens[i]++
+		}
+		c2 := b.Case
+		b.Req = c2.Request(e.Exec.Device(), b.NumPages)
+		// Pages: the step may cross a page boundary; Alloc gave each request
+		// its pages for the old lengths plus 3 spare pages in the cache.
+		if !pagesFit(b) {
+			t.Logf("heads %d: a request crossed a page boundary; re-allocating for step 2", heads)
+			continue
+		}
+		np, err := devkernels.Plan(c2.kernel(), &b.Req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Update(&b.Req, np); err != nil {
+			t.Fatalf("heads %d: update: %v", heads, err)
+		}
+		err = e.Dev.Do(func(x *cuda.Ctx) error {
+			if err := b.Poison(x); err != nil {
+				return err
+			}
+			return x.LaunchGraph(g, e.Stream())
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err = e.Verify(b, layers-1, 32)
+		if err != nil || !ch.OK() {
+			t.Fatalf("heads %d: graph replay after update: %v %v", heads, ch, err)
+		}
+		e.Dev.Do(func(x *cuda.Ctx) error { return x.DestroyGraph(g) })
+	}
+}
+
+// pagesFit reports whether every request's keys still fit its pages.
+func pagesFit(b *Batch) bool {
+	for i, n := range b.Case.SeqLens {
+		have := int64(b.Indptr[i+1]-b.Indptr[i]) * int64(b.Case.PageSize)
+		if n > have {
+			return false
+		}
+	}
+	return true
+}
+
+// TestKernelFault runs a kernel that writes to an illegal address in a
+// child process: the driver reports the fault, the Device turns it into
+// ErrFault for every later call, and the process lives on.
+func TestKernelFault(t *testing.T) {
+	if os.Getenv("ATTNPLUG_FAULT_CHILD") == "1" {
+		faultChild(t)
+		return
+	}
+	openEnv(t) // skips without a GPU
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKernelFault$", "-test.v")
+	cmd.Env = append(os.Environ(), "ATTNPLUG_FAULT_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "fault reported:") || !strings.Contains(string(out), "after the fault:") {
+		t.Fatalf("child output:\n%s", out)
+	}
+	t.Logf("child:\n%s", out)
+}
+
+func faultChild(t *testing.T) {
+	e := openEnv(t)
+	src := `extern "C" __global__ void bad(int* p) { p[threadIdx.x * 1024 * 1024] = 1; }`
+	info := e.Dev.Info()
+	ptx, err := cuda.CompilePTX(src, "bad.cu", "--gpu-architecture=compute_"+itoa(info.Major*10+info.Minor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod := core.KernelModule{Name: "bad", Platform: core.PlatformCUDA, Format: core.FormatPTX, Image: []byte(ptx),
+		Entries: []core.Entry{{Name: "bad", Params: []core.Param{{Name: "p", Kind: core.ParamPtr}}}}}
+	mod.SHA256 = core.ImageSHA256(mod.Image)
+	ex := cudaexec.NewExecutor(e.Dev)
+	if err := ex.Load([]core.KernelModule{mod}); err != nil {
+		t.Fatal(err)
+	}
+	err = e.Dev.Do(func(x *cuda.Ctx) error {
+		m, err := x.LoadModule(mod.Image)
+		if err != nil {
+			return err
+		}
+		f, err := x.Function(m, "bad")
+		if err != nil {
+			return err
+		}
+		arg := uint64(16)
+		ptr := unsafePointer(&arg)
+		if err := x.Launch(f, [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, e.Stream(), &ptr); err != nil {
+			return err
+		}
+		return x.SyncStream(e.Stream())
+	})
+	if !errors.Is(err, cuda.ErrFault) {
+		t.Fatalf("want ErrFault, got %v", err)
+	}
+	t.Logf("fault reported: %v", err)
+	err = e.Dev.Do(func(x *cuda.Ctx) error { return nil })
+	if !errors.Is(err, cuda.ErrFault) {
+		t.Fatalf("after the fault: want ErrFault, got %v", err)
+	}
+	t.Logf("after the fault: %v", err)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// unsafePointer returns a pointer to v for kernelParams, pinned for the
+// rest of the process (the child exits right after).
+func unsafePointer(v *uint64) unsafe.Pointer {
+	faultPin.Pin(v)
+	return unsafe.Pointer(v)
+}
+
+var faultPin runtime.Pinner
+
+// TestBenchGPU prints the benchmark table; it runs only when
+// ATTNPLUG_BENCH_GPU names the python3 to compare with (or "none").
+func TestBenchGPU(t *testing.T) {
+	py := os.Getenv("ATTNPLUG_BENCH_GPU")
+	if py == "" {
+		t.Skip("set ATTNPLUG_BENCH_GPU=python3 (or none) to run the GPU benchmark")
+	}
+	if py == "none" {
+		py = ""
+	}
+	cases := DecodeShapes()
+	if only := os.Getenv("ATTNPLUG_BENCH_ONLY"); only != "" {
+		var keep []Case
+		for _, c := range cases {
+			if strings.Contains(c.Name, only) {
+				keep = append(keep, c)
+			}
+		}
+		cases = keep
+	}
+	rep, err := RunBench(t.Context(), py, cases)
+	if errors.Is(err, cuda.ErrUnavailable) || errors.Is(err, core.ErrNoPlan) {
+		t.Skipf("no CUDA device to run on: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	rep.WriteTable(&buf)
+	t.Log("\n" + buf.String())
+	if dir := os.Getenv("OUT"); dir != "" {
+		js, _ := json.MarshalIndent(rep, "", "  ")
+		os.WriteFile(dir+"/bench.json", js, 0o644)
+	}
+}

@@ -1,0 +1,508 @@
+package gpucheck
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+	"unsafe"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/devkernels"
+	"github.com/attnplug/attnplug/launch/cudaexec"
+)
+
+// Env is an open CUDA device with the MLA decode modules loaded.
+type Env struct {
+	Dev     *cuda.Device
+	Exec    *cudaexec.Executor
+	Modules []core.KernelModule
+	fillMod cuda.Module
+	fill    cuda.Function
+	stream  cuda.Stream
+}
+
+// Open opens CUDA device 0, compiles the device kernels for it and loads
+// them. The error wraps cuda.ErrUnavailable on a machine without a GPU
+// and core.ErrNoPlan when no NVRTC is found.
+func Open() (*Env, error) {
+	dev, err := cuda.Open()
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Dev: dev, Exec: cudaexec.NewExecutor(dev)}
+	var b devkernels.Builder
+	if e.Modules, err = b.Modules(e.Exec.Device()); err == nil {
+		err = e.Exec.Load(e.Modules)
+	}
+	if err == nil {
+		err = e.loadFill()
+	}
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Env) loadFill() error {
+	info := e.Dev.Info()
+	ptx, err := cuda.CompilePTX(fillSource, "fill.cu", fmt.Sprintf("--gpu-architecture=compute_%d%d", info.Major, info.Minor))
+	if err != nil {
+		return err
+	}
+	return e.Dev.Do(func(c *cuda.Ctx) error {
+		m, err := c.LoadModule([]byte(ptx))
+		if err != nil {
+			return err
+		}
+		e.fillMod = m
+		if e.fill, err = c.Function(m, "fill_bf16"); err != nil {
+			return err
+		}
+		e.stream, err = c.NewStream()
+		return err
+	})
+}
+
+// Close releases the device.
+func (e *Env) Close() error {
+	e.Dev.Do(func(c *cuda.Ctx) error {
+		c.DestroyStream(e.stream)
+		return c.UnloadModule(e.fillMod)
+	})
+	e.Exec.Close()
+	return e.Dev.Close()
+}
+
+// Stream is the Env's stream.
+func (e *Env) Stream() cuda.Stream { return e.stream }
+
+// Fill writes n hashed bf16 values of seed at p (on the Env's stream).
+func (e *Env) Fill(c *cuda.Ctx, p uint64, n int64, seed uint64) error {
+	args := [3]uint64{p, uint64(n), seed}
+	ptrs := [3]unsafe.Pointer{unsafe.Pointer(&args[0]), unsafe.Pointer(&args[1]), unsafe.Pointer(&args[2])}
+	var pin runtime.Pinner
+	pin.Pin(&args[0])
+	pin.Pin(&ptrs[0])
+	defer pin.Unpin()
+	blocks := uint32(min((n+255)/256, 4096))
+	return c.Launch(e.fill, [3]uint32{blocks, 1, 1}, [3]uint32{256, 1, 1}, 0, e.stream, &ptrs[0])
+}
+
+// Case is one MLA decode batch.
+type Case struct {
+	Name     string
+	Heads    int
+	PageSize int
+	SeqLens  []int64
+	QLens    []int64
+	Seed     uint64
+	Graph    bool
+	// Kernel is the catalog kernel planned (default flash_attn_with_kvcache).
+	Kernel string
+}
+
+// Scale is the softmax scale of the cases (DeepSeek-V3's, 1/sqrt(192)
+// times its YaRN mscale squared).
+const Scale = 0.1352337788608801
+
+// Batch is a case's tensors on the device.
+type Batch struct {
+	Case     Case
+	Req      core.PlanRequest
+	Tokens   int64
+	Pages    []int32 // kv_indices
+	Indptr   []int32
+	NumPages int
+	// Q, KV (Copies caches), Indptr, Indices, Out, LSE.
+	Q, Indp, Ind, Out, LSE cudaexec.Buffer
+	KV                     []cudaexec.Buffer
+	qSeed, kvSeed          uint64
+}
+
+// Request returns the plan request of c on dev.
+func (c Case) Request(dev core.DeviceInfo, numPages int) core.PlanRequest {
+	return core.PlanRequest{
+		Backend: "fa3", Method: core.MLA, DType: "bf16",
+		Dims:   core.PlanDims{Heads: c.Heads, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: Scale},
+		Shape:  core.PlanShape{SeqLens: c.SeqLens, QLens: c.QLens, PageSize: c.PageSize, NumPages: numPages},
+		Device: dev, Graph: c.Graph,
+	}
+}
+
+// Alloc puts c's tensors on the device: copies KV caches of the same
+// shape (distinct layers), pages shuffled.
+func (e *Env) Alloc(c Case, copies int) (*Batch, error) {
+	rng := rand.New(rand.NewPCG(c.Seed, 7))
+	b := &Batch{Case: c, qSeed: c.Seed*2 + 1, kvSeed: c.Seed*2 + 2}
+	b.Indptr = []int32{0}
+	var need int
+	for i, n := range c.SeqLens {
+		b.Tokens += c.QLens[i]
+		need += int((n + int64(c.PageSize) - 1) / int64(c.PageSize))
+		b.Indptr = append(b.Indptr, int32(need))
+	}
+	b.NumPages = need + 3
+	perm := rng.Perm(b.NumPages)
+	b.Pages = make([]int32, need)
+	for i := range b.Pages {
+		b.Pages[i] = int32(perm[i])
+	}
+	b.Req = c.Request(e.Exec.Device(), b.NumPages)
+	h := int64(c.Heads)
+	err := e.Dev.Do(func(x *cuda.Ctx) error {
+		alloc := func(n int64) (cudaexec.Buffer, error) {
+			p, err := x.Alloc(n)
+			return cudaexec.Buffer{Ptr: p, Bytes: n}, err
+		}
+		var err error
+		if b.Q, err = alloc(b.Tokens * h * 576 * 2); err != nil {
+			return err
+		}
+		if err := e.Fill(x, b.Q.Ptr, b.Tokens*h*576, b.qSeed); err != nil {
+			return err
+		}
+		kvElems := int64(b.NumPages) * int64(c.PageSize) * 576
+		for i := 0; i < copies; i++ {
+			kv, err := alloc(kvElems * 2)
+			if err != nil {
+				return err
+			}
+			b.KV = append(b.KV, kv)
+			if err := e.Fill(x, kv.Ptr, kvElems, b.kvSeed+uint64(i)*0x1000193); err != nil {
+				return err
+			}
+		}
+		if b.Indp, err = alloc(int64(4 * len(b.Indptr))); err != nil {
+			return err
+		}
+		if err := x.CopyIn(b.Indp.Ptr, i32bytes(b.Indptr)); err != nil {
+			return err
+		}
+		if b.Ind, err = alloc(int64(4 * max(len(b.Pages), 1))); err != nil {
+			return err
+		}
+		if err := x.CopyIn(b.Ind.Ptr, i32bytes(b.Pages)); err != nil {
+			return err
+		}
+		if b.Out, err = alloc(b.Tokens * h * 512 * 2); err != nil {
+			return err
+		}
+		if b.LSE, err = alloc(b.Tokens * h * 4); err != nil {
+			return err
+		}
+		return x.SyncStream(e.stream)
+	})
+	if err != nil {
+		b.Free(e)
+		return nil, err
+	}
+	return b, nil
+}
+
+// Free releases the batch's device memory.
+func (b *Batch) Free(e *Env) {
+	e.Dev.Do(func(x *cuda.Ctx) error {
+		for _, p := range append([]cudaexec.Buffer{b.Q, b.Indp, b.Ind, b.Out, b.LSE}, b.KV...) {
+			x.Free(p.Ptr)
+		}
+		return nil
+	})
+}
+
+// Tensors returns the bindings of layer (KV copy) i, in launch.Tensors'
+// order.
+func (b *Batch) Tensors(i int) []cudaexec.Buffer {
+	return []cudaexec.Buffer{b.Q, b.KV[i%len(b.KV)], b.Indp, b.Ind, b.Out, b.LSE}
+}
+
+// Poison fills the outputs with NaN.
+func (b *Batch) Poison(x *cuda.Ctx) error {
+	if err := x.Fill16(b.Out.Ptr, 0x7fc0, b.Out.Bytes/2); err != nil {
+		return err
+	}
+	return x.Fill32(b.LSE.Ptr, 0x7fc00000, b.LSE.Bytes/4)
+}
+
+// Check is a comparison with the fp64 reference.
+type Check struct {
+	// Rows is how many (token, head) rows were compared.
+	Rows int
+	// RelErr is ||out-ref|| / ||ref|| over those rows.
+	RelErr float64
+	// LSEErr is the largest |lse-ref| / max(1, |ref|).
+	LSEErr float64
+	// Unwritten counts output elements still NaN (poison) anywhere.
+	Unwritten int
+}
+
+// Tolerances of Check: bf16 inputs and output, P rounded to bf16.
+const (
+	MaxRelErr = 1e-2
+	MaxLSEErr = 1e-3
+)
+
+// OK reports whether ch is within the tolerances.
+func (ch Check) OK() bool {
+	return ch.Unwritten == 0 && ch.RelErr <= MaxRelErr && ch.LSEErr <= MaxLSEErr && !math.IsNaN(ch.RelErr)
+}
+
+func (ch Check) String() string {
+	return fmt.Sprintf("rows %d rel_err %.2e lse_err %.2e unwritten %d", ch.Rows, ch.RelErr, ch.LSEErr, ch.Unwritten)
+}
+
+// Verify downloads the outputs (computed from KV copy layer) and compares
+// up to maxRows random rows with the fp64 reference.
+func (e *Env) Verify(b *Batch, layer, maxRows int) (Check, error) {
+	c := b.Case
+	h := int64(c.Heads)
+	out := make([]uint16, b.Tokens*h*512)
+	lse := make([]float32, b.Tokens*h)
+	err := e.Dev.Do(func(x *cuda.Ctx) error {
+		if err := x.SyncStream(e.stream); err != nil {
+			return err
+		}
+		if err := x.CopyOut(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), len(out)*2), b.Out.Ptr); err != nil {
+			return err
+		}
+		return x.CopyOut(unsafe.Slice((*byte)(unsafe.Pointer(&lse[0])), len(lse)*4), b.LSE.Ptr)
+	})
+	if err != nil {
+		return Check{}, err
+	}
+	var ch Check
+	for _, v := range out {
+		if v&0x7f80 == 0x7f80 && v&0x7f != 0 {
+			ch.Unwritten++
+		}
+	}
+	for _, v := range lse {
+		if math.IsNaN(float64(v)) {
+			ch.Unwritten++
+		}
+	}
+	// Rows to check: random, plus the first and last of the batch.
+	rng := rand.New(rand.NewPCG(c.Seed, 11))
+	type row struct{ req, t, head int }
+	var rows []row
+	total := int(b.Tokens * h)
+	reqOf := make([]int, 0, b.Tokens)
+	tokOf := make([]int, 0, b.Tokens)
+	for i, q := range c.QLens {
+		for t := range int(q) {
+			reqOf = append(reqOf, i)
+			tokOf = append(tokOf, t)
+		}
+	}
+	pick := func(g int) { rows = append(rows, row{reqOf[g/int(h)], tokOf[g/int(h)], g % int(h)}) }
+	pick(0)
+	pick(total - 1)
+	for len(rows) < min(maxRows, total) {
+		pick(rng.IntN(total))
+	}
+	kvSeed := b.kvSeed + uint64(layer%len(b.KV))*0x1000193
+	qStart := make([]int64, len(c.QLens))
+	for i := 1; i < len(c.QLens); i++ {
+		qStart[i] = qStart[i-1] + c.QLens[i-1]
+	}
+	num := make([]float64, len(rows))
+	den := make([]float64, len(rows))
+	lerr := make([]float64, len(rows))
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q := make([]float64, 576)
+			for k := range work {
+				r := rows[k]
+				tok := qStart[r.req] + int64(r.t)
+				base := (tok*h + int64(r.head)) * 576
+				for d := range q {
+					q[d] = hashValue(b.qSeed, base+int64(d))
+				}
+				limit := c.SeqLens[r.req] - c.QLens[r.req] + int64(r.t) // last key seen
+				ref, refLSE := reference(q, limit+1, c.PageSize, b.Pages[b.Indptr[r.req]:b.Indptr[r.req+1]], kvSeed)
+				ob := (tok*h + int64(r.head)) * 512
+				for d := range 512 {
+					diff := bf16(out[ob+int64(d)]) - ref[d]
+					num[k] += diff * diff
+					den[k] += ref[d] * ref[d]
+				}
+				got := float64(lse[tok*h+int64(r.head)])
+				lerr[k] = math.Abs(got-refLSE) / math.Max(1, math.Abs(refLSE))
+				if math.IsNaN(got) {
+					lerr[k] = math.Inf(1)
+				}
+			}
+		}()
+	}
+	for k := range rows {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	var sn, sd float64
+	for k := range rows {
+		sn += num[k]
+		sd += den[k]
+		ch.LSEErr = math.Max(ch.LSEErr, lerr[k])
+	}
+	ch.Rows = len(rows)
+	ch.RelErr = math.Sqrt(sn / sd)
+	return ch, nil
+}
+
+// reference is one row of absorbed MLA in float64: softmax(scale q·k) v
+// over the first n keys of the request whose pages are pages.
+func reference(q []float64, n int64, pageSize int, pages []int32, kvSeed uint64) ([]float64, float64) {
+	s := make([]float64, n)
+	mx := math.Inf(-1)
+	row := func(j int64) int64 {
+		return int64(pages[j/int64(pageSize)])*int64(pageSize) + j%int64(pageSize)
+	}
+	for j := range n {
+		base := row(j) * 576
+		var dot float64
+		for d := range 576 {
+			dot += q[d] * hashValue(kvSeed, base+int64(d))
+		}
+		s[j] = dot * Scale
+		mx = math.Max(mx, s[j])
+	}
+	var sum float64
+	out := make([]float64, 512)
+	for j := range n {
+		p := math.Exp(s[j] - mx)
+		sum += p
+		base := row(j) * 576
+		for d := range 512 {
+			out[d] += p * hashValue(kvSeed, base+int64(d))
+		}
+	}
+	for d := range out {
+		out[d] /= sum
+	}
+	return out, mx + math.Log(sum)
+}
+
+func i32bytes(v []int32) []byte {
+	if len(v) == 0 {
+		return []byte{0, 0, 0, 0}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+// Kernel returns the catalog entry a case plans: an MLA kernel of the
+// fa3 or flashinfer catalogs.
+func (c Case) kernel() core.Kernel {
+	name := c.Kernel
+	if name == "" {
+		name = "flash_attn_with_kvcache"
+	}
+	ps := map[string][]int{"flash_attn_with_kvcache": {1, 16, 64}, "BatchMLAPagedAttentionWrapper": {1}, "flash_mla_with_kvcache": {64}}[name]
+	return core.Kernel{Name: name, Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: ps}
+}
+
+// Prepare plans b and prepares the plan.
+func (e *Env) Prepare(b *Batch) (*cudaexec.Prepared, error) {
+	p, err := devkernels.Plan(b.Case.kernel(), &b.Req)
+	if err != nil {
+		return nil, err
+	}
+	return e.Exec.Prepare(&b.Req, p)
+}
+
+// Timing is a kernel's time per launch.
+type Timing struct {
+	// Median is the median over the repetitions, in microseconds.
+	Median float64
+	// Spread is (max-min)/median over the repetitions.
+	Spread float64
+}
+
+// Time runs iters launches (rotating over the batch's KV copies, as the
+// layers of a forward pass do) reps times after a warm-up and returns the
+// time per launch.
+func (e *Env) Time(b *Batch, p *cudaexec.Prepared, iters, reps int) (Timing, error) {
+	var ts []float64
+	err := e.Dev.Do(func(x *cuda.Ctx) error {
+		start, err := x.NewEvent()
+		if err != nil {
+			return err
+		}
+		defer x.DestroyEvent(start)
+		end, err := x.NewEvent()
+		if err != nil {
+			return err
+		}
+		defer x.DestroyEvent(end)
+		tensors := make([][]cudaexec.Buffer, len(b.KV))
+		for i := range tensors {
+			tensors[i] = b.Tensors(i)
+		}
+		for r := -1; r < reps; r++ {
+			if err := x.Record(start, e.stream); err != nil {
+				return err
+			}
+			for i := range iters {
+				if err := p.Launch(x, e.stream, tensors[i%len(tensors)]); err != nil {
+					return err
+				}
+			}
+			if err := x.Record(end, e.stream); err != nil {
+				return err
+			}
+			ms, err := x.Elapsed(start, end)
+			if err != nil {
+				return err
+			}
+			if r >= 0 {
+				ts = append(ts, float64(ms)*1000/float64(iters))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Timing{}, err
+	}
+	sort.Float64s(ts)
+	med := ts[len(ts)/2]
+	return Timing{Median: med, Spread: (ts[len(ts)-1] - ts[0]) / med}, nil
+}
+
+// RandomCase draws a batch: heads, page size, batch size and query length
+// from the given choices, lengths ragged in [qlen, maxLen] with keys
+// totalling at most maxKeys.
+func RandomCase(rng *rand.Rand, name string, heads, pageSizes, batches []int, maxQ int, maxLen, maxKeys int64) Case {
+	c := Case{Name: name, Heads: heads[rng.IntN(len(heads))], PageSize: pageSizes[rng.IntN(len(pageSizes))], Seed: rng.Uint64()}
+	n := batches[rng.IntN(len(batches))]
+	q := int64(1 + rng.IntN(maxQ))
+	cap := max(maxKeys/int64(n), q)
+	for range n {
+		hi := min(maxLen, cap)
+		l := q + rng.Int64N(max(hi-q+1, 1))
+		if rng.IntN(4) == 0 {
+			l = q + rng.Int64N(min(hi-q+1, 64)) // some short ones
+		}
+		c.SeqLens = append(c.SeqLens, l)
+		c.QLens = append(c.QLens, q)
+	}
+	return c
+}
+
+// ErrCheckFailed marks a case whose outputs are outside the tolerances.
+var ErrCheckFailed = errors.New("outputs differ from the fp64 reference")
+
+// Describe returns a short description of c.
+func (c Case) Describe() string {
+	lo, hi := slices.Min(c.SeqLens), slices.Max(c.SeqLens)
+	return fmt.Sprintf("heads %d page %d batch %d qlen %d seq %d..%d graph %t", c.Heads, c.PageSize, len(c.SeqLens), c.QLens[0], lo, hi, c.Graph)
+}

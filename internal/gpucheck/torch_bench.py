@@ -1,0 +1,82 @@
+# torch's figures for attnplug bench --gpu: copy bandwidth, bf16 matmul
+# rate, and absorbed-MLA decode as bmm-softmax-bmm on the shapes read from
+# stdin (JSON: [{name, heads, seq_lens, scale}]). Prints one JSON line.
+import json
+import sys
+
+
+def main():
+    try:
+        import torch
+    except Exception as e:  # no torch: say so
+        print(json.dumps({"error": "no torch: %s" % e}))
+        return
+    if not torch.cuda.is_available():
+        print(json.dumps({"error": "torch sees no CUDA device"}))
+        return
+    shapes = json.load(sys.stdin)
+    dev = torch.device("cuda")
+
+    def bench(fn, reps=9, iters=10):
+        fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(iters):
+                fn()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b) / iters)
+        ts.sort()
+        return ts[len(ts) // 2]  # ms
+
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device=dev).random_()
+    dst = torch.empty_like(src)
+    ms = bench(lambda: dst.copy_(src), iters=4)
+    copy_tbs = 2 * n / (ms / 1000) / 1e12
+    del src, dst
+    d = 8192
+    a = torch.randn(d, d, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(d, d, device=dev, dtype=torch.bfloat16)
+    ms = bench(lambda: a @ b, iters=5)
+    mm = 2 * d**3 / (ms / 1000) / 1e12
+    del a, b
+
+    out = {}
+    for s in shapes:
+        h, lens, scale = s["heads"], s["seq_lens"], s["scale"]
+        bsz, smax = len(lens), max(lens)
+        # Layers: enough copies that one pass exceeds the L2, as in the Go run.
+        kv_bytes = bsz * smax * 576 * 2
+        copies = max(1, min(61, (512 << 20) // max(kv_bytes, 1)))
+        try:
+            kvs = [torch.randn(bsz, smax, 576, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
+            q = torch.randn(bsz, h, 576, device=dev, dtype=torch.bfloat16)
+            mask = None
+            if min(lens) != smax:
+                idx = torch.arange(smax, device=dev)[None, None, :]
+                mask = idx >= torch.tensor(lens, device=dev)[:, None, None]
+            state = {"i": 0}
+
+            def step():
+                kv = kvs[state["i"] % copies]
+                state["i"] += 1
+                sc = torch.bmm(q, kv.transpose(1, 2)).float() * scale
+                if mask is not None:
+                    sc = sc.masked_fill(mask, float("-inf"))
+                p = torch.softmax(sc, dim=-1).to(torch.bfloat16)
+                return torch.bmm(p, kv[:, :, :512])
+
+            out[s["name"]] = bench(step, iters=max(copies, 10)) * 1000
+            del kvs, q
+        except torch.cuda.OutOfMemoryError:
+            out[s["name"]] = 0
+        torch.cuda.empty_cache()
+    print(json.dumps({"torch": torch.__version__, "copy_tb_s": copy_tbs, "matmul_tflop_s": mm, "decode_us": out}))
+
+
+main()

@@ -1,0 +1,11 @@
+// Package cudaexec launches checked plans on a CUDA device: an Executor
+// loads the modules a plugin handed over into the device's primary context
+// (shared with any framework in the process) and prepares plans once per
+// batch (metadata uploaded, workspace allocated); Prepared.Launch then
+// queues a layer's launches on the host's stream and tensors with no RPC,
+// no host copy and no allocation, also under CUDA graph capture.
+//
+// It is the only part of the launch path that needs the GPU; package
+// launch (the plan checks) is pure Go, so the registry and the dispatch
+// path never link the CUDA binding.
+package cudaexec

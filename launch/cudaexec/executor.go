@@ -1,0 +1,357 @@
+package cudaexec
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/launch"
+)
+
+// Buffer is device memory the host owns: a tensor it binds to a plan.
+type Buffer struct {
+	// Ptr is the device address.
+	Ptr uint64
+	// Bytes is the size of the allocation from Ptr on.
+	Bytes int64
+}
+
+// Executor loads kernel modules into a CUDA device's primary context (the
+// one a framework in the same process shares) and prepares checked plans
+// for launch. It is safe for concurrent use; the launches themselves run
+// inside Device.Do, on the device's thread.
+type Executor struct {
+	dev *cuda.Device
+
+	mu      sync.Mutex
+	modules map[string]*loaded // by module name
+}
+
+type loaded struct {
+	mod    core.KernelModule
+	handle cuda.Module
+	funcs  map[string]cuda.Function
+	shared map[string]int // dynamic shared memory granted per entry
+}
+
+// NewExecutor returns an Executor for dev. Close unloads its modules; dev
+// stays open.
+func NewExecutor(dev *cuda.Device) *Executor {
+	return &Executor{dev: dev, modules: map[string]*loaded{}}
+}
+
+// Device returns the device as plans describe it.
+func (e *Executor) Device() core.DeviceInfo { return DeviceInfo(e.dev.Info()) }
+
+// DeviceInfo converts the cuda package's description of a device.
+func DeviceInfo(i cuda.Info) core.DeviceInfo {
+	shared := i.MaxSharedPerBlockOptin
+	if shared == 0 {
+		shared = i.MaxSharedPerBlock
+	}
+	return core.DeviceInfo{
+		Platform: core.PlatformCUDA, Name: i.Name, ComputeCapability: i.Major*10 + i.Minor,
+		SMs: i.SMs, MaxThreadsPerBlock: i.MaxThreadsPerBlock, MaxSharedPerBlock: shared, MaxGrid: i.MaxGrid,
+	}
+}
+
+// Load checks each module (its SHA-256 matches its image, its format is one
+// CUDA loads, its entries exist) and loads it once; a module already loaded
+// under the same name must have the same hash. It returns the first
+// problem.
+func (e *Executor) Load(mods []core.KernelModule) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, m := range mods {
+		if got := core.ImageSHA256(m.Image); got != m.SHA256 {
+			return fmt.Errorf("launch: module %s: image hash %s, declared %s", m.Name, got, m.SHA256)
+		}
+		if old, ok := e.modules[m.Name]; ok {
+			if old.mod.SHA256 != m.SHA256 {
+				return fmt.Errorf("launch: module %s is loaded with hash %s, refusing a different image %s", m.Name, old.mod.SHA256, m.SHA256)
+			}
+			continue
+		}
+		if m.Platform != core.PlatformCUDA || (m.Format != core.FormatPTX && m.Format != core.FormatCUBIN) {
+			return fmt.Errorf("launch: module %s is %s %s; this host loads CUDA ptx or cubin", m.Name, m.Platform, m.Format)
+		}
+		l := &loaded{mod: m, funcs: map[string]cuda.Function{}, shared: map[string]int{}}
+		err := e.dev.Do(func(c *cuda.Ctx) error {
+			h, err := c.LoadModule(m.Image)
+			if err != nil {
+				return err
+			}
+			l.handle = h
+			for _, en := range m.Entries {
+				f, err := c.Function(h, en.Name)
+				if err != nil {
+					c.UnloadModule(h)
+					return err
+				}
+				l.funcs[en.Name] = f
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("launch: loading module %s (%s): %w", m.Name, m.Arch, err)
+		}
+		e.modules[m.Name] = l
+	}
+	return nil
+}
+
+// Modules returns the modules loaded.
+func (e *Executor) Modules() []core.KernelModule {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]core.KernelModule, 0, len(e.modules))
+	for _, l := range e.modules {
+		out = append(out, l.mod)
+	}
+	return out
+}
+
+// Close unloads the modules.
+func (e *Executor) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var errs []error
+	for name, l := range e.modules {
+		errs = append(errs, e.dev.Do(func(c *cuda.Ctx) error { return c.UnloadModule(l.handle) }))
+		delete(e.modules, name)
+	}
+	return errors.Join(errs...)
+}
+
+// Prepared is a checked plan with its metadata on the device and its
+// workspace allocated: launch it once per layer with that layer's tensors.
+// Launch is not safe for concurrent use of one Prepared.
+type Prepared struct {
+	e      *Executor
+	req    core.PlanRequest
+	plan   *core.Plan
+	specs  []core.TensorSpec
+	need   []int64 // bytes per tensor
+	meta   map[string]Buffer
+	ws     Buffer
+	steps  []step
+	pinner runtime.Pinner
+}
+
+type step struct {
+	fn      cuda.Function
+	l       core.Launch
+	slots   []uint64         // one 8-byte slot per parameter
+	ptrs    []unsafe.Pointer // cuLaunchKernel's kernelParams
+	tensors []tensorArg
+}
+
+type tensorArg struct {
+	slot, tensor int
+}
+
+// Prepare checks plan p (answered for req) against the loaded modules and
+// the device, uploads its metadata and allocates its workspace: the work
+// done once per batch.
+func (e *Executor) Prepare(req *core.PlanRequest, p *core.Plan) (*Prepared, error) {
+	e.mu.Lock()
+	mods := make([]core.KernelModule, 0, len(e.modules))
+	loadedBy := map[string]*loaded{}
+	for n, l := range e.modules {
+		mods = append(mods, l.mod)
+		loadedBy[n] = l
+	}
+	e.mu.Unlock()
+	if err := launch.Check(p, req, mods, e.Device()); err != nil {
+		return nil, err
+	}
+	pr := &Prepared{e: e, req: *req, plan: p, specs: p.Tensors, meta: map[string]Buffer{}}
+	index := map[string]int{}
+	for i, t := range p.Tensors {
+		index[t.Name] = i
+		pr.need = append(pr.need, t.Bytes())
+	}
+	err := e.dev.Do(func(c *cuda.Ctx) error {
+		for _, m := range p.Metadata {
+			n := int64(4 * max(len(m.Int32s), 1))
+			ptr, err := c.Alloc(n)
+			if err != nil {
+				return err
+			}
+			pr.meta[m.Name] = Buffer{ptr, n}
+			if err := c.CopyIn(ptr, int32Bytes(m.Int32s)); err != nil {
+				return err
+			}
+		}
+		if p.WorkspaceBytes > 0 {
+			ptr, err := c.Alloc(p.WorkspaceBytes)
+			if err != nil {
+				return err
+			}
+			pr.ws = Buffer{ptr, p.WorkspaceBytes}
+		}
+		for _, l := range p.Launches {
+			ld := loadedBy[l.Module]
+			fn := ld.funcs[l.Entry]
+			if int(l.SharedBytes) > 48<<10 && ld.shared[l.Entry] < int(l.SharedBytes) {
+				if err := c.SetMaxDynamicShared(fn, int(l.SharedBytes)); err != nil {
+					return err
+				}
+				ld.shared[l.Entry] = int(l.SharedBytes)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		pr.Close()
+		return nil, fmt.Errorf("launch: preparing the plan: %w", err)
+	}
+	for _, l := range p.Launches {
+		ld := loadedBy[l.Module]
+		en, _ := ld.mod.Entry(l.Entry)
+		st := step{fn: ld.funcs[l.Entry], l: l, slots: make([]uint64, len(en.Params)), ptrs: make([]unsafe.Pointer, len(en.Params))}
+		for i, par := range en.Params {
+			var a core.Arg
+			for _, x := range l.Args {
+				if x.Param == par.Name {
+					a = x
+				}
+			}
+			switch a.Kind {
+			case core.ArgTensor:
+				st.tensors = append(st.tensors, tensorArg{slot: i, tensor: index[a.Name]})
+			case core.ArgMeta:
+				st.slots[i] = pr.meta[a.Name].Ptr + uint64(a.Offset)
+			case core.ArgWorkspace:
+				st.slots[i] = pr.ws.Ptr + uint64(a.Offset)
+			case core.ArgInt:
+				if par.Kind == core.ParamI32 {
+					st.slots[i] = uint64(uint32(int32(a.Int)))
+				} else {
+					st.slots[i] = uint64(a.Int)
+				}
+			case core.ArgFloat:
+				st.slots[i] = uint64(math.Float32bits(float32(a.Float)))
+			}
+		}
+		if len(st.slots) == 0 {
+			return nil, fmt.Errorf("launch: entry %s has no parameters", l.Entry)
+		}
+		pr.pinner.Pin(&st.slots[0])
+		for i := range st.slots {
+			st.ptrs[i] = unsafe.Pointer(&st.slots[i])
+		}
+		pr.pinner.Pin(&st.ptrs[0])
+		pr.steps = append(pr.steps, st)
+	}
+	return pr, nil
+}
+
+// Plan returns the plan p was prepared from.
+func (p *Prepared) Plan() *core.Plan { return p.plan }
+
+// Tensors returns the tensors Launch binds, in order, with their shapes.
+func (p *Prepared) Tensors() []core.TensorSpec { return p.specs }
+
+// Update replaces the metadata with that of plan np, answered for req,
+// keeping the launches, buffers and workspace: for a captured graph, whose
+// launches must not change, when a batch of the same size comes with other
+// lengths (a plan asked with PlanRequest.Graph). np must have the same
+// launches and metadata sizes and fit the workspace; it is checked as
+// Prepare checks. Call it outside Device.Do.
+func (p *Prepared) Update(req *core.PlanRequest, np *core.Plan) error {
+	if err := launch.Check(np, req, p.e.Modules(), p.e.Device()); err != nil {
+		return err
+	}
+	if len(np.Launches) != len(p.plan.Launches) || np.WorkspaceBytes > p.ws.Bytes {
+		return fmt.Errorf("launch: update: the plan's launches or workspace differ from the prepared plan's")
+	}
+	for i, l := range np.Launches {
+		o := p.plan.Launches[i]
+		if l.Module != o.Module || l.Entry != o.Entry || l.Grid != o.Grid || l.Block != o.Block || l.SharedBytes != o.SharedBytes || !sameArgs(l.Args, o.Args) {
+			return fmt.Errorf("launch: update: launch %d differs from the prepared plan's", i)
+		}
+	}
+	for _, m := range np.Metadata {
+		if b, ok := p.meta[m.Name]; !ok || int64(4*len(m.Int32s)) > b.Bytes {
+			return fmt.Errorf("launch: update: metadata %q does not fit the prepared buffer", m.Name)
+		}
+	}
+	err := p.e.dev.Do(func(c *cuda.Ctx) error {
+		for _, m := range np.Metadata {
+			if err := c.CopyIn(p.meta[m.Name].Ptr, int32Bytes(m.Int32s)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	p.req, p.plan = *req, np
+	return nil
+}
+
+func sameArgs(a, b []core.Arg) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Launch queues the plan's launches on stream s with tensors bound in the
+// order of Tensors(). It must run inside the device's Do (c is its Ctx); it
+// makes no RPC, no host copy and no allocation, so it may be captured in a
+// CUDA graph. A buffer smaller than its tensor is refused.
+func (p *Prepared) Launch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer) error {
+	if len(tensors) != len(p.specs) {
+		return fmt.Errorf("launch: %d tensors bound, the plan has %d", len(tensors), len(p.specs))
+	}
+	for i, t := range tensors {
+		if t.Ptr == 0 || t.Bytes < p.need[i] {
+			return fmt.Errorf("launch: tensor %s: %d bytes at %#x bound, the plan needs %d", p.specs[i].Name, t.Bytes, t.Ptr, p.need[i])
+		}
+	}
+	for i := range p.steps {
+		st := &p.steps[i]
+		for _, ta := range st.tensors {
+			st.slots[ta.slot] = tensors[ta.tensor].Ptr
+		}
+		if err := c.Launch(st.fn, st.l.Grid, st.l.Block, st.l.SharedBytes, s, &st.ptrs[0]); err != nil {
+			return fmt.Errorf("launch: %s.%s: %w", st.l.Module, st.l.Entry, err)
+		}
+	}
+	return nil
+}
+
+// Close frees the metadata and the workspace.
+func (p *Prepared) Close() error {
+	p.pinner.Unpin()
+	return p.e.dev.Do(func(c *cuda.Ctx) error {
+		var errs []error
+		for n, b := range p.meta {
+			errs = append(errs, c.Free(b.Ptr))
+			delete(p.meta, n)
+		}
+		errs = append(errs, c.Free(p.ws.Ptr))
+		p.ws = Buffer{}
+		return errors.Join(errs...)
+	})
+}
+
+func int32Bytes(v []int32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
