@@ -196,7 +196,7 @@ func TestDecodeStepGraph(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Update(&b.Req, np); err != nil {
+		if err := p.Update(e.Stream(), &b.Req, np); err != nil {
 			t.Fatalf("heads %d: update: %v", heads, err)
 		}
 		err = e.Dev.Do(func(x *cuda.Ctx) error {

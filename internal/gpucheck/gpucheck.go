@@ -222,12 +222,16 @@ func (b *Batch) Tensors(i int) []cudaexec.Buffer {
 	return []cudaexec.Buffer{b.Q, b.KV[i%len(b.KV)], b.Indp, b.Ind, b.Out, b.LSE}
 }
 
-// Poison fills the outputs with NaN.
+// Poison fills the outputs with NaN and waits for the fill, which runs on
+// the legacy stream (unordered with the Env's non-blocking one).
 func (b *Batch) Poison(x *cuda.Ctx) error {
 	if err := x.Fill16(b.Out.Ptr, 0x7fc0, b.Out.Bytes/2); err != nil {
 		return err
 	}
-	return x.Fill32(b.LSE.Ptr, 0x7fc00000, b.LSE.Bytes/4)
+	if err := x.Fill32(b.LSE.Ptr, 0x7fc00000, b.LSE.Bytes/4); err != nil {
+		return err
+	}
+	return x.Synchronize()
 }
 
 // Check is a comparison with the fp64 reference.

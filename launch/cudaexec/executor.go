@@ -263,8 +263,10 @@ func (p *Prepared) Tensors() []core.TensorSpec { return p.specs }
 // launches must not change, when a batch of the same size comes with other
 // lengths (a plan asked with PlanRequest.Graph). np must have the same
 // launches and metadata sizes and fit the workspace; it is checked as
-// Prepare checks. Call it outside Device.Do.
-func (p *Prepared) Update(req *core.PlanRequest, np *core.Plan) error {
+// Prepare checks. The new metadata is copied on stream s, so launches
+// queued on s before it still read the old metadata and launches (or a
+// graph replay) queued after it read the new. Call it outside Device.Do.
+func (p *Prepared) Update(s cuda.Stream, req *core.PlanRequest, np *core.Plan) error {
 	if err := launch.Check(np, req, p.e.Modules(), p.e.Device()); err != nil {
 		return err
 	}
@@ -284,7 +286,7 @@ func (p *Prepared) Update(req *core.PlanRequest, np *core.Plan) error {
 	}
 	err := p.e.dev.Do(func(c *cuda.Ctx) error {
 		for _, m := range np.Metadata {
-			if err := c.CopyIn(p.meta[m.Name].Ptr, int32Bytes(m.Int32s)); err != nil {
+			if err := c.CopyInAsync(p.meta[m.Name].Ptr, int32Bytes(m.Int32s), s); err != nil {
 				return err
 			}
 		}
