@@ -49,6 +49,7 @@ type driver struct {
 	cuEventDestroy              func(e uintptr) int32
 	cuMemcpyHtoDAsync           func(dst uint64, src unsafe.Pointer, n uintptr, s uintptr) int32
 	cuMemcpyDtoD                func(dst, src uint64, n uintptr) int32
+	cuMemcpyDtoDAsync           func(dst, src uint64, n uintptr, s uintptr) int32
 	cuMemsetD8                  func(dst uint64, v uint8, n uintptr) int32
 	cuMemsetD16                 func(dst uint64, v uint16, n uintptr) int32
 	cuMemsetD32                 func(dst uint64, v uint32, n uintptr) int32

@@ -57,6 +57,7 @@ func loadDriver() (*driver, error) {
 		{&drv.cuEventDestroy, []string{"cuEventDestroy_v2", "cuEventDestroy"}},
 		{&drv.cuMemcpyHtoDAsync, []string{"cuMemcpyHtoDAsync_v2"}},
 		{&drv.cuMemcpyDtoD, []string{"cuMemcpyDtoD_v2"}},
+		{&drv.cuMemcpyDtoDAsync, []string{"cuMemcpyDtoDAsync_v2"}},
 		{&drv.cuMemsetD8, []string{"cuMemsetD8_v2"}},
 		{&drv.cuMemsetD16, []string{"cuMemsetD16_v2"}},
 		{&drv.cuMemsetD32, []string{"cuMemsetD32_v2"}},

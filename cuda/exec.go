@@ -120,6 +120,11 @@ func (c *Ctx) Copy(dst, src uint64, n int64) error {
 	return c.drv().check("cuMemcpyDtoD_v2", c.drv().cuMemcpyDtoD(dst, src, uintptr(n)))
 }
 
+// CopyAsync copies n bytes between device addresses on stream s.
+func (c *Ctx) CopyAsync(dst, src uint64, n int64, s Stream) error {
+	return c.drv().check("cuMemcpyDtoDAsync_v2", c.drv().cuMemcpyDtoDAsync(dst, src, uintptr(n), uintptr(s)))
+}
+
 // Fill16 sets n 16-bit words at dst to v (a bf16 NaN is 0x7fc0).
 func (c *Ctx) Fill16(dst uint64, v uint16, n int64) error {
 	return c.drv().check("cuMemsetD16_v2", c.drv().cuMemsetD16(dst, v, uintptr(n)))

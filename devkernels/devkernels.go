@@ -27,7 +27,6 @@ const (
 // Tile constants of mla_decode.cu (keep in step with its #defines).
 const (
 	mlaBN      = 32
-	mlaStages  = 4
 	mlaThreads = 256
 	mlaDQK     = 576
 	mlaDV      = 512
@@ -35,15 +34,19 @@ const (
 	pStride    = mlaBN + 8
 )
 
-// mlaRows are the query rows per block of the decode entries.
-var mlaRows = [...]int{16, 32, 64}
+// decodeVariant is one decode entry: rows per block, pipeline stages and
+// blocks per multiprocessor (keep in step with MLA_DECODE_ENTRY).
+type decodeVariant struct{ rows, stages, perSM int }
+
+var decodeVariants = [...]decodeVariant{{16, 2, 2}, {32, 4, 1}, {64, 4, 1}}
 
 func decodeEntry(m int) string { return fmt.Sprintf("mla_decode_m%d", m) }
 
-// decodeShared is the dynamic shared memory of mla_decode_m<m>.
-func decodeShared(m int) int {
+// shared is the dynamic shared memory of the variant's entry.
+func (v decodeVariant) shared() int {
+	m := v.rows
 	cgq := mlaBN / max(8, mlaBN/(8/(m/16)))
-	return 2*(m*qStride+mlaStages*mlaBN*qStride+m*pStride) + 4*2*cgq*m
+	return 2*(m*qStride+v.stages*mlaBN*qStride+m*pStride) + 4*2*cgq*m
 }
 
 // MLAKernelNames are the catalog kernels the MLA decode module runs: the
@@ -111,9 +114,9 @@ func build(arch string) ([]core.KernelModule, error) {
 		return nil, fmt.Errorf("%w: compiling %s for %s: %w", core.ErrNoPlan, ModuleMLADecode, arch, err)
 	}
 	img := []byte(ptx)
-	entries := make([]core.Entry, 0, len(mlaRows)+1)
-	for _, m := range mlaRows {
-		entries = append(entries, core.Entry{Name: decodeEntry(m), Params: decodeParams()})
+	entries := make([]core.Entry, 0, len(decodeVariants)+1)
+	for _, v := range decodeVariants {
+		entries = append(entries, core.Entry{Name: decodeEntry(v.rows), Params: decodeParams()})
 	}
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()})
 	return []core.KernelModule{{
@@ -168,26 +171,27 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		maxQ = max(maxQ, q)
 	}
 	maxRows := int(maxQ) * d.Heads
-	m := 64
-	for _, r := range mlaRows {
-		if maxRows <= r {
-			m = r
+	v := decodeVariants[len(decodeVariants)-1]
+	for _, c := range decodeVariants {
+		if maxRows <= c.rows {
+			v = c
 			break
 		}
 	}
+	m := v.rows
 	hb := (maxRows + m - 1) / m
 	sms := max(req.Device.SMs, 1)
 
 	// Cost of a request: its key tiles plus a fixed cost per item (the
 	// query load and the epilogue), in tiles.
-	const itemCost, minTiles = 2, 2
+	const itemCost, minTiles = 1, 1
 	tiles := make([]int, b)
 	var total int
 	for i, n := range s.SeqLens {
 		tiles[i] = int((n + mlaBN - 1) / mlaBN)
 		total += tiles[i] + itemCost
 	}
-	slots := max(sms/hb, 1)
+	slots := max(sms*v.perSM/hb, 1)
 	target := max((total+slots-1)/slots, minTiles+itemCost)
 	capacity := math.MaxInt
 	if req.Graph {
@@ -272,7 +276,7 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		Launches: []core.Launch{{
 			Module: ModuleMLADecode, Entry: decodeEntry(m),
 			Grid: [3]uint32{uint32(items * hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
-			SharedBytes: uint32(decodeShared(m)),
+			SharedBytes: uint32(v.shared()),
 			Args: []core.Arg{
 				ptr("q", "q"), ptr("kv_cache", "kv_cache"), ptr("kv_indptr", "kv_indptr"), ptr("kv_indices", "kv_indices"),
 				ptr("out", "out"), ptr("lse", "lse"),
@@ -284,7 +288,7 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 			},
 		}},
 		Note: fmt.Sprintf("mla decode: %d rows per block, %d head block(s), %d item(s), %d key tile(s) of %d, %d stages",
-			m, hb, count, total-itemCost*b, mlaBN, mlaStages),
+			m, hb, count, total-itemCost*b, mlaBN, v.stages),
 	}
 	if combine || req.Graph {
 		p.Launches = append(p.Launches, core.Launch{

@@ -22,10 +22,10 @@
 #define DQK 576
 #define DV 512
 #define BN 32
-#define STAGES 4
 #define NTHREADS 256
 #define QSTRIDE (DQK + 8)   /* shared row stride in elements: 1168 bytes, 16 mod 128 */
 #define PSTRIDE (BN + 8)    /* 80 bytes, conflict-free for ldmatrix */
+#define KV_ITERS ((BN * (DQK / 8)) / NTHREADS) /* 16-byte copies per thread per key tile */
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 typedef unsigned int u32;
@@ -90,22 +90,30 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-// Issues the cp.async copies of key tile [j0, j0+BN) of a request into sk
-// (BN rows of QSTRIDE elements); keys at or past kv_end are zero-filled.
-__device__ __forceinline__ void load_kv_tile(bf16* sk, const bf16* __restrict__ kv, const int* __restrict__ pages,
-                                             int page_shift, int j0, int kv_end, int tid) {
-    const int chunks = DQK / 8; // 16-byte chunks per row
+// Reads the page of each key row this thread copies in key tile j0 (-1
+// past kv_end): done a tile ahead, so the copies never wait for it.
+__device__ __forceinline__ void fetch_pages(int* pg, const int* __restrict__ pages, int page_shift, int j0, int kv_end,
+                                            int tid) {
+#pragma unroll
+    for (int i = 0; i < KV_ITERS; i++) {
+        int j = j0 + (tid + i * NTHREADS) / (DQK / 8);
+        pg[i] = j < kv_end ? pages[j >> page_shift] : -1;
+    }
+}
+
+// Issues the cp.async copies of key tile j0 into sk (BN rows of QSTRIDE
+// elements), with the pages fetch_pages read; keys past kv_end are zeroed.
+__device__ __forceinline__ void issue_tile(bf16* sk, const bf16* __restrict__ kv, const int* pg, int page_shift, int j0,
+                                           int tid) {
     const u32 base = smem_addr(sk);
 #pragma unroll
-    for (int i = 0; i < (BN * chunks) / NTHREADS; i++) {
+    for (int i = 0; i < KV_ITERS; i++) {
         int c = tid + i * NTHREADS;
-        int r = c / chunks, ch = c - r * chunks;
-        int j = j0 + r;
+        int r = c / (DQK / 8), ch = c - r * (DQK / 8);
         const bf16* src = kv;
         int bytes = 0;
-        if (j < kv_end) {
-            long long page = pages[j >> page_shift];
-            long long row = (page << page_shift) | (j & ((1 << page_shift) - 1));
+        if (pg[i] >= 0) {
+            long long row = ((long long)pg[i] << page_shift) | ((j0 + r) & ((1 << page_shift) - 1));
             src = kv + row * DQK + ch * 8;
             bytes = 16;
         }
@@ -113,7 +121,7 @@ __device__ __forceinline__ void load_kv_tile(bf16* sk, const bf16* __restrict__ 
     }
 }
 
-template <int M>
+template <int M, int STAGES>
 __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, const bf16* __restrict__ kv,
                                                 const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
                                                 bf16* __restrict__ out, float* __restrict__ lse,
@@ -163,12 +171,16 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
         }
     }
     const int ntiles = (it.kv_end - it.kv_begin + BN - 1) / BN;
+    int pg[KV_ITERS];
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < ntiles)
-            load_kv_tile(skv + s * BN * QSTRIDE, kv, pages, page_shift, it.kv_begin + s * BN, it.kv_end, tid);
+        if (s < ntiles) {
+            fetch_pages(pg, pages, page_shift, it.kv_begin + s * BN, it.kv_end, tid);
+            issue_tile(skv + s * BN * QSTRIDE, kv, pg, page_shift, it.kv_begin + s * BN, tid);
+        }
         cp_commit(); // the queries ride in the first group
     }
+    if (STAGES - 1 < ntiles) fetch_pages(pg, pages, page_shift, it.kv_begin + (STAGES - 1) * BN, it.kv_end, tid);
 
     // This thread's two rows (within the block) and their causal limits.
     const int lr0 = rg * 16 + (lane >> 2), lr1 = lr0 + 8;
@@ -186,9 +198,9 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
         __syncthreads();
         {
             int nt = t + STAGES - 1;
-            if (nt < ntiles)
-                load_kv_tile(skv + (nt % STAGES) * BN * QSTRIDE, kv, pages, page_shift, it.kv_begin + nt * BN, it.kv_end, tid);
+            if (nt < ntiles) issue_tile(skv + (nt % STAGES) * BN * QSTRIDE, kv, pg, page_shift, it.kv_begin + nt * BN, tid);
             cp_commit();
+            if (nt + 1 < ntiles) fetch_pages(pg, pages, page_shift, it.kv_begin + (nt + 1) * BN, it.kv_end, tid);
         }
         const bf16* sk = skv + (t % STAGES) * BN * QSTRIDE;
         const u32 sk_a = smem_addr(sk);
@@ -197,17 +209,18 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
         float s[NTQ][4];
         const bool qk = cg < CGQ;
         if (qk) {
+            float s2[NTQ][4]; // odd k-steps: two independent accumulator chains
 #pragma unroll
-            for (int n = 0; n < NTQ; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            for (int n = 0; n < NTQ; n++)
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = s2[n][0] = s2[n][1] = s2[n][2] = s2[n][3] = 0.f;
             const u32 a_addr = sq_a + (((rg * 16 + (lane & 15)) * QSTRIDE + (lane >> 4) * 8) * 2);
-#pragma unroll 4
-            for (int kk = 0; kk < DQK / 16; kk++) {
+            auto kstep = [&](int kk, float(&acc)[NTQ][4]) {
                 u32 a0, a1, a2, a3;
                 ldsm_x4(a_addr + kk * 32, a0, a1, a2, a3);
                 if (NTQ == 1) {
                     u32 b0, b1;
                     ldsm_x2(sk_a + (((cg * NQ + (lane & 7)) * QSTRIDE + kk * 16 + ((lane >> 3) & 1) * 8) * 2), b0, b1);
-                    mma16816(s[0], a0, a1, a2, a3, b0, b1);
+                    mma16816(acc[0], a0, a1, a2, a3, b0, b1);
                 } else {
 #pragma unroll
                     for (int n = 0; n < NTQ; n += 2) {
@@ -215,11 +228,20 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
                         ldsm_x4(sk_a + (((cg * NQ + n * 8 + (lane & 7) + (lane >> 4) * 8) * QSTRIDE + kk * 16 +
                                          ((lane >> 3) & 1) * 8) * 2),
                                 b0, b1, b2, b3);
-                        mma16816(s[n], a0, a1, a2, a3, b0, b1);
-                        mma16816(s[n + 1], a0, a1, a2, a3, b2, b3);
+                        mma16816(acc[n], a0, a1, a2, a3, b0, b1);
+                        mma16816(acc[n + 1], a0, a1, a2, a3, b2, b3);
                     }
                 }
+            };
+#pragma unroll 2
+            for (int kk = 0; kk < DQK / 16; kk += 2) {
+                kstep(kk, s);
+                kstep(kk + 1, s2);
             }
+#pragma unroll
+            for (int n = 0; n < NTQ; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[n][e] += s2[n][e];
             // Scale, mask, row maxima over this warp's keys.
             float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
@@ -270,9 +292,8 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
                 float p0 = fast_exp2(s[n][0] - mu0), p1 = fast_exp2(s[n][1] - mu0);
                 float p2 = fast_exp2(s[n][2] - mu1), p3 = fast_exp2(s[n][3] - mu1);
                 u32 w01 = pack_bf16(p0, p1), w23 = pack_bf16(p2, p3);
-                // Sum what the PV product will use: the rounded values.
-                sum0 += __uint_as_float(w01 << 16) + __uint_as_float(w01 & 0xffff0000u);
-                sum1 += __uint_as_float(w23 << 16) + __uint_as_float(w23 & 0xffff0000u);
+                sum0 += p0 + p1;
+                sum1 += p2 + p3;
                 int col = cg * NQ + n * 8 + (lane & 3) * 2;
                 *(u32*)(sp + lr0 * PSTRIDE + col) = w01;
                 *(u32*)(sp + lr1 * PSTRIDE + col) = w23;
@@ -345,21 +366,24 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
     }
 }
 
-#define MLA_DECODE_ENTRY(NAME, M)                                                                              \
-    extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                                  \
+#define MLA_DECODE_ENTRY(NAME, M, STAGES, BLOCKS)                                                              \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
         NAME(const bf16* __restrict__ q, const bf16* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
              const int* __restrict__ kv_indices, bf16* __restrict__ out, float* __restrict__ lse,               \
              const int* __restrict__ schedule, const int* __restrict__ requests, const int* __restrict__ counts, \
              float* __restrict__ part_o, float* __restrict__ part_lse, int heads, int page_shift, float scale_log2, \
              int head_blocks) {                                                                                 \
-        mla_decode_body<M>(q, kv_cache, kv_indptr, kv_indices, out, lse, (const Item*)schedule,                  \
-                           (const ReqInfo*)requests, counts, part_o, part_lse, heads, page_shift, scale_log2,    \
-                           head_blocks);                                                                        \
+        mla_decode_body<M, STAGES>(q, kv_cache, kv_indptr, kv_indices, out, lse, (const Item*)schedule,          \
+                                   (const ReqInfo*)requests, counts, part_o, part_lse, heads, page_shift,       \
+                                   scale_log2, head_blocks);                                                    \
     }
 
-MLA_DECODE_ENTRY(mla_decode_m16, 16)
-MLA_DECODE_ENTRY(mla_decode_m32, 32)
-MLA_DECODE_ENTRY(mla_decode_m64, 64)
+// Rows per block, pipeline stages, blocks per multiprocessor: 16 rows fit
+// two blocks of two stages on a multiprocessor (the memory-bound shapes);
+// 32 and 64 rows take one block of four stages.
+MLA_DECODE_ENTRY(mla_decode_m16, 16, 2, 2)
+MLA_DECODE_ENTRY(mla_decode_m32, 32, 4, 1)
+MLA_DECODE_ENTRY(mla_decode_m64, 64, 4, 1)
 
 // Merges the partial outputs of every request cut into several chunks:
 // one warp per query row; blockIdx.x is the request, blockIdx.y * 8 + warp

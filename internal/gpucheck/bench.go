@@ -48,7 +48,7 @@ func (e *Env) MeasureFloors() (Floors, error) {
 		}
 		best := math.Inf(1)
 		for range 6 {
-			ms, err := e.timeOnce(x, func() error { return x.Copy(dst, src, n) })
+			ms, err := e.timeOnce(x, func() error { return x.CopyAsync(dst, src, n, e.stream) })
 			if err != nil {
 				return err
 			}
