@@ -268,6 +268,8 @@ func (t TensorSpec) Bytes() int64 {
 // DTypeSize returns the size of one element of dtype, or 0 when unknown.
 func DTypeSize(dtype string) int {
 	switch dtype {
+	case "fp8_e4m3", "fp8_e5m2":
+		return 1
 	case "bf16", "fp16":
 		return 2
 	case "f32", "i32":

@@ -49,7 +49,7 @@ func (v decodeVariant) shared() int {
 	return 2*(m*qStride+v.stages*mlaBN*qStride+m*pStride) + 4*2*cgq*m
 }
 
-// MLAKernelNames are the catalog kernels the MLA decode module runs: the
+// mlaKernelNames are the catalog kernels the MLA decode module runs: the
 // absorbed MLA decode of FlashAttention 3, FlashInfer and FlashMLA.
 var mlaKernelNames = []string{"flash_attn_with_kvcache", "BatchMLAPagedAttentionWrapper", "flash_mla_with_kvcache"}
 
@@ -113,16 +113,28 @@ func build(arch string) ([]core.KernelModule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: compiling %s for %s: %w", core.ErrNoPlan, ModuleMLADecode, arch, err)
 	}
-	img := []byte(ptx)
+	mods := Spec()
+	for i := range mods {
+		mods[i].Arch = arch
+		mods[i].Format = core.FormatPTX
+		mods[i].Image = []byte(ptx)
+		mods[i].SHA256 = core.ImageSHA256(mods[i].Image)
+	}
+	return mods, nil
+}
+
+// Spec returns the modules this package builds without their images: the
+// names, entries and parameters a plan refers to (for checking plans
+// where nothing is compiled).
+func Spec() []core.KernelModule {
 	entries := make([]core.Entry, 0, len(decodeVariants)+1)
 	for _, v := range decodeVariants {
 		entries = append(entries, core.Entry{Name: decodeEntry(v.rows), Params: decodeParams()})
 	}
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()})
 	return []core.KernelModule{{
-		Name: ModuleMLADecode, Platform: core.PlatformCUDA, Arch: arch, Format: core.FormatPTX,
-		Image: img, SHA256: core.ImageSHA256(img), Entries: entries, Kernels: slices.Clone(mlaKernelNames),
-	}}, nil
+		Name: ModuleMLADecode, Platform: core.PlatformCUDA, Entries: entries, Kernels: slices.Clone(mlaKernelNames),
+	}}
 }
 
 // Plan returns the launches that run kernel k (an entry of a handler's

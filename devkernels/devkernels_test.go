@@ -1,0 +1,188 @@
+package devkernels
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/launch"
+)
+
+// h200 is an H200 as the host describes it.
+var h200 = core.DeviceInfo{Platform: core.PlatformCUDA, Name: "NVIDIA H200", ComputeCapability: 90, SMs: 132,
+	MaxThreadsPerBlock: 1024, MaxSharedPerBlock: 232448, MaxGrid: [3]int{1<<31 - 1, 65535, 65535}}
+
+var fa3MLA = core.Kernel{Name: "flash_attn_with_kvcache", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1, 16, 64}}
+
+func request(heads, pageSize int, seq, q []int64, graph bool) *core.PlanRequest {
+	pages := 0
+	for _, n := range seq {
+		pages += int((n + int64(pageSize) - 1) / int64(pageSize))
+	}
+	return &core.PlanRequest{
+		Backend: "fa3", Method: core.MLA, DType: "bf16",
+		Dims:   core.PlanDims{Heads: heads, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+		Shape:  core.PlanShape{SeqLens: seq, QLens: q, PageSize: pageSize, NumPages: pages + 1},
+		Device: h200, Graph: graph,
+	}
+}
+
+func randomRequest(rng *rand.Rand, graph bool) *core.PlanRequest {
+	heads := []int{16, 32, 64, 128}[rng.IntN(4)]
+	ps := []int{1, 16, 64}[rng.IntN(3)]
+	b := 1 + rng.IntN(256)
+	ql := int64(1 + rng.IntN(4))
+	var seq, q []int64
+	for range b {
+		seq = append(seq, ql+rng.Int64N(1<<uint(rng.IntN(17))))
+		q = append(q, ql)
+	}
+	return request(heads, ps, seq, q, graph)
+}
+
+// TestPlansPassTheHostChecks plans random batches and checks every plan as
+// the host does, then checks the schedule covers each request's keys once,
+// in order, with the split counts the kernels read.
+func TestPlansPassTheHostChecks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 300 {
+		req := randomRequest(rng, i%3 == 0)
+		p, err := Plan(fa3MLA, req)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if err := launch.Check(p, req, Spec(), h200); err != nil {
+			t.Fatalf("case %d (%s): %v", i, p.Note, err)
+		}
+		var count int32
+		var reqs []int32
+		for _, m := range p.Metadata {
+			switch m.Name {
+			case "counts":
+				count = m.Int32s[0]
+			case "requests":
+				reqs = m.Int32s
+			}
+		}
+		next := make([]int32, len(req.Shape.SeqLens))
+		splits := make([]int32, len(req.Shape.SeqLens))
+		for k, w := range p.Schedule[:count] {
+			if w.KVBegin != next[w.Request] || w.KVEnd <= w.KVBegin || w.Split != splits[w.Request] {
+				t.Fatalf("case %d: item %d %+v does not continue request %d at %d (split %d)", i, k, w, w.Request, next[w.Request], splits[w.Request])
+			}
+			next[w.Request] = w.KVEnd
+			splits[w.Request]++
+		}
+		var qStart int32
+		for r, n := range req.Shape.SeqLens {
+			if int64(next[r]) != n {
+				t.Fatalf("case %d: request %d covered up to %d of %d keys", i, r, next[r], n)
+			}
+			if reqs[8*r] != qStart || reqs[8*r+1] != int32(req.Shape.QLens[r]) || reqs[8*r+2] != int32(n) || reqs[8*r+3] != splits[r] {
+				t.Fatalf("case %d: request %d metadata %v, want q_start %d q_len %d seq %d splits %d", i, r, reqs[8*r:8*r+5], qStart, req.Shape.QLens[r], n, splits[r])
+			}
+			qStart += int32(req.Shape.QLens[r])
+		}
+	}
+}
+
+// TestGraphPlansKeepTheirLaunches: for one batch size, any lengths give the
+// same launches and buffer sizes, so one captured graph serves them all.
+func TestGraphPlansKeepTheirLaunches(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		a := randomRequest(rng, true)
+		seq := slices.Clone(a.Shape.SeqLens)
+		for i := range seq {
+			seq[i] = a.Shape.QLens[i] + rng.Int64N(20000)
+		}
+		b := request(a.Dims.Heads, a.Shape.PageSize, seq, a.Shape.QLens, true)
+		pa, err := Plan(fa3MLA, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb, err := Plan(fa3MLA, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pa.Launches) != len(pb.Launches) || pa.WorkspaceBytes != pb.WorkspaceBytes {
+			t.Fatalf("launches %d/%d, workspace %d/%d", len(pa.Launches), len(pb.Launches), pa.WorkspaceBytes, pb.WorkspaceBytes)
+		}
+		for i := range pa.Launches {
+			la, lb := pa.Launches[i], pb.Launches[i]
+			if la.Entry != lb.Entry || la.Grid != lb.Grid || !slices.Equal(la.Args, lb.Args) {
+				t.Fatalf("launch %d differs: %+v vs %+v", i, la, lb)
+			}
+		}
+		for i := range pa.Metadata {
+			if len(pa.Metadata[i].Int32s) != len(pb.Metadata[i].Int32s) {
+				t.Fatalf("metadata %s: %d vs %d values", pa.Metadata[i].Name, len(pa.Metadata[i].Int32s), len(pb.Metadata[i].Int32s))
+			}
+		}
+	}
+}
+
+// TestBalancedSchedule: a ragged batch is cut so that no item costs much
+// more than the average share of a multiprocessor.
+func TestBalancedSchedule(t *testing.T) {
+	seq := []int64{32768, 64, 64, 64, 100, 8000, 64, 64}
+	q := []int64{1, 1, 1, 1, 1, 1, 1, 1}
+	p, err := Plan(fa3MLA, request(16, 64, seq, q, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var longest, total int32
+	for _, w := range p.Schedule {
+		longest = max(longest, w.KVEnd-w.KVBegin)
+		total += w.KVEnd - w.KVBegin
+	}
+	if share := total / (2 * 132); longest > 2*share+2*mlaBN {
+		t.Errorf("longest item %d keys, average share of a block %d (%s)", longest, share, p.Note)
+	}
+}
+
+func TestPlanRefusals(t *testing.T) {
+	cases := []struct {
+		name string
+		edit func(k *core.Kernel, r *core.PlanRequest)
+		want error
+	}{
+		{"fp8", func(k *core.Kernel, r *core.PlanRequest) { r.DType = "fp8_e4m3" }, core.ErrNoPlan},
+		{"mha dims", func(k *core.Kernel, r *core.PlanRequest) { r.Dims.HeadDimQK, r.Dims.HeadDimV = 192, 128 }, core.ErrNoPlan},
+		{"page 48", func(k *core.Kernel, r *core.PlanRequest) { r.Shape.PageSize = 48; k.PageSizes = nil }, core.ErrNoPlan},
+		{"page outside catalog", func(k *core.Kernel, r *core.PlanRequest) { k.PageSizes = []int{1} }, core.ErrNoPlan},
+		{"turing", func(k *core.Kernel, r *core.PlanRequest) { r.Device.ComputeCapability = 75 }, core.ErrNoPlan},
+		{"hip", func(k *core.Kernel, r *core.PlanRequest) { r.Device.Platform = core.PlatformHIP }, core.ErrNoPlan},
+		{"sparse kernel", func(k *core.Kernel, r *core.PlanRequest) { k.Sparse = true }, core.ErrNoPlan},
+		{"mha method", func(k *core.Kernel, r *core.PlanRequest) { r.Method = core.MHA }, core.ErrNoPlan},
+		{"no heads", func(k *core.Kernel, r *core.PlanRequest) { r.Dims.Heads = 0 }, core.ErrInvalidRequest},
+		{"q longer than keys", func(k *core.Kernel, r *core.PlanRequest) { r.Shape.QLens[0] = 9; r.Shape.SeqLens[0] = 4 }, core.ErrInvalidRequest},
+		{"lengths mismatch", func(k *core.Kernel, r *core.PlanRequest) { r.Shape.QLens = r.Shape.QLens[:1] }, core.ErrInvalidRequest},
+		{"nan scale", func(k *core.Kernel, r *core.PlanRequest) { r.Dims.SoftmaxScale = -1 }, core.ErrInvalidRequest},
+		{"too few pages", func(k *core.Kernel, r *core.PlanRequest) { r.Shape.NumPages = 1 }, core.ErrInvalidRequest},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			k := fa3MLA
+			r := request(16, 64, []int64{100, 200}, []int64{1, 1}, false)
+			c.edit(&k, r)
+			_, err := Plan(k, r)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+		})
+	}
+}
+
+// TestModulesWithoutGPU: asking for modules for a device the kernels do not
+// serve is ErrNoPlan, with no NVRTC needed.
+func TestModulesWithoutGPU(t *testing.T) {
+	var b Builder
+	for _, dev := range []core.DeviceInfo{{Platform: core.PlatformHIP, ComputeCapability: 90}, {Platform: core.PlatformCUDA, ComputeCapability: 75}} {
+		if _, err := b.Modules(dev); !errors.Is(err, core.ErrNoPlan) {
+			t.Errorf("%+v: got %v, want ErrNoPlan", dev, err)
+		}
+	}
+}
