@@ -8,11 +8,11 @@ import (
 
 // cublas holds the cuBLAS entry points used to measure the matrix peak.
 type cublas struct {
-	path        string
-	create      func(h *uintptr) int32
-	destroy     func(h uintptr) int32
-	setStream   func(h uintptr, s uintptr) int32
-	gemmEx      func(h uintptr, ta, tb int32, m, n, k int32, alpha unsafe.Pointer, a uint64, at int32, lda int32, b uint64, bt int32, ldb int32, beta unsafe.Pointer, c uint64, ct int32, ldc int32, compute int32, algo int32) int32
+	path      string
+	create    func(h *uintptr) int32
+	destroy   func(h uintptr) int32
+	setStream func(h uintptr, s uintptr) int32
+	gemmEx    func(h uintptr, ta, tb int32, m, n, k int32, alpha unsafe.Pointer, a uint64, at int32, lda int32, b uint64, bt int32, ldb int32, beta unsafe.Pointer, c uint64, ct int32, ldc int32, compute int32, algo int32) int32
 }
 
 var (

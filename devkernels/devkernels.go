@@ -275,7 +275,9 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 	}
 	ptr := func(param, tensor string) core.Arg { return core.Arg{Param: param, Kind: core.ArgTensor, Name: tensor} }
 	meta := func(param, name string) core.Arg { return core.Arg{Param: param, Kind: core.ArgMeta, Name: name} }
-	ws := func(param string, off int64) core.Arg { return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off} }
+	ws := func(param string, off int64) core.Arg {
+		return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off}
+	}
 	i32 := func(param string, v int) core.Arg { return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)} }
 	p := &core.Plan{
 		Metadata: []core.MetaBuffer{
