@@ -5,7 +5,7 @@ PLUGINS  := fa3 flashinfer aiter ascend dsa intel_xpu
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: all build plugins run test test-short lint proto proto-check bench clean
+.PHONY: all build plugins run test test-short test-gpu gpu-bins lint proto proto-check bench clean
 
 all: build
 
@@ -26,6 +26,18 @@ run: build
 ## test: vet, format check and the race-enabled test suite
 test: lint
 	$(GO) test -race -timeout 12m ./...
+
+## test-gpu: the GPU tests (device kernels against the fp64 reference on
+## random batches, a 61-layer decode step in a CUDA graph, a kernel fault);
+## needs a CUDA GPU and NVRTC, and fails instead of skipping without them
+test-gpu:
+	ATTNPLUG_REQUIRE_GPU=1 $(GO) test -count=1 -v -timeout 30m ./cuda/ ./internal/gpucheck/
+
+## gpu-bins: the GPU test binaries, for a GPU machine without Go:
+## copy .device/ there and run .device/gpucheck.test -test.v
+gpu-bins:
+	CGO_ENABLED=0 $(GO) test -c -o .device/gpucheck.test ./internal/gpucheck
+	CGO_ENABLED=0 $(GO) test -c -o .device/cuda.test ./cuda
 
 test-short:
 	$(GO) test -short ./...

@@ -24,6 +24,9 @@ func openEnv(t *testing.T) *Env {
 	t.Helper()
 	e, err := Open()
 	if errors.Is(err, cuda.ErrUnavailable) || errors.Is(err, core.ErrNoPlan) {
+		if os.Getenv("ATTNPLUG_REQUIRE_GPU") == "1" {
+			t.Fatalf("ATTNPLUG_REQUIRE_GPU=1 and no CUDA device to run on: %v", err)
+		}
 		t.Skipf("no CUDA device to run on: %v", err)
 	}
 	if err != nil {

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"github.com/attnplug/attnplug/internal/gpucheck"
+)
+
+// runBenchGPU is attnplug bench --gpu: every decode shape checked against
+// the fp64 reference, then timed, beside the floors and torch measured in
+// the same run.
+func runBenchGPU(ctx context.Context, e *env, python, only string, asJSON bool) error {
+	if python != "" {
+		if p, err := exec.LookPath(python); err == nil {
+			python = p
+		} else {
+			fmt.Fprintf(e.stderr, "bench: %s not found; torch is not compared\n", python)
+			python = ""
+		}
+	}
+	var cases []gpucheck.Case
+	for _, c := range gpucheck.DecodeShapes() {
+		if strings.Contains(c.Name, only) {
+			cases = append(cases, c)
+		}
+	}
+	if len(cases) == 0 {
+		return &usageError{fmt.Sprintf("bench: --only %q matches no shape", only)}
+	}
+	rep, err := gpucheck.RunBench(ctx, python, cases)
+	if err != nil {
+		return fmt.Errorf("bench --gpu: %w", err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	rep.WriteTable(e.stdout)
+	return nil
+}
