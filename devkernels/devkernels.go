@@ -36,15 +36,22 @@ const (
 
 // decodeVariant is one decode entry: rows per block, pipeline stages and
 // blocks per multiprocessor (keep in step with MLA_DECODE_ENTRY).
-type decodeVariant struct{ rows, stages, perSM int }
+type decodeVariant struct {
+	rows, stages, perSM int
+	wide                bool // mla_decode_wide: 64-key tiles, swizzled, unpadded
+}
 
-var decodeVariants = [...]decodeVariant{{16, 2, 2}, {32, 4, 1}, {64, 4, 1}}
+var decodeVariants = [...]decodeVariant{{16, 2, 2, false}, {32, 4, 1, false}, {64, 2, 1, true}}
 
 func decodeEntry(m int) string { return fmt.Sprintf("mla_decode_m%d", m) }
 
 // shared is the dynamic shared memory of the variant's entry.
 func (v decodeVariant) shared() int {
 	m := v.rows
+	if v.wide {
+		const wbn = 64
+		return 2*(m*mlaDQK+v.stages*wbn*mlaDQK+m*wbn) + 4*(2*m+2*m+m)
+	}
 	cgq := mlaBN / max(8, mlaBN/(8/(m/16)))
 	return 2*(m*qStride+v.stages*mlaBN*qStride+m*pStride) + 4*2*cgq*m
 }

@@ -366,6 +366,256 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
     }
 }
 
+
+// The wide variant for 64 query rows (the compute-bound shapes: 64 and 128
+// heads, or 16 heads with 4 query tokens): key tiles of 64 rows, two stages,
+// and no padding (16-byte chunks XOR-swizzled within each 128-byte line), so
+// that 64 query rows and two 64-key tiles fit in shared memory. S = QK^T is
+// split over the warps as 4 row groups x 2 key halves (16 x 32 per warp),
+// O += PV as 2 row halves x 4 column quarters (32 x 128 per warp), which
+// reads less shared memory per MMA than a 16 x 256 split.
+#define WBN 64
+#define WKV_ITERS ((WBN * (DQK / 8)) / NTHREADS) /* 18 */
+
+// Byte offset of 16-byte chunk ch of row r in a swizzled tile whose rows are
+// rowbytes long (a multiple of 128).
+__device__ __forceinline__ u32 swz(int r, int ch, int rowbytes) {
+    return (u32)(r * rowbytes + (((ch & ~7) | ((ch ^ r) & 7)) << 4));
+}
+
+__device__ __forceinline__ void wide_fetch(int* pg, const int* __restrict__ pages, int page_shift, int j0, int kv_end,
+                                           int tid) {
+#pragma unroll
+    for (int i = 0; i < WKV_ITERS; i++) {
+        int j = j0 + (tid + i * NTHREADS) / (DQK / 8);
+        pg[i] = j < kv_end ? pages[j >> page_shift] : -1;
+    }
+}
+
+__device__ __forceinline__ void wide_issue(u32 base, const bf16* __restrict__ kv, const int* pg, int page_shift, int j0,
+                                           int tid) {
+#pragma unroll
+    for (int i = 0; i < WKV_ITERS; i++) {
+        int c = tid + i * NTHREADS;
+        int r = c / (DQK / 8), ch = c - r * (DQK / 8);
+        const bf16* src = kv;
+        int bytes = 0;
+        if (pg[i] >= 0) {
+            long long row = ((long long)pg[i] << page_shift) | ((j0 + r) & ((1 << page_shift) - 1));
+            src = kv + row * DQK + ch * 8;
+            bytes = 16;
+        }
+        cp_async16(base + swz(r, ch, DQK * 2), src, bytes);
+    }
+}
+
+__device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, const bf16* __restrict__ kv,
+                                                const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+                                                bf16* __restrict__ out, float* __restrict__ lse,
+                                                const Item* __restrict__ schedule, const ReqInfo* __restrict__ reqs,
+                                                const int* __restrict__ counts, float* __restrict__ part_o,
+                                                float* __restrict__ part_lse, int heads, int page_shift,
+                                                float scale_log2, int head_blocks) {
+    constexpr int M = 64;
+    constexpr int RB = DQK * 2;       // bytes per Q/K row: 1152 = 9 lines
+    constexpr int PB = WBN * 2;       // bytes per P row: 128 = 1 line
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char* sq = smem;                          // 64 rows
+    unsigned char* skv = sq + M * RB;                  // 2 stages x 64 rows
+    unsigned char* sp = skv + 2 * WBN * RB;            // 64 x 64 bf16
+    float* red_max = (float*)(sp + M * PB);            // 2 x 64
+    float* red_sum = red_max + 2 * M;                  // 2 x 64
+    float* m_row = red_sum + 2 * M;                    // 64: the running row maxima
+
+    const int item_idx = blockIdx.x / head_blocks;
+    const int hb = blockIdx.x - item_idx * head_blocks;
+    if (item_idx >= counts[0]) return;
+    const Item it = schedule[item_idx];
+    const ReqInfo rq = reqs[it.req];
+    const int rows = rq.q_len * heads;
+    const int row0 = hb * M;
+    if (row0 >= rows) return;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int* pages = kv_indices + kv_indptr[it.req];
+    const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
+
+    {
+        const bf16* qsrc = q + ((long long)rq.q_start * heads + row0) * DQK;
+#pragma unroll
+        for (int i = 0; i < (M * (DQK / 8)) / NTHREADS; i++) {
+            int c = tid + i * NTHREADS;
+            int r = c / (DQK / 8), ch = c - r * (DQK / 8);
+            bool ok = row0 + r < rows;
+            cp_async16(sq_a + swz(r, ch, RB), ok ? qsrc + (long long)r * DQK + ch * 8 : qsrc, ok ? 16 : 0);
+        }
+    }
+    if (tid < M) m_row[tid] = NEG_INF;
+    const int ntiles = (it.kv_end - it.kv_begin + WBN - 1) / WBN;
+    int pg[WKV_ITERS];
+    wide_fetch(pg, pages, page_shift, it.kv_begin, it.kv_end, tid);
+    wide_issue(skv_a, kv, pg, page_shift, it.kv_begin, tid);
+    cp_commit();
+    if (ntiles > 1) wide_fetch(pg, pages, page_shift, it.kv_begin + WBN, it.kv_end, tid);
+
+    // S layout: warp = 4 row groups x 2 key halves.
+    const int qr = warp & 3, qc = warp >> 2;
+    const int sr0 = qr * 16 + (lane >> 2), sr1 = sr0 + 8; // S rows of this thread
+    const int causal_s0 = rq.seq_len - rq.q_len + (row0 + sr0) / heads;
+    const int causal_s1 = rq.seq_len - rq.q_len + (row0 + sr1) / heads;
+    // O layout: warp = 2 row halves x 4 column quarters; rows pr[0..3].
+    const int orh = warp & 1, oc = warp >> 1;
+    int pr[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) pr[k] = orh * 32 + (k >> 1) * 16 + (lane >> 2) + (k & 1) * 8;
+
+    float o[2][16][4];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int n = 0; n < 16; n++) o[a][n][0] = o[a][n][1] = o[a][n][2] = o[a][n][3] = 0.f;
+    float mo[4] = {NEG_INF, NEG_INF, NEG_INF, NEG_INF}, l[4] = {0.f, 0.f, 0.f, 0.f};
+
+    for (int t = 0; t < ntiles; t++) {
+        cp_wait<0>();
+        __syncthreads();
+        if (t + 1 < ntiles) {
+            wide_issue(skv_a + ((t + 1) & 1) * WBN * RB, kv, pg, page_shift, it.kv_begin + (t + 1) * WBN, tid);
+            cp_commit();
+            if (t + 2 < ntiles) wide_fetch(pg, pages, page_shift, it.kv_begin + (t + 2) * WBN, it.kv_end, tid);
+        }
+        const u32 sk_a = skv_a + (t & 1) * WBN * RB;
+        const int j0 = it.kv_begin + t * WBN;
+
+        // S (16 rows x 32 keys), four independent accumulators.
+        float s[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll 4
+        for (int kk = 0; kk < DQK / 16; kk++) {
+            u32 a0, a1, a2, a3;
+            ldsm_x4(sq_a + swz(qr * 16 + (lane & 15), kk * 2 + (lane >> 4), RB), a0, a1, a2, a3);
+#pragma unroll
+            for (int n = 0; n < 4; n += 2) {
+                u32 b0, b1, b2, b3;
+                ldsm_x4(sk_a + swz(qc * 32 + n * 8 + (lane & 7) + (lane >> 4) * 8, kk * 2 + ((lane >> 3) & 1), RB), b0,
+                        b1, b2, b3);
+                mma16816(s[n], a0, a1, a2, a3, b0, b1);
+                mma16816(s[n + 1], a0, a1, a2, a3, b2, b3);
+            }
+        }
+        float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int j = j0 + qc * 32 + n * 8 + (lane & 3) * 2 + e;
+                bool in = j < it.kv_end;
+                s[n][e] = (in && j <= causal_s0) ? s[n][e] * scale_log2 : NEG_INF;
+                s[n][2 + e] = (in && j <= causal_s1) ? s[n][2 + e] * scale_log2 : NEG_INF;
+                mx0 = fmaxf(mx0, s[n][e]);
+                mx1 = fmaxf(mx1, s[n][2 + e]);
+            }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+        if ((lane & 3) == 0) {
+            red_max[qc * M + sr0] = mx0;
+            red_max[qc * M + sr1] = mx1;
+        }
+        __syncthreads();
+        {
+            // P for the S rows, with the new maxima (m_row is the old ones).
+            float mt0 = fmaxf(m_row[sr0], fmaxf(red_max[sr0], red_max[M + sr0]));
+            float mt1 = fmaxf(m_row[sr1], fmaxf(red_max[sr1], red_max[M + sr1]));
+            const float mu0 = mt0 == NEG_INF ? 0.f : mt0, mu1 = mt1 == NEG_INF ? 0.f : mt1;
+            float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                float p0 = fast_exp2(s[n][0] - mu0), p1 = fast_exp2(s[n][1] - mu0);
+                float p2 = fast_exp2(s[n][2] - mu1), p3 = fast_exp2(s[n][3] - mu1);
+                sum0 += p0 + p1;
+                sum1 += p2 + p3;
+                int col = qc * 32 + n * 8 + (lane & 3) * 2; // key within the tile
+                *(u32*)(sp + swz(sr0, col >> 3, PB) + (col & 7) * 2) = pack_bf16(p0, p1);
+                *(u32*)(sp + swz(sr1, col >> 3, PB) + (col & 7) * 2) = pack_bf16(p2, p3);
+            }
+            sum0 += __shfl_xor_sync(0xffffffff, sum0, 1);
+            sum0 += __shfl_xor_sync(0xffffffff, sum0, 2);
+            sum1 += __shfl_xor_sync(0xffffffff, sum1, 1);
+            sum1 += __shfl_xor_sync(0xffffffff, sum1, 2);
+            if ((lane & 3) == 0) {
+                red_sum[qc * M + sr0] = sum0;
+                red_sum[qc * M + sr1] = sum1;
+            }
+        }
+        __syncthreads();
+        // Rescale O for the O rows, then O += P V.
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int r = pr[k];
+            float mt = fmaxf(mo[k], fmaxf(red_max[r], red_max[M + r]));
+            float mu = mt == NEG_INF ? 0.f : mt;
+            float al = fast_exp2(mo[k] - mu);
+            mo[k] = mt;
+            l[k] = l[k] * al + red_sum[r] + red_sum[M + r];
+#pragma unroll
+            for (int n = 0; n < 16; n++) {
+                o[k >> 1][n][(k & 1) * 2 + 0] *= al;
+                o[k >> 1][n][(k & 1) * 2 + 1] *= al;
+            }
+        }
+        if (oc == 0 && (lane & 3) == 0) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) m_row[pr[k]] = mo[k]; // read again only after the next barrier
+        }
+#pragma unroll
+        for (int kk = 0; kk < WBN / 16; kk++) {
+            u32 a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                ldsm_x4(sp_a + swz(orh * 32 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4), PB), a[mt][0], a[mt][1],
+                        a[mt][2], a[mt][3]);
+#pragma unroll
+            for (int n = 0; n < 16; n += 2) {
+                u32 b0, b1, b2, b3;
+                ldsm_x4_t(sk_a + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, (oc * 128 + n * 8) / 8 + (lane >> 4),
+                                     RB),
+                          b0, b1, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma16816(o[mt][n], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+                    mma16816(o[mt][n + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+                }
+            }
+        }
+    }
+
+    // Epilogue for the four O rows of this thread.
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int gr = row0 + pr[k];
+        if (gr >= rows) continue;
+        const float inv = l[k] > 0.f ? 1.f / l[k] : 0.f;
+        const float ls = l[k] > 0.f ? (mo[k] + __log2f(l[k])) * 0.6931471805599453f : NEG_INF;
+        const int mt = k >> 1, h = (k & 1) * 2;
+        if (rq.num_splits == 1) {
+            bf16* dst = out + ((long long)rq.q_start * heads + gr) * DV + oc * 128 + (lane & 3) * 2;
+#pragma unroll
+            for (int n = 0; n < 16; n++) *(u32*)(dst + n * 8) = pack_bf16(o[mt][n][h] * inv, o[mt][n][h + 1] * inv);
+            if (oc == 0 && (lane & 3) == 0) lse[(long long)rq.q_start * heads + gr] = ls;
+        } else {
+            long long p = (long long)rq.part_base + (long long)it.split * rows + gr;
+            float* dst = part_o + p * DV + oc * 128 + (lane & 3) * 2;
+#pragma unroll
+            for (int n = 0; n < 16; n++) *(float2*)(dst + n * 8) = make_float2(o[mt][n][h] * inv, o[mt][n][h + 1] * inv);
+            if (oc == 0 && (lane & 3) == 0) part_lse[p] = ls;
+        }
+    }
+}
+
 #define MLA_DECODE_ENTRY(NAME, M, STAGES, BLOCKS)                                                              \
     extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
         NAME(const bf16* __restrict__ q, const bf16* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
@@ -380,10 +630,19 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
 
 // Rows per block, pipeline stages, blocks per multiprocessor: 16 rows fit
 // two blocks of two stages on a multiprocessor (the memory-bound shapes);
-// 32 and 64 rows take one block of four stages.
+// 32 rows take one block of four stages; 64 rows are the wide variant.
 MLA_DECODE_ENTRY(mla_decode_m16, 16, 2, 2)
 MLA_DECODE_ENTRY(mla_decode_m32, 32, 4, 1)
-MLA_DECODE_ENTRY(mla_decode_m64, 64, 4, 1)
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
+    mla_decode_m64(const bf16* __restrict__ q, const bf16* __restrict__ kv_cache, const int* __restrict__ kv_indptr,
+                   const int* __restrict__ kv_indices, bf16* __restrict__ out, float* __restrict__ lse,
+                   const int* __restrict__ schedule, const int* __restrict__ requests, const int* __restrict__ counts,
+                   float* __restrict__ part_o, float* __restrict__ part_lse, int heads, int page_shift, float scale_log2,
+                   int head_blocks) {
+    mla_decode_wide(q, kv_cache, kv_indptr, kv_indices, out, lse, (const Item*)schedule, (const ReqInfo*)requests,
+                    counts, part_o, part_lse, heads, page_shift, scale_log2, head_blocks);
+}
 
 // Merges the partial outputs of every request cut into several chunks:
 // one warp per query row; blockIdx.x is the request, blockIdx.y * 8 + warp
