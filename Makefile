@@ -36,7 +36,7 @@ PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import grpc, goo
 ## test-python: the attnplug Python package's tests, against a real attnplug serve
 test-python: build
 	@test -n "$(PYTHON)" || { echo "test-python: no python3 imports grpc and google.protobuf (apt-get install python3-grpcio python3-protobuf)"; exit 1; }
-	cd python && ATTNPLUG_BIN="$(CURDIR)/$(BIN)" $(PYTHON) -m unittest discover -s tests -t . -v 2>&1 | tail -n 40; exit $${PIPESTATUS[0]}
+	cd python && ATTNPLUG_BIN="$(CURDIR)/$(BIN)" $(PYTHON) -m unittest discover -s tests -v 2>&1 | tail -n 40; exit $${PIPESTATUS[0]}
 
 test-short:
 	$(GO) test -short ./...

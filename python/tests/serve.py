@@ -55,12 +55,14 @@ class Server:
         ready = threading.Event()
 
         def read(proc=self.proc):
-            for line in proc.stderr:
-                self.lines.append(line)
-                if _READY.search(line):
-                    ready.set()
+            with proc.stderr:
+                for line in proc.stderr:
+                    self.lines.append(line)
+                    if _READY.search(line):
+                        ready.set()
 
-        threading.Thread(target=read, daemon=True).start()
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
         if not ready.wait(timeout):
             self.stop()
             raise AssertionError("attnplug serve never said it was ready:\n" + "".join(self.lines))
@@ -76,6 +78,7 @@ class Server:
         """SIGKILL, as a crash would."""
         self.proc.kill()
         self.proc.wait(10)
+        self._reader.join(10)
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
@@ -88,6 +91,8 @@ class Server:
 
     def cleanup(self):
         self.stop()
+        if self.proc is not None:
+            self._reader.join(10)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
