@@ -5,7 +5,7 @@ PLUGINS  := fa3 flashinfer aiter ascend dsa intel_xpu
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: all build plugins run test test-short test-go test-python lint proto proto-python proto-check bench clean
+.PHONY: all build plugins run test test-short test-go test-python bench-python lint proto proto-python proto-check bench clean
 
 all: build
 
@@ -36,7 +36,13 @@ PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import grpc, goo
 ## test-python: the attnplug Python package's tests, against a real attnplug serve
 test-python: build
 	@test -n "$(PYTHON)" || { echo "test-python: no python3 imports grpc and google.protobuf (apt-get install python3-grpcio python3-protobuf)"; exit 1; }
-	cd python && ATTNPLUG_BIN="$(CURDIR)/$(BIN)" $(PYTHON) -m unittest discover -s tests -v 2>&1 | tail -n 40; exit $${PIPESTATUS[0]}
+	$(GO) build -o $(BIN)/test/attnplug-backend-fault ./internal/testplugins/fault
+	cd python && ATTNPLUG_BIN="$(CURDIR)/$(BIN)" ATTNPLUG_FAULT_BIN="$(CURDIR)/$(BIN)/test/attnplug-backend-fault" \
+		$(PYTHON) -m unittest discover -s tests -v
+
+## bench-python: python -m attnplug.bench against bin/attnplug
+bench-python: build
+	cd python && $(PYTHON) -m attnplug.bench --attnplug "$(CURDIR)/$(BIN)/attnplug"
 
 test-short:
 	$(GO) test -short ./...

@@ -14,8 +14,8 @@ import time
 import unittest
 
 import serve
-import standins
 from attnplug import sglang as aps
+from attnplug import testing as standins
 
 N_REQUESTS = int(os.environ.get("ATTNPLUG_PY_REQUESTS", "20000"))
 

@@ -1,5 +1,6 @@
 """Stand-ins for the parts of sglang that its DeepSeek attention dispatch
-reads, and generated requests.
+reads, and generated requests: for the tests and the benchmark, in a
+process without sglang.
 
 sglang_module() loads sglang's own attention_backend_handler.py (the
 reference file, when present) as the sglang module it is, its imports
@@ -135,7 +136,8 @@ def _module(name, **attrs):
 
 def reference_path():
     """sglang's attention_backend_handler.py: $ATTNPLUG_REFERENCE, else
-    shared/reference beside the repository; None when absent."""
+    shared/reference beside the repository this package is in; None when
+    absent."""
     env = os.environ.get("ATTNPLUG_REFERENCE")
     if env:
         return env if os.path.exists(env) else None
