@@ -176,7 +176,7 @@ class Client:
     """
 
     def __init__(self, address=None, timeout=2.0):
-        self.address = address or default_address()
+        self.address = default_address() if address is None else address
         self.timeout = timeout
         self._channel = grpc.insecure_channel(
             _target(self.address),

@@ -36,10 +36,10 @@ def copy_tree(dst):
 class Server:
     """attnplug serve on a Unix socket in a private directory."""
 
-    def __init__(self, host=HOST, env=None, args=(), socket=None):
+    def __init__(self, host=HOST, env=None, args=(), socket=None, tcp=False):
         self.dir = tempfile.mkdtemp(prefix="ap-py-")
         self.socket = socket or os.path.join(self.dir, "s.sock")
-        self.address = "unix://" + self.socket
+        self.address = "127.0.0.1:0" if tcp else "unix://" + self.socket
         self.host = host
         self.env = dict(os.environ, ATTNPLUG_CACHE_DIR=os.path.join(self.dir, "cache"), **(env or {}))
         self.args = list(args)
@@ -58,7 +58,9 @@ class Server:
             with proc.stderr:
                 for line in proc.stderr:
                     self.lines.append(line)
-                    if _READY.search(line):
+                    m = _READY.search(line)
+                    if m and not ready.is_set():
+                        self.address = m.group(1)
                         ready.set()
 
         self._reader = threading.Thread(target=read, daemon=True)
