@@ -1,2 +1,0 @@
-"""Generated protobuf and gRPC code of the engine API (make proto-python);
-do not edit."""
