@@ -5,7 +5,7 @@ PLUGINS  := fa3 flashinfer aiter ascend dsa intel_xpu
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: all build plugins run test test-short test-gpu gpu-bins lint proto proto-check bench clean
+.PHONY: all build plugins run test test-short test-go test-python test-gpu gpu-bins bench-python lint proto proto-python proto-check bench clean
 
 all: build
 
@@ -23,9 +23,26 @@ plugins:
 run: build
 	$(BIN)/attnplug demo
 
-## test: vet, format check and the race-enabled test suite
-test: lint
+## test: vet, format check, the race-enabled Go tests and the Python package's tests
+test: lint test-go test-python
+
+test-go:
 	$(GO) test -race -timeout 12m ./...
+
+# PYTHON is a python3 that imports grpc and google.protobuf: the first on
+# PATH, else Debian's (python3-grpcio, python3-protobuf).
+PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import grpc, google.protobuf' 2>/dev/null && { command -v $$p; break; }; done)
+
+## test-python: the attnplug Python package's tests, against a real attnplug serve
+test-python: build
+	@test -n "$(PYTHON)" || { echo "test-python: no python3 imports grpc and google.protobuf (apt-get install python3-grpcio python3-protobuf)"; exit 1; }
+	$(GO) build -o $(BIN)/test/attnplug-backend-fault ./internal/testplugins/fault
+	cd python && ATTNPLUG_BIN="$(CURDIR)/$(BIN)" ATTNPLUG_FAULT_BIN="$(CURDIR)/$(BIN)/test/attnplug-backend-fault" \
+		$(PYTHON) -m unittest discover -s tests -v
+
+## bench-python: python -m attnplug.bench against bin/attnplug
+bench-python: build
+	cd python && $(PYTHON) -m attnplug.bench --attnplug "$(CURDIR)/$(BIN)/attnplug"
 
 ## test-gpu: the GPU tests (device kernels against the fp64 reference on
 ## random batches, a 61-layer decode step in a CUDA graph, a kernel fault);
@@ -62,9 +79,29 @@ proto:
 		--go-grpc_out=api/dispatchv1 --go-grpc_opt=paths=source_relative \
 		api/dispatchv1/dispatch.proto
 
+	$(MAKE) proto-python
+
+# The Python code is generated from copies of the .proto files placed
+# under attnplug/_pb/, so that its modules import each other inside the
+# package and its descriptors have names no other package registers.
+PY_PB := python/attnplug/_pb
+
+## proto-python: regenerate the Python package's protobuf code with Debian's
+## protoc (protobuf-compiler) and gRPC plugin (protobuf-compiler-grpc)
+proto-python:
+	@command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null || \
+		{ echo "proto-python: needs protoc and grpc_python_plugin (apt-get install protobuf-compiler protobuf-compiler-grpc)"; exit 1; }
+	@stage=$$(mktemp -d) && trap 'rm -rf "$$stage"' EXIT && mkdir -p "$$stage/attnplug/_pb" && \
+	for f in wire/pluginv1/plugin.proto api/dispatchv1/dispatch.proto; do \
+		sed 's|^import "\([a-z0-9_]*\.proto\)";|import "attnplug/_pb/\1";|' $$f > "$$stage/attnplug/_pb/$$(basename $$f)" || exit 1; \
+	done && \
+	protoc -I "$$stage" --python_out=python "$$stage/attnplug/_pb/plugin.proto" "$$stage/attnplug/_pb/dispatch.proto" && \
+	protoc -I "$$stage" --python_out=python --plugin=protoc-gen-grpc_python="$$(command -v grpc_python_plugin)" \
+		--grpc_python_out=python "$$stage/attnplug/_pb/dispatch.proto"
+
 ## proto-check: fail when the committed generated code is not current
 proto-check: proto
-	@git diff --exit-code -- '*.pb.go' || { echo "generated code is stale: run make proto and commit"; exit 1; }
+	@git diff --exit-code -- '*.pb.go' '$(PY_PB)' || { echo "generated code is stale: run make proto and commit"; exit 1; }
 
 ## bench: the Go benchmarks and attnplug bench
 bench: build

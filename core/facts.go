@@ -73,16 +73,23 @@ var factNames = [...]string{
 
 // String lists the facts of f by name, joined by "|".
 func (f Fact) String() string {
-	var parts []string
-	for i, name := range factNames {
-		if f&(1<<i) != 0 {
-			parts = append(parts, name)
-		}
-	}
+	parts := f.Names()
 	if rest := f &^ AllFacts; rest != 0 {
 		parts = append(parts, "unknown")
 	}
 	return strings.Join(parts, "|")
+}
+
+// Names lists the names of the facts of f that this version of core
+// knows, in bit order.
+func (f Fact) Names() []string {
+	var names []string
+	for i, name := range factNames {
+		if f&(1<<i) != 0 {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // FactByName returns the fact called name, and whether there is one.

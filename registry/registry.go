@@ -185,6 +185,10 @@ type routeTable struct {
 	plugins []*plugin
 	broken  []PluginInfo
 	routes  map[string]*route
+	// gen is the table's generation (Registry.Generation); replaced is
+	// closed when a reload stores the next table.
+	gen      uint64
+	replaced chan struct{}
 }
 
 // New discovers the plugins of cfg.PluginDirs and learns what each serves,
@@ -207,7 +211,10 @@ func New(ctx context.Context, cfg Config) (*Registry, error) {
 // plugin of prev whose binary did not change is kept as it is, running or
 // not.
 func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, error) {
-	t := &routeTable{routes: map[string]*route{}}
+	t := &routeTable{routes: map[string]*route{}, gen: 1, replaced: make(chan struct{})}
+	if prev != nil {
+		t.gen = prev.gen + 1
+	}
 	found, broken := discover(r.cfg.PluginDirs, r.cfg.InsecurePluginDir)
 	t.broken = broken
 	for _, b := range broken {

@@ -118,6 +118,7 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 	}
 	r.rebuildRoutes(next, old)
 	r.table.Store(next)
+	close(old.replaced)
 	var wg sync.WaitGroup
 	for _, p := range retire {
 		wg.Add(1)

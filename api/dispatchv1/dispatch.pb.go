@@ -86,7 +86,11 @@ type Answer struct {
 	// Why the triton rules decided although a plugin serves the name.
 	Fallback string `protobuf:"bytes,4,opt,name=fallback,proto3" json:"fallback,omitempty"`
 	// Set when the request was not decided: the method is then unset.
-	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// The generation of the server's routes that answered (see
+	// DescribeResponse); 0 when not known (a server older than this field,
+	// or a reload while the request was answered).
+	Generation    uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -154,6 +158,13 @@ func (x *Answer) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Answer) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 type DispatchResponse struct {
@@ -288,6 +299,351 @@ func (x *DispatchBatchResponse) GetAnswers() []*Answer {
 	return nil
 }
 
+type DescribeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeRequest) Reset() {
+	*x = DescribeRequest{}
+	mi := &file_dispatch_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeRequest) ProtoMessage() {}
+
+func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
+func (*DescribeRequest) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{5}
+}
+
+type WatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_dispatch_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{6}
+}
+
+// Reads is what a name's rules read. A client may cache their answers
+// keyed by these facts alone: two requests that agree on every fact listed
+// get the same answer.
+type Reads struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The facts, by name: mode, platform, piecewise_cuda_graph,
+	// breakable_cuda_graph, deterministic_inference, dsa_use_mha,
+	// two_batch_overlap, mla_prefill_cp, disable_chunked_prefix_cache,
+	// flashinfer_mla_disable_ragged, rocm_fused_decode_mla, use_dsa,
+	// fused_qkv_a_proj_with_mqa, intel_amx, prefix_sum_zero,
+	// prefix_sum_at_threshold, seq_sum_within_capacity, dsa_use_mha_set,
+	// dense_dsa_device, kv_cache_dense_dtype; docs/python.md says what each
+	// one is. A client that does not know a name must not cache.
+	Facts []string `protobuf:"bytes,1,rep,name=facts,proto3" json:"facts,omitempty"`
+	// Constants c for which the rules read sum(extend_prefix_lens) >= c.
+	PrefixSumAtLeast []int64 `protobuf:"varint,2,rep,packed,name=prefix_sum_at_least,json=prefixSumAtLeast,proto3" json:"prefix_sum_at_least,omitempty"`
+	// Constants c for which the rules read sum(seq_lens) <= c.
+	SeqSumAtMost []int64 `protobuf:"varint,3,rep,packed,name=seq_sum_at_most,json=seqSumAtMost,proto3" json:"seq_sum_at_most,omitempty"`
+	// Constants c for which the rules read max(seq_lens) <= c (0 when the
+	// lengths are not known).
+	MaxSeqLenAtMost []int64 `protobuf:"varint,4,rep,packed,name=max_seq_len_at_most,json=maxSeqLenAtMost,proto3" json:"max_seq_len_at_most,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Reads) Reset() {
+	*x = Reads{}
+	mi := &file_dispatch_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reads) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reads) ProtoMessage() {}
+
+func (x *Reads) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reads.ProtoReflect.Descriptor instead.
+func (*Reads) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Reads) GetFacts() []string {
+	if x != nil {
+		return x.Facts
+	}
+	return nil
+}
+
+func (x *Reads) GetPrefixSumAtLeast() []int64 {
+	if x != nil {
+		return x.PrefixSumAtLeast
+	}
+	return nil
+}
+
+func (x *Reads) GetSeqSumAtMost() []int64 {
+	if x != nil {
+		return x.SeqSumAtMost
+	}
+	return nil
+}
+
+func (x *Reads) GetMaxSeqLenAtMost() []int64 {
+	if x != nil {
+		return x.MaxSeqLenAtMost
+	}
+	return nil
+}
+
+// Route is what one backend name resolves to.
+type Route struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend name; empty in DescribeResponse.default_route.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The registry name whose rules decide: name itself, or "triton".
+	Handler string `protobuf:"bytes,2,opt,name=handler,proto3" json:"handler,omitempty"`
+	// The plugin that answers, or "core" for the in-process triton rules.
+	Plugin string `protobuf:"bytes,3,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	// The plugin binary's version and SHA-256; empty for core.
+	Version string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	Sha256  string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// What the rules of handler read.
+	Reads *Reads `protobuf:"bytes,6,opt,name=reads,proto3" json:"reads,omitempty"`
+	// False when answers must not be cached: facts the server cannot key,
+	// a server run with --no-answer-cache, or a plugin whose process
+	// describes itself otherwise than its cached description.
+	Cacheable bool `protobuf:"varint,7,opt,name=cacheable,proto3" json:"cacheable,omitempty"`
+	// Set when a plugin should serve the name but the triton rules answer
+	// it until the next reload: why (plugin_missing,
+	// plugin_unsupported_hardware). Its answers then carry a fallback.
+	Fallback      string `protobuf:"bytes,8,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Route) Reset() {
+	*x = Route{}
+	mi := &file_dispatch_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Route) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Route) ProtoMessage() {}
+
+func (x *Route) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Route.ProtoReflect.Descriptor instead.
+func (*Route) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Route) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Route) GetHandler() string {
+	if x != nil {
+		return x.Handler
+	}
+	return ""
+}
+
+func (x *Route) GetPlugin() string {
+	if x != nil {
+		return x.Plugin
+	}
+	return ""
+}
+
+func (x *Route) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Route) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *Route) GetReads() *Reads {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+func (x *Route) GetCacheable() bool {
+	if x != nil {
+		return x.Cacheable
+	}
+	return false
+}
+
+func (x *Route) GetFallback() string {
+	if x != nil {
+		return x.Fallback
+	}
+	return ""
+}
+
+// DescribeResponse is the server's routes at one generation. An answer is
+// the rules' own, and may be cached under its Route's reads, when its
+// generation is this one and its handler, plugin and whether it carries a
+// fallback agree with the Route of its name; any other answer (a plugin
+// that crashed, timed out or is restarting) is for that request only.
+type DescribeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Grows by one with every reload; never 0.
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Every name the server resolves, sorted.
+	Routes []*Route `protobuf:"bytes,2,rep,name=routes,proto3" json:"routes,omitempty"`
+	// What every other name resolves to: the triton rules.
+	DefaultRoute *Route `protobuf:"bytes,3,opt,name=default_route,json=defaultRoute,proto3" json:"default_route,omitempty"`
+	// The platform that stands for a request without one: cuda, hip, npu,
+	// xpu or cpu.
+	Platform      string `protobuf:"bytes,4,opt,name=platform,proto3" json:"platform,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeResponse) Reset() {
+	*x = DescribeResponse{}
+	mi := &file_dispatch_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeResponse) ProtoMessage() {}
+
+func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
+func (*DescribeResponse) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DescribeResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *DescribeResponse) GetRoutes() []*Route {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *DescribeResponse) GetDefaultRoute() *Route {
+	if x != nil {
+		return x.DefaultRoute
+	}
+	return nil
+}
+
+func (x *DescribeResponse) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
 type ReloadRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -296,7 +652,7 @@ type ReloadRequest struct {
 
 func (x *ReloadRequest) Reset() {
 	*x = ReloadRequest{}
-	mi := &file_dispatch_proto_msgTypes[5]
+	mi := &file_dispatch_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +664,7 @@ func (x *ReloadRequest) String() string {
 func (*ReloadRequest) ProtoMessage() {}
 
 func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[5]
+	mi := &file_dispatch_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +677,7 @@ func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadRequest.ProtoReflect.Descriptor instead.
 func (*ReloadRequest) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{5}
+	return file_dispatch_proto_rawDescGZIP(), []int{10}
 }
 
 // PluginChange is what a reload did to one plugin.
@@ -341,7 +697,7 @@ type PluginChange struct {
 
 func (x *PluginChange) Reset() {
 	*x = PluginChange{}
-	mi := &file_dispatch_proto_msgTypes[6]
+	mi := &file_dispatch_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +709,7 @@ func (x *PluginChange) String() string {
 func (*PluginChange) ProtoMessage() {}
 
 func (x *PluginChange) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[6]
+	mi := &file_dispatch_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +722,7 @@ func (x *PluginChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginChange.ProtoReflect.Descriptor instead.
 func (*PluginChange) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{6}
+	return file_dispatch_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PluginChange) GetPlugin() string {
@@ -427,7 +783,7 @@ type ReloadResponse struct {
 
 func (x *ReloadResponse) Reset() {
 	*x = ReloadResponse{}
-	mi := &file_dispatch_proto_msgTypes[7]
+	mi := &file_dispatch_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +795,7 @@ func (x *ReloadResponse) String() string {
 func (*ReloadResponse) ProtoMessage() {}
 
 func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[7]
+	mi := &file_dispatch_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +808,7 @@ func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadResponse.ProtoReflect.Descriptor instead.
 func (*ReloadResponse) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{7}
+	return file_dispatch_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReloadResponse) GetChanges() []*PluginChange {
@@ -470,7 +826,7 @@ type ListPluginsRequest struct {
 
 func (x *ListPluginsRequest) Reset() {
 	*x = ListPluginsRequest{}
-	mi := &file_dispatch_proto_msgTypes[8]
+	mi := &file_dispatch_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +838,7 @@ func (x *ListPluginsRequest) String() string {
 func (*ListPluginsRequest) ProtoMessage() {}
 
 func (x *ListPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[8]
+	mi := &file_dispatch_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +851,7 @@ func (x *ListPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{8}
+	return file_dispatch_proto_rawDescGZIP(), []int{13}
 }
 
 // PluginStatus is one plugin of the server.
@@ -517,7 +873,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_dispatch_proto_msgTypes[9]
+	mi := &file_dispatch_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +885,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[9]
+	mi := &file_dispatch_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +898,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{9}
+	return file_dispatch_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PluginStatus) GetName() string {
@@ -624,7 +980,7 @@ type ListPluginsResponse struct {
 
 func (x *ListPluginsResponse) Reset() {
 	*x = ListPluginsResponse{}
-	mi := &file_dispatch_proto_msgTypes[10]
+	mi := &file_dispatch_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +992,7 @@ func (x *ListPluginsResponse) String() string {
 func (*ListPluginsResponse) ProtoMessage() {}
 
 func (x *ListPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[10]
+	mi := &file_dispatch_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +1005,7 @@ func (x *ListPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{10}
+	return file_dispatch_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListPluginsResponse) GetPlugins() []*PluginStatus {
@@ -665,19 +1021,45 @@ const file_dispatch_proto_rawDesc = "" +
 	"\n" +
 	"\x0edispatch.proto\x12\x14attnplug.dispatch.v1\x1a\fplugin.proto\"H\n" +
 	"\x0fDispatchRequest\x125\n" +
-	"\arequest\x18\x01 \x01(\v2\x1b.attnplug.plugin.v1.RequestR\arequest\"\xa0\x01\n" +
+	"\arequest\x18\x01 \x01(\v2\x1b.attnplug.plugin.v1.RequestR\arequest\"\xc0\x01\n" +
 	"\x06Answer\x122\n" +
 	"\x06method\x18\x01 \x01(\x0e2\x1a.attnplug.plugin.v1.MethodR\x06method\x12\x18\n" +
 	"\ahandler\x18\x02 \x01(\tR\ahandler\x12\x16\n" +
 	"\x06plugin\x18\x03 \x01(\tR\x06plugin\x12\x1a\n" +
 	"\bfallback\x18\x04 \x01(\tR\bfallback\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"H\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x06 \x01(\x04R\n" +
+	"generation\"H\n" +
 	"\x10DispatchResponse\x124\n" +
 	"\x06answer\x18\x01 \x01(\v2\x1c.attnplug.dispatch.v1.AnswerR\x06answer\"O\n" +
 	"\x14DispatchBatchRequest\x127\n" +
 	"\brequests\x18\x01 \x03(\v2\x1b.attnplug.plugin.v1.RequestR\brequests\"O\n" +
 	"\x15DispatchBatchResponse\x126\n" +
-	"\aanswers\x18\x01 \x03(\v2\x1c.attnplug.dispatch.v1.AnswerR\aanswers\"\x0f\n" +
+	"\aanswers\x18\x01 \x03(\v2\x1c.attnplug.dispatch.v1.AnswerR\aanswers\"\x11\n" +
+	"\x0fDescribeRequest\"\x0e\n" +
+	"\fWatchRequest\"\xa1\x01\n" +
+	"\x05Reads\x12\x14\n" +
+	"\x05facts\x18\x01 \x03(\tR\x05facts\x12-\n" +
+	"\x13prefix_sum_at_least\x18\x02 \x03(\x03R\x10prefixSumAtLeast\x12%\n" +
+	"\x0fseq_sum_at_most\x18\x03 \x03(\x03R\fseqSumAtMost\x12,\n" +
+	"\x13max_seq_len_at_most\x18\x04 \x03(\x03R\x0fmaxSeqLenAtMost\"\xec\x01\n" +
+	"\x05Route\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\ahandler\x18\x02 \x01(\tR\ahandler\x12\x16\n" +
+	"\x06plugin\x18\x03 \x01(\tR\x06plugin\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x121\n" +
+	"\x05reads\x18\x06 \x01(\v2\x1b.attnplug.dispatch.v1.ReadsR\x05reads\x12\x1c\n" +
+	"\tcacheable\x18\a \x01(\bR\tcacheable\x12\x1a\n" +
+	"\bfallback\x18\b \x01(\tR\bfallback\"\xc5\x01\n" +
+	"\x10DescribeResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x123\n" +
+	"\x06routes\x18\x02 \x03(\v2\x1b.attnplug.dispatch.v1.RouteR\x06routes\x12@\n" +
+	"\rdefault_route\x18\x03 \x01(\v2\x1b.attnplug.dispatch.v1.RouteR\fdefaultRoute\x12\x1a\n" +
+	"\bplatform\x18\x04 \x01(\tR\bplatform\"\x0f\n" +
 	"\rReloadRequest\"\xd6\x01\n" +
 	"\fPluginChange\x12\x16\n" +
 	"\x06plugin\x18\x01 \x01(\tR\x06plugin\x12\x16\n" +
@@ -708,11 +1090,13 @@ const file_dispatch_proto_rawDesc = "" +
 	"last_error\x18\n" +
 	" \x01(\tR\tlastError\"S\n" +
 	"\x13ListPluginsResponse\x12<\n" +
-	"\aplugins\x18\x01 \x03(\v2\".attnplug.dispatch.v1.PluginStatusR\aplugins2\xd1\x01\n" +
+	"\aplugins\x18\x01 \x03(\v2\".attnplug.dispatch.v1.PluginStatusR\aplugins2\x83\x03\n" +
 	"\n" +
 	"Dispatcher\x12Y\n" +
 	"\bDispatch\x12%.attnplug.dispatch.v1.DispatchRequest\x1a&.attnplug.dispatch.v1.DispatchResponse\x12h\n" +
-	"\rDispatchBatch\x12*.attnplug.dispatch.v1.DispatchBatchRequest\x1a+.attnplug.dispatch.v1.DispatchBatchResponse2\xc0\x01\n" +
+	"\rDispatchBatch\x12*.attnplug.dispatch.v1.DispatchBatchRequest\x1a+.attnplug.dispatch.v1.DispatchBatchResponse\x12Y\n" +
+	"\bDescribe\x12%.attnplug.dispatch.v1.DescribeRequest\x1a&.attnplug.dispatch.v1.DescribeResponse\x12U\n" +
+	"\x05Watch\x12\".attnplug.dispatch.v1.WatchRequest\x1a&.attnplug.dispatch.v1.DescribeResponse0\x012\xc0\x01\n" +
 	"\x05Admin\x12S\n" +
 	"\x06Reload\x12#.attnplug.dispatch.v1.ReloadRequest\x1a$.attnplug.dispatch.v1.ReloadResponse\x12b\n" +
 	"\vListPlugins\x12(.attnplug.dispatch.v1.ListPluginsRequest\x1a).attnplug.dispatch.v1.ListPluginsResponseB8Z6github.com/attnplug/attnplug/api/dispatchv1;dispatchv1b\x06proto3"
@@ -729,43 +1113,55 @@ func file_dispatch_proto_rawDescGZIP() []byte {
 	return file_dispatch_proto_rawDescData
 }
 
-var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_dispatch_proto_goTypes = []any{
 	(*DispatchRequest)(nil),       // 0: attnplug.dispatch.v1.DispatchRequest
 	(*Answer)(nil),                // 1: attnplug.dispatch.v1.Answer
 	(*DispatchResponse)(nil),      // 2: attnplug.dispatch.v1.DispatchResponse
 	(*DispatchBatchRequest)(nil),  // 3: attnplug.dispatch.v1.DispatchBatchRequest
 	(*DispatchBatchResponse)(nil), // 4: attnplug.dispatch.v1.DispatchBatchResponse
-	(*ReloadRequest)(nil),         // 5: attnplug.dispatch.v1.ReloadRequest
-	(*PluginChange)(nil),          // 6: attnplug.dispatch.v1.PluginChange
-	(*ReloadResponse)(nil),        // 7: attnplug.dispatch.v1.ReloadResponse
-	(*ListPluginsRequest)(nil),    // 8: attnplug.dispatch.v1.ListPluginsRequest
-	(*PluginStatus)(nil),          // 9: attnplug.dispatch.v1.PluginStatus
-	(*ListPluginsResponse)(nil),   // 10: attnplug.dispatch.v1.ListPluginsResponse
-	(*pluginv1.Request)(nil),      // 11: attnplug.plugin.v1.Request
-	(pluginv1.Method)(0),          // 12: attnplug.plugin.v1.Method
+	(*DescribeRequest)(nil),       // 5: attnplug.dispatch.v1.DescribeRequest
+	(*WatchRequest)(nil),          // 6: attnplug.dispatch.v1.WatchRequest
+	(*Reads)(nil),                 // 7: attnplug.dispatch.v1.Reads
+	(*Route)(nil),                 // 8: attnplug.dispatch.v1.Route
+	(*DescribeResponse)(nil),      // 9: attnplug.dispatch.v1.DescribeResponse
+	(*ReloadRequest)(nil),         // 10: attnplug.dispatch.v1.ReloadRequest
+	(*PluginChange)(nil),          // 11: attnplug.dispatch.v1.PluginChange
+	(*ReloadResponse)(nil),        // 12: attnplug.dispatch.v1.ReloadResponse
+	(*ListPluginsRequest)(nil),    // 13: attnplug.dispatch.v1.ListPluginsRequest
+	(*PluginStatus)(nil),          // 14: attnplug.dispatch.v1.PluginStatus
+	(*ListPluginsResponse)(nil),   // 15: attnplug.dispatch.v1.ListPluginsResponse
+	(*pluginv1.Request)(nil),      // 16: attnplug.plugin.v1.Request
+	(pluginv1.Method)(0),          // 17: attnplug.plugin.v1.Method
 }
 var file_dispatch_proto_depIdxs = []int32{
-	11, // 0: attnplug.dispatch.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
-	12, // 1: attnplug.dispatch.v1.Answer.method:type_name -> attnplug.plugin.v1.Method
+	16, // 0: attnplug.dispatch.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
+	17, // 1: attnplug.dispatch.v1.Answer.method:type_name -> attnplug.plugin.v1.Method
 	1,  // 2: attnplug.dispatch.v1.DispatchResponse.answer:type_name -> attnplug.dispatch.v1.Answer
-	11, // 3: attnplug.dispatch.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
+	16, // 3: attnplug.dispatch.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
 	1,  // 4: attnplug.dispatch.v1.DispatchBatchResponse.answers:type_name -> attnplug.dispatch.v1.Answer
-	6,  // 5: attnplug.dispatch.v1.ReloadResponse.changes:type_name -> attnplug.dispatch.v1.PluginChange
-	9,  // 6: attnplug.dispatch.v1.ListPluginsResponse.plugins:type_name -> attnplug.dispatch.v1.PluginStatus
-	0,  // 7: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
-	3,  // 8: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
-	5,  // 9: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
-	8,  // 10: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
-	2,  // 11: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
-	4,  // 12: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
-	7,  // 13: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
-	10, // 14: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	7,  // 5: attnplug.dispatch.v1.Route.reads:type_name -> attnplug.dispatch.v1.Reads
+	8,  // 6: attnplug.dispatch.v1.DescribeResponse.routes:type_name -> attnplug.dispatch.v1.Route
+	8,  // 7: attnplug.dispatch.v1.DescribeResponse.default_route:type_name -> attnplug.dispatch.v1.Route
+	11, // 8: attnplug.dispatch.v1.ReloadResponse.changes:type_name -> attnplug.dispatch.v1.PluginChange
+	14, // 9: attnplug.dispatch.v1.ListPluginsResponse.plugins:type_name -> attnplug.dispatch.v1.PluginStatus
+	0,  // 10: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
+	3,  // 11: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
+	5,  // 12: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
+	6,  // 13: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
+	10, // 14: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
+	13, // 15: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
+	2,  // 16: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
+	4,  // 17: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
+	9,  // 18: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
+	9,  // 19: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
+	12, // 20: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
+	15, // 21: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_dispatch_proto_init() }
@@ -779,7 +1175,7 @@ func file_dispatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dispatch_proto_rawDesc), len(file_dispatch_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -28,6 +28,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Dispatcher_Dispatch_FullMethodName      = "/attnplug.dispatch.v1.Dispatcher/Dispatch"
 	Dispatcher_DispatchBatch_FullMethodName = "/attnplug.dispatch.v1.Dispatcher/DispatchBatch"
+	Dispatcher_Describe_FullMethodName      = "/attnplug.dispatch.v1.Dispatcher/Describe"
+	Dispatcher_Watch_FullMethodName         = "/attnplug.dispatch.v1.Dispatcher/Watch"
 )
 
 // DispatcherClient is the client API for Dispatcher service.
@@ -41,6 +43,16 @@ type DispatcherClient interface {
 	// DispatchBatch answers many requests in one call, in order; each gets
 	// its own answer or error.
 	DispatchBatch(ctx context.Context, in *DispatchBatchRequest, opts ...grpc.CallOption) (*DispatchBatchResponse, error)
+	// Describe says what every name resolves to: which rules answer it and
+	// the facts they read, so that a client can cache answers by those
+	// facts, and the generation of the server's routes. Added after the
+	// first release of v1.
+	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
+	// Watch sends the description at once, then again each time the
+	// server's routes change (a reload: SIGHUP or Admin.Reload), until the
+	// client cancels. A client that caches answers drops those of the names
+	// whose Route changed. Added after the first release of v1.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DescribeResponse], error)
 }
 
 type dispatcherClient struct {
@@ -71,6 +83,35 @@ func (c *dispatcherClient) DispatchBatch(ctx context.Context, in *DispatchBatchR
 	return out, nil
 }
 
+func (c *dispatcherClient) Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeResponse)
+	err := c.cc.Invoke(ctx, Dispatcher_Describe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *dispatcherClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DescribeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Dispatcher_ServiceDesc.Streams[0], Dispatcher_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, DescribeResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Dispatcher_WatchClient = grpc.ServerStreamingClient[DescribeResponse]
+
 // DispatcherServer is the server API for Dispatcher service.
 // All implementations must embed UnimplementedDispatcherServer
 // for forward compatibility.
@@ -82,6 +123,16 @@ type DispatcherServer interface {
 	// DispatchBatch answers many requests in one call, in order; each gets
 	// its own answer or error.
 	DispatchBatch(context.Context, *DispatchBatchRequest) (*DispatchBatchResponse, error)
+	// Describe says what every name resolves to: which rules answer it and
+	// the facts they read, so that a client can cache answers by those
+	// facts, and the generation of the server's routes. Added after the
+	// first release of v1.
+	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
+	// Watch sends the description at once, then again each time the
+	// server's routes change (a reload: SIGHUP or Admin.Reload), until the
+	// client cancels. A client that caches answers drops those of the names
+	// whose Route changed. Added after the first release of v1.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[DescribeResponse]) error
 	mustEmbedUnimplementedDispatcherServer()
 }
 
@@ -97,6 +148,12 @@ func (UnimplementedDispatcherServer) Dispatch(context.Context, *DispatchRequest)
 }
 func (UnimplementedDispatcherServer) DispatchBatch(context.Context, *DispatchBatchRequest) (*DispatchBatchResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DispatchBatch not implemented")
+}
+func (UnimplementedDispatcherServer) Describe(context.Context, *DescribeRequest) (*DescribeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Describe not implemented")
+}
+func (UnimplementedDispatcherServer) Watch(*WatchRequest, grpc.ServerStreamingServer[DescribeResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedDispatcherServer) mustEmbedUnimplementedDispatcherServer() {}
 func (UnimplementedDispatcherServer) testEmbeddedByValue()                    {}
@@ -155,6 +212,35 @@ func _Dispatcher_DispatchBatch_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Dispatcher_Describe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatcherServer).Describe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Dispatcher_Describe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatcherServer).Describe(ctx, req.(*DescribeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Dispatcher_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(DispatcherServer).Watch(m, &grpc.GenericServerStream[WatchRequest, DescribeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Dispatcher_WatchServer = grpc.ServerStreamingServer[DescribeResponse]
+
 // Dispatcher_ServiceDesc is the grpc.ServiceDesc for Dispatcher service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -170,8 +256,18 @@ var Dispatcher_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DispatchBatch",
 			Handler:    _Dispatcher_DispatchBatch_Handler,
 		},
+		{
+			MethodName: "Describe",
+			Handler:    _Dispatcher_Describe_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Watch",
+			Handler:       _Dispatcher_Watch_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "dispatch.proto",
 }
 

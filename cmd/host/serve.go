@@ -135,7 +135,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 
 	m := newMetrics(reg)
 	srv := grpc.NewServer(wire.ServerOptions()...)
-	ds := &dispatchServer{reg: reg, hybrid: hy, metrics: m, log: logger.Named("serve")}
+	ds := &dispatchServer{reg: reg, hybrid: hy, metrics: m, log: logger.Named("serve"), stop: make(chan struct{})}
 	dispatchv1.RegisterDispatcherServer(srv, ds)
 	dispatchv1.RegisterAdminServer(srv, ds)
 	hs := health.NewServer()
@@ -195,6 +195,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	case <-ctx.Done():
 	}
 	hs.Shutdown()
+	close(ds.stop) // ends the Watch streams, which GracefulStop waits for
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
 	select {
@@ -263,6 +264,7 @@ type dispatchServer struct {
 	hybrid  hybrid
 	metrics *metrics
 	log     hclog.Logger
+	stop    chan struct{} // closed when the server stops
 }
 
 // maxServeBatch is the most requests one DispatchBatch call may carry.
@@ -281,6 +283,7 @@ func (s *dispatchServer) convert(in *pb.Request) (core.Request, error) {
 
 func (s *dispatchServer) Dispatch(ctx context.Context, in *dispatchv1.DispatchRequest) (*dispatchv1.DispatchResponse, error) {
 	t0 := time.Now()
+	gen := s.reg.Generation()
 	req, err := s.convert(in.GetRequest())
 	var a core.Answer
 	if err == nil {
@@ -290,11 +293,14 @@ func (s *dispatchServer) Dispatch(ctx context.Context, in *dispatchv1.DispatchRe
 		return nil, wire.ToStatus(ctx.Err())
 	}
 	s.metrics.observe("Dispatch", time.Since(t0), 1)
-	return &dispatchv1.DispatchResponse{Answer: s.answer(req.Backend, a, err)}, nil
+	out := &dispatchv1.DispatchResponse{Answer: s.answer(req.Backend, a, err)}
+	s.stamp(gen, out.Answer)
+	return out, nil
 }
 
 func (s *dispatchServer) DispatchBatch(ctx context.Context, in *dispatchv1.DispatchBatchRequest) (*dispatchv1.DispatchBatchResponse, error) {
 	t0 := time.Now()
+	gen := s.reg.Generation()
 	n := len(in.GetRequests())
 	if n > maxServeBatch {
 		return nil, wire.ToStatus(core.NewFieldError("requests", fmt.Sprintf("batch of %d is larger than the limit of %d", n, maxServeBatch)))
@@ -322,6 +328,7 @@ func (s *dispatchServer) DispatchBatch(ctx context.Context, in *dispatchv1.Dispa
 		}
 	}
 	s.metrics.observe("DispatchBatch", time.Since(t0), n)
+	s.stamp(gen, out.Answers...)
 	return out, nil
 }
 

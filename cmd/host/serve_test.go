@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -355,4 +357,79 @@ func procAlive(pid int) bool {
 	s := string(stat)
 	i := strings.LastIndexByte(s, ')')
 	return !(i >= 0 && i+2 < len(s) && s[i+2] == 'Z')
+}
+
+func TestServeDescribeWatchAndAnswerGenerations(t *testing.T) {
+	s := startServer(t, bins, nil)
+	ctx := testContext(t)
+	client := dispatchv1.NewDispatcherClient(s.conn)
+	admin := dispatchv1.NewAdminClient(s.conn)
+
+	d, err := client.Describe(ctx, &dispatchv1.DescribeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.GetGeneration() != 1 {
+		t.Errorf("generation %d after start, want 1", d.GetGeneration())
+	}
+	routes := map[string]*dispatchv1.Route{}
+	for _, r := range d.GetRoutes() {
+		routes[r.GetName()] = r
+	}
+	fa3 := routes["fa3"]
+	if fa3.GetPlugin() != "fa3" || fa3.GetHandler() != "fa3" || !fa3.GetCacheable() || fa3.GetSha256() == "" || fa3.GetFallback() != "" {
+		t.Errorf("fa3 route: %v", fa3)
+	}
+	if facts := fa3.GetReads().GetFacts(); !slices.Contains(facts, "mode") || !slices.Contains(facts, "prefix_sum_at_threshold") {
+		t.Errorf("fa3 reads %v", facts)
+	}
+	if def := d.GetDefaultRoute(); def.GetHandler() != "triton" || def.GetPlugin() != "core" || !def.GetCacheable() {
+		t.Errorf("default route: %v", def)
+	}
+	for name, r := range routes {
+		if _, ok := testbin.Served()[name]; !ok && r.GetPlugin() != "core" {
+			t.Errorf("%s is served by %s, which no test expects", name, r.GetPlugin())
+		}
+	}
+
+	ask := func() *dispatchv1.Answer {
+		resp, err := client.Dispatch(ctx, &dispatchv1.DispatchRequest{Request: pbRequest("fa3", core.ModeDecode)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetAnswer()
+	}
+	if a := ask(); a.GetGeneration() != 1 {
+		t.Errorf("answer generation %d, want 1", a.GetGeneration())
+	}
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := client.Watch(wctx, &dispatchv1.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := w.Recv()
+	if err != nil || first.GetGeneration() != 1 {
+		t.Fatalf("first watch message: generation %d, %v", first.GetGeneration(), err)
+	}
+	if _, err := admin.Reload(ctx, &dispatchv1.ReloadRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	next, err := w.Recv()
+	if err != nil || next.GetGeneration() != 2 {
+		t.Fatalf("watch after a reload: generation %d, %v", next.GetGeneration(), err)
+	}
+	if a := ask(); a.GetGeneration() != 2 {
+		t.Errorf("answer generation %d after the reload, want 2", a.GetGeneration())
+	}
+	// The server's stop ends the stream rather than waiting for it.
+	s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(4 * time.Second):
+		t.Error("serve did not stop within 4s with a Watch stream open")
+	}
 }

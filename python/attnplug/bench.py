@@ -1,0 +1,139 @@
+"""python -m attnplug.bench: the cost of one handler call of attnplug.sglang
+after warm-up, next to sglang's own handler in the same run, and the RPCs
+of a 61-layer forward pass.
+
+Both registries answer the same stand-in layers and batches in one process:
+sglang's own attention_backend_handler.py (the reference file, or the one
+of an installed sglang), loaded with stand-in imports, and that module's
+registry after attnplug.sglang.install(), asking a real attnplug serve
+(--address, or one started from --attnplug). A call is what sglang's
+DeepSeek layer does per layer: get_handler(backend)(attn, forward_batch).
+"""
+
+import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from attnplug import sglang as aps
+from attnplug import testing
+
+LAYERS = 61
+
+
+def _workloads():
+    """(label, backend, request) of the passes measured: decode and
+    prefill batches of the common backends, and a name nobody serves."""
+    def req(backend, mode, prefix, seq):
+        return {
+            "backend": backend, "forward_mode": mode, "extend_prefix_lens": prefix, "seq_lens": seq,
+            "max_chunk_capacity": 131072, "mla_prefill_cp": False,
+            "layer": {"chunked_prefix_cache_threshold": 8192, "disable_chunked_prefix_cache": False,
+                      "flashinfer_mla_disable_ragged": False, "rocm_fused_decode_mla": False, "use_dsa": False,
+                      "fused_qkv_a_proj_with_mqa": True, "intel_amx": False},
+            "runtime": {"platform": "cuda", "piecewise_cuda_graph": False, "breakable_cuda_graph": False,
+                        "deterministic_inference": False, "dsa_use_mha": False, "two_batch_overlap": False},
+        }
+    decode = [1000 + 37 * i for i in range(64)]
+    out = []
+    for backend in ("fa3", "flashinfer", "trtllm_mla", "dsa", "triton"):
+        out.append(("decode x64", backend, req(backend, "DECODE", None, decode)))
+        out.append(("extend x4", backend, req(backend, "EXTEND", [0, 512, 9000, 0], [800, 1600, 9800, 300])))
+    return out
+
+
+def _reference(path):
+    if path:
+        return path
+    found = testing.reference_path()
+    if found:
+        return found
+    spec = importlib.util.find_spec(aps.HANDLER_MODULE) if importlib.util.find_spec("sglang") else None
+    return spec.origin if spec is not None else None
+
+
+def _start_server(binary):
+    d = tempfile.mkdtemp(prefix="ap-bench-")
+    sock = os.path.join(d, "s.sock")
+    proc = subprocess.Popen([binary, "serve", "--listen", "unix://" + sock, "--metrics-listen", "",
+                             "--match-hardware=false"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, ATTNPLUG_CACHE_DIR=d))
+    for line in proc.stderr:
+        if "listening on" in line:
+            break
+    else:
+        raise SystemExit("attnplug serve did not start")
+    return proc, d, "unix://" + sock
+
+
+def _time_pass(get_handler, backend, attns, fb, passes):
+    t0 = time.perf_counter_ns()
+    for _ in range(passes):
+        for a in attns:
+            get_handler(backend)(a, fb)
+    return (time.perf_counter_ns() - t0) / (passes * len(attns))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m attnplug.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--address", help="a running attnplug serve (default: start one from --attnplug)")
+    p.add_argument("--attnplug", default=shutil.which("attnplug") or "bin/attnplug",
+                   help="the attnplug binary to start serve from (default: attnplug on PATH, else bin/attnplug)")
+    p.add_argument("--reference", help="sglang's attention_backend_handler.py (default: $ATTNPLUG_REFERENCE, "
+                                       "../shared/reference, or the installed sglang's)")
+    p.add_argument("--passes", type=int, default=400, help="61-layer passes per measurement (default 400)")
+    p.add_argument("--repeat", type=int, default=5, help="measurements per row; the fastest counts (default 5)")
+    args = p.parse_args(argv)
+    if args.passes < 1 or args.repeat < 1:
+        p.error("--passes and --repeat must be at least 1")
+    ref = _reference(args.reference)
+    if ref is None:
+        p.error("no sglang handler code to compare with: give --reference or set $ATTNPLUG_REFERENCE")
+    proc = tmp = None
+    address = args.address
+    if address is None:
+        if not os.access(args.attnplug, os.X_OK):
+            p.error("no attnplug binary at %s: give --address or --attnplug (make build makes bin/attnplug)" % args.attnplug)
+        proc, tmp, address = _start_server(args.attnplug)
+    try:
+        module = testing.sglang_module(ref)
+        sglang_get = module.AttentionBackendRegistry.get_handler  # sglang's own, bound before install
+        reg = aps.install(address, module=module)
+        ours_get = module.AttentionBackendRegistry.get_handler
+        print("attnplug.bench: sglang's %s vs attnplug.sglang via %s; %d layers, best of %d x %d passes"
+              % (os.path.basename(ref), address, LAYERS, args.repeat, args.passes))
+        print("%-12s %-11s %12s %12s %7s %13s" % ("backend", "batch", "sglang ns", "attnplug ns", "ratio", "RPCs/pass"))
+        ratios, warm_rpcs = [], 0
+        for label, backend, req in _workloads():
+            _, attn, fb = testing.apply(req, module)
+            attns = [testing.Attn(fused_qkv_a_proj_with_mqa=True) for _ in range(LAYERS)]
+            for a in attns:  # warm-up pass, and the answers must agree
+                if ours_get(backend)(a, fb).name != sglang_get(backend)(a, fb).name:
+                    raise SystemExit("%s %s: attnplug and sglang disagree" % (backend, label))
+            rpcs0 = reg.stats()["rpcs"]
+            best_s = best_o = float("inf")
+            for _ in range(args.repeat):
+                best_s = min(best_s, _time_pass(sglang_get, backend, attns, fb, args.passes))
+                best_o = min(best_o, _time_pass(ours_get, backend, attns, fb, args.passes))
+            warm_rpcs += reg.stats()["rpcs"] - rpcs0
+            rpcs = (reg.stats()["rpcs"] - rpcs0) / (args.repeat * args.passes)
+            ratios.append(best_o / best_s)
+            print("%-12s %-11s %12.0f %12.0f %6.2fx %13.3f" % (backend, label, best_s, best_o, best_o / best_s, rpcs))
+        ratios.sort()
+        print("median ratio %.2fx, worst %.2fx (target <= 2x); RPCs in all warm passes: %d (target 0)"
+              % (ratios[len(ratios) // 2], ratios[-1], warm_rpcs))
+        aps.uninstall(module)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(15)
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

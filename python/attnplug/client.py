@@ -1,0 +1,419 @@
+"""Client of a running ``attnplug serve``: its gRPC engine API.
+
+Requests are dicts in the dispatch format of ``attnplug dispatch`` (the
+field names, values and defaults of docs/dispatch.md), so that one request
+means the same through the command line, ``dispatch --connect``, Go and
+Python.
+"""
+
+import dataclasses
+import os
+import tempfile
+import threading
+
+import grpc
+
+from attnplug._pb import dispatch_pb2, dispatch_pb2_grpc, plugin_pb2
+
+__all__ = [
+    "Answer",
+    "Client",
+    "Description",
+    "Reads",
+    "Route",
+    "ServerError",
+    "ServerUnavailable",
+    "default_address",
+    "METHODS",
+    "FORWARD_MODES",
+    "PLATFORMS",
+]
+
+#: sglang's AttnForwardMethod member names, in the enum's order.
+METHODS = (
+    "MHA", "MLA", "MHA_CHUNKED_KV", "MHA_ONE_SHOT", "MLA_FUSED_ROPE_ROCM",
+    "MLA_FUSED_ROPE_CPU", "MHA_NPU", "MLA_NPU", "DSA_NPU",
+)
+
+#: sglang's ForwardMode member names that the dispatch format accepts.
+FORWARD_MODES = (
+    "EXTEND", "DECODE", "MIXED", "IDLE", "TARGET_VERIFY", "DRAFT_EXTEND_V2",
+    "PREBUILT", "SPLIT_PREFILL", "DLLM_EXTEND",
+)
+
+#: The platforms of runtime.platform.
+PLATFORMS = ("cuda", "hip", "npu", "xpu", "cpu")
+
+#: The chunked-prefix threshold of a layer that does not give one (sglang's).
+DEFAULT_CHUNKED_PREFIX_CACHE_THRESHOLD = 8192
+
+# The most requests the server takes in one DispatchBatch call
+# (wire.MaxBatchRequests); longer lists are sent in several calls.
+_MAX_BATCH = 1 << 16
+
+# The largest message either side sends (wire.MaxMessageBytes).
+_MAX_MESSAGE_BYTES = 64 << 20
+
+_LAYER_FLAGS = (
+    "disable_chunked_prefix_cache", "flashinfer_mla_disable_ragged",
+    "rocm_fused_decode_mla", "use_dsa", "fused_qkv_a_proj_with_mqa", "intel_amx",
+)
+_RUNTIME_FLAGS = (
+    "piecewise_cuda_graph", "breakable_cuda_graph", "deterministic_inference",
+    "two_batch_overlap",
+)
+_KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
+
+
+class ServerError(Exception):
+    """A call to the server failed. ``code`` is the gRPC status code."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.code = code
+
+
+class ServerUnavailable(ServerError):
+    """The server could not be reached, or went away during the call."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """The answer to one request.
+
+    ``method`` is an AttnForwardMethod member name (``"MHA_ONE_SHOT"``), or
+    None when ``error`` says why the request was not decided. ``handler``
+    is the registry name whose rules decided ("triton" after a fallback),
+    ``plugin`` the plugin that answered ("core" for the triton rules),
+    ``fallback`` why the triton rules decided although a plugin serves the
+    name, and ``generation`` the generation of the server's routes that
+    answered (0 when not known).
+    """
+
+    method: str = None
+    handler: str = ""
+    plugin: str = ""
+    fallback: str = ""
+    error: str = ""
+    generation: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Reads:
+    """What a name's rules read: fact names and constant comparisons."""
+
+    facts: frozenset = frozenset()
+    prefix_sum_at_least: tuple = ()
+    seq_sum_at_most: tuple = ()
+    max_seq_len_at_most: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """What one backend name resolves to on the server (see Describe in
+    api/dispatchv1/dispatch.proto)."""
+
+    name: str
+    handler: str
+    plugin: str
+    version: str
+    sha256: str
+    reads: Reads
+    cacheable: bool
+    fallback: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """The server's routes at one generation."""
+
+    generation: int
+    routes: dict
+    default_route: Route
+    platform: str
+
+    def route(self, name):
+        """The Route of name: its own, or the default one."""
+        return self.routes.get(name, self.default_route)
+
+
+def default_address():
+    """The address ``attnplug serve`` listens on without --listen:
+    $ATTNPLUG_ADDRESS when set, else unix://$XDG_RUNTIME_DIR (or the
+    temporary directory)/attnplug-<uid>.sock."""
+    env = os.environ.get("ATTNPLUG_ADDRESS")
+    if env:
+        return env
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return "unix://" + os.path.join(base, "attnplug-%d.sock" % os.getuid())
+
+
+def _target(address):
+    """gRPC's target for an address as serve's --listen spells it."""
+    if not isinstance(address, str) or not address:
+        raise ValueError("address: %r (want unix:///path/to.sock or host:port)" % (address,))
+    if address.startswith("unix://"):
+        return address
+    if address.startswith("unix:"):
+        return "unix://" + os.path.abspath(address[len("unix:"):])
+    if address.startswith("tcp://"):
+        return address[len("tcp://"):]
+    if address.startswith("/"):
+        return "unix://" + address
+    return address
+
+
+class Client:
+    """A connection to ``attnplug serve`` at address (``unix:///path``,
+    ``unix:relative/path``, a bare absolute path, ``host:port`` or
+    ``tcp://host:port``; default: default_address()).
+
+    Every call takes ``timeout`` seconds at most (default 2). A call that
+    cannot reach the server raises ServerUnavailable, one the server fails
+    ServerError; a request the server could not decide comes back as an
+    Answer with ``error`` set. A Client is safe to use from several threads;
+    close it, or use it as a context manager.
+    """
+
+    def __init__(self, address=None, timeout=2.0):
+        self.address = default_address() if address is None else address
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(
+            _target(self.address),
+            options=[
+                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+            ],
+        )
+        self._dispatcher = dispatch_pb2_grpc.DispatcherStub(self._channel)
+        self._admin = dispatch_pb2_grpc.AdminStub(self._channel)
+        self._closed = threading.Event()
+
+    def close(self):
+        """Closes the connection; watches end."""
+        self._closed.set()
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, rpc, message, timeout=None):
+        try:
+            return rpc(message, timeout=self.timeout if timeout is None else timeout)
+        except grpc.RpcError as exc:
+            raise _server_error(exc, self.address) from None
+
+    def dispatch(self, request):
+        """Answers one request (a dict in the dispatch format)."""
+        resp = self._call(self._dispatcher.Dispatch, dispatch_pb2.DispatchRequest(request=request_to_proto(request)))
+        return answer_from_proto(resp.answer)
+
+    def dispatch_batch(self, requests):
+        """Answers a list of requests, in order, with one call per 65536."""
+        return self.dispatch_protos([request_to_proto(r) for r in requests])
+
+    def dispatch_protos(self, requests):
+        """dispatch_batch for requests already converted with
+        request_to_proto."""
+        answers = []
+        for i in range(0, len(requests), _MAX_BATCH):
+            chunk = requests[i:i + _MAX_BATCH]
+            resp = self._call(self._dispatcher.DispatchBatch, dispatch_pb2.DispatchBatchRequest(requests=chunk))
+            if len(resp.answers) != len(chunk):
+                raise ServerError("server answered %d of %d requests" % (len(resp.answers), len(chunk)))
+            answers.extend(answer_from_proto(a) for a in resp.answers)
+        return answers
+
+    def describe(self):
+        """The server's routes now (a Description)."""
+        return description_from_proto(self._call(self._dispatcher.Describe, dispatch_pb2.DescribeRequest()))
+
+    def watch(self):
+        """Returns a Watch: iterate it for the server's Description now and
+        after every reload; cancel() ends it. Iteration raises
+        ServerUnavailable when the server goes away."""
+        return Watch(self._dispatcher.Watch(dispatch_pb2.WatchRequest()), self.address)
+
+    def reload(self):
+        """Asks the server to hot-swap every plugin whose binary changed (as
+        SIGHUP does) and returns what changed, a list of dicts with plugin,
+        action, old_version, new_version, old_sha256, new_sha256 and
+        reason."""
+        resp = self._call(self._admin.Reload, dispatch_pb2.ReloadRequest(), timeout=max(self.timeout, 60.0))
+        return [_fields(c) for c in resp.changes]
+
+    def plugins(self):
+        """The server's plugins and their state, a list of dicts."""
+        resp = self._call(self._admin.ListPlugins, dispatch_pb2.ListPluginsRequest())
+        return [_fields(p) for p in resp.plugins]
+
+
+class Watch:
+    """A stream of Descriptions (see Client.watch)."""
+
+    def __init__(self, call, address):
+        self._call = call
+        self._address = address
+
+    def __iter__(self):
+        try:
+            for d in self._call:
+                yield description_from_proto(d)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise _server_error(exc, self._address) from None
+        raise ServerUnavailable("%s: the server ended the watch" % self._address)
+
+    def cancel(self):
+        """Ends the watch; iteration stops."""
+        self._call.cancel()
+
+
+def _server_error(exc, address):
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    msg = "%s: %s: %s" % (address, code.name if code else "error", details)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return ServerUnavailable(msg, code)
+    return ServerError(msg, code)
+
+
+def _fields(message):
+    return {f.name: getattr(message, f.name) if f.label != f.LABEL_REPEATED else list(getattr(message, f.name))
+            for f in message.DESCRIPTOR.fields}
+
+
+def answer_from_proto(a):
+    """Converts a dispatch_pb2.Answer."""
+    method = None
+    if not a.error:
+        name = plugin_pb2.Method.Name(a.method) if a.method in plugin_pb2.Method.values() else ""
+        method = name[len("METHOD_"):] if name.startswith("METHOD_") and a.method else None
+        if method is None:
+            return Answer(error="server answered an unknown method %d" % a.method, generation=0)
+    return Answer(method=method, handler=a.handler, plugin=a.plugin, fallback=a.fallback, error=a.error,
+                  generation=a.generation)
+
+
+def _reads_from_proto(r):
+    return Reads(frozenset(r.facts), tuple(r.prefix_sum_at_least), tuple(r.seq_sum_at_most),
+                 tuple(r.max_seq_len_at_most))
+
+
+def _route_from_proto(r):
+    return Route(r.name, r.handler, r.plugin, r.version, r.sha256, _reads_from_proto(r.reads), r.cacheable,
+                 r.fallback)
+
+
+def description_from_proto(d):
+    """Converts a dispatch_pb2.DescribeResponse."""
+    routes = {r.name: _route_from_proto(r) for r in d.routes}
+    return Description(d.generation, routes, _route_from_proto(d.default_route), d.platform)
+
+
+def _field_error(field, msg):
+    return ValueError("%s: %s" % (field, msg))
+
+
+def _check_keys(obj, allowed, path):
+    if not isinstance(obj, dict):
+        raise _field_error(path or "request", "want an object (a dict), got %s" % type(obj).__name__)
+    for k in obj:
+        if k not in allowed:
+            raise _field_error((path + "." if path else "") + repr(k), "unknown field")
+
+
+def _int(v, field):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _field_error(field, "want an integer, got %r" % (v,))
+    if not -(1 << 63) <= v < (1 << 63):
+        raise _field_error(field, "%d does not fit in 64 bits" % v)
+    return v
+
+
+def _bool(v, field):
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise _field_error(field, "want true or false, got %r" % (v,))
+    return v
+
+
+def _lens(v, field):
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise _field_error(field, "want a list of integers, got %r" % (v,))
+    return [_int(x, "%s[%d]" % (field, i)) for i, x in enumerate(v)]
+
+
+_REQUEST_KEYS = ("backend", "forward_mode", "extend_prefix_lens", "seq_lens", "max_chunk_capacity",
+                 "mla_prefill_cp", "layer", "runtime")
+_LAYER_KEYS = ("chunked_prefix_cache_threshold",) + _LAYER_FLAGS
+_RUNTIME_KEYS = ("platform", "dsa_use_mha", "compute_capability", "kv_cache_dtype") + _RUNTIME_FLAGS
+
+
+def request_to_proto(req):
+    """Converts a request in the dispatch format (a dict) to the wire's.
+    A field the format does not have, or a value of the wrong kind, raises
+    ValueError naming the field and the value; the server checks the rest
+    (lengths, consistency) and answers such a request with an error."""
+    _check_keys(req, _REQUEST_KEYS, "")
+    out = plugin_pb2.Request()
+    backend = req.get("backend")
+    if not isinstance(backend, str) or not backend:
+        raise _field_error("backend", "required: a non-empty string, got %r" % (backend,))
+    out.backend = backend
+    mode = req.get("forward_mode")
+    if mode not in FORWARD_MODES:
+        raise _field_error("forward_mode", "unknown mode %r (want one of %s)" % (mode, ", ".join(FORWARD_MODES)))
+    b = out.batch
+    b.forward_mode = plugin_pb2.ForwardMode.Value("FORWARD_MODE_" + mode)
+    prefix = req.get("extend_prefix_lens")
+    if prefix is not None:
+        b.extend_prefix_lens.extend(_lens(prefix, "extend_prefix_lens"))
+        b.extend_prefix_lens_known = True
+    seq = req.get("seq_lens")
+    if seq is not None:
+        b.seq_lens.extend(_lens(seq, "seq_lens"))
+        b.seq_lens_known = True
+    cap = req.get("max_chunk_capacity")
+    if cap is not None:
+        b.max_chunk_capacity = _int(cap, "max_chunk_capacity")
+    b.mla_prefill_cp = _bool(req.get("mla_prefill_cp"), "mla_prefill_cp")
+
+    layer = req.get("layer") or {}
+    _check_keys(layer, _LAYER_KEYS, "layer")
+    threshold = layer.get("chunked_prefix_cache_threshold")
+    out.layer.chunked_prefix_cache_threshold = (
+        DEFAULT_CHUNKED_PREFIX_CACHE_THRESHOLD if threshold is None
+        else _int(threshold, "layer.chunked_prefix_cache_threshold"))
+    for f in _LAYER_FLAGS:
+        setattr(out.layer, f, _bool(layer.get(f), "layer." + f))
+
+    rt = req.get("runtime") or {}
+    _check_keys(rt, _RUNTIME_KEYS, "runtime")
+    r = out.runtime
+    platform = rt.get("platform")
+    if platform is not None:
+        if platform not in PLATFORMS:
+            raise _field_error("runtime.platform", "unknown platform %r (want one of %s)" % (platform, ", ".join(PLATFORMS)))
+        r.platform = plugin_pb2.Platform.Value("PLATFORM_" + platform.upper())
+    for f in _RUNTIME_FLAGS:
+        setattr(r, f, _bool(rt.get(f), "runtime." + f))
+    if rt.get("dsa_use_mha") is not None:
+        r.dsa_use_mha = _bool(rt["dsa_use_mha"], "runtime.dsa_use_mha")
+        r.dsa_use_mha_set = True
+    cc = rt.get("compute_capability")
+    if cc is not None:
+        r.compute_capability = _int(cc, "runtime.compute_capability")
+        if not 0 <= cc <= 1000:
+            raise _field_error("runtime.compute_capability", "%d is out of [0, 1000] (want major*10+minor, such as 90)" % cc)
+    dtype = rt.get("kv_cache_dtype")
+    if dtype is not None:
+        if dtype not in _KV_CACHE_DTYPES:
+            raise _field_error("runtime.kv_cache_dtype", "unknown dtype %r (want one of %s)" % (dtype, ", ".join(_KV_CACHE_DTYPES)))
+        r.kv_cache_dtype = dtype
+    return out

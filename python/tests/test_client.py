@@ -1,0 +1,89 @@
+"""attnplug.Client against a real attnplug serve."""
+
+import json
+import os
+import tempfile
+import unittest
+
+import serve
+from attnplug import Client, ServerUnavailable
+from attnplug import testing
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = serve.Server().start()
+        cls.client = Client(cls.server.address)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.cleanup()
+
+    def test_answers_as_attnplug_dispatch(self):
+        reqs = testing.requests(500, seed=1)
+        want = serve.dispatch_cli(testing.jsonl(reqs))
+        got = self.client.dispatch_batch(reqs)
+        self.assertEqual(len(got), len(reqs))
+        for i, (g, w) in enumerate(zip(got, want)):
+            self.assertEqual((g.method, g.handler, g.plugin), (w.get("method"), w.get("handler"), w.get("plugin")),
+                             "request %d: %s" % (i, json.dumps(reqs[i])))
+            self.assertEqual(g.generation, 1)
+        one = self.client.dispatch(reqs[0])
+        self.assertEqual(one.method, got[0].method)
+
+    def test_defaults_are_those_of_the_dispatch_format(self):
+        # No layer: the chunked-prefix threshold is sglang's 8192, so a
+        # prefix of 100 is below it and flashinfer answers MLA.
+        a = self.client.dispatch({"backend": "flashinfer", "forward_mode": "EXTEND", "extend_prefix_lens": [100],
+                                  "seq_lens": [200], "max_chunk_capacity": 131072})
+        self.assertEqual(a.method, "MLA")
+        want = serve.dispatch_cli(json.dumps({"backend": "flashinfer", "forward_mode": "EXTEND",
+                                              "extend_prefix_lens": [100], "seq_lens": [200],
+                                              "max_chunk_capacity": 131072}) + "\n")
+        self.assertEqual(a.method, want[0]["method"])
+
+    def test_bad_requests(self):
+        for req, field in [
+            ({"backend": "fa3", "forward_mode": "EXTEND", "sequence": [1]}, "'sequence'"),
+            ({"backend": "fa3", "forward_mode": "PREFILL"}, "forward_mode"),
+            ({"forward_mode": "DECODE"}, "backend"),
+            ({"backend": "fa3", "forward_mode": "DECODE", "layer": {"use_dsa": "yes"}}, "layer.use_dsa"),
+            ({"backend": "fa3", "forward_mode": "DECODE", "seq_lens": [1, "2"]}, "seq_lens[1]"),
+            ({"backend": "fa3", "forward_mode": "DECODE", "runtime": {"platform": "tpu"}}, "runtime.platform"),
+            ({"backend": "fa3", "forward_mode": "DECODE", "max_chunk_capacity": 1 << 70}, "max_chunk_capacity"),
+        ]:
+            with self.assertRaises(ValueError) as cm:
+                self.client.dispatch(req)
+            self.assertIn(field, str(cm.exception))
+        # What only the server checks comes back as an answer's error.
+        a = self.client.dispatch({"backend": "fa3", "forward_mode": "EXTEND", "extend_prefix_lens": [300],
+                                  "seq_lens": [200]})
+        self.assertIsNone(a.method)
+        self.assertIn("extend_prefix_lens", a.error)
+
+    def test_describe_plugins_and_batches(self):
+        d = self.client.describe()
+        self.assertEqual(d.generation, 1)
+        self.assertEqual(d.route("fa3").plugin, "fa3")
+        self.assertEqual(d.route("nobody").handler, "triton")
+        self.assertIn("fa3", [p["name"] for p in self.client.plugins()])
+        self.assertEqual(self.client.dispatch_batch([]), [])
+
+    def test_tcp(self):
+        with serve.Server(tcp=True) as s, Client("tcp://" + s.address) as c:
+            self.assertEqual(c.dispatch({"backend": "fa4", "forward_mode": "DECODE"}).method, "MHA_CHUNKED_KV")
+
+    def test_unreachable(self):
+        with tempfile.TemporaryDirectory() as d, Client("unix://" + os.path.join(d, "none.sock"), timeout=0.5) as c:
+            with self.assertRaises(ServerUnavailable):
+                c.dispatch({"backend": "fa3", "forward_mode": "DECODE"})
+
+    def test_bad_address(self):
+        with self.assertRaises(ValueError):
+            Client("")
+
+
+if __name__ == "__main__":
+    unittest.main()
