@@ -136,11 +136,10 @@ type DeviceInfo struct {
 	MaxGrid [3]int
 }
 
-// PlanShape is the batch a plan is for, in the layout of sglang's paged
-// KV cache: request i has SeqLens[i] tokens of keys (its prefix and its
-// new tokens) and QLens[i] new tokens (queries), the last QLens[i] of its
-// keys; its key j lives in page PageTable[i][j/PageSize] at slot
-// j%PageSize.
+// PlanShape is the batch a plan is for: request i has SeqLens[i] tokens of
+// keys (its prefix and its new tokens) and QLens[i] new tokens (queries),
+// the last QLens[i] of its keys. For MLA the keys live in sglang's paged
+// cache (PageSize, NumPages); the MHA methods take ragged tensors.
 type PlanShape struct {
 	// SeqLens are the key lengths per request.
 	SeqLens []int64
@@ -151,6 +150,10 @@ type PlanShape struct {
 	PageSize int
 	// NumPages is the number of pages of the KV cache.
 	NumPages int
+	// ChunkCapacity is the chunk capacity of MHA_CHUNKED_KV (sglang's
+	// get_max_chunk_capacity()): each prefix chunk holds ChunkCapacity /
+	// batch size keys of every request.
+	ChunkCapacity int
 }
 
 // PlanDims are the model dimensions a plan is for.

@@ -116,12 +116,13 @@ func (b *Builder) Modules(dev core.DeviceInfo) ([]core.KernelModule, error) {
 
 // build compiles every module for the virtual architecture arch.
 func build(arch string) ([]core.KernelModule, error) {
-	ptx, err := cuda.CompilePTX(MLADecodeSource, "mla_decode.cu", "--gpu-architecture="+arch, "-std=c++17", "-lineinfo")
-	if err != nil {
-		return nil, fmt.Errorf("%w: compiling %s for %s: %w", core.ErrNoPlan, ModuleMLADecode, arch, err)
-	}
 	mods := Spec()
+	sources := map[string]string{ModuleMLADecode: MLADecodeSource, ModuleMHAPrefill: MHAPrefillSource}
 	for i := range mods {
+		ptx, err := cuda.CompilePTX(sources[mods[i].Name], mods[i].Name+".cu", "--gpu-architecture="+arch, "-std=c++17", "-lineinfo")
+		if err != nil {
+			return nil, fmt.Errorf("%w: compiling %s for %s: %w", core.ErrNoPlan, mods[i].Name, arch, err)
+		}
 		mods[i].Arch = arch
 		mods[i].Format = core.FormatPTX
 		mods[i].Image = []byte(ptx)
@@ -141,7 +142,7 @@ func Spec() []core.KernelModule {
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()})
 	return []core.KernelModule{{
 		Name: ModuleMLADecode, Platform: core.PlatformCUDA, Entries: entries, Kernels: slices.Clone(mlaKernelNames),
-	}}
+	}, prefillSpec()}
 }
 
 // Plan returns the launches that run kernel k (an entry of a handler's
@@ -149,11 +150,16 @@ func Spec() []core.KernelModule {
 // dtype, page size or dimensions without device code, and
 // core.ErrInvalidRequest for a malformed request.
 func Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) {
-	if !slices.Contains(mlaKernelNames, k.Name) || k.Method != core.MLA || k.Sparse {
-		return nil, fmt.Errorf("%w: kernel %s (%s) has no device code", core.ErrNoPlan, k.Name, k.Method)
+	if k.Method != req.Method || k.Sparse {
+		return nil, fmt.Errorf("%w: kernel %s (%s) has no device code for %s", core.ErrNoPlan, k.Name, k.Method, req.Method)
 	}
+	names := mlaKernelNames
+	qk, v := mlaDQK, mlaDV
 	if req.Method != core.MLA {
-		return nil, fmt.Errorf("%w: method %s has no device code", core.ErrNoPlan, req.Method)
+		names, qk, v = mhaKernelNames, prefillDQK, prefillDV
+	}
+	if !slices.Contains(names, k.Name) {
+		return nil, fmt.Errorf("%w: kernel %s (%s) has no device code", core.ErrNoPlan, k.Name, k.Method)
 	}
 	tensors, err := launch.Tensors(req)
 	if err != nil {
@@ -162,14 +168,21 @@ func Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) {
 	switch {
 	case req.DType != "bf16":
 		return nil, fmt.Errorf("%w: dtype %s (the device kernels take bf16)", core.ErrNoPlan, req.DType)
-	case req.Dims.HeadDimQK != mlaDQK || req.Dims.HeadDimV != mlaDV:
-		return nil, fmt.Errorf("%w: head dims %d/%d (the device kernels take %d/%d)", core.ErrNoPlan, req.Dims.HeadDimQK, req.Dims.HeadDimV, mlaDQK, mlaDV)
+	case req.Dims.HeadDimQK != qk || req.Dims.HeadDimV != v:
+		return nil, fmt.Errorf("%w: head dims %d/%d (the device kernels of %s take %d/%d)", core.ErrNoPlan, req.Dims.HeadDimQK, req.Dims.HeadDimV, req.Method, qk, v)
+	case req.Device.Platform != core.PlatformCUDA || req.Device.ComputeCapability < 80:
+		return nil, fmt.Errorf("%w: the device kernels need CUDA compute capability 8.0 or newer", core.ErrNoPlan)
+	}
+	if req.Method != core.MLA {
+		p := planPrefill(req, tensors)
+		p.Kernel = k.Name
+		return p, nil
+	}
+	switch {
 	case req.Shape.PageSize&(req.Shape.PageSize-1) != 0:
 		return nil, fmt.Errorf("%w: page size %d is not a power of two", core.ErrNoPlan, req.Shape.PageSize)
 	case len(k.PageSizes) > 0 && !slices.Contains(k.PageSizes, req.Shape.PageSize):
 		return nil, fmt.Errorf("%w: %s takes page sizes %v, not %d", core.ErrNoPlan, k.Name, k.PageSizes, req.Shape.PageSize)
-	case req.Device.Platform != core.PlatformCUDA || req.Device.ComputeCapability < 80:
-		return nil, fmt.Errorf("%w: the device kernels need CUDA compute capability 8.0 or newer", core.ErrNoPlan)
 	}
 	p := planDecode(req)
 	p.Kernel = k.Name

@@ -11,7 +11,7 @@ import (
 const (
 	MaxBatch     = 1 << 16
 	MaxSeqLen    = 1 << 24
-	MaxQLen      = 64
+	MaxQLen      = 64 // query tokens per request of a decode (MLA) plan
 	MaxHeads     = 1024
 	MaxHeadDim   = 1024
 	MaxPageSize  = 4096
@@ -43,10 +43,21 @@ func CheckRequest(req *core.PlanRequest) error {
 		return bad("shape.seq_lens has %d requests, want 1..%d", len(s.SeqLens), MaxBatch)
 	case len(s.QLens) != len(s.SeqLens):
 		return bad("shape.q_lens has %d entries, shape.seq_lens %d", len(s.QLens), len(s.SeqLens))
-	case s.PageSize < 1 || s.PageSize > MaxPageSize:
-		return bad("shape.page_size %d is outside [1, %d]", s.PageSize, MaxPageSize)
-	case s.NumPages < 1 || s.NumPages > MaxNumPages:
-		return bad("shape.num_pages %d is outside [1, %d]", s.NumPages, MaxNumPages)
+	case s.ChunkCapacity < 0 || s.ChunkCapacity > MaxSeqLen*64:
+		return bad("shape.chunk_capacity %d is outside [0, %d]", s.ChunkCapacity, MaxSeqLen*64)
+	}
+	paged := req.Method == core.MLA
+	if paged {
+		switch {
+		case s.PageSize < 1 || s.PageSize > MaxPageSize:
+			return bad("shape.page_size %d is outside [1, %d]", s.PageSize, MaxPageSize)
+		case s.NumPages < 1 || s.NumPages > MaxNumPages:
+			return bad("shape.num_pages %d is outside [1, %d]", s.NumPages, MaxNumPages)
+		}
+	}
+	maxQ := int64(MaxQLen)
+	if !paged {
+		maxQ = MaxSeqLen
 	}
 	var keys int64
 	for i, n := range s.SeqLens {
@@ -54,8 +65,12 @@ func CheckRequest(req *core.PlanRequest) error {
 		if n < 1 || n > MaxSeqLen {
 			return bad("shape.seq_lens[%d] %d is outside [1, %d]", i, n, MaxSeqLen)
 		}
-		if q < 1 || q > MaxQLen || q > n {
-			return bad("shape.q_lens[%d] %d is outside [1, min(%d, seq_lens[%d] %d)]", i, q, MaxQLen, i, n)
+		if q < 1 || q > maxQ || q > n {
+			return bad("shape.q_lens[%d] %d is outside [1, min(%d, seq_lens[%d] %d)]", i, q, maxQ, i, n)
+		}
+		if !paged {
+			keys += n
+			continue
 		}
 		if p := (n + int64(s.PageSize) - 1) / int64(s.PageSize); p > int64(s.NumPages) {
 			// Pages may be shared between requests (a common prefix), but
@@ -87,7 +102,11 @@ func Tensors(req *core.PlanRequest) ([]core.TensorSpec, error) {
 	if err := CheckRequest(req); err != nil {
 		return nil, err
 	}
-	if req.Method != core.MLA {
+	switch req.Method {
+	case core.MLA:
+	case core.MHA, core.MHAOneShot, core.MHAChunkedKV:
+		return raggedTensors(req), nil
+	default:
 		return nil, fmt.Errorf("%w: method %s has no device layout", core.ErrNoPlan, req.Method)
 	}
 	d, s := req.Dims, req.Shape
@@ -106,4 +125,43 @@ func Tensors(req *core.PlanRequest) ([]core.TensorSpec, error) {
 		{Name: "out", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimV)}, Output: true},
 		{Name: "lse", DType: "f32", Shape: []int64{tokens, h}, Output: true},
 	}, nil
+}
+
+// raggedTensors is the layout of the MHA methods, sglang's ragged prefill:
+//
+//	q        [tokens, heads, head_dim_qk]   queries of the new tokens
+//	k, v     [keys, heads, head_dim_qk|v]   MHA and MHA_ONE_SHOT: each request's keys,
+//	                                         prefix then new tokens, request by request
+//	                                         (keys = sum of seq_lens; MHA with no prefix:
+//	                                         the new tokens over themselves);
+//	                                         MHA_CHUNKED_KV: the new tokens' keys
+//	k_prefix, v_prefix [prefix, heads, ...]  MHA_CHUNKED_KV only: the prefixes,
+//	                                         decompressed, request by request
+//	out      [tokens, heads, head_dim_v]    output
+//	lse      [tokens, heads] f32            natural log-sum-exp of the scaled scores
+func raggedTensors(req *core.PlanRequest) []core.TensorSpec {
+	d, s := req.Dims, req.Shape
+	var tokens, keys int64
+	for i, n := range s.SeqLens {
+		tokens += s.QLens[i]
+		keys += n
+	}
+	h, dqk, dv := int64(d.Heads), int64(d.HeadDimQK), int64(d.HeadDimV)
+	kv := keys
+	if req.Method == core.MHAChunkedKV {
+		kv = tokens
+	}
+	ts := []core.TensorSpec{
+		{Name: "q", DType: req.DType, Shape: []int64{tokens, h, dqk}},
+		{Name: "k", DType: req.DType, Shape: []int64{kv, h, dqk}},
+		{Name: "v", DType: req.DType, Shape: []int64{kv, h, dv}},
+	}
+	if req.Method == core.MHAChunkedKV {
+		ts = append(ts,
+			core.TensorSpec{Name: "k_prefix", DType: req.DType, Shape: []int64{keys - tokens, h, dqk}},
+			core.TensorSpec{Name: "v_prefix", DType: req.DType, Shape: []int64{keys - tokens, h, dv}})
+	}
+	return append(ts,
+		core.TensorSpec{Name: "out", DType: req.DType, Shape: []int64{tokens, h, dv}, Output: true},
+		core.TensorSpec{Name: "lse", DType: "f32", Shape: []int64{tokens, h}, Output: true})
 }

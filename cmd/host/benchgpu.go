@@ -28,10 +28,16 @@ func runBenchGPU(ctx context.Context, e *env, python, only string, asJSON bool) 
 			cases = append(cases, c)
 		}
 	}
-	if len(cases) == 0 {
+	var prefill []gpucheck.PrefillCase
+	for _, c := range gpucheck.PrefillShapes() {
+		if strings.Contains(c.Name, only) {
+			prefill = append(prefill, c)
+		}
+	}
+	if len(cases)+len(prefill) == 0 {
 		return &usageError{fmt.Sprintf("bench: --only %q matches no shape", only)}
 	}
-	rep, err := gpucheck.RunBench(ctx, python, cases)
+	rep, err := gpucheck.RunBench(ctx, python, cases, prefill)
 	if err != nil {
 		return fmt.Errorf("bench --gpu: %w", err)
 	}

@@ -9,10 +9,14 @@ import (
 	"io"
 	"math"
 	"os/exec"
+	"runtime"
 	"sort"
 	"time"
+	"unsafe"
 
+	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/devkernels"
 )
 
 // Floors are the device's ceilings, measured in the run that uses them.
@@ -267,28 +271,40 @@ type TorchFigures struct {
 	CopyTBs      float64            `json:"copy_tb_s"`
 	MatmulTFLOPs float64            `json:"matmul_tflop_s"`
 	DecodeUS     map[string]float64 `json:"decode_us"`
+	PrefillUS    map[string]float64 `json:"prefill_us"`
+	SDPABackend  string             `json:"sdpa_note,omitempty"`
 	Error        string             `json:"error,omitempty"`
 }
 
 // RunTorch runs torch's bmm-softmax-bmm decode on the cases' shapes (and
 // its own copy and matrix figures) with python3, when python3 with torch
 // and a GPU is there; the error says why not.
-func RunTorch(ctx context.Context, python string, cases []Case) (*TorchFigures, error) {
+func RunTorch(ctx context.Context, python string, cases []Case, prefill []PrefillCase) (*TorchFigures, error) {
 	type shape struct {
 		Name    string  `json:"name"`
 		Heads   int     `json:"heads"`
 		SeqLens []int64 `json:"seq_lens"`
+		QLens   []int64 `json:"q_lens,omitempty"`
 		Scale   float64 `json:"scale"`
 	}
-	var shapes []shape
-	for _, c := range cases {
-		shapes = append(shapes, shape{c.Name, c.Heads, c.SeqLens, Scale})
+	var in struct {
+		Decode  []shape `json:"decode"`
+		Prefill []shape `json:"prefill"`
 	}
-	in, _ := json.Marshal(shapes)
+	for _, c := range cases {
+		in.Decode = append(in.Decode, shape{c.Name, c.Heads, c.SeqLens, nil, Scale})
+	}
+	for _, c := range prefill {
+		if c.Method == core.MHAChunkedKV {
+			continue // SDPA's causal mask is top-left aligned: no like-for-like case
+		}
+		in.Prefill = append(in.Prefill, shape{c.Name, c.Heads, c.SeqLens, c.QLens, PrefillScale})
+	}
+	inBytes, _ := json.Marshal(in)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-c", torchScript)
-	cmd.Stdin = bytes.NewReader(in)
+	cmd.Stdin = bytes.NewReader(inBytes)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -324,16 +340,18 @@ func lastLines(s string, n int) string {
 // Report is the GPU benchmark's result: the floors and torch's figures of
 // the same run, and every shape.
 type Report struct {
-	When    string        `json:"when"`
-	Floors  Floors        `json:"floors"`
-	Torch   *TorchFigures `json:"torch,omitempty"`
-	NoTorch string        `json:"torch_skipped,omitempty"`
-	Decode  []BenchResult `json:"decode"`
+	When    string          `json:"when"`
+	Floors  Floors          `json:"floors"`
+	Torch   *TorchFigures   `json:"torch,omitempty"`
+	NoTorch string          `json:"torch_skipped,omitempty"`
+	Decode  []BenchResult   `json:"decode"`
+	Prefill []PrefillResult `json:"prefill,omitempty"`
+	Merge   *MergeResult    `json:"merge_state,omitempty"`
 }
 
 // RunBench opens the device, measures the floors, checks and times every
 // case, and runs torch's figures when python (a python3 with torch) runs.
-func RunBench(ctx context.Context, python string, cases []Case) (*Report, error) {
+func RunBench(ctx context.Context, python string, cases []Case, prefill []PrefillCase) (*Report, error) {
 	e, err := Open()
 	if err != nil {
 		return nil, err
@@ -344,8 +362,13 @@ func RunBench(ctx context.Context, python string, cases []Case) (*Report, error)
 		return nil, err
 	}
 	rep.Decode = e.Bench(cases, rep.Floors)
+	if len(prefill) > 0 {
+		rep.Prefill = e.BenchPrefill(prefill, rep.Floors)
+		m := e.BenchMerge(16384*128, rep.Floors)
+		rep.Merge = &m
+	}
 	if python != "" {
-		tf, err := RunTorch(ctx, python, cases)
+		tf, err := RunTorch(ctx, python, cases, prefill)
 		if err != nil {
 			rep.NoTorch = err.Error()
 		} else {
@@ -353,6 +376,12 @@ func RunBench(ctx context.Context, python string, cases []Case) (*Report, error)
 			for i := range rep.Decode {
 				r := &rep.Decode[i]
 				if t := tf.DecodeUS[r.Name]; t > 0 && r.US > 0 {
+					r.TorchUS, r.VsTorch = t, t/r.US
+				}
+			}
+			for i := range rep.Prefill {
+				r := &rep.Prefill[i]
+				if t := tf.PrefillUS[r.Name]; t > 0 && r.US > 0 {
 					r.TorchUS, r.VsTorch = t, t/r.US
 				}
 			}
@@ -370,6 +399,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 	} else if rep.NoTorch != "" {
 		fmt.Fprintf(w, "torch: not run: %s\n", rep.NoTorch)
 	}
+	fmt.Fprintf(w, "\nMLA decode (bf16, 576/512, page 64)\n")
 	fmt.Fprintf(w, "%-16s %5s %5s %-20s %9s %7s %8s %7s %8s %9s %9s %8s\n", "shape", "heads", "batch", "cached", "us", "TB/s", "TFLOP/s", "%copy", "%matmul", "floor us", "torch us", "vs torch")
 	for _, r := range rep.Decode {
 		if r.Error != "" {
@@ -378,5 +408,225 @@ func (rep *Report) WriteTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%-16s %5d %5d %-20s %9.1f %7.2f %8.1f %6.0f%% %7.0f%% %9.1f %9.1f %7.2fx\n", r.Name, r.Heads, r.Batch, r.Cached,
 			r.US, r.TBs, r.TFLOPs, 100*r.OfCopy, 100*r.OfMatmul, r.FloorUS, r.TorchUS, r.VsTorch)
+	}
+	rep.writePrefill(w)
+}
+
+// PrefillShapes are the benchmark's prefill shapes: one request of 1k, 4k,
+// 8k and 16k new tokens, a ragged batch, and a chunked case (16k of prefix
+// in chunks of 4k, plus 2k new tokens), with 128 and 16 heads.
+func PrefillShapes() []PrefillCase {
+	var cs []PrefillCase
+	for _, h := range []int{128, 16} {
+		for _, n := range []int64{1024, 4096, 8192, 16384} {
+			cs = append(cs, PrefillCase{Name: fmt.Sprintf("h%d_prefill_%dk", h, n/1024), Method: core.MHAOneShot, Heads: h, SeqLens: []int64{n}, QLens: []int64{n}, Seed: uint64(n)})
+		}
+		rag := []int64{512, 8192, 1024, 3000, 6000, 700, 2048, 4096}
+		cs = append(cs, PrefillCase{Name: fmt.Sprintf("h%d_prefill_ragged", h), Method: core.MHAOneShot, Heads: h, SeqLens: rag, QLens: rag, Seed: 9})
+		cs = append(cs, PrefillCase{Name: fmt.Sprintf("h%d_chunked_16k+2k", h), Method: core.MHAChunkedKV, Heads: h, SeqLens: []int64{18432}, QLens: []int64{2048}, ChunkCapacity: 4096, Seed: 10})
+	}
+	return cs
+}
+
+// PrefillResult is one prefill shape's figures.
+type PrefillResult struct {
+	Name     string  `json:"name"`
+	Method   string  `json:"method"`
+	Heads    int     `json:"heads"`
+	Plan     string  `json:"plan"`
+	US       float64 `json:"us"`
+	Spread   float64 `json:"spread"`
+	TFLOPs   float64 `json:"tflop_s"`
+	OfMatmul float64 `json:"of_matmul_peak"`
+	Check    string  `json:"check"`
+	TorchUS  float64 `json:"torch_sdpa_us,omitempty"`
+	VsTorch  float64 `json:"speedup_vs_torch,omitempty"`
+	Error    string  `json:"error,omitempty"`
+}
+
+// BenchPrefill checks and times every prefill case.
+func (e *Env) BenchPrefill(cases []PrefillCase, f Floors) []PrefillResult {
+	var out []PrefillResult
+	for _, c := range cases {
+		r := PrefillResult{Name: c.Name, Method: c.Method.String(), Heads: c.Heads}
+		func() {
+			b, err := e.AllocPrefill(c)
+			if err != nil {
+				r.Error = err.Error()
+				return
+			}
+			defer b.Free(e)
+			p, err := e.PreparePrefill(b)
+			if err != nil {
+				r.Error = err.Error()
+				return
+			}
+			defer p.Close()
+			r.Plan = p.Plan().Note
+			if err := e.RunPrefill(b, p); err != nil {
+				r.Error = err.Error()
+				return
+			}
+			o, l, err := e.Outputs(b)
+			if err != nil {
+				r.Error = err.Error()
+				return
+			}
+			ch := e.VerifyPrefill(b, o, l, 8)
+			r.Check = ch.String()
+			if !ch.OK() {
+				r.Error = fmt.Sprintf("%v: %v", ErrCheckFailed, ch)
+				return
+			}
+			t, err := e.TimePrefill(b, p, 7)
+			if err != nil {
+				r.Error = err.Error()
+				return
+			}
+			r.US, r.Spread = t.Median, t.Spread
+			r.TFLOPs = c.CausalFLOPs() / (r.US * 1e-6) / 1e12
+			if f.MatmulTFLOPs > 0 {
+				r.OfMatmul = r.TFLOPs / f.MatmulTFLOPs
+			}
+		}()
+		out = append(out, r)
+	}
+	return out
+}
+
+// MergeResult is merge_state's figures on one size.
+type MergeResult struct {
+	Rows   int64   `json:"rows"`
+	US     float64 `json:"us"`
+	TBs    float64 `json:"tb_s"`
+	OfCopy float64 `json:"of_copy_bandwidth"`
+	Check  string  `json:"check"`
+	Error  string  `json:"error,omitempty"`
+}
+
+// BenchMerge checks merge_state on rows rows of 128 (16k tokens x 128
+// heads is 2M) against the float64 merge, then times it.
+func (e *Env) BenchMerge(rows int64, f Floors) MergeResult {
+	r := MergeResult{Rows: rows}
+	var image []byte
+	for _, m := range e.Modules {
+		if m.Name == devkernels.ModuleMHAPrefill {
+			image = m.Image
+		}
+	}
+	if image == nil {
+		r.Error = "no prefill module"
+		return r
+	}
+	err := e.Dev.Do(func(x *cuda.Ctx) error {
+		mod, err := x.LoadModule(image)
+		if err != nil {
+			return err
+		}
+		defer x.UnloadModule(mod)
+		fn, err := x.Function(mod, devkernels.EntryMergeState)
+		if err != nil {
+			return err
+		}
+		var bufs [4]uint64
+		sizes := [4]int64{rows * 256, rows * 4, rows * 256, rows * 4}
+		for i := range bufs {
+			if bufs[i], err = x.Alloc(sizes[i]); err != nil {
+				return err
+			}
+			defer x.Free(bufs[i])
+		}
+		const lseA, lseB = 1.5, 0.25
+		for _, step := range []error{
+			e.Fill(x, bufs[0], rows*128, 31), e.Fill(x, bufs[2], rows*128, 32),
+			x.Fill32(bufs[1], math.Float32bits(lseA), rows), x.Fill32(bufs[3], math.Float32bits(lseB), rows),
+			x.Synchronize(),
+		} {
+			if step != nil {
+				return step
+			}
+		}
+		args := [5]uint64{bufs[0], bufs[1], bufs[2], bufs[3], uint64(rows)}
+		var ptrs [5]unsafe.Pointer
+		for i := range args {
+			ptrs[i] = unsafe.Pointer(&args[i])
+		}
+		var pin runtime.Pinner
+		pin.Pin(&args[0])
+		pin.Pin(&ptrs[0])
+		defer pin.Unpin()
+		launch := func() error {
+			return x.Launch(fn, [3]uint32{uint32((rows + 15) / 16), 1, 1}, [3]uint32{256, 1, 1}, 0, e.stream, &ptrs[0])
+		}
+		if err := launch(); err != nil {
+			return err
+		}
+		if err := x.SyncStream(e.stream); err != nil {
+			return err
+		}
+		n := min(rows, 4096)
+		got := make([]uint16, n*128)
+		if err := x.CopyOut(unsafe.Slice((*byte)(unsafe.Pointer(&got[0])), len(got)*2), bufs[0]); err != nil {
+			return err
+		}
+		gl := make([]float32, n)
+		if err := x.CopyOut(unsafe.Slice((*byte)(unsafe.Pointer(&gl[0])), len(gl)*4), bufs[1]); err != nil {
+			return err
+		}
+		wb := math.Exp(lseB - lseA)
+		var num, den, lerr float64
+		for i := range int64(len(got)) {
+			want := (hashValue(31, i) + wb*hashValue(32, i)) / (1 + wb)
+			num += (bf16(got[i]) - want) * (bf16(got[i]) - want)
+			den += want * want
+		}
+		for _, v := range gl {
+			lerr = math.Max(lerr, math.Abs(float64(v)-(lseA+math.Log1p(wb))))
+		}
+		ch := Check{Rows: int(n), RelErr: math.Sqrt(num / den), LSEErr: lerr}
+		r.Check = ch.String()
+		if !ch.OK() {
+			return fmt.Errorf("%w: %v", ErrCheckFailed, ch)
+		}
+		var ts []float64
+		for rep := -1; rep < 15; rep++ {
+			ms, err := e.timeOnce(x, launch)
+			if err != nil {
+				return err
+			}
+			if rep >= 0 {
+				ts = append(ts, ms*1000)
+			}
+		}
+		r.US = median(ts).Median
+		return nil
+	})
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.TBs = float64(rows*(3*256+12)) / (r.US * 1e-6) / 1e12
+	r.OfCopy = r.TBs / f.CopyTBs
+	return r
+}
+
+func (rep *Report) writePrefill(w io.Writer) {
+	if len(rep.Prefill) > 0 {
+		fmt.Fprintf(w, "\nprefill (bf16, q/k 192, v 128, causal; TFLOP/s on the causal work)\n")
+		fmt.Fprintf(w, "%-22s %-15s %9s %8s %8s %10s %8s\n", "shape", "method", "us", "TFLOP/s", "%matmul", "sdpa us", "vs sdpa")
+		for _, r := range rep.Prefill {
+			if r.Error != "" {
+				fmt.Fprintf(w, "%-22s %-15s not reported: %s\n", r.Name, r.Method, r.Error)
+				continue
+			}
+			fmt.Fprintf(w, "%-22s %-15s %9.1f %8.1f %7.0f%% %10.1f %7.2fx\n", r.Name, r.Method, r.US, r.TFLOPs, 100*r.OfMatmul, r.TorchUS, r.VsTorch)
+		}
+	}
+	if m := rep.Merge; m != nil {
+		if m.Error != "" {
+			fmt.Fprintf(w, "merge_state: not reported: %s\n", m.Error)
+		} else {
+			fmt.Fprintf(w, "merge_state, %d rows of 128: %.1f us, %.2f TB/s, %.0f%% of the copy bandwidth (%s)\n", m.Rows, m.US, m.TBs, 100*m.OfCopy, m.Check)
+		}
 	}
 }

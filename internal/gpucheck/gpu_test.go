@@ -326,7 +326,7 @@ func TestBenchGPU(t *testing.T) {
 	if py == "none" {
 		py = ""
 	}
-	cases := DecodeShapes()
+	cases, prefill := DecodeShapes(), PrefillShapes()
 	if only := os.Getenv("ATTNPLUG_BENCH_ONLY"); only != "" {
 		var keep []Case
 		for _, c := range cases {
@@ -334,9 +334,15 @@ func TestBenchGPU(t *testing.T) {
 				keep = append(keep, c)
 			}
 		}
-		cases = keep
+		var keepP []PrefillCase
+		for _, c := range prefill {
+			if strings.Contains(c.Name, only) {
+				keepP = append(keepP, c)
+			}
+		}
+		cases, prefill = keep, keepP
 	}
-	rep, err := RunBench(t.Context(), py, cases)
+	rep, err := RunBench(t.Context(), py, cases, prefill)
 	if errors.Is(err, cuda.ErrUnavailable) || errors.Is(err, core.ErrNoPlan) {
 		t.Skipf("no CUDA device to run on: %v", err)
 	}
@@ -349,5 +355,69 @@ func TestBenchGPU(t *testing.T) {
 	if dir := os.Getenv("OUT"); dir != "" {
 		js, _ := json.MarshalIndent(rep, "", "  ")
 		os.WriteFile(dir+"/bench.json", js, 0o644)
+	}
+}
+
+// TestPrefillMethods runs MHA, MHA_ONE_SHOT and MHA_CHUNKED_KV on random
+// ragged batches with prefixes (the chunked method with a capacity small
+// enough to cut several chunks), checks each against the fp64 reference
+// with outputs poisoned first, and checks that the three methods agree on
+// the same batch: the method changes speed, never results.
+func TestPrefillMethods(t *testing.T) {
+	e := openEnv(t)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
+	seed := rng.Uint64()
+	t.Logf("random cases from seed %d", seed)
+	rng = rand.New(rand.NewPCG(seed, 6))
+	n := 10
+	if testing.Short() {
+		n = 4
+	}
+	for i := range n {
+		c := PrefillCase{Heads: []int{16, 128}[rng.IntN(2)], Seed: rng.Uint64(), ChunkCapacity: 256 + rng.IntN(4096)}
+		b := 1 + rng.IntN(6)
+		for range b {
+			q := 1 + rng.Int64N(700)
+			p := rng.Int64N(1500)
+			if rng.IntN(3) == 0 {
+				p = 0
+			}
+			c.SeqLens = append(c.SeqLens, p+q)
+			c.QLens = append(c.QLens, q)
+		}
+		var outs [][]uint16
+		for _, m := range []core.Method{core.MHAOneShot, core.MHAChunkedKV, core.MHA} {
+			c.Method = m
+			bt, err := e.AllocPrefill(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := e.PreparePrefill(bt)
+			if err != nil {
+				bt.Free(e)
+				t.Fatalf("%s: %v", c.Describe(), err)
+			}
+			if err := e.RunPrefill(bt, p); err != nil {
+				t.Fatalf("%s: %v", c.Describe(), err)
+			}
+			out, lse, err := e.Outputs(bt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := e.VerifyPrefill(bt, out, lse, 24)
+			if !ch.OK() {
+				t.Errorf("%s (%s): %v", c.Describe(), p.Plan().Note, ch)
+			} else {
+				t.Logf("%2d %s: %v", i, c.Describe(), ch)
+			}
+			outs = append(outs, out)
+			p.Close()
+			bt.Free(e)
+		}
+		for k := 1; k < len(outs); k++ {
+			if d := Agreement(outs[k], outs[0]); d > MaxRelErr {
+				t.Errorf("case %d: method %d differs from MHA_ONE_SHOT by %.2e", i, k, d)
+			}
+		}
 	}
 }

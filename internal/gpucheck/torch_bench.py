@@ -1,6 +1,8 @@
 # torch's figures for attnplug bench --gpu: copy bandwidth, bf16 matmul
-# rate, and absorbed-MLA decode as bmm-softmax-bmm on the shapes read from
-# stdin (JSON: [{name, heads, seq_lens, scale}]). Prints one JSON line.
+# rate, absorbed-MLA decode as bmm-softmax-bmm, and causal prefill through
+# scaled_dot_product_attention, on the shapes read from stdin (JSON:
+# {"decode": [{name, heads, seq_lens, scale}], "prefill": [{name, heads,
+# seq_lens, q_lens, scale}]}). Prints one JSON line.
 import json
 import sys
 
@@ -14,7 +16,8 @@ def main():
     if not torch.cuda.is_available():
         print(json.dumps({"error": "torch sees no CUDA device"}))
         return
-    shapes = json.load(sys.stdin)
+    spec = json.load(sys.stdin)
+    shapes = spec.get("decode") or []
     dev = torch.device("cuda")
 
     def bench(fn, reps=9, iters=10):
@@ -76,7 +79,33 @@ def main():
         except torch.cuda.OutOfMemoryError:
             out[s["name"]] = 0
         torch.cuda.empty_cache()
-    print(json.dumps({"torch": torch.__version__, "copy_tb_s": copy_tbs, "matmul_tflop_s": mm, "decode_us": out}))
+    import torch.nn.functional as F
+
+    pre = {}
+    note = ""
+    for s in spec.get("prefill") or []:
+        h, lens, scale = s["heads"], s["seq_lens"], s["scale"]
+        try:
+            qs = [torch.randn(1, h, n, 192, device=dev, dtype=torch.bfloat16) for n in lens]
+            ks = [torch.randn(1, h, n, 192, device=dev, dtype=torch.bfloat16) for n in lens]
+            vs = [torch.randn(1, h, n, 128, device=dev, dtype=torch.bfloat16) for n in lens]
+
+            def run():
+                for q, k, v in zip(qs, ks, vs):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+            try:
+                run()
+            except RuntimeError as e:  # a backend without v != qk head dims: pad v
+                note = "v padded to 192: %s" % str(e).split("\n")[0][:120]
+                vs = [torch.nn.functional.pad(v, (0, 64)) for v in vs]
+            pre[s["name"]] = bench(run, reps=7, iters=3) * 1000
+            del qs, ks, vs
+        except torch.cuda.OutOfMemoryError:
+            pre[s["name"]] = 0
+        torch.cuda.empty_cache()
+    print(json.dumps({"torch": torch.__version__, "copy_tb_s": copy_tbs, "matmul_tflop_s": mm, "decode_us": out,
+                      "prefill_us": pre, "sdpa_note": note}))
 
 
 main()

@@ -1,0 +1,189 @@
+package devkernels
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/attnplug/attnplug/core"
+)
+
+// MHAPrefillSource is the CUDA C source of the varlen prefill kernel and
+// merge_state.
+//
+//go:embed mha_prefill.cu
+var MHAPrefillSource string
+
+// The prefill module and its entries.
+const (
+	ModuleMHAPrefill = "mha_prefill"
+	EntryPrefill     = "mha_prefill"
+	EntryMergeState  = "merge_state"
+)
+
+// Tile constants of mha_prefill.cu.
+const (
+	prefillBM      = 128
+	prefillThreads = 256
+	prefillDQK     = 192
+	prefillDV      = 128
+	// prefillShared: 128 query rows, two stages of 64 key rows and 64 value
+	// rows, unpadded.
+	prefillShared = 2 * (prefillBM*prefillDQK + 2*64*prefillDQK + 2*64*prefillDV)
+)
+
+// DefaultChunkCapacity is sglang's get_max_chunk_capacity() when the request
+// gives none.
+const DefaultChunkCapacity = 128 * 1024
+
+// mhaKernelNames are the catalog kernels the prefill module runs: the
+// varlen prefill of FlashAttention 3, FlashInfer's ragged prefill, and
+// either with merge_state for MHA_CHUNKED_KV.
+var mhaKernelNames = []string{
+	"flash_attn_varlen_func", "flash_attn_varlen_func+merge_state",
+	"BatchPrefillWithRaggedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper+merge_state",
+}
+
+func prefillParams() []core.Param {
+	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
+	return []core.Param{p("q"), p("k"), p("v"), p("out"), p("lse"), p("cu_q"), p("k_ranges"), p("schedule"),
+		{Name: "heads", Kind: core.ParamI32}, {Name: "causal", Kind: core.ParamI32}, {Name: "scale_log2", Kind: core.ParamF32}}
+}
+
+func mergeParams() []core.Param {
+	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
+	return []core.Param{p("o"), p("lse"), p("o2"), p("lse2"), {Name: "rows", Kind: core.ParamI64}}
+}
+
+// prefillSpec is the prefill module without its image.
+func prefillSpec() core.KernelModule {
+	return core.KernelModule{
+		Name: ModuleMHAPrefill, Platform: core.PlatformCUDA,
+		Entries: []core.Entry{{Name: EntryPrefill, Params: prefillParams()}, {Name: EntryMergeState, Params: mergeParams()}},
+		Kernels: slices.Clone(mhaKernelNames),
+	}
+}
+
+// PrefixChunks returns sglang's cut of the prefixes for MHA_CHUNKED_KV:
+// each chunk holds capacity / batch size keys of every request (at least
+// one), and there are as many chunks as the longest prefix needs. Chunk c of
+// request i is its prefix keys [c*size, min((c+1)*size, prefix_i)).
+func PrefixChunks(prefix []int64, capacity int) (size int64, chunks int) {
+	if capacity <= 0 {
+		capacity = DefaultChunkCapacity
+	}
+	size = max(int64(capacity)/int64(len(prefix)), 1)
+	var longest int64
+	for _, p := range prefix {
+		longest = max(longest, p)
+	}
+	return size, int((longest + size - 1) / size)
+}
+
+// planPrefill plans the three MHA methods:
+//
+//   - MHA and MHA_ONE_SHOT: one causal pass of each request's queries over
+//     its keys (prefix and new tokens, which the caller decompressed);
+//   - MHA_CHUNKED_KV: a causal pass of the new tokens over themselves into
+//     out and lse, then for each prefix chunk (as sglang cuts them) a pass
+//     without a mask into the workspace, merged into out and lse by
+//     merge_state.
+//
+// Blocks of 128 queries of one request and one head are ordered longest
+// first (their causal work), so the long blocks start in the first wave.
+func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
+	s, d := req.Shape, req.Dims
+	b := len(s.SeqLens)
+	cuQ := make([]int32, b+1)
+	prefix := make([]int64, b)
+	for i := range b {
+		cuQ[i+1] = cuQ[i] + int32(s.QLens[i])
+		prefix[i] = s.SeqLens[i] - s.QLens[i]
+	}
+	chunked := req.Method == core.MHAChunkedKV
+	// The keys of the causal pass, per request, as [begin, end) rows of k.
+	keys := make([]int32, 2*b)
+	var kOff int32
+	for i := range b {
+		n := int32(s.SeqLens[i])
+		if chunked {
+			n = int32(s.QLens[i])
+		}
+		keys[2*i], keys[2*i+1] = kOff, kOff+n
+		kOff += n
+	}
+	type block struct {
+		req, q0 int32
+		cost    int64
+	}
+	var blocks []block
+	for i := range b {
+		kn := keys[2*i+1] - keys[2*i]
+		for q0 := int32(0); q0 < int32(s.QLens[i]); q0 += prefillBM {
+			last := int64(kn) - s.QLens[i] + int64(q0) + prefillBM // keys the block's last row sees
+			blocks = append(blocks, block{int32(i), q0, min(last, int64(kn))})
+		}
+	}
+	sort.SliceStable(blocks, func(x, y int) bool { return blocks[x].cost > blocks[y].cost })
+	sched := make([]int32, 0, 4*len(blocks))
+	for _, bl := range blocks {
+		sched = append(sched, bl.req, bl.q0, 0, 0)
+	}
+	ptr := func(param, tensor string) core.Arg { return core.Arg{Param: param, Kind: core.ArgTensor, Name: tensor} }
+	meta := func(param, name string) core.Arg { return core.Arg{Param: param, Kind: core.ArgMeta, Name: name} }
+	i32 := func(param string, v int) core.Arg { return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)} }
+	scale := core.Arg{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}
+	grid := [3]uint32{uint32(len(blocks)), uint32(d.Heads), 1}
+	block3 := [3]uint32{prefillThreads, 1, 1}
+	pass := func(k, v, out, lse core.Arg, ranges string, causal int) core.Launch {
+		return core.Launch{Module: ModuleMHAPrefill, Entry: EntryPrefill, Grid: grid, Block: block3, SharedBytes: prefillShared,
+			Args: []core.Arg{ptr("q", "q"), k, v, out, lse, meta("cu_q", "cu_q"), meta("k_ranges", ranges), meta("schedule", "blocks"),
+				i32("heads", d.Heads), i32("causal", causal), scale}}
+	}
+	p := &core.Plan{
+		Tensors:  tensors,
+		Metadata: []core.MetaBuffer{{Name: "cu_q", Int32s: cuQ}, {Name: "k_ranges", Int32s: keys}, {Name: "blocks", Int32s: sched}},
+		Launches: []core.Launch{pass(ptr("k", "k"), ptr("v", "v"), ptr("out", "out"), ptr("lse", "lse"), "k_ranges", 1)},
+	}
+	p.Note = fmt.Sprintf("varlen prefill: %d block(s) of %d queries x %d heads, causal", len(blocks), prefillBM, d.Heads)
+	if !chunked {
+		return p
+	}
+	size, chunks := PrefixChunks(prefix, s.ChunkCapacity)
+	var tokens int64
+	for _, q := range s.QLens {
+		tokens += q
+	}
+	rows := tokens * int64(d.Heads)
+	outBytes := rows * int64(d.HeadDimV) * 2
+	p.WorkspaceBytes = outBytes + rows*4
+	var pOff int64
+	starts := make([]int64, b)
+	for i := range b {
+		starts[i] = pOff
+		pOff += prefix[i]
+	}
+	// The chunk passes see every key of their chunk: all blocks do the same
+	// work, so they keep the causal pass's order.
+	for c := range chunks {
+		r := make([]int32, 2*b)
+		for i := range b {
+			lo := min(int64(c)*size, prefix[i])
+			hi := min(int64(c+1)*size, prefix[i])
+			r[2*i], r[2*i+1] = int32(starts[i]+lo), int32(starts[i]+hi)
+		}
+		name := fmt.Sprintf("chunk%d", c)
+		p.Metadata = append(p.Metadata, core.MetaBuffer{Name: name, Int32s: r})
+		ws := func(param string, off int64) core.Arg { return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off} }
+		p.Launches = append(p.Launches,
+			pass(ptr("k", "k_prefix"), ptr("v", "v_prefix"), ws("out", 0), ws("lse", outBytes), name, 0),
+			core.Launch{Module: ModuleMHAPrefill, Entry: EntryMergeState,
+				Grid: [3]uint32{uint32((rows + 15) / 16), 1, 1}, Block: block3,
+				Args: []core.Arg{ptr("o", "out"), ptr("lse", "lse"), ws("o2", 0), ws("lse2", outBytes),
+					{Param: "rows", Kind: core.ArgInt, Int: rows}}})
+	}
+	p.Note += fmt.Sprintf(", then %d prefix chunk(s) of %d keys per request merged by LSE", chunks, size)
+	return p
+}
