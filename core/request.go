@@ -167,7 +167,7 @@ func sum(v []int64) int64 {
 }
 
 // Validate checks what a decoder cannot: the mode and platform are known,
-// the lengths are within limits and not negative, both arrays have the same
+// the lengths and max_chunk_capacity are within limits and not negative, both arrays have the same
 // length, and no prefix is longer than its sequence. The error wraps
 // ErrInvalidRequest and names the field and the value.
 func (r *Request) Validate() error {
@@ -188,6 +188,9 @@ func (r *Request) Validate() error {
 	}
 	if dt := r.Runtime.KVCacheDType; dt != "" && !slices.Contains(KVCacheDTypes(), dt) {
 		return invalid("runtime.kv_cache_dtype", fmt.Sprintf("unknown dtype %q (want one of %s)", shortText(dt), strings.Join(KVCacheDTypes(), ", ")))
+	}
+	if c := r.Batch.MaxChunkCapacity; c < 0 {
+		return invalid("max_chunk_capacity", fmt.Sprintf("%d is negative", c))
 	}
 	if err := checkLens("extend_prefix_lens", r.Batch.ExtendPrefixLens); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -48,7 +49,11 @@ func TestReader(t *testing.T) {
 		{"crlf", "a\r\nb\r\n", 0, []line{{"a", 1, false}, {"b", 2, false}}},
 		{"last_line_without_newline", "a\nb", 0, []line{{"a", 1, false}, {"b", 2, false}}},
 		{"last_line_cr_without_newline", "a\nb\r", 0, []line{{"a", 1, false}, {"b", 2, false}}},
-		{"empty_lines_counted", "\n\na\n\r\n", 0, []line{{"", 1, false}, {"", 2, false}, {"a", 3, false}, {"", 4, false}}},
+		{"blank_lines_skipped_and_counted", "\n\na\n\r\n \t\nb\n", 0, []line{{"a", 3, false}, {"b", 6, false}}},
+		{"only_blank_lines", "\n \n\r\n", 0, nil},
+		{"bom_skipped", "\xef\xbb\xbfa\nb\n", 0, []line{{"a", 1, false}, {"b", 2, false}}},
+		{"bom_then_blank", "\xef\xbb\xbf\r\na\n", 0, []line{{"a", 2, false}}},
+		{"bom_only_first_line", "a\n\xef\xbb\xbfb\n", 0, []line{{"a", 1, false}, {"\xef\xbb\xbfb", 2, false}}},
 		{"empty_input", "", 0, nil},
 		{"only_cr_kept_inside", "a\rb\n", 0, []line{{"a\rb", 1, false}}},
 		{"exactly_at_limit", "abcd\nabcd\r\n", 4, []line{{"abcd", 1, false}, {"abcd", 2, false}}},
@@ -201,10 +206,91 @@ func TestReaderBuffered(t *testing.T) {
 	}
 }
 
+// TestReaderHugeLimit is the endless output of a limit near the largest
+// int: every limit a caller can pass reads the stream once and ends.
+func TestReaderHugeLimit(t *testing.T) {
+	for _, limit := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt - 2, math.MaxInt / 2, MaxLimit, MaxLimit + 1} {
+		for _, in := range []string{"", "{}", "{}\n", "a\nbb\n\nccc"} {
+			r := NewReader(strings.NewReader(in), limit)
+			got, err := readAll(t, r)
+			if err != io.EOF {
+				t.Errorf("limit %d, input %q: final error %v, want io.EOF", limit, in, err)
+			}
+			want := 0
+			for _, l := range strings.Split(in, "\n") {
+				if l != "" {
+					want++
+				}
+			}
+			if len(got) != want {
+				t.Errorf("limit %d, input %q: got %d lines %+v, want %d", limit, in, len(got), got, want)
+			}
+			for _, l := range got {
+				if l.tooLong {
+					t.Errorf("limit %d, input %q: line %d reported too long", limit, in, l.n)
+				}
+			}
+		}
+	}
+}
+
+// TestReaderNoPhantomLines: at the end of the stream, after a line too
+// long or not, Next reports io.EOF and no further line, however often it
+// is called.
+func TestReaderNoPhantomLines(t *testing.T) {
+	for _, in := range []string{"abcdefgh", "abcdefgh\n", "ab\nabcdefgh", "abcdefgh\r\n"} {
+		r := NewReader(strings.NewReader(in), 4)
+		got, err := readAll(t, r)
+		if err != io.EOF || len(got) == 0 || !got[len(got)-1].tooLong {
+			t.Fatalf("input %q: got %+v, %v; want the last line too long, then io.EOF", in, got, err)
+		}
+		for i := 0; i < 3; i++ {
+			if b, n, err := r.Next(); err != io.EOF {
+				t.Errorf("input %q: Next after the end: got %q, line %d, %v; want io.EOF", in, b, n, err)
+			}
+		}
+	}
+}
+
 func TestNewReaderDefaultLimit(t *testing.T) {
 	for _, limit := range []int{0, -1} {
 		if r := NewReader(strings.NewReader(""), limit); r.limit != MaxLineBytes {
 			t.Errorf("NewReader(limit %d): got limit %d, want MaxLineBytes %d", limit, r.limit, MaxLineBytes)
 		}
 	}
+	for _, limit := range []int{MaxLimit + 1, math.MaxInt} {
+		if r := NewReader(strings.NewReader(""), limit); r.limit != MaxLimit {
+			t.Errorf("NewReader(limit %d): got limit %d, want MaxLimit %d", limit, r.limit, MaxLimit)
+		}
+	}
+}
+
+// FuzzReader: whatever the input and the limit, the Reader ends, reports
+// no more lines than the input has, numbers them in order, and returns no
+// line longer than its limit.
+func FuzzReader(f *testing.F) {
+	f.Add([]byte("{}\n{}"), 0)
+	f.Add([]byte("\xef\xbb\xbf{}\r\n\n  \nabc"), 2)
+	f.Add([]byte("abcdef"), math.MaxInt)
+	f.Fuzz(func(t *testing.T, in []byte, limit int) {
+		r := NewReader(bytes.NewReader(in), limit)
+		max := bytes.Count(in, []byte("\n")) + 1
+		last := 0
+		for i := 0; ; i++ {
+			if i > max {
+				t.Fatalf("more than %d lines from %d newlines", max, max-1)
+			}
+			b, n, err := r.Next()
+			if err == io.EOF {
+				return
+			}
+			if n <= last || n > max {
+				t.Fatalf("line number %d after %d (at most %d)", n, last, max)
+			}
+			last = n
+			if err == nil && len(b) > r.limit {
+				t.Fatalf("line %d of %d bytes, limit %d", n, len(b), r.limit)
+			}
+		}
+	})
 }

@@ -124,7 +124,7 @@ type benchResult struct {
 func runBench(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var h hostFlags
-	h.register(fs)
+	h.register(fs, "no-cache")
 	backend := fs.String("backend", "fa3", "backend name to replay the trace through")
 	passes := fs.Int("passes", 2000, "forward passes in the trace")
 	rpcPasses := fs.Int("rpc-passes", 40, "forward passes replayed with one gRPC call per layer")

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/detect"
+	"github.com/attnplug/attnplug/jsonl"
 	"github.com/attnplug/attnplug/registry"
 	"github.com/hashicorp/go-hclog"
 )
@@ -39,16 +41,40 @@ type hostFlags struct {
 	lock *registry.Lock
 }
 
-func (h *hostFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&h.pluginDirs, "plugin-dir", "", "plugin directories, ':'-separated (default $ATTNPLUG_PLUGIN_DIR, else plugins/ beside attnplug)")
-	fs.StringVar(&h.logLevel, "log-level", "", "log level: trace, debug, info, warn, error, off (default $ATTNPLUG_LOG_LEVEL, else warn)")
-	fs.BoolVar(&h.logJSON, "log-json", false, "log JSON lines instead of text")
-	fs.StringVar(&h.platform, "platform", "", "platform of requests that give none: cuda, hip, npu, xpu, cpu (default: detected)")
-	fs.DurationVar(&h.callTimeout, "timeout", 2*time.Second, "deadline of one call to a plugin")
-	fs.BoolVar(&h.noCache, "no-cache", false, "do not read or write the plugin description cache")
-	fs.BoolVar(&h.strict, "strict", false, "refuse requests instead of falling back to the triton rules")
-	fs.StringVar(&h.lockFile, "lock", "", "lock file pinning the plugin binaries by SHA-256 (default: "+registry.LockFileName+" in the first plugin directory, when present)")
-	fs.BoolVar(&h.insecureDir, "insecure-plugin-dir", false, "accept plugin directories and binaries that other users can write")
+// register adds the host flags to fs, but those named in without: the
+// flags a command would ignore are not offered (a listing has no use for
+// --platform or --strict).
+func (h *hostFlags) register(fs *flag.FlagSet, without ...string) {
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	all.StringVar(&h.pluginDirs, "plugin-dir", "", "plugin directories, ':'-separated, each of which must exist (default $ATTNPLUG_PLUGIN_DIR, else plugins/ beside attnplug)")
+	all.StringVar(&h.logLevel, "log-level", "", "log level: trace, debug, info, warn, error, off (default $ATTNPLUG_LOG_LEVEL, else warn)")
+	all.BoolVar(&h.logJSON, "log-json", false, "log JSON lines instead of text")
+	all.StringVar(&h.platform, "platform", "", "platform of requests that give none: cuda, hip, npu, xpu, cpu (default: detected)")
+	all.DurationVar(&h.callTimeout, "timeout", 2*time.Second, "deadline of one call to a plugin")
+	all.BoolVar(&h.noCache, "no-cache", false, "do not read or write the plugin description cache")
+	all.BoolVar(&h.strict, "strict", false, "refuse requests instead of falling back to the triton rules")
+	all.StringVar(&h.lockFile, "lock", "", "lock file pinning the plugin binaries by SHA-256 (default: "+registry.LockFileName+" in the first plugin directory, when present)")
+	all.BoolVar(&h.insecureDir, "insecure-plugin-dir", false, "accept plugin directories and binaries that other users can write")
+	all.VisitAll(func(f *flag.Flag) {
+		if !slices.Contains(without, f.Name) {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+}
+
+// maxLineFlag adds --max-line-bytes to fs with the default def; the
+// command checks the value with checkMaxLine.
+func maxLineFlag(fs *flag.FlagSet, def int) *int {
+	return fs.Int("max-line-bytes", def, fmt.Sprintf("longest request line accepted, at most %d (1 GiB); longer lines are refused", jsonl.MaxLimit))
+}
+
+// checkMaxLine refuses a --max-line-bytes that is not positive or is past
+// what a line reader holds.
+func checkMaxLine(n int) error {
+	if n <= 0 || n > jsonl.MaxLimit {
+		return &usageError{fmt.Sprintf("--max-line-bytes: %d is out of range (want 1 to %d)", n, jsonl.MaxLimit)}
+	}
+	return nil
 }
 
 // parseFlags parses args with fs; -h prints the flags and returns errHelp.
@@ -92,13 +118,32 @@ func (h *hostFlags) logger(e *env) (hclog.Logger, error) {
 	}), nil
 }
 
+// dirs returns the plugin directories: --plugin-dir, else
+// $ATTNPLUG_PLUGIN_DIR, else plugins/ beside the binary. A directory the
+// user named must exist: a typo is a usage error, not an empty registry.
+// The default one may be missing (no plugins: triton answers).
 func (h *hostFlags) dirs() ([]string, error) {
-	list := h.pluginDirs
+	list, source := h.pluginDirs, "--plugin-dir"
 	if list == "" {
-		list = os.Getenv("ATTNPLUG_PLUGIN_DIR")
+		list, source = os.Getenv("ATTNPLUG_PLUGIN_DIR"), "$ATTNPLUG_PLUGIN_DIR"
 	}
 	if list != "" {
-		return registry.SplitDirs(list), nil
+		dirs := registry.SplitDirs(list)
+		if len(dirs) == 0 {
+			return nil, &usageError{fmt.Sprintf("%s: %q names no directory", source, list)}
+		}
+		for _, d := range dirs {
+			st, err := os.Stat(d)
+			switch {
+			case errors.Is(err, os.ErrNotExist):
+				return nil, &usageError{fmt.Sprintf("%s: plugin directory %s does not exist", source, d)}
+			case err != nil:
+				return nil, &usageError{fmt.Sprintf("%s: plugin directory %s: %v", source, d, err)}
+			case !st.IsDir():
+				return nil, &usageError{fmt.Sprintf("%s: %s is not a directory", source, d)}
+			}
+		}
+		return dirs, nil
 	}
 	d, err := registry.DefaultPluginDir()
 	if err != nil {

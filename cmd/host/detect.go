@@ -19,7 +19,7 @@ import (
 func runDetect(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
 	var h hostFlags
-	h.register(fs)
+	h.register(fs, "platform", "strict")
 	var sf selectFlags
 	sf.register(fs)
 	root := fs.String("root", "/", "directory holding sys/, proc/ and dev/ (a fixture tree; libcuda is asked only for /)")

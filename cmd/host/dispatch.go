@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -19,7 +18,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("dispatch", flag.ContinueOnError)
 	var h hostFlags
 	h.register(fs)
-	maxLine := fs.Int("max-line-bytes", jsonl.MaxLineBytes, "longest request line accepted; longer lines are refused")
+	maxLine := maxLineFlag(fs, jsonl.MaxLineBytes)
 	connect := fs.String("connect", "", "send the requests to a running attnplug serve at this address (unix:///path or host:port) instead of loading plugins")
 	if err := parseFlags(fs, e, args, "attnplug dispatch [flags] < requests.jsonl > answers.jsonl"); err != nil {
 		return err
@@ -27,8 +26,8 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return &usageError{fmt.Sprintf("dispatch: unexpected argument %q (requests come on stdin)", fs.Arg(0))}
 	}
-	if *maxLine <= 0 {
-		return &usageError{fmt.Sprintf("--max-line-bytes: %d is not a positive size", *maxLine)}
+	if err := checkMaxLine(*maxLine); err != nil {
+		return err
 	}
 	if *connect != "" {
 		var local []string
@@ -156,9 +155,6 @@ func readChunks(ctx context.Context, r *jsonl.Reader, routed bool, out chan<- *c
 // decodeInto decodes line as the next request of c, reusing the slices of
 // the request that stood there in an earlier use of the chunk.
 func decodeInto(line []byte, c *chunk, routed bool) error {
-	if len(bytes.TrimSpace(line)) == 0 {
-		return errors.New("empty line (want one JSON request object per line)")
-	}
 	if len(c.reqs) < cap(c.reqs) {
 		c.reqs = c.reqs[:len(c.reqs)+1]
 	} else {

@@ -45,12 +45,27 @@ func testContext(t *testing.T) context.Context {
 // host runs the built attnplug binary of tree with args and stdin.
 func host(t *testing.T, tree *testbin.Bins, stdin string, args ...string) result {
 	t.Helper()
+	return hostEnv(t, tree, nil, stdin, args...)
+}
+
+// maxHostOutput is the most stdout a test keeps of one run: a command
+// that writes more is cut off (and dies of the closed pipe), and the test
+// says so instead of filling the memory.
+const maxHostOutput = 64 << 20
+
+// hostEnv is host with env added to the environment.
+func hostEnv(t *testing.T, tree *testbin.Bins, env []string, stdin string, args ...string) result {
+	t.Helper()
 	cmd := exec.CommandContext(testContext(t), tree.Host, args...)
 	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir(), "ATTNPLUG_PLUGIN_DIR=")
-	var out, errb bytes.Buffer
+	cmd.Env = append(append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir(), "ATTNPLUG_PLUGIN_DIR="), env...)
+	var out capped
+	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
+	if out.full {
+		t.Fatalf("attnplug %s wrote more than %d bytes on stdout; stderr:\n%s", strings.Join(args, " "), maxHostOutput, errb.String())
+	}
 	code := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -59,6 +74,20 @@ func host(t *testing.T, tree *testbin.Bins, stdin string, args ...string) result
 		t.Fatal(err)
 	}
 	return result{out.String(), errb.String(), code}
+}
+
+// capped is a buffer that refuses to grow past maxHostOutput.
+type capped struct {
+	bytes.Buffer
+	full bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if c.Len()+len(p) > maxHostOutput {
+		c.full = true
+		return 0, errors.New("output past the test's limit")
+	}
+	return c.Buffer.Write(p)
 }
 
 func parseAnswers(t *testing.T, out string) []answer {
@@ -132,14 +161,17 @@ func TestDispatchRefusesBadLinesAndGoesOn(t *testing.T) {
 		`{"backend":"fa3","forward_mode":"DECODE"}`,
 		`{"backend":"fa3","forward_mode":"PREFILL"}`,
 		`not json`,
-		``,
+		` 	`,
 		`{"backend":"fa3","forward_mode":"EXTEND","extend_prefix_lens":[5],"seq_lens":[4]}`,
 		`{"backend":"fa3","forward_mode":"EXTEND","seq_lens":[-1]}`,
 		`{"backend":"fa3","forward_mode":"EXTEND","extend_prefix_lens":[1,2],"seq_lens":[4]}`,
 		`{"backend":"fa3","forward_mode":"EXTEND","seq_lens":[9223372036854775808]}`,
 		`{"backend":"fa4","forward_mode":"DECODE"}`,
+		`{"backend":"fa3","forward_mode":"EXTEND","max_chunk_capacity":-1}`,
 	}, "\n") + "\n"
-	res := host(t, bins, in, "dispatch")
+	// A byte order mark and blank lines (line 4, and after the last) are
+	// skipped; the line numbers still count them.
+	res := host(t, bins, "\xef\xbb\xbf"+in+"\n \n", "dispatch")
 	if res.code != 1 {
 		t.Errorf("exit status %d, want 1", res.code)
 	}
@@ -148,12 +180,12 @@ func TestDispatchRefusesBadLinesAndGoesOn(t *testing.T) {
 		"MLA",
 		`line 2: forward_mode: unknown mode "PREFILL" (want one of EXTEND, DECODE, MIXED, IDLE, TARGET_VERIFY, DRAFT_EXTEND_V2, PREBUILT, SPLIT_PREFILL, DLLM_EXTEND)`,
 		"line 3: request: invalid JSON",
-		"line 4: empty line",
 		"line 5: extend_prefix_lens[0]: prefix 5 is longer than seq_lens[0] = 4",
 		"line 6: seq_lens[0]: negative length -1",
 		"line 7: extend_prefix_lens: has 2 entries but seq_lens has 1",
 		"line 8: seq_lens[0]: 9223372036854775808 is out of the int64 range",
 		"MHA_CHUNKED_KV",
+		"line 10: max_chunk_capacity: -1 is negative",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d answers, want %d:\n%s", len(got), len(want), res.stdout)

@@ -16,7 +16,7 @@ import (
 func runLock(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("lock", flag.ContinueOnError)
 	var h hostFlags
-	h.register(fs)
+	h.register(fs, "platform", "strict")
 	if err := parseFlags(fs, e, args, "attnplug lock [--plugin-dir DIR] [--lock FILE]"); err != nil {
 		return err
 	}

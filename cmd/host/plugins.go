@@ -12,7 +12,7 @@ import (
 func runPlugins(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("plugins", flag.ContinueOnError)
 	var h hostFlags
-	h.register(fs)
+	h.register(fs, "platform", "strict")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	withKernels := fs.Bool("kernels", false, "print the kernel catalog of every name instead")
 	if err := parseFlags(fs, e, args, "attnplug plugins [flags]"); err != nil {

@@ -60,12 +60,15 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.topK, "top-k", o.topK, "DSA indexer top-k of DSA layers (DeepSeek-V3.2: 2048)")
 	fs.IntVar(&o.maxKVTokens, "max-kv-tokens", o.maxKVTokens, "refuse lines whose batch has more KV tokens (sum of seq_lens)")
 	fs.Int64Var(&o.maxTensorBytes, "max-tensor-bytes", o.maxTensorBytes, "refuse lines whose tensors (inputs and output), or the k and v that MHA_ONE_SHOT decompresses, take more bytes")
-	maxLine := fs.Int("max-line-bytes", 64<<20, "longest request line accepted")
+	maxLine := maxLineFlag(fs, 64<<20)
 	if err := parseFlags(fs, e, args, "attnplug run [flags] < requests.jsonl > answers.jsonl"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return &usageError{fmt.Sprintf("run: unexpected argument %q (requests come on stdin)", fs.Arg(0))}
+	}
+	if err := checkMaxLine(*maxLine); err != nil {
+		return err
 	}
 	if o.cfg.SoftmaxScale == 0 {
 		o.cfg.SoftmaxScale = 1 / math.Sqrt(float64(o.cfg.QKNopeHeadDim+o.cfg.QKRopeHeadDim))

@@ -41,8 +41,14 @@ type setInt struct {
 	set bool
 }
 
-// String returns the value.
-func (v *setInt) String() string { return fmt.Sprint(v.n) }
+// String returns the value given, or "" when none was: the help text
+// states the default itself.
+func (v *setInt) String() string {
+	if v == nil || !v.set {
+		return ""
+	}
+	return fmt.Sprint(v.n)
+}
 
 // Set parses the value.
 func (v *setInt) Set(s string) error {
