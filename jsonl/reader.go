@@ -72,7 +72,7 @@ func (r *Reader) next() ([]byte, error) {
 				tooLong = true
 				r.buf = r.buf[:0]
 			} else {
-				r.buf = append(r.buf, chunk...)
+				r.buf = r.grow(r.buf, chunk)
 			}
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -96,6 +96,18 @@ func (r *Reader) next() ([]byte, error) {
 		return nil, fmt.Errorf("%w: longer than the limit of %d bytes", errLineTooLong, r.limit)
 	}
 	return line, nil
+}
+
+// grow is append that doubles the capacity of buf, up to the limit and a
+// line ending: a long line leaves less garbage behind than append's
+// smaller steps.
+func (r *Reader) grow(buf, b []byte) []byte {
+	if n := len(buf) + len(b); n > cap(buf) {
+		grown := make([]byte, len(buf), max(n, min(2*cap(buf), r.limit+2)))
+		copy(grown, buf)
+		buf = grown
+	}
+	return append(buf, b...)
 }
 
 // Buffered reports whether input is already waiting to be read, so that a

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strings"
 
@@ -57,7 +55,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.cfg.VHeadDim, "v-head-dim", o.cfg.VHeadDim, "per-head width of v (DeepSeek-V3: 128)")
 	fs.Float64Var(&o.cfg.SoftmaxScale, "softmax-scale", 0, "softmax scale (default (qk_nope+qk_rope)^-0.5)")
 	fs.Float64Var(&o.cfg.RopeBase, "rope-base", o.cfg.RopeBase, "RoPE base theta")
-	fs.IntVar(&o.topK, "top-k", o.topK, "DSA indexer top-k of DSA layers (DeepSeek-V3.2: 2048)")
+	fs.IntVar(&o.topK, "top-k", o.topK, "DSA indexer top-k of DSA layers (DeepSeek-V3.2: 2048); 0 runs them dense")
 	fs.IntVar(&o.maxKVTokens, "max-kv-tokens", o.maxKVTokens, "refuse lines whose batch has more KV tokens (sum of seq_lens)")
 	fs.Int64Var(&o.maxTensorBytes, "max-tensor-bytes", o.maxTensorBytes, "refuse lines whose tensors (inputs and output), or the k and v that MHA_ONE_SHOT decompresses, take more bytes")
 	maxLine := maxLineFlag(fs, 64<<20)
@@ -75,6 +73,12 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	if o.maxTensorBytes <= 0 {
 		return &usageError{fmt.Sprintf("run: --max-tensor-bytes=%d must be positive", o.maxTensorBytes)}
+	}
+	if o.maxKVTokens <= 0 {
+		return &usageError{fmt.Sprintf("run: --max-kv-tokens=%d must be positive", o.maxKVTokens)}
+	}
+	if o.topK < 0 {
+		return &usageError{fmt.Sprintf("run: --top-k=%d is negative (0 runs DSA layers dense)", o.topK)}
 	}
 	o.cfg.ChunkCapacity, o.cfg.TopK = 1, 0
 	if err := o.cfg.Validate(); err != nil {
@@ -159,132 +163,6 @@ type runAnswer struct {
 	Note           string `json:"note,omitempty"`
 
 	out []float32 // the kernel's output, for tests
-}
-
-// tensorSpec is a line's "tensors" object: dimensions that replace the
-// flags', and either a seed ("random") or every input given inline.
-type tensorSpec struct {
-	Random        *uint64  `json:"random"`
-	Heads         *int     `json:"heads"`
-	KVLoraRank    *int     `json:"kv_lora_rank"`
-	QKNopeHeadDim *int     `json:"qk_nope_head_dim"`
-	QKRopeHeadDim *int     `json:"qk_rope_head_dim"`
-	VHeadDim      *int     `json:"v_head_dim"`
-	TopK          *int     `json:"top_k"`
-	SoftmaxScale  *float64 `json:"softmax_scale"`
-	RopeBase      *float64 `json:"rope_base"`
-
-	QNope       []float32 `json:"q_nope"`
-	QPe         []float32 `json:"q_pe"`
-	Positions   []int32   `json:"positions"`
-	CKV         []float32 `json:"c_kv"`
-	KPe         []float32 `json:"k_pe"`
-	WKC         []float32 `json:"w_kc"`
-	WVC         []float32 `json:"w_vc"`
-	TopKIndices []int32   `json:"topk_indices"`
-}
-
-func (s *tensorSpec) inline() bool {
-	return s.QNope != nil || s.QPe != nil || s.Positions != nil || s.CKV != nil || s.KPe != nil ||
-		s.WKC != nil || s.WVC != nil || s.TopKIndices != nil
-}
-
-// splitTensors takes the "tensors" object out of line; the rest is a
-// dispatch request, every other member kept as it was written, duplicates
-// included, so that jsonl.DecodeRequest refuses what attnplug dispatch
-// refuses. A line without "tensors" is returned as it is; "tensors" given
-// twice, or a field of it given twice, is refused.
-func splitTensors(line []byte) ([]byte, *tensorSpec, error) {
-	if !bytes.Contains(line, []byte(`"tensors"`)) {
-		return line, nil, nil
-	}
-	members, err := objectMembers(line)
-	if err != nil {
-		return nil, nil, core.NewFieldError("request", "invalid JSON: "+err.Error())
-	}
-	var raw json.RawMessage
-	rest := []byte{'{'}
-	for _, m := range members {
-		if m.key != "tensors" {
-			if len(rest) > 1 {
-				rest = append(rest, ',')
-			}
-			k, _ := json.Marshal(m.key)
-			rest = append(append(append(rest, k...), ':'), m.value...)
-			continue
-		}
-		if raw != nil {
-			return nil, nil, core.NewFieldError("tensors", "given twice")
-		}
-		raw = m.value
-	}
-	rest = append(rest, '}')
-	if raw == nil {
-		return line, nil, nil
-	}
-	if string(raw) == "null" {
-		return rest, nil, nil
-	}
-	if bytes.HasPrefix(raw, []byte{'{'}) {
-		fields, err := objectMembers(raw)
-		if err != nil {
-			return nil, nil, core.NewFieldError("tensors", err.Error())
-		}
-		seen := make(map[string]bool, len(fields))
-		for _, f := range fields {
-			if seen[f.key] {
-				return nil, nil, core.NewFieldError("tensors."+f.key, "given twice")
-			}
-			seen[f.key] = true
-		}
-	}
-	var spec tensorSpec
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		return nil, nil, core.NewFieldError("tensors", err.Error())
-	}
-	return rest, &spec, nil
-}
-
-// member is one member of a JSON object: its key and its value as written.
-type member struct {
-	key   string
-	value json.RawMessage
-}
-
-// objectMembers returns the members of the JSON object data, in order and
-// duplicates included; data must be one object and nothing else.
-func objectMembers(data []byte) ([]member, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil {
-		return nil, err
-	} else if tok != json.Delim('{') {
-		return nil, fmt.Errorf("want an object, got %v", tok)
-	}
-	var out []member
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return nil, fmt.Errorf("want a field name, got %v", tok)
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, member{key, v})
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("data after the object")
-	}
-	return out, nil
 }
 
 // runLine decides line n and runs the chosen kernel.
@@ -498,62 +376,6 @@ func prefixLens(b kernels.BatchShape) []int64 {
 		out[i] = int64(p)
 	}
 	return out
-}
-
-// inputs returns the tensors of spec for cfg and b: random from its seed,
-// or the inline arrays, which must have the layout's lengths.
-func inputs(cfg kernels.Config, b kernels.BatchShape, spec *tensorSpec) (kernels.Tensors, error) {
-	if !spec.inline() {
-		var seed uint64
-		if spec.Random != nil {
-			seed = *spec.Random
-		}
-		t, err := kernels.RandomTensors(rand.New(rand.NewPCG(seed, seed^0x6a09e667f3bcc908)), cfg, b)
-		if err != nil {
-			return t, core.NewFieldError("tensors", err.Error())
-		}
-		return t, nil
-	}
-	if spec.Random != nil {
-		return kernels.Tensors{}, core.NewFieldError("tensors", `give either "random" or the inputs, not both`)
-	}
-	t := kernels.Tensors{QNope: spec.QNope, QPe: spec.QPe, Positions: spec.Positions, CKV: spec.CKV, KPe: spec.KPe,
-		WKC: spec.WKC, WVC: spec.WVC, TopKIndices: spec.TopKIndices}
-	if t.Positions == nil {
-		t.Positions = make([]int32, 0, b.Tokens())
-		for r := range b.Requests() {
-			for i := b.PrefixLens[r]; i < b.SeqLens[r]; i++ {
-				t.Positions = append(t.Positions, int32(i))
-			}
-		}
-	}
-	l, _ := kernels.Layout(cfg, b)
-	for _, f := range []struct {
-		name string
-		got  int
-		want kernels.Field
-	}{
-		{"q_nope", len(t.QNope), l.QNope}, {"q_pe", len(t.QPe), l.QPe}, {"positions", len(t.Positions), l.Positions},
-		{"c_kv", len(t.CKV), l.CKV}, {"k_pe", len(t.KPe), l.KPe}, {"w_kc", len(t.WKC), l.WKC}, {"w_vc", len(t.WVC), l.WVC},
-		{"topk_indices", len(t.TopKIndices), l.TopKIndices},
-	} {
-		if f.got != f.want.Len {
-			return t, core.NewFieldError("tensors."+f.name, fmt.Sprintf("has %d elements, want %d (shape %v)", f.got, f.want.Len, f.want.Shape))
-		}
-	}
-	return t, nil
-}
-
-// copyTensors copies the inputs of src into the views of dst.
-func copyTensors(dst, src *kernels.Tensors) {
-	copy(dst.QNope, src.QNope)
-	copy(dst.QPe, src.QPe)
-	copy(dst.Positions, src.Positions)
-	copy(dst.CKV, src.CKV)
-	copy(dst.KPe, src.KPe)
-	copy(dst.WKC, src.WKC)
-	copy(dst.WVC, src.WVC)
-	copy(dst.TopKIndices, src.TopKIndices)
 }
 
 // kernelsTable writes the kernel catalogs of the plugins' names, one line
