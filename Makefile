@@ -2,6 +2,10 @@
 GO       ?= go
 BIN      := bin
 PLUGINS  := fa3 flashinfer aiter ascend dsa intel_xpu
+# VERSION is what attnplug version prints: the nearest tag, else the
+# commit, with -dirty for uncommitted changes.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+LDFLAGS  := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
@@ -11,7 +15,7 @@ all: build
 
 ## build: the host at bin/attnplug and the plugins in bin/plugins/
 build: plugins
-	$(GO) build -o $(BIN)/attnplug ./cmd/host
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/attnplug ./cmd/host
 
 plugins:
 	@mkdir -p $(BIN)/plugins

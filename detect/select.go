@@ -41,6 +41,9 @@ var (
 	ErrUnknownBackend = errors.New("unknown attention backend")
 	// ErrUnsupportedBackend means a forced backend cannot run on this host.
 	ErrUnsupportedBackend = errors.New("attention backend not supported on this hardware")
+	// ErrUnknownAttention means an attention kind is neither AttentionMLA
+	// nor AttentionDSA.
+	ErrUnknownAttention = errors.New("unknown attention kind")
 )
 
 // Requirement is the hardware one attention backend needs. Plugin
@@ -268,7 +271,7 @@ func Select(r *Report, sel SelectOptions) (Selection, error) {
 		att = AttentionMLA
 	case AttentionMLA, AttentionDSA:
 	default:
-		return Selection{}, fmt.Errorf("detect: select: attention %q: want %q or %q", sel.Attention, AttentionMLA, AttentionDSA)
+		return Selection{}, fmt.Errorf("detect: select: attention %q: %w (want %q or %q)", sel.Attention, ErrUnknownAttention, AttentionMLA, AttentionDSA)
 	}
 	tp := sel.TPSize
 	if tp == 0 && sel.Config != nil {

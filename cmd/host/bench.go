@@ -137,6 +137,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, e, args, "attnplug bench [flags]"); err != nil {
 		return err
 	}
+	if err := noArgs(fs, ""); err != nil {
+		return err
+	}
 	if *gpu {
 		return runBenchGPU(ctx, e, *python, *only, *asJSON)
 	}

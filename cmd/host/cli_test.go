@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -95,5 +99,145 @@ func TestMissingPluginDirIsAUsageError(t *testing.T) {
 	res := host(t, bins, req, "dispatch", "--plugin-dir", t.TempDir())
 	if res.code != 0 || !strings.Contains(res.stdout, `"plugin":"core"`) {
 		t.Errorf("empty plugin directory: exit %d: %s%s", res.code, res.stdout, res.stderr)
+	}
+}
+
+// TestConnectSocketPath: --connect takes a socket path without unix://,
+// absolute or relative.
+func TestConnectSocketPath(t *testing.T) {
+	srv := startServer(t, bins, nil)
+	const req = `{"backend":"fa3","forward_mode":"DECODE"}` + "\n"
+	for _, tc := range []struct{ dir, addr string }{
+		{"", srv.socket},
+		{filepath.Dir(srv.socket), "./" + filepath.Base(srv.socket)},
+		{"", "unix://" + srv.socket},
+		{filepath.Dir(srv.socket), "unix:" + filepath.Base(srv.socket)},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			cmd := exec.CommandContext(testContext(t), bins.Host, "dispatch", "--connect", tc.addr)
+			cmd.Dir = tc.dir
+			cmd.Stdin = strings.NewReader(req)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil || !strings.Contains(string(out), `"method":"MLA"`) {
+				t.Errorf("got %s, %v; stderr:\n%s", out, err, stderr.String())
+			}
+		})
+	}
+}
+
+// TestConnectLostServerSaysHowFarItGot: a dispatch --connect whose server
+// dies keeps the answers it had, and says how many lines were answered
+// and from which line on none was.
+func TestConnectLostServerSaysHowFarItGot(t *testing.T) {
+	srv := startServer(t, bins, nil)
+	h := startHost(t, bins, nil, "dispatch", "--connect", srv.socket)
+	const req = `{"backend":"fa3","forward_mode":"DECODE"}` + "\n"
+	for i := 1; i <= 3; i++ {
+		if _, err := io.WriteString(h.stdin, req); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := h.stdout.ReadString('\n'); err != nil || !strings.Contains(line, `"method":"MLA"`) {
+			t.Fatalf("answer %d: %q, %v; stderr:\n%s", i, line, err, h.stderr)
+		}
+	}
+	srv.cmd.Process.Kill()
+	srv.cmd.Wait()
+	io.WriteString(h.stdin, req+req)
+	h.stdin.Close()
+	rest, _ := io.ReadAll(h.stdout)
+	if code := h.wait(); code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	if len(rest) != 0 {
+		t.Errorf("answers after the server died: %s", rest)
+	}
+	if want := "(3 request lines answered; none from line 4 on)"; !strings.Contains(h.stderr.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, h.stderr)
+	}
+}
+
+// TestVersion: --version and -v print what version prints, and the
+// version is a real one: the linker's, else the module's, else the VCS
+// revision, else a devel string that says how to get one.
+func TestVersion(t *testing.T) {
+	want := host(t, bins, "", "version")
+	if want.code != 0 || !strings.HasPrefix(want.stdout, "attnplug ") || !strings.Contains(want.stdout, "plugin protocol") {
+		t.Fatalf("version: exit %d: %s%s", want.code, want.stdout, want.stderr)
+	}
+	for _, flag := range []string{"--version", "-v", "-version"} {
+		if got := host(t, bins, "", flag); got.code != 0 || got.stdout != want.stdout {
+			t.Errorf("%s: exit %d, %q; want %q", flag, got.code, got.stdout, want.stdout)
+		}
+	}
+	settings := func(kv ...string) []debug.BuildSetting {
+		var out []debug.BuildSetting
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, linked string
+		bi           *debug.BuildInfo
+		want         string
+	}{
+		{"linked", "v1.2.3", &debug.BuildInfo{Main: debug.Module{Version: "v9.9.9"}}, "v1.2.3"},
+		{"go_install", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.0"}}, "v0.3.0"},
+		{"vcs", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
+			Settings: settings("vcs.revision", "0123456789abcdef0123", "vcs.time", "2026-01-02T03:04:05Z", "vcs.modified", "false")},
+			"devel-0123456789ab 2026-01-02T03:04:05"},
+		{"vcs_dirty", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
+			Settings: settings("vcs.revision", "abc", "vcs.modified", "true")}, "devel-abc-dirty"},
+		{"nothing", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "devel (built without version information; make build sets it)"},
+		{"no_build_info", "", nil, "devel (no build information)"},
+	} {
+		if got := versionOf(tc.linked, tc.bi); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestHelpLists: each command's help lists only the flags it reads, and
+// states each default once.
+func TestHelpLists(t *testing.T) {
+	for _, tc := range []struct {
+		cmd         string
+		has, hasNot []string
+	}{
+		{"dispatch", []string{"-strict", "-platform", "-max-line-bytes", "-connect"}, nil},
+		{"run", []string{"-strict", "-platform", "-max-line-bytes", "-top-k"}, nil},
+		{"plugins", []string{"-plugin-dir", "-kernels", "-lock"}, []string{"-strict", "-platform"}},
+		{"lock", []string{"-plugin-dir", "-lock"}, []string{"-strict", "-platform"}},
+		{"detect", []string{"-plugin-dir", "-tp-size", "-root"}, []string{"-strict", "-platform"}},
+		{"bench", []string{"-plugin-dir", "-stream"}, []string{"-no-cache"}},
+		{"serve", []string{"-listen", "-tp-size", "-strict"}, nil},
+		{"demo", []string{"-plugin-dir"}, nil},
+		{"conform", []string{"-max-requests"}, []string{"-plugin-dir"}},
+		{"doctor", []string{"-root"}, []string{"-plugin-dir"}},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			var out bytes.Buffer
+			if code := run([]string{tc.cmd, "-h"}, strings.NewReader(""), &out, &out); code != 0 {
+				t.Fatalf("exit %d: %s", code, out.String())
+			}
+			help := out.String()
+			for _, f := range tc.has {
+				if !strings.Contains(help, "  "+f+" ") && !strings.Contains(help, "  "+f+"\n") {
+					t.Errorf("help lacks %s:\n%s", f, help)
+				}
+			}
+			for _, f := range tc.hasNot {
+				if strings.Contains(help, "  "+f+" ") || strings.Contains(help, "  "+f+"\n") {
+					t.Errorf("help lists %s, which %s ignores:\n%s", f, tc.cmd, help)
+				}
+			}
+			for _, entry := range strings.Split(help, "\n  -") {
+				if strings.Count(entry, "(default") > 1 {
+					t.Errorf("a default stated twice: -%s", entry)
+				}
+			}
+		})
 	}
 }

@@ -98,6 +98,19 @@ func parseFlags(fs *flag.FlagSet, e *env, args []string, usage string) error {
 	return nil
 }
 
+// noArgs refuses the arguments left after the flags of a command that
+// takes none; hint, when set, says where the input comes from instead.
+func noArgs(fs *flag.FlagSet, hint string) error {
+	if fs.NArg() == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	if hint != "" {
+		msg += " (" + hint + ")"
+	}
+	return &usageError{msg}
+}
+
 func (h *hostFlags) logger(e *env) (hclog.Logger, error) {
 	level := h.logLevel
 	if level == "" {

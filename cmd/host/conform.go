@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/attnplug/attnplug/conformance"
@@ -28,6 +29,11 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	}
 	if *timeout <= 0 || *startTimeout <= 0 || *maxRequests < 0 || *maxP99 < 0 {
 		return &usageError{"conform: --timeout and --start-timeout must be positive, --max-requests and --max-p99 not negative"}
+	}
+	if st, err := os.Stat(fs.Arg(0)); err != nil {
+		return &usageError{fmt.Sprintf("conform: plugin binary: %v", err)}
+	} else if !st.Mode().IsRegular() {
+		return &usageError{fmt.Sprintf("conform: plugin binary %s is not a regular file", fs.Arg(0))}
 	}
 	report, err := conformance.Run(ctx, conformance.Options{
 		Binary:       fs.Arg(0),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"path/filepath"
 	"time"
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
@@ -24,12 +26,48 @@ type serverClient struct {
 	rpc  dispatchv1.DispatcherClient
 }
 
-// dialServer connects to the serve at addr (unix:///path or host:port).
+// checkAddr refuses, as a usage error, an address that names no socket
+// path or no valid host:port; unix says whether a unix socket may be
+// given. flagName names the flag in the message.
+func checkAddr(flagName, addr string, unix bool) error {
+	network, address := listenAddr(addr)
+	if network == "unix" {
+		if !unix {
+			return &usageError{fmt.Sprintf("%s %q: want host:port (a TCP address)", flagName, addr)}
+		}
+		if address == "" {
+			return &usageError{fmt.Sprintf("%s %q: names no socket path", flagName, addr)}
+		}
+		return nil
+	}
+	want := "want host:port, unix:///path or a socket path starting with / or ."
+	if !unix {
+		want = "want host:port"
+	}
+	_, port, err := net.SplitHostPort(address)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return &usageError{fmt.Sprintf("%s %q: %v (%s)", flagName, addr, err, want)}
+	}
+	return nil
+}
+
+// dialServer connects to the serve at addr (unix:///path, a socket path
+// starting with / or ., or host:port).
 func dialServer(addr string) (*serverClient, error) {
+	if err := checkAddr("--connect", addr, true); err != nil {
+		return nil, err
+	}
 	network, address := listenAddr(addr)
 	target := address
 	if network == "unix" {
-		target = "unix://" + address
+		abs, err := filepath.Abs(address)
+		if err != nil {
+			return nil, &usageError{fmt.Sprintf("--connect %s: %v", addr, err)}
+		}
+		target = "unix://" + abs
 	}
 	conn, err := grpc.NewClient(target, append(wire.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {

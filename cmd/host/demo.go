@@ -51,6 +51,9 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, e, args, "attnplug demo [flags]"); err != nil {
 		return err
 	}
+	if err := noArgs(fs, ""); err != nil {
+		return err
+	}
 	batches, err := loadDemoBatches()
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -27,8 +28,8 @@ func runDetect(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, e, args, "attnplug detect [flags]"); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("detect: unexpected argument %q", fs.Arg(0))}
+	if err := noArgs(fs, ""); err != nil {
+		return err
 	}
 	logger, err := h.logger(e)
 	if err != nil {
@@ -81,8 +82,8 @@ func runDoctor(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, e, args, "attnplug doctor [flags]"); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("doctor: unexpected argument %q", fs.Arg(0))}
+	if err := noArgs(fs, ""); err != nil {
+		return err
 	}
 	r, err := detectRoot(ctx, *root, 1)
 	if err != nil {
@@ -103,6 +104,11 @@ func detectRoot(ctx context.Context, root string, tp int) (*detect.Report, error
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, &usageError{fmt.Sprintf("--root: %v", err)}
+	}
+	if st, err := os.Stat(abs); err != nil {
+		return nil, &usageError{fmt.Sprintf("--root: %v", err)}
+	} else if !st.IsDir() {
+		return nil, &usageError{fmt.Sprintf("--root: %s is not a directory", root)}
 	}
 	r, err := detect.Detect(ctx, detect.Options{Root: abs, TPSize: tp, NoDriverQuery: abs != "/"})
 	if err != nil {

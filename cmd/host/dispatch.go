@@ -19,12 +19,12 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	var h hostFlags
 	h.register(fs)
 	maxLine := maxLineFlag(fs, jsonl.MaxLineBytes)
-	connect := fs.String("connect", "", "send the requests to a running attnplug serve at this address (unix:///path or host:port) instead of loading plugins")
+	connect := fs.String("connect", "", "send the requests to a running attnplug serve at this address (unix:///path, a socket path starting with / or ., or host:port) instead of loading plugins")
 	if err := parseFlags(fs, e, args, "attnplug dispatch [flags] < requests.jsonl > answers.jsonl"); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("dispatch: unexpected argument %q (requests come on stdin)", fs.Arg(0))}
+	if err := noArgs(fs, "requests come on stdin"); err != nil {
+		return err
 	}
 	if err := checkMaxLine(*maxLine); err != nil {
 		return err
@@ -185,7 +185,17 @@ func dispatchStream(ctx context.Context, d batchDispatcher, in io.Reader, out io
 	go readChunks(ctx, jsonl.NewReader(in, maxLine), routed, chunks, free)
 
 	w := bufio.NewWriterSize(out, 256<<10)
-	refused := 0
+	refused, answered := 0, 0
+	// stopped is the error of a stream that ends before its input does:
+	// it says how many lines were answered (their answers are written)
+	// and from which line on none was, so that a caller can resume.
+	stopped := func(c *chunk, err error) error {
+		w.Flush()
+		if c == nil || len(c.items) == 0 {
+			return fmt.Errorf("dispatch: %w (%d request lines answered)", err, answered)
+		}
+		return fmt.Errorf("dispatch: %w (%d request lines answered; none from line %d on)", err, answered, c.items[0].n)
+	}
 	var buf []byte
 	for {
 		var c *chunk
@@ -193,8 +203,7 @@ func dispatchStream(ctx context.Context, d batchDispatcher, in io.Reader, out io
 		select {
 		case c, ok = <-chunks:
 		case <-ctx.Done():
-			w.Flush()
-			return refused, fmt.Errorf("dispatch: %w", ctx.Err())
+			return refused, stopped(nil, ctx.Err())
 		}
 		if !ok {
 			break
@@ -204,8 +213,7 @@ func dispatchStream(ctx context.Context, d batchDispatcher, in io.Reader, out io
 		}
 		c.out = c.out[:len(c.reqs)]
 		if err := d.DispatchBatch(ctx, c.reqs, c.out); err != nil {
-			w.Flush()
-			return refused, fmt.Errorf("dispatch: %w", err)
+			return refused, stopped(c, err)
 		}
 		buf = buf[:0]
 		for _, it := range c.items {
@@ -223,6 +231,7 @@ func dispatchStream(ctx context.Context, d batchDispatcher, in io.Reader, out io
 		if _, err := w.Write(buf); err != nil {
 			return refused, fmt.Errorf("dispatch: write answers: %w", err)
 		}
+		answered += len(c.items)
 		readErr := c.err
 		select {
 		case free <- c:

@@ -20,8 +20,8 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, e, args, "attnplug lock [--plugin-dir DIR] [--lock FILE]"); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("lock: unexpected argument %q", fs.Arg(0))}
+	if err := noArgs(fs, ""); err != nil {
+		return err
 	}
 	logger, err := h.logger(e)
 	if err != nil {

@@ -64,9 +64,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	name := args[0]
-	if name == "help" || name == "-h" || name == "--help" {
+	switch name {
+	case "help", "-h", "-help", "--help":
 		printUsage(stdout)
 		return 0
+	case "-v", "-version", "--version":
+		name = "version"
 	}
 	for _, c := range commands() {
 		if c.name == name {
@@ -102,5 +105,5 @@ func printUsage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.usage)
 	}
-	fmt.Fprintf(w, "\nRun \"attnplug <command> -h\" for a command's flags.\n")
+	fmt.Fprintf(w, "\nRun \"attnplug <command> -h\" for a command's flags; \"attnplug --version\" (-v) for the version.\n")
 }

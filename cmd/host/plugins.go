@@ -18,6 +18,9 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, e, args, "attnplug plugins [flags]"); err != nil {
 		return err
 	}
+	if err := noArgs(fs, ""); err != nil {
+		return err
+	}
 	reg, err := h.open(ctx, e)
 	if err != nil {
 		return err

@@ -62,8 +62,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, e, args, "attnplug run [flags] < requests.jsonl > answers.jsonl"); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("run: unexpected argument %q (requests come on stdin)", fs.Arg(0))}
+	if err := noArgs(fs, "requests come on stdin"); err != nil {
+		return err
 	}
 	if err := checkMaxLine(*maxLine); err != nil {
 		return err

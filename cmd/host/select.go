@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -110,7 +111,8 @@ func (s *selectFlags) tp() (int, error) {
 // --allow-fallback: then that phase gets triton and the selection carries
 // a warning for the caller to log. An unknown backend name is an error
 // too (detect.ErrUnknownBackend); an unreadable config file is a usage
-// error.
+// error, and so are an unknown backend name and an unknown attention
+// kind: the user typed them.
 func selectBackends(r *detect.Report, f *selectFlags) (detect.Selection, error) {
 	c, err := f.loadConfig()
 	if err != nil {
@@ -130,5 +132,9 @@ func selectBackends(r *detect.Report, f *selectFlags) (detect.Selection, error) 
 		TPSize:         tp,
 		AllowFallback:  f.allowFallback,
 	}
-	return detect.Select(r, opts)
+	sel, err := detect.Select(r, opts)
+	if errors.Is(err, detect.ErrUnknownBackend) || errors.Is(err, detect.ErrUnknownAttention) {
+		return sel, &usageError{err.Error()}
+	}
+	return sel, err
 }

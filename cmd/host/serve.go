@@ -36,13 +36,18 @@ func defaultSocket() string {
 	return "unix://" + filepath.Join(dir, fmt.Sprintf("attnplug-%d.sock", os.Getuid()))
 }
 
-// listenAddr splits unix:///path and host:port (or tcp://host:port).
+// listenAddr splits an address into its network and address: unix:///path,
+// unix:path and a path that starts with / or . are unix sockets; host:port
+// (or tcp://host:port) is TCP.
 func listenAddr(addr string) (network, address string) {
 	if rest, ok := strings.CutPrefix(addr, "unix://"); ok {
 		return "unix", rest
 	}
 	if rest, ok := strings.CutPrefix(addr, "unix:"); ok {
 		return "unix", rest
+	}
+	if strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".") {
+		return "unix", addr
 	}
 	return "tcp", strings.TrimPrefix(addr, "tcp://")
 }
@@ -77,7 +82,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	h.register(fs)
 	var sf selectFlags
 	sf.register(fs)
-	listen := fs.String("listen", defaultSocket(), "where to serve gRPC: unix:///path/to.sock, or host:port for TCP")
+	listen := fs.String("listen", defaultSocket(), "where to serve gRPC: unix:///path/to.sock (or a path starting with / or .), or host:port for TCP")
 	metricsAddr := fs.String("metrics-listen", "127.0.0.1:9464", "HTTP address of the Prometheus metrics (/metrics); empty turns them off")
 	specMode := fs.String("speculative-attention-mode", "prefill", "which backend answers target-verify and draft-extend batches: prefill or decode")
 	matchHW := fs.Bool("match-hardware", true, "start only the plugins whose hardware this host has, and check forced backends against it")
@@ -85,11 +90,19 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, e, args, "attnplug serve [flags]"); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("serve: unexpected argument %q", fs.Arg(0))}
+	if err := noArgs(fs, ""); err != nil {
+		return err
 	}
 	if *specMode != "prefill" && *specMode != "decode" {
 		return &usageError{fmt.Sprintf("--speculative-attention-mode: %q (want prefill or decode)", *specMode)}
+	}
+	if err := checkAddr("--listen", *listen, true); err != nil {
+		return err
+	}
+	if *metricsAddr != "" {
+		if err := checkAddr("--metrics-listen", *metricsAddr, false); err != nil {
+			return err
+		}
 	}
 	logger, err := h.logger(e)
 	if err != nil {
