@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: all build plugins run test test-short test-go test-python test-gpu gpu-bins bench-python lint proto proto-python proto-check bench clean
+.PHONY: all build plugins run test test-short test-go test-python test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean
 
 all: build
 
@@ -106,6 +106,13 @@ proto-python:
 ## proto-check: fail when the committed generated code is not current
 proto-check: proto
 	@git diff --exit-code -- '*.pb.go' '$(PY_PB)' || { echo "generated code is stale: run make proto and commit"; exit 1; }
+
+## golden: regenerate internal/reference/testdata/golden.jsonl.gz, the
+## requests with the answers sglang's code gives them (needs python3 and
+## the reference file: $$ATTNPLUG_REFERENCE, else shared/reference beside
+## the repository or above it)
+golden:
+	$(GO) generate ./internal/reference
 
 ## bench: the Go benchmarks and attnplug bench
 bench: build

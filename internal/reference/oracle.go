@@ -36,7 +36,27 @@ type Oracle struct {
 // missing.
 var ErrNotAvailable = errors.New("reference oracle not available")
 
-// Find locates python3 and the reference file. dir is a directory inside
+// referenceName is the reference file's name.
+const referenceName = "attention_backend_handler.py.txt"
+
+// findReference returns shared/reference/<referenceName> of the nearest
+// directory above root that has it (the repository's parent for a clone
+// beside shared/, further up for a worktree), or "".
+func findReference(root string) string {
+	for d := filepath.Dir(root); ; d = filepath.Dir(d) {
+		p := filepath.Join(d, "shared", "reference", referenceName)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		if filepath.Dir(d) == d {
+			return ""
+		}
+	}
+}
+
+// Find locates python3 and the reference file: $ATTNPLUG_REFERENCE, else
+// shared/reference/attention_backend_handler.py.txt beside the repository
+// or in a directory above it. dir is a directory inside
 // the repository; the script is written to tmp.
 func Find(dir, tmp string) (*Oracle, error) {
 	python, err := exec.LookPath("python3")
@@ -49,7 +69,9 @@ func Find(dir, tmp string) (*Oracle, error) {
 		if err != nil {
 			return nil, err
 		}
-		ref = filepath.Join(root, "..", "shared", "reference", "attention_backend_handler.py.txt")
+		if ref = findReference(root); ref == "" {
+			return nil, fmt.Errorf("%w: no %s in a shared/reference directory beside or above %s, and $ATTNPLUG_REFERENCE is not set", ErrNotAvailable, referenceName, root)
+		}
 	}
 	if _, err := os.Stat(ref); err != nil {
 		return nil, fmt.Errorf("%w: reference file: %v", ErrNotAvailable, err)

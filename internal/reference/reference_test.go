@@ -32,8 +32,78 @@ func oracle(t *testing.T) *reference.Oracle {
 	return o
 }
 
+// TestRulesMatchGolden compares the rules of core and of every plugin
+// with the answers sglang's code gave the golden file's requests: it runs
+// without python3 or the reference file, so every make test checks
+// fidelity.
+func TestRulesMatchGolden(t *testing.T) {
+	path, err := reference.GoldenPath(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := reference.ReadGolden(path)
+	if err != nil {
+		t.Fatalf("%v (make golden writes it when the reference is present)", err)
+	}
+	if len(g.Cases) < 20000 {
+		t.Fatalf("the golden file has %d cases, want tens of thousands", len(g.Cases))
+	}
+	lines := make([][]byte, len(g.Cases))
+	want := make([]reference.Answer, len(g.Cases))
+	for i, c := range g.Cases {
+		lines[i], want[i] = c.Request, reference.Answer{Method: c.Method, Handler: c.Handler}
+	}
+	compareRules(t, lines, want, g.Header.DefaultPlatform)
+}
+
+// TestGoldenIsCurrent: with the reference at hand, the golden file was
+// made from this very file, and sglang's code still gives its answers.
+func TestGoldenIsCurrent(t *testing.T) {
+	o := oracle(t)
+	path, err := reference.GoldenPath(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := reference.ReadGolden(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := o.ReferenceSHA256()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != g.Header.ReferenceSHA256 {
+		t.Errorf("the golden file was made from a reference with sha256 %s, the reference now has %s: run make golden", g.Header.ReferenceSHA256, sum)
+	}
+	var in bytes.Buffer
+	for _, c := range g.Cases {
+		in.Write(c.Request)
+		in.WriteByte('\n')
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	got, err := o.Evaluate(ctx, in.Bytes(), g.Header.DefaultPlatform)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(g.Cases) {
+		t.Fatalf("the reference answered %d of %d requests", len(got), len(g.Cases))
+	}
+	bad := 0
+	for i, c := range g.Cases {
+		if got[i].Method != c.Method || got[i].Handler != c.Handler {
+			if bad++; bad <= 5 {
+				t.Errorf("case %d %s: the golden file says %s by %s, the reference now %s by %s (%s)", i+1, c.Request, c.Method, c.Handler, got[i].Method, got[i].Handler, got[i].Error)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d golden answers are stale: run make golden", bad, len(g.Cases))
+	}
+}
+
 // TestRulesMatchReference compares the rules of core and of every plugin
-// with sglang's own code on generated requests.
+// with sglang's own code, run live, on requests generated afresh.
 func TestRulesMatchReference(t *testing.T) {
 	o := oracle(t)
 	n := 40000
@@ -57,6 +127,18 @@ func TestRulesMatchReference(t *testing.T) {
 	if len(want) != n {
 		t.Fatalf("oracle answered %d of %d requests", len(want), n)
 	}
+	compareRules(t, lines, want, "cpu")
+}
+
+// compareRules decides every request of lines in process and compares
+// with want; defaultPlatform stands for a request without a platform. The
+// requests must reach every method some name can answer.
+func compareRules(t *testing.T, lines [][]byte, want []reference.Answer, defaultPlatform string) {
+	t.Helper()
+	platform, err := core.ParsePlatform(defaultPlatform)
+	if err != nil {
+		t.Fatal(err)
+	}
 	decide := inProcess()
 	seen := map[string]bool{}
 	failures := 0
@@ -66,7 +148,7 @@ func TestRulesMatchReference(t *testing.T) {
 			t.Fatalf("request %d %s: decode: %v", i, line, err)
 		}
 		if req.Runtime.Platform == core.PlatformUnset {
-			req.Runtime.Platform = core.PlatformCPU
+			req.Runtime.Platform = platform
 		}
 		if err := req.Validate(); err != nil {
 			t.Fatalf("request %d %s: %v", i, line, err)
@@ -84,14 +166,13 @@ func TestRulesMatchReference(t *testing.T) {
 		}
 	}
 	if failures > 0 {
-		t.Fatalf("%d of %d answers differ from the reference", failures, n)
+		t.Fatalf("%d of %d answers differ from the reference", failures, len(lines))
 	}
-	// The generator must reach every method some name can answer.
 	for _, must := range []string{"fa3/MHA_ONE_SHOT", "fa3/MHA_CHUNKED_KV", "fa3/MLA", "fa3/MLA_FUSED_ROPE_ROCM", "fa3/MLA_FUSED_ROPE_CPU",
 		"triton/MHA", "aiter/MHA", "aiter/MLA", "ascend/DSA_NPU", "ascend/MHA_NPU", "ascend/MLA_NPU", "dsa/MHA_ONE_SHOT", "fa4/MHA_CHUNKED_KV",
 		"trtllm_mla/MHA_CHUNKED_KV", "flashmla/MHA_ONE_SHOT", "cutlass_mla/MHA_CHUNKED_KV", "intel_xpu/MHA_CHUNKED_KV", "FA3/MHA"} {
 		if !seen[must] {
-			t.Errorf("the generated requests never reached %s", must)
+			t.Errorf("the requests never reached %s", must)
 		}
 	}
 }
