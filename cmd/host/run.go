@@ -384,17 +384,25 @@ func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInf
 	type row struct {
 		Plugin string        `json:"plugin"`
 		Name   string        `json:"name"`
-		Kernel []core.Kernel `json:"kernels"`
+		Kernel []core.Kernel `json:"-"`
+		// JSON is Kernel spelled for scripts: methods and platforms by name.
+		JSON []kernelJSON `json:"kernels"`
 	}
 	var rows []row
 	for _, p := range list {
 		for _, n := range p.Names {
 			h, _, _ := reg.Handler(n)
-			rows = append(rows, row{p.Name, n, h.Kernels})
+			rows = append(rows, row{Plugin: p.Name, Name: n, Kernel: h.Kernels})
 		}
 	}
-	rows = append(rows, row{core.PluginCore, core.TritonName, core.TritonKernels()})
+	rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernel: core.TritonKernels()})
 	if asJSON {
+		for i := range rows {
+			rows[i].JSON = make([]kernelJSON, len(rows[i].Kernel))
+			for j, k := range rows[i].Kernel {
+				rows[i].JSON[j] = kernelToJSON(k)
+			}
+		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
@@ -424,6 +432,41 @@ func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInf
 	}
 	_, err := io.WriteString(w, sb.String())
 	return err
+}
+
+// kernelJSON is a catalog entry in attnplug plugins --kernels --json.
+type kernelJSON struct {
+	Name      string         `json:"name"`
+	Library   string         `json:"library"`
+	Method    string         `json:"method"`
+	DTypes    []string       `json:"dtypes"`
+	HeadDims  []int          `json:"head_dims"`
+	PageSizes []int          `json:"page_sizes"`
+	CUDAGraph bool           `json:"cuda_graph"`
+	Sparse    bool           `json:"sparse"`
+	Hardware  []hardwareJSON `json:"hardware"` // empty: any
+}
+
+// hardwareJSON is one core.Hardware entry, platforms by name.
+type hardwareJSON struct {
+	Platforms     []string `json:"platforms"`
+	MinCapability int      `json:"min_capability,omitempty"`
+	MaxCapability int      `json:"max_capability,omitempty"`
+	Archs         []string `json:"archs,omitempty"`
+	NeedsAMX      bool     `json:"needs_amx,omitempty"`
+}
+
+func kernelToJSON(k core.Kernel) kernelJSON {
+	out := kernelJSON{Name: k.Name, Library: k.Library, Method: k.Method.String(), DTypes: k.DTypes, HeadDims: k.HeadDims,
+		PageSizes: k.PageSizes, CUDAGraph: k.CUDAGraph, Sparse: k.Sparse, Hardware: []hardwareJSON{}}
+	for _, h := range k.Hardware {
+		hj := hardwareJSON{Platforms: []string{}, MinCapability: h.MinCapability, MaxCapability: h.MaxCapability, Archs: h.Archs, NeedsAMX: h.NeedsAMX}
+		for _, p := range h.Platforms {
+			hj.Platforms = append(hj.Platforms, p.String())
+		}
+		out.Hardware = append(out.Hardware, hj)
+	}
+	return out
 }
 
 func hardwareString(hw []core.Hardware) string {

@@ -360,6 +360,38 @@ func TestRunPluginsKernels(t *testing.T) {
 			t.Errorf("plugins --kernels: no %q in:\n%s", want, r.stdout)
 		}
 	}
+	// The JSON spells methods and platforms by name, as the table does.
+	r = host(t, bins, "", "plugins", "--kernels", "--json", "--plugin-dir", bins.PluginDir)
+	var rows []struct {
+		Plugin, Name string
+		Kernels      []struct {
+			Name, Method string
+			Hardware     []struct{ Platforms []string }
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || r.code != 0 {
+		t.Fatalf("plugins --kernels --json: exit %d, %v:\n%s", r.code, err, r.stdout)
+	}
+	methods, platforms := map[string]bool{}, map[string]bool{}
+	for _, row := range rows {
+		for _, k := range row.Kernels {
+			if _, err := core.ParseMethod(k.Method); err != nil {
+				t.Errorf("%s %s: method %q is not a method's name", row.Name, k.Name, k.Method)
+			}
+			methods[k.Method] = true
+			for _, h := range k.Hardware {
+				for _, p := range h.Platforms {
+					if pl, err := core.ParsePlatform(p); err != nil || pl == core.PlatformUnset {
+						t.Errorf("%s %s: platform %q is not a platform's name", row.Name, k.Name, p)
+					}
+					platforms[p] = true
+				}
+			}
+		}
+	}
+	if len(methods) < 5 || !platforms["cuda"] || !platforms["hip"] || !platforms["npu"] {
+		t.Errorf("plugins --kernels --json: methods %v, platforms %v", methods, platforms)
+	}
 }
 
 // fillFast fills b with a cheap pseudo-random pattern of small floats.
