@@ -14,7 +14,8 @@ type Rule struct {
 	Name string
 	// AliasOf, when set, names the rule this one shares its rules with.
 	AliasOf string
-	// Deprecated, when set, is logged once, the first time the name is asked.
+	// Deprecated, when set, is logged once (MsgDeprecatedName), the first
+	// time the name is asked.
 	Deprecated string
 	// Decide returns the method for a valid request. It must be pure and
 	// read no fact outside Reads.
@@ -35,6 +36,11 @@ type Logger interface {
 	// Warn logs a message at warning level with key/value pairs.
 	Warn(msg string, args ...any)
 }
+
+// MsgDeprecatedName is the message a RuleBackend logs the first time a
+// deprecated name is asked. A host that routes names warns of them itself,
+// once per process, and logs a plugin's line with this message at Debug.
+const MsgDeprecatedName = "deprecated backend name"
 
 // RuleBackend is a Backend made of Rules, the usual way to write a plugin.
 // It is safe for concurrent use.
@@ -116,7 +122,7 @@ func (b *RuleBackend) Dispatch(ctx context.Context, req *Request) (Method, error
 	}
 	if e.rule.Deprecated != "" && b.logger != nil {
 		e.once.Do(func() {
-			b.logger.Warn("deprecated backend name", "backend", req.Backend, "use", e.rule.AliasOf, "reason", e.rule.Deprecated)
+			b.logger.Warn(MsgDeprecatedName, "backend", req.Backend, "use", e.rule.AliasOf, "reason", e.rule.Deprecated)
 		})
 	}
 	return e.rule.Decide(req), nil

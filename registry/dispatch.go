@@ -150,6 +150,7 @@ func (d *Dispatcher) BeginInto(p *Pass, batch *core.Batch, runtime *core.Runtime
 	if err := p.req.Validate(); err != nil {
 		return err
 	}
+	d.r.noteDeprecated(p.rt)
 	p.sum = sums{prefix: batch.PrefixSum(), seq: batch.SeqSum()}
 	if p.rt.cached() != nil {
 		p.batchKey = p.rt.handler.Reads.BatchKey(&p.req, p.sum.prefix, p.sum.seq)
@@ -181,6 +182,7 @@ func (r *Registry) dispatch(ctx context.Context, rt *route, req *core.Request) (
 	if err := req.Validate(); err != nil {
 		return core.Answer{}, err
 	}
+	r.noteDeprecated(rt)
 	if c := rt.cached(); c != nil && !r.closed.Load() {
 		if m, ok := c.get(rt.handler.Reads.Key(req)); ok {
 			return core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}, nil
@@ -263,6 +265,17 @@ func (r *Registry) succeeded(p *plugin) {
 // maxUnknownLogged bounds the names remembered for the once-per-name log.
 const maxUnknownLogged = 1024
 
+// noteDeprecated warns, once per registry and name, that a request asked
+// the deprecated name of rt, unless Config.QuietDeprecated.
+func (r *Registry) noteDeprecated(rt *route) {
+	if rt == nil || rt.handler.Deprecated == "" || r.cfg.QuietDeprecated {
+		return
+	}
+	if _, loaded := r.deprecated.LoadOrStore(rt.name, true); !loaded {
+		r.log.Warn(core.MsgDeprecatedName, "backend", rt.name, "use", rt.handler.AliasOf, "reason", rt.handler.Deprecated)
+	}
+}
+
 func (r *Registry) noteUnknown(name string) {
 	if name == core.TritonName || r.nUnknown.Load() >= maxUnknownLogged {
 		return
@@ -337,6 +350,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 			continue
 		}
 		rt := t.routes[req.Backend]
+		r.noteDeprecated(rt)
 		if rt == nil || rt.plugin == nil || rt.plugin.unsupportedWhy() != "" {
 			a, err := r.decide(ctx, rt, req)
 			out[i] = Result{a, err}

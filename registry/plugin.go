@@ -137,12 +137,13 @@ func launch(ctx context.Context, cfg *Config, path, sum string, logger hclog.Log
 	cmd.Env = append(cmd.Env,
 		"ATTNPLUG_PLUGIN_LOG_LEVEL="+cfg.pluginLogLevel(),
 		wire.EnvParentPipe+"=3")
+	plog := newPluginLogger(logger)
 	cc := &goplugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
 		VersionedPlugins: wire.VersionedPlugins(nil),
 		Cmd:              cmd,
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		Logger:           logger,
+		Logger:           plog,
 		StartTimeout:     cfg.StartTimeout,
 		AutoMTLS:         true,
 		GRPCDialOptions:  wire.DialOptions(),
@@ -175,6 +176,7 @@ func launch(ctx context.Context, cfg *Config, path, sum string, logger hclog.Log
 			done <- result{err: err}
 			return
 		}
+		plog.started.Store(true)
 		raw, err := rpc.Dispense(wire.PluginName)
 		done <- result{raw: raw, err: err}
 	}()
@@ -187,6 +189,12 @@ func launch(ctx context.Context, cfg *Config, path, sum string, logger hclog.Log
 		return nil, ctx.Err()
 	}
 	if res.err != nil {
+		if cmd.Process != nil {
+			// The process never started as a plugin: end its process group
+			// too, so that no child it forked keeps the pipes open that
+			// go-plugin waits on.
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
 		inst.kill() // waits for go-plugin's stderr reader: the tail is whole
 		return nil, startError(res.err, cfg, path, sum, cc.Stderr.(*stderrTail).lastLines())
 	}

@@ -65,6 +65,10 @@ type Config struct {
 	// InsecurePluginDir turns off the refusal of plugin directories and
 	// binaries that other users can write.
 	InsecurePluginDir bool
+	// QuietDeprecated does not warn of requests for deprecated names (a
+	// tool that asks every name on purpose sets it); by default the first
+	// request for each is logged at Warn.
+	QuietDeprecated bool
 }
 
 func (c *Config) setDefaults() {
@@ -172,6 +176,8 @@ type Registry struct {
 	fallbacks fallbackLog
 	unknown   sync.Map // names answered by triton that were logged once
 	nUnknown  atomic.Int32
+	// deprecated holds the deprecated names whose use was logged.
+	deprecated sync.Map
 
 	reloadMu  sync.Mutex
 	lock      *Lock // the lock in force; replaced by Reload, under reloadMu

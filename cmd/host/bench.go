@@ -150,6 +150,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	h.quietDeprecated = true // every name is asked on purpose
 	trace := benchTrace(*passes, 1)
 	res := benchResult{Backend: *backend, Passes: *passes, Layers: deepSeekV3Layers}
 

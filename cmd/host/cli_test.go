@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/attnplug/attnplug/jsonl"
 )
@@ -239,5 +241,63 @@ func TestHelpLists(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLogsSayEachThingOnce: the deprecated nsa is warned of once per
+// process, not by demo; plugin lines carry no second timestamp; a hot
+// swap is logged at Info and nothing at Warn; binaries that never start
+// are reported once, without go-plugin's "failed to exit gracefully", and
+// one that forks a child holding its pipes does not hold the host.
+func TestLogsSayEachThingOnce(t *testing.T) {
+	tree, err := bins.CopyTree(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsa := `{"backend":"nsa","forward_mode":"DECODE"}` + "\n"
+	res := host(t, tree, nsa+nsa+nsa, "dispatch", "--log-level", "debug")
+	if n := strings.Count(res.stderr, "[WARN]  attnplug.registry: deprecated backend name: backend=nsa use=dsa"); n != 1 || res.code != 0 {
+		t.Errorf("dispatch of nsa three times: exit %d, %d deprecation warnings, want 1:\n%s", res.code, n, res.stderr)
+	}
+	if strings.Contains(res.stderr, "timestamp=") || strings.Contains(res.stderr, "@module=") {
+		t.Errorf("plugin lines carry their own timestamp or module:\n%s", res.stderr)
+	}
+	if res := host(t, tree, "", "demo"); res.code != 0 || strings.Contains(res.stderr, "deprecated") {
+		t.Errorf("demo: exit %d, stderr:\n%s", res.code, res.stderr)
+	}
+
+	srv := startServer(t, tree, nil, "--plugin-dir", tree.PluginDir)
+	replaceBinary(t, bins.Plugin("fa3"), tree.Plugin("fa3"), []byte("rebuilt"))
+	if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	for !strings.Contains(srv.stderr.String(), "plugin swapped") && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	log := srv.stderr.String()
+	if !strings.Contains(log, "[INFO]  attnplug.registry: plugin swapped: plugin=fa3") {
+		t.Errorf("no swap logged at Info:\n%s", log)
+	}
+	if strings.Contains(log, "[WARN]") || strings.Contains(log, "[ERROR]") {
+		t.Errorf("a successful swap logged a warning or an error:\n%s", log)
+	}
+
+	for name, script := range map[string]string{"broken": "#!/bin/sh\nexit 1\n", "chatty": "#!/bin/sh\necho hello\nsleep 600\n"} {
+		if err := os.WriteFile(filepath.Join(tree.PluginDir, "attnplug-backend-"+name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res = host(t, tree, "", "plugins", "--no-cache")
+	if res.code != 0 {
+		t.Fatalf("plugins: exit %d: %s", res.code, res.stderr)
+	}
+	for _, no := range []string{"failed to exit gracefully", "[ERROR]"} {
+		if strings.Contains(res.stderr, no) {
+			t.Errorf("plugins logged %q:\n%s", no, res.stderr)
+		}
+	}
+	if n := strings.Count(res.stderr, "plugin not usable"); n != 2 {
+		t.Errorf("%d lines say a plugin is not usable, want 2:\n%s", n, res.stderr)
 	}
 }

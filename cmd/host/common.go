@@ -39,6 +39,9 @@ type hostFlags struct {
 	noLock bool
 	// lock is the lock file openRegistry used; nil when none.
 	lock *registry.Lock
+	// quietDeprecated: the command asks deprecated names on purpose (demo,
+	// bench), so their use is not warned of.
+	quietDeprecated bool
 }
 
 // register adds the host flags to fs, but those named in without: the
@@ -256,6 +259,7 @@ func (h *hostFlags) openRegistry(ctx context.Context, logger hclog.Logger) (*reg
 		CallTimeout:       h.callTimeout,
 		Strict:            h.strict,
 		InsecurePluginDir: h.insecureDir,
+		QuietDeprecated:   h.quietDeprecated,
 	}
 	if !h.noLock {
 		if cfg.Lock, err = h.readLock(dirs); err != nil {

@@ -54,6 +54,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err := noArgs(fs, ""); err != nil {
 		return err
 	}
+	h.quietDeprecated = true // every name is asked on purpose
 	batches, err := loadDemoBatches()
 	if err != nil {
 		return err

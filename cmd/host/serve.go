@@ -363,7 +363,10 @@ func (s *dispatchServer) reload(ctx context.Context) ([]registry.Change, error) 
 	}
 	for _, c := range changes {
 		s.metrics.swapped(c)
-		s.log.Info("reload", "plugin", c.Plugin, "action", c.Action, "old_version", c.OldVersion, "new_version", c.NewVersion, "reason", c.Reason)
+		// The registry logs swaps (Info) and rejections (Warn) itself.
+		if c.Action != "swapped" && c.Action != "rejected" {
+			s.log.Info("reload", "plugin", c.Plugin, "action", c.Action, "old_version", c.OldVersion, "new_version", c.NewVersion)
+		}
 	}
 	if len(changes) == 0 {
 		s.log.Info("reload: no plugin changed")
