@@ -594,12 +594,20 @@ func TestReportJSONShape(t *testing.T) {
 	if _, ok := cpu["amx"]; !ok {
 		t.Errorf("cpu has no amx key: %s", top["cpu"])
 	}
-	var def map[string]string
+	var def struct {
+		MLA, DSA string
+		SGLang   map[string]string `json:"sglang_default"`
+	}
 	if err := json.Unmarshal(top["default_backend"], &def); err != nil {
 		t.Fatal(err)
 	}
-	if def["mla"] != "triton" || def["dsa"] != "triton" {
-		t.Errorf("default_backend: got %v, want mla=triton dsa=triton (DSA needs sm90)", def)
+	if def.MLA != "triton" || def.DSA != "triton" {
+		t.Errorf("default_backend: got %+v, want mla=triton dsa=triton (DSA needs sm90)", def)
+	}
+	// sglang itself picks dsa: the JSON says so, and why attnplug does not.
+	wantWhy := "dsa: sglang picks dsa, which cannot run here (needs compute capability 9.0 or newer, lowest usable GPU has 8.9); attnplug falls back to triton"
+	if def.SGLang["mla"] != "triton" || def.SGLang["dsa"] != "dsa" || def.SGLang["reason"] != wantWhy {
+		t.Errorf("default_backend.sglang_default: got %v, want mla=triton dsa=dsa reason %q", def.SGLang, wantWhy)
 	}
 	var back Report
 	if err := json.Unmarshal(b, &back); err != nil {

@@ -20,6 +20,9 @@ func WriteTable(w io.Writer, r *Report) error {
 	cpu := strings.TrimSpace(strings.Join([]string{orUnknown(r.CPU.Arch), r.CPU.Vendor, r.CPU.Model}, "  "))
 	fmt.Fprintf(tw, "platform:\t%s\n", r.Platform)
 	fmt.Fprintf(tw, "default backend:\tmla=%s  dsa=%s\n", r.DefaultBackend.MLA, r.DefaultBackend.DSA)
+	if sg := r.DefaultBackend.SGLangDefault; sg != nil {
+		fmt.Fprintf(tw, "sglang's default:\tmla=%s  dsa=%s (%s)\n", sg.MLA, sg.DSA, sg.Reason)
+	}
 	fmt.Fprintf(tw, "cpu:\t%s\n", cpu)
 	fmt.Fprintf(tw, "amx:\t%s", amx)
 	if r.CPU.Reason != "" {

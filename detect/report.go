@@ -133,6 +133,21 @@ type DefaultBackend struct {
 	MLA string `json:"mla"`
 	// DSA is the default for DeepSeek-V3.2 (DeepSeek sparse attention).
 	DSA string `json:"dsa"`
+	// SGLangDefault is sglang's own choice where attnplug's differs (DSA
+	// on sm80-89 and on XPU, where sglang picks dsa and attnplug falls back
+	// to triton), so that scripts that mirror sglang keep working; nil
+	// where they agree.
+	SGLangDefault *SGLangDefault `json:"sglang_default,omitempty"`
+}
+
+// SGLangDefault is sglang's default attention backend for each attention
+// kind, and why attnplug's default differs from it.
+type SGLangDefault struct {
+	MLA string `json:"mla"`
+	DSA string `json:"dsa"`
+	// Reason says, per attention kind that differs, why attnplug chose
+	// otherwise.
+	Reason string `json:"reason"`
 }
 
 // PluginInfo is one plugin the host found, filled in by the host.

@@ -391,19 +391,37 @@ func defaultBackend(r *Report, attention string, tp int) string {
 	return "torch_native"
 }
 
-// defaults computes Report.DefaultBackend with no overrides.
+// defaults computes Report.DefaultBackend with no overrides: the backend
+// Select picks, and sglang's own choice where that differs (sglang's
+// default that this hardware cannot run, which Select replaces by triton).
 func defaults(r *Report) DefaultBackend {
 	var out DefaultBackend
+	sg := SGLangDefault{}
+	var why []string
 	for _, att := range []string{AttentionMLA, AttentionDSA} {
-		name := defaultBackend(r, att, r.TPSize)
+		sglang := defaultBackend(r, att, r.TPSize)
+		name := sglang
 		if s, err := Select(r, SelectOptions{Attention: att}); err == nil {
 			name = s.Prefill
 		}
-		if att == AttentionMLA {
-			out.MLA = name
-		} else {
-			out.DSA = name
+		if name != sglang {
+			reason := "attnplug's requirement table refuses it here"
+			if q, ok := backendRequirements()[sglang]; ok {
+				if good, w := q.Satisfied(*r); !good {
+					reason = w
+				}
+			}
+			why = append(why, fmt.Sprintf("%s: sglang picks %s, which cannot run here (%s); attnplug falls back to %s", att, sglang, reason, name))
 		}
+		if att == AttentionMLA {
+			out.MLA, sg.MLA = name, sglang
+		} else {
+			out.DSA, sg.DSA = name, sglang
+		}
+	}
+	if len(why) > 0 {
+		sg.Reason = strings.Join(why, "; ")
+		out.SGLangDefault = &sg
 	}
 	return out
 }

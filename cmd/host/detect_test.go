@@ -43,8 +43,13 @@ type detectJSON struct {
 		AMX bool `json:"amx"`
 	} `json:"cpu"`
 	DefaultBackend struct {
-		MLA string `json:"mla"`
-		DSA string `json:"dsa"`
+		MLA    string `json:"mla"`
+		DSA    string `json:"dsa"`
+		SGLang *struct {
+			MLA    string `json:"mla"`
+			DSA    string `json:"dsa"`
+			Reason string `json:"reason"`
+		} `json:"sglang_default"`
 	} `json:"default_backend"`
 	Plugins []struct {
 		Name   string   `json:"name"`
@@ -119,6 +124,16 @@ func TestDetectFixturesJSON(t *testing.T) {
 			}
 			if got.DefaultBackend.MLA != tt.mla || got.DefaultBackend.DSA != tt.dsa {
 				t.Errorf("default backend: got mla=%s dsa=%s, want mla=%s dsa=%s", got.DefaultBackend.MLA, got.DefaultBackend.DSA, tt.mla, tt.dsa)
+			}
+			// Where attnplug's DSA default differs from sglang's (sm80-89,
+			// XPU), sglang's own choice comes along with the reason.
+			sg := got.DefaultBackend.SGLang
+			differs := slices.Contains([]string{"a100", "rtx4090", "nvidia_plus_igpu", "intel_max1550"}, tt.fixture)
+			switch {
+			case differs && (sg == nil || sg.MLA != tt.mla || sg.DSA != "dsa" || !strings.HasPrefix(sg.Reason, "dsa: sglang picks dsa, which cannot run here (needs ")):
+				t.Errorf("sglang_default: got %+v, want mla=%s dsa=dsa with the reason", sg, tt.mla)
+			case !differs && sg != nil:
+				t.Errorf("sglang_default: got %+v where attnplug agrees with sglang", sg)
 			}
 			if got.CPU.AMX != tt.amx {
 				t.Errorf("cpu.amx: got %v, want %v", got.CPU.AMX, tt.amx)
