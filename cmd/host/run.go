@@ -152,8 +152,9 @@ type runAnswer struct {
 	// Emulated: the reference CPU kernels ran the kernel's math.
 	Emulated bool  `json:"emulated"`
 	TimeNS   int64 `json:"time_ns"`
-	// RelError is max|out-ref|/max|ref| against the float64 reference
-	// (the sparse one for DSA layers).
+	// RelError is max|out-ref|/max|ref| against the float64 reference of
+	// the math that ran (sparse attention over the top-k for a sparse
+	// kernel, dense attention otherwise).
 	RelError float64 `json:"rel_error"`
 	// KernelPlugin is who ran the kernel ("core": this process).
 	KernelPlugin string `json:"kernel_plugin"`
@@ -161,6 +162,9 @@ type runAnswer struct {
 	KernelFallback string `json:"kernel_fallback,omitempty"`
 	Sparse         bool   `json:"sparse,omitempty"`
 	Note           string `json:"note,omitempty"`
+	// OutsideSGLang, when set, says why the request is one sglang would
+	// not make (dense attention on a DSA layer past the top-k).
+	OutsideSGLang string `json:"outside_sglang,omitempty"`
 
 	out []float32 // the kernel's output, for tests
 }
@@ -265,8 +269,11 @@ func runRequest(ctx context.Context, reg *registry.Registry, o runOptions, req *
 	if err != nil {
 		return nil, err
 	}
+	// The reference of the math that ran: the sparse attention over the
+	// top-k for a sparse kernel, dense attention for a dense one, on a DSA
+	// layer too (dsa_use_mha).
 	var want []float64
-	if sparseLayer {
+	if ka.Sparse {
 		want, err = kernels.SparseReference(cfg, b, raw)
 	} else {
 		want, err = kernels.Reference(cfg, b, raw)
@@ -274,12 +281,39 @@ func runRequest(ctx context.Context, reg *registry.Registry, o runOptions, req *
 	if err != nil {
 		return nil, core.NewFieldError("tensors", err.Error())
 	}
-	return &runAnswer{
+	a := &runAnswer{
 		Method: ans.Method.String(), Handler: ans.Handler, Plugin: ans.Plugin, Fallback: ans.Fallback,
 		Kernel: ka.Kernel, Library: ka.Library, Emulated: ka.Emulated, TimeNS: ka.TimeNS,
 		RelError: kernels.RelError(out, want), KernelPlugin: ka.Plugin, KernelFallback: ka.Fallback,
 		Sparse: ka.Sparse, Note: ka.Note, out: slices.Clone(out),
-	}, nil
+	}
+	if longest := slices.Max(b.SeqLens); sparseLayer && !ka.Sparse && longest > topK {
+		// Dense attention sees every key, the DSA layer only the top-k:
+		// sglang runs a DSA layer dense only when no sequence is longer
+		// than the top-k, where the two agree.
+		sparse, err := kernels.SparseReference(cfg, b, raw)
+		if err != nil {
+			return nil, core.NewFieldError("tensors", err.Error())
+		}
+		forced := ""
+		if req.Runtime.DSAUseMHAGiven() {
+			forced = " (dsa_use_mha forced it here)"
+		}
+		a.OutsideSGLang = fmt.Sprintf("outside what sglang would choose: %s runs dense attention over a sequence of %d tokens on a DSA layer with top_k %d, "+
+			"and sglang runs a DSA layer dense only when no sequence is longer than the top-k%s; "+
+			"rel_error is against dense attention, which differs from the layer's sparse attention by %.3g",
+			a.Method, longest, topK, forced, kernels.RelError(toFloat32(want), sparse))
+	}
+	return a, nil
+}
+
+// toFloat32 converts v to float32.
+func toFloat32(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
 }
 
 // checkTensorBytes refuses a line whose tensors take more than limit bytes,

@@ -757,3 +757,38 @@ func TestRunChecksShapesBeforeDecoding(t *testing.T) {
 		t.Errorf("run's peak RSS grew %d MiB, dispatch's %d MiB: more than reading the line takes", run>>20, read>>20)
 	}
 }
+
+// TestRunDenseDSAPastTopKSaysSo: dsa_use_mha forcing dense attention on a
+// DSA layer whose sequence is longer than the top-k is compared with
+// dense attention, the math that ran, and the answer says the request is
+// outside what sglang would choose and by how much dense differs from the
+// layer's sparse attention; within the top-k it says nothing.
+func TestRunDenseDSAPastTopKSaysSo(t *testing.T) {
+	reg := openTestRegistry(t, bins.PluginDir)
+	o := defaultRunOptions()
+	o.topK = 8
+	seed := uint64(9)
+	for _, tc := range []struct {
+		seq     int64
+		outside bool
+	}{{40, true}, {8, false}} {
+		req := core.NewRequest("dsa", core.ModeExtend)
+		req.Batch.ExtendPrefixLens, req.Batch.SeqLens, req.Batch.MaxChunkCapacity = []int64{0}, []int64{tc.seq}, 1<<17
+		req.Layer.UseDSA = true
+		req.Runtime.DSAUseMHA, req.Runtime.DSAUseMHASet = true, true
+		a, err := runRequest(testContext(t), reg, o, &req, &tensorSpec{Random: &seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Method != "MHA_ONE_SHOT" || a.Sparse || a.RelError > 1e-5 {
+			t.Errorf("seq %d: got %s sparse=%v rel_error %.3g, want a dense MHA_ONE_SHOT within 1e-5 of dense attention", tc.seq, a.Method, a.Sparse, a.RelError)
+		}
+		want := fmt.Sprintf("outside what sglang would choose: MHA_ONE_SHOT runs dense attention over a sequence of %d tokens on a DSA layer with top_k 8", tc.seq)
+		if got := a.OutsideSGLang; tc.outside != strings.HasPrefix(got, want) || !tc.outside && got != "" {
+			t.Errorf("seq %d: outside_sglang %q, want it to start %q: %v", tc.seq, got, want, tc.outside)
+		}
+		if tc.outside && !strings.Contains(a.OutsideSGLang, "(dsa_use_mha forced it here)") {
+			t.Errorf("outside_sglang %q does not name dsa_use_mha", a.OutsideSGLang)
+		}
+	}
+}
