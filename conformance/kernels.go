@@ -106,14 +106,7 @@ func (s *suite) runKernel(ctx context.Context, kr core.KernelRunner, name string
 	if err != nil {
 		return 0, err
 	}
-	copy(in.QNope, raw.QNope)
-	copy(in.QPe, raw.QPe)
-	copy(in.Positions, raw.Positions)
-	copy(in.CKV, raw.CKV)
-	copy(in.KPe, raw.KPe)
-	copy(in.WKC, raw.WKC)
-	copy(in.WVC, raw.WVC)
-	copy(in.TopKIndices, raw.TopKIndices)
+	in.CopyInputs(&raw)
 	req := &core.KernelRequest{
 		Backend: name, Method: k.Method, Dims: backendkit.Dims(cfg),
 		SeqLens: []int64{7, 3}, PrefixLens: []int64{5, 0},

@@ -100,6 +100,19 @@ type Tensors struct {
 	TopKIndices []int32
 }
 
+// CopyInputs copies the inputs of src into t's (views of a buffer of the
+// same layout, usually); lengths that differ copy the shorter.
+func (t *Tensors) CopyInputs(src *Tensors) {
+	copy(t.QNope, src.QNope)
+	copy(t.QPe, src.QPe)
+	copy(t.Positions, src.Positions)
+	copy(t.CKV, src.CKV)
+	copy(t.KPe, src.KPe)
+	copy(t.WKC, src.WKC)
+	copy(t.WVC, src.WVC)
+	copy(t.TopKIndices, src.TopKIndices)
+}
+
 // Field locates one named tensor inside a flat buffer of 4-byte elements.
 type Field struct {
 	// Name is the tensor's snake_case name ("q_nope", "c_kv", ..., "out").

@@ -258,7 +258,7 @@ func runRequest(ctx context.Context, reg *registry.Registry, o runOptions, req *
 	if err != nil {
 		return nil, err
 	}
-	copyTensors(&dst, &raw)
+	dst.CopyInputs(&raw)
 	kreq := &core.KernelRequest{
 		Backend: ans.Handler, Method: ans.Method, Dims: backendkit.Dims(cfg),
 		SeqLens: req.Batch.SeqLens, PrefixLens: prefixLens(b),

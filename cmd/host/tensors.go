@@ -232,18 +232,6 @@ func inputs(cfg kernels.Config, b kernels.BatchShape, spec *tensorSpec) (kernels
 	return t, nil
 }
 
-// copyTensors copies the inputs of src into the views of dst.
-func copyTensors(dst, src *kernels.Tensors) {
-	copy(dst.QNope, src.QNope)
-	copy(dst.QPe, src.QPe)
-	copy(dst.Positions, src.Positions)
-	copy(dst.CKV, src.CKV)
-	copy(dst.KPe, src.KPe)
-	copy(dst.WKC, src.WKC)
-	copy(dst.WVC, src.WVC)
-	copy(dst.TopKIndices, src.TopKIndices)
-}
-
 // member is one member of a JSON object: its key and its value as
 // written, a slice of the object's bytes.
 type member struct {

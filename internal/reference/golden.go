@@ -63,6 +63,15 @@ func GoldenPath(dir string) (string, error) {
 	return filepath.Join(root, "internal", "reference", "testdata", GoldenName), nil
 }
 
+// LoadGolden reads the golden file of the repository that holds dir.
+func LoadGolden(dir string) (*Golden, error) {
+	path, err := GoldenPath(dir)
+	if err != nil {
+		return nil, err
+	}
+	return ReadGolden(path)
+}
+
 // MakeGolden generates n requests from seed and asks the oracle for their
 // answers; a request the reference cannot answer is an error.
 func MakeGolden(ctx context.Context, o *Oracle, n int, seed [2]uint64, defaultPlatform string) (*Golden, error) {

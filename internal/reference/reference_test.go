@@ -37,11 +37,7 @@ func oracle(t *testing.T) *reference.Oracle {
 // without python3 or the reference file, so every make test checks
 // fidelity.
 func TestRulesMatchGolden(t *testing.T) {
-	path, err := reference.GoldenPath(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := reference.ReadGolden(path)
+	g, err := reference.LoadGolden(".")
 	if err != nil {
 		t.Fatalf("%v (make golden writes it when the reference is present)", err)
 	}
@@ -60,11 +56,7 @@ func TestRulesMatchGolden(t *testing.T) {
 // made from this very file, and sglang's code still gives its answers.
 func TestGoldenIsCurrent(t *testing.T) {
 	o := oracle(t)
-	path, err := reference.GoldenPath(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := reference.ReadGolden(path)
+	g, err := reference.LoadGolden(".")
 	if err != nil {
 		t.Fatal(err)
 	}
