@@ -158,14 +158,14 @@ def _target(address):
         return "unix://" + os.path.abspath(address[len("unix:"):])
     if address.startswith("tcp://"):
         return address[len("tcp://"):]
-    if address.startswith("/"):
-        return "unix://" + address
+    if address.startswith("/") or address.startswith("."):
+        return "unix://" + os.path.abspath(address)
     return address
 
 
 class Client:
     """A connection to ``attnplug serve`` at address (``unix:///path``,
-    ``unix:relative/path``, a bare absolute path, ``host:port`` or
+    ``unix:relative/path``, a path starting with / or ., ``host:port`` or
     ``tcp://host:port``; default: default_address()).
 
     Every call takes ``timeout`` seconds at most (default 2). A call that

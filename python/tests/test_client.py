@@ -75,6 +75,18 @@ class ClientTest(unittest.TestCase):
         with serve.Server(tcp=True) as s, Client("tcp://" + s.address) as c:
             self.assertEqual(c.dispatch({"backend": "fa4", "forward_mode": "DECODE"}).method, "MHA_CHUNKED_KV")
 
+    def test_socket_path(self):
+        # A path starting with / or . is a unix socket, as for --connect.
+        sock = self.server.socket
+        cwd = os.getcwd()
+        try:
+            os.chdir(os.path.dirname(sock))
+            for addr in (sock, "./" + os.path.basename(sock)):
+                with Client(addr) as c:
+                    self.assertEqual(c.dispatch({"backend": "fa3", "forward_mode": "DECODE"}).method, "MLA", addr)
+        finally:
+            os.chdir(cwd)
+
     def test_unreachable(self):
         with tempfile.TemporaryDirectory() as d, Client("unix://" + os.path.join(d, "none.sock"), timeout=0.5) as c:
             with self.assertRaises(ServerUnavailable):
