@@ -271,7 +271,7 @@ func TestDetectSelectForced(t *testing.T) {
 		t.Errorf("--decode-backend trtllm_mla on h100: exit %d, stderr %q", res.code, res.stderr)
 	}
 	res = host(t, bins, "", "detect", "--root", h100, "--backend", "no_such")
-	if res.code != 1 || !strings.Contains(res.stderr, "unknown attention backend") {
+	if res.code != 2 || !strings.Contains(res.stderr, "unknown attention backend") { // a usage error
 		t.Errorf("unknown backend: exit %d, stderr %q", res.code, res.stderr)
 	}
 }

@@ -130,7 +130,7 @@ func TestConformCommandFails(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2\n%s", args, r.code, r.stderr)
 		}
 	}
-	if r := host(t, "", nil, "conform", t.TempDir()+"/no-such-plugin"); r.code != 1 || !strings.Contains(r.stderr, "no such file") {
+	if r := host(t, "", nil, "conform", t.TempDir()+"/no-such-plugin"); r.code != 2 || !strings.Contains(r.stderr, "no such file") { // a usage error
 		t.Errorf("conform on a missing binary: exit %d\n%s", r.code, r.stderr)
 	}
 }
