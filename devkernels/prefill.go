@@ -176,7 +176,9 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 		}
 		name := fmt.Sprintf("chunk%d", c)
 		p.Metadata = append(p.Metadata, core.MetaBuffer{Name: name, Int32s: r})
-		ws := func(param string, off int64) core.Arg { return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off} }
+		ws := func(param string, off int64) core.Arg {
+			return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off}
+		}
 		p.Launches = append(p.Launches,
 			pass(ptr("k", "k_prefix"), ptr("v", "v_prefix"), ws("out", 0), ws("lse", outBytes), name, 0),
 			core.Launch{Module: ModuleMHAPrefill, Entry: EntryMergeState,
