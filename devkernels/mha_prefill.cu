@@ -3,7 +3,7 @@
 //
 // Layout (sglang's ragged prefill): q [tq, heads, 192], k [tk, heads, 192],
 // v [tk, heads, 128]; request r's queries are rows cu_q[r]..cu_q[r+1] and its
-// keys rows cu_k[r]..cu_k[r+1]; out [tq, heads, 128] bf16 and lse [tq, heads]
+// keys rows k_ranges[2r]..k_ranges[2r+1]; out [tq, heads, 128] bf16 and lse [tq, heads]
 // f32 (natural log of the sum of exp(scale * q.k)). Causal masks align the
 // queries to the end of the keys: query i of n sees keys up to kn - n + i.
 //
@@ -70,7 +70,7 @@ __device__ __forceinline__ u32 swz(int r, int ch, int rowbytes) {
 extern "C" __global__ void __launch_bounds__(NT, 1)
     mha_prefill(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                 bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ cu_q,
-                const int* __restrict__ cu_k, const int* __restrict__ schedule, int heads, int causal,
+                const int* __restrict__ k_ranges, const int* __restrict__ schedule, int heads, int causal,
                 float scale_log2) {
     constexpr int QB = DQK * 2, VB = DVV * 2; // row bytes: 384 (3 lines), 256 (2 lines)
     extern __shared__ __align__(128) unsigned char smem[];
@@ -81,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const int req = schedule[4 * blockIdx.x], q0 = schedule[4 * blockIdx.x + 1];
     const int h = blockIdx.y;
     const int qs = cu_q[req], qn = cu_q[req + 1] - qs;
-    const int ks = cu_k[req], kn = cu_k[req + 1] - ks;
+    const int ks = k_ranges[2 * req], kn = k_ranges[2 * req + 1] - ks;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const long long qstride = (long long)heads * DQK, vstride = (long long)heads * DVV;
     const int off = kn - qn; // causal offset of query 0
