@@ -31,23 +31,51 @@ type Env struct {
 // them. The error wraps cuda.ErrUnavailable on a machine without a GPU
 // and core.ErrNoPlan when no NVRTC is found.
 func Open() (*Env, error) {
+	e, err := OpenDevice()
+	if err != nil {
+		return nil, err
+	}
+	var b devkernels.Builder
+	mods, err := b.Modules(e.Exec.Device())
+	if err == nil {
+		err = e.Load(mods)
+	}
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// OpenDevice opens CUDA device 0 with no kernel modules loaded: a host
+// loads the ones its plugins hand over (Load).
+func OpenDevice() (*Env, error) {
 	dev, err := cuda.Open()
 	if err != nil {
 		return nil, err
 	}
 	e := &Env{Dev: dev, Exec: cudaexec.NewExecutor(dev)}
-	var b devkernels.Builder
-	if e.Modules, err = b.Modules(e.Exec.Device()); err == nil {
-		err = e.Exec.Load(e.Modules)
-	}
-	if err == nil {
-		err = e.loadFill()
-	}
-	if err != nil {
+	if err := e.loadFill(); err != nil {
 		dev.Close()
+		if errors.Is(err, cuda.ErrNoNVRTC) {
+			err = fmt.Errorf("%w: %w", core.ErrNoPlan, err)
+		}
 		return nil, err
 	}
 	return e, nil
+}
+
+// Load loads modules into the executor (each name once, pinned by hash).
+func (e *Env) Load(mods []core.KernelModule) error {
+	if err := e.Exec.Load(mods); err != nil {
+		return err
+	}
+	for _, m := range mods {
+		if !slices.ContainsFunc(e.Modules, func(x core.KernelModule) bool { return x.Name == m.Name }) {
+			e.Modules = append(e.Modules, m)
+		}
+	}
+	return nil
 }
 
 func (e *Env) loadFill() error {
@@ -73,8 +101,13 @@ func (e *Env) loadFill() error {
 // Close releases the device.
 func (e *Env) Close() error {
 	e.Dev.Do(func(c *cuda.Ctx) error {
-		c.DestroyStream(e.stream)
-		return c.UnloadModule(e.fillMod)
+		if e.stream != 0 {
+			c.DestroyStream(e.stream)
+		}
+		if e.fillMod != 0 {
+			return c.UnloadModule(e.fillMod)
+		}
+		return nil
 	})
 	e.Exec.Close()
 	return e.Dev.Close()
