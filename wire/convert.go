@@ -182,6 +182,7 @@ func DescriptionToProto(d *core.Description) *pb.DescribeResponse {
 		Name:            d.Name,
 		Version:         d.Version,
 		ProtocolVersion: int32(d.ProtocolVersion),
+		DeviceCode:      d.DeviceCode,
 	}
 	for _, h := range d.Handlers {
 		ph := &pb.Handler{
@@ -218,6 +219,7 @@ func DescriptionFromProto(d *pb.DescribeResponse) (*core.Description, error) {
 		Name:            d.GetName(),
 		Version:         d.GetVersion(),
 		ProtocolVersion: int(d.GetProtocolVersion()),
+		DeviceCode:      d.GetDeviceCode(),
 	}
 	for _, h := range d.GetHandlers() {
 		if h.GetName() == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/attnplug/attnplug/core"
 	pb "github.com/attnplug/attnplug/wire/pluginv1"
@@ -38,7 +39,7 @@ func codeOf(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, core.ErrProtocol):
 		return codes.Internal
-	case errors.Is(err, core.ErrNoKernel):
+	case errors.Is(err, core.ErrNoKernel), errors.Is(err, core.ErrNoPlan):
 		return codes.Unimplemented
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
@@ -78,6 +79,21 @@ func FromStatus(err error) error {
 		return fmt.Errorf("%s: %s", st.Code(), st.Message())
 	}
 	return &remoteError{base: base, msg: st.Message()}
+}
+
+// fromStatusUnsupported is FromStatus for an RPC added to v1 after its
+// first release: Unimplemented (a plugin older than the RPC, or a backend
+// without the ability) wraps unsupported, the sentinel of the RPC's
+// ability, with the peer's message.
+func fromStatusUnsupported(err error, unsupported error) error {
+	if !Unsupported(err) {
+		return FromStatus(err)
+	}
+	msg := status.Convert(err).Message()
+	if !strings.Contains(msg, unsupported.Error()) {
+		msg = unsupported.Error() + ": " + msg
+	}
+	return &remoteError{base: unsupported, msg: msg}
 }
 
 // remoteError is an error that came over the wire: its text is the peer's,

@@ -11,8 +11,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Client is the host side of the protocol: a core.BatchBackend that asks a
-// plugin over a gRPC connection. It checks what comes back: an answer that
+// Client is the host side of the protocol: a core.BatchBackend,
+// core.Configurer, core.KernelRunner and core.KernelPlanner that asks a
+// plugin over a gRPC connection. Whether the plugin has kernels and device
+// code is in its description, since every method exists on a Client. It checks what comes back: an answer that
 // is not a known method is an error wrapping core.ErrProtocol. It is safe
 // for concurrent use.
 type Client struct {
@@ -89,12 +91,34 @@ func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []c
 // than the RunKernel RPC gets an error wrapping core.ErrNoKernel.
 func (c *Client) RunKernel(ctx context.Context, req *core.KernelRequest) (*core.KernelResult, error) {
 	resp, err := c.rpc.RunKernel(ctx, KernelRequestToProto(req))
-	if Unsupported(err) {
-		// A plugin older than the RPC, or one whose catalog lacks the kernel.
-		return nil, fmt.Errorf("%w: %s", core.ErrNoKernel, status.Convert(err).Message())
-	}
 	if err != nil {
-		return nil, FromStatus(err)
+		// Unimplemented: a plugin older than the RPC, or one whose catalog
+		// lacks the kernel.
+		return nil, fromStatusUnsupported(err, core.ErrNoKernel)
 	}
 	return KernelResultFromProto(resp), nil
+}
+
+// KernelModules asks the plugin for its device code for dev. A plugin
+// older than the RPC, or one without device code for dev, gives an error
+// wrapping core.ErrNoPlan. The images are returned as they arrived; the
+// caller checks their hashes.
+func (c *Client) KernelModules(ctx context.Context, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	resp, err := c.rpc.KernelModules(ctx, &pb.KernelModulesRequest{Device: deviceToProto(dev)})
+	if err != nil {
+		return nil, fmt.Errorf("kernel modules: %w", fromStatusUnsupported(err, core.ErrNoPlan))
+	}
+	return modulesFromProto(resp.GetModules()), nil
+}
+
+// PlanKernel asks the plugin for the launches that run req's kernel on
+// req's batch. A plugin older than the RPC, or one without a device plan
+// for req, gives an error wrapping core.ErrNoPlan. The caller checks the
+// plan (launch.Check) before it trusts it.
+func (c *Client) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
+	resp, err := c.rpc.PlanKernel(ctx, planRequestToProto(req))
+	if err != nil {
+		return nil, fmt.Errorf("plan kernel: %w", fromStatusUnsupported(err, core.ErrNoPlan))
+	}
+	return planFromProto(resp.GetPlan())
 }

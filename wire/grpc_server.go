@@ -138,3 +138,47 @@ func (s *Server) RunKernel(ctx context.Context, in *pb.RunKernelRequest) (*pb.Ru
 	}
 	return KernelResultToProto(res), nil
 }
+
+// KernelModules returns the device code of a backend that is a
+// core.KernelPlanner; any other backend answers Unimplemented, as a plugin
+// older than the RPC. Modules larger than the protocol's message limit are
+// refused here, as no device code, rather than failing the transport.
+func (s *Server) KernelModules(ctx context.Context, in *pb.KernelModulesRequest) (*pb.KernelModulesResponse, error) {
+	kp, ok := s.backend.(core.KernelPlanner)
+	if !ok {
+		return s.UnimplementedBackendServer.KernelModules(ctx, in)
+	}
+	dev, err := deviceFromProto(in.GetDevice(), "device")
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	mods, err := kp.KernelModules(ctx, dev)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	if n := modulesBytes(mods); n > MaxModulesBytes {
+		return nil, ToStatus(fmt.Errorf("%w: the kernel modules' images hold %d bytes, more than one answer carries (%d)", core.ErrNoPlan, n, MaxModulesBytes))
+	}
+	return &pb.KernelModulesResponse{Modules: modulesToProto(mods)}, nil
+}
+
+// PlanKernel plans a kernel for a backend that is a core.KernelPlanner;
+// any other backend answers Unimplemented.
+func (s *Server) PlanKernel(ctx context.Context, in *pb.PlanKernelRequest) (*pb.PlanKernelResponse, error) {
+	kp, ok := s.backend.(core.KernelPlanner)
+	if !ok {
+		return s.UnimplementedBackendServer.PlanKernel(ctx, in)
+	}
+	req, err := planRequestFromProto(in)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	p, err := kp.PlanKernel(ctx, &req)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	if p == nil {
+		return nil, ToStatus(fmt.Errorf("%w: plan kernel: the backend returned no plan and no error", core.ErrProtocol))
+	}
+	return &pb.PlanKernelResponse{Plan: planToProto(p)}, nil
+}

@@ -3,6 +3,7 @@ package vendortest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -282,6 +283,20 @@ func TestNewHostOldPlugin(t *testing.T) {
 	req.Runtime.Platform = core.PlatformCUDA
 	if m, err := c.Dispatch(ctx, &req); err != nil || m != core.MHA {
 		t.Errorf("wire.Client dispatch: %s, %v", m, err)
+	}
+	// Device code came after v1: the old plugin has none, and says so
+	// without failing.
+	dev := core.DeviceInfo{Platform: core.PlatformCUDA, ComputeCapability: 90}
+	if ms, err := c.KernelModules(ctx, dev); !errors.Is(err, core.ErrNoPlan) || errors.Is(err, core.ErrProtocol) || ms != nil {
+		t.Errorf("wire.Client kernel modules from a v1 plugin: %v, %v; want ErrNoPlan", ms, err)
+	}
+	preq := core.PlanRequest{Backend: "v1fixture", Method: core.MLA, DType: "bf16", Device: dev,
+		Shape: core.PlanShape{SeqLens: []int64{10}, QLens: []int64{1}, PageSize: 1, NumPages: 10}}
+	if p, err := c.PlanKernel(ctx, &preq); !errors.Is(err, core.ErrNoPlan) || p != nil {
+		t.Errorf("wire.Client plan kernel from a v1 plugin: %v, %v; want ErrNoPlan", p, err)
+	}
+	if m, err := c.Dispatch(ctx, &req); err != nil || m != core.MHA {
+		t.Errorf("wire.Client dispatch after the device RPCs: %s, %v", m, err)
 	}
 }
 

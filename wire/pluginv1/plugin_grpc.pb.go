@@ -31,6 +31,8 @@ const (
 	Backend_DispatchBatch_FullMethodName = "/attnplug.plugin.v1.Backend/DispatchBatch"
 	Backend_Configure_FullMethodName     = "/attnplug.plugin.v1.Backend/Configure"
 	Backend_RunKernel_FullMethodName     = "/attnplug.plugin.v1.Backend/RunKernel"
+	Backend_KernelModules_FullMethodName = "/attnplug.plugin.v1.Backend/KernelModules"
+	Backend_PlanKernel_FullMethodName    = "/attnplug.plugin.v1.Backend/PlanKernel"
 )
 
 // BackendClient is the client API for Backend service.
@@ -56,6 +58,17 @@ type BackendClient interface {
 	// Added after the first release of v1: a plugin without it answers
 	// UNIMPLEMENTED, which the host reads as "runs no kernels".
 	RunKernel(ctx context.Context, in *RunKernelRequest, opts ...grpc.CallOption) (*RunKernelResponse, error)
+	// KernelModules returns the plugin's device code for the device the
+	// host describes: compiled for it at this call, or chosen among images
+	// built in. The host calls it once per device and pins every image by
+	// SHA-256. Added after the first release of v1: a plugin without it
+	// answers UNIMPLEMENTED, which the host reads as "no device code".
+	KernelModules(ctx context.Context, in *KernelModulesRequest, opts ...grpc.CallOption) (*KernelModulesResponse, error)
+	// PlanKernel returns the launches that run a handler's kernel for one
+	// method on one batch; the host checks the plan and launches it on its
+	// own device memory, in its own process. UNIMPLEMENTED: no device plan
+	// (a plugin older than the RPC, or a kernel without device code).
+	PlanKernel(ctx context.Context, in *PlanKernelRequest, opts ...grpc.CallOption) (*PlanKernelResponse, error)
 }
 
 type backendClient struct {
@@ -116,6 +129,26 @@ func (c *backendClient) RunKernel(ctx context.Context, in *RunKernelRequest, opt
 	return out, nil
 }
 
+func (c *backendClient) KernelModules(ctx context.Context, in *KernelModulesRequest, opts ...grpc.CallOption) (*KernelModulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KernelModulesResponse)
+	err := c.cc.Invoke(ctx, Backend_KernelModules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendClient) PlanKernel(ctx context.Context, in *PlanKernelRequest, opts ...grpc.CallOption) (*PlanKernelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanKernelResponse)
+	err := c.cc.Invoke(ctx, Backend_PlanKernel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServer is the server API for Backend service.
 // All implementations must embed UnimplementedBackendServer
 // for forward compatibility.
@@ -139,6 +172,17 @@ type BackendServer interface {
 	// Added after the first release of v1: a plugin without it answers
 	// UNIMPLEMENTED, which the host reads as "runs no kernels".
 	RunKernel(context.Context, *RunKernelRequest) (*RunKernelResponse, error)
+	// KernelModules returns the plugin's device code for the device the
+	// host describes: compiled for it at this call, or chosen among images
+	// built in. The host calls it once per device and pins every image by
+	// SHA-256. Added after the first release of v1: a plugin without it
+	// answers UNIMPLEMENTED, which the host reads as "no device code".
+	KernelModules(context.Context, *KernelModulesRequest) (*KernelModulesResponse, error)
+	// PlanKernel returns the launches that run a handler's kernel for one
+	// method on one batch; the host checks the plan and launches it on its
+	// own device memory, in its own process. UNIMPLEMENTED: no device plan
+	// (a plugin older than the RPC, or a kernel without device code).
+	PlanKernel(context.Context, *PlanKernelRequest) (*PlanKernelResponse, error)
 	mustEmbedUnimplementedBackendServer()
 }
 
@@ -163,6 +207,12 @@ func (UnimplementedBackendServer) Configure(context.Context, *ConfigureRequest) 
 }
 func (UnimplementedBackendServer) RunKernel(context.Context, *RunKernelRequest) (*RunKernelResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RunKernel not implemented")
+}
+func (UnimplementedBackendServer) KernelModules(context.Context, *KernelModulesRequest) (*KernelModulesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method KernelModules not implemented")
+}
+func (UnimplementedBackendServer) PlanKernel(context.Context, *PlanKernelRequest) (*PlanKernelResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PlanKernel not implemented")
 }
 func (UnimplementedBackendServer) mustEmbedUnimplementedBackendServer() {}
 func (UnimplementedBackendServer) testEmbeddedByValue()                 {}
@@ -275,6 +325,42 @@ func _Backend_RunKernel_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_KernelModules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KernelModulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).KernelModules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_KernelModules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).KernelModules(ctx, req.(*KernelModulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backend_PlanKernel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanKernelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).PlanKernel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_PlanKernel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).PlanKernel(ctx, req.(*PlanKernelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Backend_ServiceDesc is the grpc.ServiceDesc for Backend service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -301,6 +387,14 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RunKernel",
 			Handler:    _Backend_RunKernel_Handler,
+		},
+		{
+			MethodName: "KernelModules",
+			Handler:    _Backend_KernelModules_Handler,
+		},
+		{
+			MethodName: "PlanKernel",
+			Handler:    _Backend_PlanKernel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
