@@ -19,11 +19,13 @@ import (
 )
 
 // Backend is a core.RuleBackend that runs its kernels: a core.Backend,
-// core.BatchBackend, core.Configurer and core.KernelRunner. It is safe for
-// concurrent use.
+// core.BatchBackend, core.Configurer and core.KernelRunner, and a
+// core.KernelPlanner that hands the host device code (device.go). It is
+// safe for concurrent use.
 type Backend struct {
 	*core.RuleBackend
-	host atomic.Pointer[core.HostInfo]
+	host    atomic.Pointer[core.HostInfo]
+	modules deviceModules
 
 	gpuOnce sync.Once
 	gpu     *cuda.Device // nil: no usable CUDA device, or turned off
