@@ -106,7 +106,7 @@ func (c descCache) put(key string, d *core.Description) error {
 
 // cacheFormat versions the entries: a core whose description changes
 // meaning bumps it, and old entries are then ignored.
-const cacheFormat = "v3" // v2: kernel catalogs, max_seq_len_at_most
+const cacheFormat = "v4" // v2: kernel catalogs, max_seq_len_at_most; v4: device_code
 
 func (c descCache) file(key string) string {
 	return filepath.Join(c.dir, "desc-"+cacheFormat+"-"+key+".json")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/wire"
@@ -211,7 +212,7 @@ func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (co
 			fmt.Errorf("plugin %s does not run on this host: %s", p.name, why)})
 	}
 	var m core.Method
-	inst, err := r.callPlugin(ctx, p, func(ctx context.Context, b batchClient) (err error) {
+	inst, err := r.callPlugin(ctx, p, dispatchCall, func(ctx context.Context, b batchClient) (err error) {
 		m, err = b.Dispatch(ctx, req)
 		return err
 	})
@@ -237,10 +238,22 @@ func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (co
 	return core.Answer{Method: m, Handler: rt.name, Plugin: p.name}, nil
 }
 
+// callLimit says which deadline a call to a plugin runs under.
+type callLimit int
+
+const (
+	// dispatchCall runs under Config.CallTimeout.
+	dispatchCall callLimit = iota
+	// longCall (a kernel, device code, a plan) runs under the caller's own
+	// deadline, else KernelCallTimeout.
+	longCall
+)
+
 // callPlugin runs f on a running process of p (starting one when needed)
-// under the call deadline, and returns the instance it ran on; a nil
-// instance means none could be had, and err says why.
-func (r *Registry) callPlugin(ctx context.Context, p *plugin, f func(context.Context, batchClient) error) (*instance, error) {
+// under the deadline of limit, and returns the instance it ran on; a nil
+// instance means none could be had, and err says why. Every call to a
+// plugin goes through it; a call that failed goes to failCall.
+func (r *Registry) callPlugin(ctx context.Context, p *plugin, limit callLimit, f func(context.Context, batchClient) error) (*instance, error) {
 	for {
 		inst, err := p.acquire(ctx)
 		if err != nil {
@@ -249,12 +262,38 @@ func (r *Registry) callPlugin(ctx context.Context, p *plugin, f func(context.Con
 		if !inst.enter() {
 			continue // retired by a reload or a failure since acquire
 		}
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if _, has := ctx.Deadline(); limit == dispatchCall || !has {
+			cctx, cancel = context.WithTimeout(ctx, r.timeout(limit))
+		}
 		err = f(cctx, inst.backend)
 		cancel()
 		inst.leave()
 		return inst, err
 	}
+}
+
+// timeout is the deadline of a call of limit when the caller gives none.
+func (r *Registry) timeout(limit callLimit) time.Duration {
+	if limit == longCall {
+		return KernelCallTimeout
+	}
+	return r.cfg.CallTimeout
+}
+
+// failCall retires inst after a call of limit to p failed with err (not
+// a refusal of the request, not the caller's ctx ending): the process is
+// ended and restarts after the backoff. It returns the failure that the
+// fallback reports.
+func (r *Registry) failCall(p *plugin, inst *instance, err error, limit callLimit) *failure {
+	reason := classify(err)
+	if reason == ReasonTimeout {
+		// gRPC reports a call it cancelled at the deadline in terms of its
+		// stream.
+		err = fmt.Errorf("no answer within the call deadline of %s: %w", r.timeout(limit), err)
+	}
+	p.fail(inst, reason, err)
+	return &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)}
 }
 
 func (r *Registry) succeeded(p *plugin) {
@@ -292,19 +331,7 @@ func (r *Registry) callFailed(req *core.Request, p *plugin, inst *instance, err 
 		// The plugin refused this request; the plugin is fine.
 		return r.fallback(req, p.name, &failure{ReasonRefused, fmt.Errorf("plugin %s refused the request: %w", p.name, err)})
 	}
-	reason := classify(err)
-	err = r.explain(reason, err)
-	p.fail(inst, reason, err)
-	return r.fallback(req, p.name, &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)})
-}
-
-// explain says what a deadline means: gRPC reports a call it cancelled at
-// the deadline in terms of its stream.
-func (r *Registry) explain(reason Reason, err error) error {
-	if reason == ReasonTimeout {
-		return fmt.Errorf("no answer within the call deadline of %s: %w", r.cfg.CallTimeout, err)
-	}
-	return err
+	return r.fallback(req, p.name, r.failCall(p, inst, err, dispatchCall))
 }
 
 // decideTriton answers by the in-process triton rules.
@@ -320,7 +347,11 @@ func (r *Registry) fallback(req *core.Request, plugin string, err error) (core.A
 		f = &failure{ReasonCrashed, err}
 	}
 	msg := f.Error()
-	r.fallbacks.record(req.Backend, plugin, f.reason, msg, r.cfg.Strict)
+	what := "falling back to the triton rules"
+	if r.cfg.Strict {
+		what = "refusing requests (strict)"
+	}
+	r.fallbacks.record(req.Backend, plugin, f.reason, msg, what, r.cfg.Strict)
 	if r.cfg.Strict {
 		return core.Answer{}, fmt.Errorf("%w: %s (strict: no fallback to triton)", core.ErrRefused, msg)
 	}
@@ -409,7 +440,7 @@ func (r *Registry) batchCall(ctx context.Context, p *plugin, g *batchGroup, reqs
 		sub[j] = reqs[i]
 	}
 	res := make([]core.Result, len(sub))
-	inst, callErr := r.callPlugin(ctx, p, func(ctx context.Context, b batchClient) error {
+	inst, callErr := r.callPlugin(ctx, p, dispatchCall, func(ctx context.Context, b batchClient) error {
 		return b.DispatchBatch(ctx, sub, res)
 	})
 	switch {
@@ -417,10 +448,7 @@ func (r *Registry) batchCall(ctx context.Context, p *plugin, g *batchGroup, reqs
 	case errors.Is(callErr, core.ErrInvalidRequest):
 		callErr = &failure{ReasonRefused, fmt.Errorf("plugin %s refused the batch: %w", p.name, callErr)}
 	default:
-		reason := classify(callErr)
-		err := r.explain(reason, callErr)
-		p.fail(inst, reason, err)
-		callErr = &failure{reason, fmt.Errorf("plugin %s: %w", p.name, err)}
+		callErr = r.failCall(p, inst, callErr, dispatchCall)
 	}
 	ok := false
 	for j, i := range g.idx {

@@ -31,10 +31,13 @@ type streak struct {
 	count  int64
 }
 
-func (l *fallbackLog) record(backend, plugin string, reason Reason, msg string, strict bool) {
+// record counts a fallback of backend for reason; the first of a streak is
+// logged with msg, the error, and what, what the host does instead.
+// refused counts a request refused rather than answered another way.
+func (l *fallbackLog) record(backend, plugin string, reason Reason, msg, what string, refused bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if strict {
+	if refused {
 		l.refused++
 	} else {
 		l.total++
@@ -49,10 +52,6 @@ func (l *fallbackLog) record(backend, plugin string, reason Reason, msg string, 
 	}
 	l.streaks[k] = &streak{plugin: plugin, count: 1}
 	l.active.Add(1)
-	what := "falling back to the triton rules"
-	if strict {
-		what = "refusing requests (strict)"
-	}
 	l.log.Warn(what, "backend", backend, "plugin", plugin, "reason", string(reason), "error", msg)
 }
 

@@ -57,45 +57,27 @@ func (r *Registry) RunKernel(ctx context.Context, req *core.KernelRequest) (*Ker
 	if _, ok := rt.handler.Kernel(req.Method); !ok && len(rt.handler.Kernels) > 0 {
 		return nil, fmt.Errorf("%w: %s's kernel catalog has no kernel for %s", core.ErrNoKernel, req.Backend, req.Method)
 	}
-	for {
-		inst, err := p.acquire(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return r.runInProcess(ctx, req, rt.handler.Kernels, err.Error())
-		}
-		if !inst.enter() {
-			continue
-		}
-		kr, ok := inst.backend.(core.KernelRunner)
-		if !ok {
-			inst.leave()
-			return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s: the connection runs no kernels", p.name))
-		}
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if _, has := ctx.Deadline(); !has {
-			cctx, cancel = context.WithTimeout(ctx, KernelCallTimeout)
-		}
-		res, err := kr.RunKernel(cctx, req)
-		cancel()
-		inst.leave()
-		switch {
-		case err == nil:
-			r.succeeded(p)
-			return &KernelAnswer{KernelResult: *res, Plugin: p.name}, nil
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case errors.Is(err, core.ErrInvalidRequest):
-			return nil, fmt.Errorf("plugin %s refused the kernel call: %w", p.name, err)
-		case errors.Is(err, core.ErrNoKernel):
-			return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s: %v", p.name, err))
-		}
-		reason := classify(err)
-		p.fail(inst, reason, err)
-		r.log.Warn("plugin failed during a kernel call; the host runs the kernel itself", "plugin", p.name, "reason", string(reason), "error", err)
-		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("%s: plugin %s: %v", reason, p.name, err))
+	var res *core.KernelResult
+	inst, err := r.callPlugin(ctx, p, longCall, func(ctx context.Context, b batchClient) (err error) {
+		res, err = b.RunKernel(ctx, req)
+		return err
+	})
+	switch {
+	case err == nil:
+		r.succeeded(p)
+		return &KernelAnswer{KernelResult: *res, Plugin: p.name}, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case inst == nil: // no process to ask
+		return r.runInProcess(ctx, req, rt.handler.Kernels, err.Error())
+	case errors.Is(err, core.ErrInvalidRequest):
+		return nil, fmt.Errorf("plugin %s refused the kernel call: %w", p.name, err)
+	case errors.Is(err, core.ErrNoKernel):
+		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s: %v", p.name, err))
 	}
+	f := r.failCall(p, inst, err, longCall)
+	r.log.Warn("plugin failed during a kernel call; the host runs the kernel itself", "plugin", p.name, "reason", string(f.reason), "error", f.err)
+	return r.runInProcess(ctx, req, rt.handler.Kernels, f.Error())
 }
 
 // runInProcess runs the catalog's kernel for req.Method with the reference

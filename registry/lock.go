@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/wire"
 	goplugin "github.com/hashicorp/go-plugin"
 )
@@ -44,6 +45,120 @@ type LockEntry struct {
 	Version string `json:"version"`
 	// Names are the backend names it served.
 	Names []string `json:"names"`
+	// Modules pin the device code the plugin hands the host, by the
+	// SHA-256 of each image (attnplug lock --modules). When the entry has
+	// any, an image whose hash is not among them is refused. Lock files
+	// written before device code have none, and pin no modules.
+	Modules []ModulePin `json:"modules,omitempty"`
+}
+
+// ModulePin pins one kernel module image of a plugin.
+type ModulePin struct {
+	// Name is the module's name within the plugin.
+	Name string `json:"name"`
+	// Arch and Format are the image's target and format, for people: the
+	// hash alone decides.
+	Arch   string `json:"arch"`
+	Format string `json:"format"`
+	// SHA256 is the hex SHA-256 of the image.
+	SHA256 string `json:"sha256"`
+	// Device is the device the image was built for, for people.
+	Device string `json:"device,omitempty"`
+}
+
+// ModulePins returns the pins of mods, built for dev.
+func ModulePins(mods []core.KernelModule, dev core.DeviceInfo) []ModulePin {
+	device := dev.Name
+	if device == "" {
+		device = fmt.Sprintf("compute %d", dev.ComputeCapability)
+	}
+	out := make([]ModulePin, len(mods))
+	for i, m := range mods {
+		out[i] = ModulePin{Name: m.Name, Arch: m.Arch, Format: string(m.Format), SHA256: m.SHA256, Device: device}
+	}
+	return out
+}
+
+// AddModules adds pins to the entry of the binary called file, skipping
+// hashes it pins already; it reports whether the lock has that entry.
+func (l *Lock) AddModules(file string, pins []ModulePin) bool {
+	for i := range l.Plugins {
+		e := &l.Plugins[i]
+		if e.File != file {
+			continue
+		}
+		for _, p := range pins {
+			if !slices.ContainsFunc(e.Modules, func(q ModulePin) bool { return q.SHA256 == p.SHA256 }) {
+				e.Modules = append(e.Modules, p)
+			}
+		}
+		sort.SliceStable(e.Modules, func(a, b int) bool { return e.Modules[a].Name < e.Modules[b].Name })
+		return true
+	}
+	return false
+}
+
+// KeepModules carries the module pins of old over to the entries of l
+// whose binary has the same file name and SHA-256: pinning the binaries
+// again keeps the modules pinned for other devices. It returns the files
+// whose pins were dropped because their binary changed.
+func (l *Lock) KeepModules(old *Lock) (dropped []string) {
+	if old == nil {
+		return nil
+	}
+	for _, oe := range old.Plugins {
+		if len(oe.Modules) == 0 {
+			continue
+		}
+		e, ok := l.Entry(oe.File)
+		switch {
+		case ok && e.SHA256 == oe.SHA256:
+			l.AddModules(oe.File, oe.Modules)
+		case ok:
+			dropped = append(dropped, oe.File)
+		}
+	}
+	return dropped
+}
+
+// verifyModules checks the images of mods, handed by the binary called
+// file, against the module pins of its entry: with pins, every image's
+// hash must be among them. An entry without pins, or no entry, pins
+// nothing.
+func (l *Lock) verifyModules(file string, mods []core.KernelModule) error {
+	e, ok := l.Entry(file)
+	if !ok || len(e.Modules) == 0 {
+		return nil
+	}
+	for _, m := range mods {
+		if slices.ContainsFunc(e.Modules, func(p ModulePin) bool { return p.SHA256 == m.SHA256 }) {
+			continue
+		}
+		var pinned []string
+		for _, p := range e.Modules {
+			if p.Name == m.Name {
+				pinned = append(pinned, fmt.Sprintf("%s (%s for %s)", p.SHA256, p.Format, p.Arch))
+			}
+		}
+		what := "pins module " + m.Name + " as sha256 " + strings.Join(pinned, " or ")
+		if len(pinned) == 0 {
+			what = fmt.Sprintf("pins no module %s for it (it pins %d others)", m.Name, len(e.Modules))
+		}
+		return fmt.Errorf("%w: %s: kernel module %s (%s for %s) has sha256 %s, but %s %s; "+
+			"if this device code is trusted, pin it with attnplug lock --modules on a host with this device (or --arch %s)",
+			ErrNotPinned, file, m.Name, m.Format, m.Arch, m.SHA256, l.Path, what, archFlag(m.Arch))
+	}
+	return nil
+}
+
+// archFlag is the --arch value of a module's target, such as sm_90 for
+// sm_90a or compute_90a.
+func archFlag(arch string) string {
+	a := strings.TrimSuffix(arch, "a")
+	if n, ok := strings.CutPrefix(a, "compute_"); ok {
+		return "sm_" + n
+	}
+	return a
 }
 
 // ReadLock reads the lock file at path.
@@ -64,12 +179,22 @@ func ReadLock(path string) (*Lock, error) {
 		if !ok || !wire.ValidFamily(family) {
 			return nil, fmt.Errorf("lock file %s: entry %d: file %q is not a plugin binary's name (want %s<name>)", path, i+1, e.File, wire.BinaryPrefix)
 		}
-		if _, err := hex.DecodeString(e.SHA256); err != nil || len(e.SHA256) != sha256.Size*2 {
+		if !isSHA256(e.SHA256) {
 			return nil, fmt.Errorf("lock file %s: entry %d (%s): sha256 %q is not 64 hex digits", path, i+1, e.File, e.SHA256)
+		}
+		for j, m := range e.Modules {
+			if m.Name == "" || !isSHA256(m.SHA256) {
+				return nil, fmt.Errorf("lock file %s: entry %d (%s): module %d: want a name and a sha256 of 64 hex digits, got %q and %q", path, i+1, e.File, j+1, m.Name, m.SHA256)
+			}
 		}
 	}
 	l.Path = path
 	return &l, nil
+}
+
+func isSHA256(s string) bool {
+	_, err := hex.DecodeString(s)
+	return err == nil && len(s) == sha256.Size*2
 }
 
 // LockOf returns the lock of the plugins in infos that are usable (the

@@ -32,10 +32,14 @@ type instance struct {
 	retired bool // guarded by calls
 }
 
-// batchClient is what the registry needs of a plugin connection.
+// batchClient is what the registry needs of a plugin connection
+// (wire.Client): every ability, since over the wire each method exists and
+// the description says which the plugin has.
 type batchClient interface {
 	core.BatchBackend
 	core.Configurer
+	core.KernelRunner
+	core.KernelPlanner
 }
 
 // enter admits a call; false means the instance was retired.
@@ -90,6 +94,9 @@ type plugin struct {
 	// selfChecked is the kernel-catalog self-check (selfcheck.go).
 	selfChecked selfCheckState
 
+	// device is the device code learnt from the binary (device.go).
+	device deviceState
+
 	// refusedHost is set when the plugin refused the host's hardware.
 	refusedHost atomic.Pointer[string]
 
@@ -117,9 +124,9 @@ type failure struct {
 func (f *failure) Error() string { return string(f.reason) + ": " + f.err.Error() }
 func (f *failure) Unwrap() error { return f.err }
 
-// launch starts the plugin binary at path, whose SHA-256 is sum, and
+// spawn starts the plugin binary at path, whose SHA-256 is sum, and
 // returns the connected instance; on any error the process is killed.
-func launch(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logger) (*instance, error) {
+func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logger) (*instance, error) {
 	cmd := exec.Command(path)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// The plugin dies with the host, and a terminal's Ctrl-C reaches
@@ -342,7 +349,7 @@ func (p *plugin) acquire(ctx context.Context) (*instance, error) {
 		p.mu.Unlock()
 
 		sctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
-		inst, err := launch(sctx, p.cfg, p.path, p.sha256, p.logger)
+		inst, err := spawn(sctx, p.cfg, p.path, p.sha256, p.logger)
 		cancel()
 		if err == nil {
 			err = p.check(ctx, inst)

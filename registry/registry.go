@@ -180,7 +180,7 @@ type Registry struct {
 	deprecated sync.Map
 
 	reloadMu  sync.Mutex
-	lock      *Lock // the lock in force; replaced by Reload, under reloadMu
+	lock      atomic.Pointer[Lock] // the lock in force, nil for none; replaced by Reload, under reloadMu
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -203,7 +203,8 @@ type routeTable struct {
 // when ctx ends or cfg.Lock cannot be honoured.
 func New(ctx context.Context, cfg Config) (*Registry, error) {
 	cfg.setDefaults()
-	r := &Registry{cfg: cfg, log: cfg.Logger, lock: cfg.Lock}
+	r := &Registry{cfg: cfg, log: cfg.Logger}
+	r.lock.Store(cfg.Lock)
 	r.fallbacks.log = r.log
 	t, err := r.load(ctx, nil)
 	if err != nil {
@@ -277,8 +278,8 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 			t.routes[n] = &route{name: n, missing: true}
 		}
 	}
-	if r.lock != nil {
-		for _, m := range r.lock.missing(found) {
+	if l := r.lock.Load(); l != nil {
+		for _, m := range l.missing(found) {
 			t.broken = append(t.broken, m)
 			for _, n := range m.Names {
 				if _, ok := t.routes[n]; !ok {
@@ -293,10 +294,11 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 // pinned returns the lock entry of the binary at path, if a lock is in use
 // and pins it.
 func (r *Registry) pinned(path string) (LockEntry, bool) {
-	if r.lock == nil {
+	l := r.lock.Load()
+	if l == nil {
 		return LockEntry{}, false
 	}
-	return r.lock.Entry(filepath.Base(path))
+	return l.Entry(filepath.Base(path))
 }
 
 // describe learns what the binary of c serves.
@@ -308,8 +310,8 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 	if p := kept[c.path+"\x00"+sum]; p != nil {
 		return p, nil
 	}
-	if r.lock != nil {
-		if err := r.lock.verify(c.path, sum); err != nil {
+	if l := r.lock.Load(); l != nil {
+		if err := l.verify(c.path, sum); err != nil {
 			return nil, err
 		}
 	}
@@ -322,7 +324,7 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 		defer cancel()
 		cfg := r.cfg
 		cfg.Host = nil // describing needs no hardware
-		inst, err := launch(sctx, &cfg, c.path, sum, logger)
+		inst, err := spawn(sctx, &cfg, c.path, sum, logger)
 		if err != nil {
 			return nil, fmt.Errorf("start: %w", err)
 		}

@@ -51,13 +51,13 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 	if r.closed.Load() {
 		return nil, fmt.Errorf("reload: %w: registry closed", core.ErrUnavailable)
 	}
-	if r.lock != nil && r.lock.Path != "" {
+	if cur := r.lock.Load(); cur != nil && cur.Path != "" {
 		// An operator pins a new binary (attnplug lock) before the reload.
-		l, err := ReadLock(r.lock.Path)
+		l, err := ReadLock(cur.Path)
 		if err != nil {
-			r.log.Warn("lock file not reread; the one read before stays in force", "path", r.lock.Path, "error", err)
+			r.log.Warn("lock file not reread; the one read before stays in force", "path", cur.Path, "error", err)
 		} else {
-			r.lock = l
+			r.lock.Store(l)
 		}
 	}
 	old := r.table.Load()

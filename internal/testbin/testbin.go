@@ -210,16 +210,21 @@ func isZombie(stat []byte) bool {
 
 // BuildFault builds the fault-injection plugin into dir as
 // attnplug-backend-fault and returns its path.
-func BuildFault(dir string) (string, error) {
+func BuildFault(dir string) (string, error) { return BuildTestPlugin(dir, "fault") }
+
+// BuildTestPlugin builds the test plugin internal/testplugins/<name> into
+// dir as attnplug-backend-<name> and returns its path: "fault" misbehaves
+// on command, "liar" hands device code whose plans lie on command.
+func BuildTestPlugin(dir, name string) (string, error) {
 	root, err := ModuleRoot(".")
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, "attnplug-backend-fault")
+	out := filepath.Join(dir, "attnplug-backend-"+name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	return out, goBuildOne(root, "./internal/testplugins/fault", out)
+	return out, goBuildOne(root, "./internal/testplugins/"+name, out)
 }
 
 // Served is which plugin family the tests expect to answer each backend

@@ -1,0 +1,32 @@
+// Command attnplug-backend-liar is a plugin built only for tests: it serves
+// the name "liar", declares device code, hands the host a fake PTX module
+// (bytes made up here: no NVRTC, no GPU) and plans launches of it that lie
+// on command, so that tests can show that the registry and attnplug
+// conform refuse every lie, naming it.
+//
+// The lies come from $ATTNPLUG_LIE, a comma-separated list:
+//
+//	unknown_entry   a launch names an entry its module lacks
+//	unknown_module  a launch names a module the plugin never handed over
+//	grid            a grid dimension one past the device's limit
+//	block           a block of more threads than the device allows
+//	shared          more shared memory per block than the device has
+//	unbound         a tensor parameter (lse) left unbound
+//	schedule        a split-KV schedule item past its request's keys
+//	shape           the output tensor declared one head too wide
+//	wrong_kernel    the plan names a kernel its catalog does not run
+//	hash            the module declares a SHA-256 that is not its image's
+//	no_plan         answer "no device plan" to every plan request
+//	no_modules      answer "no device code" to the modules request
+//	crash_plan      exit with status 2 in every plan request
+//	image_mib=N     make the module image N MiB
+//	variant=V       build the image with V in it (a rebuilt plugin)
+//
+// With $ATTNPLUG_LIE_LOG naming a file, each KernelModules and PlanKernel
+// call appends a line ("modules" or "plan") to it, so that tests count the
+// calls that reached the plugin.
+//
+// Without lies the plans are honest: a split-KV decode over the paged
+// cache (keys split in chunks of 256, one block per item and head) and a
+// combine launch, within every limit, which the host's check accepts.
+package main

@@ -1,0 +1,408 @@
+package registry
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"sync"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/launch"
+)
+
+// Device code. A plugin that declares it (core.Description.DeviceCode)
+// hands the host kernel modules and launch plans; the host loads and
+// launches them in its own process (package launch). The registry:
+//
+//  1. asks a plugin for its modules once per device (KernelModules), checks
+//     that every image hashes to its declared SHA-256, and keeps them for
+//     the life of the plugin's binary, across restarts of its process;
+//  2. checks the images against the lock file's module pins at every call,
+//     so that a lock file reread by Reload applies at once;
+//  3. asks for a plan once per distinct request (PlanKernel), checks it
+//     against the modules and the device (launch.Check), and keeps the
+//     outcome: the same request again costs no call to the plugin;
+//  4. answers every refusal with an error wrapping core.ErrNoPlan, so that
+//     the caller runs the kernel another way; a refusal that is not the
+//     plugin's expected "no plan" is logged and counted as a fallback.
+//
+// Calls go through callPlugin and failCall, as dispatches and kernel calls
+// do: a plugin that dies during one is restarted after the backoff.
+
+// Reasons of device-code fallbacks.
+const (
+	// ReasonBadModules: the plugin's kernel modules were refused (an image
+	// that does not hash to its declared SHA-256, a duplicate name), or
+	// the lock file does not pin them.
+	ReasonBadModules Reason = "plugin_bad_modules"
+	// ReasonBadPlan: the plugin's launch plan failed the host's check
+	// (launch.Check) and was refused.
+	ReasonBadPlan Reason = "plugin_bad_plan"
+)
+
+// maxModuleDevices bounds the devices whose modules a plugin's state
+// keeps; planCapacity bounds its plans.
+const (
+	maxModuleDevices = 16
+	planCapacity     = 1024
+)
+
+// deviceState is the device code learnt from one plugin binary.
+type deviceState struct {
+	mu      sync.Mutex
+	modules map[core.DeviceInfo]*moduleFetch
+	plans   planCache
+}
+
+// moduleFetch is the modules of one device, fetched or being fetched.
+type moduleFetch struct {
+	done chan struct{} // closed when the fields below are set
+	mods []core.KernelModule
+	err  error
+	keep bool // the outcome stands for the binary; else fetch again
+}
+
+// KernelModules returns the device code of the plugin serving backend,
+// for dev: asked of the plugin at the first call for dev, concurrent
+// callers sharing that call, and kept for later ones. Every image hashes
+// to its declared SHA-256, and, when the lock file pins modules for the
+// plugin, every hash is pinned. The modules are shared: callers must not
+// modify them.
+//
+// The error wraps core.ErrNoPlan whenever there is no device code to use:
+// the triton rules (in this process) and names nobody serves, a plugin
+// that does not run on this host, declares no device code, has none for
+// dev, hands images that fail their checks, or failed during the call
+// (which retires its process, as a failed dispatch does). It wraps
+// ErrNotPinned too for an image the lock file does not pin.
+func (r *Registry) KernelModules(ctx context.Context, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	p, err := r.devicePlugin(backend)
+	if err != nil {
+		return nil, err
+	}
+	return r.modules(ctx, p, backend, dev)
+}
+
+// devicePlugin returns the plugin serving name when it may have device
+// code; otherwise an error wrapping core.ErrNoPlan says why not.
+func (r *Registry) devicePlugin(name string) (*plugin, error) {
+	rt := r.table.Load().routes[name]
+	switch {
+	case rt != nil && rt.missing:
+		why := fmt.Errorf("no plugin serves %q", name)
+		if rt.why != nil {
+			why = fmt.Errorf("%q: %w", name, rt.why)
+		}
+		return nil, fmt.Errorf("%w: %w", core.ErrNoPlan, why)
+	case rt == nil || rt.plugin == nil || name == core.TritonName:
+		return nil, fmt.Errorf("%w: %q is decided by the triton rules in this process, which have no device code", core.ErrNoPlan, name)
+	}
+	p := rt.plugin
+	if why := p.unsupportedWhy(); why != "" {
+		return nil, fmt.Errorf("%w: plugin %s does not run on this host: %s", core.ErrNoPlan, p.name, why)
+	}
+	if !p.desc.DeviceCode {
+		return nil, fmt.Errorf("%w: plugin %s declares no device code", core.ErrNoPlan, p.name)
+	}
+	return p, nil
+}
+
+// modules returns p's modules for dev, fetched once, checked against the
+// lock file in force.
+func (r *Registry) modules(ctx context.Context, p *plugin, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	s := &p.device
+	for {
+		s.mu.Lock()
+		f := s.modules[dev]
+		if f == nil {
+			f = &moduleFetch{done: make(chan struct{})}
+			if s.modules == nil {
+				s.modules = map[core.DeviceInfo]*moduleFetch{}
+			}
+			if len(s.modules) < maxModuleDevices {
+				s.modules[dev] = f
+			}
+			s.mu.Unlock()
+			f.mods, f.keep, f.err = r.fetchModules(ctx, p, backend, dev)
+			if !f.keep {
+				s.mu.Lock()
+				if s.modules[dev] == f {
+					delete(s.modules, dev)
+				}
+				s.mu.Unlock()
+			}
+			close(f.done)
+			if f.err != nil {
+				return nil, f.err
+			}
+			return r.pinnedModules(p, backend, f.mods)
+		}
+		s.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if !f.keep {
+			continue // that fetch failed for its caller; ask again
+		}
+		if f.err != nil {
+			return nil, f.err
+		}
+		return r.pinnedModules(p, backend, f.mods)
+	}
+}
+
+// fetchModules asks p for its modules for dev and checks them; keep says
+// whether the outcome stands for p's binary (modules, or the plugin's own
+// refusal) rather than for this call (no process, a failure, ctx).
+func (r *Registry) fetchModules(ctx context.Context, p *plugin, backend string, dev core.DeviceInfo) (mods []core.KernelModule, keep bool, err error) {
+	inst, err := r.callPlugin(ctx, p, longCall, func(ctx context.Context, b batchClient) (err error) {
+		mods, err = b.KernelModules(ctx, dev)
+		return err
+	})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, false, ctx.Err()
+	case inst == nil:
+		return nil, false, r.noPlan(backend, p.name, err)
+	case errors.Is(err, core.ErrNoPlan), errors.Is(err, core.ErrInvalidRequest):
+		// The plugin has no device code for dev: an expected answer.
+		p.logger.Info("plugin has no device code for this device", "device", dev.Name, "compute_capability", dev.ComputeCapability, "error", err)
+		return nil, true, fmt.Errorf("%w: plugin %s: %w", core.ErrNoPlan, p.name, err)
+	default:
+		return nil, false, r.noPlan(backend, p.name, r.failCall(p, inst, err, longCall))
+	}
+	r.succeeded(p)
+	if err := checkModules(mods); err != nil {
+		return nil, true, r.noPlan(backend, p.name, &failure{ReasonBadModules, fmt.Errorf("plugin %s: %w", p.name, err)})
+	}
+	p.logger.Info("kernel modules received", "device", dev.Name, "compute_capability", dev.ComputeCapability, "modules", len(mods))
+	return mods, true, nil
+}
+
+// checkModules refuses modules without a name or with a name given twice,
+// an empty image, or an image that does not hash to its declared SHA-256.
+// The error wraps core.ErrProtocol.
+func checkModules(mods []core.KernelModule) error {
+	seen := map[string]bool{}
+	for i, m := range mods {
+		switch {
+		case m.Name == "":
+			return fmt.Errorf("%w: kernel module %d has no name", core.ErrProtocol, i)
+		case seen[m.Name]:
+			return fmt.Errorf("%w: kernel module %q given twice", core.ErrProtocol, m.Name)
+		case len(m.Image) == 0:
+			return fmt.Errorf("%w: kernel module %q has an empty image", core.ErrProtocol, m.Name)
+		}
+		seen[m.Name] = true
+		if sum := core.ImageSHA256(m.Image); sum != m.SHA256 {
+			return fmt.Errorf("%w: kernel module %q declares sha256 %q, but its image of %d bytes hashes to %s", core.ErrProtocol, m.Name, m.SHA256, len(m.Image), sum)
+		}
+	}
+	return nil
+}
+
+// pinnedModules returns mods when the lock file in force pins them (or
+// pins no modules of p).
+func (r *Registry) pinnedModules(p *plugin, backend string, mods []core.KernelModule) ([]core.KernelModule, error) {
+	l := r.lock.Load()
+	if l == nil {
+		return mods, nil
+	}
+	if err := l.verifyModules(filepath.Base(p.path), mods); err != nil {
+		return nil, r.noPlan(backend, p.name, &failure{ReasonBadModules, fmt.Errorf("plugin %s: %w", p.name, err)})
+	}
+	return mods, nil
+}
+
+// noDeviceCode is what a device-code fallback does, in the fallback log.
+const noDeviceCode = "no device plan: the kernel runs another way"
+
+// noPlan records a device-code fallback of backend, caused by err, and
+// returns it wrapping core.ErrNoPlan.
+func (r *Registry) noPlan(backend, plugin string, err error) error {
+	var f *failure
+	if !errors.As(err, &f) {
+		f = &failure{ReasonCrashed, err}
+	}
+	r.fallbacks.record(backend, plugin, f.reason, f.Error(), noDeviceCode, false)
+	return fmt.Errorf("%w: %w", core.ErrNoPlan, f)
+}
+
+// PlanKernel returns the launches that run req.Method's kernel of the
+// handler req.Backend on req's batch, checked by launch.Check against the
+// plugin's modules for req.Device: known entries, grids, blocks and shared
+// memory within the device's limits, every parameter bound, the tensors
+// req implies, metadata, workspace and schedule in range. A plan is also
+// refused when it runs another kernel than the handler's catalog names for
+// the method.
+//
+// Plans are kept by the whole request: the same request again (every
+// field equal) is answered without a call to the plugin, as is a refusal.
+// The plan is shared: callers must not modify it.
+//
+// Errors: core.ErrInvalidRequest for a malformed request
+// (launch.CheckRequest); otherwise an error wrapping core.ErrNoPlan says
+// why the kernel has no device plan (see KernelModules; the plugin's own
+// "no plan"; a refused plan, which also wraps the *launch.PlanError).
+func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
+	if err := launch.CheckRequest(req); err != nil {
+		return nil, err
+	}
+	p, err := r.devicePlugin(req.Backend)
+	if err != nil {
+		return nil, err
+	}
+	// The modules first, kept after the first call: a plan is only as good
+	// as the modules the lock file in force lets the host load.
+	mods, err := r.modules(ctx, p, req.Backend, req.Device)
+	if err != nil {
+		return nil, err
+	}
+	key := planKey(req)
+	if e, ok := p.device.plans.get(key); ok {
+		if e.reason != "" {
+			r.fallbacks.record(req.Backend, p.name, e.reason, e.err.Error(), noDeviceCode, false)
+		}
+		return e.plan, e.err
+	}
+	var plan *core.Plan
+	inst, err := r.callPlugin(ctx, p, dispatchCall, func(ctx context.Context, b batchClient) (err error) {
+		plan, err = b.PlanKernel(ctx, req)
+		return err
+	})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case inst == nil:
+		return nil, r.noPlan(req.Backend, p.name, err)
+	case errors.Is(err, core.ErrNoPlan), errors.Is(err, core.ErrInvalidRequest):
+		// The plugin has no plan for this request: an expected answer.
+		p.logger.Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", err)
+		err = fmt.Errorf("%w: plugin %s: %w", core.ErrNoPlan, p.name, err)
+		p.device.plans.put(key, planOutcome{err: err})
+		return nil, err
+	default:
+		return nil, r.noPlan(req.Backend, p.name, r.failCall(p, inst, err, dispatchCall))
+	}
+	r.succeeded(p)
+	if err := r.checkPlan(plan, req, p, mods); err != nil {
+		f := &failure{ReasonBadPlan, fmt.Errorf("plugin %s: %w", p.name, err)}
+		p.logger.Warn("launch plan refused", "backend", req.Backend, "method", req.Method.String(), "error", err)
+		err := r.noPlan(req.Backend, p.name, f)
+		p.device.plans.put(key, planOutcome{err: err, reason: ReasonBadPlan})
+		return nil, err
+	}
+	p.device.plans.put(key, planOutcome{plan: plan})
+	return plan, nil
+}
+
+// checkPlan checks plan, p's answer to req, against p's modules, the
+// device, and the handler's catalog.
+func (r *Registry) checkPlan(plan *core.Plan, req *core.PlanRequest, p *plugin, mods []core.KernelModule) error {
+	if err := launch.Check(plan, req, mods, req.Device); err != nil {
+		return err
+	}
+	if h, ok := p.desc.Handler(req.Backend); ok {
+		if k, ok := h.Kernel(req.Method); ok && plan.Kernel != k.Name {
+			return &launch.PlanError{Launch: -1, Reason: fmt.Sprintf("the plan runs kernel %q, but %s's catalog runs %q for %s", plan.Kernel, req.Backend, k.Name, req.Method)}
+		}
+	}
+	return nil
+}
+
+// planOutcome is what a plan request got: a plan, or an error; reason is
+// set for a refusal the registry counts as a fallback.
+type planOutcome struct {
+	plan   *core.Plan
+	err    error
+	reason Reason
+}
+
+// planCache keeps the last planCapacity plan outcomes of a plugin by
+// request.
+type planCache struct {
+	mu    sync.Mutex
+	order list.List // of planKeyed, most recent first
+	byKey map[[32]byte]*list.Element
+}
+
+type planKeyed struct {
+	key [32]byte
+	planOutcome
+}
+
+func (c *planCache) get(k [32]byte) (planOutcome, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byKey[k]
+	if !ok {
+		return planOutcome{}, false
+	}
+	c.order.MoveToFront(e)
+	return e.Value.(planKeyed).planOutcome, true
+}
+
+func (c *planCache) put(k [32]byte, o planOutcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byKey == nil {
+		c.byKey = map[[32]byte]*list.Element{}
+	}
+	if e, ok := c.byKey[k]; ok {
+		e.Value = planKeyed{k, o}
+		c.order.MoveToFront(e)
+		return
+	}
+	c.byKey[k] = c.order.PushFront(planKeyed{k, o})
+	if c.order.Len() > planCapacity {
+		last := c.order.Back()
+		c.order.Remove(last)
+		delete(c.byKey, last.Value.(planKeyed).key)
+	}
+}
+
+// planKey is the SHA-256 of every field of req, each length-prefixed, so
+// that two requests share a key only when they are equal.
+func planKey(req *core.PlanRequest) [32]byte {
+	b := make([]byte, 0, 256+16*len(req.Shape.SeqLens))
+	str := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	num := func(xs ...int64) {
+		for _, x := range xs {
+			b = binary.AppendVarint(b, x)
+		}
+	}
+	lens := func(xs []int64) {
+		num(int64(len(xs)))
+		num(xs...)
+	}
+	d, s, dev := req.Dims, req.Shape, req.Device
+	str(req.Backend)
+	num(int64(req.Method))
+	str(req.DType)
+	num(int64(d.Heads), int64(d.HeadDimQK), int64(d.HeadDimV), int64(math.Float64bits(d.SoftmaxScale)))
+	lens(s.SeqLens)
+	lens(s.QLens)
+	num(int64(s.PageSize), int64(s.NumPages))
+	num(int64(dev.Platform))
+	str(dev.Name)
+	num(int64(dev.ComputeCapability), int64(dev.SMs), int64(dev.MaxThreadsPerBlock), int64(dev.MaxSharedPerBlock),
+		int64(dev.MaxGrid[0]), int64(dev.MaxGrid[1]), int64(dev.MaxGrid[2]))
+	if req.Graph {
+		num(1)
+	} else {
+		num(0)
+	}
+	return sha256.Sum256(b)
+}

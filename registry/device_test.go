@@ -1,0 +1,401 @@
+package registry_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/testbin"
+	"github.com/attnplug/attnplug/launch"
+	"github.com/attnplug/attnplug/registry"
+)
+
+// The tests of this file run the liar plugin (internal/testplugins/liar)
+// as a real process: it hands fake PTX modules and plans that lie on
+// command, and counts the calls that reach it.
+
+var (
+	liarOnce sync.Once
+	liarBin  string
+	liarErr  error
+)
+
+// liar is a registry over a directory holding only the liar plugin.
+type liar struct {
+	r    *registry.Registry
+	logs *syncBuffer
+	dir  string
+	log  string // the plugin's call log
+}
+
+// openLiar opens a registry over the liar plugin, whose processes lie as
+// lies says (ATTNPLUG_LIE).
+func openLiar(t *testing.T, lies string, cfg registry.Config) *liar {
+	t.Helper()
+	liarOnce.Do(func() {
+		liarBin, liarErr = testbin.BuildTestPlugin(filepath.Join(filepath.Dir(bins.Dir), "liar"), "liar")
+	})
+	if liarErr != nil {
+		t.Fatal(liarErr)
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(liarBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "attnplug-backend-liar"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := &liar{dir: dir, log: filepath.Join(t.TempDir(), "calls")}
+	t.Setenv("ATTNPLUG_LIE", lies)
+	t.Setenv("ATTNPLUG_LIE_LOG", l.log)
+	cfg.PluginDirs = []string{dir}
+	l.r, l.logs = open(t, cfg)
+	t.Cleanup(func() {
+		l.r.Close()
+		if left := testbin.ProcessesUnder(dir); len(left) > 0 {
+			t.Errorf("liar plugin processes left after Close: %v", left)
+		}
+	})
+	return l
+}
+
+// calls counts the calls of kind ("modules" or "plan") that reached the
+// plugin.
+func (l *liar) calls(t *testing.T, kind string) int {
+	t.Helper()
+	data, err := os.ReadFile(l.log)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(data), kind+"\n")
+}
+
+func h200() core.DeviceInfo {
+	return core.DeviceInfo{Platform: core.PlatformCUDA, Name: "NVIDIA H200", ComputeCapability: 90, SMs: 132,
+		MaxThreadsPerBlock: 1024, MaxSharedPerBlock: 232448, MaxGrid: [3]int{1<<31 - 1, 65535, 65535}}
+}
+
+// planReq is a decode batch for backend: request lengths vary with i.
+func planReq(backend string, i int) *core.PlanRequest {
+	return &core.PlanRequest{
+		Backend: backend, Method: core.MLA, DType: "bf16",
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+		Shape:  core.PlanShape{SeqLens: []int64{4096 + int64(i), 1, 300}, QLens: []int64{1, 1, 2}, PageSize: 64, NumPages: 200},
+		Device: h200(),
+	}
+}
+
+// TestPlansCachedByRequest runs decode steps of 61 layers: each step asks
+// the plugin for one plan at most, and steps seen before ask for none.
+func TestPlansCachedByRequest(t *testing.T) {
+	l := openLiar(t, "", registry.Config{})
+	ctx := testContext(t)
+	mods, err := l.r.KernelModules(ctx, "liar", h200())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mods) != 1 || mods[0].SHA256 != core.ImageSHA256(mods[0].Image) || mods[0].Arch != "compute_90" {
+		t.Fatalf("modules: %+v", mods)
+	}
+	step := func(i int) {
+		t.Helper()
+		var first *core.Plan
+		for layer := 0; layer < 61; layer++ {
+			p, err := l.r.PlanKernel(ctx, planReq("liar", i))
+			if err != nil {
+				t.Fatalf("step %d layer %d: %v", i, layer, err)
+			}
+			if first == nil {
+				first = p
+			} else if p != first {
+				t.Fatalf("step %d layer %d: another plan than layer 0's", i, layer)
+			}
+		}
+		if err := launch.Check(first, planReq("liar", i), mods, h200()); err != nil {
+			t.Fatalf("step %d: the registry passed a plan that fails the check: %v", i, err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		step(i)
+	}
+	if got := l.calls(t, "plan"); got != 5 {
+		t.Errorf("5 steps of 61 layers: %d plan requests reached the plugin, want 5", got)
+	}
+	// Warm: the same batches again ask nothing.
+	for i := 0; i < 5; i++ {
+		step(i)
+	}
+	if got := l.calls(t, "plan"); got != 5 {
+		t.Errorf("after warm-up: %d plan requests in all, want still 5", got)
+	}
+	// Any field of the request makes another plan.
+	for _, edit := range []func(*core.PlanRequest){
+		func(r *core.PlanRequest) { r.Graph = true },
+		func(r *core.PlanRequest) { r.Device.SMs = 78 },
+		func(r *core.PlanRequest) { r.Dims.SoftmaxScale = 0.1353 },
+		func(r *core.PlanRequest) { r.Shape.QLens = []int64{1, 1, 1} },
+		func(r *core.PlanRequest) { r.Shape.NumPages = 201 },
+	} {
+		req := planReq("liar", 0)
+		edit(req)
+		if _, err := l.r.PlanKernel(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.calls(t, "plan"); got != 10 {
+		t.Errorf("5 requests differing in one field each: %d plan requests in all, want 10", got)
+	}
+	if got := l.calls(t, "modules"); got != 2 {
+		t.Errorf("%d module requests, want 2: one per device (78 SMs is another)", got)
+	}
+}
+
+// TestKernelModulesOncePerDevice asks for the modules of two devices from
+// many goroutines at once: one call per device reaches the plugin.
+func TestKernelModulesOncePerDevice(t *testing.T) {
+	l := openLiar(t, "image_mib=8", registry.Config{})
+	ctx := testContext(t)
+	other := h200()
+	other.ComputeCapability, other.Name = 100, "NVIDIA B200"
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dev := h200()
+			if i%2 == 1 {
+				dev = other
+			}
+			mods, err := l.r.KernelModules(ctx, "liar", dev)
+			if err == nil && (len(mods) != 1 || len(mods[0].Image) < 8<<20) {
+				err = fmt.Errorf("modules: %d, image of %d bytes", len(mods), len(mods[0].Image))
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("goroutine %d: %v", i, err)
+		}
+	}
+	if got := l.calls(t, "modules"); got != 2 {
+		t.Errorf("%d module requests for two devices, want 2", got)
+	}
+}
+
+// TestLyingPlansRefused checks that the registry refuses each lie with an
+// error wrapping core.ErrNoPlan that names it, logs it as a fallback, and
+// does not ask again for the same request.
+func TestLyingPlansRefused(t *testing.T) {
+	for _, tc := range []struct {
+		lie, want string
+		reason    registry.Reason
+		planError bool
+	}{
+		{"unknown_entry", `module "liar_mla" has no entry "liar_mla_split_v2"`, registry.ReasonBadPlan, true},
+		{"unknown_module", `unknown module "liar_mla_extra"`, registry.ReasonBadPlan, true},
+		{"grid", "grid dimension 1 is 65536, the device allows 65535", registry.ReasonBadPlan, true},
+		{"block", "has 2048 threads, the device allows 1024", registry.ReasonBadPlan, true},
+		{"shared", "232449 bytes of shared memory per block, the device allows 232448", registry.ReasonBadPlan, true},
+		{"unbound", `parameter "lse" of liar_mla_combine is not bound`, registry.ReasonBadPlan, true},
+		{"schedule", "keys [256, 556) of request 2, which has 300", registry.ReasonBadPlan, true},
+		{"shape", `tensor "out" declared as bf16 [4 17 512]`, registry.ReasonBadPlan, true},
+		{"wrong_kernel", `the plan runs kernel "flash_attn_with_kvcache", but liar's catalog runs "liar_mla_decode"`, registry.ReasonBadPlan, true},
+		{"hash", `kernel module "liar_mla" declares sha256`, registry.ReasonBadModules, false},
+	} {
+		t.Run(tc.lie, func(t *testing.T) {
+			l := openLiar(t, tc.lie, registry.Config{})
+			ctx := testContext(t)
+			for i := 0; i < 2; i++ {
+				_, err := l.r.PlanKernel(ctx, planReq("liar", 0))
+				var pe *launch.PlanError
+				switch {
+				case !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), string(tc.reason)):
+					t.Fatalf("call %d: got %v, want ErrNoPlan with %s naming %q", i, err, tc.reason, tc.want)
+				case errors.As(err, &pe) != tc.planError:
+					t.Errorf("call %d: errors.As(*launch.PlanError) is %v, want %v", i, !tc.planError, tc.planError)
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[tc.planError]; l.calls(t, "plan") != want {
+				t.Errorf("%d plan requests for the same refused request twice, want %d", l.calls(t, "plan"), want)
+			}
+			if !strings.Contains(l.logs.String(), string(tc.reason)) {
+				t.Errorf("the refusal was not logged with %s:\n%s", tc.reason, l.logs)
+			}
+			// The plugin is fine: dispatches still reach it.
+			a, err := l.r.Dispatch(ctx, decode("liar"))
+			if err != nil || a.Plugin != "liar" || a.Fallback != "" {
+				t.Errorf("dispatch after the refusal: %+v, %v", a, err)
+			}
+		})
+	}
+}
+
+// TestPlanPluginDies checks that a plugin that dies while planning gives
+// ErrNoPlan with the reason, and is restarted as after a failed dispatch.
+func TestPlanPluginDies(t *testing.T) {
+	l := openLiar(t, "crash_plan", registry.Config{})
+	ctx := testContext(t)
+	_, err := l.r.PlanKernel(ctx, planReq("liar", 0))
+	if !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), string(registry.ReasonCrashed)) {
+		t.Fatalf("got %v, want ErrNoPlan with %s", err, registry.ReasonCrashed)
+	}
+	// In the backoff: no plan, without a call.
+	_, err = l.r.PlanKernel(ctx, planReq("liar", 0))
+	if !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), string(registry.ReasonBackoff)) {
+		t.Errorf("second call: got %v, want ErrNoPlan with %s", err, registry.ReasonBackoff)
+	}
+	if got := l.calls(t, "plan"); got != 1 {
+		t.Errorf("%d plan requests reached the plugin, want 1", got)
+	}
+	info := l.r.Plugins()
+	if len(info) != 1 || info[0].Status != registry.StatusFailed || !strings.Contains(info[0].LastError, "plan kernel") {
+		t.Errorf("plugins: %+v, want liar failed in PlanKernel", info)
+	}
+}
+
+// TestNoPlanAnswers checks the plugin's own "no plan" and "no device
+// code": ErrNoPlan with its message, kept, not counted as a fallback.
+func TestNoPlanAnswers(t *testing.T) {
+	t.Run("no_plan", func(t *testing.T) {
+		l := openLiar(t, "no_plan", registry.Config{})
+		for i := 0; i < 3; i++ {
+			if _, err := l.r.PlanKernel(testContext(t), planReq("liar", 0)); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), "no plan, as asked") {
+				t.Fatalf("got %v, want the plugin's ErrNoPlan", err)
+			}
+		}
+		if got := l.calls(t, "plan"); got != 1 {
+			t.Errorf("%d plan requests, want 1", got)
+		}
+		if strings.Contains(l.logs.String(), "no device plan: the kernel runs another way") {
+			t.Errorf("an expected no-plan was logged as a fallback:\n%s", l.logs)
+		}
+	})
+	t.Run("no_modules", func(t *testing.T) {
+		l := openLiar(t, "no_modules", registry.Config{})
+		for i := 0; i < 2; i++ {
+			if _, err := l.r.PlanKernel(testContext(t), planReq("liar", 0)); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), "no device code, as asked") {
+				t.Fatalf("got %v, want the plugin's ErrNoPlan", err)
+			}
+		}
+		if l.calls(t, "modules") != 1 || l.calls(t, "plan") != 0 {
+			t.Errorf("%d module and %d plan requests, want 1 and 0", l.calls(t, "modules"), l.calls(t, "plan"))
+		}
+	})
+}
+
+// TestNoDeviceCode checks the names that have none: the triton rules, a
+// name nobody serves, a plugin that declares none (fault, as a v1 plugin),
+// and the real fa3 plugin on a machine without NVRTC.
+func TestNoDeviceCode(t *testing.T) {
+	ctx := testContext(t)
+	r, _ := open(t, registry.Config{})
+	for _, tc := range []struct{ name, want string }{
+		{"triton", "triton rules in this process, which have no device code"},
+		{"no_such", "triton rules in this process, which have no device code"},
+		{"aiter", "plugin aiter declares no device code"},
+	} {
+		if _, err := r.KernelModules(ctx, tc.name, h200()); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("KernelModules(%s): got %v, want ErrNoPlan saying %q", tc.name, err, tc.want)
+		}
+		if _, err := r.PlanKernel(ctx, planReq(tc.name, 0)); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("PlanKernel(%s): got %v, want ErrNoPlan saying %q", tc.name, err, tc.want)
+		}
+	}
+	bad := planReq("fa3", 0)
+	bad.Dims.Heads = 0
+	if _, err := r.PlanKernel(ctx, bad); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "dims.heads") {
+		t.Errorf("PlanKernel(heads 0): got %v, want ErrInvalidRequest naming dims.heads", err)
+	}
+	for _, name := range []string{"fa3", "flashinfer", "flashmla"} {
+		mods, err := r.KernelModules(ctx, name, h200())
+		if err != nil {
+			if !errors.Is(err, core.ErrNoPlan) {
+				t.Fatalf("KernelModules(%s): %v, want modules or ErrNoPlan", name, err)
+			}
+			t.Logf("%s: no device code on this machine: %v", name, err)
+			continue
+		}
+		p, err := r.PlanKernel(ctx, planReq(name, 0))
+		switch {
+		case errors.Is(err, core.ErrNoPlan):
+			t.Logf("%s: no plan: %v", name, err)
+		case err != nil:
+			t.Errorf("PlanKernel(%s): %v", name, err)
+		default:
+			if err := launch.Check(p, planReq(name, 0), mods, h200()); err != nil {
+				t.Errorf("PlanKernel(%s): the registry passed a plan that fails the check: %v", name, err)
+			}
+		}
+	}
+}
+
+// TestModulePins checks the lock file's module pins: an image whose hash
+// the lock does not pin is refused naming both hashes and the fix, a
+// pinned one passes, and a lock without module pins pins none.
+func TestModulePins(t *testing.T) {
+	ctx := testContext(t)
+	l := openLiar(t, "", registry.Config{})
+	mods, err := l.r.KernelModules(ctx, "liar", h200())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := registry.FileSHA256(filepath.Join(l.dir, "attnplug-backend-liar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockWith := func(pins []registry.ModulePin) *registry.Lock {
+		lk := &registry.Lock{Format: 1, Path: filepath.Join(t.TempDir(), registry.LockFileName), Plugins: []registry.LockEntry{
+			{File: "attnplug-backend-liar", SHA256: sum, Version: "0.0.1-liar", Names: []string{"liar"}, Modules: pins},
+		}}
+		if err := lk.Write(lk.Path); err != nil {
+			t.Fatal(err)
+		}
+		back, err := registry.ReadLock(lk.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return back
+	}
+	other := strings.Repeat("ab", 32)
+	t.Run("unpinned_image_refused", func(t *testing.T) {
+		lk := lockWith([]registry.ModulePin{{Name: "liar_mla", Arch: "compute_90", Format: "ptx", SHA256: other}})
+		lr := openLiar(t, "variant=rebuilt", registry.Config{Lock: lk})
+		_, err := lr.r.KernelModules(ctx, "liar", h200())
+		for _, want := range []string{"has sha256 ", "pins module liar_mla as sha256 " + other, "attnplug lock --modules", "--arch sm_90", lk.Path} {
+			if !errors.Is(err, core.ErrNoPlan) || !errors.Is(err, registry.ErrNotPinned) || !strings.Contains(fmt.Sprint(err), want) {
+				t.Errorf("got %v, want ErrNoPlan and ErrNotPinned saying %q", err, want)
+			}
+		}
+		if _, err := lr.r.PlanKernel(ctx, planReq("liar", 0)); !errors.Is(err, registry.ErrNotPinned) || lr.calls(t, "plan") != 0 {
+			t.Errorf("PlanKernel with unpinned modules: %v after %d plan requests, want ErrNotPinned and none", err, lr.calls(t, "plan"))
+		}
+	})
+	t.Run("pinned_image_passes", func(t *testing.T) {
+		lk := lockWith(append(registry.ModulePins(mods, h200()), registry.ModulePin{Name: "liar_mla", SHA256: other}))
+		lr := openLiar(t, "", registry.Config{Lock: lk})
+		if _, err := lr.r.KernelModules(ctx, "liar", h200()); err != nil {
+			t.Errorf("pinned modules: %v", err)
+		}
+		if _, err := lr.r.PlanKernel(ctx, planReq("liar", 0)); err != nil {
+			t.Errorf("plan with pinned modules: %v", err)
+		}
+	})
+	t.Run("no_pins_pin_nothing", func(t *testing.T) {
+		lr := openLiar(t, "variant=rebuilt", registry.Config{Lock: lockWith(nil)})
+		if _, err := lr.r.KernelModules(ctx, "liar", h200()); err != nil {
+			t.Errorf("a lock without module pins: %v", err)
+		}
+	})
+}
