@@ -41,6 +41,9 @@ type Options struct {
 	// MaxP99, when positive, fails the latency check when the 99th
 	// percentile of a Dispatch call is above it.
 	MaxP99 time.Duration
+	// Device is the device the device-code check asks a plugin's modules
+	// and plans for. Default: ExampleDevice(DefaultArch).
+	Device *core.DeviceInfo
 }
 
 func (o *Options) setDefaults() {
@@ -49,6 +52,10 @@ func (o *Options) setDefaults() {
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 10 * time.Second
+	}
+	if o.Device == nil {
+		d, _ := ExampleDevice(DefaultArch)
+		o.Device = &d
 	}
 }
 
@@ -150,6 +157,7 @@ func (s *suite) run(ctx context.Context) {
 	s.check(CheckBadRequests, func(c *Check) { s.badRequests(ctx, c) })
 	s.check(CheckLatency, func(c *Check) { s.latencyCheck(c) })
 	s.check(CheckKernels, func(c *Check) { s.kernels(ctx, c) })
+	s.check(CheckDeviceCode, func(c *Check) { s.deviceCode(ctx, c) })
 	s.check(CheckProcess, func(c *Check) { s.process(c) })
 }
 
@@ -158,7 +166,7 @@ func (s *suite) run(ctx context.Context) {
 func (s *suite) check(name string, f func(*Check)) bool {
 	c := Check{Name: name, Status: Pass}
 	start := time.Now()
-	needsPlugin := name != CheckRunByHand && name != CheckKernels && name != CheckProcess &&
+	needsPlugin := name != CheckRunByHand && name != CheckKernels && name != CheckDeviceCode && name != CheckProcess &&
 		name != CheckCatalog && name != CheckReads && name != CheckLatency && name != CheckProtocolVersion
 	if needsPlugin && s.dead != nil {
 		c.Status, c.Detail = Skip, "not run: "+s.dead.Error()
@@ -183,6 +191,10 @@ func (s *suite) skipRest(after, why string) {
 		}
 		if n == CheckKernels {
 			s.report.Checks = append(s.report.Checks, Check{Name: n, Status: Skip, Detail: "no kernels declared: skipped"})
+			continue
+		}
+		if n == CheckDeviceCode {
+			s.report.Checks = append(s.report.Checks, Check{Name: n, Status: Skip, Detail: "no device code declared: skipped"})
 			continue
 		}
 		s.report.Checks = append(s.report.Checks, Check{Name: n, Status: Skip, Detail: "not run: " + why})
@@ -267,9 +279,10 @@ func (s *suite) handshake(ctx context.Context, c *Check) {
 		Logger: hclog.New(&hclog.LoggerOptions{
 			Name: "plugin", Level: hclog.Debug, Output: s.log,
 		}),
-		Stderr:       s.stderr,
-		StartTimeout: s.opts.StartTimeout,
-		AutoMTLS:     true,
+		Stderr:          s.stderr,
+		StartTimeout:    s.opts.StartTimeout,
+		AutoMTLS:        true,
+		GRPCDialOptions: wire.DialOptions(), // kernel modules run to megabytes
 		Managed:      false,
 	})
 	type result struct {

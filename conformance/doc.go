@@ -29,6 +29,16 @@
 //   - latency: p50 and p99 of one Dispatch call, optionally bounded;
 //   - kernels: kernel outputs against the CPU reference, when kernels are
 //     declared (protocol v1 declares none: skipped);
+//   - device-code: when the plugin declares device code, its kernel modules
+//     for an example device (Options.Device, default sm_90) and its launch
+//     plans for generated batches (decode and target verify, page sizes 1
+//     and 64, 16 and 128 heads, ragged lengths up to 16k, with and without
+//     CUDA graphs) pass the checks the host applies before it trusts them
+//     (registry.CheckModules, registry.CheckPlan: known entries, grids and
+//     shared memory within the device's limits, every tensor bound, shapes,
+//     schedule items inside their requests), and impossible or malformed
+//     plan requests get no plan; skipped, with the reason, when the plugin
+//     has no device code for the example device (no NVRTC);
 //   - process: one process, never restarted, served the whole suite.
 //
 // Every call has a deadline (Options.CallTimeout), so a plugin that hangs

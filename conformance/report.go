@@ -54,6 +54,9 @@ const (
 	CheckLatency = "latency"
 	// CheckKernels: kernel outputs against the reference, when declared.
 	CheckKernels = "kernels"
+	// CheckDeviceCode: kernel modules and launch plans pass the host's
+	// checks, when device code is declared.
+	CheckDeviceCode = "device-code"
 	// CheckProcess: one process served the whole suite.
 	CheckProcess = "process"
 )
@@ -64,7 +67,7 @@ func CheckNames() []string {
 		CheckRunByHand, CheckHandshake, CheckProtocolVersion, CheckDescription,
 		CheckUnknownName, CheckCoverage, CheckCatalog, CheckDeterminism,
 		CheckBatch, CheckReads, CheckBadRequests, CheckLatency, CheckKernels,
-		CheckProcess,
+		CheckDeviceCode, CheckProcess,
 	}
 }
 

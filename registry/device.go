@@ -180,17 +180,18 @@ func (r *Registry) fetchModules(ctx context.Context, p *plugin, backend string, 
 		return nil, false, r.noPlan(backend, p.name, r.failCall(p, inst, err, longCall))
 	}
 	r.succeeded(p)
-	if err := checkModules(mods); err != nil {
+	if err := CheckModules(mods); err != nil {
 		return nil, true, r.noPlan(backend, p.name, &failure{ReasonBadModules, fmt.Errorf("plugin %s: %w", p.name, err)})
 	}
 	p.logger.Info("kernel modules received", "device", dev.Name, "compute_capability", dev.ComputeCapability, "modules", len(mods))
 	return mods, true, nil
 }
 
-// checkModules refuses modules without a name or with a name given twice,
-// an empty image, or an image that does not hash to its declared SHA-256.
-// The error wraps core.ErrProtocol.
-func checkModules(mods []core.KernelModule) error {
+// CheckModules is the host's check of the kernel modules a plugin hands
+// it: it refuses a module without a name or with a name given twice, an
+// empty image, or an image that does not hash to its declared SHA-256.
+// The error wraps core.ErrProtocol. attnplug conform applies it too.
+func CheckModules(mods []core.KernelModule) error {
 	seen := map[string]bool{}
 	for i, m := range mods {
 		switch {
@@ -305,16 +306,26 @@ func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 	return plan, nil
 }
 
-// checkPlan checks plan, p's answer to req, against p's modules, the
-// device, and the handler's catalog.
+// checkPlan checks plan, p's answer to req, against p's modules.
 func (r *Registry) checkPlan(plan *core.Plan, req *core.PlanRequest, p *plugin, mods []core.KernelModule) error {
+	h, _ := p.desc.Handler(req.Backend)
+	return CheckPlan(plan, req, h, mods)
+}
+
+// CheckPlan is the host's check of plan, a plugin's answer to req for the
+// handler h, whose modules are mods: launch.Check against the modules and
+// req.Device, and the kernel h's catalog names for req.Method. The error
+// is a *launch.PlanError. attnplug conform applies it too.
+func CheckPlan(plan *core.Plan, req *core.PlanRequest, h core.HandlerInfo, mods []core.KernelModule) error {
 	if err := launch.Check(plan, req, mods, req.Device); err != nil {
 		return err
 	}
-	if h, ok := p.desc.Handler(req.Backend); ok {
-		if k, ok := h.Kernel(req.Method); ok && plan.Kernel != k.Name {
-			return &launch.PlanError{Launch: -1, Reason: fmt.Sprintf("the plan runs kernel %q, but %s's catalog runs %q for %s", plan.Kernel, req.Backend, k.Name, req.Method)}
-		}
+	k, ok := h.Kernel(req.Method)
+	switch {
+	case !ok:
+		return &launch.PlanError{Launch: -1, Reason: fmt.Sprintf("the plan runs kernel %q for %s, which %s's catalog lacks", plan.Kernel, req.Method, h.Name)}
+	case plan.Kernel != k.Name:
+		return &launch.PlanError{Launch: -1, Reason: fmt.Sprintf("the plan runs kernel %q, but %s's catalog runs %q for %s", plan.Kernel, h.Name, k.Name, req.Method)}
 	}
 	return nil
 }

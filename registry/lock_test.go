@@ -207,6 +207,10 @@ func TestLockFileErrors(t *testing.T) {
 		"not hex":    {`{"format":1,"plugins":[{"file":"attnplug-backend-x","sha256":"` + strings.Repeat("z", 64) + `"}]}`, "is not 64 hex digits"},
 		"bad name":   {`{"format":1,"plugins":[{"file":"x","sha256":"` + strings.Repeat("0", 64) + `"}]}`, `file "x" is not a plugin binary's name`},
 		"no file":    {`{"format":1,"plugins":[{"sha256":"` + strings.Repeat("0", 64) + `"}]}`, "entry 1"},
+		"module hash": {`{"format":1,"plugins":[{"file":"attnplug-backend-x","sha256":"` + strings.Repeat("0", 64) + `","modules":[{"name":"m","sha256":"12"}]}]}`,
+			`entry 1 (attnplug-backend-x): module 1: want a name and a sha256 of 64 hex digits, got "m" and "12"`},
+		"module name": {`{"format":1,"plugins":[{"file":"attnplug-backend-x","sha256":"` + strings.Repeat("0", 64) + `","modules":[{"sha256":"` + strings.Repeat("1", 64) + `"}]}]}`,
+			"module 1: want a name"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, name+".lock")
@@ -221,5 +225,58 @@ func TestLockFileErrors(t *testing.T) {
 	}
 	if _, err := registry.ReadLock(filepath.Join(dir, "absent.lock")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("absent lock file: %v", err)
+	}
+}
+
+// TestLockModulePins checks the module pins of the lock file: written and
+// read back, added without duplicates, kept for an unchanged binary when
+// the binaries are pinned again, dropped for a changed one, and absent
+// from the file of a lock without them (a lock file older hosts read).
+func TestLockModulePins(t *testing.T) {
+	hash := func(c string) string { return strings.Repeat(c, 64) }
+	entry := func(file, sum string) registry.LockEntry {
+		return registry.LockEntry{File: "attnplug-backend-" + file, SHA256: sum, Version: "1.0.0", Names: []string{file}}
+	}
+	mods := []core.KernelModule{{Name: "mla", Arch: "sm_90a", Format: core.FormatCUBIN, SHA256: hash("1")}}
+	pins := registry.ModulePins(mods, core.DeviceInfo{Name: "NVIDIA H200", ComputeCapability: 90})
+	if want := (registry.ModulePin{Name: "mla", Arch: "sm_90a", Format: "cubin", SHA256: hash("1"), Device: "NVIDIA H200"}); len(pins) != 1 || pins[0] != want {
+		t.Fatalf("ModulePins: %+v, want %+v", pins, want)
+	}
+	old := &registry.Lock{Format: 1, Plugins: []registry.LockEntry{entry("fa3", hash("a")), entry("flashinfer", hash("b")), entry("aiter", hash("c"))}}
+	if !old.AddModules("attnplug-backend-fa3", pins) || !old.AddModules("attnplug-backend-fa3", pins) || !old.AddModules("attnplug-backend-flashinfer", pins) {
+		t.Fatal("AddModules: an entry was not found")
+	}
+	if old.AddModules("attnplug-backend-nope", pins) {
+		t.Error("AddModules of an unknown file reported success")
+	}
+	if e, _ := old.Entry("attnplug-backend-fa3"); len(e.Modules) != 1 {
+		t.Errorf("the same pin added twice: %+v", e.Modules)
+	}
+	path := filepath.Join(t.TempDir(), registry.LockFileName)
+	if err := old.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(path)
+	if strings.Count(string(data), `"modules"`) != 2 {
+		t.Errorf("the lock file has %d modules lists, want 2 (none for aiter):\n%s", strings.Count(string(data), `"modules"`), data)
+	}
+	back, err := registry.ReadLock(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := back.Entry("attnplug-backend-flashinfer"); len(e.Modules) != 1 || e.Modules[0] != pins[0] {
+		t.Errorf("read back: %+v", e.Modules)
+	}
+	// Pinning the binaries again: fa3 unchanged, flashinfer rebuilt.
+	next := &registry.Lock{Format: 1, Plugins: []registry.LockEntry{entry("fa3", hash("a")), entry("flashinfer", hash("d")), entry("aiter", hash("c"))}}
+	dropped := next.KeepModules(back)
+	if len(dropped) != 1 || dropped[0] != "attnplug-backend-flashinfer" {
+		t.Errorf("KeepModules dropped %v, want flashinfer's", dropped)
+	}
+	if e, _ := next.Entry("attnplug-backend-fa3"); len(e.Modules) != 1 {
+		t.Errorf("fa3's pins were not kept: %+v", e)
+	}
+	if e, _ := next.Entry("attnplug-backend-flashinfer"); len(e.Modules) != 0 {
+		t.Errorf("the rebuilt flashinfer kept its pins: %+v", e)
 	}
 }

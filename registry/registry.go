@@ -154,6 +154,9 @@ type PluginInfo struct {
 	Names []string `json:"names,omitempty"`
 	// Aliases maps an alias among Names to the name whose rules it shares.
 	Aliases map[string]string `json:"aliases,omitempty"`
+	// DeviceCode reports that the plugin hands the host device code and
+	// launch plans (Registry.KernelModules, Registry.PlanKernel).
+	DeviceCode bool `json:"device_code,omitempty"`
 	// Status is its state.
 	Status Status `json:"status"`
 	// Reason says why a plugin is broken, failed or shadowed.
@@ -402,7 +405,7 @@ func (r *Registry) Plugins() []PluginInfo {
 	for _, p := range t.plugins {
 		pi := PluginInfo{
 			Name: p.name, Path: p.path, Version: p.desc.Version,
-			ProtocolVersion: p.desc.ProtocolVersion, SHA256: p.sha256,
+			ProtocolVersion: p.desc.ProtocolVersion, SHA256: p.sha256, DeviceCode: p.desc.DeviceCode,
 		}
 		for _, h := range p.desc.Handlers {
 			if rt, ok := t.routes[h.Name]; ok && rt.plugin == p {

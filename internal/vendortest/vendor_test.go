@@ -115,7 +115,7 @@ func TestConformCommandFails(t *testing.T) {
 		t.Fatalf("conform on a faulty plugin: exit %d, want 1\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	if !strings.Contains(r.stdout, "FAIL  catalog") || !strings.Contains(r.stdout, "answered MHA_NPU, which it does not declare") ||
-		!strings.Contains(r.stderr, "1 of 14 checks failed: catalog") {
+		!strings.Contains(r.stderr, "1 of 15 checks failed: catalog") {
 		t.Errorf("report:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	}
 	r = host(t, "", []string{"ATTNPLUG_FAULT=undeclared"}, "conform", "--json", "--max-requests", "50", faultBin)

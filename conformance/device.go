@@ -1,0 +1,209 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry"
+)
+
+// DefaultArch is the architecture of the example device that the
+// device-code check asks plugins for, when Options.Device is not set.
+const DefaultArch = "sm_90"
+
+// ModulesTimeout bounds the KernelModules call of the device-code check:
+// a plugin may compile its modules then (NVRTC: seconds).
+const ModulesTimeout = 2 * time.Minute
+
+// ExampleDevice returns an example CUDA device of architecture arch
+// ("sm_90", "sm_90a", "compute_100" or "100"), with the limits of a
+// typical GPU of that generation: the device plugins are asked for device
+// code for when no GPU is at hand. The error names the value.
+func ExampleDevice(arch string) (core.DeviceInfo, error) {
+	s := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(arch, "sm_"), "compute_"), "a")
+	cc, err := strconv.Atoi(s)
+	if err != nil || cc < 50 || cc > 199 {
+		return core.DeviceInfo{}, fmt.Errorf("architecture %q: want sm_XY with XY a compute capability from 50 to 199, such as sm_90", arch)
+	}
+	d := core.DeviceInfo{
+		Platform: core.PlatformCUDA, Name: fmt.Sprintf("example sm_%d device", cc), ComputeCapability: cc,
+		SMs: 80, MaxThreadsPerBlock: 1024, MaxSharedPerBlock: 96 << 10, MaxGrid: [3]int{1<<31 - 1, 65535, 65535},
+	}
+	switch {
+	case cc >= 100 && cc < 110: // B200
+		d.SMs, d.MaxSharedPerBlock = 148, 227<<10
+	case cc >= 90 && cc < 100: // H100, H200
+		d.SMs, d.MaxSharedPerBlock = 132, 227<<10
+	case cc == 80: // A100
+		d.SMs, d.MaxSharedPerBlock = 108, 163<<10
+	case cc > 80: // the sm_86, sm_89 and sm_120 cards
+		d.SMs, d.MaxSharedPerBlock = 84, 99<<10
+	}
+	return d, nil
+}
+
+// planBatches returns the batches the device-code check plans for name:
+// decode and target verify (1 to 4 query tokens), page sizes 1 and 64,
+// 16 and 128 heads, batch sizes 1 to 64 with ragged lengths up to 16k, with
+// and without CUDA graphs.
+func planBatches(name string, dev core.DeviceInfo) []core.PlanRequest {
+	rng := rand.New(rand.NewPCG(23, 29))
+	var out []core.PlanRequest
+	for _, page := range []int{1, 64} {
+		for _, heads := range []int{16, 128} {
+			for _, batch := range []int{1, 7, 64} {
+				for _, verify := range []bool{false, true} {
+					s := core.PlanShape{PageSize: page}
+					var pages int64
+					for i := 0; i < batch; i++ {
+						n := 1 + rng.Int64N(16384)
+						q := int64(1)
+						if verify {
+							q = 1 + rng.Int64N(4)
+						}
+						n = max(n, q)
+						s.SeqLens, s.QLens = append(s.SeqLens, n), append(s.QLens, q)
+						pages += (n + int64(page) - 1) / int64(page)
+					}
+					s.NumPages = int(pages + 16)
+					out = append(out, core.PlanRequest{
+						Backend: name, Method: core.MLA, DType: "bf16",
+						Dims:   core.PlanDims{Heads: heads, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+						Shape:  s,
+						Device: dev,
+						Graph:  batch == 7,
+					})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// deviceCode checks a plugin that declares device code the way a host
+// uses it: the modules for an example device pass the host's check
+// (registry.CheckModules), every plan for a set of generated batches
+// passes it too (registry.CheckPlan: known entries, limits, every tensor
+// bound, shapes, schedule), and a plan request for a method a name does
+// not run, or a malformed one, gets no plan rather than a plan or a crash.
+func (s *suite) deviceCode(ctx context.Context, c *Check) {
+	if s.desc == nil || !s.desc.DeviceCode {
+		c.Status, c.Detail = Skip, "no device code declared: skipped"
+		return
+	}
+	if s.dead != nil {
+		c.Status, c.Detail = Skip, "not run: "+s.dead.Error()
+		return
+	}
+	kp, ok := s.backend.(core.KernelPlanner)
+	if !ok {
+		c.problem("the connection cannot ask for device code")
+		return
+	}
+	dev := *s.opts.Device
+	mctx, cancel := context.WithTimeout(ctx, ModulesTimeout)
+	mods, err := kp.KernelModules(mctx, dev)
+	cancel()
+	s.observe(ctx, err)
+	switch {
+	case errors.Is(err, core.ErrNoPlan):
+		c.Status = Skip
+		c.Detail = fmt.Sprintf("no device code for the example device (compute %d): %v; a host gets it built at start for its GPU", dev.ComputeCapability, err)
+		return
+	case err != nil:
+		c.problem("KernelModules for %s (compute %d): %v", dev.Name, dev.ComputeCapability, err)
+		return
+	}
+	if err := registry.CheckModules(mods); err != nil {
+		c.problem("the host refuses the modules: %v", err)
+		return
+	}
+	plans, none := 0, 0
+	for _, h := range s.names {
+		if h.Deprecated != "" {
+			continue
+		}
+		for _, req := range planBatches(h.Name, dev) {
+			if s.dead != nil {
+				c.problem("the plugin stopped: %v", s.dead)
+				return
+			}
+			p, err := s.plan(ctx, kp, &req)
+			switch {
+			case errors.Is(err, core.ErrNoPlan):
+				none++
+			case err != nil:
+				c.problem("%s: plan for %s: %v", h.Name, batchString(&req), err)
+			default:
+				plans++
+				if err := registry.CheckPlan(p, &req, h, mods); err != nil {
+					c.problem("%s: plan for %s: %v", h.Name, batchString(&req), err)
+				}
+			}
+		}
+		s.badPlanRequests(ctx, c, kp, h, dev)
+	}
+	if c.Status == Fail {
+		c.Detail = "a host refuses these plans"
+		return
+	}
+	archs := make([]string, len(mods))
+	for i, m := range mods {
+		archs[i] = m.Name + " (" + string(m.Format) + " for " + m.Arch + ")"
+	}
+	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(archs, ", "), dev.Name, plans, none)
+}
+
+// plan asks kp for req's plan under the call deadline.
+func (s *suite) plan(ctx context.Context, kp core.KernelPlanner, req *core.PlanRequest) (*core.Plan, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	p, err := kp.PlanKernel(cctx, req)
+	cancel()
+	s.observe(ctx, err)
+	return p, err
+}
+
+// badPlanRequests asks h for plans it cannot give: a method its catalog
+// does not run on the device, and a malformed request. Either must get
+// "no plan" or "invalid request".
+func (s *suite) badPlanRequests(ctx context.Context, c *Check, kp core.KernelPlanner, h core.HandlerInfo, dev core.DeviceInfo) {
+	good := planBatches(h.Name, dev)[0]
+	noKernel := good
+	noKernel.Method = core.DSANPU
+	malformed := good
+	malformed.Dims.Heads = 0
+	for _, tc := range []struct {
+		what string
+		req  core.PlanRequest
+	}{{"a method it does not run (DSA_NPU)", noKernel}, {"a malformed request (0 heads)", malformed}} {
+		if s.dead != nil {
+			return
+		}
+		p, err := s.plan(ctx, kp, &tc.req)
+		switch {
+		case err == nil:
+			c.problem("%s: planned %s: %d launches, want no plan", h.Name, tc.what, len(p.Launches))
+		case !errors.Is(err, core.ErrNoPlan) && !errors.Is(err, core.ErrInvalidRequest):
+			c.problem("%s: %s: %v, want no plan (Unimplemented) or an invalid request (InvalidArgument)", h.Name, tc.what, err)
+		}
+	}
+}
+
+// batchString names a plan request's batch in a problem.
+func batchString(r *core.PlanRequest) string {
+	return fmt.Sprintf("%d requests (seq_lens %s, q_lens %s), page size %d, %d heads, graph %v",
+		len(r.Shape.SeqLens), lensString(r.Shape.SeqLens), lensString(r.Shape.QLens), r.Shape.PageSize, r.Dims.Heads, r.Graph)
+}
+
+func lensString(xs []int64) string {
+	if len(xs) <= 4 {
+		return fmt.Sprint(xs)
+	}
+	return fmt.Sprintf("%v...", xs[:4])
+}

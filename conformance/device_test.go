@@ -1,0 +1,55 @@
+package conformance_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/attnplug/attnplug/conformance"
+)
+
+// TestDeviceCodeCatchesLies runs the suite on the liar plugin: honest, it
+// passes every check; told to lie, the device-code check fails naming
+// the lie, and nothing else does.
+func TestDeviceCodeCatchesLies(t *testing.T) {
+	for _, tc := range []struct{ lie, want string }{
+		{"", ""},
+		{"unknown_entry", `module "liar_mla" has no entry "liar_mla_split_v2"`},
+		{"grid", "grid dimension 1 is 65536, the device allows 65535"},
+		{"unbound", `parameter "lse" of liar_mla_combine is not bound`},
+		{"schedule", "which has"},
+		{"shape", `tensor "out" declared as bf16`},
+		{"wrong_kernel", `the plan runs kernel "flash_attn_with_kvcache"`},
+		{"hash", `the host refuses the modules: protocol violation: kernel module "liar_mla" declares sha256`},
+	} {
+		t.Run("lie_"+tc.lie, func(t *testing.T) {
+			r := run(t, conformance.Options{Binary: liar, MaxRequests: 50, Env: []string{"ATTNPLUG_LIE=" + tc.lie}})
+			c, ok := r.Check(conformance.CheckDeviceCode)
+			if !ok {
+				t.Fatalf("no %s check:\n%s", conformance.CheckDeviceCode, text(r))
+			}
+			if tc.want == "" {
+				if !r.Passed || c.Status != conformance.Pass || !strings.Contains(c.Detail, "pass the host's check; 24 plans pass it, 0 batches got no plan") {
+					t.Fatalf("the honest liar does not pass:\n%s", text(r))
+				}
+				return
+			}
+			failed := r.Failed()
+			if r.Passed || len(failed) != 1 || failed[0].Name != conformance.CheckDeviceCode || !strings.Contains(strings.Join(c.Problems, "\n"), tc.want) {
+				t.Errorf("want only %s failed, naming %q:\n%s", conformance.CheckDeviceCode, tc.want, text(r))
+			}
+		})
+	}
+	t.Run("no_device_code_for_the_device", func(t *testing.T) {
+		r := run(t, conformance.Options{Binary: liar, MaxRequests: 50, Env: []string{"ATTNPLUG_LIE=no_modules"}})
+		if c, _ := r.Check(conformance.CheckDeviceCode); !r.Passed || c.Status != conformance.Skip || !strings.Contains(c.Detail, "no device code, as asked") {
+			t.Errorf("want a pass with device-code skipped saying why:\n%s", text(r))
+		}
+	})
+	t.Run("crash", func(t *testing.T) {
+		r := run(t, conformance.Options{Binary: liar, MaxRequests: 50, Env: []string{"ATTNPLUG_LIE=crash_plan"}})
+		c, _ := r.Check(conformance.CheckDeviceCode)
+		if r.Passed || c.Status != conformance.Fail || !strings.Contains(strings.Join(c.Problems, "\n"), "exited") {
+			t.Errorf("want device-code failed, naming the exit:\n%s", text(r))
+		}
+	})
+}
