@@ -283,7 +283,7 @@ func (s *suite) handshake(ctx context.Context, c *Check) {
 		StartTimeout:    s.opts.StartTimeout,
 		AutoMTLS:        true,
 		GRPCDialOptions: wire.DialOptions(), // kernel modules run to megabytes
-		Managed:      false,
+		Managed:         false,
 	})
 	type result struct {
 		raw any
