@@ -80,7 +80,7 @@ func (b *Backend) KernelModules(ctx context.Context, dev core.DeviceInfo) ([]cor
 			defer close(e.done)
 			e.mods, e.err = devkernels.Modules(dev)
 			if e.err != nil {
-				e.err = fmt.Errorf("%s: kernel modules for %s (compute %d): %w", d.Name, dev.Name, dev.ComputeCapability, e.err)
+				e.err = fmt.Errorf("%s (compute %d): %w", dev.Name, dev.ComputeCapability, e.err)
 			}
 		}()
 	}

@@ -175,7 +175,7 @@ func (r *Registry) fetchModules(ctx context.Context, p *plugin, backend string, 
 	case errors.Is(err, core.ErrNoPlan), errors.Is(err, core.ErrInvalidRequest):
 		// The plugin has no device code for dev: an expected answer.
 		p.logger.Info("plugin has no device code for this device", "device", dev.Name, "compute_capability", dev.ComputeCapability, "error", err)
-		return nil, true, fmt.Errorf("%w: plugin %s: %w", core.ErrNoPlan, p.name, err)
+		return nil, true, pluginNoPlan(p, err)
 	default:
 		return nil, false, r.noPlan(backend, p.name, r.failCall(p, inst, err, longCall))
 	}
@@ -221,6 +221,15 @@ func (r *Registry) pinnedModules(p *plugin, backend string, mods []core.KernelMo
 		return nil, r.noPlan(backend, p.name, &failure{ReasonBadModules, fmt.Errorf("plugin %s: %w", p.name, err)})
 	}
 	return mods, nil
+}
+
+// pluginNoPlan is p's own answer err, "no plan" or "invalid request", as an
+// error wrapping core.ErrNoPlan.
+func pluginNoPlan(p *plugin, err error) error {
+	if errors.Is(err, core.ErrNoPlan) {
+		return fmt.Errorf("plugin %s: %w", p.name, err)
+	}
+	return fmt.Errorf("%w: plugin %s: %w", core.ErrNoPlan, p.name, err)
 }
 
 // noDeviceCode is what a device-code fallback does, in the fallback log.
@@ -288,7 +297,7 @@ func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 	case errors.Is(err, core.ErrNoPlan), errors.Is(err, core.ErrInvalidRequest):
 		// The plugin has no plan for this request: an expected answer.
 		p.logger.Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", err)
-		err = fmt.Errorf("%w: plugin %s: %w", core.ErrNoPlan, p.name, err)
+		err = pluginNoPlan(p, err)
 		p.device.plans.put(key, planOutcome{err: err})
 		return nil, err
 	default:

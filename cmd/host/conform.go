@@ -13,7 +13,9 @@ import (
 
 // runConform is `attnplug conform PLUGIN_BINARY`: the conformance suite of
 // package conformance on one plugin binary, as a readable report or JSON.
-// It fails (exit status 1) when any check fails.
+// The device-code check asks for the device of --arch (default: this
+// machine's GPU, else an example sm_90 device). It fails (exit status 1)
+// when any check fails.
 func runConform(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("conform", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -21,6 +23,8 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	startTimeout := fs.Duration("start-timeout", 10*time.Second, "deadline of the plugin's start and handshake")
 	maxRequests := fs.Int("max-requests", 0, "ask each name at most this many of the generated requests (0: all)")
 	maxP99 := fs.Duration("max-p99", 0, "fail when the p99 of a dispatch call is above this (0: no limit)")
+	var dev deviceFlags
+	dev.register(fs)
 	if err := parseFlags(fs, e, args, "attnplug conform [flags] PLUGIN_BINARY"); err != nil {
 		return err
 	}
@@ -35,12 +39,17 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	} else if !st.Mode().IsRegular() {
 		return &usageError{fmt.Sprintf("conform: plugin binary %s is not a regular file", fs.Arg(0))}
 	}
+	device, _, err := dev.device()
+	if err != nil {
+		return err
+	}
 	report, err := conformance.Run(ctx, conformance.Options{
 		Binary:       fs.Arg(0),
 		CallTimeout:  *timeout,
 		StartTimeout: *startTimeout,
 		MaxRequests:  *maxRequests,
 		MaxP99:       *maxP99,
+		Device:       &device,
 	})
 	if report == nil {
 		return err

@@ -3,10 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry"
 )
 
 func runPlugins(ctx context.Context, e *env, args []string) error {
@@ -14,12 +20,17 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 	var h hostFlags
 	h.register(fs, "platform", "strict")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	withKernels := fs.Bool("kernels", false, "print the kernel catalog of every name instead")
+	withKernels := fs.Bool("kernels", false, "print the kernel catalog of every name instead, with the device code of the plugins that hand it")
+	var dev deviceFlags
+	dev.register(fs)
 	if err := parseFlags(fs, e, args, "attnplug plugins [flags]"); err != nil {
 		return err
 	}
 	if err := noArgs(fs, ""); err != nil {
 		return err
+	}
+	if dev.arch != "" && !*withKernels {
+		return &usageError{"plugins: --arch needs --kernels"}
 	}
 	reg, err := h.open(ctx, e)
 	if err != nil {
@@ -28,7 +39,7 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 	defer reg.Close()
 	list := reg.Plugins()
 	if *withKernels {
-		return kernelsTable(e.stdout, reg, list, *asJSON)
+		return kernelsListing(ctx, e.stdout, reg, list, &dev, *asJSON)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -66,4 +77,129 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// deviceCodeListing is the device code of one name in plugins --kernels.
+type deviceCodeListing struct {
+	// Device is the device the plugin was asked for.
+	Device            string `json:"device"`
+	ComputeCapability int    `json:"compute_capability"`
+	// Modules are the modules that run the name's kernels.
+	Modules []moduleListing `json:"modules,omitempty"`
+	// Note says why no module is listed.
+	Note string `json:"note,omitempty"`
+}
+
+// moduleListing is one kernel module in plugins --kernels.
+type moduleListing struct {
+	Name    string   `json:"name"`
+	Arch    string   `json:"arch"`
+	Format  string   `json:"format"`
+	Bytes   int      `json:"bytes"`
+	SHA256  string   `json:"sha256"`
+	Entries []string `json:"entries"`
+	Kernels []string `json:"kernels,omitempty"`
+}
+
+// kernelsListing prints plugins --kernels: the kernel catalog of every
+// name and, for the plugins that hand device code, the modules of each
+// name, asked for the device of dev. A plugin without device code for it
+// (no NVRTC here) is listed as building it at start for the host's GPU.
+func kernelsListing(ctx context.Context, w io.Writer, reg *registry.Registry, list []registry.PluginInfo, dev *deviceFlags, asJSON bool) error {
+	codes := map[string]*deviceCodeListing{}
+	var device core.DeviceInfo
+	var source string
+	for _, p := range list {
+		if !p.DeviceCode {
+			continue
+		}
+		if source == "" {
+			var err error
+			if device, source, err = dev.device(); err != nil {
+				return err
+			}
+		}
+		for _, n := range p.Names {
+			codes[n] = nameDeviceCode(ctx, reg, n, device)
+		}
+	}
+	if asJSON {
+		type row struct {
+			Plugin     string             `json:"plugin"`
+			Name       string             `json:"name"`
+			Kernel     []core.Kernel      `json:"kernels"`
+			DeviceCode *deviceCodeListing `json:"device_code,omitempty"`
+		}
+		var rows []row
+		for _, p := range list {
+			for _, n := range p.Names {
+				h, _, _ := reg.Handler(n)
+				rows = append(rows, row{p.Name, n, h.Kernels, codes[n]})
+			}
+		}
+		rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernel: core.TritonKernels()})
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	if err := kernelsTable(w, reg, list, false); err != nil {
+		return err
+	}
+	if len(codes) == 0 {
+		_, err := fmt.Fprintln(w, "\nDEVICE CODE: no plugin hands the host device code")
+		return err
+	}
+	fmt.Fprintf(w, "\nDEVICE CODE for %s (compute %d): %s\n", device.Name, device.ComputeCapability, source)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PLUGIN\tNAME\tMODULE\tARCH\tFORMAT\tBYTES\tSHA256\tENTRIES")
+	for _, p := range list {
+		for _, n := range p.Names {
+			c := codes[n]
+			switch {
+			case c == nil:
+			case c.Note != "":
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, n, c.Note)
+			default:
+				for _, m := range c.Modules {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Name, n, m.Name, m.Arch, m.Format, m.Bytes, m.SHA256[:min(12, len(m.SHA256))], strings.Join(m.Entries, ","))
+				}
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+// nameDeviceCode asks the registry for the device code of name on device:
+// the modules that run the name's catalog kernels (a module that names no
+// kernel runs any).
+func nameDeviceCode(ctx context.Context, reg *registry.Registry, name string, device core.DeviceInfo) *deviceCodeListing {
+	out := &deviceCodeListing{Device: device.Name, ComputeCapability: device.ComputeCapability}
+	mods, err := reg.KernelModules(ctx, name, device)
+	switch {
+	case errors.Is(err, core.ErrNoPlan) && !errors.Is(err, registry.ErrNotPinned):
+		out.Note = "device code: built at start for the host's GPU (here: " + err.Error() + ")"
+		return out
+	case err != nil:
+		out.Note = "device code refused: " + err.Error()
+		return out
+	}
+	h, _, _ := reg.Handler(name)
+	for _, m := range mods {
+		runs := len(m.Kernels) == 0
+		for _, k := range h.Kernels {
+			runs = runs || slices.Contains(m.Kernels, k.Name)
+		}
+		if !runs {
+			continue
+		}
+		ml := moduleListing{Name: m.Name, Arch: m.Arch, Format: string(m.Format), Bytes: len(m.Image), SHA256: m.SHA256, Kernels: m.Kernels}
+		for _, e := range m.Entries {
+			ml.Entries = append(ml.Entries, e.Name)
+		}
+		out.Modules = append(out.Modules, ml)
+	}
+	if len(out.Modules) == 0 {
+		out.Note = "device code: no module runs its kernels"
+	}
+	return out
 }

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/attnplug/attnplug/conformance"
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/cuda"
+)
+
+// deviceFlags is the --arch flag of the commands that ask plugins for
+// device code: plugins --kernels, lock --modules and conform.
+type deviceFlags struct {
+	arch string
+}
+
+func (f *deviceFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.arch, "arch", "", "NVIDIA architecture to ask the plugins' device code for, such as sm_90 or sm_100 "+
+		"(default: this machine's GPU, else an example "+conformance.DefaultArch+" device)")
+}
+
+// device returns the device to ask for, and says which it is, for
+// people: the example device of --arch; else this machine's GPU; else the
+// example device of conformance.DefaultArch.
+func (f *deviceFlags) device() (core.DeviceInfo, string, error) {
+	if f.arch != "" {
+		d, err := conformance.ExampleDevice(f.arch)
+		if err != nil {
+			return d, "", &usageError{"--arch: " + err.Error()}
+		}
+		return d, "asked for with --arch", nil
+	}
+	if d, err := cuda.Open(); err == nil {
+		info := d.Info()
+		d.Close()
+		return gpuDevice(info), "this machine's GPU", nil
+	}
+	d, _ := conformance.ExampleDevice(conformance.DefaultArch)
+	return d, "no GPU here; --arch picks another architecture", nil
+}
+
+// gpuDevice describes the GPU of info as a core.DeviceInfo. The grid
+// limits are CUDA's for every supported GPU; the shared memory a block may
+// opt into is the generation's (info has the default, 48 KiB), and never
+// less than info's.
+func gpuDevice(info cuda.Info) core.DeviceInfo {
+	cc := info.Major*10 + info.Minor
+	d, err := conformance.ExampleDevice(fmt.Sprint(cc))
+	if err != nil {
+		d = core.DeviceInfo{MaxGrid: [3]int{1<<31 - 1, 65535, 65535}}
+	}
+	d.Platform, d.Name, d.ComputeCapability = core.PlatformCUDA, info.Name, cc
+	d.SMs, d.MaxThreadsPerBlock = info.SMs, info.MaxThreadsPerBlock
+	d.MaxSharedPerBlock = max(d.MaxSharedPerBlock, info.MaxSharedPerBlock)
+	return d
+}
