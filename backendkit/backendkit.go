@@ -14,6 +14,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/devkernels"
 	"github.com/attnplug/attnplug/kernels"
 	"github.com/attnplug/attnplug/shm"
 )
@@ -25,7 +26,7 @@ import (
 type Backend struct {
 	*core.RuleBackend
 	host    atomic.Pointer[core.HostInfo]
-	modules deviceModules
+	builder devkernels.Builder // the device code, built once per architecture
 
 	gpuOnce sync.Once
 	gpu     *cuda.Device // nil: no usable CUDA device, or turned off

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/devkernels"
@@ -14,23 +13,6 @@ import (
 // (the fa3 and flashinfer families) hands the host the device code of
 // package devkernels and plans its launches: it is a core.KernelPlanner,
 // and its description says so (core.Description.DeviceCode).
-
-// maxModuleDevices bounds the devices whose modules a Backend keeps; the
-// modules of any further device are built at every call.
-const maxModuleDevices = 16
-
-// moduleBuild is the device code built, or being built, for one device.
-type moduleBuild struct {
-	done chan struct{} // closed when mods and err are set
-	mods []core.KernelModule
-	err  error
-}
-
-// deviceModules caches the device code a Backend built, per device.
-type deviceModules struct {
-	mu    sync.Mutex
-	byDev map[core.DeviceInfo]*moduleBuild
-}
 
 // Describe returns the rules' description, with DeviceCode set when a
 // kernel of the catalog has device code.
@@ -51,12 +33,12 @@ func hasDeviceCode(d *core.Description) bool {
 }
 
 // KernelModules returns the device code of package devkernels built for
-// dev. The first call for a device builds it (NVRTC: seconds); later calls
-// for the same device, concurrent ones included, share that build and its
-// outcome. A build that failed is not retried: without NVRTC, or for a
-// device devkernels has no code for, the error wraps core.ErrNoPlan. A
-// Backend without device code answers an error wrapping core.ErrNoPlan.
-// When ctx ends first, the build goes on for the next caller.
+// dev. The first call for an architecture builds it (NVRTC: seconds);
+// later calls for it, concurrent ones included, get that build and its
+// outcome (devkernels.Builder). Without NVRTC, or for a device devkernels
+// has no code for, the error wraps core.ErrNoPlan, as it does for a
+// Backend without device code. When ctx ends first, the build goes on
+// for the next caller.
 func (b *Backend) KernelModules(ctx context.Context, dev core.DeviceInfo) ([]core.KernelModule, error) {
 	d, err := b.Describe(ctx)
 	if err != nil {
@@ -65,29 +47,21 @@ func (b *Backend) KernelModules(ctx context.Context, dev core.DeviceInfo) ([]cor
 	if !d.DeviceCode {
 		return nil, fmt.Errorf("%w: %s has no device code (no CUDA MLA kernel in its catalog)", core.ErrNoPlan, d.Name)
 	}
-	m := &b.modules
-	m.mu.Lock()
-	e := m.byDev[dev]
-	if e == nil {
-		e = &moduleBuild{done: make(chan struct{})}
-		if m.byDev == nil {
-			m.byDev = map[core.DeviceInfo]*moduleBuild{}
-		}
-		if len(m.byDev) < maxModuleDevices {
-			m.byDev[dev] = e
-		}
-		go func() {
-			defer close(e.done)
-			e.mods, e.err = devkernels.Modules(dev)
-			if e.err != nil {
-				e.err = fmt.Errorf("%s (compute %d): %w", dev.Name, dev.ComputeCapability, e.err)
-			}
-		}()
+	type built struct {
+		mods []core.KernelModule
+		err  error
 	}
-	m.mu.Unlock()
+	done := make(chan built, 1)
+	go func() {
+		mods, err := b.builder.Modules(dev)
+		done <- built{mods, err}
+	}()
 	select {
-	case <-e.done:
-		return e.mods, e.err
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("%s (compute %d): %w", dev.Name, dev.ComputeCapability, r.err)
+		}
+		return r.mods, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

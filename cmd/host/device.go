@@ -2,11 +2,11 @@ package main
 
 import (
 	"flag"
-	"fmt"
 
 	"github.com/attnplug/attnplug/conformance"
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/launch/cudaexec"
 )
 
 // deviceFlags is the --arch flag of the commands that ask plugins for
@@ -34,24 +34,8 @@ func (f *deviceFlags) device() (core.DeviceInfo, string, error) {
 	if d, err := cuda.Open(); err == nil {
 		info := d.Info()
 		d.Close()
-		return gpuDevice(info), "this machine's GPU", nil
+		return cudaexec.DeviceInfo(info), "this machine's GPU", nil
 	}
 	d, _ := conformance.ExampleDevice(conformance.DefaultArch)
 	return d, "no GPU here; --arch picks another architecture", nil
-}
-
-// gpuDevice describes the GPU of info as a core.DeviceInfo. The grid
-// limits are CUDA's for every supported GPU; the shared memory a block may
-// opt into is the generation's (info has the default, 48 KiB), and never
-// less than info's.
-func gpuDevice(info cuda.Info) core.DeviceInfo {
-	cc := info.Major*10 + info.Minor
-	d, err := conformance.ExampleDevice(fmt.Sprint(cc))
-	if err != nil {
-		d = core.DeviceInfo{MaxGrid: [3]int{1<<31 - 1, 65535, 65535}}
-	}
-	d.Platform, d.Name, d.ComputeCapability = core.PlatformCUDA, info.Name, cc
-	d.SMs, d.MaxThreadsPerBlock = info.SMs, info.MaxThreadsPerBlock
-	d.MaxSharedPerBlock = max(d.MaxSharedPerBlock, info.MaxSharedPerBlock)
-	return d
 }
