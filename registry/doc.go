@@ -32,9 +32,15 @@
 //     falls back to the triton rules with a named Reason, logged as a
 //     warning; the plugin is restarted with exponential backoff, and a
 //     plugin that keeps failing is quarantined.
-//  6. Reload: Registry.Reload swaps every plugin whose binary changed,
+//  6. Device code: a plugin whose description declares it hands kernel
+//     modules (Registry.KernelModules, once per device, hash-checked and
+//     pinned by the lock file) and launch plans (Registry.PlanKernel,
+//     checked by launch.Check and kept by request); every refusal is an
+//     error wrapping core.ErrNoPlan, and the caller runs the kernel
+//     another way (device.go).
+//  7. Reload: Registry.Reload swaps every plugin whose binary changed,
 //     after a self-test, without failing a request in flight.
-//  7. End: Close kills every process the registry started; plugin
+//  8. End: Close kills every process the registry started; plugin
 //     processes also die with the host (a parent-death signal and a pipe
 //     that reads EOF when the host is gone), so none outlives it.
 //

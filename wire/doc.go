@@ -28,7 +28,12 @@
 //  3. go-plugin negotiates the highest common protocol version and prints
 //     the handshake line on stdout; nothing else may ever write there.
 //  4. The host calls Describe, learns the names the plugin serves, and
-//     calls Dispatch or DispatchBatch for requests to those names.
+//     calls Dispatch or DispatchBatch for requests to those names; a
+//     plugin with a kernel catalog also gets RunKernel, and one whose
+//     description sets device_code gets KernelModules once per device and
+//     PlanKernel once per batch (Server serves them for a backend that is
+//     a core.KernelPlanner; Client reads Unimplemented, from an older
+//     plugin, as core.ErrNoPlan).
 //  5. The host kills the process when it no longer needs it, when it
 //     fails, and when the host ends.
 package wire
