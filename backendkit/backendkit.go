@@ -96,17 +96,9 @@ func (b *Backend) Configure(ctx context.Context, info core.HostInfo) error {
 // req.Buffer.Mem is set, else the segment at req.Buffer.Path, mapped for
 // the call.
 func (b *Backend) RunKernel(ctx context.Context, req *core.KernelRequest) (*core.KernelResult, error) {
-	d, err := b.Describe(ctx)
+	k, err := b.catalogKernel(ctx, req.Backend, req.Method)
 	if err != nil {
 		return nil, err
-	}
-	h, ok := d.Handler(req.Backend)
-	if !ok {
-		return nil, fmt.Errorf("%s: %w %q", d.Name, core.ErrUnknownBackend, req.Backend)
-	}
-	k, ok := h.Kernel(req.Method)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s's catalog has no kernel for %s", core.ErrNoKernel, req.Backend, req.Method)
 	}
 	if !onCUDA(k) {
 		return Run(ctx, k, req, b.host.Load())
@@ -129,6 +121,25 @@ func (b *Backend) RunKernel(ctx context.Context, req *core.KernelRequest) (*core
 		res.Note = "the CUDA kernel failed (" + err.Error() + "); " + res.Note
 	}
 	return res, err2
+}
+
+// catalogKernel returns the kernel the catalog of the handler backend runs
+// for m. The error wraps core.ErrUnknownBackend for a name the backend
+// does not serve, core.ErrNoKernel for a method its catalog lacks.
+func (b *Backend) catalogKernel(ctx context.Context, backend string, m core.Method) (core.Kernel, error) {
+	d, err := b.Describe(ctx)
+	if err != nil {
+		return core.Kernel{}, err
+	}
+	h, ok := d.Handler(backend)
+	if !ok {
+		return core.Kernel{}, fmt.Errorf("%s: %w %q", d.Name, core.ErrUnknownBackend, backend)
+	}
+	k, ok := h.Kernel(m)
+	if !ok {
+		return core.Kernel{}, fmt.Errorf("%w: %s's catalog has no kernel for %s", core.ErrNoKernel, backend, m)
+	}
+	return k, nil
 }
 
 // errDevice marks a failure of the device, not of the request.

@@ -2,6 +2,7 @@ package backendkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -77,17 +78,12 @@ func (b *Backend) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	d, err := b.Describe(ctx)
+	k, err := b.catalogKernel(ctx, req.Backend, req.Method)
+	if errors.Is(err, core.ErrNoKernel) {
+		return nil, fmt.Errorf("%w: %w", core.ErrNoPlan, err)
+	}
 	if err != nil {
 		return nil, err
-	}
-	h, ok := d.Handler(req.Backend)
-	if !ok {
-		return nil, fmt.Errorf("%s: %w %q", d.Name, core.ErrUnknownBackend, req.Backend)
-	}
-	k, ok := h.Kernel(req.Method)
-	if !ok {
-		return nil, fmt.Errorf("%w: %w: %s's catalog has no kernel for %s", core.ErrNoPlan, core.ErrNoKernel, req.Backend, req.Method)
 	}
 	if !onCUDA(k) {
 		return nil, fmt.Errorf("%w: %s's kernel %s for %s has no device code (attnplug has device code for the absorbed MLA kernels of the CUDA libraries only)",

@@ -19,12 +19,6 @@ import (
 // as a real process: it hands fake PTX modules and plans that lie on
 // command, and counts the calls that reach it.
 
-var (
-	liarOnce sync.Once
-	liarBin  string
-	liarErr  error
-)
-
 // liar is a registry over a directory holding only the liar plugin.
 type liar struct {
 	r    *registry.Registry
@@ -37,20 +31,7 @@ type liar struct {
 // lies says (ATTNPLUG_LIE).
 func openLiar(t *testing.T, lies string, cfg registry.Config) *liar {
 	t.Helper()
-	liarOnce.Do(func() {
-		liarBin, liarErr = testbin.BuildTestPlugin(filepath.Join(filepath.Dir(bins.Dir), "liar"), "liar")
-	})
-	if liarErr != nil {
-		t.Fatal(liarErr)
-	}
-	dir := t.TempDir()
-	data, err := os.ReadFile(liarBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "attnplug-backend-liar"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testPluginDir(t, "liar")
 	l := &liar{dir: dir, log: filepath.Join(t.TempDir(), "calls")}
 	t.Setenv("ATTNPLUG_LIE", lies)
 	t.Setenv("ATTNPLUG_LIE_LOG", l.log)

@@ -20,32 +20,44 @@ import (
 // (internal/testplugins/fault) as a real process and check what the
 // registry does when it crashes, hangs, sleeps or breaks the protocol.
 
-var (
-	faultOnce sync.Once
-	faultBin  string
-	faultErr  error
-)
+// testPlugins are the test plugins (internal/testplugins) built so far,
+// by name, beside the package's other test binaries.
+var testPlugins struct {
+	sync.Mutex
+	bin map[string]string
+}
 
-// faultDir returns a fresh plugin directory holding only the fault plugin.
-// The binary is built once, beside the package's other test binaries.
-func faultDir(t *testing.T) string {
+// testPluginDir returns a fresh plugin directory holding only the test
+// plugin name, built once.
+func testPluginDir(t *testing.T, name string) string {
 	t.Helper()
-	faultOnce.Do(func() {
-		faultBin, faultErr = testbin.BuildFault(filepath.Join(filepath.Dir(bins.Dir), "fault"))
-	})
-	if faultErr != nil {
-		t.Fatal(faultErr)
+	testPlugins.Lock()
+	bin, ok := testPlugins.bin[name]
+	if !ok {
+		var err error
+		if bin, err = testbin.BuildTestPlugin(filepath.Join(filepath.Dir(bins.Dir), name), name); err != nil {
+			testPlugins.Unlock()
+			t.Fatal(err)
+		}
+		if testPlugins.bin == nil {
+			testPlugins.bin = map[string]string{}
+		}
+		testPlugins.bin[name] = bin
 	}
+	testPlugins.Unlock()
 	dir := t.TempDir()
-	data, err := os.ReadFile(faultBin)
+	data, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "attnplug-backend-fault"), data, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "attnplug-backend-"+name), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return dir
 }
+
+// faultDir returns a fresh plugin directory holding only the fault plugin.
+func faultDir(t *testing.T) string { return testPluginDir(t, "fault") }
 
 // openFault opens a registry over a directory holding the fault plugin.
 // The plugin is described without faults; every process started after
