@@ -58,15 +58,12 @@ func (b *Backend) device() (*cuda.Device, string) {
 // onCUDA reports whether kernel k is a CUDA kernel whose math this package
 // runs on the device: the absorbed MLA of the NVIDIA libraries.
 func onCUDA(k core.Kernel) bool {
-	if k.Sparse || k.Method != core.MLA {
-		return false
-	}
-	for _, h := range k.Hardware {
-		if slices.Contains(h.Platforms, core.PlatformCUDA) {
-			return true
-		}
-	}
-	return false
+	return !k.Sparse && k.Method == core.MLA && runsOn(k, core.PlatformCUDA)
+}
+
+// runsOn reports whether an entry of k's hardware names platform p.
+func runsOn(k core.Kernel, p core.Platform) bool {
+	return slices.ContainsFunc(k.Hardware, func(h core.Hardware) bool { return slices.Contains(h.Platforms, p) })
 }
 
 // New returns rb with kernels.

@@ -10,10 +10,13 @@ import (
 	"github.com/attnplug/attnplug/devkernels"
 )
 
-// Device code: a Backend whose catalog holds a CUDA absorbed-MLA kernel
-// (the fa3 and flashinfer families) hands the host the device code of
-// package devkernels and plans its launches: it is a core.KernelPlanner,
-// and its description says so (core.Description.DeviceCode).
+// Device code: a Backend whose catalog holds a kernel that package
+// devkernels has device code for (a dense CUDA kernel that one of its
+// modules runs: the absorbed-MLA decode of the fa3 and flashinfer
+// families, the varlen prefills of FlashAttention 3 and FlashInfer, dsa's
+// dense prefill among them) hands the host that device code and plans its
+// launches: it is a core.KernelPlanner, and its description says so
+// (core.Description.DeviceCode).
 
 // Describe returns the rules' description, with DeviceCode set when a
 // kernel of the catalog has device code.
@@ -22,15 +25,20 @@ func (b *Backend) Describe(ctx context.Context) (*core.Description, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.DeviceCode = hasDeviceCode(d)
+	d.DeviceCode = slices.ContainsFunc(d.Handlers, func(h core.HandlerInfo) bool {
+		return slices.ContainsFunc(h.Kernels, hasDeviceCode)
+	})
 	return d, nil
 }
 
-// hasDeviceCode reports whether a kernel of d's catalogs has device code.
-func hasDeviceCode(d *core.Description) bool {
-	return slices.ContainsFunc(d.Handlers, func(h core.HandlerInfo) bool {
-		return slices.ContainsFunc(h.Kernels, onCUDA)
-	})
+// hasDeviceCode reports whether devkernels has device code for catalog
+// kernel k: k is dense, runs on CUDA, and a module of devkernels.Spec
+// names it among the kernels it runs.
+func hasDeviceCode(k core.Kernel) bool {
+	if k.Sparse || !runsOn(k, core.PlatformCUDA) {
+		return false
+	}
+	return slices.ContainsFunc(devkernels.Spec(), func(m core.KernelModule) bool { return slices.Contains(m.Kernels, k.Name) })
 }
 
 // KernelModules returns the device code of package devkernels built for
@@ -72,8 +80,9 @@ func (b *Backend) KernelModules(ctx context.Context, dev core.DeviceInfo) ([]cor
 // kernel of req.Method of the handler req.Backend on req's batch. The
 // errors: core.ErrUnknownBackend for a name the backend does not serve;
 // core.ErrNoPlan for a method whose catalog entry is missing (wrapping
-// core.ErrNoKernel too) or has no device code, and for what devkernels
-// does not cover; core.ErrInvalidRequest for a malformed request.
+// core.ErrNoKernel too) or has no device code (hasDeviceCode), and for a
+// dtype, shape or device devkernels does not cover;
+// core.ErrInvalidRequest for a malformed request.
 func (b *Backend) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -85,9 +94,8 @@ func (b *Backend) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.
 	if err != nil {
 		return nil, err
 	}
-	if !onCUDA(k) {
-		return nil, fmt.Errorf("%w: %s's kernel %s for %s has no device code (attnplug has device code for the absorbed MLA kernels of the CUDA libraries only)",
-			core.ErrNoPlan, req.Backend, k.Name, req.Method)
+	if !hasDeviceCode(k) {
+		return nil, fmt.Errorf("%w: %s's kernel %s for %s has no device code", core.ErrNoPlan, req.Backend, k.Name, req.Method)
 	}
 	p, err := devkernels.Plan(k, req)
 	if err != nil {

@@ -45,7 +45,8 @@ func planner(t *testing.T, newBackend func(hclog.Logger) (core.Backend, error)) 
 }
 
 // TestDeviceCodeDeclared checks which in-tree plugins declare device code:
-// those with a CUDA absorbed-MLA kernel (fa3, flashinfer), and no other.
+// those with a dense CUDA kernel that devkernels runs (fa3 and flashinfer:
+// MLA decode and prefill; dsa: its dense prefill), and no other.
 func TestDeviceCodeDeclared(t *testing.T) {
 	ctx := deviceContext(t)
 	for _, tc := range []struct {
@@ -57,7 +58,7 @@ func TestDeviceCodeDeclared(t *testing.T) {
 		{"flashinfer", flashinfer.New, true},
 		{"aiter", aiter.New, false},
 		{"ascend", ascend.New, false},
-		{"dsa", dsa.New, false},
+		{"dsa", dsa.New, true},
 		{"intel_xpu", intelxpu.New, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,8 +140,9 @@ func TestPlanKernelErrors(t *testing.T) {
 	}{
 		{"unknown_backend", func(r *core.PlanRequest) { r.Backend = "nope" }, []error{core.ErrUnknownBackend}},
 		{"method_not_in_catalog", func(r *core.PlanRequest) { r.Method = core.MHANPU }, []error{core.ErrNoPlan, core.ErrNoKernel}},
-		{"kernel_without_device_code", func(r *core.PlanRequest) { r.Method = core.MHAOneShot }, []error{core.ErrNoPlan}},
-		{"fa4_has_no_device_code", func(r *core.PlanRequest) { r.Backend, r.Method = "fa4", core.MHAChunkedKV }, []error{core.ErrNoPlan}},
+		{"cpu_kernel", func(r *core.PlanRequest) { r.Method = core.MLAFusedRoPECPU }, []error{core.ErrNoPlan}},
+		{"hip_kernel", func(r *core.PlanRequest) { r.Method = core.MLAFusedRoPEROCm }, []error{core.ErrNoPlan}},
+		{"fp8_not_covered", func(r *core.PlanRequest) { r.DType = "fp8_e4m3" }, []error{core.ErrNoPlan}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := decodeRequest("fa3")
@@ -160,7 +162,18 @@ func TestPlanKernelErrors(t *testing.T) {
 	}
 }
 
-// TestPlanKernelChecks plans the MLA kernel of every device-code name: a
+// prefillRequest is a ragged prefill for backend: a fresh request and one
+// with a prefix of 800 keys.
+func prefillRequest(backend string, m core.Method) *core.PlanRequest {
+	return &core.PlanRequest{
+		Backend: backend, Method: m, DType: "bf16",
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722},
+		Shape:  core.PlanShape{SeqLens: []int64{300, 1000}, QLens: []int64{300, 200}, ChunkCapacity: 512},
+		Device: sm90(),
+	}
+}
+
+// TestPlanKernelChecks plans the kernels of every device-code name: a
 // plan must pass the host's check against the modules for the same
 // device (their names and entries, devkernels.Spec, where NVRTC is
 // missing), or be refused with ErrNoPlan.
@@ -172,28 +185,38 @@ func TestPlanKernelChecks(t *testing.T) {
 	}{
 		{fa3.New, []string{"fa3"}},
 		{flashinfer.New, []string{"flashinfer", "flashmla"}},
+		{dsa.New, []string{"dsa"}},
 	} {
 		kp := planner(t, tc.new)
 		mods, modErr := kp.KernelModules(ctx, sm90())
 		for _, name := range tc.names {
-			t.Run(name, func(t *testing.T) {
-				req := decodeRequest(name)
-				p, err := kp.PlanKernel(ctx, req)
-				if err != nil {
-					if !errors.Is(err, core.ErrNoPlan) {
-						t.Fatalf("PlanKernel: %v, want a plan or ErrNoPlan", err)
-					}
-					t.Logf("no device plan here: %v", err)
-					return
-				}
-				if modErr != nil {
-					t.Logf("no modules here (%v): checked against their spec", modErr)
-					mods = devkernels.Spec()
-				}
-				if err := launch.Check(p, req, mods, req.Device); err != nil {
-					t.Errorf("the plan fails the host's check: %v", err)
-				}
-			})
+			for _, req := range []*core.PlanRequest{
+				decodeRequest(name), prefillRequest(name, core.MHA), prefillRequest(name, core.MHAOneShot), prefillRequest(name, core.MHAChunkedKV),
+			} {
+				planChecked(t, kp, req, mods, modErr)
+			}
 		}
 	}
+}
+
+// planChecked asks kp for req's plan and checks it as a host would.
+func planChecked(t *testing.T, kp core.KernelPlanner, req *core.PlanRequest, mods []core.KernelModule, modErr error) {
+	t.Run(req.Backend+"/"+req.Method.String(), func(t *testing.T) {
+		ctx := deviceContext(t)
+		p, err := kp.PlanKernel(ctx, req)
+		if err != nil {
+			if !errors.Is(err, core.ErrNoPlan) {
+				t.Fatalf("PlanKernel: %v, want a plan or ErrNoPlan", err)
+			}
+			t.Logf("no device plan here: %v", err)
+			return
+		}
+		if modErr != nil {
+			t.Logf("no modules here (%v): checked against their spec", modErr)
+			mods = devkernels.Spec()
+		}
+		if err := launch.Check(p, req, mods, req.Device); err != nil {
+			t.Errorf("the plan fails the host's check: %v", err)
+		}
+	})
 }

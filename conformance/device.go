@@ -48,36 +48,60 @@ func ExampleDevice(arch string) (core.DeviceInfo, error) {
 	return d, nil
 }
 
-// planBatches returns the batches the device-code check plans for name:
-// decode and target verify (1 to 4 query tokens), page sizes 1 and 64,
-// 16 and 128 heads, batch sizes 1 to 64 with ragged lengths up to 16k, with
-// and without CUDA graphs.
-func planBatches(name string, dev core.DeviceInfo) []core.PlanRequest {
+// planMethods are the methods with a device layout (launch.Tensors): the
+// paged MLA decode and the ragged MHA prefills.
+func planMethods() []core.Method {
+	return []core.Method{core.MLA, core.MHA, core.MHAOneShot, core.MHAChunkedKV}
+}
+
+// planBatches returns the batches the device-code check plans for method m
+// of name: for MLA, decode and target verify (1 to 4 query tokens), page
+// sizes 1 and 64; for the MHA methods, prefills of fresh requests (MHA) or
+// with prefixes; 16 and 128 heads, batch sizes 1 to 64 with ragged
+// lengths up to 16k, with and without CUDA graphs.
+func planBatches(name string, m core.Method, dev core.DeviceInfo) []core.PlanRequest {
 	rng := rand.New(rand.NewPCG(23, 29))
+	dims := core.PlanDims{HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352}
+	pages, variants := []int{1, 64}, []bool{false, true} // MLA: target verify or decode
+	if m != core.MLA {
+		dims = core.PlanDims{HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722}
+		pages, variants = []int{0}, []bool{false}
+	}
 	var out []core.PlanRequest
-	for _, page := range []int{1, 64} {
+	for _, page := range pages {
 		for _, heads := range []int{16, 128} {
 			for _, batch := range []int{1, 7, 64} {
-				for _, verify := range []bool{false, true} {
+				for _, verify := range variants {
 					s := core.PlanShape{PageSize: page}
-					var pages int64
+					var used int64
 					for i := 0; i < batch; i++ {
 						n := 1 + rng.Int64N(16384)
-						q := int64(1)
-						if verify {
-							q = 1 + rng.Int64N(4)
+						var q int64
+						switch {
+						case m == core.MHA:
+							q = n // no prefix
+						case m != core.MLA:
+							q = 1 + rng.Int64N(n)
+						case verify:
+							q = min(n, 1+rng.Int64N(4))
+						default:
+							q = 1
 						}
-						n = max(n, q)
 						s.SeqLens, s.QLens = append(s.SeqLens, n), append(s.QLens, q)
-						pages += (n + int64(page) - 1) / int64(page)
+						if page > 0 {
+							used += (n + int64(page) - 1) / int64(page)
+						}
 					}
-					s.NumPages = int(pages + 16)
+					if page > 0 {
+						s.NumPages = int(used + 16)
+					}
+					if m == core.MHAChunkedKV {
+						s.ChunkCapacity = 8192
+					}
+					d := dims
+					d.Heads = heads
 					out = append(out, core.PlanRequest{
-						Backend: name, Method: core.MLA, DType: "bf16",
-						Dims:   core.PlanDims{Heads: heads, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
-						Shape:  s,
-						Device: dev,
-						Graph:  batch == 7,
+						Backend: name, Method: m, DType: "bf16", Dims: d, Shape: s, Device: dev, Graph: batch == 7 && m == core.MLA,
 					})
 				}
 			}
@@ -88,10 +112,11 @@ func planBatches(name string, dev core.DeviceInfo) []core.PlanRequest {
 
 // deviceCode checks a plugin that declares device code the way a host
 // uses it: the modules for an example device pass the host's check
-// (registry.CheckModules), every plan for a set of generated batches
-// passes it too (registry.CheckPlan: known entries, limits, every tensor
-// bound, shapes, schedule), and a plan request for a method a name does
-// not run, or a malformed one, gets no plan rather than a plan or a crash.
+// (registry.CheckModules), every plan for the generated batches of each
+// method of a name's catalog with a device layout passes it too
+// (registry.CheckPlan: known entries, limits, every tensor bound, shapes,
+// schedule), and a plan request for a method a name does not run, or a
+// malformed one, gets no plan rather than a plan or a crash.
 func (s *suite) deviceCode(ctx context.Context, c *Check) {
 	if s.desc == nil || !s.desc.DeviceCode {
 		c.Status, c.Detail = Skip, "no device code declared: skipped"
@@ -129,21 +154,26 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		if h.Deprecated != "" {
 			continue
 		}
-		for _, req := range planBatches(h.Name, dev) {
-			if s.dead != nil {
-				c.problem("the plugin stopped: %v", s.dead)
-				return
+		for _, m := range planMethods() {
+			if k, ok := h.Kernel(m); !ok || k.Sparse {
+				continue
 			}
-			p, err := s.plan(ctx, kp, &req)
-			switch {
-			case errors.Is(err, core.ErrNoPlan):
-				none++
-			case err != nil:
-				c.problem("%s: plan for %s: %v", h.Name, batchString(&req), err)
-			default:
-				plans++
-				if err := registry.CheckPlan(p, &req, h, mods); err != nil {
-					c.problem("%s: plan for %s: %v", h.Name, batchString(&req), err)
+			for _, req := range planBatches(h.Name, m, dev) {
+				if s.dead != nil {
+					c.problem("the plugin stopped: %v", s.dead)
+					return
+				}
+				p, err := s.plan(ctx, kp, &req)
+				switch {
+				case errors.Is(err, core.ErrNoPlan):
+					none++
+				case err != nil:
+					c.problem("%s: %s plan for %s: %v", h.Name, m, batchString(&req), err)
+				default:
+					plans++
+					if err := registry.CheckPlan(p, &req, h, mods); err != nil {
+						c.problem("%s: %s plan for %s: %v", h.Name, m, batchString(&req), err)
+					}
 				}
 			}
 		}
@@ -173,7 +203,7 @@ func (s *suite) plan(ctx context.Context, kp core.KernelPlanner, req *core.PlanR
 // does not run on the device, and a malformed request. Either must get
 // "no plan" or "invalid request".
 func (s *suite) badPlanRequests(ctx context.Context, c *Check, kp core.KernelPlanner, h core.HandlerInfo, dev core.DeviceInfo) {
-	good := planBatches(h.Name, dev)[0]
+	good := planBatches(h.Name, core.MLA, dev)[0]
 	noKernel := good
 	noKernel.Method = core.DSANPU
 	malformed := good

@@ -31,9 +31,11 @@
 //     declared (protocol v1 declares none: skipped);
 //   - device-code: when the plugin declares device code, its kernel modules
 //     for an example device (Options.Device, default sm_90) and its launch
-//     plans for generated batches (decode and target verify, page sizes 1
-//     and 64, 16 and 128 heads, ragged lengths up to 16k, with and without
-//     CUDA graphs) pass the checks the host applies before it trusts them
+//     plans for generated batches of every catalog method with a device
+//     layout (MLA decode and target verify on page sizes 1 and 64; MHA,
+//     MHA_ONE_SHOT and MHA_CHUNKED_KV prefills; 16 and 128 heads, ragged
+//     lengths up to 16k, with and without CUDA graphs) pass the checks the
+//     host applies before it trusts them
 //     (registry.CheckModules, registry.CheckPlan: known entries, grids and
 //     shared memory within the device's limits, every tensor bound, shapes,
 //     schedule items inside their requests), and impossible or malformed

@@ -414,7 +414,7 @@ func planKey(req *core.PlanRequest) [32]byte {
 	num(int64(d.Heads), int64(d.HeadDimQK), int64(d.HeadDimV), int64(math.Float64bits(d.SoftmaxScale)))
 	lens(s.SeqLens)
 	lens(s.QLens)
-	num(int64(s.PageSize), int64(s.NumPages))
+	num(int64(s.PageSize), int64(s.NumPages), int64(s.ChunkCapacity))
 	num(int64(dev.Platform))
 	str(dev.Name)
 	num(int64(dev.ComputeCapability), int64(dev.SMs), int64(dev.MaxThreadsPerBlock), int64(dev.MaxSharedPerBlock),

@@ -125,6 +125,7 @@ func TestPlansCachedByRequest(t *testing.T) {
 		func(r *core.PlanRequest) { r.Dims.SoftmaxScale = 0.1353 },
 		func(r *core.PlanRequest) { r.Shape.QLens = []int64{1, 1, 1} },
 		func(r *core.PlanRequest) { r.Shape.NumPages = 201 },
+		func(r *core.PlanRequest) { r.Shape.ChunkCapacity = 4096 },
 	} {
 		req := planReq("liar", 0)
 		edit(req)
@@ -132,8 +133,8 @@ func TestPlansCachedByRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := l.calls(t, "plan"); got != 10 {
-		t.Errorf("5 requests differing in one field each: %d plan requests in all, want 10", got)
+	if got := l.calls(t, "plan"); got != 11 {
+		t.Errorf("6 requests differing in one field each: %d plan requests in all, want 11", got)
 	}
 	if got := l.calls(t, "modules"); got != 2 {
 		t.Errorf("%d module requests, want 2: one per device (78 SMs is another)", got)

@@ -134,7 +134,7 @@ func planRequestToProto(r *core.PlanRequest) *pb.PlanKernelRequest {
 		},
 		Shape: &pb.PlanShape{
 			SeqLens: r.Shape.SeqLens, QLens: r.Shape.QLens,
-			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages),
+			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages), ChunkCapacity: int64(r.Shape.ChunkCapacity),
 		},
 		Device: deviceToProto(r.Device),
 		Graph:  r.Graph,
@@ -176,7 +176,7 @@ func planRequestFromProto(r *pb.PlanKernelRequest) (core.PlanRequest, error) {
 		},
 		Shape: core.PlanShape{
 			SeqLens: s.GetSeqLens(), QLens: s.GetQLens(),
-			PageSize: int(s.GetPageSize()), NumPages: int(s.GetNumPages()),
+			PageSize: int(s.GetPageSize()), NumPages: int(s.GetNumPages()), ChunkCapacity: int(s.GetChunkCapacity()),
 		},
 		Device: dev,
 		Graph:  r.GetGraph(),

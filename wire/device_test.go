@@ -60,7 +60,7 @@ func planRequest() core.PlanRequest {
 	return core.PlanRequest{
 		Backend: "oneshot", Method: core.MLA, DType: "bf16",
 		Dims:   core.PlanDims{Heads: 128, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
-		Shape:  core.PlanShape{SeqLens: []int64{4096, 17}, QLens: []int64{1, 4}, PageSize: 64, NumPages: 1000},
+		Shape:  core.PlanShape{SeqLens: []int64{4096, 17}, QLens: []int64{1, 4}, PageSize: 64, NumPages: 1000, ChunkCapacity: 131072},
 		Device: h200(), Graph: true,
 	}
 }

@@ -2445,15 +2445,19 @@ func (x *KernelModulesResponse) GetModules() []*KernelModule {
 	return nil
 }
 
-// PlanShape is a batch in the layout of sglang's paged KV cache.
+// PlanShape is a batch: keys and queries per request; for MLA, the
+// paging of sglang's KV cache.
 type PlanShape struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Keys per request: its prefix and its new tokens.
 	SeqLens []int64 `protobuf:"varint,1,rep,packed,name=seq_lens,json=seqLens,proto3" json:"seq_lens,omitempty"`
 	// Query tokens per request, the last of its keys.
-	QLens         []int64 `protobuf:"varint,2,rep,packed,name=q_lens,json=qLens,proto3" json:"q_lens,omitempty"`
-	PageSize      int32   `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	NumPages      int64   `protobuf:"varint,4,opt,name=num_pages,json=numPages,proto3" json:"num_pages,omitempty"`
+	QLens    []int64 `protobuf:"varint,2,rep,packed,name=q_lens,json=qLens,proto3" json:"q_lens,omitempty"`
+	PageSize int32   `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	NumPages int64   `protobuf:"varint,4,opt,name=num_pages,json=numPages,proto3" json:"num_pages,omitempty"`
+	// The chunk capacity of MHA_CHUNKED_KV (sglang's
+	// get_max_chunk_capacity()); 0 for the planner's default.
+	ChunkCapacity int64 `protobuf:"varint,5,opt,name=chunk_capacity,json=chunkCapacity,proto3" json:"chunk_capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2512,6 +2516,13 @@ func (x *PlanShape) GetPageSize() int32 {
 func (x *PlanShape) GetNumPages() int64 {
 	if x != nil {
 		return x.NumPages
+	}
+	return 0
+}
+
+func (x *PlanShape) GetChunkCapacity() int64 {
+	if x != nil {
+		return x.ChunkCapacity
 	}
 	return 0
 }
@@ -3348,12 +3359,13 @@ const file_plugin_proto_rawDesc = "" +
 	"\x14KernelModulesRequest\x126\n" +
 	"\x06device\x18\x01 \x01(\v2\x1e.attnplug.plugin.v1.DeviceInfoR\x06device\"S\n" +
 	"\x15KernelModulesResponse\x12:\n" +
-	"\amodules\x18\x01 \x03(\v2 .attnplug.plugin.v1.KernelModuleR\amodules\"w\n" +
+	"\amodules\x18\x01 \x03(\v2 .attnplug.plugin.v1.KernelModuleR\amodules\"\x9e\x01\n" +
 	"\tPlanShape\x12\x19\n" +
 	"\bseq_lens\x18\x01 \x03(\x03R\aseqLens\x12\x15\n" +
 	"\x06q_lens\x18\x02 \x03(\x03R\x05qLens\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1b\n" +
-	"\tnum_pages\x18\x04 \x01(\x03R\bnumPages\"\x83\x01\n" +
+	"\tnum_pages\x18\x04 \x01(\x03R\bnumPages\x12%\n" +
+	"\x0echunk_capacity\x18\x05 \x01(\x03R\rchunkCapacity\"\x83\x01\n" +
 	"\bPlanDims\x12\x14\n" +
 	"\x05heads\x18\x01 \x01(\x05R\x05heads\x12\x1e\n" +
 	"\vhead_dim_qk\x18\x02 \x01(\x05R\theadDimQk\x12\x1c\n" +
