@@ -124,20 +124,28 @@ func kernelsListing(ctx context.Context, w io.Writer, reg *registry.Registry, li
 		}
 	}
 	if asJSON {
+		// kernelsTable's rows, with the device code added.
 		type row struct {
 			Plugin     string             `json:"plugin"`
 			Name       string             `json:"name"`
-			Kernel     []core.Kernel      `json:"kernels"`
+			Kernels    []kernelJSON       `json:"kernels"`
 			DeviceCode *deviceCodeListing `json:"device_code,omitempty"`
+		}
+		catalog := func(ks []core.Kernel) []kernelJSON {
+			out := make([]kernelJSON, len(ks))
+			for i, k := range ks {
+				out[i] = kernelToJSON(k)
+			}
+			return out
 		}
 		var rows []row
 		for _, p := range list {
 			for _, n := range p.Names {
 				h, _, _ := reg.Handler(n)
-				rows = append(rows, row{p.Name, n, h.Kernels, codes[n]})
+				rows = append(rows, row{p.Name, n, catalog(h.Kernels), codes[n]})
 			}
 		}
-		rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernel: core.TritonKernels()})
+		rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernels: catalog(core.TritonKernels())})
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
