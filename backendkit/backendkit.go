@@ -215,13 +215,15 @@ func run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core
 	}, nil
 }
 
-// EmulatedNote says why a kernel ran emulated: there is no device code, and
-// whether the hardware it needs is present.
+// EmulatedNote says why a kernel ran emulated (RunKernel runs in the
+// plugin's process, on tensors in shared memory; device code runs in the
+// host's process, docs/device.md) and whether the hardware it needs is
+// present.
 func EmulatedNote(k core.Kernel, host *core.HostInfo) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "emulated: the reference CPU kernels (kernels.%s) ran the math of %s %s", mustMethod(k), k.Library, k.Name)
 	if !onCUDA(k) {
-		sb.WriteString("; attnplug has device code for the absorbed MLA kernel of the CUDA libraries only")
+		sb.WriteString("; in the plugin's process only the absorbed MLA of the CUDA libraries has device code (run --device cuda launches the plugins' device code in this process)")
 	}
 	switch {
 	case host == nil:

@@ -143,8 +143,7 @@ type KernelResult struct {
 	// Library is the library it stands for.
 	Library string
 	// Emulated reports that the kernel's math ran on the reference CPU
-	// kernels instead of the real library (always, in this module: there
-	// is no device code).
+	// kernels instead of device code.
 	Emulated bool
 	// Sparse reports a kernel that attended only to the top-k positions.
 	Sparse bool

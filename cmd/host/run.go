@@ -31,6 +31,8 @@ type runOptions struct {
 	// maxTensorBytes bounds the shared-memory buffer of a line's tensors
 	// (and what a kernel decompresses from them).
 	maxTensorBytes int64
+	// gpu runs the kernels on the CUDA device (--device cuda); nil: CPU.
+	gpu *deviceRunner
 }
 
 func defaultRunOptions() runOptions {
@@ -59,8 +61,21 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.maxKVTokens, "max-kv-tokens", o.maxKVTokens, "refuse lines whose batch has more KV tokens (sum of seq_lens)")
 	fs.Int64Var(&o.maxTensorBytes, "max-tensor-bytes", o.maxTensorBytes, "refuse lines whose tensors (inputs and output), or the k and v that MHA_ONE_SHOT decompresses, take more bytes")
 	maxLine := maxLineFlag(fs, 64<<20)
+	device := fs.String("device", "cpu", "where kernels run: cpu (the plugins' reference kernels over shared memory) or cuda (the plugins' device code, launched by this process on tensors it generates on the GPU; docs/device.md)")
+	pageSize := fs.Int("page-size", 64, "with --device cuda: the KV cache page size of MLA decode")
 	if err := parseFlags(fs, e, args, "attnplug run [flags] < requests.jsonl > answers.jsonl"); err != nil {
 		return err
+	}
+	switch *device {
+	case "cpu":
+	case "cuda":
+		if *pageSize < 1 || *pageSize > 4096 {
+			return &usageError{fmt.Sprintf("run: --page-size=%d is outside [1, 4096]", *pageSize)}
+		}
+		o.gpu = &deviceRunner{pageSize: *pageSize}
+		defer o.gpu.close()
+	default:
+		return &usageError{fmt.Sprintf("run: --device=%q: want cpu or cuda", *device)}
 	}
 	if err := noArgs(fs, "requests come on stdin"); err != nil {
 		return err
@@ -162,6 +177,12 @@ type runAnswer struct {
 	KernelFallback string `json:"kernel_fallback,omitempty"`
 	Sparse         bool   `json:"sparse,omitempty"`
 	Note           string `json:"note,omitempty"`
+	// Device, Plan and LSEError are set when the kernel ran on the GPU
+	// (--device cuda): the device's name, the plan the plugin answered, and
+	// the largest |lse-ref|/max(1,|ref|).
+	Device   string  `json:"device,omitempty"`
+	Plan     string  `json:"plan,omitempty"`
+	LSEError float64 `json:"lse_error,omitempty"`
 	// OutsideSGLang, when set, says why the request is one sglang would
 	// not make (dense attention on a DSA layer past the top-k).
 	OutsideSGLang string `json:"outside_sglang,omitempty"`
@@ -230,6 +251,21 @@ func runRequest(ctx context.Context, reg *registry.Registry, o runOptions, req *
 	if err != nil {
 		return nil, err
 	}
+	deviceNote := ""
+	if o.gpu != nil {
+		if spec.arrays != nil {
+			return nil, core.NewFieldError("tensors", `--device cuda generates the tensors on the device: give {"random": SEED} or run with --random-tensors`)
+		}
+		seed := o.seed
+		if spec.Random != nil {
+			seed = *spec.Random
+		}
+		a, why, err := o.gpu.run(ctx, reg, cfg.Heads, req, ans, seed)
+		if err != nil || a != nil {
+			return a, err
+		}
+		deviceNote = "not on the GPU: " + why
+	}
 	catalog := reg.Kernels(ans.Handler)
 	sparseLayer := topK > 0 && (req.Layer.UseDSA || slices.ContainsFunc(catalog, func(k core.Kernel) bool { return k.Sparse }))
 	if sparseLayer {
@@ -286,6 +322,9 @@ func runRequest(ctx context.Context, reg *registry.Registry, o runOptions, req *
 		Kernel: ka.Kernel, Library: ka.Library, Emulated: ka.Emulated, TimeNS: ka.TimeNS,
 		RelError: kernels.RelError(out, want), KernelPlugin: ka.Plugin, KernelFallback: ka.Fallback,
 		Sparse: ka.Sparse, Note: ka.Note, out: slices.Clone(out),
+	}
+	if deviceNote != "" {
+		a.Note = strings.TrimPrefix(a.Note+"; "+deviceNote, "; ")
 	}
 	if longest := slices.Max(b.SeqLens); sparseLayer && !ka.Sparse && longest > topK {
 		// Dense attention sees every key, the DSA layer only the top-k:

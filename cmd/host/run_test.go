@@ -792,3 +792,49 @@ func TestRunDenseDSAPastTopKSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// TestRunDeviceCUDA: run --device cuda runs MLA decode and the MHA methods
+// with the plugins' device code when a GPU and NVRTC are there, answering
+// the device, the plan and an error within the bf16 tolerance; without
+// them every line is answered on the CPU with a note that says why.
+func TestRunDeviceCUDA(t *testing.T) {
+	in := strings.Join([]string{
+		`{"backend":"fa3","forward_mode":"DECODE","seq_lens":[300,4000,17]}`,
+		`{"backend":"flashinfer","forward_mode":"DECODE","seq_lens":[1000]}`,
+		`{"backend":"fa3","forward_mode":"EXTEND","extend_prefix_lens":[0,0],"seq_lens":[160,240],"max_chunk_capacity":131072}`,
+		`{"backend":"fa3","forward_mode":"EXTEND","extend_prefix_lens":[9000,100],"seq_lens":[9200,300],"max_chunk_capacity":4096}`,
+		`{"backend":"triton","forward_mode":"DECODE","seq_lens":[64]}`,
+	}, "\n") + "\n"
+	r := host(t, bins, in, "run", "--device", "cuda", "--heads", "16", "--page-size", "1", "--random-tensors", "--plugin-dir", bins.PluginDir)
+	if r.code != 0 {
+		t.Fatalf("exit status %d; stderr: %s\n%s", r.code, r.stderr, r.stdout)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("got %d answers, want 5:\n%s", len(lines), r.stdout)
+	}
+	for i, line := range lines {
+		var a struct {
+			Method, Kernel, Device, Plan, Note string
+			Emulated                           bool    `json:"emulated"`
+			RelError                           float64 `json:"rel_error"`
+		}
+		if err := json.Unmarshal([]byte(line), &a); err != nil {
+			t.Fatalf("answer %d: %v: %s", i+1, err, line)
+		}
+		switch {
+		case a.Device != "":
+			if a.Emulated || a.Plan == "" || a.RelError > 1e-2 || a.RelError <= 0 {
+				t.Errorf("answer %d on %s: %s", i+1, a.Device, line)
+			}
+		case i == 4: // triton: in process, no device code
+			if !a.Emulated || !strings.Contains(a.Note, "not on the GPU") {
+				t.Errorf("answer 5: %s", line)
+			}
+		default:
+			if !a.Emulated || !strings.Contains(a.Note, "not on the GPU: no CUDA device") {
+				t.Errorf("answer %d: want the CPU kernels and why not the GPU, got %s", i+1, line)
+			}
+		}
+	}
+}

@@ -543,3 +543,13 @@ func (c Case) Describe() string {
 	lo, hi := slices.Min(c.SeqLens), slices.Max(c.SeqLens)
 	return fmt.Sprintf("heads %d page %d batch %d qlen %d seq %d..%d graph %t", c.Heads, c.PageSize, len(c.SeqLens), c.QLens[0], lo, hi, c.Graph)
 }
+
+// Launch poisons b's outputs and launches p once on layer 0's tensors.
+func (e *Env) Launch(b *Batch, p *cudaexec.Prepared) error {
+	return e.Dev.Do(func(x *cuda.Ctx) error {
+		if err := b.Poison(x); err != nil {
+			return err
+		}
+		return p.Launch(x, e.stream, b.Tensors(0))
+	})
+}
