@@ -100,6 +100,10 @@ type plugin struct {
 	// refusedHost is set when the plugin refused the host's hardware.
 	refusedHost atomic.Pointer[string]
 
+	// rejected says why the last reload refused the binary now at path;
+	// this plugin, the previous binary, keeps serving. Nil when none was.
+	rejected atomic.Pointer[string]
+
 	// unsupported says why none of the plugin's names runs on the host's
 	// hardware (Config.Host); such a plugin is never started.
 	unsupported string
@@ -508,10 +512,23 @@ func (p *plugin) end(graceful bool) {
 	p.retiring.Wait()
 }
 
+// ended reports that the plugin was stopped or retired: it starts no
+// process again.
+func (p *plugin) ended() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
 // info fills the run-time fields of a listing entry.
 func (p *plugin) info(pi *PluginInfo) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer func() {
+		if why := p.rejected.Load(); why != nil && pi.Reason == "" {
+			pi.Reason = "a reload refused the binary now at " + p.path + " (" + *why + "); the binary read before keeps serving"
+		}
+	}()
 	pi.Restarts = max(p.starts-1, 0)
 	if p.lastErr != nil {
 		pi.LastError = p.lastErr.Error()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/wire"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -159,7 +160,8 @@ type PluginInfo struct {
 	DeviceCode bool `json:"device_code,omitempty"`
 	// Status is its state.
 	Status Status `json:"status"`
-	// Reason says why a plugin is broken, failed or shadowed.
+	// Reason says why a plugin is broken, failed or shadowed; for a plugin
+	// that keeps serving, why a reload refused the binary now on disk.
 	Reason string `json:"reason,omitempty"`
 	// LastError is the last failure, even when it recovered since.
 	LastError string `json:"last_error,omitempty"`
@@ -233,7 +235,9 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 	kept := map[string]*plugin{}
 	if prev != nil {
 		for _, p := range prev.plugins {
-			kept[p.path+"\x00"+p.sha256] = p
+			if !p.ended() { // a plugin a reload retired is never served again
+				kept[p.path+"\x00"+p.sha256] = p
+			}
 		}
 	}
 	type described struct {
@@ -304,7 +308,10 @@ func (r *Registry) pinned(path string) (LockEntry, bool) {
 	return l.Entry(filepath.Base(path))
 }
 
-// describe learns what the binary of c serves.
+// describe learns what the binary of c serves: from the description
+// cache, unless the entry fails the checks a fresh description passes
+// (a damaged or hand-edited entry), in which case the binary is asked
+// again and the entry replaced.
 func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*plugin) (*plugin, error) {
 	sum, err := FileSHA256(c.path)
 	if err != nil {
@@ -322,35 +329,45 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 	cache := descCache{dir: r.cfg.CacheDir}
 	key := sum + "-" + envDigest()
 	d, ok := cache.get(key)
-	if !ok {
-		sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
-		defer cancel()
-		cfg := r.cfg
-		cfg.Host = nil // describing needs no hardware
-		inst, err := spawn(sctx, &cfg, c.path, sum, logger)
-		if err != nil {
-			return nil, fmt.Errorf("start: %w", err)
+	if ok {
+		if err := checkDescription(c.family, d); err != nil {
+			logger.Warn("cached description refused; asking the binary again", "path", c.path, "entry", cache.file(key), "error", err)
+			ok = false
 		}
-		d, err = inst.backend.Describe(sctx)
-		inst.kill()
-		if err != nil {
+	}
+	if !ok {
+		if d, err = r.describeBinary(ctx, c, sum, logger); err != nil {
 			return nil, err
 		}
-		if err := validateDescription(c.family, d); err != nil {
+		if err := validateDescription(d); err != nil {
 			return nil, err
 		}
 		if err := cache.put(key, d); err != nil {
 			r.log.Debug("description cache not written", "error", err)
 		}
-	}
-	if err := catalogCheck(d); err != nil { // selfcheck.go
-		return nil, err
+		if err := checkFamily(c.family, d); err != nil {
+			return nil, err
+		}
 	}
 	p := &plugin{name: d.Name, path: c.path, sha256: sum, cacheKey: key, desc: d, logger: logger, cfg: &r.cfg}
 	if r.cfg.Host != nil {
 		p.unsupported = unsupportedReason(d, *r.cfg.Host)
 	}
 	return p, nil
+}
+
+// describeBinary starts the binary of c once and asks what it serves.
+func (r *Registry) describeBinary(ctx context.Context, c candidate, sum string, logger hclog.Logger) (*core.Description, error) {
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+	defer cancel()
+	cfg := r.cfg
+	cfg.Host = nil // describing needs no hardware
+	inst, err := spawn(sctx, &cfg, c.path, sum, logger)
+	if err != nil {
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	defer inst.kill()
+	return inst.backend.Describe(sctx)
 }
 
 // unsupportedReason says why none of d's names runs on host; empty when
@@ -367,19 +384,47 @@ func unsupportedReason(d *core.Description, host core.HostInfo) string {
 	return strings.Join(why, "; ")
 }
 
-func validateDescription(family string, d *core.Description) error {
+// checkDescription runs every check of a description of the binary named
+// for family.
+func checkDescription(family string, d *core.Description) error {
+	if err := validateDescription(d); err != nil {
+		return err
+	}
+	return checkFamily(family, d)
+}
+
+// checkFamily refuses a binary that calls itself otherwise than its file
+// name says: a family is one binary, and a hot swap replaces a family.
+func checkFamily(family string, d *core.Description) error {
 	if d.Name != family {
 		return fmt.Errorf("%w: binary is named for %q but the plugin calls itself %q", core.ErrProtocol, family, d.Name)
+	}
+	return nil
+}
+
+// validateDescription refuses a description that cannot be served: no
+// names, a name without methods, a kernel catalog with holes.
+func validateDescription(d *core.Description) error {
+	if !wire.ValidFamily(d.Name) {
+		return fmt.Errorf("%w: plugin name %q: want letters, digits, '_' or '-'", core.ErrProtocol, d.Name)
 	}
 	if len(d.Handlers) == 0 {
 		return fmt.Errorf("%w: plugin serves no names", core.ErrProtocol)
 	}
 	for _, h := range d.Handlers {
+		if h.Name == "" {
+			return fmt.Errorf("%w: a handler with an empty name", core.ErrProtocol)
+		}
 		if len(h.Methods) == 0 {
 			return fmt.Errorf("%w: name %q declares no methods", core.ErrProtocol, h.Name)
 		}
+		for _, m := range h.Methods {
+			if !m.Valid() {
+				return fmt.Errorf("%w: name %q declares an unknown method %d", core.ErrProtocol, h.Name, int(m))
+			}
+		}
 	}
-	return nil
+	return catalogCheck(d) // selfcheck.go
 }
 
 func (r *Registry) addPlugin(t *routeTable, p *plugin) {

@@ -3,6 +3,7 @@ package registry_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -337,4 +338,81 @@ func TestConcurrentDispatch(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// TestHandEditedCacheEntryIsDescribedAgain damages the cached description
+// of fa3 in ways a hand edit does: an entry that fails the checks a fresh
+// description passes is not trusted; the binary is asked again, fa3 is
+// served, and the entry is replaced.
+func TestHandEditedCacheEntryIsDescribedAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(d map[string]any)
+	}{
+		{"kernel removed", func(d map[string]any) {
+			h := d["Handlers"].([]any)[0].(map[string]any)
+			h["Kernels"] = h["Kernels"].([]any)[1:]
+		}},
+		{"methods removed", func(d map[string]any) { d["Handlers"].([]any)[0].(map[string]any)["Methods"] = nil }},
+		{"no names", func(d map[string]any) { d["Handlers"] = []any{} }},
+		{"other family", func(d map[string]any) { d["Name"] = "aiter" }},
+		{"unknown method", func(d map[string]any) { d["Handlers"].([]any)[0].(map[string]any)["Methods"] = "/w==" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache := t.TempDir()
+			open(t, registry.Config{CacheDir: cache})
+			entry := cacheEntryOf(t, cache, "fa3")
+			var e map[string]any
+			data, err := os.ReadFile(entry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(data, &e); err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(e["description"].(map[string]any))
+			if data, err = json.Marshal(e); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(entry, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			r, logs := open(t, registry.Config{CacheDir: cache})
+			if n := strings.Count(logs.String(), "starting plugin"); n != 1 || !strings.Contains(logs.String(), "cached description refused") {
+				t.Errorf("%d plugins started, want fa3 alone, described again; logs:\n%s", n, logs)
+			}
+			for _, name := range []string{"fa3", "fa4"} {
+				if a, err := r.Dispatch(testContext(t), decode(name)); err != nil || a.Plugin != "fa3" || a.Fallback != "" {
+					t.Errorf("%s after a damaged cache entry: %+v, %v; want fa3's answer", name, a, err)
+				}
+			}
+			for _, p := range r.Plugins() {
+				if p.Status == registry.StatusBroken {
+					t.Errorf("%s broken: %s", p.Name, p.Reason)
+				}
+			}
+			_, logs = open(t, registry.Config{CacheDir: cache})
+			if n := strings.Count(logs.String(), "starting plugin"); n != 0 {
+				t.Errorf("the entry was not replaced: the next open started %d plugins", n)
+			}
+		})
+	}
+}
+
+// cacheEntryOf returns the description cache file of family in dir.
+func cacheEntryOf(t *testing.T, dir, family string) string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "desc-*.json"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), `"description":{"Name":"`+family+`"`) {
+			return f
+		}
+	}
+	t.Fatalf("no cache entry of %s in %s", family, dir)
+	return ""
 }

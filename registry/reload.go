@@ -77,6 +77,7 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 		prev := oldBy[p.name]
 		switch {
 		case prev == p:
+			p.rejected.Store(nil)
 			continue
 		case prev == nil:
 			changes = append(changes, Change{Plugin: p.name, Action: "added", NewVersion: p.desc.Version, NewSHA256: p.sha256})
@@ -87,6 +88,7 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 			c.Action, c.Reason = "rejected", why
 			p.stop()
 			next.plugins[i] = prev
+			prev.rejected.Store(&why)
 			r.log.Warn("new plugin binary rejected; the old one keeps serving", "plugin", p.name, "path", p.path, "reason", why)
 		} else {
 			c.Action = "swapped"
@@ -97,10 +99,16 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 	}
 	brokenBy := map[string]PluginInfo{}
 	for _, b := range next.broken {
-		if b.Name != "" && b.Status == StatusBroken {
+		if b.Name != "" && b.Status == StatusBroken && oldBy[b.Name] != nil && !newBy[b.Name] {
 			brokenBy[b.Name] = b
 		}
 	}
+	// A family whose old plugin keeps serving is listed once: as that
+	// plugin, with why its new binary was refused.
+	next.broken = slices.DeleteFunc(next.broken, func(b PluginInfo) bool {
+		_, ok := brokenBy[b.Name]
+		return ok && b.Status == StatusBroken
+	})
 	for name, p := range oldBy {
 		if newBy[name] {
 			continue
@@ -109,6 +117,7 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 			// The binary is there but unusable now (refused by the lock,
 			// failed to start): the old process keeps serving.
 			next.plugins = append(next.plugins, p)
+			p.rejected.Store(&b.Reason)
 			changes = append(changes, Change{Plugin: name, Action: "rejected", OldVersion: p.desc.Version, OldSHA256: p.sha256, Reason: b.Reason})
 			r.log.Warn("new plugin binary rejected; the old one keeps serving", "plugin", name, "path", b.Path, "reason", b.Reason)
 			continue
@@ -162,6 +171,9 @@ func (r *Registry) rebuildRoutes(next, old *routeTable) {
 // sample requests for every name the old one serves. It returns why the new
 // one must not replace the old, or "".
 func (r *Registry) selfTest(ctx context.Context, old, next *plugin) string {
+	if next.desc.Name != old.desc.Name {
+		return fmt.Sprintf("the new binary calls itself %q, not %q", next.desc.Name, old.desc.Name)
+	}
 	for _, h := range old.desc.Handlers {
 		if _, ok := next.desc.Handler(h.Name); !ok {
 			return fmt.Sprintf("the new binary no longer serves %q", h.Name)

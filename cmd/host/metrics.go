@@ -114,6 +114,8 @@ func rejectionKind(reason string) string {
 		return "self_test"
 	case strings.Contains(reason, "no longer serves"):
 		return "names_dropped"
+	case strings.Contains(reason, "calls itself"):
+		return "wrong_family"
 	case strings.Contains(reason, "lock file"):
 		return "lock_file"
 	case strings.Contains(reason, "did not start"), strings.Contains(reason, "start:"):
@@ -122,7 +124,9 @@ func rejectionKind(reason string) string {
 	return "other"
 }
 
-// pluginCollector reports the plugins' state at every scrape.
+// pluginCollector reports the plugins' state at every scrape, one series
+// per plugin family: a family listed twice (a binary refused beside the
+// one that serves) must never make a scrape fail on a duplicate.
 type pluginCollector struct{ reg *registry.Registry }
 
 var (
@@ -136,10 +140,12 @@ func (c pluginCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c pluginCollector) Collect(ch chan<- prometheus.Metric) {
+	seen := map[string]bool{}
 	for _, p := range c.reg.Plugins() {
-		if p.SHA256 == "" {
+		if p.SHA256 == "" || seen[p.Name] {
 			continue
 		}
+		seen[p.Name] = true
 		ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(p.Restarts), p.Name)
 		up := 0.0
 		if p.Status == registry.StatusRunning {

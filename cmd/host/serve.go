@@ -371,6 +371,7 @@ func (s *dispatchServer) reload(ctx context.Context) ([]registry.Change, error) 
 	if len(changes) == 0 {
 		s.log.Info("reload: no plugin changed")
 	}
+	s.log.Info("reload finished", "changes", len(changes))
 	return changes, nil
 }
 
