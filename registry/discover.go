@@ -31,7 +31,7 @@ func discover(dirs []string, insecure bool) (found []candidate, broken []PluginI
 			continue
 		}
 		if !insecure {
-			if err := checkWritable("plugin directory", dir); err != nil {
+			if err := checkPath("plugin directory", dir); err != nil {
 				broken = append(broken, PluginInfo{Path: dir, Status: StatusBroken, Reason: err.Error()})
 				continue
 			}
@@ -61,7 +61,7 @@ func discover(dirs []string, insecure bool) (found []candidate, broken []PluginI
 			}
 			err := checkExecutable(path)
 			if err == nil && !insecure {
-				err = checkWritable("plugin binary", path)
+				err = checkPath("plugin binary", path)
 			}
 			if err != nil {
 				info.Reason = err.Error()
@@ -89,24 +89,118 @@ func checkExecutable(path string) error {
 	return nil
 }
 
-// checkWritable refuses a file or directory that users other than the
-// caller (and root) can write: world-writable, or group-writable and owned
-// by someone else. Whoever can write a plugin binary runs code in the host.
-func checkWritable(what, path string) error {
-	st, err := os.Stat(path)
+// checkPath refuses a plugin file or directory (what, at path) that a user
+// other than the caller or root could replace: it walks the path from the
+// root one component at a time, following every symbolic link, as the
+// kernel does, and checks every directory it passes through and the file
+// (or directory) it ends at. Each must be owned by root or the caller, and
+// neither world-writable nor group-writable unless owned by the caller; a
+// directory it passes through may be world- or group-writable when sticky
+// (as /tmp), since then no one else can replace what the caller owns in
+// it. Whoever can write a plugin binary, or rename one of the directories
+// above it, runs code in the host. ssh checks authorized_keys the same way.
+func checkPath(what, path string) error {
+	abs, err := filepath.Abs(path)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", what, path, err)
 	}
-	mode := st.Mode().Perm()
-	if mode&0o002 != 0 {
-		return fmt.Errorf("%s %s is world-writable (mode %s): refused; fix it with chmod o-w, or pass --insecure-plugin-dir", what, path, mode)
+	cur := "/"
+	if err := checkOwnerMode(what, path, cur, false); err != nil {
+		return err
 	}
-	if mode&0o020 != 0 {
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
-			return fmt.Errorf("%s %s is group-writable and owned by uid %d, not by you (uid %d): refused; fix it with chmod g-w, or pass --insecure-plugin-dir", what, path, sys.Uid, os.Getuid())
+	todo := components(abs)
+	for links := 0; len(todo) > 0; {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur) // checked on the way down
+			continue
 		}
+		next := filepath.Join(cur, c)
+		st, err := os.Lstat(next)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", what, path, err)
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			if links++; links > maxLinks {
+				return fmt.Errorf("%s %s: more than %d symbolic links", what, path, maxLinks)
+			}
+			target, err := os.Readlink(next)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", what, path, err)
+			}
+			if filepath.IsAbs(target) {
+				cur = "/"
+			}
+			todo = append(components(target), todo...)
+			continue
+		}
+		last := len(todo) == 0
+		if !last && !st.IsDir() {
+			return fmt.Errorf("%s %s: %s is not a directory", what, path, next)
+		}
+		if err := checkOwnerMode(what, path, next, last); err != nil {
+			return err
+		}
+		cur = next
 	}
 	return nil
+}
+
+// maxLinks bounds the symbolic links one path may pass through, as the
+// kernel's ELOOP does.
+const maxLinks = 40
+
+func components(path string) []string { return strings.Split(path, "/") }
+
+// checkOwnerMode checks one step of checkPath: at, which is the end of the
+// path when last, else a directory it passes through.
+func checkOwnerMode(what, path, at string, last bool) error {
+	st, err := os.Stat(at)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	subject := fmt.Sprintf("%s %s", what, path)
+	if !last {
+		subject = fmt.Sprintf("%s %s: directory %s on its path", what, path, at)
+	} else if at != filepath.Clean(path) {
+		subject = fmt.Sprintf("%s %s: its target %s", what, path, at)
+	}
+	mode := st.Mode()
+	uid, me := -1, os.Getuid()
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		uid = int(sys.Uid)
+	}
+	sticky := !last && mode&os.ModeSticky != 0
+	const fix = "; fix it, or pass --insecure-plugin-dir"
+	switch {
+	case mode.Perm()&0o002 != 0 && !sticky:
+		return fmt.Errorf("%s is world-writable (mode %s): refused; fix it with chmod o-w%s", subject, modeString(mode, last), orSticky(last))
+	case mode.Perm()&0o020 != 0 && !sticky && uid != me:
+		return fmt.Errorf("%s is group-writable and owned by uid %d, not by you (uid %d): refused; fix it with chmod g-w%s", subject, uid, me, orSticky(last))
+	case uid != 0 && uid != me:
+		return fmt.Errorf("%s is owned by uid %d, neither root nor you (uid %d): refused%s", subject, uid, me, fix)
+	}
+	return nil
+}
+
+func orSticky(last bool) string {
+	if last {
+		return ", or pass --insecure-plugin-dir"
+	}
+	return " or chmod +t, or pass --insecure-plugin-dir"
+}
+
+// modeString is the permission bits, with the sticky bit for a directory
+// on the path.
+func modeString(m os.FileMode, last bool) string {
+	if last {
+		return m.Perm().String()
+	}
+	return (m & (os.ModePerm | os.ModeSticky | os.ModeDir)).String()
 }
 
 // SplitDirs splits a ':'-separated list of directories, as in

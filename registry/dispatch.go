@@ -21,7 +21,7 @@ type route struct {
 	methods uint32       // bit m set: method m declared
 	cache   *answerCache // nil: the handler's reads cannot be cached
 	missing bool         // an expected name that no plugin serves
-	why     error        // with missing: why the binary that serves it was refused
+	why     error        // with missing: what was refused that may serve it, and why
 }
 
 func newRoute(h core.HandlerInfo, p *plugin, cache bool) *route {
@@ -202,7 +202,7 @@ func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (co
 	if rt.missing {
 		err := fmt.Errorf("no plugin in %s serves %q", strings.Join(r.cfg.PluginDirs, ":"), req.Backend)
 		if rt.why != nil {
-			err = fmt.Errorf("%q: %w", req.Backend, rt.why)
+			err = fmt.Errorf("%w; %w", err, rt.why)
 		}
 		return r.fallback(req, "", &failure{ReasonPluginMissing, err})
 	}

@@ -280,22 +280,53 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 			t.routes[n] = &route{name: n, missing: true, why: why}
 		}
 	}
-	for _, n := range r.cfg.ExpectedNames {
-		if _, ok := t.routes[n]; !ok {
-			t.routes[n] = &route{name: n, missing: true}
-		}
-	}
 	if l := r.lock.Load(); l != nil {
 		for _, m := range l.missing(found) {
 			t.broken = append(t.broken, m)
 			for _, n := range m.Names {
 				if _, ok := t.routes[n]; !ok {
-					t.routes[n] = &route{name: n, missing: true}
+					t.routes[n] = missingRoute(n, t.broken)
 				}
 			}
 		}
 	}
+	for _, n := range r.cfg.ExpectedNames {
+		if _, ok := t.routes[n]; !ok {
+			t.routes[n] = missingRoute(n, t.broken)
+		}
+	}
 	return t, nil
+}
+
+// missingRoute is the route of a name that no plugin serves. When plugin
+// binaries or directories were refused, its answers say which and why:
+// the binary named for the name when there is one, else every one (up to
+// a few), since any of them may be the one that serves it.
+func missingRoute(name string, broken []PluginInfo) *route {
+	rt := &route{name: name, missing: true}
+	var all []string
+	for _, b := range broken {
+		if b.Status != StatusBroken {
+			continue
+		}
+		why := b.Reason
+		if !strings.Contains(why, b.Path) {
+			why = b.Path + ": " + why
+		}
+		if b.Name == name {
+			rt.why = fmt.Errorf("found but not usable: %s", why)
+			return rt
+		}
+		all = append(all, why)
+	}
+	const shown = 3
+	switch {
+	case len(all) > shown:
+		rt.why = fmt.Errorf("found but not usable: %s; and %d more (attnplug plugins lists them)", strings.Join(all[:shown], "; "), len(all)-shown)
+	case len(all) > 0:
+		rt.why = fmt.Errorf("found but not usable: %s", strings.Join(all, "; "))
+	}
+	return rt
 }
 
 // pinned returns the lock entry of the binary at path, if a lock is in use

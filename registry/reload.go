@@ -161,7 +161,7 @@ func (r *Registry) rebuildRoutes(next, old *routeTable) {
 	}
 	for _, n := range r.cfg.ExpectedNames {
 		if routes[n] == nil {
-			routes[n] = &route{name: n, missing: true}
+			routes[n] = missingRoute(n, next.broken)
 		}
 	}
 	next.routes = routes
