@@ -513,6 +513,7 @@ func (r *Registry) Close() error {
 			go func() { defer wg.Done(); p.stop() }()
 		}
 		wg.Wait()
+		r.cfg.sockets.remove()
 		r.fallbacks.summary()
 	})
 	return nil

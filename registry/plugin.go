@@ -145,9 +145,7 @@ func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logg
 		return nil, fmt.Errorf("parent-death pipe: %w", err)
 	}
 	cmd.ExtraFiles = []*os.File{pr}
-	cmd.Env = append(cmd.Env,
-		"ATTNPLUG_PLUGIN_LOG_LEVEL="+cfg.pluginLogLevel(),
-		wire.EnvParentPipe+"=3")
+	cmd.Env = pluginEnv(cfg)
 	plog := newPluginLogger(logger)
 	cc := &goplugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
@@ -157,8 +155,10 @@ func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logg
 		Logger:           plog,
 		StartTimeout:     cfg.StartTimeout,
 		AutoMTLS:         true,
-		GRPCDialOptions:  wire.DialOptions(),
-		Stderr:           &stderrTail{},
+		SkipHostEnv:      true, // pluginEnv has the host's, less what it sets
+
+		GRPCDialOptions: wire.DialOptions(),
+		Stderr:          &stderrTail{},
 	}
 	if cfg.Lock != nil {
 		secure, err := secureConfig(sum)
@@ -223,6 +223,26 @@ func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logg
 		}
 	}
 	return inst, nil
+}
+
+// pluginEnv is a plugin's environment: the plugin log level (unless the
+// host's environment sets one), the host's environment, the parent-death
+// pipe, and the private directory of its socket (socketDir) instead of
+// any $PLUGIN_UNIX_SOCKET_DIR of the host.
+func pluginEnv(cfg *Config) []string {
+	env := []string{"ATTNPLUG_PLUGIN_LOG_LEVEL=" + cfg.pluginLogLevel()}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, goplugin.EnvUnixSocketDir+"=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, wire.EnvParentPipe+"=3")
+	if cfg.sockets != nil {
+		if dir, err := cfg.sockets.dir(); err == nil {
+			env = append(env, goplugin.EnvUnixSocketDir+"="+dir)
+		}
+	}
+	return env
 }
 
 // startError makes go-plugin's start errors say what happened, in one

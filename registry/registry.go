@@ -70,6 +70,16 @@ type Config struct {
 	// tool that asks every name on purpose sets it); by default the first
 	// request for each is logged at Warn.
 	QuietDeprecated bool
+	// SocketDir is where each registry makes the private directory of its
+	// plugins' Unix sockets, <SocketDir>/<pid>-<random>, removed at Close;
+	// the directories of hosts that are gone (killed with SIGKILL) are
+	// removed when the next registry makes its own. It is made with mode
+	// 0700 and refused unless the caller owns it and only the caller can
+	// use it. Default: $XDG_RUNTIME_DIR/attnplug, else
+	// <os.TempDir()>/attnplug-<uid>.
+	SocketDir string
+
+	sockets *socketDir // made by New
 }
 
 func (c *Config) setDefaults() {
@@ -94,6 +104,10 @@ func (c *Config) setDefaults() {
 	if c.QuarantineAfter == 0 {
 		c.QuarantineAfter = 8
 	}
+	if c.SocketDir == "" {
+		c.SocketDir = defaultSocketBase()
+	}
+	c.sockets = &socketDir{base: c.SocketDir, log: c.Logger}
 	if c.ExpectedNames == nil {
 		for _, n := range ReferenceNames() {
 			if n != core.TritonName {

@@ -416,3 +416,38 @@ func cacheEntryOf(t *testing.T, dir, family string) string {
 	t.Fatalf("no cache entry of %s in %s", family, dir)
 	return ""
 }
+
+// TestSocketDirOpenToOthersIsNotUsed: a socket directory that others can
+// enter is not used for the plugins' sockets; the plugins still serve.
+func TestSocketDirOpenToOthersIsNotUsed(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "sockets")
+	if err := os.Mkdir(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, logs := open(t, registry.Config{SocketDir: base})
+	if a, err := r.Dispatch(testContext(t), decode("fa3")); err != nil || a.Plugin != "fa3" {
+		t.Fatalf("fa3: %+v, %v", a, err)
+	}
+	if !strings.Contains(logs.String(), "has mode -rwxr-xr-x, want 0700") {
+		t.Errorf("no warning about the socket directory:\n%s", logs)
+	}
+	if left, _ := os.ReadDir(base); len(left) != 0 {
+		t.Errorf("%s was used: %v", base, left)
+	}
+
+	private := filepath.Join(t.TempDir(), "private")
+	r, _ = open(t, registry.Config{SocketDir: private})
+	if a, err := r.Dispatch(testContext(t), decode("fa3")); err != nil || a.Plugin != "fa3" {
+		t.Fatalf("fa3: %+v, %v", a, err)
+	}
+	if left, _ := os.ReadDir(private); len(left) != 1 {
+		t.Errorf("%s holds %v, want the registry's directory", private, left)
+	}
+	r.Close()
+	if left, _ := os.ReadDir(private); len(left) != 0 {
+		t.Errorf("after Close %s holds %v", private, left)
+	}
+}

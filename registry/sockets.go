@@ -1,0 +1,106 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// socketDir is the private directory of one registry's plugin sockets.
+// go-plugin makes each plugin create its Unix socket in
+// $PLUGIN_UNIX_SOCKET_DIR, or in the system's temporary directory, where a
+// host killed with SIGKILL leaves them for good. Each registry therefore
+// makes <base>/<pid>-<random> (base: Config.SocketDir, else
+// $XDG_RUNTIME_DIR/attnplug, else <temp dir>/attnplug-<uid>, mode 0700),
+// removes it at Close, and, when it makes its own, removes the directories
+// of hosts whose process is gone.
+type socketDir struct {
+	base string
+	log  hclog.Logger
+
+	once sync.Once
+	path string // "" when it could not be made: go-plugin's default then
+	err  error
+}
+
+// defaultSocketBase is where the socket directories go by default.
+func defaultSocketBase() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "attnplug")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("attnplug-%d", os.Getuid()))
+}
+
+// dir returns the directory, making it on first use; "" and the error when
+// it cannot be made.
+func (s *socketDir) dir() (string, error) {
+	s.once.Do(func() {
+		if err := privateDir(s.base); err != nil {
+			s.err = err
+		} else {
+			removeDeadHosts(s.base)
+			s.path, s.err = os.MkdirTemp(s.base, strconv.Itoa(os.Getpid())+"-")
+		}
+		if s.err != nil {
+			s.log.Warn("plugin sockets go to the system's temporary directory", "error", s.err)
+		}
+	})
+	return s.path, s.err
+}
+
+// remove removes the directory and whatever sockets are left in it.
+func (s *socketDir) remove() {
+	s.once.Do(func() {}) // none is made after this
+	if s.path != "" {
+		os.RemoveAll(s.path)
+	}
+}
+
+// privateDir makes dir with mode 0700 when it is absent, and refuses one
+// that is not a directory owned by the caller that only the caller can
+// use: its sockets would be open to others.
+func privateDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("plugin socket directory: %w", err)
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("plugin socket directory: %w", err)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	switch {
+	case !st.IsDir():
+		return fmt.Errorf("plugin socket directory %s is not a directory", dir)
+	case ok && int(sys.Uid) != os.Getuid():
+		return fmt.Errorf("plugin socket directory %s is owned by uid %d, not by you (uid %d)", dir, sys.Uid, os.Getuid())
+	case st.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("plugin socket directory %s has mode %s, want 0700", dir, st.Mode().Perm())
+	}
+	return nil
+}
+
+// removeDeadHosts removes the socket directories under base of host
+// processes that are gone.
+func removeDeadHosts(base string) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pidText, _, ok := strings.Cut(e.Name(), "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || !e.IsDir() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(filepath.Join(base, e.Name()))
+		}
+	}
+}
