@@ -14,7 +14,7 @@ import (
 	"github.com/attnplug/attnplug/wire"
 	pb "github.com/attnplug/attnplug/wire/pluginv1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 )
 
 // connectCallTimeout bounds one DispatchBatch call to a server.
@@ -55,8 +55,8 @@ func checkAddr(flagName, addr string, unix bool) error {
 }
 
 // dialServer connects to the serve at addr (unix:///path, a socket path
-// starting with / or ., or host:port).
-func dialServer(addr string) (*serverClient, error) {
+// starting with / or ., or host:port) with creds.
+func dialServer(addr string, creds credentials.TransportCredentials) (*serverClient, error) {
 	if err := checkAddr("--connect", addr, true); err != nil {
 		return nil, err
 	}
@@ -69,7 +69,7 @@ func dialServer(addr string) (*serverClient, error) {
 		}
 		target = "unix://" + abs
 	}
-	conn, err := grpc.NewClient(target, append(wire.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	conn, err := grpc.NewClient(target, append(wire.DialOptions(), grpc.WithTransportCredentials(creds))...)
 	if err != nil {
 		return nil, fmt.Errorf("--connect %s: %w", addr, err)
 	}

@@ -20,6 +20,8 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	h.register(fs)
 	maxLine := maxLineFlag(fs, jsonl.MaxLineBytes)
 	connect := fs.String("connect", "", "send the requests to a running attnplug serve at this address (unix:///path, a socket path starting with / or ., or host:port) instead of loading plugins")
+	var ct connectTLSFlags
+	ct.register(fs)
 	if err := parseFlags(fs, e, args, "attnplug dispatch [flags] < requests.jsonl > answers.jsonl"); err != nil {
 		return err
 	}
@@ -41,13 +43,17 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 			return &usageError{fmt.Sprintf("dispatch: %s configure plugins loaded here, and --connect loads none: set them on attnplug serve", strings.Join(local, ", "))}
 		}
 	}
+	creds, err := ct.credentials(*connect != "")
+	if err != nil {
+		return err
+	}
 	logger, err := h.logger(e)
 	if err != nil {
 		return err
 	}
 	var d batchDispatcher
 	if *connect != "" {
-		c, err := dialServer(*connect)
+		c, err := dialServer(*connect, creds)
 		if err != nil {
 			return err
 		}

@@ -82,11 +82,13 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	h.register(fs)
 	var sf selectFlags
 	sf.register(fs)
-	listen := fs.String("listen", defaultSocket(), "where to serve gRPC: unix:///path/to.sock (or a path starting with / or .), or host:port for TCP")
+	listen := fs.String("listen", defaultSocket(), "where to serve gRPC: unix:///path/to.sock (or a path starting with / or .), or host:port for TCP (an address that is not loopback needs --tls-cert or --insecure)")
 	metricsAddr := fs.String("metrics-listen", "127.0.0.1:9464", "HTTP address of the Prometheus metrics (/metrics); empty turns them off")
 	specMode := fs.String("speculative-attention-mode", "prefill", "which backend answers target-verify and draft-extend batches: prefill or decode")
 	matchHW := fs.Bool("match-hardware", true, "start only the plugins whose hardware this host has, and check forced backends against it")
 	noAnswerCache := fs.Bool("no-answer-cache", false, "ask the plugin for every request instead of caching answers by the facts its rules read")
+	var tf serveTLSFlags
+	tf.register(fs)
 	if err := parseFlags(fs, e, args, "attnplug serve [flags]"); err != nil {
 		return err
 	}
@@ -105,6 +107,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	logger, err := h.logger(e)
+	if err != nil {
+		return err
+	}
+	network, address := listenAddr(*listen)
+	creds, err := tf.serverOption(ctx, network, address, logger.Named("serve"))
 	if err != nil {
 		return err
 	}
@@ -147,7 +154,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 
 	m := newMetrics(reg)
-	srv := grpc.NewServer(wire.ServerOptions()...)
+	opts := wire.ServerOptions()
+	if creds != nil {
+		opts = append(opts, creds)
+	}
+	srv := grpc.NewServer(opts...)
 	ds := &dispatchServer{reg: reg, hybrid: hy, metrics: m, log: logger.Named("serve"), stop: make(chan struct{})}
 	dispatchv1.RegisterDispatcherServer(srv, ds)
 	dispatchv1.RegisterAdminServer(srv, ds)
@@ -158,7 +169,6 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	reflection.Register(srv)
 
-	network, address := listenAddr(*listen)
 	if network == "unix" {
 		if err := removeStaleSocket(address); err != nil {
 			return err
