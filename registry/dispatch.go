@@ -37,14 +37,28 @@ func newRoute(h core.HandlerInfo, p *plugin, cache bool) *route {
 	return rt
 }
 
-// cached returns the route's answer cache, or nil when answers must not be
-// cached: no route, facts that cannot be keyed, or a plugin whose running
-// description differs from the one the route was built from.
+// cached returns the route's answer cache, to store the plugin's answers
+// in, or nil when answers must not be cached: no route, facts that cannot
+// be keyed, or a plugin whose running description differs from the one
+// the route was built from.
 func (rt *route) cached() *answerCache {
 	if rt == nil || rt.cache == nil || rt.plugin.staleDesc.Load() {
 		return nil
 	}
 	return rt.cache
+}
+
+// answers returns the cache to answer from: the route's cache while its
+// plugin is healthy, nil otherwise. From a plugin's failure until it
+// answers again (or once it has ended), every request of its names goes
+// the way of a request that the cache does not hold, and falls back with
+// the same reason: a cached answer is never served for a plugin that is
+// not serving.
+func (rt *route) answers() *answerCache {
+	if c := rt.cached(); c != nil && !rt.plugin.degraded.Load() {
+		return c
+	}
+	return nil
 }
 
 func (rt *route) declares(m core.Method) bool { return m.Valid() && rt.methods&(1<<m) != 0 }
@@ -162,7 +176,13 @@ func (d *Dispatcher) BeginInto(p *Pass, batch *core.Batch, runtime *core.Runtime
 // Dispatch answers the pass's batch for one layer.
 func (p *Pass) Dispatch(ctx context.Context, layer *core.Layer) (core.Answer, error) {
 	rt := p.rt
-	if c := rt.cached(); c != nil {
+	if now := p.d.route(); now != rt {
+		// A reload replaced the route since Begin: the new one answers.
+		req := p.req
+		req.Layer = *layer
+		return p.d.r.dispatch(ctx, now, &req)
+	}
+	if c := rt.answers(); c != nil {
 		k := p.batchKey | rt.handler.Reads.LayerKey(layer, p.sum.prefix)
 		if m, ok := c.get(k); ok {
 			return core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}, nil
@@ -184,7 +204,7 @@ func (r *Registry) dispatch(ctx context.Context, rt *route, req *core.Request) (
 		return core.Answer{}, err
 	}
 	r.noteDeprecated(rt)
-	if c := rt.cached(); c != nil && !r.closed.Load() {
+	if c := rt.answers(); c != nil {
 		if m, ok := c.get(rt.handler.Reads.Key(req)); ok {
 			return core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}, nil
 		}
@@ -371,6 +391,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 	t := r.table.Load()
 	var groups []*batchGroup
 	var open map[*plugin]*batchGroup // the group of each plugin still taking requests
+	var hits map[*plugin][]int       // the requests answered from each plugin's cache
 	for i := range reqs {
 		req := &reqs[i]
 		if req.Runtime.Platform == core.PlatformUnset {
@@ -390,8 +411,14 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		var k core.Key
 		if c := rt.cached(); c != nil {
 			k = rt.handler.Reads.Key(req)
+		}
+		if c := rt.answers(); c != nil {
 			if m, ok := c.get(k); ok {
 				out[i] = Result{Answer: core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}}
+				if hits == nil {
+					hits = map[*plugin][]int{}
+				}
+				hits[rt.plugin] = append(hits[rt.plugin], i)
 				continue
 			}
 		}
@@ -415,11 +442,26 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.batchCall(ctx, g.plugin, g, reqs, out)
+			g.failed = r.batchCall(ctx, g.plugin, g, reqs, out)
 		}()
 	}
 	wg.Wait()
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// The requests of a plugin that failed in this batch fall back, those
+	// answered from its cache too: one batch, one state, one kind of answer.
+	for _, g := range groups {
+		if g.failed == nil {
+			continue
+		}
+		for _, i := range hits[g.plugin] {
+			a, err := r.fallback(&reqs[i], g.plugin.name, g.failed)
+			out[i] = Result{a, err}
+		}
+		delete(hits, g.plugin)
+	}
+	return nil
 }
 
 // batchGroup is requests of one batch that go to one plugin in one call:
@@ -430,11 +472,13 @@ type batchGroup struct {
 	idx    []int
 	routes []*route
 	keys   []core.Key
+	failed error // set when the plugin failed the call
 }
 
 // batchCall asks p for the requests of g in one call; when the call fails,
-// each request falls back on its own.
-func (r *Registry) batchCall(ctx context.Context, p *plugin, g *batchGroup, reqs []core.Request, out []Result) {
+// each request falls back on its own, and batchCall returns the failure
+// when the plugin failed (not when it refused the batch as invalid).
+func (r *Registry) batchCall(ctx context.Context, p *plugin, g *batchGroup, reqs []core.Request, out []Result) (failed error) {
 	sub := make([]core.Request, len(g.idx))
 	for j, i := range g.idx {
 		sub[j] = reqs[i]
@@ -444,11 +488,14 @@ func (r *Registry) batchCall(ctx context.Context, p *plugin, g *batchGroup, reqs
 		return b.DispatchBatch(ctx, sub, res)
 	})
 	switch {
-	case inst == nil, callErr == nil, ctx.Err() != nil:
+	case callErr == nil, ctx.Err() != nil:
+	case inst == nil:
+		failed = callErr
 	case errors.Is(callErr, core.ErrInvalidRequest):
 		callErr = &failure{ReasonRefused, fmt.Errorf("plugin %s refused the batch: %w", p.name, callErr)}
 	default:
 		callErr = r.failCall(p, inst, callErr, dispatchCall)
+		failed = callErr
 	}
 	ok := false
 	for j, i := range g.idx {
@@ -480,6 +527,7 @@ func (r *Registry) batchCall(ctx context.Context, p *plugin, g *batchGroup, reqs
 	if ok {
 		r.succeeded(p)
 	}
+	return failed
 }
 
 // requestBytes bounds the size of req as a protobuf message: ten bytes a

@@ -27,7 +27,10 @@
 //     started, and each plugin started may refuse the host.
 //  4. Answers: each handler declares the request facts its rules read
 //     (core.Reads); the registry caches the plugin's answers by those
-//     facts, so most requests never reach the plugin.
+//     facts, so most requests never reach the plugin. The cache answers
+//     only while the plugin serves: from a failure until the plugin
+//     answers again, every request of its names falls back, cached or not,
+//     and so do the cached lines of a batch whose call to it failed.
 //  5. Supervision: a call that fails (crash, deadline, protocol violation)
 //     falls back to the triton rules with a named Reason, logged as a
 //     warning; the plugin is restarted with exponential backoff, and a

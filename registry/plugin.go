@@ -86,7 +86,9 @@ type plugin struct {
 	// than the description the routes were built from (a cached one): its
 	// answers are then never cached.
 	staleDesc atomic.Bool
-	degraded  atomic.Bool // failed since its last good answer
+	// degraded is set from a failure until the next good answer, and once
+	// the plugin ended: its cached answers are not served meanwhile.
+	degraded atomic.Bool
 	// retiring counts the instances retired after a failure whose process
 	// has not ended yet; stop waits for them.
 	retiring sync.WaitGroup
@@ -489,7 +491,9 @@ func (p *plugin) succeeded() {
 		return
 	}
 	p.mu.Lock()
-	p.degraded.Store(false)
+	if !p.closed {
+		p.degraded.Store(false)
+	}
 	if p.failures > 0 {
 		p.logger.Info("plugin recovered", "after_failures", p.failures)
 		p.failures = 0
@@ -510,6 +514,7 @@ func (p *plugin) retireAll() { p.end(true) }
 func (p *plugin) end(graceful bool) {
 	p.mu.Lock()
 	p.closed = true
+	p.degraded.Store(true)
 	inst := p.running.Swap(nil)
 	wait := p.starting
 	p.mu.Unlock()
