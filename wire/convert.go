@@ -5,6 +5,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	pb "github.com/attnplug/attnplug/wire/pluginv1"
+	"google.golang.org/protobuf/proto"
 )
 
 // The enums of core and of pluginv1 share their numbers; these converters
@@ -82,7 +83,7 @@ func RequestToProto(r *core.Request) *pb.Request {
 func requestToProto(r *core.Request, out *pb.Request) {
 	out.Backend = r.Backend
 	out.Layer = &pb.Layer{
-		ChunkedPrefixCacheThreshold: r.Layer.ChunkedPrefixCacheThreshold,
+		ChunkedPrefixCacheThreshold: proto.Int64(r.Layer.ChunkedPrefixCacheThreshold),
 		DisableChunkedPrefixCache:   r.Layer.DisableChunkedPrefixCache,
 		FlashinferMlaDisableRagged:  r.Layer.FlashinferMLADisableRagged,
 		RocmFusedDecodeMla:          r.Layer.ROCmFusedDecodeMLA,
@@ -104,12 +105,20 @@ func requestToProto(r *core.Request, out *pb.Request) {
 		PiecewiseCudaGraph:     r.Runtime.PiecewiseCUDAGraph,
 		BreakableCudaGraph:     r.Runtime.BreakableCUDAGraph,
 		DeterministicInference: r.Runtime.DeterministicInference,
-		DsaUseMha:              r.Runtime.DSAUseMHA,
+		DsaUseMha:              dsaUseMHAToProto(&r.Runtime),
 		TwoBatchOverlap:        r.Runtime.TwoBatchOverlap,
 		ComputeCapability:      int32(r.Runtime.ComputeCapability),
 		KvCacheDtype:           r.Runtime.KVCacheDType,
 		DsaUseMhaSet:           r.Runtime.DSAUseMHASet,
 	}
+}
+
+// dsaUseMHAToProto is runtime.dsa_use_mha, present when it was given.
+func dsaUseMHAToProto(r *core.Runtime) *bool {
+	if !r.DSAUseMHAGiven() {
+		return nil
+	}
+	return proto.Bool(r.DSAUseMHA)
 }
 
 // RequestFromProto returns the core form of r, validated: a plugin's server
@@ -121,8 +130,12 @@ func RequestFromProto(r *pb.Request) (core.Request, error) {
 	}
 	out.Backend = r.GetBackend()
 	l := r.GetLayer()
+	threshold := int64(core.DefaultChunkedPrefixCacheThreshold)
+	if l != nil && l.ChunkedPrefixCacheThreshold != nil {
+		threshold = l.GetChunkedPrefixCacheThreshold()
+	}
 	out.Layer = core.Layer{
-		ChunkedPrefixCacheThreshold: l.GetChunkedPrefixCacheThreshold(),
+		ChunkedPrefixCacheThreshold: threshold,
 		DisableChunkedPrefixCache:   l.GetDisableChunkedPrefixCache(),
 		FlashinferMLADisableRagged:  l.GetFlashinferMlaDisableRagged(),
 		ROCmFusedDecodeMLA:          l.GetRocmFusedDecodeMla(),
@@ -156,9 +169,11 @@ func RequestFromProto(r *pb.Request) (core.Request, error) {
 		TwoBatchOverlap:        rt.GetTwoBatchOverlap(),
 		ComputeCapability:      int(rt.GetComputeCapability()),
 		KVCacheDType:           rt.GetKvCacheDtype(),
-		// A host older than dsa_use_mha_set sends only dsa_use_mha; true
-		// still counts as given (core.Runtime.DSAUseMHAGiven).
-		DSAUseMHASet: rt.GetDsaUseMhaSet(),
+		// dsa_use_mha present, or dsa_use_mha_set (a sender without
+		// presence on dsa_use_mha), says it was given; a host older than
+		// both sends only dsa_use_mha, and true still counts as given
+		// (core.Runtime.DSAUseMHAGiven).
+		DSAUseMHASet: (rt != nil && rt.DsaUseMha != nil) || rt.GetDsaUseMhaSet(),
 	}
 	if err := out.Validate(); err != nil {
 		return out, err
@@ -166,8 +181,11 @@ func RequestFromProto(r *pb.Request) (core.Request, error) {
 	return out, nil
 }
 
+// knownLens is a length list as core holds it: nil when not known. A
+// non-empty list is known whatever its flag says; an empty one is known
+// (an empty batch) only when the flag says so.
 func knownLens(v []int64, known bool) []int64 {
-	if !known {
+	if !known && len(v) == 0 {
 		return nil
 	}
 	if v == nil {

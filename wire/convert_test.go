@@ -138,13 +138,51 @@ func TestRequestFromProtoRejects(t *testing.T) {
 			}
 		})
 	}
-	t.Run("unknown_lens_values_ignored", func(t *testing.T) {
+	t.Run("empty_lens_without_known_are_not_known", func(t *testing.T) {
 		r := valid()
 		r.Batch.ExtendPrefixLensKnown, r.Batch.SeqLensKnown = false, false
-		r.Batch.SeqLens = []int64{-1}
+		r.Batch.ExtendPrefixLens, r.Batch.SeqLens = nil, nil
 		got, err := RequestFromProto(r)
 		if err != nil || got.Batch.ExtendPrefixLens != nil || got.Batch.SeqLens != nil {
 			t.Errorf("got %+v, %v, want nil lens and no error", got.Batch, err)
+		}
+	})
+	t.Run("non_empty_lens_are_known_without_the_flag", func(t *testing.T) {
+		// A client that sets the list but not its flag means the list: the
+		// JSON format has no flag.
+		r := valid()
+		r.Batch.ExtendPrefixLensKnown, r.Batch.SeqLensKnown = false, false
+		got, err := RequestFromProto(r)
+		if err != nil || len(got.Batch.ExtendPrefixLens) != 2 || len(got.Batch.SeqLens) != 2 {
+			t.Errorf("got %+v, %v, want both lists", got.Batch, err)
+		}
+		r.Batch.SeqLens = []int64{-1, 3}
+		if _, err := RequestFromProto(r); err == nil || err.Error() != "seq_lens[0]: negative length -1" {
+			t.Errorf("a negative length without the known flag: %v", err)
+		}
+	})
+	t.Run("absent_fields_get_the_format_defaults", func(t *testing.T) {
+		r := valid()
+		r.Layer, r.Runtime = nil, nil
+		got, err := RequestFromProto(r)
+		if err != nil || got.Layer.ChunkedPrefixCacheThreshold != core.DefaultChunkedPrefixCacheThreshold || got.Runtime.DSAUseMHAGiven() {
+			t.Errorf("without layer and runtime: %+v, %v; want threshold %d and dsa_use_mha not given", got, err, core.DefaultChunkedPrefixCacheThreshold)
+		}
+		r.Layer = &pb.Layer{UseDsa: true}
+		r.Runtime = &pb.Runtime{DsaUseMha: proto.Bool(false)}
+		got, err = RequestFromProto(r)
+		if err != nil || got.Layer.ChunkedPrefixCacheThreshold != core.DefaultChunkedPrefixCacheThreshold || !got.Layer.UseDSA || !got.Runtime.DSAUseMHAGiven() || got.Runtime.DSAUseMHA {
+			t.Errorf("layer without threshold, dsa_use_mha false given: %+v, %v", got, err)
+		}
+		r.Layer.ChunkedPrefixCacheThreshold = proto.Int64(0)
+		got, err = RequestFromProto(r)
+		if err != nil || got.Layer.ChunkedPrefixCacheThreshold != 0 {
+			t.Errorf("threshold 0 given: %+v, %v", got.Layer, err)
+		}
+		// Round trip: what the host sends keeps both.
+		back, err := RequestFromProto(RequestToProto(&got))
+		if err != nil || back.Layer.ChunkedPrefixCacheThreshold != 0 || !back.Runtime.DSAUseMHAGiven() || back.Runtime.DSAUseMHA {
+			t.Errorf("round trip: %+v, %v", back, err)
 		}
 	})
 }

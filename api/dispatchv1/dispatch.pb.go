@@ -31,8 +31,16 @@ const (
 
 type DispatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// A request whose backend is empty is routed by the server's hybrid
-	// configuration (prefill and decode backends).
+	// The request, with the defaults of the JSON dispatch format for what it
+	// leaves out (attnplug.plugin.v1.Request gives them field by field): an
+	// absent layer or layer.chunked_prefix_cache_threshold is 8192, an
+	// absent runtime.platform the server's platform, an empty
+	// extend_prefix_lens or seq_lens not known unless its *_known flag is
+	// set, an absent runtime.dsa_use_mha not given, and everything else
+	// false or 0. The same request through `attnplug dispatch`, `dispatch
+	// --connect`, this RPC or the Go API gets the same answer. A request
+	// whose backend is empty is routed by the server's hybrid configuration
+	// (prefill and decode backends).
 	Request       *pluginv1.Request `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -212,8 +220,9 @@ func (x *DispatchResponse) GetAnswer() *Answer {
 }
 
 type DispatchBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Requests      []*pluginv1.Request    `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Each request as in DispatchRequest, with the same defaults.
+	Requests      []*pluginv1.Request `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -1025,17 +1025,26 @@ func (x *Reads) GetMaxSeqLenAtMost() []int64 {
 	return nil
 }
 
+// Layer holds the facts of the attention layer. Every field, and the
+// message itself, may be absent: an absent field has the default of the
+// JSON dispatch format (docs/dispatch.md), given here with each field, so
+// that one request means the same over every API.
 type Layer struct {
-	state                       protoimpl.MessageState `protogen:"open.v1"`
-	ChunkedPrefixCacheThreshold int64                  `protobuf:"varint,1,opt,name=chunked_prefix_cache_threshold,json=chunkedPrefixCacheThreshold,proto3" json:"chunked_prefix_cache_threshold,omitempty"`
-	DisableChunkedPrefixCache   bool                   `protobuf:"varint,2,opt,name=disable_chunked_prefix_cache,json=disableChunkedPrefixCache,proto3" json:"disable_chunked_prefix_cache,omitempty"`
-	FlashinferMlaDisableRagged  bool                   `protobuf:"varint,3,opt,name=flashinfer_mla_disable_ragged,json=flashinferMlaDisableRagged,proto3" json:"flashinfer_mla_disable_ragged,omitempty"`
-	RocmFusedDecodeMla          bool                   `protobuf:"varint,4,opt,name=rocm_fused_decode_mla,json=rocmFusedDecodeMla,proto3" json:"rocm_fused_decode_mla,omitempty"`
-	UseDsa                      bool                   `protobuf:"varint,5,opt,name=use_dsa,json=useDsa,proto3" json:"use_dsa,omitempty"`
-	FusedQkvAProjWithMqa        bool                   `protobuf:"varint,6,opt,name=fused_qkv_a_proj_with_mqa,json=fusedQkvAProjWithMqa,proto3" json:"fused_qkv_a_proj_with_mqa,omitempty"`
-	IntelAmx                    bool                   `protobuf:"varint,7,opt,name=intel_amx,json=intelAmx,proto3" json:"intel_amx,omitempty"`
-	unknownFields               protoimpl.UnknownFields
-	sizeCache                   protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The prefix-length sum from which chunked-prefix MHA is used. Absent
+	// (or the whole layer absent): 8192, sglang's default. 0 is a threshold
+	// of 0 when given. (Before this field had presence, a sender never put
+	// a 0 on the wire; a reader now takes that absence as 8192.)
+	ChunkedPrefixCacheThreshold *int64 `protobuf:"varint,1,opt,name=chunked_prefix_cache_threshold,json=chunkedPrefixCacheThreshold,proto3,oneof" json:"chunked_prefix_cache_threshold,omitempty"`
+	// Absent: false, as every bool of Layer, Batch and Runtime.
+	DisableChunkedPrefixCache  bool `protobuf:"varint,2,opt,name=disable_chunked_prefix_cache,json=disableChunkedPrefixCache,proto3" json:"disable_chunked_prefix_cache,omitempty"`
+	FlashinferMlaDisableRagged bool `protobuf:"varint,3,opt,name=flashinfer_mla_disable_ragged,json=flashinferMlaDisableRagged,proto3" json:"flashinfer_mla_disable_ragged,omitempty"`
+	RocmFusedDecodeMla         bool `protobuf:"varint,4,opt,name=rocm_fused_decode_mla,json=rocmFusedDecodeMla,proto3" json:"rocm_fused_decode_mla,omitempty"`
+	UseDsa                     bool `protobuf:"varint,5,opt,name=use_dsa,json=useDsa,proto3" json:"use_dsa,omitempty"`
+	FusedQkvAProjWithMqa       bool `protobuf:"varint,6,opt,name=fused_qkv_a_proj_with_mqa,json=fusedQkvAProjWithMqa,proto3" json:"fused_qkv_a_proj_with_mqa,omitempty"`
+	IntelAmx                   bool `protobuf:"varint,7,opt,name=intel_amx,json=intelAmx,proto3" json:"intel_amx,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *Layer) Reset() {
@@ -1069,8 +1078,8 @@ func (*Layer) Descriptor() ([]byte, []int) {
 }
 
 func (x *Layer) GetChunkedPrefixCacheThreshold() int64 {
-	if x != nil {
-		return x.ChunkedPrefixCacheThreshold
+	if x != nil && x.ChunkedPrefixCacheThreshold != nil {
+		return *x.ChunkedPrefixCacheThreshold
 	}
 	return 0
 }
@@ -1117,15 +1126,23 @@ func (x *Layer) GetIntelAmx() bool {
 	return false
 }
 
+// Batch holds the facts of the forward batch.
 type Batch struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	ForwardMode      ForwardMode            `protobuf:"varint,1,opt,name=forward_mode,json=forwardMode,proto3,enum=attnplug.plugin.v1.ForwardMode" json:"forward_mode,omitempty"`
-	ExtendPrefixLens []int64                `protobuf:"varint,2,rep,packed,name=extend_prefix_lens,json=extendPrefixLens,proto3" json:"extend_prefix_lens,omitempty"`
-	// False when extend_prefix_lens is not known (the reference's None).
-	ExtendPrefixLensKnown bool    `protobuf:"varint,3,opt,name=extend_prefix_lens_known,json=extendPrefixLensKnown,proto3" json:"extend_prefix_lens_known,omitempty"`
-	SeqLens               []int64 `protobuf:"varint,4,rep,packed,name=seq_lens,json=seqLens,proto3" json:"seq_lens,omitempty"`
-	// False when seq_lens is not known.
-	SeqLensKnown     bool  `protobuf:"varint,5,opt,name=seq_lens_known,json=seqLensKnown,proto3" json:"seq_lens_known,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: UNSPECIFIED is refused.
+	ForwardMode ForwardMode `protobuf:"varint,1,opt,name=forward_mode,json=forwardMode,proto3,enum=attnplug.plugin.v1.ForwardMode" json:"forward_mode,omitempty"`
+	// Per request, the tokens already in the KV cache. Not known (the
+	// reference's None, whose sum counts as 0) when empty and
+	// extend_prefix_lens_known is false; a non-empty list is known.
+	ExtendPrefixLens []int64 `protobuf:"varint,2,rep,packed,name=extend_prefix_lens,json=extendPrefixLens,proto3" json:"extend_prefix_lens,omitempty"`
+	// True for a known list that is empty; a non-empty list is known
+	// whatever this says.
+	ExtendPrefixLensKnown bool `protobuf:"varint,3,opt,name=extend_prefix_lens_known,json=extendPrefixLensKnown,proto3" json:"extend_prefix_lens_known,omitempty"`
+	// Per request, the total KV length; not known when empty and
+	// seq_lens_known is false, as extend_prefix_lens.
+	SeqLens      []int64 `protobuf:"varint,4,rep,packed,name=seq_lens,json=seqLens,proto3" json:"seq_lens,omitempty"`
+	SeqLensKnown bool    `protobuf:"varint,5,opt,name=seq_lens_known,json=seqLensKnown,proto3" json:"seq_lens_known,omitempty"`
+	// The batch's get_max_chunk_capacity(). Absent: 0.
 	MaxChunkCapacity int64 `protobuf:"varint,6,opt,name=max_chunk_capacity,json=maxChunkCapacity,proto3" json:"max_chunk_capacity,omitempty"`
 	MlaPrefillCp     bool  `protobuf:"varint,7,opt,name=mla_prefill_cp,json=mlaPrefillCp,proto3" json:"mla_prefill_cp,omitempty"`
 	unknownFields    protoimpl.UnknownFields
@@ -1211,20 +1228,26 @@ func (x *Batch) GetMlaPrefillCp() bool {
 	return false
 }
 
+// Runtime holds the facts sglang reads from process state.
 type Runtime struct {
-	state                  protoimpl.MessageState `protogen:"open.v1"`
-	Platform               Platform               `protobuf:"varint,1,opt,name=platform,proto3,enum=attnplug.plugin.v1.Platform" json:"platform,omitempty"`
-	PiecewiseCudaGraph     bool                   `protobuf:"varint,2,opt,name=piecewise_cuda_graph,json=piecewiseCudaGraph,proto3" json:"piecewise_cuda_graph,omitempty"`
-	BreakableCudaGraph     bool                   `protobuf:"varint,3,opt,name=breakable_cuda_graph,json=breakableCudaGraph,proto3" json:"breakable_cuda_graph,omitempty"`
-	DeterministicInference bool                   `protobuf:"varint,4,opt,name=deterministic_inference,json=deterministicInference,proto3" json:"deterministic_inference,omitempty"`
-	DsaUseMha              bool                   `protobuf:"varint,5,opt,name=dsa_use_mha,json=dsaUseMha,proto3" json:"dsa_use_mha,omitempty"`
-	TwoBatchOverlap        bool                   `protobuf:"varint,6,opt,name=two_batch_overlap,json=twoBatchOverlap,proto3" json:"two_batch_overlap,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Absent (UNSPECIFIED): the platform of the host that answers.
+	Platform               Platform `protobuf:"varint,1,opt,name=platform,proto3,enum=attnplug.plugin.v1.Platform" json:"platform,omitempty"`
+	PiecewiseCudaGraph     bool     `protobuf:"varint,2,opt,name=piecewise_cuda_graph,json=piecewiseCudaGraph,proto3" json:"piecewise_cuda_graph,omitempty"`
+	BreakableCudaGraph     bool     `protobuf:"varint,3,opt,name=breakable_cuda_graph,json=breakableCudaGraph,proto3" json:"breakable_cuda_graph,omitempty"`
+	DeterministicInference bool     `protobuf:"varint,4,opt,name=deterministic_inference,json=deterministicInference,proto3" json:"deterministic_inference,omitempty"`
+	// The DSA backend's per-batch prefill choice. Given (present, false
+	// included) or not: when absent, and dsa_use_mha_set is false, the dsa
+	// backend makes the choice itself, as sglang's does.
+	DsaUseMha       *bool `protobuf:"varint,5,opt,name=dsa_use_mha,json=dsaUseMha,proto3,oneof" json:"dsa_use_mha,omitempty"`
+	TwoBatchOverlap bool  `protobuf:"varint,6,opt,name=two_batch_overlap,json=twoBatchOverlap,proto3" json:"two_batch_overlap,omitempty"`
 	// CUDA compute capability, major*10+minor; 0 when not known.
 	ComputeCapability int32 `protobuf:"varint,7,opt,name=compute_capability,json=computeCapability,proto3" json:"compute_capability,omitempty"`
 	// The KV cache dtype, as sglang's --kv-cache-dtype; "" is "auto".
 	KvCacheDtype string `protobuf:"bytes,8,opt,name=kv_cache_dtype,json=kvCacheDtype,proto3" json:"kv_cache_dtype,omitempty"`
-	// True when dsa_use_mha was given; a host older than this field sends
-	// false, and then dsa_use_mha = true still counts as given.
+	// True when dsa_use_mha was given: what a sender without presence on
+	// dsa_use_mha says for a given false. dsa_use_mha given, or true, counts
+	// as given too.
 	DsaUseMhaSet  bool `protobuf:"varint,9,opt,name=dsa_use_mha_set,json=dsaUseMhaSet,proto3" json:"dsa_use_mha_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1289,8 +1312,8 @@ func (x *Runtime) GetDeterministicInference() bool {
 }
 
 func (x *Runtime) GetDsaUseMha() bool {
-	if x != nil {
-		return x.DsaUseMha
+	if x != nil && x.DsaUseMha != nil {
+		return *x.DsaUseMha
 	}
 	return false
 }
@@ -1323,13 +1346,20 @@ func (x *Runtime) GetDsaUseMhaSet() bool {
 	return false
 }
 
-// Request is one dispatch question.
+// Request is one dispatch question. It means what the same request in the
+// JSON dispatch format means (docs/dispatch.md), absent fields included:
+// each field's comment gives its default.
 type Request struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Backend       string                 `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
-	Layer         *Layer                 `protobuf:"bytes,2,opt,name=layer,proto3" json:"layer,omitempty"`
-	Batch         *Batch                 `protobuf:"bytes,3,opt,name=batch,proto3" json:"batch,omitempty"`
-	Runtime       *Runtime               `protobuf:"bytes,4,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The registry name asked for; required (attnplug serve routes an empty
+	// one by its prefill and decode backends).
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// Absent: every layer default (a chunked-prefix threshold of 8192).
+	Layer *Layer `protobuf:"bytes,2,opt,name=layer,proto3" json:"layer,omitempty"`
+	// Required (it carries forward_mode).
+	Batch *Batch `protobuf:"bytes,3,opt,name=batch,proto3" json:"batch,omitempty"`
+	// Absent: every runtime default.
+	Runtime       *Runtime `protobuf:"bytes,4,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3250,15 +3280,16 @@ const file_plugin_proto_rawDesc = "" +
 	"\x05facts\x18\x01 \x03(\x0e2\x18.attnplug.plugin.v1.FactR\x05facts\x12-\n" +
 	"\x13prefix_sum_at_least\x18\x02 \x03(\x03R\x10prefixSumAtLeast\x12%\n" +
 	"\x0fseq_sum_at_most\x18\x03 \x03(\x03R\fseqSumAtMost\x12,\n" +
-	"\x13max_seq_len_at_most\x18\x04 \x03(\x03R\x0fmaxSeqLenAtMost\"\xf2\x02\n" +
-	"\x05Layer\x12C\n" +
-	"\x1echunked_prefix_cache_threshold\x18\x01 \x01(\x03R\x1bchunkedPrefixCacheThreshold\x12?\n" +
+	"\x13max_seq_len_at_most\x18\x04 \x03(\x03R\x0fmaxSeqLenAtMost\"\x9a\x03\n" +
+	"\x05Layer\x12H\n" +
+	"\x1echunked_prefix_cache_threshold\x18\x01 \x01(\x03H\x00R\x1bchunkedPrefixCacheThreshold\x88\x01\x01\x12?\n" +
 	"\x1cdisable_chunked_prefix_cache\x18\x02 \x01(\bR\x19disableChunkedPrefixCache\x12A\n" +
 	"\x1dflashinfer_mla_disable_ragged\x18\x03 \x01(\bR\x1aflashinferMlaDisableRagged\x121\n" +
 	"\x15rocm_fused_decode_mla\x18\x04 \x01(\bR\x12rocmFusedDecodeMla\x12\x17\n" +
 	"\ause_dsa\x18\x05 \x01(\bR\x06useDsa\x127\n" +
 	"\x19fused_qkv_a_proj_with_mqa\x18\x06 \x01(\bR\x14fusedQkvAProjWithMqa\x12\x1b\n" +
-	"\tintel_amx\x18\a \x01(\bR\bintelAmx\"\xc7\x02\n" +
+	"\tintel_amx\x18\a \x01(\bR\bintelAmxB!\n" +
+	"\x1f_chunked_prefix_cache_threshold\"\xc7\x02\n" +
 	"\x05Batch\x12B\n" +
 	"\fforward_mode\x18\x01 \x01(\x0e2\x1f.attnplug.plugin.v1.ForwardModeR\vforwardMode\x12,\n" +
 	"\x12extend_prefix_lens\x18\x02 \x03(\x03R\x10extendPrefixLens\x127\n" +
@@ -3266,17 +3297,18 @@ const file_plugin_proto_rawDesc = "" +
 	"\bseq_lens\x18\x04 \x03(\x03R\aseqLens\x12$\n" +
 	"\x0eseq_lens_known\x18\x05 \x01(\bR\fseqLensKnown\x12,\n" +
 	"\x12max_chunk_capacity\x18\x06 \x01(\x03R\x10maxChunkCapacity\x12$\n" +
-	"\x0emla_prefill_cp\x18\a \x01(\bR\fmlaPrefillCp\"\xa8\x03\n" +
+	"\x0emla_prefill_cp\x18\a \x01(\bR\fmlaPrefillCp\"\xbd\x03\n" +
 	"\aRuntime\x128\n" +
 	"\bplatform\x18\x01 \x01(\x0e2\x1c.attnplug.plugin.v1.PlatformR\bplatform\x120\n" +
 	"\x14piecewise_cuda_graph\x18\x02 \x01(\bR\x12piecewiseCudaGraph\x120\n" +
 	"\x14breakable_cuda_graph\x18\x03 \x01(\bR\x12breakableCudaGraph\x127\n" +
-	"\x17deterministic_inference\x18\x04 \x01(\bR\x16deterministicInference\x12\x1e\n" +
-	"\vdsa_use_mha\x18\x05 \x01(\bR\tdsaUseMha\x12*\n" +
+	"\x17deterministic_inference\x18\x04 \x01(\bR\x16deterministicInference\x12#\n" +
+	"\vdsa_use_mha\x18\x05 \x01(\bH\x00R\tdsaUseMha\x88\x01\x01\x12*\n" +
 	"\x11two_batch_overlap\x18\x06 \x01(\bR\x0ftwoBatchOverlap\x12-\n" +
 	"\x12compute_capability\x18\a \x01(\x05R\x11computeCapability\x12$\n" +
 	"\x0ekv_cache_dtype\x18\b \x01(\tR\fkvCacheDtype\x12%\n" +
-	"\x0fdsa_use_mha_set\x18\t \x01(\bR\fdsaUseMhaSet\"\xbc\x01\n" +
+	"\x0fdsa_use_mha_set\x18\t \x01(\bR\fdsaUseMhaSetB\x0e\n" +
+	"\f_dsa_use_mha\"\xbc\x01\n" +
 	"\aRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12/\n" +
 	"\x05layer\x18\x02 \x01(\v2\x19.attnplug.plugin.v1.LayerR\x05layer\x12/\n" +
@@ -3619,6 +3651,8 @@ func file_plugin_proto_init() {
 	if File_plugin_proto != nil {
 		return
 	}
+	file_plugin_proto_msgTypes[9].OneofWrappers = []any{}
+	file_plugin_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
