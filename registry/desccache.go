@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/attnplug/attnplug/core"
 )
@@ -25,22 +27,34 @@ type descCache struct {
 type cachedDescription struct {
 	Key         string           `json:"key"`
 	Description core.Description `json:"description"`
+	// SelfCheckPassed records that the binary passed the kernel
+	// self-check (selfcheck.go) in this environment: its starts skip it.
+	SelfCheckPassed bool `json:"self_check_passed,omitempty"`
 }
 
 // envDigest identifies the environment a plugin inherits, as far as it may
 // change a description: a plugin may read its configuration from
 // ATTNPLUG_* variables (the dsa plugin's dense-prefill threshold), so a
-// description is cached for a binary and those variables together.
+// description is cached for a binary and those variables together. The
+// host's own settings (hostOnlyEnv) are left out: they change no plugin.
 func envDigest() string {
 	var vars []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "ATTNPLUG_") {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "ATTNPLUG_") && !slices.Contains(hostOnlyEnv(), name) {
 			vars = append(vars, kv)
 		}
 	}
 	sort.Strings(vars)
 	h := sha256.Sum256([]byte(strings.Join(vars, "\x00")))
 	return hex.EncodeToString(h[:8])
+}
+
+// hostOnlyEnv are the ATTNPLUG_* variables that configure the host, not
+// the plugins: where plugins and caches are, log levels, the backend to
+// choose.
+func hostOnlyEnv() []string {
+	return []string{"ATTNPLUG_LOG_LEVEL", "ATTNPLUG_PLUGIN_LOG_LEVEL", "ATTNPLUG_PLUGIN_DIR", "ATTNPLUG_CACHE_DIR", "ATTNPLUG_BACKEND"}
 }
 
 // FileSHA256 returns the hex SHA-256 of the file at path: how plugin
@@ -58,37 +72,104 @@ func FileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// get returns the description cached under key (a binary's SHA-256 and
-// the environment digest).
-func (c descCache) get(key string) (*core.Description, bool) {
+// hashEntry is the file format of one entry of the hash index: the
+// SHA-256 of the binary at Path when it had the identity Stat.
+type hashEntry struct {
+	Path   string `json:"path"`
+	Stat   string `json:"stat"`
+	SHA256 string `json:"sha256"`
+}
+
+// statIdentity is what changes whenever a file's content does: device,
+// inode, size, and modification and change times to the nanosecond (the
+// change time cannot be set back by the file's owner). Git's index trusts
+// the same to skip rehashing.
+func statIdentity(st os.FileInfo) string {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d:%d:%d.%d:%d.%d", sys.Dev, sys.Ino, sys.Size, sys.Mtim.Sec, sys.Mtim.Nsec, sys.Ctim.Sec, sys.Ctim.Nsec)
+}
+
+// fileSHA256 returns the SHA-256 of the binary at path: from the hash
+// index when the file has not changed since it was hashed, else by reading
+// it, and then the index learns it. Discovery thus reads no binary it
+// hashed before; go-plugin hashes a binary again at every start when a
+// lock file pins it.
+func (c descCache) fileSHA256(path string) (string, error) {
 	if c.dir == "" {
-		return nil, false
+		return FileSHA256(path)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	id := statIdentity(st)
+	file := c.hashFile(path)
+	if data, err := os.ReadFile(file); err == nil && id != "" {
+		var e hashEntry
+		if json.Unmarshal(data, &e) == nil && e.Path == path && e.Stat == id && len(e.SHA256) == 64 {
+			return e.SHA256, nil
+		}
+	}
+	sum, err := FileSHA256(path)
+	if err != nil {
+		return "", err
+	}
+	if after, err := os.Stat(path); err == nil && id != "" && statIdentity(after) == id {
+		// Unchanged while it was read: the hash is the file's.
+		c.write(file, hashEntry{Path: path, Stat: id, SHA256: sum})
+	}
+	return sum, nil
+}
+
+func (c descCache) hashFile(path string) string {
+	h := sha256.Sum256([]byte(path))
+	return filepath.Join(c.dir, "sum-"+cacheFormat+"-"+hex.EncodeToString(h[:12])+".json")
+}
+
+// get returns the entry cached under key (a binary's SHA-256 and the
+// environment digest).
+func (c descCache) get(key string) (cachedDescription, bool) {
+	var e cachedDescription
+	if c.dir == "" {
+		return e, false
 	}
 	data, err := os.ReadFile(c.file(key))
 	if err != nil {
-		return nil, false
+		return e, false
 	}
-	var e cachedDescription
 	if err := json.Unmarshal(data, &e); err != nil || e.Key != key {
-		return nil, false
+		return cachedDescription{}, false
 	}
-	return &e.Description, true
+	return e, true
 }
 
-// put stores d for sum; a cache that cannot be written is skipped, since
-// it only saves a start.
-func (c descCache) put(key string, d *core.Description) error {
+// put stores d under key, and whether the binary passed the kernel
+// self-check; a cache that cannot be written is skipped, since it only
+// saves a start.
+func (c descCache) put(key string, d *core.Description, selfCheckPassed bool) error {
+	if c.dir == "" {
+		return nil
+	}
+	return c.write(c.file(key), cachedDescription{Key: key, Description: *d, SelfCheckPassed: selfCheckPassed})
+}
+
+// write stores v as JSON in file, atomically: a reader sees the old entry
+// or the new one.
+func (c descCache) write(file string, v any) error {
 	if c.dir == "" {
 		return nil
 	}
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return err
 	}
-	data, err := json.Marshal(cachedDescription{Key: key, Description: *d})
+	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(c.dir, ".desc-*")
+	tmp, err := os.CreateTemp(c.dir, ".entry-*")
 	if err != nil {
 		return err
 	}
@@ -101,7 +182,7 @@ func (c descCache) put(key string, d *core.Description) error {
 		os.Remove(tmp.Name())
 		return err
 	}
-	return os.Rename(tmp.Name(), c.file(key))
+	return os.Rename(tmp.Name(), file)
 }
 
 // cacheFormat versions the entries: a core whose description changes

@@ -16,7 +16,10 @@
 //     its directory, or a lock file (Config.Lock) does not pin its SHA-256.
 //     Its description (the names it serves, the facts they read, the
 //     hardware they need) comes from a cache keyed by the binary's SHA-256,
-//     or from starting the binary once and asking.
+//     or from starting the binary once and asking (and running the kernel
+//     self-check, whose pass is cached too). The hash itself is cached by
+//     the file's identity (device, inode, size, modification and change
+//     times), so a start reads no binary it hashed before.
 //  2. Resolution: a name maps to the first plugin, in directory order, that
 //     serves it. A name nobody serves is decided by the triton rules, as in
 //     the reference; Answer.Handler is then "triton". A name sglang

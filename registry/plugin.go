@@ -147,7 +147,8 @@ func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logg
 		return nil, fmt.Errorf("parent-death pipe: %w", err)
 	}
 	cmd.ExtraFiles = []*os.File{pr}
-	cmd.Env = pluginEnv(cfg)
+	var private bool
+	cmd.Env, private = pluginEnv(cfg)
 	plog := newPluginLogger(logger)
 	cc := &goplugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
@@ -156,11 +157,14 @@ func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logg
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		Logger:           plog,
 		StartTimeout:     cfg.StartTimeout,
-		AutoMTLS:         true,
+		GRPCDialOptions:  wire.DialOptions(),
+		Stderr:           &stderrTail{},
 		SkipHostEnv:      true, // pluginEnv has the host's, less what it sets
-
-		GRPCDialOptions: wire.DialOptions(),
-		Stderr:          &stderrTail{},
+		// A socket in the registry's private directory (mode 0700) is
+		// reachable by the host's user alone, who could read the plugin's
+		// memory anyway: mutual TLS then adds nothing but ~40 ms a start
+		// (go-plugin's P-521 keys). A socket anywhere else gets it.
+		AutoMTLS: !private,
 	}
 	if cfg.Lock != nil {
 		secure, err := secureConfig(sum)
@@ -230,9 +234,10 @@ func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logg
 // pluginEnv is a plugin's environment: the plugin log level (unless the
 // host's environment sets one), the host's environment, the parent-death
 // pipe, and the private directory of its socket (socketDir) instead of
-// any $PLUGIN_UNIX_SOCKET_DIR of the host.
-func pluginEnv(cfg *Config) []string {
-	env := []string{"ATTNPLUG_PLUGIN_LOG_LEVEL=" + cfg.pluginLogLevel()}
+// any $PLUGIN_UNIX_SOCKET_DIR of the host. private reports that the socket
+// goes to the private directory.
+func pluginEnv(cfg *Config) (env []string, private bool) {
+	env = []string{"ATTNPLUG_PLUGIN_LOG_LEVEL=" + cfg.pluginLogLevel()}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, goplugin.EnvUnixSocketDir+"=") {
 			env = append(env, kv)
@@ -242,9 +247,10 @@ func pluginEnv(cfg *Config) []string {
 	if cfg.sockets != nil {
 		if dir, err := cfg.sockets.dir(); err == nil {
 			env = append(env, goplugin.EnvUnixSocketDir+"="+dir)
+			private = true
 		}
 	}
-	return env
+	return env, private
 }
 
 // startError makes go-plugin's start errors say what happened, in one
@@ -442,7 +448,7 @@ func (p *plugin) check(ctx context.Context, inst *instance) error {
 		// cache no answer of this run, whose routes follow the old one.
 		p.staleDesc.Store(true)
 		p.logger.Warn("plugin describes itself otherwise than its cached description; its answers are not cached in this run", "path", p.path)
-		if err := (descCache{dir: p.cfg.CacheDir}).put(p.cacheKey, d); err != nil {
+		if err := (descCache{dir: p.cfg.CacheDir}).put(p.cacheKey, d, false); err != nil {
 			p.logger.Debug("description cache not written", "error", err)
 		}
 	}

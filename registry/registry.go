@@ -358,7 +358,8 @@ func (r *Registry) pinned(path string) (LockEntry, bool) {
 // (a damaged or hand-edited entry), in which case the binary is asked
 // again and the entry replaced.
 func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*plugin) (*plugin, error) {
-	sum, err := FileSHA256(c.path)
+	cache := descCache{dir: r.cfg.CacheDir}
+	sum, err := cache.fileSHA256(c.path)
 	if err != nil {
 		return nil, err
 	}
@@ -371,48 +372,76 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 		}
 	}
 	logger := r.log.Named(c.family)
-	cache := descCache{dir: r.cfg.CacheDir}
 	key := sum + "-" + envDigest()
-	d, ok := cache.get(key)
+	e, ok := cache.get(key)
 	if ok {
-		if err := checkDescription(c.family, d); err != nil {
+		if err := checkDescription(c.family, &e.Description); err != nil {
 			logger.Warn("cached description refused; asking the binary again", "path", c.path, "entry", cache.file(key), "error", err)
 			ok = false
 		}
 	}
+	var refusal error // the kernel self-check's, when it ran here
 	if !ok {
-		if d, err = r.describeBinary(ctx, c, sum, logger); err != nil {
+		e = cachedDescription{Key: key}
+		d, checked, err := r.describeBinary(ctx, c, sum, logger)
+		if err != nil {
 			return nil, err
 		}
-		if err := validateDescription(d); err != nil {
-			return nil, err
+		e.Description = *d
+		if checked != nil {
+			refusal = *checked
+			e.SelfCheckPassed = refusal == nil
 		}
-		if err := cache.put(key, d); err != nil {
+		if err := cache.write(cache.file(key), e); err != nil {
 			r.log.Debug("description cache not written", "error", err)
 		}
 		if err := checkFamily(c.family, d); err != nil {
 			return nil, err
 		}
 	}
+	d := &e.Description
 	p := &plugin{name: d.Name, path: c.path, sha256: sum, cacheKey: key, desc: d, logger: logger, cfg: &r.cfg}
+	if e.SelfCheckPassed || refusal != nil {
+		p.selfChecked.finish(refusal)
+	}
 	if r.cfg.Host != nil {
 		p.unsupported = unsupportedReason(d, *r.cfg.Host)
 	}
 	return p, nil
 }
 
-// describeBinary starts the binary of c once and asks what it serves.
-func (r *Registry) describeBinary(ctx context.Context, c candidate, sum string, logger hclog.Logger) (*core.Description, error) {
+// describeBinary starts the binary of c once and asks what it serves. The
+// description must pass validateDescription. With a description cache,
+// the kernel self-check runs too, on the same process, so that its result
+// is cached with the description and no later start pays for it; checked
+// is then its refusal (nil: passed), and nil without a cache or a catalog.
+func (r *Registry) describeBinary(ctx context.Context, c candidate, sum string, logger hclog.Logger) (d *core.Description, checked *error, err error) {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()
 	cfg := r.cfg
 	cfg.Host = nil // describing needs no hardware
 	inst, err := spawn(sctx, &cfg, c.path, sum, logger)
 	if err != nil {
-		return nil, fmt.Errorf("start: %w", err)
+		return nil, nil, fmt.Errorf("start: %w", err)
 	}
 	defer inst.kill()
-	return inst.backend.Describe(sctx)
+	if d, err = inst.backend.Describe(sctx); err != nil {
+		return nil, nil, err
+	}
+	if err := validateDescription(d); err != nil {
+		return nil, nil, err
+	}
+	if r.cfg.CacheDir == "" || !d.HasKernels() || d.Name != c.family {
+		return d, nil, nil
+	}
+	refusal, err := runSelfCheck(sctx, &cfg, d, inst.backend)
+	if err != nil {
+		return d, nil, nil // checked at the first start instead
+	}
+	if refusal != nil {
+		logger.Error("plugin refused by the kernel self-check", "error", refusal)
+	}
+	return d, &refusal, nil
 }
 
 // unsupportedReason says why none of d's names runs on host; empty when

@@ -451,3 +451,50 @@ func TestSocketDirOpenToOthersIsNotUsed(t *testing.T) {
 		t.Errorf("after Close %s holds %v", private, left)
 	}
 }
+
+// TestCacheFollowsBinaryChanges: the description cache keeps each
+// binary's hash by its file identity and the kernel self-check's pass with
+// its description; a binary rewritten in place (same inode) is hashed
+// again and described anew.
+func TestCacheFollowsBinaryChanges(t *testing.T) {
+	tree, err := bins.CopyTree(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	open(t, registry.Config{PluginDirs: []string{tree.PluginDir}, CacheDir: cache})
+	data, err := os.ReadFile(cacheEntryOf(t, cache, "fa3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"self_check_passed":true`) {
+		t.Errorf("the self-check's pass is not cached with the description: %.300s", data)
+	}
+	// Rewrite in place: the same inode, another content.
+	bin, err := os.ReadFile(bins.Plugin("fa3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(tree.Plugin("fa3"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(append(bin, "in place"...))
+	f.Close()
+	want, err := registry.FileSHA256(tree.Plugin("fa3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, logs := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}, CacheDir: cache})
+	for _, p := range r.Plugins() {
+		if p.Name == "fa3" && p.SHA256 != want {
+			t.Errorf("fa3 listed with sha256 %s, want %s of the rewritten file", p.SHA256, want)
+		}
+	}
+	if n := strings.Count(logs.String(), "starting plugin"); n != 1 {
+		t.Errorf("%d plugins described again, want fa3 alone", n)
+	}
+	if a, err := r.Dispatch(testContext(t), decode("fa4")); err != nil || a.Plugin != "fa3" {
+		t.Errorf("fa4: %+v, %v", a, err)
+	}
+}

@@ -54,10 +54,22 @@ func catalogCheck(d *core.Description) error {
 	return fmt.Errorf("%w: kernel catalog incomplete: %s, for which it lists no kernel", core.ErrProtocol, strings.Join(missing, "; "))
 }
 
-// selfCheck runs once per plugin, after its first successful start: the
-// sample requests of every name go through inst's rules, and a method
-// answered that the name's catalog lacks refuses the plugin. It returns
-// the refusal, now and at every later start.
+// finish records the self-check's outcome: refusal, or nil for a pass.
+func (s *selfCheckState) finish(refusal error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = true
+	if refusal != nil {
+		s.refused.Store(&refusal)
+	}
+}
+
+// selfCheck runs once per plugin, after its first successful start, unless
+// it ran when the plugin was described (its result is cached with the
+// description): the sample requests of every name go through inst's
+// rules, and a method answered that the name's catalog lacks refuses the
+// plugin. It returns the refusal, now and at every later start. A pass is
+// written to the description cache, so that later hosts skip the check.
 func (p *plugin) selfCheck(ctx context.Context, inst *instance) error {
 	s := &p.selfChecked
 	s.mu.Lock()
@@ -70,7 +82,7 @@ func (p *plugin) selfCheck(ctx context.Context, inst *instance) error {
 		p.logger.Info("plugin declares no kernel catalog: it decides methods but runs no kernels")
 		return nil
 	}
-	refusal, err := runSelfCheck(ctx, p, inst)
+	refusal, err := runSelfCheck(ctx, p.cfg, p.desc, inst.backend)
 	if err != nil {
 		return err // the call failed: a failed start, checked again at the next
 	}
@@ -78,23 +90,29 @@ func (p *plugin) selfCheck(ctx context.Context, inst *instance) error {
 	if refusal != nil {
 		s.refused.Store(&refusal)
 		p.logger.Error("plugin refused by the kernel self-check", "error", refusal)
+		return refusal
 	}
-	return refusal
+	if !p.staleDesc.Load() {
+		if err := (descCache{dir: p.cfg.CacheDir}).put(p.cacheKey, p.desc, true); err != nil {
+			p.logger.Debug("description cache not written", "error", err)
+		}
+	}
+	return nil
 }
 
-// runSelfCheck returns the refusal of p, or the error of a call that
-// failed.
-func runSelfCheck(ctx context.Context, p *plugin, inst *instance) (refusal, err error) {
-	for _, h := range p.desc.Handlers {
+// runSelfCheck returns the refusal of the plugin described by d, whose
+// process b answers, or the error of a call that failed.
+func runSelfCheck(ctx context.Context, cfg *Config, d *core.Description, b batchClient) (refusal, err error) {
+	for _, h := range d.Handlers {
 		if h.Deprecated != "" {
 			// A deprecated alias shares its target's rules, and asking it
 			// would log the deprecation; catalogCheck covers its catalog.
 			continue
 		}
-		reqs := selfCheckRequests(h.Name)
+		reqs := distinctRequests(h, selfCheckRequests(h.Name))
 		out := make([]core.Result, len(reqs))
-		cctx, cancel := context.WithTimeout(ctx, max(p.cfg.CallTimeout, p.cfg.StartTimeout))
-		err := inst.backend.DispatchBatch(cctx, reqs, out)
+		cctx, cancel := context.WithTimeout(ctx, max(cfg.CallTimeout, cfg.StartTimeout))
+		err := b.DispatchBatch(cctx, reqs, out)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("kernel self-check of %s: %w", h.Name, err)
@@ -159,6 +177,26 @@ func selfCheckRequests(name string) []core.Request {
 					}
 				}
 			}
+		}
+	}
+	return out
+}
+
+// distinctRequests keeps one request of reqs per answer-cache key of h:
+// the handler declared that its rules read nothing else, so the others
+// have the same answers (the promise the answer cache keeps too). A
+// handler whose reads cannot be keyed gets every request.
+func distinctRequests(h core.HandlerInfo, reqs []core.Request) []core.Request {
+	if !h.Reads.Cacheable() {
+		return reqs
+	}
+	seen := map[core.Key]bool{}
+	out := reqs[:0]
+	for i := range reqs {
+		k := h.Reads.Key(&reqs[i])
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, reqs[i])
 		}
 	}
 	return out
