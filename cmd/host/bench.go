@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,7 +120,22 @@ type benchResult struct {
 	PythonRequestsPerSecond float64 `json:"python_reference_requests_per_s,omitempty"`
 	StreamVsPython          float64 `json:"dispatch_stream_vs_python,omitempty"`
 	PythonSkipped           string  `json:"python_reference_skipped,omitempty"`
+
+	// The whole attnplug dispatch process on the stream, start-up and
+	// plugin starts included, against the whole Python process.
+	EndToEndSeconds    float64 `json:"dispatch_process_s,omitempty"`
+	PythonSeconds      float64 `json:"python_process_s,omitempty"`
+	EndToEndVsPython   float64 `json:"dispatch_process_vs_python,omitempty"`
+	OpenMs             float64 `json:"open_registry_ms"`
+	FirstAnswerMs      float64 `json:"first_answer_ms"`
+	FirstAnswerMinMs   float64 `json:"first_answer_min_ms"`
+	FirstAnswerRuns    int     `json:"first_answer_runs"`
+	VersionProcessMs   float64 `json:"version_process_ms"`
+	FirstAnswerRequest string  `json:"first_answer_request"`
 }
+
+// firstAnswerRuns is how many times bench times the first answer.
+const firstAnswerRuns = 15
 
 func runBench(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -162,12 +178,14 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	warm.Close()
+	t0 := time.Now()
 	reg, err := h.openRegistry(ctx, logger)
 	if err != nil {
 		return err
 	}
+	res.OpenMs = ms(time.Since(t0))
 	defer reg.Close()
-	t0 := time.Now()
+	t0 = time.Now()
 	took, err := reg.Start(ctx)
 	res.ColdStartMs = ms(time.Since(t0))
 	if err != nil {
@@ -268,8 +286,15 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	res.ProductionNsPerPass = prod / float64(len(trace))
 	res.ProductionAllocs = allocsPerRun(5, func() { _ = production(false) }) / float64(len(trace))
 
+	hostArgs, err := h.processArgs()
+	if err != nil {
+		return err
+	}
+	if err := benchFirstAnswer(ctx, hostArgs, &res); err != nil {
+		return err
+	}
 	if *stream > 0 {
-		if err := benchStream(ctx, reg, *stream, &res); err != nil {
+		if err := benchStream(ctx, reg, hostArgs, *stream, &res); err != nil {
 			return err
 		}
 	}
@@ -298,12 +323,19 @@ func writeBench(e *env, r *benchResult) error {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "\nproduction path: %.1f allocations per pass; answers differing from (a): %d\n", r.ProductionAllocs, r.Mismatches)
+	fmt.Fprintf(e.stdout, "first answer of %s through a new attnplug dispatch process (descriptions cached): median %.1f ms, best %.1f ms of %d; attnplug version: %.1f ms; opening the registry: %.1f ms\n",
+		r.FirstAnswerRequest, r.FirstAnswerMs, r.FirstAnswerMinMs, r.FirstAnswerRuns, r.VersionProcessMs, r.OpenMs)
 	if r.StreamRequests > 0 {
-		fmt.Fprintf(e.stdout, "dispatch stream of %d varied requests (JSON in, JSON out): %.0f requests/s", r.StreamRequests, r.StreamRequestsPerSecond)
+		fmt.Fprintf(e.stdout, "dispatch stream of %d varied requests (JSON in, JSON out), plugins running: %.0f requests/s", r.StreamRequests, r.StreamRequestsPerSecond)
 		if r.PythonRequestsPerSecond > 0 {
 			fmt.Fprintf(e.stdout, "; sglang's Python code on the same stream: %.0f requests/s (%.1fx)", r.PythonRequestsPerSecond, r.StreamVsPython)
 		} else if r.PythonSkipped != "" {
 			fmt.Fprintf(e.stdout, "; Python reference skipped: %s", r.PythonSkipped)
+		}
+		fmt.Fprintln(e.stdout)
+		fmt.Fprintf(e.stdout, "the same stream end to end, start-up included: attnplug dispatch process %.2f s", r.EndToEndSeconds)
+		if r.PythonSeconds > 0 {
+			fmt.Fprintf(e.stdout, ", Python process %.2f s (%.1fx)", r.PythonSeconds, r.EndToEndVsPython)
 		}
 		fmt.Fprintln(e.stdout)
 	}
@@ -357,10 +389,61 @@ func rssKiB(pid int) int64 {
 	return 0
 }
 
+// hostProcess runs this attnplug binary with args and stdin, its output
+// kept in memory, and returns how long the process took, start to exit.
+func hostProcess(ctx context.Context, args []string, stdin []byte) (time.Duration, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	t0 := time.Now()
+	err = cmd.Run()
+	took := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("bench: attnplug %s: %w: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return took, nil
+}
+
+// benchFirstAnswer times a new attnplug dispatch process answering one
+// request (after one run that warms the description cache and the page
+// cache), and attnplug version, the cost of a process alone.
+func benchFirstAnswer(ctx context.Context, hostArgs []string, res *benchResult) error {
+	const line = `{"backend":"fa3","forward_mode":"DECODE"}`
+	res.FirstAnswerRequest, res.FirstAnswerRuns = line, firstAnswerRuns
+	median := func(args []string, stdin []byte) (med, best float64, err error) {
+		if _, err := hostProcess(ctx, args, stdin); err != nil {
+			return 0, 0, err
+		}
+		var runs []float64
+		for i := 0; i < firstAnswerRuns; i++ {
+			d, err := hostProcess(ctx, args, stdin)
+			if err != nil {
+				return 0, 0, err
+			}
+			runs = append(runs, ms(d))
+		}
+		sort.Float64s(runs)
+		return runs[len(runs)/2], runs[0], nil
+	}
+	var err error
+	if res.FirstAnswerMs, res.FirstAnswerMinMs, err = median(append([]string{"dispatch"}, hostArgs...), []byte(line+"\n")); err != nil {
+		return err
+	}
+	res.VersionProcessMs, _, err = median([]string{"version"}, nil)
+	return err
+}
+
 // benchStream times a varied stream of n requests through the dispatch
-// pipeline (decode, batch per plugin, encode) and, when it can, through
-// sglang's own Python code, in the same run.
-func benchStream(ctx context.Context, reg *registry.Registry, n int, res *benchResult) error {
+// pipeline (decode, batch per plugin, encode) of reg, whose plugins run,
+// and through a new attnplug dispatch process (start-up and plugin starts
+// included); when it can, it times sglang's own Python code, a new
+// process too, on the same stream in the same run.
+func benchStream(ctx context.Context, reg *registry.Registry, hostArgs []string, n int, res *benchResult) error {
 	rng := rand.New(rand.NewPCG(17, 23))
 	var in bytes.Buffer
 	for i := 0; i < n; i++ {
@@ -373,6 +456,11 @@ func benchStream(ctx context.Context, reg *registry.Registry, n int, res *benchR
 		return err
 	}
 	res.StreamRequestsPerSecond = float64(n) / time.Since(t0).Seconds()
+	took, err := hostProcess(ctx, append([]string{"dispatch"}, hostArgs...), in.Bytes())
+	if err != nil {
+		return err
+	}
+	res.EndToEndSeconds = took.Seconds()
 	tmp, err := os.MkdirTemp("", "attnplug-bench-")
 	if err != nil {
 		return err
@@ -384,14 +472,19 @@ func benchStream(ctx context.Context, reg *registry.Registry, n int, res *benchR
 		return nil
 	}
 	t0 = time.Now()
-	answers, err := o.Evaluate(ctx, in.Bytes(), reg.Platform().String())
+	out, err := o.Output(ctx, in.Bytes(), reg.Platform().String())
 	if err != nil {
 		res.PythonSkipped = err.Error()
 		return nil
 	}
-	if len(answers) == n {
-		res.PythonRequestsPerSecond = float64(n) / time.Since(t0).Seconds()
-		res.StreamVsPython = res.StreamRequestsPerSecond / res.PythonRequestsPerSecond
+	python := time.Since(t0)
+	if got := bytes.Count(out, []byte("\n")); got != n {
+		res.PythonSkipped = fmt.Sprintf("the Python code answered %d of %d requests", got, n)
+		return nil
 	}
+	res.PythonSeconds = python.Seconds()
+	res.PythonRequestsPerSecond = float64(n) / python.Seconds()
+	res.StreamVsPython = res.StreamRequestsPerSecond / res.PythonRequestsPerSecond
+	res.EndToEndVsPython = res.PythonSeconds / res.EndToEndSeconds
 	return nil
 }

@@ -14,7 +14,7 @@ func TestBenchJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
 		t.Fatalf("%v:\n%s", err, res.stdout)
 	}
-	for _, k := range []string{"in_process_ns_per_pass", "rpc_per_layer_ns_per_pass", "production_ns_per_pass", "cold_start_ms", "dispatch_stream_requests_per_s"} {
+	for _, k := range []string{"in_process_ns_per_pass", "rpc_per_layer_ns_per_pass", "production_ns_per_pass", "cold_start_ms", "dispatch_stream_requests_per_s", "first_answer_ms", "version_process_ms", "dispatch_process_s"} {
 		if v, ok := got[k].(float64); !ok || v <= 0 {
 			t.Errorf("%s = %v, want a positive number", k, got[k])
 		}

@@ -277,6 +277,26 @@ func (h *hostFlags) openRegistry(ctx context.Context, logger hclog.Logger) (*reg
 	return registry.New(ctx, cfg)
 }
 
+// processArgs are the flags that make another attnplug process load the
+// same plugins as these flags do.
+func (h *hostFlags) processArgs() ([]string, error) {
+	dirs, err := h.dirs()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--plugin-dir", strings.Join(dirs, string(filepath.ListSeparator)), "--timeout", h.callTimeout.String()}
+	if h.lockFile != "" {
+		args = append(args, "--lock", h.lockFile)
+	}
+	if h.insecureDir {
+		args = append(args, "--insecure-plugin-dir")
+	}
+	if h.platform != "" {
+		args = append(args, "--platform", h.platform)
+	}
+	return args, nil
+}
+
 // openRegistryWith is openRegistry with a last change to the configuration.
 func (h *hostFlags) openRegistryWith(ctx context.Context, logger hclog.Logger, change func(*registry.Config)) (*registry.Registry, error) {
 	h.configHook = change

@@ -86,13 +86,9 @@ func Find(dir, tmp string) (*Oracle, error) {
 // Evaluate returns the reference's answer to every line of requests (JSON
 // Lines), in order. defaultPlatform stands for a request without one.
 func (o *Oracle) Evaluate(ctx context.Context, requests []byte, defaultPlatform string) ([]Answer, error) {
-	cmd := exec.CommandContext(ctx, o.python, o.script, o.reference, defaultPlatform)
-	cmd.Stdin = bytes.NewReader(requests)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := o.Output(ctx, requests, defaultPlatform)
 	if err != nil {
-		return nil, fmt.Errorf("oracle: %w: %s", err, stderr.String())
+		return nil, err
 	}
 	var answers []Answer
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -105,4 +101,19 @@ func (o *Oracle) Evaluate(ctx context.Context, requests []byte, defaultPlatform 
 		answers = append(answers, a)
 	}
 	return answers, sc.Err()
+}
+
+// Output runs the reference's Python code on requests (JSON Lines) and
+// returns what it wrote: one JSON answer per line. It is Evaluate without
+// the decoding, for timing the Python process alone.
+func (o *Oracle) Output(ctx context.Context, requests []byte, defaultPlatform string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, o.python, o.script, o.reference, defaultPlatform)
+	cmd.Stdin = bytes.NewReader(requests)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("oracle: %w: %s", err, stderr.String())
+	}
+	return out, nil
 }
