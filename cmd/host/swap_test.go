@@ -107,7 +107,7 @@ func TestSwapToAnotherFamilyIsRefused(t *testing.T) {
 
 	replaceBinary(t, tree.Plugin("aiter"), tree.Plugin("fa3"), nil)
 	log := sighup(t, s)
-	if !strings.Contains(log, "action=rejected") || !strings.Contains(log, `calls itself \"aiter\"`) {
+	if !strings.Contains(log, "new plugin binary rejected; the old one keeps serving: plugin=fa3") || !strings.Contains(log, `calls itself \"aiter\"`) {
 		t.Errorf("the swap to the aiter binary is not rejected for its name:\n%s", log)
 	}
 	if strings.Contains(log, "registry_closed") {
@@ -139,7 +139,7 @@ func TestSwapToAnotherFamilyIsRefused(t *testing.T) {
 	// A rebuilt fa3 swaps at once.
 	replaceBinary(t, bins.Plugin("fa3"), tree.Plugin("fa3"), []byte("rebuilt"))
 	log = sighup(t, s)
-	if !strings.Contains(log, "plugin=fa3 action=swapped") {
+	if !strings.Contains(log, "plugin swapped: plugin=fa3") {
 		t.Errorf("the rebuilt fa3 is not swapped in:\n%s", log)
 	}
 	servedBy(t, s, "fa3", "fa3", "fa4")
