@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 	"path/filepath"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
@@ -68,7 +69,18 @@ func loadDriver() (*driver, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
+	if drv.launchAddr, err = purego.Dlsym(lib, "cuLaunchKernel"); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return drv, nil
+}
+
+// launch calls cuLaunchKernel through purego.SyscallN: the per-layer call
+// of a host, so it skips the reflection of a registered function.
+func (drv *driver) launch(fn uintptr, grid, block [3]uint32, shared uint32, stream uintptr, params *unsafe.Pointer) int32 {
+	rc, _, _ := purego.SyscallN(drv.launchAddr, fn, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
+		uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shared), stream, uintptr(unsafe.Pointer(params)), 0)
+	return int32(rc)
 }
 
 // loadNVRTCLib opens one NVRTC library file (or soname) and binds its entry points.

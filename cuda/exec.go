@@ -210,8 +210,10 @@ func (c *Ctx) SyncStream(s Stream) error {
 // on stream s; params points to an array of pointers to each argument
 // (cuLaunchKernel's kernelParams), which the caller keeps pinned.
 func (c *Ctx) Launch(f Function, grid, block [3]uint32, shared uint32, s Stream, params *unsafe.Pointer) error {
-	return c.drv().check("cuLaunchKernel", c.drv().cuLaunchKernel(uintptr(f), grid[0], grid[1], grid[2],
-		block[0], block[1], block[2], shared, uintptr(s), params, nil))
+	if rc := c.drv().launch(uintptr(f), grid, block, shared, uintptr(s), params); rc != cudaSuccess {
+		return c.drv().check("cuLaunchKernel", rc)
+	}
+	return nil
 }
 
 // Graph is an executable CUDA graph.

@@ -64,7 +64,7 @@ func decodeParams() []core.Param {
 	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
 	return []core.Param{
 		p("q"), p("kv_cache"), p("kv_indptr"), p("kv_indices"), p("out"), p("lse"),
-		p("schedule"), p("requests"), p("counts"), p("part_o"), p("part_lse"),
+		p("schedule"), p("requests"), p("counts"), p("slots"), p("part_o"), p("part_lse"),
 		{Name: "heads", Kind: core.ParamI32}, {Name: "page_shift", Kind: core.ParamI32},
 		{Name: "scale_log2", Kind: core.ParamF32}, {Name: "head_blocks", Kind: core.ParamI32},
 	}
@@ -223,33 +223,52 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		tiles[i] = int((n + mlaBN - 1) / mlaBN)
 		total += tiles[i] + itemCost
 	}
+	// Fill the slots (one block per multiprocessor each, times the head
+	// blocks) in order: a slot takes cuts of requests until its cost
+	// reaches the target, so every slot gets about the same work.
 	slots := max(sms*v.perSM/hb, 1)
 	target := max((total+slots-1)/slots, minTiles+itemCost)
-	capacity := math.MaxInt
-	if req.Graph {
-		// One graph per batch size: the grid is fixed at the most items
-		// any lengths can produce, and the kernel skips the empty ones.
-		capacity = b + slots
-	}
 	var sched []core.WorkItem
+	var slotOf []int
+	nslots := 0
 	for {
-		sched = sched[:0]
+		sched, slotOf = sched[:0], slotOf[:0]
+		slot, used := 0, 0
 		for i := range b {
-			chunks := max(1, min((tiles[i]+itemCost+target-1)/target, tiles[i]/minTiles))
-			per := (tiles[i] + chunks - 1) / chunks
-			for c := range chunks {
-				lo := c * per * mlaBN
-				hi := min((c+1)*per*mlaBN, int(s.SeqLens[i]))
-				if lo >= hi {
-					break
+			split := int32(0)
+			for lo := 0; lo < tiles[i]; {
+				room := target - used - itemCost
+				if room < minTiles && used > 0 {
+					slot, used = slot+1, 0
+					continue
 				}
-				sched = append(sched, core.WorkItem{Request: int32(i), KVBegin: int32(lo), KVEnd: int32(hi), Split: int32(c)})
+				take := min(tiles[i]-lo, max(room, minTiles))
+				sched = append(sched, core.WorkItem{Request: int32(i), KVBegin: int32(lo * mlaBN),
+					KVEnd: int32(min((lo+take)*mlaBN, int(s.SeqLens[i]))), Split: split})
+				slotOf = append(slotOf, slot)
+				split++
+				used += take + itemCost
+				lo += take
+				if used >= target {
+					slot, used = slot+1, 0
+				}
 			}
 		}
-		if len(sched) <= capacity {
+		nslots = slot
+		if used > 0 {
+			nslots++
+		}
+		// One graph per batch size: the grid is fixed at slots, whatever
+		// the lengths; a batch that needs more raises the target.
+		if !req.Graph || nslots <= slots {
 			break
 		}
-		target += target/4 + 1
+		target += target/8 + 1
+	}
+	capacity := len(sched)
+	gridSlots := nslots
+	if req.Graph {
+		capacity, gridSlots = b+slots, slots // cuts: at most one per slot boundary
 	}
 	splits := make([]int, b)
 	for _, w := range sched {
@@ -269,12 +288,21 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		}
 		qStart += s.QLens[i]
 	}
-	items := len(sched)
+	items := capacity
 	if req.Graph {
-		// Pad the schedule to the grid with empty items, so that every
-		// buffer has the same size for any lengths of this batch size.
-		items = capacity
+		// Pad the schedule with empty items, so that every buffer has the
+		// same size for any lengths of this batch size.
 		partRows = int64(capacity) * int64(maxRows)
+	}
+	slotStart := make([]int32, gridSlots+1)
+	for k := range slotStart {
+		slotStart[k] = int32(len(sched))
+	}
+	for k := len(sched) - 1; k >= 0; k-- {
+		slotStart[slotOf[k]] = int32(k)
+	}
+	for k := gridSlots - 1; k >= 0; k-- { // a slot with no item starts where the next does
+		slotStart[k] = min(slotStart[k], slotStart[k+1])
 	}
 	count := len(sched)
 	for len(sched) < items {
@@ -304,30 +332,31 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 			{Name: "schedule", Int32s: schedule},
 			{Name: "requests", Int32s: reqs},
 			{Name: "counts", Int32s: []int32{int32(count)}},
+			{Name: "slots", Int32s: slotStart},
 		},
 		Schedule:       sched,
 		WorkspaceBytes: partO + partRows*4,
 		Launches: []core.Launch{{
 			Module: ModuleMLADecode, Entry: decodeEntry(m),
-			Grid: [3]uint32{uint32(items * hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
+			Grid: [3]uint32{uint32(gridSlots * hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
 			SharedBytes: uint32(v.shared()),
 			Args: []core.Arg{
 				ptr("q", "q"), ptr("kv_cache", "kv_cache"), ptr("kv_indptr", "kv_indptr"), ptr("kv_indices", "kv_indices"),
 				ptr("out", "out"), ptr("lse", "lse"),
-				meta("schedule", "schedule"), meta("requests", "requests"), meta("counts", "counts"),
+				meta("schedule", "schedule"), meta("requests", "requests"), meta("counts", "counts"), meta("slots", "slots"),
 				ws("part_o", 0), ws("part_lse", partO),
 				i32("heads", d.Heads), i32("page_shift", pageShift),
 				{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E},
 				i32("head_blocks", hb),
 			},
 		}},
-		Note: fmt.Sprintf("mla decode: %d rows per block, %d head block(s), %d item(s), %d key tile(s) of %d, %d stages",
-			m, hb, count, total-itemCost*b, mlaBN, v.stages),
+		Note: fmt.Sprintf("mla decode: %d rows per block, %d head block(s), %d slot(s) of ~%d key tiles of %d, %d item(s), %d stages",
+			m, hb, gridSlots, target, mlaBN, count, v.stages),
 	}
 	if combine || req.Graph {
 		p.Launches = append(p.Launches, core.Launch{
 			Module: ModuleMLADecode, Entry: EntryCombine,
-			Grid: [3]uint32{uint32(b), uint32((maxRows + 7) / 8), 1}, Block: [3]uint32{256, 1, 1},
+			Grid: [3]uint32{uint32(b), uint32(maxRows), 1}, Block: [3]uint32{256, 1, 1},
 			Args: []core.Arg{
 				ptr("out", "out"), ptr("lse", "lse"), meta("requests", "requests"),
 				ws("part_o", 0), ws("part_lse", partO), i32("heads", d.Heads), i32("batch", b),

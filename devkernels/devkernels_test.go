@@ -57,13 +57,25 @@ func TestPlansPassTheHostChecks(t *testing.T) {
 			t.Fatalf("case %d (%s): %v", i, p.Note, err)
 		}
 		var count int32
-		var reqs []int32
+		var reqs, slots []int32
 		for _, m := range p.Metadata {
 			switch m.Name {
 			case "counts":
 				count = m.Int32s[0]
 			case "requests":
 				reqs = m.Int32s
+			case "slots":
+				slots = m.Int32s
+			}
+		}
+		// The slots cut the items into contiguous runs, one per block row of
+		// the grid.
+		if len(slots) < 2 || int(p.Launches[0].Grid[0])%(len(slots)-1) != 0 || slots[0] != 0 || slots[len(slots)-1] != count {
+			t.Fatalf("case %d: slots %v for %d items and grid %v", i, slots, count, p.Launches[0].Grid)
+		}
+		for k := 1; k < len(slots); k++ {
+			if slots[k] < slots[k-1] {
+				t.Fatalf("case %d: slots %v decrease", i, slots)
 			}
 		}
 		next := make([]int32, len(req.Shape.SeqLens))

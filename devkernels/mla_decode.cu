@@ -128,7 +128,7 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
                                                 const Item* __restrict__ schedule, const ReqInfo* __restrict__ reqs,
                                                 const int* __restrict__ counts, float* __restrict__ part_o,
                                                 float* __restrict__ part_lse, int heads, int page_shift,
-                                                float scale_log2, int head_blocks) {
+                                                float scale_log2, int item_idx, int hb) {
     constexpr int RG = M / 16;                   // row groups of 16
     constexpr int CG = 8 / RG;                   // column groups
     constexpr int NQ = (BN / CG >= 8) ? BN / CG : 8; // keys per warp in S
@@ -144,8 +144,6 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
     float* red_max = (float*)(sp + M * PSTRIDE);         // CGQ x M
     float* red_sum = red_max + CGQ * M;                  // CGQ x M (reused for l at the end: CG x M)
 
-    const int item_idx = blockIdx.x / head_blocks;
-    const int hb = blockIdx.x - item_idx * head_blocks;
     if (item_idx >= counts[0]) return;
     const Item it = schedule[item_idx];
     const ReqInfo rq = reqs[it.req];
@@ -415,7 +413,7 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
                                                 const Item* __restrict__ schedule, const ReqInfo* __restrict__ reqs,
                                                 const int* __restrict__ counts, float* __restrict__ part_o,
                                                 float* __restrict__ part_lse, int heads, int page_shift,
-                                                float scale_log2, int head_blocks) {
+                                                float scale_log2, int item_idx, int hb) {
     constexpr int M = 64;
     constexpr int RB = DQK * 2;       // bytes per Q/K row: 1152 = 9 lines
     constexpr int PB = WBN * 2;       // bytes per P row: 128 = 1 line
@@ -427,8 +425,6 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
     float* red_sum = red_max + 2 * M;                  // 2 x 64
     float* m_row = red_sum + 2 * M;                    // 64: the running row maxima
 
-    const int item_idx = blockIdx.x / head_blocks;
-    const int hb = blockIdx.x - item_idx * head_blocks;
     if (item_idx >= counts[0]) return;
     const Item it = schedule[item_idx];
     const ReqInfo rq = reqs[it.req];
@@ -616,76 +612,96 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
     }
 }
 
-#define MLA_DECODE_ENTRY(NAME, M, STAGES, BLOCKS)                                                              \
+// A block runs the items of its slot, one after the other: the plan gives
+// every slot about the same number of key tiles, FlashMLA's way of balancing
+// a ragged batch. blockIdx.x = slot * head_blocks + head block.
+#define MLA_DECODE_ENTRY(NAME, BLOCKS, BODY)                                                                   \
     extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
         NAME(const bf16* __restrict__ q, const bf16* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
              const int* __restrict__ kv_indices, bf16* __restrict__ out, float* __restrict__ lse,               \
              const int* __restrict__ schedule, const int* __restrict__ requests, const int* __restrict__ counts, \
-             float* __restrict__ part_o, float* __restrict__ part_lse, int heads, int page_shift, float scale_log2, \
-             int head_blocks) {                                                                                 \
-        mla_decode_body<M, STAGES>(q, kv_cache, kv_indptr, kv_indices, out, lse, (const Item*)schedule,          \
-                                   (const ReqInfo*)requests, counts, part_o, part_lse, heads, page_shift,       \
-                                   scale_log2, head_blocks);                                                    \
+             const int* __restrict__ slots, float* __restrict__ part_o, float* __restrict__ part_lse, int heads, \
+             int page_shift, float scale_log2, int head_blocks) {                                               \
+        const int slot = blockIdx.x / head_blocks, hb = blockIdx.x - slot * head_blocks;                      \
+        const int first = slots[slot], last = slots[slot + 1];                                                 \
+        for (int idx = first; idx < last; idx++) {                                                             \
+            if (idx > first) __syncthreads(); /* the previous item is done with shared memory */              \
+            BODY(q, kv_cache, kv_indptr, kv_indices, out, lse, (const Item*)schedule, (const ReqInfo*)requests, \
+                 counts, part_o, part_lse, heads, page_shift, scale_log2, idx, hb);                             \
+        }                                                                                                       \
     }
 
-// Rows per block, pipeline stages, blocks per multiprocessor: 16 rows fit
-// two blocks of two stages on a multiprocessor (the memory-bound shapes);
-// 32 rows take one block of four stages; 64 rows are the wide variant.
-MLA_DECODE_ENTRY(mla_decode_m16, 16, 2, 2)
-MLA_DECODE_ENTRY(mla_decode_m32, 32, 4, 1)
-
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
-    mla_decode_m64(const bf16* __restrict__ q, const bf16* __restrict__ kv_cache, const int* __restrict__ kv_indptr,
-                   const int* __restrict__ kv_indices, bf16* __restrict__ out, float* __restrict__ lse,
-                   const int* __restrict__ schedule, const int* __restrict__ requests, const int* __restrict__ counts,
-                   float* __restrict__ part_o, float* __restrict__ part_lse, int heads, int page_shift, float scale_log2,
-                   int head_blocks) {
-    mla_decode_wide(q, kv_cache, kv_indptr, kv_indices, out, lse, (const Item*)schedule, (const ReqInfo*)requests,
-                    counts, part_o, part_lse, heads, page_shift, scale_log2, head_blocks);
-}
+// Blocks per multiprocessor and body: 16 rows fit two blocks of two stages
+// on a multiprocessor (the memory-bound shapes); 32 rows take one block of
+// four stages; 64 rows are the wide variant.
+MLA_DECODE_ENTRY(mla_decode_m16, 2, (mla_decode_body<16, 2>))
+MLA_DECODE_ENTRY(mla_decode_m32, 1, (mla_decode_body<32, 4>))
+MLA_DECODE_ENTRY(mla_decode_m64, 1, mla_decode_wide)
 
 // Merges the partial outputs of every request cut into several chunks:
-// one warp per query row; blockIdx.x is the request, blockIdx.y * 8 + warp
-// the row. Each lane owns 16 of the 512 output columns.
+// one block per query row (blockIdx.x the request, blockIdx.y the row); its
+// 8 warps share the chunks, each lane owning 16 of the 512 columns, so a row
+// cut into many chunks is read with many loads in flight.
 extern "C" __global__ void __launch_bounds__(256)
     mla_combine(bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ requests,
                 const float* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch) {
-    const int r = blockIdx.x;
+    __shared__ float red[8][DV];
+    __shared__ float wred[2][8];
+    const int r = blockIdx.x, row = blockIdx.y;
     if (r >= batch) return;
     const ReqInfo rq = ((const ReqInfo*)requests)[r];
     const int rows = rq.q_len * heads;
-    const int row = blockIdx.y * 8 + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
     if (rq.num_splits <= 1 || row >= rows) return;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const long long base = rq.part_base + row;
+    // The largest LSE, then each chunk's weight exp(lse - max).
     float mx = NEG_INF;
-    for (int s = 0; s < rq.num_splits; s++) mx = fmaxf(mx, part_lse[rq.part_base + (long long)s * rows + row]);
+    for (int s = tid; s < rq.num_splits; s += 256) mx = fmaxf(mx, part_lse[base + (long long)s * rows]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+    if (lane == 0) wred[0][warp] = mx;
+    __syncthreads();
+    mx = wred[0][0];
+#pragma unroll
+    for (int w = 1; w < 8; w++) mx = fmaxf(mx, wred[0][w]);
     float acc[16];
 #pragma unroll
     for (int i = 0; i < 16; i++) acc[i] = 0.f;
     float wsum = 0.f;
-    for (int s = 0; s < rq.num_splits; s++) {
-        long long p = rq.part_base + (long long)s * rows + row;
-        float ls = part_lse[p];
-        float w = (ls == NEG_INF) ? 0.f : __expf(ls - mx);
+#pragma unroll 2
+    for (int s = warp; s < rq.num_splits; s += 8) {
+        const long long p = base + (long long)s * rows;
+        const float ls = part_lse[p];
+        const float w = (ls == NEG_INF) ? 0.f : __expf(ls - mx);
         wsum += w;
         const float4* src = (const float4*)(part_o + p * DV);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            float4 v = src[lane + i * 32];
+            const float4 v = src[lane + i * 32];
             acc[i * 4 + 0] += w * v.x;
             acc[i * 4 + 1] += w * v.y;
             acc[i * 4 + 2] += w * v.z;
             acc[i * 4 + 3] += w * v.w;
         }
     }
-    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-    bf16* dst = out + ((long long)rq.q_start * heads + row) * DV;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint2 v;
-        v.x = pack_bf16(acc[i * 4 + 0] * inv, acc[i * 4 + 1] * inv);
-        v.y = pack_bf16(acc[i * 4 + 2] * inv, acc[i * 4 + 3] * inv);
-        *(uint2*)(dst + (lane + i * 32) * 4) = v;
+    for (int i = 0; i < 4; i++)
+        *(float4*)&red[warp][(lane + i * 32) * 4] = make_float4(acc[i * 4], acc[i * 4 + 1], acc[i * 4 + 2], acc[i * 4 + 3]);
+    if (lane == 0) wred[1][warp] = wsum;
+    __syncthreads();
+    float ws = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; w++) ws += wred[1][w];
+    const float inv = ws > 0.f ? 1.f / ws : 0.f;
+    // Two columns per thread.
+    const int c = tid * 2;
+    float a = 0.f, b = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        a += red[w][c];
+        b += red[w][c + 1];
     }
-    if (lane == 0) lse[(long long)rq.q_start * heads + row] = wsum > 0.f ? mx + __logf(wsum) : NEG_INF;
+    bf16* dst = out + ((long long)rq.q_start * heads + row) * DV;
+    *(u32*)(dst + c) = pack_bf16(a * inv, b * inv);
+    if (tid == 0) lse[(long long)rq.q_start * heads + row] = ws > 0.f ? mx + __logf(ws) : NEG_INF;
 }
