@@ -223,52 +223,49 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		tiles[i] = int((n + mlaBN - 1) / mlaBN)
 		total += tiles[i] + itemCost
 	}
-	// Fill the slots (one block per multiprocessor each, times the head
-	// blocks) in order: a slot takes cuts of requests until its cost
-	// reaches the target, so every slot gets about the same work.
+	// Cut each request into chunks of about target tiles, target being an
+	// even share of the batch's work over the blocks that fit the GPU at
+	// once, so that one wave runs it. Each chunk (item) is one block per
+	// head block; the hardware starts the next block on a multiprocessor as
+	// soon as one ends, which hides a block's start-up behind the others.
+	// (The kernels also take several items per block in a slot, FlashMLA's
+	// way; measured on an H200 it lost to one item per block, whose start
+	// overlaps another block's work.)
 	slots := max(sms*v.perSM/hb, 1)
 	target := max((total+slots-1)/slots, minTiles+itemCost)
+	capacity := math.MaxInt
+	if req.Graph {
+		// One graph per batch size: the grid is fixed at the most items
+		// any lengths can produce, and the kernel skips the empty ones.
+		capacity = b + slots
+	}
 	var sched []core.WorkItem
-	var slotOf []int
-	nslots := 0
 	for {
-		sched, slotOf = sched[:0], slotOf[:0]
-		slot, used := 0, 0
+		sched = sched[:0]
 		for i := range b {
-			split := int32(0)
-			for lo := 0; lo < tiles[i]; {
-				room := target - used - itemCost
-				if room < minTiles && used > 0 {
-					slot, used = slot+1, 0
-					continue
+			chunks := max(1, min((tiles[i]+itemCost+target-1)/target, tiles[i]/minTiles))
+			per := (tiles[i] + chunks - 1) / chunks
+			for c := range chunks {
+				lo := c * per * mlaBN
+				hi := min((c+1)*per*mlaBN, int(s.SeqLens[i]))
+				if lo >= hi {
+					break
 				}
-				take := min(tiles[i]-lo, max(room, minTiles))
-				sched = append(sched, core.WorkItem{Request: int32(i), KVBegin: int32(lo * mlaBN),
-					KVEnd: int32(min((lo+take)*mlaBN, int(s.SeqLens[i]))), Split: split})
-				slotOf = append(slotOf, slot)
-				split++
-				used += take + itemCost
-				lo += take
-				if used >= target {
-					slot, used = slot+1, 0
-				}
+				sched = append(sched, core.WorkItem{Request: int32(i), KVBegin: int32(lo), KVEnd: int32(hi), Split: int32(c)})
 			}
 		}
-		nslots = slot
-		if used > 0 {
-			nslots++
-		}
-		// One graph per batch size: the grid is fixed at slots, whatever
-		// the lengths; a batch that needs more raises the target.
-		if !req.Graph || nslots <= slots {
+		if len(sched) <= capacity {
 			break
 		}
-		target += target/8 + 1
+		target += target/4 + 1
 	}
-	capacity := len(sched)
-	gridSlots := nslots
-	if req.Graph {
-		capacity, gridSlots = b+slots, slots // cuts: at most one per slot boundary
+	if !req.Graph {
+		capacity = len(sched)
+	}
+	gridSlots := capacity
+	slotOf := make([]int, len(sched))
+	for k := range slotOf {
+		slotOf[k] = k
 	}
 	splits := make([]int, b)
 	for _, w := range sched {
@@ -350,7 +347,7 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 				i32("head_blocks", hb),
 			},
 		}},
-		Note: fmt.Sprintf("mla decode: %d rows per block, %d head block(s), %d slot(s) of ~%d key tiles of %d, %d item(s), %d stages",
+		Note: fmt.Sprintf("mla decode: %d rows per block, %d head block(s), %d block(s) of ~%d key tiles of %d, %d item(s), %d stages",
 			m, hb, gridSlots, target, mlaBN, count, v.stages),
 	}
 	if combine || req.Graph {

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
-	"sort"
 	"sync"
 	"unsafe"
 
@@ -465,44 +464,36 @@ type Timing struct {
 	Spread float64
 }
 
-// Time runs iters launches (rotating over the batch's KV copies, as the
-// layers of a forward pass do) reps times after a warm-up and returns the
-// time per launch.
+// Time captures iters launches (rotating over the batch's KV copies, as
+// the layers of a forward pass do) in a CUDA graph, as a serving host runs
+// a decode step, replays it reps times after a warm-up and returns the time
+// per launch: the device's time, not the host's launch rate.
 func (e *Env) Time(b *Batch, p *cudaexec.Prepared, iters, reps int) (Timing, error) {
 	var ts []float64
 	err := e.Dev.Do(func(x *cuda.Ctx) error {
-		start, err := x.NewEvent()
-		if err != nil {
-			return err
-		}
-		defer x.DestroyEvent(start)
-		end, err := x.NewEvent()
-		if err != nil {
-			return err
-		}
-		defer x.DestroyEvent(end)
 		tensors := make([][]cudaexec.Buffer, len(b.KV))
 		for i := range tensors {
 			tensors[i] = b.Tensors(i)
 		}
-		for r := -1; r < reps; r++ {
-			if err := x.Record(start, e.stream); err != nil {
-				return err
-			}
+		g, err := x.Capture(e.stream, func() error {
 			for i := range iters {
 				if err := p.Launch(x, e.stream, tensors[i%len(tensors)]); err != nil {
 					return err
 				}
 			}
-			if err := x.Record(end, e.stream); err != nil {
-				return err
-			}
-			ms, err := x.Elapsed(start, end)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		defer x.DestroyGraph(g)
+		for r := -1; r < reps; r++ {
+			ms, err := e.timeOnce(x, func() error { return x.LaunchGraph(g, e.stream) })
 			if err != nil {
 				return err
 			}
 			if r >= 0 {
-				ts = append(ts, float64(ms)*1000/float64(iters))
+				ts = append(ts, ms*1000/float64(iters))
 			}
 		}
 		return nil
@@ -510,9 +501,7 @@ func (e *Env) Time(b *Batch, p *cudaexec.Prepared, iters, reps int) (Timing, err
 	if err != nil {
 		return Timing{}, err
 	}
-	sort.Float64s(ts)
-	med := ts[len(ts)/2]
-	return Timing{Median: med, Spread: (ts[len(ts)-1] - ts[0]) / med}, nil
+	return median(ts), nil
 }
 
 // RandomCase draws a batch: heads, page size, batch size and query length
