@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sync"
 
@@ -17,6 +18,11 @@ import (
 //
 //go:embed mla_decode.cu
 var MLADecodeSource string
+
+// EnvVariant names the environment variable that, set to a decode entry
+// (mla_decode_m16s4, ...), makes the planner pick that entry where its rows
+// fit: for measuring the variants against each other.
+const EnvVariant = "ATTNPLUG_MLA_VARIANT"
 
 // The module and its entries.
 const (
@@ -37,13 +43,17 @@ const (
 // decodeVariant is one decode entry: rows per block, pipeline stages and
 // blocks per multiprocessor (keep in step with MLA_DECODE_ENTRY).
 type decodeVariant struct {
+	entry               string
 	rows, stages, perSM int
 	wide                bool // mla_decode_wide: 64-key tiles, swizzled, unpadded
 }
 
-var decodeVariants = [...]decodeVariant{{16, 2, 2, false}, {32, 4, 1, false}, {64, 2, 1, true}}
-
-func decodeEntry(m int) string { return fmt.Sprintf("mla_decode_m%d", m) }
+var decodeVariants = [...]decodeVariant{
+	{"mla_decode_m16", 16, 2, 2, false},
+	{"mla_decode_m32", 32, 4, 1, false},
+	{"mla_decode_m64", 64, 2, 1, true},
+	{"mla_decode_m16s4", 16, 4, 1, false}, // not picked by default; ATTNPLUG_MLA_VARIANT selects it
+}
 
 // shared is the dynamic shared memory of the variant's entry.
 func (v decodeVariant) shared() int {
@@ -137,7 +147,7 @@ func build(arch string) ([]core.KernelModule, error) {
 func Spec() []core.KernelModule {
 	entries := make([]core.Entry, 0, len(decodeVariants)+1)
 	for _, v := range decodeVariants {
-		entries = append(entries, core.Entry{Name: decodeEntry(v.rows), Params: decodeParams()})
+		entries = append(entries, core.Entry{Name: v.entry, Params: decodeParams()})
 	}
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()})
 	return []core.KernelModule{{
@@ -203,11 +213,18 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		maxQ = max(maxQ, q)
 	}
 	maxRows := int(maxQ) * d.Heads
-	v := decodeVariants[len(decodeVariants)-1]
-	for _, c := range decodeVariants {
+	v := decodeVariants[2]
+	for _, c := range decodeVariants[:3] {
 		if maxRows <= c.rows {
 			v = c
 			break
+		}
+	}
+	if want := os.Getenv(EnvVariant); want != "" {
+		for _, c := range decodeVariants {
+			if c.entry == want && maxRows <= c.rows {
+				v = c
+			}
 		}
 	}
 	m := v.rows
@@ -334,7 +351,7 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		Schedule:       sched,
 		WorkspaceBytes: partO + partRows*4,
 		Launches: []core.Launch{{
-			Module: ModuleMLADecode, Entry: decodeEntry(m),
+			Module: ModuleMLADecode, Entry: v.entry,
 			Grid: [3]uint32{uint32(gridSlots * hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
 			SharedBytes: uint32(v.shared()),
 			Args: []core.Arg{
