@@ -4,7 +4,6 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"sync"
 
@@ -18,11 +17,6 @@ import (
 //
 //go:embed mla_decode.cu
 var MLADecodeSource string
-
-// EnvVariant names the environment variable that, set to a decode entry
-// (mla_decode_m16s4, ...), makes the planner pick that entry where its rows
-// fit: for measuring the variants against each other.
-const EnvVariant = "ATTNPLUG_MLA_VARIANT"
 
 // The module and its entries.
 const (
@@ -52,7 +46,6 @@ var decodeVariants = [...]decodeVariant{
 	{"mla_decode_m16", 16, 2, 2, false},
 	{"mla_decode_m32", 32, 4, 1, false},
 	{"mla_decode_m64", 64, 2, 1, true},
-	{"mla_decode_m16s4", 16, 4, 1, false}, // not picked by default; ATTNPLUG_MLA_VARIANT selects it
 }
 
 // shared is the dynamic shared memory of the variant's entry.
@@ -213,18 +206,11 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		maxQ = max(maxQ, q)
 	}
 	maxRows := int(maxQ) * d.Heads
-	v := decodeVariants[2]
-	for _, c := range decodeVariants[:3] {
+	v := decodeVariants[len(decodeVariants)-1]
+	for _, c := range decodeVariants {
 		if maxRows <= c.rows {
 			v = c
 			break
-		}
-	}
-	if want := os.Getenv(EnvVariant); want != "" {
-		for _, c := range decodeVariants {
-			if c.entry == want && maxRows <= c.rows {
-				v = c
-			}
 		}
 	}
 	m := v.rows
