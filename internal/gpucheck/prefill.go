@@ -131,31 +131,39 @@ func (e *Env) AllocPrefill(c PrefillCase) (*PrefillBatch, error) {
 			return err
 		}
 		b.ownK = true
-		var pOff int64
-		for i, n := range c.SeqLens {
-			p := n - c.QLens[i]
-			for _, t := range []struct {
-				full, pre, nw cudaexec.Buffer
-				w             int64
-			}{{b.KFull, b.KPre, b.K, h * 192 * 2}, {b.VFull, b.VPre, b.V, h * 128 * 2}} {
-				if p > 0 {
-					if err := x.Copy(t.pre.Ptr+uint64(pOff*t.w), t.full.Ptr+uint64(b.seqStart[i]*t.w), p*t.w); err != nil {
-						return err
-					}
-				}
-				if err := x.Copy(t.nw.Ptr+uint64(b.tokStart[i]*t.w), t.full.Ptr+uint64((b.seqStart[i]+p)*t.w), c.QLens[i]*t.w); err != nil {
-					return err
-				}
-			}
-			pOff += p
-		}
-		return x.Synchronize()
+		return b.splitChunked(x)
 	})
 	if err != nil {
 		b.Free(e)
 		return nil, err
 	}
 	return b, nil
+}
+
+// splitChunked copies KFull/VFull into the chunked layout: each request's
+// prefix into k_prefix/v_prefix, its new tokens into k/v.
+func (b *PrefillBatch) splitChunked(x *cuda.Ctx) error {
+	c := b.Case
+	h := int64(c.Heads)
+	var pOff int64
+	for i, n := range c.SeqLens {
+		p := n - c.QLens[i]
+		for _, t := range []struct {
+			full, pre, nw cudaexec.Buffer
+			w             int64
+		}{{b.KFull, b.KPre, b.K, h * 192 * 2}, {b.VFull, b.VPre, b.V, h * 128 * 2}} {
+			if p > 0 {
+				if err := x.Copy(t.pre.Ptr+uint64(pOff*t.w), t.full.Ptr+uint64(b.seqStart[i]*t.w), p*t.w); err != nil {
+					return err
+				}
+			}
+			if err := x.Copy(t.nw.Ptr+uint64(b.tokStart[i]*t.w), t.full.Ptr+uint64((b.seqStart[i]+p)*t.w), c.QLens[i]*t.w); err != nil {
+				return err
+			}
+		}
+		pOff += p
+	}
+	return x.Synchronize()
 }
 
 // Free releases the batch's device memory.
