@@ -98,7 +98,9 @@ func serveTCP(t *testing.T, tree *testbin.Bins, args ...string) (port string, co
 		t.Fatal(err)
 	}
 	ready := make(chan string, 1)
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			stderr.Write([]byte(sc.Text() + "\n"))
@@ -126,6 +128,7 @@ func serveTCP(t *testing.T, tree *testbin.Bins, args ...string) (port string, co
 		}
 		return port, 0, stderr
 	case code := <-exited:
+		<-scanned // every line the process wrote is in stderr
 		return "", code, stderr
 	case <-testContext(t).Done():
 		cmd.Process.Kill()
