@@ -13,10 +13,15 @@ import (
 )
 
 // MLADecodeSource is the CUDA C source of the paged absorbed-MLA decode
-// kernels and their combine kernel.
+// kernels and their combine kernel (after TileHeader).
 //
 //go:embed mla_decode.cu
 var MLADecodeSource string
+
+// TileHeader is the tile helpers every kernel source is compiled with.
+//
+//go:embed tile.cuh
+var TileHeader string
 
 // The module and its entries.
 const (
@@ -122,7 +127,7 @@ func build(arch string) ([]core.KernelModule, error) {
 	mods := Spec()
 	sources := map[string]string{ModuleMLADecode: MLADecodeSource, ModuleMHAPrefill: MHAPrefillSource}
 	for i := range mods {
-		ptx, err := cuda.CompilePTX(sources[mods[i].Name], mods[i].Name+".cu", "--gpu-architecture="+arch, "-std=c++17", "-lineinfo")
+		ptx, err := cuda.CompilePTX(TileHeader+"\n"+sources[mods[i].Name], mods[i].Name+".cu", "--gpu-architecture="+arch, "-std=c++17", "-lineinfo")
 		if err != nil {
 			return nil, fmt.Errorf("%w: compiling %s for %s: %w", core.ErrNoPlan, mods[i].Name, arch, err)
 		}

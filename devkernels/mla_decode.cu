@@ -26,10 +26,6 @@
 #define QSTRIDE (DQK + 8)   /* shared row stride in elements: 1168 bytes, 16 mod 128 */
 #define PSTRIDE (BN + 8)    /* 80 bytes, conflict-free for ldmatrix */
 #define KV_ITERS ((BN * (DQK / 8)) / NTHREADS) /* 16-byte copies per thread per key tile */
-#define NEG_INF (-__int_as_float(0x7f800000))
-
-typedef unsigned int u32;
-typedef unsigned short bf16;
 
 // Per-request metadata (the plan's "requests" buffer), 8 int32 each.
 struct ReqInfo {
@@ -45,50 +41,6 @@ struct ReqInfo {
 struct Item {
     int req, kv_begin, kv_end, split;
 };
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 r;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-    return r;
-}
-
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-
-__device__ __forceinline__ void mma16816(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 
 // Reads the page of each key row this thread copies in key tile j0 (-1
 // past kv_end): done a tile ahead, so the copies never wait for it.
@@ -374,12 +326,6 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
 // reads less shared memory per MMA than a 16 x 256 split.
 #define WBN 64
 #define WKV_ITERS ((WBN * (DQK / 8)) / NTHREADS) /* 18 */
-
-// Byte offset of 16-byte chunk ch of row r in a swizzled tile whose rows are
-// rowbytes long (a multiple of 128).
-__device__ __forceinline__ u32 swz(int r, int ch, int rowbytes) {
-    return (u32)(r * rowbytes + (((ch & ~7) | ((ch ^ r) & 7)) << 4));
-}
 
 __device__ __forceinline__ void wide_fetch(int* pg, const int* __restrict__ pages, int page_shift, int j0, int kv_end,
                                            int tid) {

@@ -11,7 +11,7 @@ import (
 )
 
 // MHAPrefillSource is the CUDA C source of the varlen prefill kernel and
-// merge_state.
+// merge_state (after TileHeader).
 //
 //go:embed mha_prefill.cu
 var MHAPrefillSource string

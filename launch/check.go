@@ -3,6 +3,7 @@ package launch
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/attnplug/attnplug/core"
 )
@@ -215,7 +216,7 @@ func checkTensors(p *core.Plan, req *core.PlanRequest) error {
 		if !ok {
 			return refuse(-1, "tensor %q is not declared", w.Name)
 		}
-		if g.DType != w.DType || !equalShape(g.Shape, w.Shape) || g.Output != w.Output {
+		if g.DType != w.DType || !slices.Equal(g.Shape, w.Shape) || g.Output != w.Output {
 			return refuse(-1, "tensor %q declared as %s %v (output %t), the batch gives %s %v (output %t)",
 				w.Name, g.DType, g.Shape, g.Output, w.DType, w.Shape, w.Output)
 		}
@@ -225,18 +226,6 @@ func checkTensors(p *core.Plan, req *core.PlanRequest) error {
 		return refuse(-1, "tensor %q is not one the host binds", name)
 	}
 	return nil
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // checkSchedule checks every work item against the batch: a known request,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -275,7 +276,7 @@ func (p *Prepared) Update(s cuda.Stream, req *core.PlanRequest, np *core.Plan) e
 	}
 	for i, l := range np.Launches {
 		o := p.plan.Launches[i]
-		if l.Module != o.Module || l.Entry != o.Entry || l.Grid != o.Grid || l.Block != o.Block || l.SharedBytes != o.SharedBytes || !sameArgs(l.Args, o.Args) {
+		if l.Module != o.Module || l.Entry != o.Entry || l.Grid != o.Grid || l.Block != o.Block || l.SharedBytes != o.SharedBytes || !slices.Equal(l.Args, o.Args) {
 			return fmt.Errorf("launch: update: launch %d differs from the prepared plan's", i)
 		}
 	}
@@ -297,18 +298,6 @@ func (p *Prepared) Update(s cuda.Stream, req *core.PlanRequest, np *core.Plan) e
 	}
 	p.req, p.plan = *req, np
 	return nil
-}
-
-func sameArgs(a, b []core.Arg) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Launch queues the plan's launches on stream s with tensors bound in the
