@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: all build plugins run test test-short test-go test-python test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean
+.PHONY: all build plugins run test test-short test-go test-python test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
 
 all: build
 
@@ -113,6 +113,15 @@ proto-check: proto
 ## the repository or above it)
 golden:
 	$(GO) generate ./internal/reference
+
+## api-check: the SDK's API against the snapshot of the last release (make test runs it too)
+api-check:
+	$(GO) run ./internal/apicheck
+
+## api-snapshot: at a release, record the SDK's API: make api-snapshot VERSION=v0.2.0
+## (VERSION must be a release version; the default, from git describe, is not)
+api-snapshot:
+	$(GO) run ./internal/apicheck -write $(VERSION)
 
 ## bench: the Go benchmarks and attnplug bench
 bench: build

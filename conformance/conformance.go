@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +45,27 @@ type Options struct {
 	// Device is the device the device-code check asks a plugin's modules
 	// and plans for. Default: ExampleDevice(DefaultArch).
 	Device *core.DeviceInfo
+	// LatencyBudget bounds the time the rules take in a Dispatch call: the
+	// median call less the median round trip, measured in the same run by
+	// calls for a name the plugin does not serve, so that a loaded machine
+	// does not count against the plugin. The latency check fails above it,
+	// and a plugin found over it after its first calls is asked a sample of
+	// each name's requests only, so that the suite stays fast. A correct
+	// plugin's rules take well under a tenth of it. Default:
+	// DefaultLatencyBudget; negative: no budget.
+	LatencyBudget time.Duration
+	// Seed seeds the random probes of every name. Zero picks a seed, which
+	// the report gives (Report.Seed): a run with that seed asks the same
+	// requests again.
+	Seed uint64
+	// Probes is how many random base requests of each name the suite
+	// varies one quantity at a time. Default 24; negative: none (the fixed
+	// requests and the random ones are still asked).
+	Probes int
 }
+
+// DefaultLatencyBudget is the default Options.LatencyBudget.
+const DefaultLatencyBudget = time.Millisecond
 
 func (o *Options) setDefaults() {
 	if o.CallTimeout <= 0 {
@@ -56,6 +77,15 @@ func (o *Options) setDefaults() {
 	if o.Device == nil {
 		d, _ := ExampleDevice(DefaultArch)
 		o.Device = &d
+	}
+	if o.LatencyBudget == 0 {
+		o.LatencyBudget = DefaultLatencyBudget
+	}
+	if o.Probes == 0 {
+		o.Probes = defaultProbes
+	}
+	for o.Seed == 0 {
+		o.Seed = rand.Uint64()
 	}
 }
 
@@ -80,7 +110,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("conformance: %s is not a regular file", opts.Binary)
 	}
 	start := time.Now()
-	s := &suite{opts: opts, report: &Report{Binary: opts.Binary}}
+	s := &suite{opts: opts, report: &Report{Binary: opts.Binary, Seed: opts.Seed}, stdout: newTail()}
 	defer s.close()
 	s.run(ctx)
 	s.report.Duration = time.Since(start)
@@ -106,16 +136,27 @@ type suite struct {
 	dead    error // set once the plugin cannot answer any more
 	timeout int   // calls in a row that passed their deadline
 
-	// answers[i][j] is the coverage answer of name i to request j.
+	// answers[i][j] is the coverage answer of name i to request j, which
+	// came from origins[i][j]; plans[i] keys name i's requests (nil when
+	// its reads cannot be cached).
 	names    []core.HandlerInfo
+	plans    []*core.KeyPlan
 	requests [][]core.Request
+	origins  [][]origin
 	answers  [][]answer
 	latency  []time.Duration
+	baseline []time.Duration // calls for an unserved name: the round trip
+	started  time.Time       // when coverage began
+
+	slow      bool     // the plugin is over its latency budget: ask samples only
+	stdout    *tail    // what reached stdout after the handshake
+	mutations []string // calls whose request the rules changed
 }
 
 type answer struct {
 	method core.Method
 	err    error
+	at     time.Duration // since coverage began
 }
 
 // errNotAsked is the answer of a request the coverage check did not get to.
@@ -148,16 +189,19 @@ func (s *suite) run(ctx context.Context) {
 		s.skipRest(CheckDescription, "no usable description")
 		return
 	}
+	s.check(CheckKernelCatalog, func(c *Check) { s.kernelCatalog(c) })
 	s.check(CheckUnknownName, func(c *Check) { s.unknownName(ctx, c) })
 	s.check(CheckCoverage, func(c *Check) { s.coverage(ctx, c) })
 	s.check(CheckCatalog, func(c *Check) { s.catalog(c) })
 	s.check(CheckDeterminism, func(c *Check) { s.determinism(ctx, c) })
 	s.check(CheckBatch, func(c *Check) { s.batch(ctx, c) })
-	s.check(CheckReads, func(c *Check) { s.reads(c) })
+	s.check(CheckReads, func(c *Check) { s.reads(ctx, c) })
 	s.check(CheckBadRequests, func(c *Check) { s.badRequests(ctx, c) })
+	s.check(CheckMutation, func(c *Check) { s.mutation(c) })
 	s.check(CheckLatency, func(c *Check) { s.latencyCheck(c) })
 	s.check(CheckKernels, func(c *Check) { s.kernels(ctx, c) })
 	s.check(CheckDeviceCode, func(c *Check) { s.deviceCode(ctx, c) })
+	s.check(CheckStdout, func(c *Check) { s.stdoutCheck(c) })
 	s.check(CheckProcess, func(c *Check) { s.process(c) })
 }
 
@@ -167,7 +211,8 @@ func (s *suite) check(name string, f func(*Check)) bool {
 	c := Check{Name: name, Status: Pass}
 	start := time.Now()
 	needsPlugin := name != CheckRunByHand && name != CheckKernels && name != CheckDeviceCode && name != CheckProcess &&
-		name != CheckCatalog && name != CheckReads && name != CheckLatency && name != CheckProtocolVersion
+		name != CheckCatalog && name != CheckReads && name != CheckLatency && name != CheckProtocolVersion &&
+		name != CheckKernelCatalog && name != CheckMutation && name != CheckStdout
 	if needsPlugin && s.dead != nil {
 		c.Status, c.Detail = Skip, "not run: "+s.dead.Error()
 	} else {
@@ -190,7 +235,7 @@ func (s *suite) skipRest(after, why string) {
 			continue
 		}
 		if n == CheckKernels {
-			s.report.Checks = append(s.report.Checks, Check{Name: n, Status: Skip, Detail: "no kernels declared: skipped"})
+			s.report.Checks = append(s.report.Checks, Check{Name: n, Status: Skip, Detail: "not run: " + why})
 			continue
 		}
 		if n == CheckDeviceCode {
@@ -268,7 +313,7 @@ func (s *suite) runByHand(ctx context.Context, c *Check) {
 func (s *suite) handshake(ctx context.Context, c *Check) {
 	s.stderr, s.log = newTail(), newTail()
 	cmd := exec.Command(s.opts.Binary)
-	cmd.Env = append(s.environ(), "ATTNPLUG_PLUGIN_LOG_LEVEL=warn")
+	cmd.Env = append(s.environ(), "ATTNPLUG_PLUGIN_LOG_LEVEL=warn", wire.EnvCheckRequests+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	s.client = goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
@@ -280,6 +325,7 @@ func (s *suite) handshake(ctx context.Context, c *Check) {
 			Name: "plugin", Level: hclog.Debug, Output: s.log,
 		}),
 		Stderr:          s.stderr,
+		SyncStdout:      s.stdout,
 		StartTimeout:    s.opts.StartTimeout,
 		AutoMTLS:        true,
 		GRPCDialOptions: wire.DialOptions(), // kernel modules run to megabytes
@@ -405,7 +451,7 @@ func (s *suite) description(ctx context.Context, c *Check) {
 	case !wire.ValidFamily(d.Name):
 		c.problem("name %q: want letters, digits, '_' or '-', starting with a letter or digit", d.Name)
 	}
-	if family, ok := strings.CutPrefix(filepath.Base(s.opts.Binary), wire.BinaryPrefix); ok && family != d.Name {
+	if family, _, ok := wire.FamilyOf(filepath.Base(s.opts.Binary)); ok && family != d.Name {
 		c.problem("the binary is named for %q but the plugin calls itself %q; the host refuses it", family, d.Name)
 	}
 	if !semverRE.MatchString(d.Version) {
@@ -456,8 +502,8 @@ func (s *suite) description(ctx context.Context, c *Check) {
 				c.problem("%s is an alias of %q, which the plugin does not serve", h.Name, h.AliasOf)
 			}
 		}
-		if !h.Reads.Cacheable() {
-			c.problem("%s: the declared reads are not cacheable (a fact unknown to this host, or more than %d constants)", h.Name, core.MaxConstantComparisons)
+		if err := h.Reads.Validate(); err != nil {
+			c.problem("%s: the declared reads are not cacheable: %v", h.Name, err)
 		}
 		for _, v := range append(slices.Clone(h.Reads.PrefixSumAtLeast), h.Reads.SeqSumAtMost...) {
 			if v < 0 || v > core.MaxLength {
@@ -507,45 +553,6 @@ func (s *suite) unknownName(ctx context.Context, c *Check) {
 	c.Detail = fmt.Sprintf("%q refused as unknown (NotFound)", noSuchName)
 }
 
-// coverage asks every name every generated request, one Dispatch each.
-func (s *suite) coverage(ctx context.Context, c *Check) {
-	s.names = s.desc.Handlers
-	s.requests = make([][]core.Request, len(s.names))
-	s.answers = make([][]answer, len(s.names))
-	total, ok := 0, 0
-	for i, h := range s.names {
-		reqs := sample(GenerateRequests(h.Name, h.Reads), s.opts.MaxRequests)
-		s.requests[i] = reqs
-		s.answers[i] = make([]answer, len(reqs))
-		for j := range s.answers[i] {
-			s.answers[i][j].err = errNotAsked
-		}
-		for j := range reqs {
-			if s.dead != nil {
-				break
-			}
-			m, d, err := s.dispatch(ctx, &reqs[j])
-			s.answers[i][j] = answer{m, err}
-			total++
-			if err != nil {
-				c.problem("%s: %s: %v", h.Name, describe(&reqs[j]), err)
-				continue
-			}
-			ok++
-			s.latency = append(s.latency, d)
-		}
-	}
-	s.report.Requests = ok
-	if s.dead != nil {
-		c.problem("stopped after %d requests: %v", total, s.dead)
-	}
-	if c.Status == Fail {
-		c.Detail = fmt.Sprintf("%d of %d requests not answered", total-ok, total)
-		return
-	}
-	c.Detail = fmt.Sprintf("%s answered all %d generated requests (modes, graph flags, thresholds, capacity edges, platforms, boolean facts, declared constants)", plural(len(s.names), "name"), total)
-}
-
 // catalog checks every coverage answer against the declared methods.
 func (s *suite) catalog(c *Check) {
 	if s.answered() == 0 {
@@ -584,45 +591,6 @@ func (s *suite) catalog(c *Check) {
 	}
 }
 
-// determinismSample is how many requests of each name the determinism
-// check asks again one by one; the batch check asks all of them again.
-const determinismSample = 512
-
-// determinism asks requests again, one by one, in reverse order: a fixed
-// sample of each name's, spread over its whole set.
-func (s *suite) determinism(ctx context.Context, c *Check) {
-	if s.answered() == 0 {
-		c.Status, c.Detail = Skip, "not run: no answers"
-		return
-	}
-	n := 0
-	for i := len(s.names) - 1; i >= 0 && s.dead == nil; i-- {
-		step := max(1, len(s.requests[i])/determinismSample)
-		for j := len(s.requests[i]) - 1; j >= 0 && s.dead == nil; j -= step {
-			first := s.answers[i][j]
-			if first.err != nil {
-				continue
-			}
-			m, _, err := s.dispatch(ctx, &s.requests[i][j])
-			n++
-			switch {
-			case err != nil:
-				c.problem("%s: %s: answered %s, then failed: %v", s.names[i].Name, describe(&s.requests[i][j]), first.method, err)
-			case m != first.method:
-				c.problem("%s: %s: answered %s, then %s", s.names[i].Name, describe(&s.requests[i][j]), first.method, m)
-			}
-		}
-	}
-	if s.dead != nil {
-		c.problem("stopped after %d requests: %v", n, s.dead)
-	}
-	if c.Status == Fail {
-		c.Detail = "the same request got different answers"
-		return
-	}
-	c.Detail = fmt.Sprintf("%d requests asked again one by one, in reverse order: same answers (the batch check asks all again)", n)
-}
-
 // batch asks every request again through DispatchBatch.
 func (s *suite) batch(ctx context.Context, c *Check) {
 	if s.answered() == 0 {
@@ -646,6 +614,7 @@ func (s *suite) batch(ctx context.Context, c *Check) {
 			}
 			for k, r := range out {
 				first := s.answers[i][lo+k]
+				s.noteResult(&reqs[lo+k], r.Err)
 				if first.err != nil {
 					continue
 				}
@@ -667,63 +636,6 @@ func (s *suite) batch(ctx context.Context, c *Check) {
 		return
 	}
 	c.Detail = fmt.Sprintf("%d requests in %s: same answers as Dispatch", n, plural(calls, "DispatchBatch call"))
-}
-
-// reads checks that requests a host cannot tell apart by their Reads.Key
-// got the same answer.
-func (s *suite) reads(c *Check) {
-	if s.answered() == 0 {
-		c.Status, c.Detail = Skip, "not run: no answers"
-		return
-	}
-	classes, checked := 0, 0
-	var uncacheable []string
-	for i, h := range s.names {
-		if !h.Reads.Cacheable() {
-			uncacheable = append(uncacheable, h.Name)
-			continue
-		}
-		first := map[core.Key]int{}
-		for j, a := range s.answers[i] {
-			if a.err != nil {
-				continue
-			}
-			checked++
-			k := h.Reads.Key(&s.requests[i][j])
-			f, ok := first[k]
-			if !ok {
-				first[k] = j
-				continue
-			}
-			if b := s.answers[i][f]; b.method != a.method {
-				c.problem("%s reads more than it declares (%s): these requests have the same key but got %s and %s: [%s] and [%s]",
-					h.Name, readsString(h.Reads), b.method, a.method, describe(&s.requests[i][f]), describe(&s.requests[i][j]))
-			}
-		}
-		classes += len(first)
-	}
-	if c.Status == Fail {
-		c.Detail = "the declared reads are not honest: a host caching by them would answer wrongly"
-		return
-	}
-	c.Detail = fmt.Sprintf("%d answers in %d key classes: one answer per class", checked, classes)
-	if len(uncacheable) > 0 {
-		c.Detail += "; not cacheable, not checked: " + strings.Join(uncacheable, ", ")
-	}
-}
-
-func readsString(r core.Reads) string {
-	s := r.Facts.String()
-	if s == "" {
-		s = "nothing"
-	}
-	if len(r.PrefixSumAtLeast) > 0 {
-		s += fmt.Sprintf(", prefix_sum>=%v", r.PrefixSumAtLeast)
-	}
-	if len(r.SeqSumAtMost) > 0 {
-		s += fmt.Sprintf(", seq_sum<=%v", r.SeqSumAtMost)
-	}
-	return s
 }
 
 // badRequest is an invalid request the plugin must refuse.
@@ -821,26 +733,6 @@ func (s *suite) badRequests(ctx context.Context, c *Check) {
 	c.Detail = fmt.Sprintf("%d invalid requests refused with InvalidArgument, alone and in a batch; the plugin answered after each", len(bad))
 }
 
-func (s *suite) latencyCheck(c *Check) {
-	if len(s.latency) == 0 {
-		c.Status, c.Detail = Skip, "not run: no answered Dispatch calls"
-		return
-	}
-	ds := slices.Clone(s.latency)
-	slices.Sort(ds)
-	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
-	l := Latency{Samples: len(ds), P50: at(0.50), P99: at(0.99), Max: ds[len(ds)-1]}
-	s.report.Latency = l
-	c.Detail = fmt.Sprintf("Dispatch p50 %s, p99 %s, max %s over %d calls", round(l.P50), round(l.P99), round(l.Max), l.Samples)
-	if s.opts.MaxP99 > 0 {
-		if l.P99 > s.opts.MaxP99 {
-			c.problem("p99 %s is above the limit of %s", round(l.P99), s.opts.MaxP99)
-		} else {
-			c.Detail += fmt.Sprintf(" (limit %s)", s.opts.MaxP99)
-		}
-	}
-}
-
 func round(d time.Duration) time.Duration {
 	switch {
 	case d >= time.Millisecond:
@@ -884,6 +776,7 @@ func (s *suite) dispatch(ctx context.Context, req *core.Request) (core.Method, t
 	d := time.Since(start)
 	cancel()
 	s.observe(ctx, err)
+	s.noteResult(req, err)
 	return m, d, err
 }
 
@@ -948,10 +841,11 @@ func firstLine(s string) string {
 	return s
 }
 
-// tail keeps the last bytes written to it.
+// tail keeps the last bytes written to it, and counts them all.
 type tail struct {
-	mu  sync.Mutex
-	buf []byte
+	mu    sync.Mutex
+	buf   []byte
+	total int64
 }
 
 const tailMax = 16 << 10
@@ -961,11 +855,19 @@ func newTail() *tail { return &tail{} }
 func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.total += int64(len(p))
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > tailMax {
 		t.buf = t.buf[len(t.buf)-tailMax:]
 	}
 	return len(p), nil
+}
+
+// Total is how many bytes were written.
+func (t *tail) Total() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.total
 }
 
 func (t *tail) String() string {

@@ -3,8 +3,14 @@
 // PLUGIN_BINARY` runs, and that a vendor runs in CI.
 //
 // Run starts the binary the way the host does (go-plugin, gRPC only, the
-// attnplug handshake and protocol versions, automatic mutual TLS) and keeps
-// that one process for the whole suite. It checks, in order:
+// attnplug handshake and protocol versions, automatic mutual TLS, and
+// wire.EnvCheckRequests so that the SDK's server checks every request) and
+// keeps that one process for the whole suite. Each name is asked a fixed
+// set of requests (GenerateRequests) and random probes: random requests
+// over core's whole vocabulary of quantities, and random base requests
+// varied one quantity at a time, around every declared threshold and along
+// a ladder over the quantity's range. Everything random comes from
+// Options.Seed, which the report gives (Report.Seed). The checks, in order:
 //
 //   - run-by-hand: started without the host's magic cookie, the binary exits
 //     with a non-zero status and writes nothing to stdout;
@@ -13,22 +19,30 @@
 //   - protocol-version: the description's protocol version is the
 //     negotiated one;
 //   - description: the description is well-formed (names, version, methods,
-//     aliases, reads) and stable from one call to the next;
+//     aliases, reads a host can cache by) and stable from one call to the
+//     next;
+//   - kernel-catalog: kernels named, for declared methods, with dtypes that
+//     exist and positive dimensions; every hardware entry names a platform;
 //   - unknown-name: a name the plugin does not serve is refused as unknown;
-//   - coverage: every declared name answers every request of the generated
-//     set (every forward mode, CUDA-graph flags, prefix sums around the
-//     thresholds, sequence sums around the capacity, every platform, each
-//     boolean fact, and the name's own constants at equality);
+//   - coverage: every declared name answers every fixed request and probe;
 //   - catalog: every method answered is among the name's declared Methods;
-//   - determinism: the same request gets the same answer a second time;
+//   - determinism: the same request gets the same answer again, in rounds
+//     spread over time;
 //   - batch: DispatchBatch agrees with Dispatch;
-//   - reads: two requests with the same core.Reads.Key under the declared
-//     Reads get the same answer, since a host caches answers by that key;
+//   - reads: two requests with the same key under the declared Reads get
+//     the same answer, since a host caches answers by that key; when they
+//     do not, the suite walks from one to the other and bisects to the
+//     quantity and threshold the rules read;
 //   - bad-requests: invalid requests are refused with InvalidArgument, one
 //     at a time and inside a batch, and the plugin answers afterwards;
-//   - latency: p50 and p99 of one Dispatch call, optionally bounded;
+//   - mutation: no call changed its request;
+//   - latency: the rules' time in a Dispatch call, the median call less
+//     the median round trip (calls for a name the plugin does not serve,
+//     measured in the same run), is within the latency budget (default
+//     1ms); the p99 within MaxP99 when set; a plugin over the budget is
+//     asked samples only, so that the suite stays fast;
 //   - kernels: kernel outputs against the CPU reference, when kernels are
-//     declared (protocol v1 declares none: skipped);
+//     declared (skipped for a plugin without a kernel catalog);
 //   - device-code: when the plugin declares device code, its kernel modules
 //     for an example device (Options.Device, default sm_90) and its launch
 //     plans for generated batches of every catalog method with a device
@@ -41,6 +55,7 @@
 //     schedule items inside their requests), and impossible or malformed
 //     plan requests get no plan; skipped, with the reason, when the plugin
 //     has no device code for the example device (no NVRTC);
+//   - stdout: nothing was written to stdout after the handshake;
 //   - process: one process, never restarted, served the whole suite.
 //
 // Every call has a deadline (Options.CallTimeout), so a plugin that hangs

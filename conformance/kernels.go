@@ -22,7 +22,7 @@ const kernelTolerance = 1e-5
 // reference attention (over the top-k for a sparse kernel) within 1e-5.
 func (s *suite) kernels(ctx context.Context, c *Check) {
 	if s.desc == nil || !s.desc.HasKernels() {
-		c.Status, c.Detail = Skip, "no kernels declared: skipped (the plugin has no kernel catalog, so it runs no kernels)"
+		c.Status, c.Detail = Skip, "no kernels declared: skipped (the plugin has no kernel catalog: it decides methods and runs no kernels)"
 		return
 	}
 	if s.dead != nil {

@@ -34,6 +34,10 @@ const (
 	CheckProtocolVersion = "protocol-version"
 	// CheckDescription: the description is well-formed and stable.
 	CheckDescription = "description"
+	// CheckKernelCatalog: the kernel catalog and the hardware declared are
+	// well-formed: known dtypes, positive dimensions, a platform for every
+	// hardware entry, kernels only for declared methods.
+	CheckKernelCatalog = "kernel-catalog"
 	// CheckUnknownName: a name the plugin does not serve is refused as
 	// unknown.
 	CheckUnknownName = "unknown-name"
@@ -45,18 +49,25 @@ const (
 	CheckDeterminism = "determinism"
 	// CheckBatch: DispatchBatch agrees with Dispatch.
 	CheckBatch = "batch"
-	// CheckReads: requests with the same Reads.Key get the same answer.
+	// CheckReads: requests with the same Reads.Key get the same answer;
+	// an undeclared read is bisected to the quantity and threshold read.
 	CheckReads = "reads"
 	// CheckBadRequests: invalid requests are refused with InvalidArgument
 	// and the plugin goes on answering.
 	CheckBadRequests = "bad-requests"
-	// CheckLatency: the p50 and p99 of a Dispatch call, optionally bounded.
+	// CheckMutation: the rules leave every request as they were given it.
+	CheckMutation = "mutation"
+	// CheckLatency: the rules' time in a Dispatch call (the median call
+	// less the median round trip) is within the latency budget, and the
+	// p99 within Options.MaxP99 when set.
 	CheckLatency = "latency"
 	// CheckKernels: kernel outputs against the reference, when declared.
 	CheckKernels = "kernels"
 	// CheckDeviceCode: kernel modules and launch plans pass the host's
 	// checks, when device code is declared.
 	CheckDeviceCode = "device-code"
+	// CheckStdout: nothing was written to stdout after the handshake.
+	CheckStdout = "stdout"
 	// CheckProcess: one process served the whole suite.
 	CheckProcess = "process"
 )
@@ -65,9 +76,10 @@ const (
 func CheckNames() []string {
 	return []string{
 		CheckRunByHand, CheckHandshake, CheckProtocolVersion, CheckDescription,
-		CheckUnknownName, CheckCoverage, CheckCatalog, CheckDeterminism,
-		CheckBatch, CheckReads, CheckBadRequests, CheckLatency, CheckKernels,
-		CheckDeviceCode, CheckProcess,
+		CheckKernelCatalog, CheckUnknownName, CheckCoverage, CheckCatalog,
+		CheckDeterminism, CheckBatch, CheckReads, CheckBadRequests,
+		CheckMutation, CheckLatency, CheckKernels, CheckDeviceCode, CheckStdout,
+		CheckProcess,
 	}
 }
 
@@ -130,6 +142,9 @@ type Report struct {
 	Requests int `json:"requests"`
 	// Latency is the distribution of single Dispatch calls.
 	Latency Latency `json:"latency"`
+	// Seed is the seed of the random probes: Options.Seed, or the one the
+	// run picked. The same seed asks the same requests again.
+	Seed uint64 `json:"seed"`
 	// Checks are the checks, in the order they ran.
 	Checks []Check `json:"checks"`
 	// Passed is true when no check failed.
@@ -185,6 +200,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&sb, "plugin %s %s, protocol %d, pid %d, names: %s\n",
 			r.Plugin, r.Version, r.ProtocolVersion, r.PID, strings.Join(r.Names, ", "))
 	}
+	fmt.Fprintf(&sb, "seed %d (run again with --seed %d to ask the same requests)\n", r.Seed, r.Seed)
 	sb.WriteString("\n")
 	tw := tabwriter.NewWriter(&sb, 2, 4, 2, ' ', 0)
 	for _, c := range r.Checks {

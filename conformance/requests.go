@@ -69,9 +69,11 @@ func batch(r *core.Request, prefix, seq int64) {
 // at and one above the chunked-prefix threshold (8192, and 4096 for a
 // second threshold), sequence sums one below, at and one above the chunk
 // capacity, lengths not known, each boolean fact alone, all together and
-// all but one (on cuda, hip and cpu), and every constant of reads.PrefixSumAtLeast and
-// reads.SeqSumAtMost one below, at and one above equality. Every request is
-// valid and has its platform set. The order is fixed.
+// all but one (on cuda, hip and cpu), and every threshold reads declares
+// for the prefix sum and the sequence sum (Reads.Declarations) one below,
+// at and one above equality. Every request is valid and has its platform
+// set. The order is fixed. The suite asks random probes besides (seeded:
+// Options.Seed).
 func GenerateRequests(name string, reads core.Reads) []core.Request {
 	var out []core.Request
 	add := func(r core.Request) {
@@ -83,6 +85,15 @@ func GenerateRequests(name string, reads core.Reads) []core.Request {
 	t := int64(core.DefaultChunkedPrefixCacheThreshold)
 	prefixes := []int64{0, t - 1, t, t + 1}
 	togs, pls, gfs := toggles(), platforms(), graphFlags()
+	var prefixAt, seqAt []int64
+	for _, d := range reads.Declarations() {
+		switch d.Quantity {
+		case core.QuantityPrefixSum:
+			prefixAt = d.At
+		case core.QuantitySeqSum:
+			seqAt = d.At
+		}
+	}
 
 	// The grid: modes x graph flags x prefix sums x capacity edges x
 	// platforms.
@@ -140,9 +151,10 @@ func GenerateRequests(name string, reads core.Reads) []core.Request {
 					add(r)
 				}
 			}
-			// The name's own constants, at equality and either side.
+			// The name's own thresholds of the sums, at equality and either
+			// side.
 			for _, g := range gfs {
-				for _, c := range reads.PrefixSumAtLeast {
+				for _, c := range prefixAt {
 					for _, p := range []int64{c - 1, c, c + 1} {
 						if p < 0 || p+extra > core.MaxLength {
 							continue
@@ -155,8 +167,8 @@ func GenerateRequests(name string, reads core.Reads) []core.Request {
 						add(r)
 					}
 				}
-				for _, c := range reads.SeqSumAtMost {
-					for _, s := range []int64{c - 1, c, c + 1} {
+				for _, t := range seqAt {
+					for _, s := range []int64{t - 2, t - 1, t} { // seq_sum <= t-1, either side
 						if s < 0 || s > core.MaxLength {
 							continue
 						}
@@ -231,7 +243,7 @@ func describe(r *core.Request) string {
 	if r.Batch.SeqLens == nil {
 		sb.WriteString(" seq=unknown")
 	} else {
-		fmt.Fprintf(&sb, " seq_sum=%d", r.Batch.SeqSum())
+		fmt.Fprintf(&sb, " seq_sum=%d seq_max=%d n=%d", r.Batch.SeqSum(), r.Batch.MaxSeqLen(), len(r.Batch.SeqLens))
 	}
 	fmt.Fprintf(&sb, " capacity=%d threshold=%d platform=%s", r.Batch.MaxChunkCapacity, r.Layer.ChunkedPrefixCacheThreshold, r.Runtime.Platform)
 	flag := func(name string, v bool) {

@@ -15,8 +15,13 @@
 //   - Backend is what a plugin implements: Describe and Dispatch.
 //   - Triton is the fallback backend, always present, in process.
 //   - MLASubtype and ChunkedPrefixRule are the rules several backends share.
-//   - Facts and FactSet describe which request facts a backend's rules read,
-//     so that a host may cache answers exactly.
+//   - Reads declares what a backend's rules read: quantities of a fixed
+//     vocabulary (Quantity, Read), each number with the thresholds it is
+//     compared to, or facts (Fact), shorthands for such declarations. A
+//     host keys its cache of answers by the side of each threshold a
+//     request falls on (KeyPlan), so it may cache answers exactly.
+//   - Hardware declares what a backend's kernels run on, by platform or by
+//     PCI device (PCIDevice) for an accelerator of a platform of its own.
 //
 // Every fact that sglang reads from global state (server arguments, the
 // CUDA-graph context, the ROCm platform, the DSA backend's per-batch choice)

@@ -116,3 +116,39 @@ func ExampleNewRuleBackend() {
 	// MLA <nil>
 	// example: unknown backend "other"
 }
+
+// A rule that reads the longest sequence against 2048 and the compute
+// capability against 10.0 declares both with their thresholds; a key plan
+// then puts requests on the same sides of both in one class.
+func ExampleReads_Plan() {
+	reads := core.Reads{Quantities: []core.Read{
+		{Quantity: core.QuantitySeqMax, At: []int64{2049}},           // max(seq_lens) > 2048
+		{Quantity: core.QuantityComputeCapability, At: []int64{100}}, // >= 10.0
+	}}
+	plan, err := reads.Plan()
+	if err != nil {
+		panic(err)
+	}
+	key := func(seqLens []int64, cc int) core.Key {
+		r := core.NewRequest("acme", core.ModeDecode)
+		r.Batch.SeqLens, r.Runtime.ComputeCapability = seqLens, cc
+		return plan.Key(&r)
+	}
+	fmt.Println(plan, plan.Bits(), "bits")
+	fmt.Println(key([]int64{100, 2048}, 90) == key([]int64{7}, 80))         // both short, both older
+	fmt.Println(key([]int64{100, 2049}, 90) == key([]int64{100, 2048}, 90)) // 2049 is past 2048
+	fmt.Println(key([]int64{4096}, 100) == key([]int64{3000}, 120))
+	// Output:
+	// compute_capability>=[100], seq_max>=[2049] 2 bits
+	// true
+	// false
+	// true
+}
+
+func ExampleFact_Reads() {
+	fmt.Println(core.FactPrefixSumAtThreshold.Reads())
+	fmt.Println(core.FactDenseDSADevice.Reads())
+	// Output:
+	// [prefix_sum_past_threshold>=[0]]
+	// [compute_capability>=[90 91 100 110]]
+}

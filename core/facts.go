@@ -106,8 +106,10 @@ func FactByName(name string) (Fact, bool) {
 // PrefixSumAtLeast, SeqSumAtMost and MaxSeqLenAtMost together.
 const MaxConstantComparisons = 32
 
-// Reads declares what a rule reads: a set of facts, and comparisons of the
-// batch's sums against constants of the rule's own (a vendor threshold).
+// Reads declares what a rule reads. Each fact of Facts, and each constant of
+// the three older constant fields, is a shorthand for a declaration of
+// Quantities (Fact.Reads, Declarations): a host keys answers by the
+// declarations alone, so a rule must never read more than they say.
 type Reads struct {
 	// Facts is the set of facts read.
 	Facts Fact
@@ -120,148 +122,43 @@ type Reads struct {
 	// MaxSeqLenAtMost holds constants c for which the rule reads
 	// max(seq_lens) <= c (0 when the lengths are not known).
 	MaxSeqLenAtMost []int64
+	// Quantities declares the quantities read beyond the facts: each
+	// number with the thresholds it is compared to, each value and flag.
+	// A plugin older than this field declares none.
+	Quantities []Read
 }
 
-// Cacheable reports whether a host can key answers by r: every fact is
-// known to this core and the constants fit in a Key.
-func (r Reads) Cacheable() bool {
-	return r.Facts&^AllFacts == 0 && len(r.PrefixSumAtLeast)+len(r.SeqSumAtMost)+len(r.MaxSeqLenAtMost) <= MaxConstantComparisons
-}
+// Cacheable reports whether a host can key answers by r: Validate finds
+// nothing wrong.
+func (r Reads) Cacheable() bool { return r.Validate() == nil }
 
 // Key identifies a class of requests that a rule cannot tell apart: two
-// requests with the same Key under the same Reads get the same answer.
+// requests with the same Key under the same Reads get the same answer. A
+// key uses at most KeyBits bits.
 type Key uint64
 
-// Key layout: bits 0-3 the mode, 4-6 the platform, 7-27 the boolean facts
-// (one per Fact bit from FactPiecewiseCUDAGraph on), 28-59 the constant
-// comparisons.
-const (
-	keyPlatformShift = 4
-	keyFactShift     = 7
-	keyConstShift    = 28
-)
-
-// Key returns req's key under r. It reads only what r declares, does not
-// allocate, and costs one pass over a length array when a sum is read.
-func (r *Reads) Key(req *Request) Key {
-	var ps, ss int64
-	if r.Facts&(FactPrefixSumZero|FactPrefixSumAtThreshold) != 0 || len(r.PrefixSumAtLeast) > 0 {
-		ps = req.Batch.PrefixSum()
-	}
-	if r.Facts&FactSeqSumWithinCapacity != 0 || len(r.SeqSumAtMost) > 0 {
-		ss = req.Batch.SeqSum()
-	}
-	return r.KeyWithSums(req, ps, ss)
-}
+// Key returns req's key under r. It builds r's KeyPlan at every call; a
+// host that keys many requests builds the plan once (Plan) and keys with
+// it, without allocating.
+func (r *Reads) Key(req *Request) Key { return r.plan().Key(req) }
 
 // KeyWithSums is Key with the batch's sums given: prefixSum must be
-// req.Batch.PrefixSum() and seqSum req.Batch.SeqSum(), computed once for
-// all the layers of a forward pass.
+// req.Batch.PrefixSum() and seqSum req.Batch.SeqSum().
+//
+// Deprecated: use KeyPlan.BatchKey and KeyPlan.LayerKey.
 func (r *Reads) KeyWithSums(req *Request, prefixSum, seqSum int64) Key {
-	return r.BatchKey(req, prefixSum, seqSum) | r.LayerKey(&req.Layer, prefixSum)
+	p := r.plan()
+	return p.BatchKey(req, prefixSum, seqSum) | p.LayerKey(&req.Layer, prefixSum)
 }
 
-// BatchKey is the part of KeyWithSums that does not depend on req.Layer:
-// the same for every layer of a forward pass.
+// BatchKey is the part of KeyWithSums that does not depend on req.Layer.
+//
+// Deprecated: use KeyPlan.BatchKey.
 func (r *Reads) BatchKey(req *Request, prefixSum, seqSum int64) Key {
-	f := r.Facts
-	var k Key
-	if f&FactMode != 0 {
-		k |= Key(req.Batch.Mode & 0xf)
-	}
-	if f&FactPlatform != 0 {
-		k |= Key(req.Runtime.Platform&0x7) << keyPlatformShift
-	}
-	var b Fact
-	if req.Runtime.PiecewiseCUDAGraph {
-		b |= FactPiecewiseCUDAGraph
-	}
-	if req.Runtime.BreakableCUDAGraph {
-		b |= FactBreakableCUDAGraph
-	}
-	if req.Runtime.DeterministicInference {
-		b |= FactDeterministicInference
-	}
-	if req.Runtime.DSAUseMHA {
-		b |= FactDSAUseMHA
-	}
-	if req.Runtime.TwoBatchOverlap {
-		b |= FactTwoBatchOverlap
-	}
-	if req.Batch.MLAPrefillCP {
-		b |= FactMLAPrefillCP
-	}
-	if prefixSum == 0 {
-		b |= FactPrefixSumZero
-	}
-	if seqSum <= req.Batch.MaxChunkCapacity {
-		b |= FactSeqSumWithinCapacity
-	}
-	rt := &req.Runtime
-	if rt.DSAUseMHAGiven() {
-		b |= FactDSAUseMHASet
-	}
-	if rt.DenseDSADevice() {
-		b |= FactDenseDSADevice
-	}
-	if rt.KVCacheDenseDType() {
-		b |= FactKVCacheDenseDType
-	}
-	k |= factBits(b & f)
-	bit := uint(keyConstShift)
-	for _, c := range r.PrefixSumAtLeast {
-		if prefixSum >= c {
-			k |= 1 << bit
-		}
-		bit++
-	}
-	for _, c := range r.SeqSumAtMost {
-		if seqSum <= c {
-			k |= 1 << bit
-		}
-		bit++
-	}
-	if len(r.MaxSeqLenAtMost) > 0 {
-		m := req.Batch.MaxSeqLen()
-		for _, c := range r.MaxSeqLenAtMost {
-			if m <= c {
-				k |= 1 << bit
-			}
-			bit++
-		}
-	}
-	return k
+	return r.plan().BatchKey(req, prefixSum, seqSum)
 }
 
-// LayerKey is the part of KeyWithSums that depends on the layer; prefixSum
-// is the batch's sum of prefix lengths.
-func (r *Reads) LayerKey(l *Layer, prefixSum int64) Key {
-	var b Fact
-	if l.DisableChunkedPrefixCache {
-		b |= FactDisableChunkedPrefixCache
-	}
-	if l.FlashinferMLADisableRagged {
-		b |= FactFlashinferMLADisableRagged
-	}
-	if l.ROCmFusedDecodeMLA {
-		b |= FactROCmFusedDecodeMLA
-	}
-	if l.UseDSA {
-		b |= FactUseDSA
-	}
-	if l.FusedQKVAProjWithMQA {
-		b |= FactFusedQKVAProjWithMQA
-	}
-	if l.IntelAMX {
-		b |= FactIntelAMX
-	}
-	if prefixSum >= l.ChunkedPrefixCacheThreshold {
-		b |= FactPrefixSumAtThreshold
-	}
-	return factBits(b & r.Facts)
-}
-
-// factBits places the boolean facts of b in their Key bits.
-func factBits(b Fact) Key {
-	return Key(b>>2) << keyFactShift // FactPiecewiseCUDAGraph is Fact bit 2
-}
+// LayerKey is the part of KeyWithSums that depends on the layer.
+//
+// Deprecated: use KeyPlan.LayerKey.
+func (r *Reads) LayerKey(l *Layer, prefixSum int64) Key { return r.plan().LayerKey(l, prefixSum) }

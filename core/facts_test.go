@@ -264,10 +264,15 @@ func TestReadsKeyConstants(t *testing.T) {
 	}
 }
 
-func TestReadsKeyDoesNotAllocate(t *testing.T) {
-	r := core.Reads{Facts: core.AllFacts, PrefixSumAtLeast: []int64{1, 2}, SeqSumAtMost: []int64{3}}
+func TestKeyPlanDoesNotAllocate(t *testing.T) {
+	r := core.Reads{Facts: core.AllFacts, PrefixSumAtLeast: []int64{1, 2}, SeqSumAtMost: []int64{3},
+		Quantities: []core.Read{{Quantity: core.QuantitySeqMax, At: []int64{2048}}, {Quantity: core.QuantityPrefixCount, At: []int64{0, 2}}}}
+	p, err := r.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
 	q := req(core.ModeExtend, prefix(1, 2, 3), seq(4, 5, 6), capacity(100))
-	if n := testing.AllocsPerRun(100, func() { _ = r.Key(&q) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _ = p.Key(&q) }); n != 0 {
 		t.Errorf("Key: got %v allocations, want 0", n)
 	}
 }

@@ -19,6 +19,59 @@ type Hardware struct {
 	Archs []string
 	// NeedsAMX requires a CPU with usable Intel AMX.
 	NeedsAMX bool
+	// PlatformName names a platform of the plugin's own, such as "acme",
+	// for an accelerator that Platform does not list; Devices says which
+	// devices it is. A host shows it for those devices.
+	PlatformName string
+	// Devices lists PCI devices the kernels run on: the host must have a
+	// usable one (driver bound, device node present and permitted).
+	Devices []PCIDevice
+}
+
+// PCIDevice names PCI devices by vendor and device ID.
+type PCIDevice struct {
+	// VendorID is the PCI vendor ID, such as 0x10de.
+	VendorID uint16
+	// DeviceIDs are the PCI device IDs; empty: every device of the vendor.
+	DeviceIDs []uint16
+	// Drivers are the kernel drivers the device must be bound to; empty:
+	// any driver.
+	Drivers []string
+}
+
+// Matches reports whether the host device d is one of p.
+func (p PCIDevice) Matches(d HostDevice) bool {
+	return d.VendorID == p.VendorID &&
+		(len(p.DeviceIDs) == 0 || slices.Contains(p.DeviceIDs, d.DeviceID)) &&
+		(len(p.Drivers) == 0 || slices.Contains(p.Drivers, d.Driver))
+}
+
+// String is "acce:0001,0002 (driver acme)", with "*" for every device.
+func (p PCIDevice) String() string {
+	ids := "*"
+	if len(p.DeviceIDs) > 0 {
+		parts := make([]string, len(p.DeviceIDs))
+		for i, id := range p.DeviceIDs {
+			parts[i] = fmt.Sprintf("%04x", id)
+		}
+		ids = strings.Join(parts, ",")
+	}
+	s := fmt.Sprintf("%04x:%s", p.VendorID, ids)
+	if len(p.Drivers) > 0 {
+		s += " (driver " + strings.Join(p.Drivers, " or ") + ")"
+	}
+	return s
+}
+
+// HostDevice is a usable PCI accelerator a host found, of a listed
+// platform or not.
+type HostDevice struct {
+	// VendorID and DeviceID are the device's PCI IDs.
+	VendorID, DeviceID uint16
+	// Driver is the kernel driver bound to it.
+	Driver string
+	// PCIAddress is its address, such as "0000:3b:00.0".
+	PCIAddress string
 }
 
 // HostInfo is what a host tells a backend about the hardware it detected,
@@ -33,6 +86,9 @@ type HostInfo struct {
 	Archs []string
 	// AMX reports a CPU with usable Intel AMX.
 	AMX bool
+	// Devices are the usable PCI accelerators, including those of no
+	// platform of Platform's list.
+	Devices []HostDevice
 }
 
 // Supports reports whether h runs on the host described by info, and when
@@ -63,6 +119,19 @@ func (h Hardware) Supports(info HostInfo) (bool, string) {
 	}
 	if h.NeedsAMX && !info.AMX {
 		return false, "needs a CPU with usable Intel AMX"
+	}
+	if len(h.Devices) > 0 && !slices.ContainsFunc(info.Devices, func(d HostDevice) bool {
+		return slices.ContainsFunc(h.Devices, func(p PCIDevice) bool { return p.Matches(d) })
+	}) {
+		names := make([]string, len(h.Devices))
+		for i, p := range h.Devices {
+			names[i] = p.String()
+		}
+		what := "a usable PCI device " + strings.Join(names, " or ")
+		if h.PlatformName != "" {
+			what += " (" + h.PlatformName + ")"
+		}
+		return false, fmt.Sprintf("needs %s, host has none", what)
 	}
 	return true, ""
 }

@@ -83,7 +83,12 @@ func detect(ctx context.Context, opts Options, e *env) (*Report, error) {
 
 	pcis := scanPCI(e)
 	byVendor := map[uint16][]pciDev{}
+	var unlisted []pciDev
 	for _, p := range pcis {
+		if p.unlisted {
+			unlisted = append(unlisted, p)
+			continue
+		}
 		byVendor[p.vendor] = append(byVendor[p.vendor], p)
 	}
 	devices := []Device{}
@@ -91,6 +96,16 @@ func detect(ctx context.Context, opts Options, e *env) (*Report, error) {
 	devices = append(devices, amdDevices(e, byVendor[pciVendorAMD])...)
 	devices = append(devices, ascendDevices(e, byVendor[pciVendorHuawei])...)
 	devices = append(devices, intelDevices(e, byVendor[pciVendorIntel])...)
+	devices = append(devices, unlistedDevices(e, unlisted)...)
+	drivers := map[string]string{}
+	for _, p := range pcis {
+		drivers[p.addr] = p.driver
+	}
+	for i := range devices {
+		d := &devices[i]
+		d.VendorID, d.DeviceID, _ = strings.Cut(d.PCIID, ":")
+		d.Driver = drivers[d.PCIAddress]
+	}
 	sort.SliceStable(devices, func(i, j int) bool { return devices[i].PCIAddress < devices[j].PCIAddress })
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("detect: %w", err)

@@ -102,6 +102,21 @@ func TestDetectFixtures(t *testing.T) {
 		{name: "spr_amx", platform: "cpu", mla: "intel_amx", dsa: "intel_amx", cpuArch: "amd64", amx: true},
 		{name: "cpu_noamx", platform: "cpu", mla: "torch_native", dsa: "torch_native", cpuArch: "amd64"},
 		{name: "arm64", platform: "cpu", mla: "torch_native", dsa: "torch_native", cpuArch: "arm64"},
+		{
+			name: "acme", platform: "cpu", mla: "torch_native", dsa: "torch_native", cpuArch: "amd64",
+			devs: []wantDev{
+				{"0000:41:00.0", "acce:0001", "PCI processing accelerator acce:0001", "", "", true, ""},
+				{"0000:42:00.0", "acce:0001", "PCI processing accelerator acce:0001", "", "", false,
+					"driver: bound to vfio-pci (passed through to a VM), not usable here"},
+			},
+		},
+		{
+			name: "acme_no_node", platform: "cpu", mla: "torch_native", dsa: "torch_native", cpuArch: "amd64",
+			devs: []wantDev{
+				{"0000:41:00.0", "acce:0001", "PCI processing accelerator acce:0001", "", "", false, "device node: /dev/accel/accel0 missing"},
+				{"0000:61:00.0", "1e52:0100", "PCI co-processor 1e52:0100", "", "", false, "driver: no kernel driver bound to 0000:61:00.0"},
+			},
+		},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
@@ -581,7 +596,7 @@ func TestReportJSONShape(t *testing.T) {
 	if err := json.Unmarshal(top["devices"], &devs); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"arch", "compute_capability", "model", "pci_address", "pci_id", "reason", "usable", "vendor"}
+	want := []string{"arch", "compute_capability", "device_id", "driver", "model", "pci_address", "pci_id", "reason", "usable", "vendor", "vendor_id"}
 	for i, d := range devs {
 		if got := keys(d); !equal(got, want) {
 			t.Errorf("device %d keys: got %v, want %v", i, got, want)

@@ -11,7 +11,8 @@ import (
 // usable CUDA GPUs as major*10+minor (0 on other platforms or when
 // unknown), the architectures of the usable devices of the platform
 // ("sm90", "gfx942", ...; on the cpu platform, the CPU's architecture,
-// "amd64"), and whether Intel AMX is usable on an amd64 CPU.
+// "amd64"), whether Intel AMX is usable on an amd64 CPU, and every usable
+// device by PCI IDs and driver, unlisted ones included.
 //
 // HostInfo keeps only the lowest capability, so a core.Hardware maximum is
 // held against it, not against the newest GPU as Requirement.Satisfied
@@ -24,6 +25,11 @@ func (r *Report) HostInfo() core.HostInfo {
 	info := core.HostInfo{
 		Platform: corePlatform(platform),
 		AMX:      r.CPU.AMX && r.CPU.Arch == "amd64",
+	}
+	for _, d := range r.Devices {
+		if hd, ok := d.hostDevice(); ok && d.Usable {
+			info.Devices = append(info.Devices, hd)
+		}
 	}
 	if platform == PlatformCPU {
 		if r.CPU.Arch != "" {

@@ -1,7 +1,10 @@
 package detect
 
 import (
+	"context"
+	"io/fs"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
@@ -12,15 +15,26 @@ func TestHostInfo(t *testing.T) {
 		fixture string
 		want    core.HostInfo
 	}{
-		{"h100", core.HostInfo{Platform: core.PlatformCUDA, ComputeCapability: 90, Archs: []string{"sm90"}, AMX: true}},
-		{"b200", core.HostInfo{Platform: core.PlatformCUDA, ComputeCapability: 100, Archs: []string{"sm100"}, AMX: true}},
-		{"nvidia_plus_igpu", core.HostInfo{Platform: core.PlatformCUDA, ComputeCapability: 89, Archs: []string{"sm89"}}},
-		{"mi300x", core.HostInfo{Platform: core.PlatformHIP, Archs: []string{"gfx942"}}},
-		{"ascend910b", core.HostInfo{Platform: core.PlatformNPU, Archs: []string{"ascend910b"}}},
-		{"intel_max1550", core.HostInfo{Platform: core.PlatformXPU, Archs: []string{"xe-hpc"}, AMX: true}},
+		{"h100", core.HostInfo{Platform: core.PlatformCUDA, ComputeCapability: 90, Archs: []string{"sm90"}, AMX: true,
+			Devices: []core.HostDevice{{VendorID: 0x10de, DeviceID: 0x2330, Driver: "nvidia", PCIAddress: "0000:18:00.0"}, {VendorID: 0x10de, DeviceID: 0x2330, Driver: "nvidia", PCIAddress: "0000:2a:00.0"}}}},
+		{"b200", core.HostInfo{Platform: core.PlatformCUDA, ComputeCapability: 100, Archs: []string{"sm100"}, AMX: true,
+			Devices: []core.HostDevice{{VendorID: 0x10de, DeviceID: 0x2901, Driver: "nvidia", PCIAddress: "0000:1b:00.0"}, {VendorID: 0x10de, DeviceID: 0x2901, Driver: "nvidia", PCIAddress: "0000:43:00.0"}}}},
+		{"nvidia_plus_igpu", core.HostInfo{Platform: core.PlatformCUDA, ComputeCapability: 89, Archs: []string{"sm89"},
+			Devices: []core.HostDevice{{VendorID: 0x10de, DeviceID: 0x2684, Driver: "nvidia", PCIAddress: "0000:01:00.0"}}}},
+		{"mi300x", core.HostInfo{Platform: core.PlatformHIP, Archs: []string{"gfx942"},
+			Devices: []core.HostDevice{{VendorID: 0x1002, DeviceID: 0x74a1, Driver: "amdgpu", PCIAddress: "0000:05:00.0"}, {VendorID: 0x1002, DeviceID: 0x74a1, Driver: "amdgpu", PCIAddress: "0000:26:00.0"}}}},
+		{"ascend910b", core.HostInfo{Platform: core.PlatformNPU, Archs: []string{"ascend910b"},
+			Devices: []core.HostDevice{{VendorID: 0x19e5, DeviceID: 0xd802, Driver: "devdrv_device_driver", PCIAddress: "0000:81:00.0"}, {VendorID: 0x19e5, DeviceID: 0xd802, Driver: "devdrv_device_driver", PCIAddress: "0000:c1:00.0"}}}},
+		{"intel_max1550", core.HostInfo{Platform: core.PlatformXPU, Archs: []string{"xe-hpc"}, AMX: true,
+			Devices: []core.HostDevice{{VendorID: 0x8086, DeviceID: 0x0bd5, Driver: "i915", PCIAddress: "0000:29:00.0"}}}},
 		{"vfio", core.HostInfo{Platform: core.PlatformCPU, Archs: []string{"amd64"}, AMX: true}},
 		{"cpu_noamx", core.HostInfo{Platform: core.PlatformCPU, Archs: []string{"amd64"}}},
 		{"arm64", core.HostInfo{Platform: core.PlatformCPU, Archs: []string{"arm64"}}},
+		// An unlisted accelerator leaves the platform cpu, and is among the
+		// devices by its IDs and driver; the one bound to vfio-pci is not.
+		{"acme", core.HostInfo{Platform: core.PlatformCPU, Archs: []string{"amd64"},
+			Devices: []core.HostDevice{{VendorID: 0xacce, DeviceID: 0x0001, Driver: "acme", PCIAddress: "0000:41:00.0"}}}},
+		{"acme_no_node", core.HostInfo{Platform: core.PlatformCPU, Archs: []string{"amd64"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fixture, func(t *testing.T) {
@@ -84,5 +98,82 @@ func TestHardwareAgreesWithSatisfied(t *testing.T) {
 				t.Errorf("%s on %s: core says %v (%s), detect says %v (%s)", b, name, got, coreWhy, want, why)
 			}
 		}
+	}
+}
+
+// TestUnlistedDevices checks the generic listing of accelerators of no
+// listed platform: IDs, driver, device nodes present and permitted.
+func TestUnlistedDevices(t *testing.T) {
+	r := detectFixture(t, "acme", Options{})
+	if len(r.Devices) != 2 {
+		t.Fatalf("devices: got %+v, want the two acme devices (not the BMC VGA)", r.Devices)
+	}
+	d := r.Devices[0]
+	want := Device{
+		Vendor: VendorUnlisted, Model: "PCI processing accelerator acce:0001", PCIAddress: "0000:41:00.0", PCIID: "acce:0001",
+		Usable: true, VendorID: "acce", DeviceID: "0001", Driver: "acme",
+		DeviceNodes: []DeviceNode{{Path: "/dev/accel/accel0", Present: true, Permitted: true}},
+	}
+	if !reflect.DeepEqual(d, want) {
+		t.Errorf("acme device:\ngot  %+v\nwant %+v", d, want)
+	}
+	if v := r.Devices[1]; v.Usable || v.Reason != "driver: bound to vfio-pci (passed through to a VM), not usable here" || v.Driver != "vfio-pci" {
+		t.Errorf("vfio device: %+v", v)
+	}
+	if r.Platform != PlatformCPU {
+		t.Errorf("platform: got %s, want cpu", r.Platform)
+	}
+
+	r = detectFixture(t, "acme_no_node", Options{})
+	if len(r.Devices) != 2 {
+		t.Fatalf("devices: %+v", r.Devices)
+	}
+	if d := r.Devices[0]; d.Usable || d.Reason != "device node: /dev/accel/accel0 missing" ||
+		!reflect.DeepEqual(d.DeviceNodes, []DeviceNode{{Path: "/dev/accel/accel0"}}) {
+		t.Errorf("acme without its node: %+v", d)
+	}
+	if d := r.Devices[1]; d.Usable || d.Model != "PCI co-processor 1e52:0100" || d.Reason != "driver: no kernel driver bound to 0000:61:00.0" {
+		t.Errorf("co-processor without a driver: %+v", d)
+	}
+
+	// A node that exists but does not open for this user.
+	root := copyFixture(t, "acme")
+	e := testEnv(root)
+	e.open = func(string) error { return fs.ErrPermission }
+	r, err := detect(context.Background(), Options{}, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Devices[0]; d.Usable || d.Reason != "device node: /dev/accel/accel0: permission denied" ||
+		!reflect.DeepEqual(d.DeviceNodes, []DeviceNode{{Path: "/dev/accel/accel0", Present: true}}) {
+		t.Errorf("acme with a node not permitted: %+v", d)
+	}
+	if f := Doctor(r); len(f) == 0 || !strings.Contains(strings.Join(f[0].Advice, " "), "access to the device node") {
+		t.Errorf("doctor: %+v", f)
+	}
+}
+
+func TestNamePlatforms(t *testing.T) {
+	r := detectFixture(t, "acme", Options{})
+	r.NamePlatforms([]core.Hardware{
+		{Platforms: []core.Platform{core.PlatformCUDA}},
+		{PlatformName: "acme", Devices: []core.PCIDevice{{VendorID: 0xacce, DeviceIDs: []uint16{1}}}},
+		{PlatformName: "other", Devices: []core.PCIDevice{{VendorID: 0xacce}}},
+	})
+	if r.Devices[0].PluginPlatform != "acme" || r.Devices[1].PluginPlatform != "acme" {
+		t.Errorf("plugin platforms: %q, %q, want acme (the first entry that declares them)", r.Devices[0].PluginPlatform, r.Devices[1].PluginPlatform)
+	}
+	var sb strings.Builder
+	if err := WriteTable(&sb, r); err != nil || !strings.Contains(sb.String(), "unlisted (acme)") {
+		t.Errorf("table: %v\n%s", err, sb.String())
+	}
+	info := r.HostInfo()
+	hw := core.Hardware{PlatformName: "acme", Devices: []core.PCIDevice{{VendorID: 0xacce, Drivers: []string{"acme"}}}}
+	if ok, why := hw.Supports(info); !ok {
+		t.Errorf("acme hardware on the acme host: %s", why)
+	}
+	r = detectFixture(t, "acme_no_node", Options{})
+	if ok, why := hw.Supports(r.HostInfo()); ok || why != "needs a usable PCI device acce:* (driver acme) (acme), host has none" {
+		t.Errorf("acme hardware without a usable device: %v, %q", ok, why)
 	}
 }

@@ -37,7 +37,11 @@ func WriteTable(w io.Writer, r *Report) error {
 	} else {
 		fmt.Fprintln(tw, "VENDOR\tMODEL\tPCI ADDRESS\tPCI ID\tARCH\tCC\tUSABLE\tREASON")
 		for _, d := range r.Devices {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Vendor, d.Model, d.PCIAddress, d.PCIID,
+			vendor := d.Vendor
+			if d.PluginPlatform != "" {
+				vendor += " (" + d.PluginPlatform + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vendor, d.Model, d.PCIAddress, d.PCIID,
 				dash(d.Arch), dash(d.ComputeCapability), yesNo(d.Usable), dash(d.Reason))
 		}
 	}
@@ -185,6 +189,14 @@ func advise(d Device) []string {
 				return []string{"add --device /dev/kfd --device /dev/dri to the container (docker/podman run); on the host, check that amdgpu is loaded (modprobe amdgpu)"}
 			}
 			return []string{"add --device /dev/dri to the container; on the host, check that i915 or xe created /dev/dri/renderD*"}
+		case VendorUnlisted:
+			if perm {
+				return []string{"give this user access to the device node: the group that owns it (ls -l), or a udev rule of the vendor's driver"}
+			}
+			return []string{
+				"check that the vendor's driver is loaded and made the node (dmesg, ls -l /dev)",
+				"in a container: pass the node with --device",
+			}
 		case VendorHuawei:
 			if perm {
 				return []string{"add the user to the HwHiAiUser group, which owns the davinci nodes"}

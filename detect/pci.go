@@ -34,6 +34,9 @@ type pciDev struct {
 	class  uint32 // 24-bit class code
 	driver string // basename of the driver symlink, "" when none
 	err    error  // a file that should parse did not
+	// unlisted marks a processing accelerator or co-processor that no
+	// vendor code of Detect handles: it is listed generically.
+	unlisted bool
 }
 
 // id returns "vvvv:dddd".
@@ -64,8 +67,18 @@ func acceleratorClass(vendor uint16, class uint32) bool {
 	return base == pciClassDisplay || base == pciClassAccelerator || sub == pciClassCoprocessor
 }
 
-// scanPCI lists the accelerators of known vendors in sys/bus/pci/devices,
-// sorted by address. A missing directory gives none.
+// unlistedClass reports a class code that makes a device of a vendor
+// Detect does not handle an accelerator: a processing accelerator or a
+// co-processor. Display controllers of such vendors (a server's BMC VGA)
+// are not.
+func unlistedClass(class uint32) bool {
+	return class>>16 == pciClassAccelerator || class>>8 == pciClassCoprocessor
+}
+
+// scanPCI lists the accelerators in sys/bus/pci/devices, sorted by address:
+// those of known vendors, and, marked unlisted, the processing
+// accelerators and co-processors that no vendor code handles. A missing
+// directory gives none.
 func scanPCI(e *env) []pciDev {
 	const dir = "sys/bus/pci/devices"
 	entries, err := os.ReadDir(e.path(dir))
@@ -81,10 +94,10 @@ func scanPCI(e *env) []pciDev {
 			continue
 		}
 		vendor, err := parseHex(firstLine(vb), 16)
-		if err != nil || !knownVendor(uint16(vendor)) {
+		if err != nil {
 			continue
 		}
-		p := pciDev{addr: addr, vendor: uint16(vendor)}
+		p := pciDev{addr: addr, vendor: uint16(vendor), unlisted: !knownVendor(uint16(vendor))}
 		if _, _, _, _, ok := parsePCIAddress(addr); !ok {
 			p.err = fmt.Errorf("malformed PCI address %q", addr)
 		}
@@ -97,9 +110,16 @@ func scanPCI(e *env) []pciDev {
 			p.err = fmt.Errorf("%s/class: %w", disp(rel), err)
 		} else {
 			p.class = uint32(class)
-			if !acceleratorClass(p.vendor, p.class) {
+			switch {
+			case !p.unlisted && acceleratorClass(p.vendor, p.class):
+			case unlistedClass(p.class):
+				p.unlisted = true
+			default:
 				continue
 			}
+		}
+		if err != nil && p.unlisted {
+			continue // a device of no known vendor whose class cannot be read
 		}
 		db, err := e.readFile(rel + "/device")
 		if err == nil {

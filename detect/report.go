@@ -65,6 +65,19 @@ type Device struct {
 	Usable            bool   `json:"usable"` // every check passed
 	// Reason is empty when Usable, else "<check>: <what failed>".
 	Reason string `json:"reason"`
+	// VendorID and DeviceID are the PCI IDs in lower-case hex, such as
+	// "10de" and "2335".
+	VendorID string `json:"vendor_id"`
+	DeviceID string `json:"device_id"`
+	// Driver is the kernel driver bound to the device, "" when none.
+	Driver string `json:"driver"`
+	// DeviceNodes are, for an unlisted device, the device nodes its driver
+	// made, each present or not and permitted or not.
+	DeviceNodes []DeviceNode `json:"device_nodes,omitempty"`
+	// PluginPlatform is, for an unlisted device, the platform name a
+	// plugin declares for it (core.Hardware.PlatformName); the host fills
+	// it in (Report.NamePlatforms).
+	PluginPlatform string `json:"plugin_platform,omitempty"`
 
 	ccSource string // where ComputeCapability came from: "pci id", "libcuda"
 }

@@ -42,9 +42,9 @@ func discover(dirs []string, insecure bool) (found []candidate, broken []PluginI
 		}
 		sort.Strings(names)
 		for _, name := range names {
-			family, ok := strings.CutPrefix(name, wire.BinaryPrefix)
-			if !ok {
-				continue
+			family, staged, ok := wire.FamilyOf(name)
+			if !ok || staged {
+				continue // a binary being put in place is not a plugin yet
 			}
 			path := filepath.Join(dir, name)
 			info := PluginInfo{Name: family, Path: path, Status: StatusBroken}

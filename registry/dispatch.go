@@ -18,10 +18,11 @@ type route struct {
 	name    string
 	plugin  *plugin // nil: no plugin serves the name
 	handler core.HandlerInfo
-	methods uint32       // bit m set: method m declared
-	cache   *answerCache // nil: the handler's reads cannot be cached
-	missing bool         // an expected name that no plugin serves
-	why     error        // with missing: what was refused that may serve it, and why
+	methods uint32        // bit m set: method m declared
+	cache   *answerCache  // nil: the handler's reads cannot be cached
+	keys    *core.KeyPlan // with cache: how requests are keyed
+	missing bool          // an expected name that no plugin serves
+	why     error         // with missing: what was refused that may serve it, and why
 }
 
 func newRoute(h core.HandlerInfo, p *plugin, cache bool) *route {
@@ -31,8 +32,8 @@ func newRoute(h core.HandlerInfo, p *plugin, cache bool) *route {
 			rt.methods |= 1 << m
 		}
 	}
-	if cache && h.Reads.Cacheable() {
-		rt.cache = &answerCache{}
+	if plan, err := h.Reads.Plan(); cache && err == nil {
+		rt.cache, rt.keys = &answerCache{}, plan
 	}
 	return rt
 }
@@ -168,7 +169,7 @@ func (d *Dispatcher) BeginInto(p *Pass, batch *core.Batch, runtime *core.Runtime
 	d.r.noteDeprecated(p.rt)
 	p.sum = sums{prefix: batch.PrefixSum(), seq: batch.SeqSum()}
 	if p.rt.cached() != nil {
-		p.batchKey = p.rt.handler.Reads.BatchKey(&p.req, p.sum.prefix, p.sum.seq)
+		p.batchKey = p.rt.keys.BatchKey(&p.req, p.sum.prefix, p.sum.seq)
 	}
 	return nil
 }
@@ -183,7 +184,7 @@ func (p *Pass) Dispatch(ctx context.Context, layer *core.Layer) (core.Answer, er
 		return p.d.r.dispatch(ctx, now, &req)
 	}
 	if c := rt.answers(); c != nil {
-		k := p.batchKey | rt.handler.Reads.LayerKey(layer, p.sum.prefix)
+		k := p.batchKey | rt.keys.LayerKey(layer, p.sum.prefix)
 		if m, ok := c.get(k); ok {
 			return core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}, nil
 		}
@@ -205,7 +206,7 @@ func (r *Registry) dispatch(ctx context.Context, rt *route, req *core.Request) (
 	}
 	r.noteDeprecated(rt)
 	if c := rt.answers(); c != nil {
-		if m, ok := c.get(rt.handler.Reads.Key(req)); ok {
+		if m, ok := c.get(rt.keys.Key(req)); ok {
 			return core.Answer{Method: m, Handler: rt.name, Plugin: rt.plugin.name}, nil
 		}
 	}
@@ -216,11 +217,14 @@ func (r *Registry) dispatch(ctx context.Context, rt *route, req *core.Request) (
 // cache with the plugin's answer.
 func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (core.Answer, error) {
 	if rt == nil {
+		if why := r.unserved(r.table.Load(), req.Backend); why != nil {
+			return r.fallback(req, "", why)
+		}
 		r.noteUnknown(req.Backend)
 		return r.decideTriton(req, ""), nil
 	}
 	if rt.missing {
-		err := fmt.Errorf("no plugin in %s serves %q", strings.Join(r.cfg.PluginDirs, ":"), req.Backend)
+		err := fmt.Errorf("no plugin in %s serves %q (missing)", strings.Join(r.cfg.PluginDirs, ":"), req.Backend)
 		if rt.why != nil {
 			err = fmt.Errorf("%w; %w", err, rt.why)
 		}
@@ -253,7 +257,7 @@ func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (co
 	}
 	r.succeeded(p)
 	if c := rt.cached(); c != nil {
-		c.put(rt.handler.Reads.Key(req), m)
+		c.put(rt.keys.Key(req), m)
 	}
 	return core.Answer{Method: m, Handler: rt.name, Plugin: p.name}, nil
 }
@@ -410,7 +414,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		}
 		var k core.Key
 		if c := rt.cached(); c != nil {
-			k = rt.handler.Reads.Key(req)
+			k = rt.keys.Key(req)
 		}
 		if c := rt.answers(); c != nil {
 			if m, ok := c.get(k); ok {

@@ -23,17 +23,24 @@
 //  2. Resolution: a name maps to the first plugin, in directory order, that
 //     serves it. A name nobody serves is decided by the triton rules, as in
 //     the reference; Answer.Handler is then "triton". A name sglang
-//     registers that no plugin serves falls back with ReasonPluginMissing.
+//     registers that no plugin serves falls back with ReasonPluginMissing,
+//     the name of a broken binary with ReasonPluginBroken, and a name a
+//     plugin served before a reload with ReasonPluginMissing. Under
+//     Config.Strict there is no silent fallback: every such request is
+//     refused, a name never seen with ReasonUnknownBackend; only "triton"
+//     is answered in process. Staged binaries (attnplug-backend-fa3.new,
+//     wire.StagingSuffixes) are skipped.
 //  3. Start: a plugin process starts when the first request for one of its
 //     names arrives (or at Registry.Start), and keeps running. With
 //     Config.Host set, a plugin whose hardware the host lacks is never
 //     started, and each plugin started may refuse the host.
-//  4. Answers: each handler declares the request facts its rules read
-//     (core.Reads); the registry caches the plugin's answers by those
-//     facts, so most requests never reach the plugin. The cache answers
-//     only while the plugin serves: from a failure until the plugin
-//     answers again, every request of its names falls back, cached or not,
-//     and so do the cached lines of a batch whose call to it failed.
+//  4. Answers: each handler declares the quantities its rules read, with
+//     the thresholds they compare them to (core.Reads); the registry keys
+//     the plugin's answers by them (core.KeyPlan), so most requests never
+//     reach the plugin. The cache answers only while the plugin serves:
+//     from a failure until the plugin answers again, every request of its
+//     names falls back, cached or not, and so do the cached lines of a
+//     batch whose call to it failed.
 //  5. Supervision: a call that fails (crash, deadline, protocol violation)
 //     falls back to the triton rules with a named Reason, logged as a
 //     warning; the plugin is restarted with exponential backoff, and a

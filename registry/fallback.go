@@ -21,6 +21,9 @@ type fallbackLog struct {
 	refused int64
 }
 
+// maxStreaks bounds the open streaks, one per name and reason.
+const maxStreaks = 1024
+
 type streakKey struct {
 	backend string
 	reason  Reason
@@ -46,6 +49,9 @@ func (l *fallbackLog) record(backend, plugin string, reason Reason, msg, what st
 	if s := l.streaks[k]; s != nil {
 		s.count++
 		return
+	}
+	if len(l.streaks) >= maxStreaks {
+		return // names without end (strict refusals of made-up names): counted only
 	}
 	if l.streaks == nil {
 		l.streaks = map[streakKey]*streak{}

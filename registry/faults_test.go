@@ -368,10 +368,16 @@ func TestFaultCrashMidBatchFallsBackEveryRequest(t *testing.T) {
 				t.Errorf("request %d: %+v, want a %s fallback", i, res, registry.ReasonCrashed)
 			}
 		}
-		for i := 6; i < 8; i++ {
-			if res := out[i]; res.Err != nil || res.Answer.Handler != core.TritonName || res.Answer.Fallback != "" {
-				t.Errorf("request %d (%s): %+v, want the triton rules without a fallback", i, reqs[i].Backend, res)
-			}
+		if res := out[6]; res.Err != nil || res.Answer.Handler != core.TritonName || res.Answer.Fallback != "" {
+			t.Errorf("request 6 (triton): %+v, want the triton rules without a fallback", res)
+		}
+		// A name nobody serves: the triton rules, as in sglang, but no
+		// silent fallback under strict.
+		switch res := out[7]; {
+		case strict && !errors.Is(res.Err, core.ErrRefused):
+			t.Errorf("request 7 (FA3): %+v, want refused", res)
+		case !strict && (res.Err != nil || res.Answer.Handler != core.TritonName || res.Answer.Fallback != ""):
+			t.Errorf("request 7 (FA3): %+v, want the triton rules without a fallback", res)
 		}
 		if res := out[8]; !errors.Is(res.Err, core.ErrInvalidRequest) {
 			t.Errorf("invalid request: %+v, want ErrInvalidRequest", res)

@@ -247,10 +247,11 @@ var ErrNotPinned = errors.New("refused by the lock file")
 func (l *Lock) verify(path, sum string) error {
 	e, ok := l.Entry(filepath.Base(path))
 	if !ok {
-		return fmt.Errorf("%w: %s is not pinned in %s (run attnplug lock to pin it)", ErrNotPinned, path, l.Path)
+		return fmt.Errorf("%w: %s is not pinned in %s (run attnplug lock --plugin-dir %s to pin it)", ErrNotPinned, path, l.Path, filepath.Dir(path))
 	}
 	if e.SHA256 != sum {
-		return fmt.Errorf("%w: %s: sha256 %s, but %s pins %s (version %s)", ErrNotPinned, path, sum, l.Path, e.SHA256, e.Version)
+		return fmt.Errorf("%w: %s: sha256 %s, but %s pins %s (version %s); if this build is the one to run, pin it with attnplug lock --plugin-dir %s, else put the pinned build back",
+			ErrNotPinned, path, sum, l.Path, e.SHA256, e.Version, filepath.Dir(path))
 	}
 	return nil
 }

@@ -123,7 +123,7 @@ func TestLockRefusesATamperedBinary(t *testing.T) {
 	eachMode(t, func(t *testing.T, strict bool) {
 		r, logs := open(t, registry.Config{PluginDirs: []string{dir}, Lock: lock, Strict: strict})
 		p := listing(r)["fault"]
-		for _, want := range []string{"refused by the lock file", bin, pinned.SHA256, actual, lock.Path} {
+		for _, want := range []string{"refused by the lock file", bin, pinned.SHA256, actual, lock.Path, "pin it with attnplug lock --plugin-dir " + dir, "else put the pinned build back"} {
 			if !strings.Contains(p.Reason, want) {
 				t.Errorf("reason %q lacks %q", p.Reason, want)
 			}

@@ -45,3 +45,13 @@ const ReasonRefused Reason = "plugin_refused"
 // ReasonUnsupportedHardware: the plugin's names do not run on the host's
 // hardware, or the plugin refused it.
 const ReasonUnsupportedHardware Reason = "plugin_unsupported_hardware"
+
+// ReasonPluginBroken: the plugin binary that serves the name, or is named
+// for it, is in a plugin directory but cannot be used (it failed to start
+// or describe itself, or its description was refused).
+const ReasonPluginBroken Reason = "plugin_broken"
+
+// ReasonUnknownBackend: no plugin serves the name, or ever did, and it is
+// not triton. Only Config.Strict makes it a refusal; otherwise the triton
+// rules answer, as in sglang.
+const ReasonUnknownBackend Reason = "backend_unknown"

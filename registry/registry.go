@@ -48,7 +48,9 @@ type Config struct {
 	// ReferenceNames without "triton".
 	ExpectedNames []string
 	// Strict refuses, instead of answering by the triton rules, every
-	// request that would fall back.
+	// request that would fall back, and every request for a name that no
+	// running plugin serves (other than triton): there is no silent
+	// fallback of any kind.
 	Strict bool
 	// Host, when set, is the hardware the host detected: a plugin none of
 	// whose names runs there is never started (its names fall back with
@@ -197,6 +199,8 @@ type Registry struct {
 	nUnknown  atomic.Int32
 	// deprecated holds the deprecated names whose use was logged.
 	deprecated sync.Map
+	// served maps every name a plugin served to the plugin's family.
+	served sync.Map
 
 	reloadMu  sync.Mutex
 	lock      atomic.Pointer[Lock] // the lock in force, nil for none; replaced by Reload, under reloadMu
@@ -513,6 +517,7 @@ func (r *Registry) addPlugin(t *routeTable, p *plugin) {
 			continue
 		}
 		t.routes[h.Name] = newRoute(h, p, !r.cfg.NoAnswerCache)
+		r.served.Store(h.Name, p.name)
 	}
 	t.plugins = append(t.plugins, p)
 }

@@ -134,10 +134,14 @@ func TestMissingPluginFallsBackWithReason(t *testing.T) {
 	if _, err := strict.Dispatch(ctx, &req); !errors.Is(err, core.ErrRefused) {
 		t.Errorf("strict: got %v, want an error wrapping ErrRefused", err)
 	}
-	// A name nobody serves is not a fallback, so strict answers it.
+	// Strict allows no silent fallback: a name nobody serves is refused
+	// too (without strict it gets the triton rules, as in sglang).
 	req = core.NewRequest("FA3", core.ModeExtend)
-	if a, err := strict.Dispatch(ctx, &req); err != nil || a.Handler != "triton" {
-		t.Errorf("strict FA3: got %+v, %v; want the triton rules", a, err)
+	if _, err := strict.Dispatch(ctx, &req); !errors.Is(err, core.ErrRefused) || !strings.Contains(err.Error(), string(registry.ReasonUnknownBackend)) {
+		t.Errorf("strict FA3: got %v; want a refusal with %s", err, registry.ReasonUnknownBackend)
+	}
+	if a, err := r.Dispatch(ctx, &req); err != nil || a.Handler != "triton" || a.Fallback != "" {
+		t.Errorf("FA3: got %+v, %v; want the triton rules without a fallback", a, err)
 	}
 }
 

@@ -187,13 +187,14 @@ func selfCheckRequests(name string) []core.Request {
 // have the same answers (the promise the answer cache keeps too). A
 // handler whose reads cannot be keyed gets every request.
 func distinctRequests(h core.HandlerInfo, reqs []core.Request) []core.Request {
-	if !h.Reads.Cacheable() {
+	plan, err := h.Reads.Plan()
+	if err != nil {
 		return reqs
 	}
 	seen := map[core.Key]bool{}
 	out := reqs[:0]
 	for i := range reqs {
-		k := h.Reads.Key(&reqs[i])
+		k := plan.Key(&reqs[i])
 		if !seen[k] {
 			seen[k] = true
 			out = append(out, reqs[i])

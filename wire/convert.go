@@ -207,13 +207,8 @@ func DescriptionToProto(d *core.Description) *pb.DescribeResponse {
 			Name:       h.Name,
 			AliasOf:    h.AliasOf,
 			Deprecated: h.Deprecated,
-			Reads: &pb.Reads{
-				Facts:            factsToProto(h.Reads.Facts),
-				PrefixSumAtLeast: h.Reads.PrefixSumAtLeast,
-				SeqSumAtMost:     h.Reads.SeqSumAtMost,
-				MaxSeqLenAtMost:  h.Reads.MaxSeqLenAtMost,
-			},
-			Kernels: KernelsToProto(h.Kernels),
+			Reads:      readsToProto(&h.Reads),
+			Kernels:    KernelsToProto(h.Kernels),
 		}
 		for _, m := range h.Methods {
 			ph.Methods = append(ph.Methods, MethodToProto(m))
@@ -243,20 +238,11 @@ func DescriptionFromProto(d *pb.DescribeResponse) (*core.Description, error) {
 		if h.GetName() == "" {
 			return nil, fmt.Errorf("%w: handler with an empty name", core.ErrProtocol)
 		}
-		facts, ok := factsFromProto(h.GetReads().GetFacts())
-		if !ok {
-			facts = core.AllFacts | unknownFact
-		}
 		ch := core.HandlerInfo{
 			Name:       h.GetName(),
 			AliasOf:    h.GetAliasOf(),
 			Deprecated: h.GetDeprecated(),
-			Reads: core.Reads{
-				Facts:            facts,
-				PrefixSumAtLeast: h.GetReads().GetPrefixSumAtLeast(),
-				SeqSumAtMost:     h.GetReads().GetSeqSumAtMost(),
-				MaxSeqLenAtMost:  h.GetReads().GetMaxSeqLenAtMost(),
-			},
+			Reads:      readsFromProto(h.GetReads()),
 		}
 		kernels, err := KernelsFromProto(h.GetKernels())
 		if err != nil {
@@ -282,15 +268,73 @@ func DescriptionFromProto(d *pb.DescribeResponse) (*core.Description, error) {
 // Cacheable.
 const unknownFact = core.Fact(1) << 31
 
+// readsToProto returns the protobuf form of r. Declared quantities add
+// FACT_QUANTITIES to the facts, so that a host older than them, which
+// does not know that fact, never caches by reads it cannot see.
+func readsToProto(r *core.Reads) *pb.Reads {
+	out := &pb.Reads{
+		Facts:            factsToProto(r.Facts),
+		PrefixSumAtLeast: r.PrefixSumAtLeast,
+		SeqSumAtMost:     r.SeqSumAtMost,
+		MaxSeqLenAtMost:  r.MaxSeqLenAtMost,
+	}
+	if len(r.Quantities) > 0 {
+		out.Facts = append(out.Facts, pb.Fact_FACT_QUANTITIES)
+	}
+	for _, q := range r.Quantities {
+		out.Quantities = append(out.Quantities, &pb.QuantityRead{Quantity: pb.Quantity(q.Quantity), At: q.At})
+	}
+	return out
+}
+
+// readsFromProto returns the core form of r. A fact unknown to this host
+// gives core.AllFacts plus the unknown marker, so that the handler is
+// never cached; an unknown quantity stays as it is, which Validate
+// refuses likewise.
+func readsFromProto(r *pb.Reads) core.Reads {
+	var fs []pb.Fact
+	for _, f := range r.GetFacts() {
+		if f != pb.Fact_FACT_QUANTITIES {
+			fs = append(fs, f)
+		}
+	}
+	facts, ok := factsFromProto(fs)
+	if !ok {
+		facts = core.AllFacts | unknownFact
+	}
+	out := core.Reads{
+		Facts:            facts,
+		PrefixSumAtLeast: r.GetPrefixSumAtLeast(),
+		SeqSumAtMost:     r.GetSeqSumAtMost(),
+		MaxSeqLenAtMost:  r.GetMaxSeqLenAtMost(),
+	}
+	for _, q := range r.GetQuantities() {
+		cq := core.Quantity(0) // unknown: not Valid
+		if n := q.GetQuantity(); n > 0 && n < 256 {
+			cq = core.Quantity(n)
+		}
+		out.Quantities = append(out.Quantities, core.Read{Quantity: cq, At: q.GetAt()})
+	}
+	return out
+}
+
 func hardwareToProto(h core.Hardware) *pb.Hardware {
 	out := &pb.Hardware{
 		MinCapability: int32(h.MinCapability),
 		MaxCapability: int32(h.MaxCapability),
 		Archs:         h.Archs,
 		NeedsAmx:      h.NeedsAMX,
+		PlatformName:  h.PlatformName,
 	}
 	for _, p := range h.Platforms {
 		out.Platforms = append(out.Platforms, pb.Platform(p))
+	}
+	for _, d := range h.Devices {
+		pd := &pb.PCIDevice{VendorId: uint32(d.VendorID), Drivers: d.Drivers}
+		for _, id := range d.DeviceIDs {
+			pd.DeviceIds = append(pd.DeviceIds, uint32(id))
+		}
+		out.Devices = append(out.Devices, pd)
 	}
 	return out
 }
@@ -303,6 +347,7 @@ func hardwareFromProto(h *pb.Hardware) core.Hardware {
 		MaxCapability: int(h.GetMaxCapability()),
 		Archs:         h.GetArchs(),
 		NeedsAMX:      h.GetNeedsAmx(),
+		PlatformName:  h.GetPlatformName(),
 	}
 	for _, p := range h.GetPlatforms() {
 		cp, err := platformFromProto(p)
@@ -311,17 +356,43 @@ func hardwareFromProto(h *pb.Hardware) core.Hardware {
 		}
 		out.Platforms = append(out.Platforms, cp)
 	}
+	for _, d := range h.GetDevices() {
+		out.Devices = append(out.Devices, pciDeviceFromProto(d))
+	}
+	return out
+}
+
+// pciDeviceFromProto keeps an ID past 16 bits as a vendor no device has
+// (0xffff, the PCI bus's "no device"), so that the entry constrains rather
+// than matches another device.
+func pciDeviceFromProto(d *pb.PCIDevice) core.PCIDevice {
+	id16 := func(v uint32) uint16 {
+		if v > 0xffff {
+			return 0xffff
+		}
+		return uint16(v)
+	}
+	out := core.PCIDevice{VendorID: id16(d.GetVendorId()), Drivers: d.GetDrivers()}
+	for _, id := range d.GetDeviceIds() {
+		out.DeviceIDs = append(out.DeviceIDs, id16(id))
+	}
 	return out
 }
 
 // HostInfoToProto returns the protobuf form of info.
 func HostInfoToProto(info core.HostInfo) *pb.HostInfo {
-	return &pb.HostInfo{
+	out := &pb.HostInfo{
 		Platform:          pb.Platform(info.Platform),
 		ComputeCapability: int32(info.ComputeCapability),
 		Archs:             info.Archs,
 		Amx:               info.AMX,
 	}
+	for _, d := range info.Devices {
+		out.Devices = append(out.Devices, &pb.HostDevice{
+			VendorId: uint32(d.VendorID), DeviceId: uint32(d.DeviceID), Driver: d.Driver, PciAddress: d.PCIAddress,
+		})
+	}
+	return out
 }
 
 // HostInfoFromProto returns the core form of info.
@@ -330,12 +401,21 @@ func HostInfoFromProto(info *pb.HostInfo) (core.HostInfo, error) {
 	if err != nil {
 		return core.HostInfo{}, err
 	}
-	return core.HostInfo{
+	out := core.HostInfo{
 		Platform:          p,
 		ComputeCapability: int(info.GetComputeCapability()),
 		Archs:             info.GetArchs(),
 		AMX:               info.GetAmx(),
-	}, nil
+	}
+	for _, d := range info.GetDevices() {
+		if d.GetVendorId() > 0xffff || d.GetDeviceId() > 0xffff {
+			return core.HostInfo{}, core.NewFieldError("host.devices", fmt.Sprintf("PCI ID %#x:%#x is wider than 16 bits", d.GetVendorId(), d.GetDeviceId()))
+		}
+		out.Devices = append(out.Devices, core.HostDevice{
+			VendorID: uint16(d.GetVendorId()), DeviceID: uint16(d.GetDeviceId()), Driver: d.GetDriver(), PCIAddress: d.GetPciAddress(),
+		})
+	}
+	return out, nil
 }
 
 // KernelsToProto returns the protobuf form of a kernel catalog.

@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -258,8 +259,9 @@ func TestEnumParity(t *testing.T) {
 			}
 			n++
 		}
-		if got := len(pb.Fact_name); got != n+1 {
-			t.Errorf("pluginv1 Fact values: got %d, want %d", got, n+1)
+		// FACT_UNSPECIFIED and FACT_QUANTITIES have no core bit.
+		if got := len(pb.Fact_name); got != n+2 {
+			t.Errorf("pluginv1 Fact values: got %d, want %d", got, n+2)
 		}
 		all, ok := factsFromProto(factsToProto(core.AllFacts))
 		if !ok || all != core.AllFacts {
@@ -269,6 +271,81 @@ func TestEnumParity(t *testing.T) {
 			t.Errorf("factsToProto(0): got %v, want nil", got)
 		}
 	})
+}
+
+func TestQuantityParity(t *testing.T) {
+	qs := core.Quantities()
+	for _, q := range qs {
+		if got, want := strings.TrimPrefix(pb.Quantity(q).String(), "QUANTITY_"), strings.ToUpper(q.String()); got != want {
+			t.Errorf("quantity %d: pluginv1 %s, core %s", q, got, want)
+		}
+	}
+	if got := len(pb.Quantity_name); got != len(qs)+1 {
+		t.Errorf("pluginv1 Quantity values: got %d, want %d", got, len(qs)+1)
+	}
+}
+
+// TestReadsRoundTrip sends declared quantities over the wire, and checks
+// that a host older than them (one that does not know FACT_QUANTITIES)
+// would find the reads not cacheable.
+func TestReadsRoundTrip(t *testing.T) {
+	r := core.Reads{
+		Facts:            core.FactMode | core.FactPrefixSumZero,
+		PrefixSumAtLeast: []int64{16384},
+		Quantities: []core.Read{
+			{Quantity: core.QuantityComputeCapability, At: []int64{100}},
+			{Quantity: core.QuantityKVCacheDType},
+		},
+	}
+	p := readsToProto(&r)
+	if !slices.Contains(p.GetFacts(), pb.Fact_FACT_QUANTITIES) {
+		t.Errorf("facts %v lack FACT_QUANTITIES", p.GetFacts())
+	}
+	back := readsFromProto(p)
+	if !reflect.DeepEqual(back, r) {
+		t.Errorf("round trip: got %+v, want %+v", back, r)
+	}
+	if !back.Cacheable() {
+		t.Errorf("round trip is not cacheable: %v", back.Validate())
+	}
+	// An older host knew facts 1-20 only: FACT_QUANTITIES is unknown to it.
+	if _, ok := factsFromProto([]pb.Fact{pb.Fact_FACT_MODE, pb.Fact(21)}); ok {
+		t.Errorf("a fact past the known ones must make the reads unknown")
+	}
+	// Without quantities, nothing is added: a v1 plugin's reads are as
+	// they were.
+	if got := readsToProto(&core.Reads{Facts: core.FactMode}).GetFacts(); !slices.Equal(got, []pb.Fact{pb.Fact_FACT_MODE}) {
+		t.Errorf("facts: got %v", got)
+	}
+	// A quantity from a newer plugin is kept as unknown: not cacheable.
+	p.Quantities = append(p.Quantities, &pb.QuantityRead{Quantity: 99})
+	if back := readsFromProto(p); back.Cacheable() {
+		t.Errorf("an unknown quantity is cacheable: %+v", back)
+	}
+	p.Quantities[len(p.Quantities)-1].Quantity = 1 << 20
+	if back := readsFromProto(p); back.Cacheable() {
+		t.Errorf("a quantity past 8 bits is cacheable: %+v", back)
+	}
+}
+
+func TestHardwareDevicesRoundTrip(t *testing.T) {
+	hw := core.Hardware{PlatformName: "acme", Devices: []core.PCIDevice{{VendorID: 0xacce, DeviceIDs: []uint16{1, 2}, Drivers: []string{"acme"}}}}
+	back := hardwareFromProto(hardwareToProto(hw))
+	if !reflect.DeepEqual(back, hw) {
+		t.Errorf("round trip: got %+v, want %+v", back, hw)
+	}
+	wide := hardwareFromProto(&pb.Hardware{Devices: []*pb.PCIDevice{{VendorId: 0x1acce, DeviceIds: []uint32{0x10001}}}})
+	if d := wide.Devices[0]; d.VendorID != 0xffff || d.DeviceIDs[0] != 0xffff {
+		t.Errorf("IDs past 16 bits: got %+v, want 0xffff", d)
+	}
+	info := core.HostInfo{Platform: core.PlatformCPU, Devices: []core.HostDevice{{VendorID: 0xacce, DeviceID: 1, Driver: "acme", PCIAddress: "0000:41:00.0"}}}
+	gotInfo, err := HostInfoFromProto(HostInfoToProto(info))
+	if err != nil || !reflect.DeepEqual(gotInfo, info) {
+		t.Errorf("host info round trip: got %+v, %v, want %+v", gotInfo, err, info)
+	}
+	if _, err := HostInfoFromProto(&pb.HostInfo{Devices: []*pb.HostDevice{{VendorId: 1 << 16}}}); !errors.Is(err, core.ErrInvalidRequest) {
+		t.Errorf("a vendor ID past 16 bits: got %v, want an invalid-request error", err)
+	}
 }
 
 func TestMethodFromProtoUnknown(t *testing.T) {

@@ -17,3 +17,23 @@ func TestValidFamily(t *testing.T) {
 		}
 	}
 }
+
+func TestFamilyOf(t *testing.T) {
+	for _, tc := range []struct {
+		file, family string
+		staged, ok   bool
+	}{
+		{"attnplug-backend-fa3", "fa3", false, true},
+		{"attnplug-backend-acme_mla.new", "acme_mla", true, true},
+		{"attnplug-backend-fa3.tmp", "fa3", true, true},
+		{"attnplug-backend-fa3.old", "fa3", true, true},
+		{"attnplug-backend-fa3.bak", "fa3", true, true},
+		{"attnplug-backend-fa3.exe", "fa3.exe", false, true},
+		{"attnplug.lock", "", false, false},
+	} {
+		family, staged, ok := wire.FamilyOf(tc.file)
+		if family != tc.family || staged != tc.staged || ok != tc.ok {
+			t.Errorf("FamilyOf(%q) = %q, %v, %v; want %q, %v, %v", tc.file, family, staged, ok, tc.family, tc.staged, tc.ok)
+		}
+	}
+}

@@ -2,7 +2,10 @@ package wire
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/attnplug/attnplug/core"
 	pb "github.com/attnplug/attnplug/wire/pluginv1"
@@ -17,7 +20,17 @@ const MaxBatchRequests = 1 << 16
 type Server struct {
 	pb.UnimplementedBackendServer
 	backend core.Backend
+	// CheckRequests, when set before the server serves, makes every
+	// dispatch call compare the request after the backend's call with a
+	// copy made before it, and fail the call with an error wrapping
+	// ErrRequestChanged when they differ. It costs a copy per request.
+	CheckRequests bool
 }
+
+// ErrRequestChanged marks a call whose request the backend changed: a rule
+// must leave its request as it was given (core.Request). Across the wire
+// the error keeps its text, under core.ErrProtocol.
+var ErrRequestChanged = errors.New("the rules changed the request they were given")
 
 // NewServer returns a Server for b.
 func NewServer(b core.Backend) *Server { return &Server{backend: b} }
@@ -40,7 +53,14 @@ func (s *Server) Dispatch(ctx context.Context, in *pb.DispatchRequest) (*pb.Disp
 	if err != nil {
 		return nil, ToStatus(err)
 	}
+	var before core.Request
+	if s.CheckRequests {
+		before = cloneRequest(&req)
+	}
 	m, err := s.backend.Dispatch(ctx, &req)
+	if err == nil && s.CheckRequests {
+		err = requestChanged(&before, &req)
+	}
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -65,6 +85,13 @@ func (s *Server) DispatchBatch(ctx context.Context, in *pb.DispatchBatchRequest)
 		}
 		reqs[i], valid[i] = req, true
 	}
+	var before []core.Request
+	if s.CheckRequests {
+		before = make([]core.Request, n)
+		for i := range reqs {
+			before[i] = cloneRequest(&reqs[i])
+		}
+	}
 	if bb, ok := s.backend.(core.BatchBackend); ok {
 		sub, idx := compact(reqs, valid)
 		subOut := make([]core.Result, len(sub))
@@ -73,12 +100,18 @@ func (s *Server) DispatchBatch(ctx context.Context, in *pb.DispatchBatchRequest)
 		}
 		for j, i := range idx {
 			results[i] = subOut[j]
+			reqs[i] = sub[j]
 		}
 	} else {
 		for i := range reqs {
 			if valid[i] {
 				results[i].Method, results[i].Err = s.backend.Dispatch(ctx, &reqs[i])
 			}
+		}
+	}
+	for i := range before {
+		if err := requestChanged(&before[i], &reqs[i]); valid[i] && results[i].Err == nil && err != nil {
+			results[i] = core.Result{Err: err}
 		}
 	}
 	out := &pb.DispatchBatchResponse{Results: make([]*pb.Result, n)}
@@ -181,4 +214,54 @@ func (s *Server) PlanKernel(ctx context.Context, in *pb.PlanKernelRequest) (*pb.
 		return nil, ToStatus(fmt.Errorf("%w: plan kernel: the backend returned no plan and no error", core.ErrProtocol))
 	}
 	return &pb.PlanKernelResponse{Plan: planToProto(p)}, nil
+}
+
+// cloneRequest copies r with its own length slices.
+func cloneRequest(r *core.Request) core.Request {
+	c := *r
+	c.Batch.ExtendPrefixLens = slices.Clone(r.Batch.ExtendPrefixLens)
+	c.Batch.SeqLens = slices.Clone(r.Batch.SeqLens)
+	return c
+}
+
+// requestChanged returns an error wrapping ErrRequestChanged and
+// core.ErrProtocol, naming what changed, when after is not before.
+func requestChanged(before, after *core.Request) error {
+	var what []string
+	lens := func(field string, a, b []int64) {
+		if !slices.Equal(a, b) || (a == nil) != (b == nil) {
+			what = append(what, fmt.Sprintf("%s %v became %v", field, shortLens(a), shortLens(b)))
+		}
+	}
+	lens("extend_prefix_lens", before.Batch.ExtendPrefixLens, after.Batch.ExtendPrefixLens)
+	lens("seq_lens", before.Batch.SeqLens, after.Batch.SeqLens)
+	b, a := before, after
+	if b.Backend != a.Backend {
+		what = append(what, fmt.Sprintf("backend %q became %q", b.Backend, a.Backend))
+	}
+	if b.Layer != a.Layer {
+		what = append(what, fmt.Sprintf("layer %+v became %+v", b.Layer, a.Layer))
+	}
+	if b.Batch.Mode != a.Batch.Mode || b.Batch.MaxChunkCapacity != a.Batch.MaxChunkCapacity || b.Batch.MLAPrefillCP != a.Batch.MLAPrefillCP {
+		what = append(what, fmt.Sprintf("forward_mode, max_chunk_capacity, mla_prefill_cp %s, %d, %v became %s, %d, %v",
+			b.Batch.Mode, b.Batch.MaxChunkCapacity, b.Batch.MLAPrefillCP, a.Batch.Mode, a.Batch.MaxChunkCapacity, a.Batch.MLAPrefillCP))
+	}
+	if b.Runtime != a.Runtime {
+		what = append(what, fmt.Sprintf("runtime %+v became %+v", b.Runtime, a.Runtime))
+	}
+	if len(what) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: %s", core.ErrProtocol, ErrRequestChanged, strings.Join(what, "; "))
+}
+
+// shortLens shows at most 8 lengths.
+func shortLens(v []int64) string {
+	if v == nil {
+		return "(not known)"
+	}
+	if len(v) > 8 {
+		return fmt.Sprintf("%v... (%d entries)", v[:8], len(v))
+	}
+	return fmt.Sprint(v)
 }

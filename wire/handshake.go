@@ -15,6 +15,13 @@ import (
 // plugin exits.
 const EnvParentPipe = "ATTNPLUG_PARENT_PIPE"
 
+// EnvCheckRequests names the environment variable that, set to "1", makes
+// Main's server check every request the backend is given: a call whose
+// request the backend changed fails with an error wrapping
+// ErrRequestChanged. attnplug conform sets it; a host does not, as the
+// check copies every request.
+const EnvCheckRequests = "ATTNPLUG_CHECK_REQUESTS"
+
 // ProtocolVersion is the plugin protocol version this package speaks.
 const ProtocolVersion = 1
 
@@ -76,11 +83,17 @@ type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Backend is what the plugin side serves; nil on the host side.
 	Backend core.Backend
+	// CheckRequests makes the plugin side check that Backend leaves every
+	// request as it was given (Server.CheckRequests); Main sets it when
+	// EnvCheckRequests is "1".
+	CheckRequests bool
 }
 
 // GRPCServer registers the backend's service on s.
 func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	pluginv1.RegisterBackendServer(s, NewServer(p.Backend))
+	srv := NewServer(p.Backend)
+	srv.CheckRequests = p.CheckRequests
+	pluginv1.RegisterBackendServer(s, srv)
 	return nil
 }
 

@@ -54,9 +54,17 @@ func run(ctx context.Context, f Factory, args []string, getenv func(string) stri
 		return 1
 	}
 	watchParent(getenv(EnvParentPipe), logger)
+	plugins := VersionedPlugins(backend)
+	if getenv(EnvCheckRequests) == "1" {
+		for _, set := range plugins {
+			if p, ok := set[PluginName].(*GRPCPlugin); ok {
+				p.CheckRequests = true
+			}
+		}
+	}
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake(),
-		VersionedPlugins: VersionedPlugins(backend),
+		VersionedPlugins: plugins,
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return plugin.DefaultGRPCServer(append(opts, ServerOptions()...))
 		},

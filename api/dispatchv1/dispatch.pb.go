@@ -478,8 +478,10 @@ type Route struct {
 	// What the rules of handler read.
 	Reads *Reads `protobuf:"bytes,6,opt,name=reads,proto3" json:"reads,omitempty"`
 	// False when answers must not be cached: facts the server cannot key,
-	// a server run with --no-answer-cache, or a plugin whose process
-	// describes itself otherwise than its cached description.
+	// quantities of the plugin protocol (core.Quantity) that facts and
+	// constants cannot say, a server run with --no-answer-cache, or a
+	// plugin whose process describes itself otherwise than its cached
+	// description.
 	Cacheable bool `protobuf:"varint,7,opt,name=cacheable,proto3" json:"cacheable,omitempty"`
 	// Set when a plugin should serve the name but the triton rules answer
 	// it until the next reload: why (plugin_missing,

@@ -13,44 +13,58 @@ import (
 
 // runConform is `attnplug conform PLUGIN_BINARY`: the conformance suite of
 // package conformance on one plugin binary, as a readable report or JSON.
-// The device-code check asks for the device of --arch (default: this
-// machine's GPU, else an example sm_90 device). It fails (exit status 1)
-// when any check fails.
+// Flags may come before or after the binary. The device-code check asks
+// for the device of --arch (default: this machine's GPU, else an example
+// sm_90 device). It fails (exit status 1) when any check fails.
 func runConform(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("conform", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	timeout := fs.Duration("timeout", 2*time.Second, "deadline of one call to the plugin")
 	startTimeout := fs.Duration("start-timeout", 10*time.Second, "deadline of the plugin's start and handshake")
-	maxRequests := fs.Int("max-requests", 0, "ask each name at most this many of the generated requests (0: all)")
+	maxRequests := fs.Int("max-requests", 0, "ask each name at most this many of the fixed requests (0: all); the random probes come besides")
 	maxP99 := fs.Duration("max-p99", 0, "fail when the p99 of a dispatch call is above this (0: no limit)")
+	budget := fs.Duration("latency-budget", conformance.DefaultLatencyBudget, "fail when the rules take longer than this a dispatch call: the median call less the round trip measured in the same run (0: no budget)")
+	seed := fs.Uint64("seed", 0, "seed of the random probes; a run with the seed a report gives asks the same requests (0: pick one)")
+	probes := fs.Int("probes", 24, "random base requests of each name to vary one quantity at a time (0: none)")
 	var dev deviceFlags
 	dev.register(fs)
-	if err := parseFlags(fs, e, args, "attnplug conform [flags] PLUGIN_BINARY"); err != nil {
+	pos, err := parseInterspersed(fs, e, args, "attnplug conform [flags] PLUGIN_BINARY [flags]")
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return &usageError{fmt.Sprintf("conform: want one plugin binary, got %d arguments", fs.NArg())}
+	if len(pos) != 1 {
+		return &usageError{fmt.Sprintf("conform: want one plugin binary, got %d arguments", len(pos))}
 	}
-	if *timeout <= 0 || *startTimeout <= 0 || *maxRequests < 0 || *maxP99 < 0 {
-		return &usageError{"conform: --timeout and --start-timeout must be positive, --max-requests and --max-p99 not negative"}
+	if *timeout <= 0 || *startTimeout <= 0 || *maxRequests < 0 || *maxP99 < 0 || *budget < 0 || *probes < 0 {
+		return &usageError{"conform: --timeout and --start-timeout must be positive; --max-requests, --max-p99, --latency-budget and --probes not negative"}
 	}
-	if st, err := os.Stat(fs.Arg(0)); err != nil {
+	if st, err := os.Stat(pos[0]); err != nil {
 		return &usageError{fmt.Sprintf("conform: plugin binary: %v", err)}
 	} else if !st.Mode().IsRegular() {
-		return &usageError{fmt.Sprintf("conform: plugin binary %s is not a regular file", fs.Arg(0))}
+		return &usageError{fmt.Sprintf("conform: plugin binary %s is not a regular file", pos[0])}
 	}
 	device, _, err := dev.device()
 	if err != nil {
 		return err
 	}
-	report, err := conformance.Run(ctx, conformance.Options{
-		Binary:       fs.Arg(0),
-		CallTimeout:  *timeout,
-		StartTimeout: *startTimeout,
-		MaxRequests:  *maxRequests,
-		MaxP99:       *maxP99,
-		Device:       &device,
-	})
+	opts := conformance.Options{
+		Binary:        pos[0],
+		CallTimeout:   *timeout,
+		StartTimeout:  *startTimeout,
+		MaxRequests:   *maxRequests,
+		MaxP99:        *maxP99,
+		LatencyBudget: *budget,
+		Seed:          *seed,
+		Probes:        *probes,
+		Device:        &device,
+	}
+	if *budget == 0 {
+		opts.LatencyBudget = -1 // no budget
+	}
+	if *probes == 0 {
+		opts.Probes = -1
+	}
+	report, err := conformance.Run(ctx, opts)
 	if report == nil {
 		return err
 	}
@@ -67,7 +81,28 @@ func runConform(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if !report.Passed {
-		return fmt.Errorf("conform: %s", report.Summary())
+		return fmt.Errorf("conform: %s (seed %d)", report.Summary(), report.Seed)
 	}
 	return nil
+}
+
+// parseInterspersed parses args with fs, flags before and after the
+// arguments that are not flags, as `conform BIN --json` writes them; "--"
+// ends the flags. It returns the other arguments in order.
+func parseInterspersed(fs *flag.FlagSet, e *env, args []string, usage string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, e, args, usage); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// fs stopped at rest[0]: after "--" everything is an argument.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
 }

@@ -60,6 +60,7 @@ func runDetect(ctx context.Context, e *env, args []string) error {
 	}
 	defer reg.Close()
 	r.Plugins = pluginsServed(reg, r.HostInfo())
+	r.NamePlatforms(declaredHardware(reg))
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -131,6 +132,18 @@ func pluginsServed(reg *registry.Registry, info core.HostInfo) []detect.PluginIn
 		out = append(out, pi)
 	}
 	return out
+}
+
+// declaredHardware is the hardware every name served by a plugin of reg
+// declares.
+func declaredHardware(reg *registry.Registry) []core.Hardware {
+	var hw []core.Hardware
+	for _, name := range reg.Names() {
+		if h, _, ok := reg.Handler(name); ok {
+			hw = append(hw, h.Hardware...)
+		}
+	}
+	return hw
 }
 
 // pluginServed reports whether the host serves plugin p on info, and why

@@ -93,6 +93,10 @@ func TestDetectFixturesJSON(t *testing.T) {
 		{"spr_amx", "cpu", "intel_amx", "intel_amx", true, nil, []string{"intel_xpu"}},
 		{"cpu_noamx", "cpu", "torch_native", "torch_native", false, nil, nil},
 		{"arm64", "cpu", "torch_native", "torch_native", false, nil, nil},
+		{"acme", "cpu", "torch_native", "torch_native", false,
+			[]dev{{"0000:41:00.0", true, ""}, {"0000:42:00.0", false, "driver: bound to vfio-pci"}}, nil},
+		{"acme_no_node", "cpu", "torch_native", "torch_native", false,
+			[]dev{{"0000:41:00.0", false, "device node: /dev/accel/accel0 missing"}, {"0000:61:00.0", false, "driver: no kernel driver"}}, nil},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {

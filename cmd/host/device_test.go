@@ -195,7 +195,7 @@ func TestConformChecksPlans(t *testing.T) {
 	t.Setenv("ATTNPLUG_LIE", "unknown_entry")
 	r = host(t, tree, "", "conform", "--max-requests", "50", liar)
 	if r.code != 1 || !strings.Contains(r.stdout, `FAIL  device-code`) || !strings.Contains(r.stdout, `has no entry "liar_mla_split_v2"`) ||
-		!strings.Contains(r.stderr, "1 of 15 checks failed: device-code") {
+		!strings.Contains(r.stderr, "1 of 18 checks failed: device-code") {
 		t.Errorf("conform on a lying plugin: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }

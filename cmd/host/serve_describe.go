@@ -62,11 +62,15 @@ func (s *dispatchServer) describe() (*dispatchv1.DescribeResponse, <-chan struct
 	return out, changed
 }
 
+// routeToProto describes r for the engine API, whose reads are facts and
+// constants: declared quantities are said in that form, and a route whose
+// quantities have none is not cacheable (core.Reads.Shorthand).
 func routeToProto(r registry.RouteInfo) *dispatchv1.Route {
+	short, exact := r.Reads.Shorthand()
 	return &dispatchv1.Route{
 		Name: r.Name, Handler: r.Handler, Plugin: r.Plugin, Version: r.Version, Sha256: r.SHA256,
-		Reads:     readsToProto(r.Reads),
-		Cacheable: r.Cacheable && r.Reads.Cacheable(),
+		Reads:     readsToProto(short),
+		Cacheable: r.Cacheable && exact,
 		Fallback:  string(r.Fallback),
 	}
 }

@@ -18,6 +18,7 @@ func Names() []string {
 	return []string{
 		"h100", "h200", "b200", "a100", "rtx4090", "container_no_driver", "vfio", "nvidia_plus_igpu",
 		"mi300x", "mi355x", "ascend910b", "intel_max1550", "spr_amx", "cpu_noamx", "arm64",
+		"acme", "acme_no_node",
 	}
 }
 

@@ -39,6 +39,14 @@ drm() {
 
 node() { mkdir -p "$(dirname "$1")"; : >"$1"; }
 
+# classdev ADDR CLASS NAME MAJOR:MINOR : a device node a driver made, as
+# sysfs shows it under the PCI device (ADDR/CLASS/NAME/dev)
+classdev() {
+	local d="sys/bus/pci/devices/$(E "$1")/$2/$3"
+	mkdir -p "$d"
+	printf '%s\n' "$4" >"$d/dev"
+}
+
 nvidia_version() {
 	mkdir -p proc/driver/nvidia
 	cat >proc/driver/nvidia/version <<'V'
@@ -354,7 +362,26 @@ fx_arm64() {
 	cpu_altra
 }
 
+# --- Accelerators of no listed platform (acme: made-up vendor 0xacce) ---
+
+fx_acme() {
+	cpu_icx
+	pci 0000:00:00.0 8086 09a2 060000
+	pci 0000:03:00.0 1a03 2000 030000 ast # BMC VGA: not an accelerator
+	pci 0000:41:00.0 acce 0001 120000 acme
+	classdev 0000:41:00.0 accel accel0 261:0
+	node dev/accel/accel0
+	pci 0000:42:00.0 acce 0001 120000 vfio-pci # passed through to a VM
+}
+
+fx_acme_no_node() {
+	cpu_icx
+	pci 0000:41:00.0 acce 0001 120000 acme
+	classdev 0000:41:00.0 accel accel0 261:0 # /dev/accel/accel0 missing
+	pci 0000:61:00.0 1e52 0100 0b4000 # a co-processor without a driver
+}
+
 for f in h100 h200 b200 a100 rtx4090 container_no_driver vfio nvidia_plus_igpu \
-	mi300x mi355x ascend910b intel_max1550 spr_amx cpu_noamx arm64; do
+	mi300x mi355x ascend910b intel_max1550 spr_amx cpu_noamx arm64 acme acme_no_node; do
 	fixture "$f"
 done

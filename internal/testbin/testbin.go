@@ -214,7 +214,8 @@ func BuildFault(dir string) (string, error) { return BuildTestPlugin(dir, "fault
 
 // BuildTestPlugin builds the test plugin internal/testplugins/<name> into
 // dir as attnplug-backend-<name> and returns its path: "fault" misbehaves
-// on command, "liar" hands device code whose plans lie on command.
+// on command, "liar" hands device code whose plans lie on command, "lab" reads
+// every kind of quantity and breaks on command.
 func BuildTestPlugin(dir, name string) (string, error) {
 	root, err := ModuleRoot(".")
 	if err != nil {

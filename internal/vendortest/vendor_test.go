@@ -1,9 +1,19 @@
 package vendortest
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/detect"
+	"github.com/attnplug/attnplug/detect/detecttest"
+	"github.com/attnplug/attnplug/registry"
 )
 
 type answer struct {
@@ -96,13 +106,33 @@ func TestVendorBackendConforms(t *testing.T) {
 	if !strings.Contains(r.stdout, "PASS  reads") || !strings.Contains(r.stdout, "declared constants") {
 		t.Errorf("report:\n%s", r.stdout)
 	}
-	r = host(t, "", nil, "conform", "--json", "--max-requests", "100", acmeBin)
-	var rep struct {
-		Plugin string `json:"plugin"`
-		Passed bool   `json:"passed"`
+	// Flags before and after the binary, as a vendor types them.
+	for _, args := range [][]string{
+		{"conform", "--json", "--max-requests", "100", "--seed", "5", acmeBin},
+		{"conform", acmeBin, "--json", "--max-requests", "100", "--seed", "5"},
+		{"conform", "--max-requests", "100", acmeBin, "--seed=5", "--json"},
+	} {
+		r = host(t, "", nil, args...)
+		var rep struct {
+			Plugin string `json:"plugin"`
+			Passed bool   `json:"passed"`
+			Seed   uint64 `json:"seed"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 || !rep.Passed || rep.Plugin != "acme_mla" || rep.Seed != 5 {
+			t.Fatalf("%v: exit %d, %v\n%s\n%s", args, r.code, err, r.stdout, r.stderr)
+		}
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 || !rep.Passed || rep.Plugin != "acme_mla" {
-		t.Fatalf("conform --json: exit %d, %v\n%s\n%s", r.code, err, r.stdout, r.stderr)
+	// A binary staged beside its final name is checked as what it becomes.
+	staged := filepath.Join(t.TempDir(), "attnplug-backend-acme_mla.new")
+	data, err := os.ReadFile(acmeBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(staged, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if r := host(t, "", nil, "conform", staged, "--max-requests", "100"); r.code != 0 {
+		t.Errorf("conform on a staged binary: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }
 
@@ -115,7 +145,7 @@ func TestConformCommandFails(t *testing.T) {
 		t.Fatalf("conform on a faulty plugin: exit %d, want 1\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	if !strings.Contains(r.stdout, "FAIL  catalog") || !strings.Contains(r.stdout, "answered MHA_NPU, which it does not declare") ||
-		!strings.Contains(r.stderr, "1 of 15 checks failed: catalog") {
+		!strings.Contains(r.stderr, "1 of 18 checks failed: catalog") {
 		t.Errorf("report:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	}
 	r = host(t, "", []string{"ATTNPLUG_FAULT=undeclared"}, "conform", "--json", "--max-requests", "50", faultBin)
@@ -125,12 +155,136 @@ func TestConformCommandFails(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 1 || rep.Passed {
 		t.Errorf("conform --json on a faulty plugin: exit %d, %v\n%s", r.code, err, r.stdout)
 	}
-	for _, args := range [][]string{{"conform"}, {"conform", "a", "b"}, {"conform", "--timeout", "0s", acmeBin}, {"conform", "--bogus", acmeBin}} {
+	for _, args := range [][]string{{"conform"}, {"conform", "a", "b"}, {"conform", "--timeout", "0s", acmeBin}, {"conform", "--bogus", acmeBin},
+		{"conform", acmeBin, "--bogus"}, {"conform", acmeBin, "--latency-budget", "-1ms"}, {"conform", acmeBin, "--", "--json"}} {
 		if r := host(t, "", nil, args...); r.code != 2 {
 			t.Errorf("%v: exit %d, want 2\n%s", args, r.code, r.stderr)
 		}
 	}
 	if r := host(t, "", nil, "conform", t.TempDir()+"/no-such-plugin"); r.code != 2 || !strings.Contains(r.stderr, "no such file") { // a usage error
 		t.Errorf("conform on a missing binary: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// TestVendorHardwareDetected puts acme's made-up accelerator (PCI vendor
+// 0xacce, of a platform no host lists) in a fixture root: detect lists it
+// generically, names the platform acme_mla declares for it, and serves the
+// plugin; where the device node is missing, it does not, and says why. A
+// registry given that hardware starts the plugin and answers through it,
+// or, where no device is usable, never starts it.
+func TestVendorHardwareDetected(t *testing.T) {
+	dir := pluginDir(t, acmeBin)
+	type device struct {
+		Vendor         string `json:"vendor"`
+		PCIID          string `json:"pci_id"`
+		VendorID       string `json:"vendor_id"`
+		DeviceID       string `json:"device_id"`
+		Driver         string `json:"driver"`
+		Usable         bool   `json:"usable"`
+		Reason         string `json:"reason"`
+		PluginPlatform string `json:"plugin_platform"`
+		DeviceNodes    []struct {
+			Path      string `json:"path"`
+			Present   bool   `json:"present"`
+			Permitted bool   `json:"permitted"`
+		} `json:"device_nodes"`
+	}
+	var rep struct {
+		Platform string   `json:"platform"`
+		Devices  []device `json:"devices"`
+		Plugins  []struct {
+			Name   string `json:"name"`
+			Served bool   `json:"served"`
+			Reason string `json:"reason"`
+		} `json:"plugins"`
+	}
+	r := host(t, "", nil, "detect", "--json", "--root", detecttest.Fixture(t, "acme"), "--plugin-dir", dir)
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 {
+		t.Fatalf("detect: exit %d, %v\n%s\n%s", r.code, err, r.stdout, r.stderr)
+	}
+	if len(rep.Devices) != 2 {
+		t.Fatalf("devices: %+v", rep.Devices)
+	}
+	d := rep.Devices[0]
+	if d.Vendor != "unlisted" || d.PCIID != "acce:0001" || d.VendorID != "acce" || d.DeviceID != "0001" || d.Driver != "acme" ||
+		!d.Usable || d.PluginPlatform != "acme" || len(d.DeviceNodes) != 1 || d.DeviceNodes[0].Path != "/dev/accel/accel0" ||
+		!d.DeviceNodes[0].Present || !d.DeviceNodes[0].Permitted {
+		t.Errorf("acme device: %+v", d)
+	}
+	if len(rep.Plugins) != 1 || rep.Plugins[0].Name != "acme_mla" || !rep.Plugins[0].Served {
+		t.Errorf("plugins: %+v", rep.Plugins)
+	}
+	table := host(t, "", nil, "detect", "--root", detecttest.Fixture(t, "acme"), "--plugin-dir", dir)
+	if !strings.Contains(table.stdout, "unlisted (acme)") || !strings.Contains(table.stdout, "acce:0001") {
+		t.Errorf("detect table:\n%s", table.stdout)
+	}
+
+	r = host(t, "", nil, "detect", "--json", "--root", detecttest.Fixture(t, "acme_no_node"), "--plugin-dir", dir)
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 {
+		t.Fatalf("detect: exit %d, %v\n%s", r.code, err, r.stderr)
+	}
+	const why = "acme_mla: needs a usable PCI device acce:0001 (driver acme) (acme), host has none"
+	if len(rep.Plugins) != 1 || rep.Plugins[0].Served || rep.Plugins[0].Reason != why {
+		t.Errorf("plugins without a usable acme device: %+v, want not served: %s", rep.Plugins, why)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		fixture string
+		served  bool
+	}{{"acme", true}, {"acme_no_node", false}} {
+		hw, err := detect.Detect(ctx, detect.Options{Root: detecttest.Fixture(t, tc.fixture), NoDriverQuery: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := hw.HostInfo()
+		reg, err := registry.New(ctx, registry.Config{PluginDirs: []string{dir}, Host: &info, Strict: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := core.NewRequest("acme_mla", core.ModeExtend)
+		req.Batch.ExtendPrefixLens, req.Batch.SeqLens = []int64{16384}, []int64{17408}
+		a, err := reg.Dispatch(ctx, &req)
+		started := false
+		for _, p := range reg.Plugins() {
+			started = started || p.PID != 0 || p.Status == registry.StatusRunning
+		}
+		reg.Close()
+		switch {
+		case tc.served && (err != nil || a.Plugin != "acme_mla" || a.Method != core.MHAChunkedKV || !started):
+			t.Errorf("%s: got %+v, %v (started %v), want MHA_CHUNKED_KV from the running acme_mla", tc.fixture, a, err, started)
+		case !tc.served && (!errors.Is(err, core.ErrRefused) || !strings.Contains(err.Error(), "plugin_unsupported_hardware") || started):
+			t.Errorf("%s: got %+v, %v (started %v), want a strict refusal for unsupported hardware and no process", tc.fixture, a, err, started)
+		}
+	}
+}
+
+// TestStrictRefusesGoneVendor: with --strict, a request for acme_mla whose
+// plugin is gone, or broken, is refused with the reason and the exit
+// status says so; without --strict, a name never seen gets the triton
+// rules, as in sglang, and a broken plugin's name a fallback.
+func TestStrictRefusesGoneVendor(t *testing.T) {
+	line := `{"backend":"acme_mla","forward_mode":"DECODE"}` + "\n"
+	empty := t.TempDir()
+	r := host(t, line, nil, "dispatch", "--strict", "--plugin-dir", empty)
+	if as := answers(t, r.stdout); r.code != 1 || len(as) != 1 || !strings.Contains(as[0].Error, `backend_unknown: "acme_mla" was never seen: no plugin in `+empty+" serves it") {
+		t.Errorf("strict, no plugin: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = host(t, line, nil, "dispatch", "--plugin-dir", empty)
+	if as := answers(t, r.stdout); r.code != 0 || len(as) != 1 || as[0].Plugin != "core" || as[0].Fallback != "" {
+		t.Errorf("not strict, no plugin: exit %d\n%s", r.code, r.stdout)
+	}
+	broken := t.TempDir()
+	if err := os.WriteFile(filepath.Join(broken, "attnplug-backend-acme_mla"), []byte("#!/bin/sh\necho broken >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = host(t, line, nil, "dispatch", "--strict", "--plugin-dir", broken)
+	if as := answers(t, r.stdout); r.code != 1 || len(as) != 1 || !strings.Contains(as[0].Error, "plugin_broken: plugin acme_mla") {
+		t.Errorf("strict, broken plugin: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = host(t, line, nil, "dispatch", "--plugin-dir", broken)
+	if as := answers(t, r.stdout); r.code != 0 || len(as) != 1 || !strings.HasPrefix(as[0].Fallback, "plugin_broken: plugin acme_mla") {
+		t.Errorf("not strict, broken plugin: exit %d\n%s", r.code, r.stdout)
 	}
 }

@@ -257,6 +257,10 @@ const (
 	Fact_FACT_DENSE_DSA_DEVICE Fact = 19
 	// runtime.kv_cache_dtype is bf16 or fp8_e4m3 (or auto, the model's bf16).
 	Fact_FACT_KV_CACHE_DENSE_DTYPE Fact = 20
+	// The rules also read the quantities of Reads.quantities. A host that
+	// does not know this value, and so not that field, treats the reads as
+	// unknown and never caches the handler's answers.
+	Fact_FACT_QUANTITIES Fact = 21
 )
 
 // Enum value maps for Fact.
@@ -283,6 +287,7 @@ var (
 		18: "FACT_DSA_USE_MHA_SET",
 		19: "FACT_DENSE_DSA_DEVICE",
 		20: "FACT_KV_CACHE_DENSE_DTYPE",
+		21: "FACT_QUANTITIES",
 	}
 	Fact_value = map[string]int32{
 		"FACT_UNSPECIFIED":                   0,
@@ -306,6 +311,7 @@ var (
 		"FACT_DSA_USE_MHA_SET":               18,
 		"FACT_DENSE_DSA_DEVICE":              19,
 		"FACT_KV_CACHE_DENSE_DTYPE":          20,
+		"FACT_QUANTITIES":                    21,
 	}
 )
 
@@ -334,6 +340,145 @@ func (x Fact) Number() protoreflect.EnumNumber {
 // Deprecated: Use Fact.Descriptor instead.
 func (Fact) EnumDescriptor() ([]byte, []int) {
 	return file_plugin_proto_rawDescGZIP(), []int{3}
+}
+
+// Quantity is one value of a request that rules may read (core.Quantity):
+// a number compared with thresholds, a value, or a flag. Lists that are
+// not known count as empty: sum, max and min 0, count -1.
+type Quantity int32
+
+const (
+	Quantity_QUANTITY_UNSPECIFIED                    Quantity = 0
+	Quantity_QUANTITY_BACKEND                        Quantity = 1  // value: the name asked
+	Quantity_QUANTITY_FORWARD_MODE                   Quantity = 2  // value
+	Quantity_QUANTITY_PLATFORM                       Quantity = 3  // value
+	Quantity_QUANTITY_KV_CACHE_DTYPE                 Quantity = 4  // value
+	Quantity_QUANTITY_COMPUTE_CAPABILITY             Quantity = 5  // number, major*10+minor
+	Quantity_QUANTITY_PREFIX_SUM                     Quantity = 6  // number: sum(extend_prefix_lens)
+	Quantity_QUANTITY_PREFIX_MAX                     Quantity = 7  // number
+	Quantity_QUANTITY_PREFIX_MIN                     Quantity = 8  // number
+	Quantity_QUANTITY_PREFIX_COUNT                   Quantity = 9  // number: len, -1 when not known
+	Quantity_QUANTITY_SEQ_SUM                        Quantity = 10 // number: sum(seq_lens)
+	Quantity_QUANTITY_SEQ_MAX                        Quantity = 11 // number
+	Quantity_QUANTITY_SEQ_MIN                        Quantity = 12 // number
+	Quantity_QUANTITY_SEQ_COUNT                      Quantity = 13 // number: len, -1 when not known
+	Quantity_QUANTITY_MAX_CHUNK_CAPACITY             Quantity = 14 // number
+	Quantity_QUANTITY_CHUNK_CAPACITY_LEFT            Quantity = 15 // number: max_chunk_capacity - seq_sum
+	Quantity_QUANTITY_CHUNKED_PREFIX_CACHE_THRESHOLD Quantity = 16 // number
+	Quantity_QUANTITY_PREFIX_SUM_PAST_THRESHOLD      Quantity = 17 // number: prefix_sum - the threshold
+	Quantity_QUANTITY_PIECEWISE_CUDA_GRAPH           Quantity = 18 // flags from here on
+	Quantity_QUANTITY_BREAKABLE_CUDA_GRAPH           Quantity = 19
+	Quantity_QUANTITY_DETERMINISTIC_INFERENCE        Quantity = 20
+	Quantity_QUANTITY_DSA_USE_MHA                    Quantity = 21
+	Quantity_QUANTITY_DSA_USE_MHA_SET                Quantity = 22
+	Quantity_QUANTITY_DSA_USE_MHA_GIVEN              Quantity = 23 // dsa_use_mha_set or dsa_use_mha
+	Quantity_QUANTITY_TWO_BATCH_OVERLAP              Quantity = 24
+	Quantity_QUANTITY_MLA_PREFILL_CP                 Quantity = 25
+	Quantity_QUANTITY_DISABLE_CHUNKED_PREFIX_CACHE   Quantity = 26
+	Quantity_QUANTITY_FLASHINFER_MLA_DISABLE_RAGGED  Quantity = 27
+	Quantity_QUANTITY_ROCM_FUSED_DECODE_MLA          Quantity = 28
+	Quantity_QUANTITY_USE_DSA                        Quantity = 29
+	Quantity_QUANTITY_FUSED_QKV_A_PROJ_WITH_MQA      Quantity = 30
+	Quantity_QUANTITY_INTEL_AMX                      Quantity = 31
+)
+
+// Enum value maps for Quantity.
+var (
+	Quantity_name = map[int32]string{
+		0:  "QUANTITY_UNSPECIFIED",
+		1:  "QUANTITY_BACKEND",
+		2:  "QUANTITY_FORWARD_MODE",
+		3:  "QUANTITY_PLATFORM",
+		4:  "QUANTITY_KV_CACHE_DTYPE",
+		5:  "QUANTITY_COMPUTE_CAPABILITY",
+		6:  "QUANTITY_PREFIX_SUM",
+		7:  "QUANTITY_PREFIX_MAX",
+		8:  "QUANTITY_PREFIX_MIN",
+		9:  "QUANTITY_PREFIX_COUNT",
+		10: "QUANTITY_SEQ_SUM",
+		11: "QUANTITY_SEQ_MAX",
+		12: "QUANTITY_SEQ_MIN",
+		13: "QUANTITY_SEQ_COUNT",
+		14: "QUANTITY_MAX_CHUNK_CAPACITY",
+		15: "QUANTITY_CHUNK_CAPACITY_LEFT",
+		16: "QUANTITY_CHUNKED_PREFIX_CACHE_THRESHOLD",
+		17: "QUANTITY_PREFIX_SUM_PAST_THRESHOLD",
+		18: "QUANTITY_PIECEWISE_CUDA_GRAPH",
+		19: "QUANTITY_BREAKABLE_CUDA_GRAPH",
+		20: "QUANTITY_DETERMINISTIC_INFERENCE",
+		21: "QUANTITY_DSA_USE_MHA",
+		22: "QUANTITY_DSA_USE_MHA_SET",
+		23: "QUANTITY_DSA_USE_MHA_GIVEN",
+		24: "QUANTITY_TWO_BATCH_OVERLAP",
+		25: "QUANTITY_MLA_PREFILL_CP",
+		26: "QUANTITY_DISABLE_CHUNKED_PREFIX_CACHE",
+		27: "QUANTITY_FLASHINFER_MLA_DISABLE_RAGGED",
+		28: "QUANTITY_ROCM_FUSED_DECODE_MLA",
+		29: "QUANTITY_USE_DSA",
+		30: "QUANTITY_FUSED_QKV_A_PROJ_WITH_MQA",
+		31: "QUANTITY_INTEL_AMX",
+	}
+	Quantity_value = map[string]int32{
+		"QUANTITY_UNSPECIFIED":                    0,
+		"QUANTITY_BACKEND":                        1,
+		"QUANTITY_FORWARD_MODE":                   2,
+		"QUANTITY_PLATFORM":                       3,
+		"QUANTITY_KV_CACHE_DTYPE":                 4,
+		"QUANTITY_COMPUTE_CAPABILITY":             5,
+		"QUANTITY_PREFIX_SUM":                     6,
+		"QUANTITY_PREFIX_MAX":                     7,
+		"QUANTITY_PREFIX_MIN":                     8,
+		"QUANTITY_PREFIX_COUNT":                   9,
+		"QUANTITY_SEQ_SUM":                        10,
+		"QUANTITY_SEQ_MAX":                        11,
+		"QUANTITY_SEQ_MIN":                        12,
+		"QUANTITY_SEQ_COUNT":                      13,
+		"QUANTITY_MAX_CHUNK_CAPACITY":             14,
+		"QUANTITY_CHUNK_CAPACITY_LEFT":            15,
+		"QUANTITY_CHUNKED_PREFIX_CACHE_THRESHOLD": 16,
+		"QUANTITY_PREFIX_SUM_PAST_THRESHOLD":      17,
+		"QUANTITY_PIECEWISE_CUDA_GRAPH":           18,
+		"QUANTITY_BREAKABLE_CUDA_GRAPH":           19,
+		"QUANTITY_DETERMINISTIC_INFERENCE":        20,
+		"QUANTITY_DSA_USE_MHA":                    21,
+		"QUANTITY_DSA_USE_MHA_SET":                22,
+		"QUANTITY_DSA_USE_MHA_GIVEN":              23,
+		"QUANTITY_TWO_BATCH_OVERLAP":              24,
+		"QUANTITY_MLA_PREFILL_CP":                 25,
+		"QUANTITY_DISABLE_CHUNKED_PREFIX_CACHE":   26,
+		"QUANTITY_FLASHINFER_MLA_DISABLE_RAGGED":  27,
+		"QUANTITY_ROCM_FUSED_DECODE_MLA":          28,
+		"QUANTITY_USE_DSA":                        29,
+		"QUANTITY_FUSED_QKV_A_PROJ_WITH_MQA":      30,
+		"QUANTITY_INTEL_AMX":                      31,
+	}
+)
+
+func (x Quantity) Enum() *Quantity {
+	p := new(Quantity)
+	*p = x
+	return p
+}
+
+func (x Quantity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Quantity) Descriptor() protoreflect.EnumDescriptor {
+	return file_plugin_proto_enumTypes[4].Descriptor()
+}
+
+func (Quantity) Type() protoreflect.EnumType {
+	return &file_plugin_proto_enumTypes[4]
+}
+
+func (x Quantity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Quantity.Descriptor instead.
+func (Quantity) EnumDescriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{4}
 }
 
 // ErrorCode classifies a per-request error of a batch.
@@ -376,11 +521,11 @@ func (x ErrorCode) String() string {
 }
 
 func (ErrorCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_plugin_proto_enumTypes[4].Descriptor()
+	return file_plugin_proto_enumTypes[5].Descriptor()
 }
 
 func (ErrorCode) Type() protoreflect.EnumType {
-	return &file_plugin_proto_enumTypes[4]
+	return &file_plugin_proto_enumTypes[5]
 }
 
 func (x ErrorCode) Number() protoreflect.EnumNumber {
@@ -389,7 +534,62 @@ func (x ErrorCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorCode.Descriptor instead.
 func (ErrorCode) EnumDescriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{4}
+	return file_plugin_proto_rawDescGZIP(), []int{5}
+}
+
+// QuantityRead declares one quantity a handler's rules read.
+type QuantityRead struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Quantity Quantity               `protobuf:"varint,1,opt,name=quantity,proto3,enum=attnplug.plugin.v1.Quantity" json:"quantity,omitempty"`
+	// For a number, every threshold t for which the rules read whether the
+	// quantity is >= t; empty for a value or a flag.
+	At            []int64 `protobuf:"varint,2,rep,packed,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuantityRead) Reset() {
+	*x = QuantityRead{}
+	mi := &file_plugin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuantityRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuantityRead) ProtoMessage() {}
+
+func (x *QuantityRead) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuantityRead.ProtoReflect.Descriptor instead.
+func (*QuantityRead) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *QuantityRead) GetQuantity() Quantity {
+	if x != nil {
+		return x.Quantity
+	}
+	return Quantity_QUANTITY_UNSPECIFIED
+}
+
+func (x *QuantityRead) GetAt() []int64 {
+	if x != nil {
+		return x.At
+	}
+	return nil
 }
 
 type DescribeRequest struct {
@@ -400,7 +600,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_plugin_proto_msgTypes[0]
+	mi := &file_plugin_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +612,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[0]
+	mi := &file_plugin_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +625,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{0}
+	return file_plugin_proto_rawDescGZIP(), []int{1}
 }
 
 type DescribeResponse struct {
@@ -448,7 +648,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_plugin_proto_msgTypes[1]
+	mi := &file_plugin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +660,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[1]
+	mi := &file_plugin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +673,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{1}
+	return file_plugin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DescribeResponse) GetName() string {
@@ -533,7 +733,7 @@ type Handler struct {
 
 func (x *Handler) Reset() {
 	*x = Handler{}
-	mi := &file_plugin_proto_msgTypes[2]
+	mi := &file_plugin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +745,7 @@ func (x *Handler) String() string {
 func (*Handler) ProtoMessage() {}
 
 func (x *Handler) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[2]
+	mi := &file_plugin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +758,7 @@ func (x *Handler) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handler.ProtoReflect.Descriptor instead.
 func (*Handler) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{2}
+	return file_plugin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Handler) GetName() string {
@@ -635,7 +835,7 @@ type Kernel struct {
 
 func (x *Kernel) Reset() {
 	*x = Kernel{}
-	mi := &file_plugin_proto_msgTypes[3]
+	mi := &file_plugin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +847,7 @@ func (x *Kernel) String() string {
 func (*Kernel) ProtoMessage() {}
 
 func (x *Kernel) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[3]
+	mi := &file_plugin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +860,7 @@ func (x *Kernel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kernel.ProtoReflect.Descriptor instead.
 func (*Kernel) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{3}
+	return file_plugin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Kernel) GetName() string {
@@ -735,15 +935,20 @@ type Hardware struct {
 	MinCapability int32 `protobuf:"varint,2,opt,name=min_capability,json=minCapability,proto3" json:"min_capability,omitempty"`
 	MaxCapability int32 `protobuf:"varint,3,opt,name=max_capability,json=maxCapability,proto3" json:"max_capability,omitempty"`
 	// Device architectures, such as "gfx942".
-	Archs         []string `protobuf:"bytes,4,rep,name=archs,proto3" json:"archs,omitempty"`
-	NeedsAmx      bool     `protobuf:"varint,5,opt,name=needs_amx,json=needsAmx,proto3" json:"needs_amx,omitempty"`
+	Archs    []string `protobuf:"bytes,4,rep,name=archs,proto3" json:"archs,omitempty"`
+	NeedsAmx bool     `protobuf:"varint,5,opt,name=needs_amx,json=needsAmx,proto3" json:"needs_amx,omitempty"`
+	// A platform of the plugin's own, for hardware the host does not list
+	// (devices says which).
+	PlatformName string `protobuf:"bytes,6,opt,name=platform_name,json=platformName,proto3" json:"platform_name,omitempty"`
+	// PCI devices the kernels run on: the host must have a usable one.
+	Devices       []*PCIDevice `protobuf:"bytes,7,rep,name=devices,proto3" json:"devices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hardware) Reset() {
 	*x = Hardware{}
-	mi := &file_plugin_proto_msgTypes[4]
+	mi := &file_plugin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +960,7 @@ func (x *Hardware) String() string {
 func (*Hardware) ProtoMessage() {}
 
 func (x *Hardware) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[4]
+	mi := &file_plugin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +973,7 @@ func (x *Hardware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hardware.ProtoReflect.Descriptor instead.
 func (*Hardware) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{4}
+	return file_plugin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Hardware) GetPlatforms() []Platform {
@@ -806,6 +1011,152 @@ func (x *Hardware) GetNeedsAmx() bool {
 	return false
 }
 
+func (x *Hardware) GetPlatformName() string {
+	if x != nil {
+		return x.PlatformName
+	}
+	return ""
+}
+
+func (x *Hardware) GetDevices() []*PCIDevice {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+// PCIDevice names PCI devices by vendor and device ID.
+type PCIDevice struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	VendorId uint32                 `protobuf:"varint,1,opt,name=vendor_id,json=vendorId,proto3" json:"vendor_id,omitempty"`
+	// Empty: every device of the vendor.
+	DeviceIds []uint32 `protobuf:"varint,2,rep,packed,name=device_ids,json=deviceIds,proto3" json:"device_ids,omitempty"`
+	// Kernel drivers the device must be bound to; empty: any.
+	Drivers       []string `protobuf:"bytes,3,rep,name=drivers,proto3" json:"drivers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PCIDevice) Reset() {
+	*x = PCIDevice{}
+	mi := &file_plugin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PCIDevice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PCIDevice) ProtoMessage() {}
+
+func (x *PCIDevice) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PCIDevice.ProtoReflect.Descriptor instead.
+func (*PCIDevice) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PCIDevice) GetVendorId() uint32 {
+	if x != nil {
+		return x.VendorId
+	}
+	return 0
+}
+
+func (x *PCIDevice) GetDeviceIds() []uint32 {
+	if x != nil {
+		return x.DeviceIds
+	}
+	return nil
+}
+
+func (x *PCIDevice) GetDrivers() []string {
+	if x != nil {
+		return x.Drivers
+	}
+	return nil
+}
+
+// HostDevice is a usable PCI accelerator of the host, listed or not.
+type HostDevice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VendorId      uint32                 `protobuf:"varint,1,opt,name=vendor_id,json=vendorId,proto3" json:"vendor_id,omitempty"`
+	DeviceId      uint32                 `protobuf:"varint,2,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	Driver        string                 `protobuf:"bytes,3,opt,name=driver,proto3" json:"driver,omitempty"`
+	PciAddress    string                 `protobuf:"bytes,4,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostDevice) Reset() {
+	*x = HostDevice{}
+	mi := &file_plugin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostDevice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostDevice) ProtoMessage() {}
+
+func (x *HostDevice) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostDevice.ProtoReflect.Descriptor instead.
+func (*HostDevice) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *HostDevice) GetVendorId() uint32 {
+	if x != nil {
+		return x.VendorId
+	}
+	return 0
+}
+
+func (x *HostDevice) GetDeviceId() uint32 {
+	if x != nil {
+		return x.DeviceId
+	}
+	return 0
+}
+
+func (x *HostDevice) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *HostDevice) GetPciAddress() string {
+	if x != nil {
+		return x.PciAddress
+	}
+	return ""
+}
+
 // HostInfo is the hardware a host detected.
 type HostInfo struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -813,13 +1164,15 @@ type HostInfo struct {
 	ComputeCapability int32                  `protobuf:"varint,2,opt,name=compute_capability,json=computeCapability,proto3" json:"compute_capability,omitempty"`
 	Archs             []string               `protobuf:"bytes,3,rep,name=archs,proto3" json:"archs,omitempty"`
 	Amx               bool                   `protobuf:"varint,4,opt,name=amx,proto3" json:"amx,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The usable PCI accelerators, including those of no listed platform.
+	Devices       []*HostDevice `protobuf:"bytes,5,rep,name=devices,proto3" json:"devices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HostInfo) Reset() {
 	*x = HostInfo{}
-	mi := &file_plugin_proto_msgTypes[5]
+	mi := &file_plugin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +1184,7 @@ func (x *HostInfo) String() string {
 func (*HostInfo) ProtoMessage() {}
 
 func (x *HostInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[5]
+	mi := &file_plugin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +1197,7 @@ func (x *HostInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostInfo.ProtoReflect.Descriptor instead.
 func (*HostInfo) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{5}
+	return file_plugin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HostInfo) GetPlatform() Platform {
@@ -875,6 +1228,13 @@ func (x *HostInfo) GetAmx() bool {
 	return false
 }
 
+func (x *HostInfo) GetDevices() []*HostDevice {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
 type ConfigureRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Host          *HostInfo              `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
@@ -884,7 +1244,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_plugin_proto_msgTypes[6]
+	mi := &file_plugin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1256,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[6]
+	mi := &file_plugin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1269,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{6}
+	return file_plugin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConfigureRequest) GetHost() *HostInfo {
@@ -927,7 +1287,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_plugin_proto_msgTypes[7]
+	mi := &file_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1299,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[7]
+	mi := &file_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1312,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{7}
+	return file_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 // Reads declares what a handler's rules read.
@@ -963,13 +1323,15 @@ type Reads struct {
 	SeqSumAtMost     []int64                `protobuf:"varint,3,rep,packed,name=seq_sum_at_most,json=seqSumAtMost,proto3" json:"seq_sum_at_most,omitempty"`
 	// Constants c for which the rules read max(seq_lens) <= c.
 	MaxSeqLenAtMost []int64 `protobuf:"varint,4,rep,packed,name=max_seq_len_at_most,json=maxSeqLenAtMost,proto3" json:"max_seq_len_at_most,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The quantities read beyond the facts; facts then holds FACT_QUANTITIES.
+	Quantities    []*QuantityRead `protobuf:"bytes,5,rep,name=quantities,proto3" json:"quantities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Reads) Reset() {
 	*x = Reads{}
-	mi := &file_plugin_proto_msgTypes[8]
+	mi := &file_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1343,7 @@ func (x *Reads) String() string {
 func (*Reads) ProtoMessage() {}
 
 func (x *Reads) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[8]
+	mi := &file_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1356,7 @@ func (x *Reads) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reads.ProtoReflect.Descriptor instead.
 func (*Reads) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{8}
+	return file_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Reads) GetFacts() []Fact {
@@ -1025,6 +1387,13 @@ func (x *Reads) GetMaxSeqLenAtMost() []int64 {
 	return nil
 }
 
+func (x *Reads) GetQuantities() []*QuantityRead {
+	if x != nil {
+		return x.Quantities
+	}
+	return nil
+}
+
 // Layer holds the facts of the attention layer. Every field, and the
 // message itself, may be absent: an absent field has the default of the
 // JSON dispatch format (docs/dispatch.md), given here with each field, so
@@ -1049,7 +1418,7 @@ type Layer struct {
 
 func (x *Layer) Reset() {
 	*x = Layer{}
-	mi := &file_plugin_proto_msgTypes[9]
+	mi := &file_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1430,7 @@ func (x *Layer) String() string {
 func (*Layer) ProtoMessage() {}
 
 func (x *Layer) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[9]
+	mi := &file_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1443,7 @@ func (x *Layer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Layer.ProtoReflect.Descriptor instead.
 func (*Layer) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{9}
+	return file_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Layer) GetChunkedPrefixCacheThreshold() int64 {
@@ -1151,7 +1520,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_plugin_proto_msgTypes[10]
+	mi := &file_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1532,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[10]
+	mi := &file_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1545,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{10}
+	return file_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Batch) GetForwardMode() ForwardMode {
@@ -1255,7 +1624,7 @@ type Runtime struct {
 
 func (x *Runtime) Reset() {
 	*x = Runtime{}
-	mi := &file_plugin_proto_msgTypes[11]
+	mi := &file_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1636,7 @@ func (x *Runtime) String() string {
 func (*Runtime) ProtoMessage() {}
 
 func (x *Runtime) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[11]
+	mi := &file_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1649,7 @@ func (x *Runtime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Runtime.ProtoReflect.Descriptor instead.
 func (*Runtime) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{11}
+	return file_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Runtime) GetPlatform() Platform {
@@ -1366,7 +1735,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_plugin_proto_msgTypes[12]
+	mi := &file_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1747,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[12]
+	mi := &file_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1760,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{12}
+	return file_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Request) GetBackend() string {
@@ -1431,7 +1800,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_plugin_proto_msgTypes[13]
+	mi := &file_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1812,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[13]
+	mi := &file_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1825,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{13}
+	return file_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DispatchRequest) GetRequest() *Request {
@@ -1475,7 +1844,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_plugin_proto_msgTypes[14]
+	mi := &file_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1856,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[14]
+	mi := &file_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1869,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{14}
+	return file_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DispatchResponse) GetMethod() Method {
@@ -1519,7 +1888,7 @@ type DispatchBatchRequest struct {
 
 func (x *DispatchBatchRequest) Reset() {
 	*x = DispatchBatchRequest{}
-	mi := &file_plugin_proto_msgTypes[15]
+	mi := &file_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1900,7 @@ func (x *DispatchBatchRequest) String() string {
 func (*DispatchBatchRequest) ProtoMessage() {}
 
 func (x *DispatchBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[15]
+	mi := &file_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1913,7 @@ func (x *DispatchBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchBatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchBatchRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{15}
+	return file_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DispatchBatchRequest) GetRequests() []*Request {
@@ -1566,7 +1935,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_plugin_proto_msgTypes[16]
+	mi := &file_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1947,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[16]
+	mi := &file_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1960,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{16}
+	return file_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Result) GetMethod() Method {
@@ -1624,7 +1993,7 @@ type DispatchBatchResponse struct {
 
 func (x *DispatchBatchResponse) Reset() {
 	*x = DispatchBatchResponse{}
-	mi := &file_plugin_proto_msgTypes[17]
+	mi := &file_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +2005,7 @@ func (x *DispatchBatchResponse) String() string {
 func (*DispatchBatchResponse) ProtoMessage() {}
 
 func (x *DispatchBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[17]
+	mi := &file_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +2018,7 @@ func (x *DispatchBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchBatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchBatchResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{17}
+	return file_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DispatchBatchResponse) GetResults() []*Result {
@@ -1677,7 +2046,7 @@ type KernelDims struct {
 
 func (x *KernelDims) Reset() {
 	*x = KernelDims{}
-	mi := &file_plugin_proto_msgTypes[18]
+	mi := &file_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +2058,7 @@ func (x *KernelDims) String() string {
 func (*KernelDims) ProtoMessage() {}
 
 func (x *KernelDims) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[18]
+	mi := &file_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +2071,7 @@ func (x *KernelDims) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelDims.ProtoReflect.Descriptor instead.
 func (*KernelDims) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{18}
+	return file_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KernelDims) GetHeads() int32 {
@@ -1780,7 +2149,7 @@ type SharedBuffer struct {
 
 func (x *SharedBuffer) Reset() {
 	*x = SharedBuffer{}
-	mi := &file_plugin_proto_msgTypes[19]
+	mi := &file_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +2161,7 @@ func (x *SharedBuffer) String() string {
 func (*SharedBuffer) ProtoMessage() {}
 
 func (x *SharedBuffer) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[19]
+	mi := &file_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +2174,7 @@ func (x *SharedBuffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SharedBuffer.ProtoReflect.Descriptor instead.
 func (*SharedBuffer) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{19}
+	return file_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SharedBuffer) GetPath() string {
@@ -1837,7 +2206,7 @@ type TensorRef struct {
 
 func (x *TensorRef) Reset() {
 	*x = TensorRef{}
-	mi := &file_plugin_proto_msgTypes[20]
+	mi := &file_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +2218,7 @@ func (x *TensorRef) String() string {
 func (*TensorRef) ProtoMessage() {}
 
 func (x *TensorRef) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[20]
+	mi := &file_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +2231,7 @@ func (x *TensorRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorRef.ProtoReflect.Descriptor instead.
 func (*TensorRef) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{20}
+	return file_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TensorRef) GetName() string {
@@ -1909,7 +2278,7 @@ type RunKernelRequest struct {
 
 func (x *RunKernelRequest) Reset() {
 	*x = RunKernelRequest{}
-	mi := &file_plugin_proto_msgTypes[21]
+	mi := &file_plugin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2290,7 @@ func (x *RunKernelRequest) String() string {
 func (*RunKernelRequest) ProtoMessage() {}
 
 func (x *RunKernelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[21]
+	mi := &file_plugin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2303,7 @@ func (x *RunKernelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunKernelRequest.ProtoReflect.Descriptor instead.
 func (*RunKernelRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{21}
+	return file_plugin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RunKernelRequest) GetBackend() string {
@@ -2002,7 +2371,7 @@ type RunKernelResponse struct {
 
 func (x *RunKernelResponse) Reset() {
 	*x = RunKernelResponse{}
-	mi := &file_plugin_proto_msgTypes[22]
+	mi := &file_plugin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2383,7 @@ func (x *RunKernelResponse) String() string {
 func (*RunKernelResponse) ProtoMessage() {}
 
 func (x *RunKernelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[22]
+	mi := &file_plugin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2396,7 @@ func (x *RunKernelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunKernelResponse.ProtoReflect.Descriptor instead.
 func (*RunKernelResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{22}
+	return file_plugin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunKernelResponse) GetKernel() string {
@@ -2093,7 +2462,7 @@ type DeviceInfo struct {
 
 func (x *DeviceInfo) Reset() {
 	*x = DeviceInfo{}
-	mi := &file_plugin_proto_msgTypes[23]
+	mi := &file_plugin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2474,7 @@ func (x *DeviceInfo) String() string {
 func (*DeviceInfo) ProtoMessage() {}
 
 func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[23]
+	mi := &file_plugin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2487,7 @@ func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceInfo.ProtoReflect.Descriptor instead.
 func (*DeviceInfo) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{23}
+	return file_plugin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeviceInfo) GetPlatform() Platform {
@@ -2182,7 +2551,7 @@ type KernelParam struct {
 
 func (x *KernelParam) Reset() {
 	*x = KernelParam{}
-	mi := &file_plugin_proto_msgTypes[24]
+	mi := &file_plugin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2563,7 @@ func (x *KernelParam) String() string {
 func (*KernelParam) ProtoMessage() {}
 
 func (x *KernelParam) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[24]
+	mi := &file_plugin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2576,7 @@ func (x *KernelParam) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelParam.ProtoReflect.Descriptor instead.
 func (*KernelParam) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{24}
+	return file_plugin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KernelParam) GetName() string {
@@ -2237,7 +2606,7 @@ type KernelEntry struct {
 
 func (x *KernelEntry) Reset() {
 	*x = KernelEntry{}
-	mi := &file_plugin_proto_msgTypes[25]
+	mi := &file_plugin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2618,7 @@ func (x *KernelEntry) String() string {
 func (*KernelEntry) ProtoMessage() {}
 
 func (x *KernelEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[25]
+	mi := &file_plugin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2631,7 @@ func (x *KernelEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelEntry.ProtoReflect.Descriptor instead.
 func (*KernelEntry) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{25}
+	return file_plugin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KernelEntry) GetName() string {
@@ -2303,7 +2672,7 @@ type KernelModule struct {
 
 func (x *KernelModule) Reset() {
 	*x = KernelModule{}
-	mi := &file_plugin_proto_msgTypes[26]
+	mi := &file_plugin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2684,7 @@ func (x *KernelModule) String() string {
 func (*KernelModule) ProtoMessage() {}
 
 func (x *KernelModule) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[26]
+	mi := &file_plugin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2697,7 @@ func (x *KernelModule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelModule.ProtoReflect.Descriptor instead.
 func (*KernelModule) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{26}
+	return file_plugin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KernelModule) GetName() string {
@@ -2396,7 +2765,7 @@ type KernelModulesRequest struct {
 
 func (x *KernelModulesRequest) Reset() {
 	*x = KernelModulesRequest{}
-	mi := &file_plugin_proto_msgTypes[27]
+	mi := &file_plugin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2777,7 @@ func (x *KernelModulesRequest) String() string {
 func (*KernelModulesRequest) ProtoMessage() {}
 
 func (x *KernelModulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[27]
+	mi := &file_plugin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2790,7 @@ func (x *KernelModulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelModulesRequest.ProtoReflect.Descriptor instead.
 func (*KernelModulesRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{27}
+	return file_plugin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KernelModulesRequest) GetDevice() *DeviceInfo {
@@ -2440,7 +2809,7 @@ type KernelModulesResponse struct {
 
 func (x *KernelModulesResponse) Reset() {
 	*x = KernelModulesResponse{}
-	mi := &file_plugin_proto_msgTypes[28]
+	mi := &file_plugin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2821,7 @@ func (x *KernelModulesResponse) String() string {
 func (*KernelModulesResponse) ProtoMessage() {}
 
 func (x *KernelModulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[28]
+	mi := &file_plugin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2834,7 @@ func (x *KernelModulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelModulesResponse.ProtoReflect.Descriptor instead.
 func (*KernelModulesResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{28}
+	return file_plugin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KernelModulesResponse) GetModules() []*KernelModule {
@@ -2494,7 +2863,7 @@ type PlanShape struct {
 
 func (x *PlanShape) Reset() {
 	*x = PlanShape{}
-	mi := &file_plugin_proto_msgTypes[29]
+	mi := &file_plugin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2875,7 @@ func (x *PlanShape) String() string {
 func (*PlanShape) ProtoMessage() {}
 
 func (x *PlanShape) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[29]
+	mi := &file_plugin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2888,7 @@ func (x *PlanShape) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanShape.ProtoReflect.Descriptor instead.
 func (*PlanShape) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{29}
+	return file_plugin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PlanShape) GetSeqLens() []int64 {
@@ -2570,7 +2939,7 @@ type PlanDims struct {
 
 func (x *PlanDims) Reset() {
 	*x = PlanDims{}
-	mi := &file_plugin_proto_msgTypes[30]
+	mi := &file_plugin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2951,7 @@ func (x *PlanDims) String() string {
 func (*PlanDims) ProtoMessage() {}
 
 func (x *PlanDims) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[30]
+	mi := &file_plugin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2964,7 @@ func (x *PlanDims) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanDims.ProtoReflect.Descriptor instead.
 func (*PlanDims) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{30}
+	return file_plugin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PlanDims) GetHeads() int32 {
@@ -2644,7 +3013,7 @@ type PlanKernelRequest struct {
 
 func (x *PlanKernelRequest) Reset() {
 	*x = PlanKernelRequest{}
-	mi := &file_plugin_proto_msgTypes[31]
+	mi := &file_plugin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +3025,7 @@ func (x *PlanKernelRequest) String() string {
 func (*PlanKernelRequest) ProtoMessage() {}
 
 func (x *PlanKernelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[31]
+	mi := &file_plugin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +3038,7 @@ func (x *PlanKernelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanKernelRequest.ProtoReflect.Descriptor instead.
 func (*PlanKernelRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{31}
+	return file_plugin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PlanKernelRequest) GetBackend() string {
@@ -2736,7 +3105,7 @@ type TensorSpec struct {
 
 func (x *TensorSpec) Reset() {
 	*x = TensorSpec{}
-	mi := &file_plugin_proto_msgTypes[32]
+	mi := &file_plugin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +3117,7 @@ func (x *TensorSpec) String() string {
 func (*TensorSpec) ProtoMessage() {}
 
 func (x *TensorSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[32]
+	mi := &file_plugin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +3130,7 @@ func (x *TensorSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorSpec.ProtoReflect.Descriptor instead.
 func (*TensorSpec) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{32}
+	return file_plugin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TensorSpec) GetName() string {
@@ -2803,7 +3172,7 @@ type MetaBuffer struct {
 
 func (x *MetaBuffer) Reset() {
 	*x = MetaBuffer{}
-	mi := &file_plugin_proto_msgTypes[33]
+	mi := &file_plugin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +3184,7 @@ func (x *MetaBuffer) String() string {
 func (*MetaBuffer) ProtoMessage() {}
 
 func (x *MetaBuffer) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[33]
+	mi := &file_plugin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +3197,7 @@ func (x *MetaBuffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaBuffer.ProtoReflect.Descriptor instead.
 func (*MetaBuffer) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{33}
+	return file_plugin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MetaBuffer) GetName() string {
@@ -2858,7 +3227,7 @@ type WorkItem struct {
 
 func (x *WorkItem) Reset() {
 	*x = WorkItem{}
-	mi := &file_plugin_proto_msgTypes[34]
+	mi := &file_plugin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +3239,7 @@ func (x *WorkItem) String() string {
 func (*WorkItem) ProtoMessage() {}
 
 func (x *WorkItem) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[34]
+	mi := &file_plugin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +3252,7 @@ func (x *WorkItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkItem.ProtoReflect.Descriptor instead.
 func (*WorkItem) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{34}
+	return file_plugin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WorkItem) GetRequest() int32 {
@@ -2932,7 +3301,7 @@ type LaunchArg struct {
 
 func (x *LaunchArg) Reset() {
 	*x = LaunchArg{}
-	mi := &file_plugin_proto_msgTypes[35]
+	mi := &file_plugin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3313,7 @@ func (x *LaunchArg) String() string {
 func (*LaunchArg) ProtoMessage() {}
 
 func (x *LaunchArg) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[35]
+	mi := &file_plugin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3326,7 @@ func (x *LaunchArg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchArg.ProtoReflect.Descriptor instead.
 func (*LaunchArg) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{35}
+	return file_plugin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LaunchArg) GetParam() string {
@@ -3018,7 +3387,7 @@ type Launch struct {
 
 func (x *Launch) Reset() {
 	*x = Launch{}
-	mi := &file_plugin_proto_msgTypes[36]
+	mi := &file_plugin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3030,7 +3399,7 @@ func (x *Launch) String() string {
 func (*Launch) ProtoMessage() {}
 
 func (x *Launch) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[36]
+	mi := &file_plugin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3043,7 +3412,7 @@ func (x *Launch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Launch.ProtoReflect.Descriptor instead.
 func (*Launch) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{36}
+	return file_plugin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Launch) GetModule() string {
@@ -3106,7 +3475,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_plugin_proto_msgTypes[37]
+	mi := &file_plugin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3487,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[37]
+	mi := &file_plugin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3500,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{37}
+	return file_plugin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Plan) GetKernel() string {
@@ -3192,7 +3561,7 @@ type PlanKernelResponse struct {
 
 func (x *PlanKernelResponse) Reset() {
 	*x = PlanKernelResponse{}
-	mi := &file_plugin_proto_msgTypes[38]
+	mi := &file_plugin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3573,7 @@ func (x *PlanKernelResponse) String() string {
 func (*PlanKernelResponse) ProtoMessage() {}
 
 func (x *PlanKernelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[38]
+	mi := &file_plugin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3586,7 @@ func (x *PlanKernelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanKernelResponse.ProtoReflect.Descriptor instead.
 func (*PlanKernelResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{38}
+	return file_plugin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PlanKernelResponse) GetPlan() *Plan {
@@ -3231,7 +3600,10 @@ var File_plugin_proto protoreflect.FileDescriptor
 
 const file_plugin_proto_rawDesc = "" +
 	"\n" +
-	"\fplugin.proto\x12\x12attnplug.plugin.v1\"\x11\n" +
+	"\fplugin.proto\x12\x12attnplug.plugin.v1\"X\n" +
+	"\fQuantityRead\x128\n" +
+	"\bquantity\x18\x01 \x01(\x0e2\x1c.attnplug.plugin.v1.QuantityR\bquantity\x12\x0e\n" +
+	"\x02at\x18\x02 \x03(\x03R\x02at\"\x11\n" +
 	"\x0fDescribeRequest\"\xc5\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -3261,26 +3633,44 @@ const file_plugin_proto_rawDesc = "" +
 	"\n" +
 	"cuda_graph\x18\a \x01(\bR\tcudaGraph\x128\n" +
 	"\bhardware\x18\b \x03(\v2\x1c.attnplug.plugin.v1.HardwareR\bhardware\x12\x16\n" +
-	"\x06sparse\x18\t \x01(\bR\x06sparse\"\xc7\x01\n" +
+	"\x06sparse\x18\t \x01(\bR\x06sparse\"\xa5\x02\n" +
 	"\bHardware\x12:\n" +
 	"\tplatforms\x18\x01 \x03(\x0e2\x1c.attnplug.plugin.v1.PlatformR\tplatforms\x12%\n" +
 	"\x0emin_capability\x18\x02 \x01(\x05R\rminCapability\x12%\n" +
 	"\x0emax_capability\x18\x03 \x01(\x05R\rmaxCapability\x12\x14\n" +
 	"\x05archs\x18\x04 \x03(\tR\x05archs\x12\x1b\n" +
-	"\tneeds_amx\x18\x05 \x01(\bR\bneedsAmx\"\x9b\x01\n" +
+	"\tneeds_amx\x18\x05 \x01(\bR\bneedsAmx\x12#\n" +
+	"\rplatform_name\x18\x06 \x01(\tR\fplatformName\x127\n" +
+	"\adevices\x18\a \x03(\v2\x1d.attnplug.plugin.v1.PCIDeviceR\adevices\"a\n" +
+	"\tPCIDevice\x12\x1b\n" +
+	"\tvendor_id\x18\x01 \x01(\rR\bvendorId\x12\x1d\n" +
+	"\n" +
+	"device_ids\x18\x02 \x03(\rR\tdeviceIds\x12\x18\n" +
+	"\adrivers\x18\x03 \x03(\tR\adrivers\"\x7f\n" +
+	"\n" +
+	"HostDevice\x12\x1b\n" +
+	"\tvendor_id\x18\x01 \x01(\rR\bvendorId\x12\x1b\n" +
+	"\tdevice_id\x18\x02 \x01(\rR\bdeviceId\x12\x16\n" +
+	"\x06driver\x18\x03 \x01(\tR\x06driver\x12\x1f\n" +
+	"\vpci_address\x18\x04 \x01(\tR\n" +
+	"pciAddress\"\xd5\x01\n" +
 	"\bHostInfo\x128\n" +
 	"\bplatform\x18\x01 \x01(\x0e2\x1c.attnplug.plugin.v1.PlatformR\bplatform\x12-\n" +
 	"\x12compute_capability\x18\x02 \x01(\x05R\x11computeCapability\x12\x14\n" +
 	"\x05archs\x18\x03 \x03(\tR\x05archs\x12\x10\n" +
-	"\x03amx\x18\x04 \x01(\bR\x03amx\"D\n" +
+	"\x03amx\x18\x04 \x01(\bR\x03amx\x128\n" +
+	"\adevices\x18\x05 \x03(\v2\x1e.attnplug.plugin.v1.HostDeviceR\adevices\"D\n" +
 	"\x10ConfigureRequest\x120\n" +
 	"\x04host\x18\x01 \x01(\v2\x1c.attnplug.plugin.v1.HostInfoR\x04host\"\x13\n" +
-	"\x11ConfigureResponse\"\xbb\x01\n" +
+	"\x11ConfigureResponse\"\xfd\x01\n" +
 	"\x05Reads\x12.\n" +
 	"\x05facts\x18\x01 \x03(\x0e2\x18.attnplug.plugin.v1.FactR\x05facts\x12-\n" +
 	"\x13prefix_sum_at_least\x18\x02 \x03(\x03R\x10prefixSumAtLeast\x12%\n" +
 	"\x0fseq_sum_at_most\x18\x03 \x03(\x03R\fseqSumAtMost\x12,\n" +
-	"\x13max_seq_len_at_most\x18\x04 \x03(\x03R\x0fmaxSeqLenAtMost\"\x9a\x03\n" +
+	"\x13max_seq_len_at_most\x18\x04 \x03(\x03R\x0fmaxSeqLenAtMost\x12@\n" +
+	"\n" +
+	"quantities\x18\x05 \x03(\v2 .attnplug.plugin.v1.QuantityReadR\n" +
+	"quantities\"\x9a\x03\n" +
 	"\x05Layer\x12H\n" +
 	"\x1echunked_prefix_cache_threshold\x18\x01 \x01(\x03H\x00R\x1bchunkedPrefixCacheThreshold\x88\x01\x01\x12?\n" +
 	"\x1cdisable_chunked_prefix_cache\x18\x02 \x01(\bR\x19disableChunkedPrefixCache\x12A\n" +
@@ -3482,7 +3872,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\fPLATFORM_HIP\x10\x02\x12\x10\n" +
 	"\fPLATFORM_NPU\x10\x03\x12\x10\n" +
 	"\fPLATFORM_XPU\x10\x04\x12\x10\n" +
-	"\fPLATFORM_CPU\x10\x05*\xd4\x04\n" +
+	"\fPLATFORM_CPU\x10\x05*\xe9\x04\n" +
 	"\x04Fact\x12\x14\n" +
 	"\x10FACT_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tFACT_MODE\x10\x01\x12\x11\n" +
@@ -3505,7 +3895,42 @@ const file_plugin_proto_rawDesc = "" +
 	"\x1cFACT_SEQ_SUM_WITHIN_CAPACITY\x10\x11\x12\x18\n" +
 	"\x14FACT_DSA_USE_MHA_SET\x10\x12\x12\x19\n" +
 	"\x15FACT_DENSE_DSA_DEVICE\x10\x13\x12\x1d\n" +
-	"\x19FACT_KV_CACHE_DENSE_DTYPE\x10\x14*\x9c\x01\n" +
+	"\x19FACT_KV_CACHE_DENSE_DTYPE\x10\x14\x12\x13\n" +
+	"\x0fFACT_QUANTITIES\x10\x15*\xd4\a\n" +
+	"\bQuantity\x12\x18\n" +
+	"\x14QUANTITY_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10QUANTITY_BACKEND\x10\x01\x12\x19\n" +
+	"\x15QUANTITY_FORWARD_MODE\x10\x02\x12\x15\n" +
+	"\x11QUANTITY_PLATFORM\x10\x03\x12\x1b\n" +
+	"\x17QUANTITY_KV_CACHE_DTYPE\x10\x04\x12\x1f\n" +
+	"\x1bQUANTITY_COMPUTE_CAPABILITY\x10\x05\x12\x17\n" +
+	"\x13QUANTITY_PREFIX_SUM\x10\x06\x12\x17\n" +
+	"\x13QUANTITY_PREFIX_MAX\x10\a\x12\x17\n" +
+	"\x13QUANTITY_PREFIX_MIN\x10\b\x12\x19\n" +
+	"\x15QUANTITY_PREFIX_COUNT\x10\t\x12\x14\n" +
+	"\x10QUANTITY_SEQ_SUM\x10\n" +
+	"\x12\x14\n" +
+	"\x10QUANTITY_SEQ_MAX\x10\v\x12\x14\n" +
+	"\x10QUANTITY_SEQ_MIN\x10\f\x12\x16\n" +
+	"\x12QUANTITY_SEQ_COUNT\x10\r\x12\x1f\n" +
+	"\x1bQUANTITY_MAX_CHUNK_CAPACITY\x10\x0e\x12 \n" +
+	"\x1cQUANTITY_CHUNK_CAPACITY_LEFT\x10\x0f\x12+\n" +
+	"'QUANTITY_CHUNKED_PREFIX_CACHE_THRESHOLD\x10\x10\x12&\n" +
+	"\"QUANTITY_PREFIX_SUM_PAST_THRESHOLD\x10\x11\x12!\n" +
+	"\x1dQUANTITY_PIECEWISE_CUDA_GRAPH\x10\x12\x12!\n" +
+	"\x1dQUANTITY_BREAKABLE_CUDA_GRAPH\x10\x13\x12$\n" +
+	" QUANTITY_DETERMINISTIC_INFERENCE\x10\x14\x12\x18\n" +
+	"\x14QUANTITY_DSA_USE_MHA\x10\x15\x12\x1c\n" +
+	"\x18QUANTITY_DSA_USE_MHA_SET\x10\x16\x12\x1e\n" +
+	"\x1aQUANTITY_DSA_USE_MHA_GIVEN\x10\x17\x12\x1e\n" +
+	"\x1aQUANTITY_TWO_BATCH_OVERLAP\x10\x18\x12\x1b\n" +
+	"\x17QUANTITY_MLA_PREFILL_CP\x10\x19\x12)\n" +
+	"%QUANTITY_DISABLE_CHUNKED_PREFIX_CACHE\x10\x1a\x12*\n" +
+	"&QUANTITY_FLASHINFER_MLA_DISABLE_RAGGED\x10\x1b\x12\"\n" +
+	"\x1eQUANTITY_ROCM_FUSED_DECODE_MLA\x10\x1c\x12\x14\n" +
+	"\x10QUANTITY_USE_DSA\x10\x1d\x12&\n" +
+	"\"QUANTITY_FUSED_QKV_A_PROJ_WITH_MQA\x10\x1e\x12\x16\n" +
+	"\x12QUANTITY_INTEL_AMX\x10\x1f*\x9c\x01\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_CODE_INVALID_REQUEST\x10\x01\x12\x1e\n" +
@@ -3534,116 +3959,124 @@ func file_plugin_proto_rawDescGZIP() []byte {
 	return file_plugin_proto_rawDescData
 }
 
-var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_plugin_proto_goTypes = []any{
 	(ForwardMode)(0),              // 0: attnplug.plugin.v1.ForwardMode
 	(Method)(0),                   // 1: attnplug.plugin.v1.Method
 	(Platform)(0),                 // 2: attnplug.plugin.v1.Platform
 	(Fact)(0),                     // 3: attnplug.plugin.v1.Fact
-	(ErrorCode)(0),                // 4: attnplug.plugin.v1.ErrorCode
-	(*DescribeRequest)(nil),       // 5: attnplug.plugin.v1.DescribeRequest
-	(*DescribeResponse)(nil),      // 6: attnplug.plugin.v1.DescribeResponse
-	(*Handler)(nil),               // 7: attnplug.plugin.v1.Handler
-	(*Kernel)(nil),                // 8: attnplug.plugin.v1.Kernel
-	(*Hardware)(nil),              // 9: attnplug.plugin.v1.Hardware
-	(*HostInfo)(nil),              // 10: attnplug.plugin.v1.HostInfo
-	(*ConfigureRequest)(nil),      // 11: attnplug.plugin.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),     // 12: attnplug.plugin.v1.ConfigureResponse
-	(*Reads)(nil),                 // 13: attnplug.plugin.v1.Reads
-	(*Layer)(nil),                 // 14: attnplug.plugin.v1.Layer
-	(*Batch)(nil),                 // 15: attnplug.plugin.v1.Batch
-	(*Runtime)(nil),               // 16: attnplug.plugin.v1.Runtime
-	(*Request)(nil),               // 17: attnplug.plugin.v1.Request
-	(*DispatchRequest)(nil),       // 18: attnplug.plugin.v1.DispatchRequest
-	(*DispatchResponse)(nil),      // 19: attnplug.plugin.v1.DispatchResponse
-	(*DispatchBatchRequest)(nil),  // 20: attnplug.plugin.v1.DispatchBatchRequest
-	(*Result)(nil),                // 21: attnplug.plugin.v1.Result
-	(*DispatchBatchResponse)(nil), // 22: attnplug.plugin.v1.DispatchBatchResponse
-	(*KernelDims)(nil),            // 23: attnplug.plugin.v1.KernelDims
-	(*SharedBuffer)(nil),          // 24: attnplug.plugin.v1.SharedBuffer
-	(*TensorRef)(nil),             // 25: attnplug.plugin.v1.TensorRef
-	(*RunKernelRequest)(nil),      // 26: attnplug.plugin.v1.RunKernelRequest
-	(*RunKernelResponse)(nil),     // 27: attnplug.plugin.v1.RunKernelResponse
-	(*DeviceInfo)(nil),            // 28: attnplug.plugin.v1.DeviceInfo
-	(*KernelParam)(nil),           // 29: attnplug.plugin.v1.KernelParam
-	(*KernelEntry)(nil),           // 30: attnplug.plugin.v1.KernelEntry
-	(*KernelModule)(nil),          // 31: attnplug.plugin.v1.KernelModule
-	(*KernelModulesRequest)(nil),  // 32: attnplug.plugin.v1.KernelModulesRequest
-	(*KernelModulesResponse)(nil), // 33: attnplug.plugin.v1.KernelModulesResponse
-	(*PlanShape)(nil),             // 34: attnplug.plugin.v1.PlanShape
-	(*PlanDims)(nil),              // 35: attnplug.plugin.v1.PlanDims
-	(*PlanKernelRequest)(nil),     // 36: attnplug.plugin.v1.PlanKernelRequest
-	(*TensorSpec)(nil),            // 37: attnplug.plugin.v1.TensorSpec
-	(*MetaBuffer)(nil),            // 38: attnplug.plugin.v1.MetaBuffer
-	(*WorkItem)(nil),              // 39: attnplug.plugin.v1.WorkItem
-	(*LaunchArg)(nil),             // 40: attnplug.plugin.v1.LaunchArg
-	(*Launch)(nil),                // 41: attnplug.plugin.v1.Launch
-	(*Plan)(nil),                  // 42: attnplug.plugin.v1.Plan
-	(*PlanKernelResponse)(nil),    // 43: attnplug.plugin.v1.PlanKernelResponse
+	(Quantity)(0),                 // 4: attnplug.plugin.v1.Quantity
+	(ErrorCode)(0),                // 5: attnplug.plugin.v1.ErrorCode
+	(*QuantityRead)(nil),          // 6: attnplug.plugin.v1.QuantityRead
+	(*DescribeRequest)(nil),       // 7: attnplug.plugin.v1.DescribeRequest
+	(*DescribeResponse)(nil),      // 8: attnplug.plugin.v1.DescribeResponse
+	(*Handler)(nil),               // 9: attnplug.plugin.v1.Handler
+	(*Kernel)(nil),                // 10: attnplug.plugin.v1.Kernel
+	(*Hardware)(nil),              // 11: attnplug.plugin.v1.Hardware
+	(*PCIDevice)(nil),             // 12: attnplug.plugin.v1.PCIDevice
+	(*HostDevice)(nil),            // 13: attnplug.plugin.v1.HostDevice
+	(*HostInfo)(nil),              // 14: attnplug.plugin.v1.HostInfo
+	(*ConfigureRequest)(nil),      // 15: attnplug.plugin.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),     // 16: attnplug.plugin.v1.ConfigureResponse
+	(*Reads)(nil),                 // 17: attnplug.plugin.v1.Reads
+	(*Layer)(nil),                 // 18: attnplug.plugin.v1.Layer
+	(*Batch)(nil),                 // 19: attnplug.plugin.v1.Batch
+	(*Runtime)(nil),               // 20: attnplug.plugin.v1.Runtime
+	(*Request)(nil),               // 21: attnplug.plugin.v1.Request
+	(*DispatchRequest)(nil),       // 22: attnplug.plugin.v1.DispatchRequest
+	(*DispatchResponse)(nil),      // 23: attnplug.plugin.v1.DispatchResponse
+	(*DispatchBatchRequest)(nil),  // 24: attnplug.plugin.v1.DispatchBatchRequest
+	(*Result)(nil),                // 25: attnplug.plugin.v1.Result
+	(*DispatchBatchResponse)(nil), // 26: attnplug.plugin.v1.DispatchBatchResponse
+	(*KernelDims)(nil),            // 27: attnplug.plugin.v1.KernelDims
+	(*SharedBuffer)(nil),          // 28: attnplug.plugin.v1.SharedBuffer
+	(*TensorRef)(nil),             // 29: attnplug.plugin.v1.TensorRef
+	(*RunKernelRequest)(nil),      // 30: attnplug.plugin.v1.RunKernelRequest
+	(*RunKernelResponse)(nil),     // 31: attnplug.plugin.v1.RunKernelResponse
+	(*DeviceInfo)(nil),            // 32: attnplug.plugin.v1.DeviceInfo
+	(*KernelParam)(nil),           // 33: attnplug.plugin.v1.KernelParam
+	(*KernelEntry)(nil),           // 34: attnplug.plugin.v1.KernelEntry
+	(*KernelModule)(nil),          // 35: attnplug.plugin.v1.KernelModule
+	(*KernelModulesRequest)(nil),  // 36: attnplug.plugin.v1.KernelModulesRequest
+	(*KernelModulesResponse)(nil), // 37: attnplug.plugin.v1.KernelModulesResponse
+	(*PlanShape)(nil),             // 38: attnplug.plugin.v1.PlanShape
+	(*PlanDims)(nil),              // 39: attnplug.plugin.v1.PlanDims
+	(*PlanKernelRequest)(nil),     // 40: attnplug.plugin.v1.PlanKernelRequest
+	(*TensorSpec)(nil),            // 41: attnplug.plugin.v1.TensorSpec
+	(*MetaBuffer)(nil),            // 42: attnplug.plugin.v1.MetaBuffer
+	(*WorkItem)(nil),              // 43: attnplug.plugin.v1.WorkItem
+	(*LaunchArg)(nil),             // 44: attnplug.plugin.v1.LaunchArg
+	(*Launch)(nil),                // 45: attnplug.plugin.v1.Launch
+	(*Plan)(nil),                  // 46: attnplug.plugin.v1.Plan
+	(*PlanKernelResponse)(nil),    // 47: attnplug.plugin.v1.PlanKernelResponse
 }
 var file_plugin_proto_depIdxs = []int32{
-	7,  // 0: attnplug.plugin.v1.DescribeResponse.handlers:type_name -> attnplug.plugin.v1.Handler
-	13, // 1: attnplug.plugin.v1.Handler.reads:type_name -> attnplug.plugin.v1.Reads
-	1,  // 2: attnplug.plugin.v1.Handler.methods:type_name -> attnplug.plugin.v1.Method
-	9,  // 3: attnplug.plugin.v1.Handler.hardware:type_name -> attnplug.plugin.v1.Hardware
-	8,  // 4: attnplug.plugin.v1.Handler.kernels:type_name -> attnplug.plugin.v1.Kernel
-	1,  // 5: attnplug.plugin.v1.Kernel.method:type_name -> attnplug.plugin.v1.Method
-	9,  // 6: attnplug.plugin.v1.Kernel.hardware:type_name -> attnplug.plugin.v1.Hardware
-	2,  // 7: attnplug.plugin.v1.Hardware.platforms:type_name -> attnplug.plugin.v1.Platform
-	2,  // 8: attnplug.plugin.v1.HostInfo.platform:type_name -> attnplug.plugin.v1.Platform
-	10, // 9: attnplug.plugin.v1.ConfigureRequest.host:type_name -> attnplug.plugin.v1.HostInfo
-	3,  // 10: attnplug.plugin.v1.Reads.facts:type_name -> attnplug.plugin.v1.Fact
-	0,  // 11: attnplug.plugin.v1.Batch.forward_mode:type_name -> attnplug.plugin.v1.ForwardMode
-	2,  // 12: attnplug.plugin.v1.Runtime.platform:type_name -> attnplug.plugin.v1.Platform
-	14, // 13: attnplug.plugin.v1.Request.layer:type_name -> attnplug.plugin.v1.Layer
-	15, // 14: attnplug.plugin.v1.Request.batch:type_name -> attnplug.plugin.v1.Batch
-	16, // 15: attnplug.plugin.v1.Request.runtime:type_name -> attnplug.plugin.v1.Runtime
-	17, // 16: attnplug.plugin.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
-	1,  // 17: attnplug.plugin.v1.DispatchResponse.method:type_name -> attnplug.plugin.v1.Method
-	17, // 18: attnplug.plugin.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
-	1,  // 19: attnplug.plugin.v1.Result.method:type_name -> attnplug.plugin.v1.Method
-	4,  // 20: attnplug.plugin.v1.Result.error_code:type_name -> attnplug.plugin.v1.ErrorCode
-	21, // 21: attnplug.plugin.v1.DispatchBatchResponse.results:type_name -> attnplug.plugin.v1.Result
-	1,  // 22: attnplug.plugin.v1.RunKernelRequest.method:type_name -> attnplug.plugin.v1.Method
-	23, // 23: attnplug.plugin.v1.RunKernelRequest.dims:type_name -> attnplug.plugin.v1.KernelDims
-	24, // 24: attnplug.plugin.v1.RunKernelRequest.buffer:type_name -> attnplug.plugin.v1.SharedBuffer
-	25, // 25: attnplug.plugin.v1.RunKernelRequest.tensors:type_name -> attnplug.plugin.v1.TensorRef
-	2,  // 26: attnplug.plugin.v1.DeviceInfo.platform:type_name -> attnplug.plugin.v1.Platform
-	29, // 27: attnplug.plugin.v1.KernelEntry.params:type_name -> attnplug.plugin.v1.KernelParam
-	2,  // 28: attnplug.plugin.v1.KernelModule.platform:type_name -> attnplug.plugin.v1.Platform
-	30, // 29: attnplug.plugin.v1.KernelModule.entries:type_name -> attnplug.plugin.v1.KernelEntry
-	28, // 30: attnplug.plugin.v1.KernelModulesRequest.device:type_name -> attnplug.plugin.v1.DeviceInfo
-	31, // 31: attnplug.plugin.v1.KernelModulesResponse.modules:type_name -> attnplug.plugin.v1.KernelModule
-	1,  // 32: attnplug.plugin.v1.PlanKernelRequest.method:type_name -> attnplug.plugin.v1.Method
-	35, // 33: attnplug.plugin.v1.PlanKernelRequest.dims:type_name -> attnplug.plugin.v1.PlanDims
-	34, // 34: attnplug.plugin.v1.PlanKernelRequest.shape:type_name -> attnplug.plugin.v1.PlanShape
-	28, // 35: attnplug.plugin.v1.PlanKernelRequest.device:type_name -> attnplug.plugin.v1.DeviceInfo
-	40, // 36: attnplug.plugin.v1.Launch.args:type_name -> attnplug.plugin.v1.LaunchArg
-	37, // 37: attnplug.plugin.v1.Plan.tensors:type_name -> attnplug.plugin.v1.TensorSpec
-	38, // 38: attnplug.plugin.v1.Plan.metadata:type_name -> attnplug.plugin.v1.MetaBuffer
-	39, // 39: attnplug.plugin.v1.Plan.schedule:type_name -> attnplug.plugin.v1.WorkItem
-	41, // 40: attnplug.plugin.v1.Plan.launches:type_name -> attnplug.plugin.v1.Launch
-	42, // 41: attnplug.plugin.v1.PlanKernelResponse.plan:type_name -> attnplug.plugin.v1.Plan
-	5,  // 42: attnplug.plugin.v1.Backend.Describe:input_type -> attnplug.plugin.v1.DescribeRequest
-	18, // 43: attnplug.plugin.v1.Backend.Dispatch:input_type -> attnplug.plugin.v1.DispatchRequest
-	20, // 44: attnplug.plugin.v1.Backend.DispatchBatch:input_type -> attnplug.plugin.v1.DispatchBatchRequest
-	11, // 45: attnplug.plugin.v1.Backend.Configure:input_type -> attnplug.plugin.v1.ConfigureRequest
-	26, // 46: attnplug.plugin.v1.Backend.RunKernel:input_type -> attnplug.plugin.v1.RunKernelRequest
-	32, // 47: attnplug.plugin.v1.Backend.KernelModules:input_type -> attnplug.plugin.v1.KernelModulesRequest
-	36, // 48: attnplug.plugin.v1.Backend.PlanKernel:input_type -> attnplug.plugin.v1.PlanKernelRequest
-	6,  // 49: attnplug.plugin.v1.Backend.Describe:output_type -> attnplug.plugin.v1.DescribeResponse
-	19, // 50: attnplug.plugin.v1.Backend.Dispatch:output_type -> attnplug.plugin.v1.DispatchResponse
-	22, // 51: attnplug.plugin.v1.Backend.DispatchBatch:output_type -> attnplug.plugin.v1.DispatchBatchResponse
-	12, // 52: attnplug.plugin.v1.Backend.Configure:output_type -> attnplug.plugin.v1.ConfigureResponse
-	27, // 53: attnplug.plugin.v1.Backend.RunKernel:output_type -> attnplug.plugin.v1.RunKernelResponse
-	33, // 54: attnplug.plugin.v1.Backend.KernelModules:output_type -> attnplug.plugin.v1.KernelModulesResponse
-	43, // 55: attnplug.plugin.v1.Backend.PlanKernel:output_type -> attnplug.plugin.v1.PlanKernelResponse
-	49, // [49:56] is the sub-list for method output_type
-	42, // [42:49] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	4,  // 0: attnplug.plugin.v1.QuantityRead.quantity:type_name -> attnplug.plugin.v1.Quantity
+	9,  // 1: attnplug.plugin.v1.DescribeResponse.handlers:type_name -> attnplug.plugin.v1.Handler
+	17, // 2: attnplug.plugin.v1.Handler.reads:type_name -> attnplug.plugin.v1.Reads
+	1,  // 3: attnplug.plugin.v1.Handler.methods:type_name -> attnplug.plugin.v1.Method
+	11, // 4: attnplug.plugin.v1.Handler.hardware:type_name -> attnplug.plugin.v1.Hardware
+	10, // 5: attnplug.plugin.v1.Handler.kernels:type_name -> attnplug.plugin.v1.Kernel
+	1,  // 6: attnplug.plugin.v1.Kernel.method:type_name -> attnplug.plugin.v1.Method
+	11, // 7: attnplug.plugin.v1.Kernel.hardware:type_name -> attnplug.plugin.v1.Hardware
+	2,  // 8: attnplug.plugin.v1.Hardware.platforms:type_name -> attnplug.plugin.v1.Platform
+	12, // 9: attnplug.plugin.v1.Hardware.devices:type_name -> attnplug.plugin.v1.PCIDevice
+	2,  // 10: attnplug.plugin.v1.HostInfo.platform:type_name -> attnplug.plugin.v1.Platform
+	13, // 11: attnplug.plugin.v1.HostInfo.devices:type_name -> attnplug.plugin.v1.HostDevice
+	14, // 12: attnplug.plugin.v1.ConfigureRequest.host:type_name -> attnplug.plugin.v1.HostInfo
+	3,  // 13: attnplug.plugin.v1.Reads.facts:type_name -> attnplug.plugin.v1.Fact
+	6,  // 14: attnplug.plugin.v1.Reads.quantities:type_name -> attnplug.plugin.v1.QuantityRead
+	0,  // 15: attnplug.plugin.v1.Batch.forward_mode:type_name -> attnplug.plugin.v1.ForwardMode
+	2,  // 16: attnplug.plugin.v1.Runtime.platform:type_name -> attnplug.plugin.v1.Platform
+	18, // 17: attnplug.plugin.v1.Request.layer:type_name -> attnplug.plugin.v1.Layer
+	19, // 18: attnplug.plugin.v1.Request.batch:type_name -> attnplug.plugin.v1.Batch
+	20, // 19: attnplug.plugin.v1.Request.runtime:type_name -> attnplug.plugin.v1.Runtime
+	21, // 20: attnplug.plugin.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
+	1,  // 21: attnplug.plugin.v1.DispatchResponse.method:type_name -> attnplug.plugin.v1.Method
+	21, // 22: attnplug.plugin.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
+	1,  // 23: attnplug.plugin.v1.Result.method:type_name -> attnplug.plugin.v1.Method
+	5,  // 24: attnplug.plugin.v1.Result.error_code:type_name -> attnplug.plugin.v1.ErrorCode
+	25, // 25: attnplug.plugin.v1.DispatchBatchResponse.results:type_name -> attnplug.plugin.v1.Result
+	1,  // 26: attnplug.plugin.v1.RunKernelRequest.method:type_name -> attnplug.plugin.v1.Method
+	27, // 27: attnplug.plugin.v1.RunKernelRequest.dims:type_name -> attnplug.plugin.v1.KernelDims
+	28, // 28: attnplug.plugin.v1.RunKernelRequest.buffer:type_name -> attnplug.plugin.v1.SharedBuffer
+	29, // 29: attnplug.plugin.v1.RunKernelRequest.tensors:type_name -> attnplug.plugin.v1.TensorRef
+	2,  // 30: attnplug.plugin.v1.DeviceInfo.platform:type_name -> attnplug.plugin.v1.Platform
+	33, // 31: attnplug.plugin.v1.KernelEntry.params:type_name -> attnplug.plugin.v1.KernelParam
+	2,  // 32: attnplug.plugin.v1.KernelModule.platform:type_name -> attnplug.plugin.v1.Platform
+	34, // 33: attnplug.plugin.v1.KernelModule.entries:type_name -> attnplug.plugin.v1.KernelEntry
+	32, // 34: attnplug.plugin.v1.KernelModulesRequest.device:type_name -> attnplug.plugin.v1.DeviceInfo
+	35, // 35: attnplug.plugin.v1.KernelModulesResponse.modules:type_name -> attnplug.plugin.v1.KernelModule
+	1,  // 36: attnplug.plugin.v1.PlanKernelRequest.method:type_name -> attnplug.plugin.v1.Method
+	39, // 37: attnplug.plugin.v1.PlanKernelRequest.dims:type_name -> attnplug.plugin.v1.PlanDims
+	38, // 38: attnplug.plugin.v1.PlanKernelRequest.shape:type_name -> attnplug.plugin.v1.PlanShape
+	32, // 39: attnplug.plugin.v1.PlanKernelRequest.device:type_name -> attnplug.plugin.v1.DeviceInfo
+	44, // 40: attnplug.plugin.v1.Launch.args:type_name -> attnplug.plugin.v1.LaunchArg
+	41, // 41: attnplug.plugin.v1.Plan.tensors:type_name -> attnplug.plugin.v1.TensorSpec
+	42, // 42: attnplug.plugin.v1.Plan.metadata:type_name -> attnplug.plugin.v1.MetaBuffer
+	43, // 43: attnplug.plugin.v1.Plan.schedule:type_name -> attnplug.plugin.v1.WorkItem
+	45, // 44: attnplug.plugin.v1.Plan.launches:type_name -> attnplug.plugin.v1.Launch
+	46, // 45: attnplug.plugin.v1.PlanKernelResponse.plan:type_name -> attnplug.plugin.v1.Plan
+	7,  // 46: attnplug.plugin.v1.Backend.Describe:input_type -> attnplug.plugin.v1.DescribeRequest
+	22, // 47: attnplug.plugin.v1.Backend.Dispatch:input_type -> attnplug.plugin.v1.DispatchRequest
+	24, // 48: attnplug.plugin.v1.Backend.DispatchBatch:input_type -> attnplug.plugin.v1.DispatchBatchRequest
+	15, // 49: attnplug.plugin.v1.Backend.Configure:input_type -> attnplug.plugin.v1.ConfigureRequest
+	30, // 50: attnplug.plugin.v1.Backend.RunKernel:input_type -> attnplug.plugin.v1.RunKernelRequest
+	36, // 51: attnplug.plugin.v1.Backend.KernelModules:input_type -> attnplug.plugin.v1.KernelModulesRequest
+	40, // 52: attnplug.plugin.v1.Backend.PlanKernel:input_type -> attnplug.plugin.v1.PlanKernelRequest
+	8,  // 53: attnplug.plugin.v1.Backend.Describe:output_type -> attnplug.plugin.v1.DescribeResponse
+	23, // 54: attnplug.plugin.v1.Backend.Dispatch:output_type -> attnplug.plugin.v1.DispatchResponse
+	26, // 55: attnplug.plugin.v1.Backend.DispatchBatch:output_type -> attnplug.plugin.v1.DispatchBatchResponse
+	16, // 56: attnplug.plugin.v1.Backend.Configure:output_type -> attnplug.plugin.v1.ConfigureResponse
+	31, // 57: attnplug.plugin.v1.Backend.RunKernel:output_type -> attnplug.plugin.v1.RunKernelResponse
+	37, // 58: attnplug.plugin.v1.Backend.KernelModules:output_type -> attnplug.plugin.v1.KernelModulesResponse
+	47, // 59: attnplug.plugin.v1.Backend.PlanKernel:output_type -> attnplug.plugin.v1.PlanKernelResponse
+	53, // [53:60] is the sub-list for method output_type
+	46, // [46:53] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -3651,15 +4084,15 @@ func file_plugin_proto_init() {
 	if File_plugin_proto != nil {
 		return
 	}
-	file_plugin_proto_msgTypes[9].OneofWrappers = []any{}
-	file_plugin_proto_msgTypes[11].OneofWrappers = []any{}
+	file_plugin_proto_msgTypes[12].OneofWrappers = []any{}
+	file_plugin_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   39,
+			NumEnums:      6,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

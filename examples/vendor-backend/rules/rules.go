@@ -37,19 +37,38 @@ func Decide(req *core.Request) core.Method {
 	return core.MLA
 }
 
+// PCIVendorID is the PCI vendor ID of acme's accelerators (made up for
+// this example), and PCIDeviceID the ID of the one acme_mla runs on.
+const (
+	PCIVendorID uint16 = 0xacce
+	PCIDeviceID uint16 = 0x0001
+)
+
+// Hardware is what acme_mla's kernels run on: an acme accelerator, bound to
+// the acme driver. Its platform, "acme", is acme's own: attnplug lists no
+// such platform, so the devices say which hardware it is.
+func Hardware() []core.Hardware {
+	return []core.Hardware{{
+		PlatformName: "acme",
+		Devices:      []core.PCIDevice{{VendorID: PCIVendorID, DeviceIDs: []uint16{PCIDeviceID}, Drivers: []string{"acme"}}},
+	}}
+}
+
 // Rules returns acme_mla's rules. Reads declares exactly what Decide reads
-// (the host caches answers by it): the mode, the piecewise-graph flag, and
-// the comparison of the prefix sum with acme's own constant. Methods is
+// (the host caches answers by it): the forward mode, the piecewise-graph
+// flag, and the prefix sum against acme's own threshold. Methods is
 // acme_mla's catalog: every method Decide can answer.
 func Rules() []core.Rule {
 	return []core.Rule{{
 		Name:   Name,
 		Decide: Decide,
-		Reads: core.Reads{
-			Facts:            core.FactMode | core.FactPiecewiseCUDAGraph,
-			PrefixSumAtLeast: []int64{ChunkThreshold},
-		},
-		Methods: []core.Method{core.MLA, core.MHAChunkedKV},
+		Reads: core.Reads{Quantities: []core.Read{
+			{Quantity: core.QuantityForwardMode},
+			{Quantity: core.QuantityPiecewiseCUDAGraph},
+			{Quantity: core.QuantityPrefixSum, At: []int64{ChunkThreshold}},
+		}},
+		Methods:  []core.Method{core.MLA, core.MHAChunkedKV},
+		Hardware: Hardware(),
 	}}
 }
 

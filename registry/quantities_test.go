@@ -1,0 +1,104 @@
+package registry_test
+
+import (
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/testbin"
+	labrules "github.com/attnplug/attnplug/internal/testplugins/lab/rules"
+	"github.com/attnplug/attnplug/registry"
+)
+
+// labRequests returns requests around every threshold the lab's rules
+// compare with, so that many share a key and both sides of each are met.
+func labRequests(rng *rand.Rand, n int) []core.Request {
+	near := func(t int64) int64 { return max(0, t+rng.Int64N(5)-2) }
+	dtypes := []string{"", "bf16", "fp8_e4m3", "fp8_e5m2"}
+	out := make([]core.Request, 0, n)
+	for len(out) < n {
+		modes := core.ForwardModes()
+		r := core.NewRequest([]string{labrules.Name, labrules.NameB}[rng.IntN(2)], modes[rng.IntN(len(modes))])
+		r.Runtime.Platform = []core.Platform{core.PlatformCUDA, core.PlatformHIP, core.PlatformCPU}[rng.IntN(3)]
+		r.Runtime.PiecewiseCUDAGraph = rng.IntN(6) == 0
+		r.Runtime.KVCacheDType = dtypes[rng.IntN(len(dtypes))]
+		r.Runtime.ComputeCapability = int(near(labrules.MinCapability))
+		count := int(near(labrules.ManySequences))
+		prefix, seq := make([]int64, count), make([]int64, count)
+		total := near(labrules.PrefixThreshold) // the prefix sum, around 1000
+		for i := range prefix {
+			switch {
+			case i == 0:
+				prefix[i] = min(total, near(labrules.LongPrefix))
+			case i == count-1:
+				prefix[i] = total - prefix[0] - int64(count-2)*((total-prefix[0])/int64(count-1))
+			default:
+				prefix[i] = (total - prefix[0]) / int64(count-1)
+			}
+			seq[i] = prefix[i] + near(labrules.LongSequence-labrules.LongPrefix)
+		}
+		r.Batch.ExtendPrefixLens, r.Batch.SeqLens = prefix, seq
+		r.Batch.MaxChunkCapacity = near(labrules.CapacityThreshold)
+		if r.Validate() == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestQuantityReadsCachedCorrectly: the lab plugin's rules read one
+// quantity of each kind, declared with its thresholds; every answer the
+// registry gives from its cache is the rules' own, through Dispatch, a
+// batch and a forward pass. With one declaration left out, the cache
+// answers some request wrongly: the declarations are what keeps it right.
+func TestQuantityReadsCachedCorrectly(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := testbin.BuildTestPlugin(dir, "lab"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	reqs := labRequests(rand.New(rand.NewPCG(3, 4)), 3000)
+	r, _ := open(t, registry.Config{PluginDirs: []string{dir}, ExpectedNames: []string{}})
+	for round := 0; round < 2; round++ {
+		out := make([]registry.Result, len(reqs))
+		if err := r.DispatchBatch(ctx, append([]core.Request(nil), reqs...), out); err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			want := labrules.Decide(&reqs[i])
+			a, err := r.Dispatch(ctx, &reqs[i])
+			if err != nil || a.Method != want || a.Plugin != labrules.Name {
+				t.Fatalf("round %d, %+v: got %+v, %v; want %s from lab", round, reqs[i], a, err, want)
+			}
+			if out[i].Err != nil || out[i].Answer.Method != want {
+				t.Fatalf("round %d, batch %d: got %+v, want %s", round, i, out[i], want)
+			}
+			pass, err := r.Resolve(reqs[i].Backend).Begin(&reqs[i].Batch, &reqs[i].Runtime)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, err := pass.Dispatch(ctx, &reqs[i].Layer); err != nil || a.Method != want {
+				t.Fatalf("round %d, pass %d: got %+v, %v, want %s", round, i, a, err, want)
+			}
+		}
+	}
+
+	// The control: without prefix_sum declared, the cache mixes requests
+	// on both sides of 1000.
+	t.Setenv("ATTNPLUG_LAB", "undeclared=prefix_sum")
+	broken, _ := open(t, registry.Config{PluginDirs: []string{dir}, ExpectedNames: []string{}, CacheDir: filepath.Join(dir, "cache")})
+	wrong := 0
+	for i := range reqs {
+		a, err := broken.Dispatch(ctx, &reqs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Method != labrules.Decide(&reqs[i]) {
+			wrong++
+		}
+	}
+	if wrong == 0 {
+		t.Errorf("with prefix_sum undeclared, every cached answer was still right: the requests do not test the declarations")
+	}
+}
