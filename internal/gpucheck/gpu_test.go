@@ -70,8 +70,8 @@ func runCase(t *testing.T, e *Env, c Case, rows int) Check {
 
 // TestMLADecodeRandom checks the decode kernels against the fp64 reference
 // on random ragged batches: heads 16/32/64/128, page sizes 1 and 64, batch
-// 1..256, 1..4 query tokens, lengths up to 16k, shuffled pages, outputs
-// poisoned first.
+// 1..256, 1..4 query tokens, lengths up to 16k (and fixed cases up to 128k),
+// shuffled pages, outputs poisoned first.
 func TestMLADecodeRandom(t *testing.T) {
 	e := openEnv(t)
 	fixed := []Case{
@@ -82,6 +82,8 @@ func TestMLADecodeRandom(t *testing.T) {
 		{Name: "batch 256", Heads: 16, PageSize: 1, SeqLens: repeat(256, 300), QLens: repeat(256, 2), Seed: 5},
 		{Name: "flashinfer page 1", Heads: 64, PageSize: 1, SeqLens: []int64{5000, 17}, QLens: []int64{1, 1}, Seed: 6, Kernel: "BatchMLAPagedAttentionWrapper"},
 		{Name: "flashmla page 64", Heads: 128, PageSize: 64, SeqLens: []int64{3000, 9000}, QLens: []int64{2, 2}, Seed: 7, Kernel: "flash_mla_with_kvcache"},
+		{Name: "128k, 16 heads", Heads: 16, PageSize: 64, SeqLens: []int64{131072, 5}, QLens: []int64{2, 2}, Seed: 8},
+		{Name: "128k, 128 heads", Heads: 128, PageSize: 1, SeqLens: []int64{131072}, QLens: []int64{1}, Seed: 9},
 	}
 	for _, c := range fixed {
 		ch := runCase(t, e, c, 64)
