@@ -54,7 +54,7 @@ func (b *Backend) KernelModules(ctx context.Context, dev core.DeviceInfo) ([]cor
 		return nil, err
 	}
 	if !d.DeviceCode {
-		return nil, fmt.Errorf("%w: %s has no device code (no CUDA MLA kernel in its catalog)", core.ErrNoPlan, d.Name)
+		return nil, fmt.Errorf("%w: %s has no device code (no kernel of its catalog is one of package devkernels)", core.ErrNoPlan, d.Name)
 	}
 	type built struct {
 		mods []core.KernelModule
