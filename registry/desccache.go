@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
 
 	"github.com/attnplug/attnplug/core"
 )
@@ -84,13 +83,7 @@ type hashEntry struct {
 // inode, size, and modification and change times to the nanosecond (the
 // change time cannot be set back by the file's owner). Git's index trusts
 // the same to skip rehashing.
-func statIdentity(st os.FileInfo) string {
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !ok {
-		return ""
-	}
-	return fmt.Sprintf("%d:%d:%d:%d.%d:%d.%d", sys.Dev, sys.Ino, sys.Size, sys.Mtim.Sec, sys.Mtim.Nsec, sys.Ctim.Sec, sys.Ctim.Nsec)
-}
+func statIdentity(st os.FileInfo) string { return fileIdentity(st) }
 
 // fileSHA256 returns the SHA-256 of the binary at path: from the hash
 // index when the file has not changed since it was hashed, else by reading

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
 )
 
@@ -91,7 +90,10 @@ func (r *Registry) runInProcess(ctx context.Context, req *core.KernelRequest, ca
 	if !ok {
 		k = core.Kernel{Name: "reference", Library: "attnplug kernels", Method: req.Method}
 	}
-	res, err := backendkit.Run(ctx, k, req, r.cfg.Host)
+	if r.cfg.Kernels == nil {
+		return nil, fmt.Errorf("%w: this host runs no kernels in process (registry.Config.Kernels is unset)", core.ErrNoKernel)
+	}
+	res, err := r.cfg.Kernels(ctx, k, req, r.cfg.Host)
 	if err != nil {
 		return nil, err
 	}

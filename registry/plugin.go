@@ -134,12 +134,7 @@ func (f *failure) Unwrap() error { return f.err }
 // returns the connected instance; on any error the process is killed.
 func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logger) (*instance, error) {
 	cmd := exec.Command(path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// The plugin dies with the host, and a terminal's Ctrl-C reaches
-		// the host only, which then ends the plugin itself.
-		Pdeathsig: syscall.SIGKILL,
-		Setpgid:   true,
-	}
+	cmd.SysProcAttr = procAttr()
 	// The parent-death pipe: the plugin holds the read end and exits when
 	// it reads EOF, which happens when the host is gone however it ended.
 	pr, pw, err := os.Pipe()

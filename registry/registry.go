@@ -18,6 +18,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
+// InProcessKernels runs kernel k of a catalog on req's tensors in the
+// calling process (backendkit.Run is one).
+type InProcessKernels func(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core.HostInfo) (*core.KernelResult, error)
+
 // Config configures a Registry. The zero value of every field but Logger
 // has a sensible default, given in its comment.
 type Config struct {
@@ -57,6 +61,12 @@ type Config struct {
 	// ReasonUnsupportedHardware), and each plugin started is told it and
 	// may refuse. Nil matches no hardware: deciding a method needs none.
 	Host *core.HostInfo
+	// Kernels runs a catalog kernel's math in this process: for the
+	// triton rules, and when a plugin cannot run its kernel (RunKernel's
+	// fallback). Hosts that run kernels set it to backendkit.Run, so that
+	// the dispatch path links no kernel code; nil: RunKernel runs nothing
+	// in process and returns an error wrapping core.ErrNoKernel.
+	Kernels InProcessKernels
 	// Lock, when set, pins the plugin binaries: a binary that is not in it,
 	// or whose SHA-256 differs, is refused, and go-plugin checks the hash
 	// again at every start.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/attnplug/attnplug/backendkit"
 	"os"
 	"path/filepath"
 	"slices"
@@ -260,6 +261,7 @@ func (h *hostFlags) openRegistry(ctx context.Context, logger hclog.Logger) (*reg
 		Strict:            h.strict,
 		InsecurePluginDir: h.insecureDir,
 		QuietDeprecated:   h.quietDeprecated,
+		Kernels:           backendkit.Run,
 	}
 	if !h.noLock {
 		if cfg.Lock, err = h.readLock(dirs); err != nil {

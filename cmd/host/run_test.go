@@ -29,7 +29,7 @@ import (
 // with the real plugin binaries.
 func openTestRegistry(t *testing.T, dirs ...string) *registry.Registry {
 	t.Helper()
-	reg, err := registry.New(testContext(t), registry.Config{PluginDirs: dirs, Platform: core.PlatformCUDA, CallTimeout: 20 * time.Second})
+	reg, err := registry.New(testContext(t), registry.Config{PluginDirs: dirs, Platform: core.PlatformCUDA, CallTimeout: 20 * time.Second, Kernels: backendkit.Run})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func TestRunPluginDiesMidKernel(t *testing.T) {
 	fdsBefore := openFDs(t)
 
 	reg, err := registry.New(testContext(t), registry.Config{PluginDirs: []string{tree.PluginDir}, Platform: core.PlatformCUDA,
-		RestartBackoff: time.Millisecond})
+		RestartBackoff: time.Millisecond, Kernels: backendkit.Run})
 	if err != nil {
 		t.Fatal(err)
 	}
