@@ -3,8 +3,6 @@ package gpucheck
 import (
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"sync"
 	"testing"
 	"unsafe"
 
@@ -54,29 +52,11 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 	wuv := gen(heads*lora*dv, 1/math.Sqrt(lora))   // [h][lora][dv]
 	qnope := gen(int(tokens)*heads*nope, 1)
 	qpe := gen(int(tokens)*heads*rope, 1)
-	par := func(n int, f func(i int)) {
-		var wg sync.WaitGroup
-		ch := make(chan int)
-		for range runtime.GOMAXPROCS(0) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range ch {
-					f(i)
-				}
-			}()
-		}
-		for i := range n {
-			ch <- i
-		}
-		close(ch)
-		wg.Wait()
-	}
 	// Decompressed MHA inputs.
 	q := make([]uint16, tokens*heads*192)
 	k := make([]uint16, keys*heads*192)
 	v := make([]uint16, keys*heads*dv)
-	par(int(tokens), func(ti int) {
+	parallel(int(tokens), func(ti int) {
 		for h := range heads {
 			for d := range nope {
 				q[(int64(ti)*heads+int64(h))*192+int64(d)] = toBF16(qnope[(ti*heads+h)*nope+d])
@@ -86,7 +66,7 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 			}
 		}
 	})
-	par(int(keys), func(j int) {
+	parallel(int(keys), func(j int) {
 		for h := range heads {
 			base := (int64(j)*heads + int64(h)) * 192
 			for d := range nope {
@@ -110,7 +90,7 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 	})
 	// Absorbed MLA inputs.
 	qabs := make([]uint16, tokens*heads*576)
-	par(int(tokens), func(ti int) {
+	parallel(int(tokens), func(ti int) {
 		for h := range heads {
 			base := (int64(ti)*heads + int64(h)) * 576
 			for c := range lora {
@@ -226,7 +206,7 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 		t.Fatal(err)
 	}
 	mla := make([]uint16, tokens*heads*dv) // latent x W_UV, rounded as the MHA outputs are
-	par(int(tokens*heads), func(row int) {
+	parallel(int(tokens*heads), func(row int) {
 		h := row % heads
 		for d := range dv {
 			var s float64

@@ -10,7 +10,6 @@ import (
 	"math"
 	"os/exec"
 	"runtime"
-	"sort"
 	"time"
 	"unsafe"
 
@@ -88,8 +87,7 @@ func (e *Env) MeasureFloors() (Floors, error) {
 				ts = append(ts, ms)
 			}
 		}
-		sort.Float64s(ts)
-		f.MatmulTFLOPs = 2 * d * d * d / (ts[len(ts)/2] / 1000) / 1e12
+		f.MatmulTFLOPs = 2 * d * d * d / (median(ts).Median / 1000) / 1e12
 		return nil
 	})
 	return f, err

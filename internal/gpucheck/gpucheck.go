@@ -312,17 +312,6 @@ func (e *Env) Verify(b *Batch, layer, maxRows int) (Check, error) {
 	if err != nil {
 		return Check{}, err
 	}
-	var ch Check
-	for _, v := range out {
-		if v&0x7f80 == 0x7f80 && v&0x7f != 0 {
-			ch.Unwritten++
-		}
-	}
-	for _, v := range lse {
-		if math.IsNaN(float64(v)) {
-			ch.Unwritten++
-		}
-	}
 	// Rows to check: random, plus the first and last of the batch.
 	rng := rand.New(rand.NewPCG(c.Seed, 11))
 	type row struct{ req, t, head int }
@@ -347,53 +336,87 @@ func (e *Env) Verify(b *Batch, layer, maxRows int) (Check, error) {
 	for i := 1; i < len(c.QLens); i++ {
 		qStart[i] = qStart[i-1] + c.QLens[i-1]
 	}
-	num := make([]float64, len(rows))
-	den := make([]float64, len(rows))
-	lerr := make([]float64, len(rows))
+	return compareRows(out, lse, len(rows), func(k int) rowRef {
+		r := rows[k]
+		tok := qStart[r.req] + int64(r.t)
+		q := make([]float64, 576)
+		base := (tok*h + int64(r.head)) * 576
+		for d := range q {
+			q[d] = hashValue(b.qSeed, base+int64(d))
+		}
+		limit := c.SeqLens[r.req] - c.QLens[r.req] + int64(r.t) // last key seen
+		want, wantLSE := reference(q, limit+1, c.PageSize, b.Pages[b.Indptr[r.req]:b.Indptr[r.req+1]], kvSeed)
+		return rowRef{out: (tok*h + int64(r.head)) * 512, lse: tok*h + int64(r.head), want: want, wantLSE: wantLSE}
+	}), nil
+}
+
+// rowRef is the float64 reference of one sampled output row: where the
+// row and its LSE are in the outputs, and what they should be.
+type rowRef struct {
+	out, lse int64
+	want     []float64
+	wantLSE  float64
+}
+
+// compareRows checks n sampled rows, whose references ref computes (called
+// concurrently), and counts the poison left anywhere in out and lse.
+func compareRows(out []uint16, lse []float32, n int, ref func(k int) rowRef) Check {
+	var ch Check
+	for _, v := range out {
+		if v&0x7f80 == 0x7f80 && v&0x7f != 0 {
+			ch.Unwritten++
+		}
+	}
+	for _, v := range lse {
+		if math.IsNaN(float64(v)) {
+			ch.Unwritten++
+		}
+	}
+	num := make([]float64, n)
+	den := make([]float64, n)
+	lerr := make([]float64, n)
+	parallel(n, func(k int) {
+		r := ref(k)
+		for d, w := range r.want {
+			diff := bf16(out[r.out+int64(d)]) - w
+			num[k] += diff * diff
+			den[k] += w * w
+		}
+		got := float64(lse[r.lse])
+		lerr[k] = math.Abs(got-r.wantLSE) / math.Max(1, math.Abs(r.wantLSE))
+		if math.IsNaN(got) {
+			lerr[k] = math.Inf(1)
+		}
+	})
+	var sn, sd float64
+	for k := range n {
+		sn += num[k]
+		sd += den[k]
+		ch.LSEErr = math.Max(ch.LSEErr, lerr[k])
+	}
+	ch.Rows = n
+	ch.RelErr = math.Sqrt(sn / sd)
+	return ch
+}
+
+// parallel runs f(0), ..., f(n-1) on every CPU.
+func parallel(n int, f func(i int)) {
 	var wg sync.WaitGroup
 	work := make(chan int)
 	for range runtime.GOMAXPROCS(0) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			q := make([]float64, 576)
-			for k := range work {
-				r := rows[k]
-				tok := qStart[r.req] + int64(r.t)
-				base := (tok*h + int64(r.head)) * 576
-				for d := range q {
-					q[d] = hashValue(b.qSeed, base+int64(d))
-				}
-				limit := c.SeqLens[r.req] - c.QLens[r.req] + int64(r.t) // last key seen
-				ref, refLSE := reference(q, limit+1, c.PageSize, b.Pages[b.Indptr[r.req]:b.Indptr[r.req+1]], kvSeed)
-				ob := (tok*h + int64(r.head)) * 512
-				for d := range 512 {
-					diff := bf16(out[ob+int64(d)]) - ref[d]
-					num[k] += diff * diff
-					den[k] += ref[d] * ref[d]
-				}
-				got := float64(lse[tok*h+int64(r.head)])
-				lerr[k] = math.Abs(got-refLSE) / math.Max(1, math.Abs(refLSE))
-				if math.IsNaN(got) {
-					lerr[k] = math.Inf(1)
-				}
+			for i := range work {
+				f(i)
 			}
 		}()
 	}
-	for k := range rows {
-		work <- k
+	for i := range n {
+		work <- i
 	}
 	close(work)
 	wg.Wait()
-	var sn, sd float64
-	for k := range rows {
-		sn += num[k]
-		sd += den[k]
-		ch.LSEErr = math.Max(ch.LSEErr, lerr[k])
-	}
-	ch.Rows = len(rows)
-	ch.RelErr = math.Sqrt(sn / sd)
-	return ch, nil
 }
 
 // reference is one row of absorbed MLA in float64: softmax(scale q·k) v

@@ -4,8 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"sync"
+	"slices"
 	"unsafe"
 
 	"github.com/attnplug/attnplug/core"
@@ -236,17 +235,6 @@ func (e *Env) Outputs(b *PrefillBatch) ([]uint16, []float32, error) {
 func (e *Env) VerifyPrefill(b *PrefillBatch, out []uint16, lse []float32, maxRows int) Check {
 	c := b.Case
 	h := int64(c.Heads)
-	var ch Check
-	for _, v := range out {
-		if v&0x7f80 == 0x7f80 && v&0x7f != 0 {
-			ch.Unwritten++
-		}
-	}
-	for _, v := range lse {
-		if math.IsNaN(float64(v)) {
-			ch.Unwritten++
-		}
-	}
 	type row struct{ req, t, head int64 }
 	rng := rand.New(rand.NewPCG(c.Seed, 17))
 	var rows []row
@@ -264,74 +252,40 @@ func (e *Env) VerifyPrefill(b *PrefillBatch, out []uint16, lse []float32, maxRow
 	for int64(len(rows)) < min(int64(maxRows), total) {
 		pick(rng.Int64N(total))
 	}
-	num := make([]float64, len(rows))
-	den := make([]float64, len(rows))
-	lerr := make([]float64, len(rows))
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			q := make([]float64, 192)
-			for k := range work {
-				r := rows[k]
-				tok := b.tokStart[r.req] + r.t
-				for d := range q {
-					q[d] = hashValue(b.qSeed, (tok*h+r.head)*192+int64(d))
-				}
-				n := c.SeqLens[r.req] - c.QLens[r.req] + r.t + 1 // keys seen
-				s := make([]float64, n)
-				mx := math.Inf(-1)
-				for j := range n {
-					base := ((b.seqStart[r.req]+j)*h + r.head) * 192
-					var dot float64
-					for d := range 192 {
-						dot += q[d] * hashValue(b.kSeed, base+int64(d))
-					}
-					s[j] = dot * PrefillScale
-					mx = math.Max(mx, s[j])
-				}
-				var sum float64
-				ref := make([]float64, 128)
-				for j := range n {
-					p := math.Exp(s[j] - mx)
-					sum += p
-					base := ((b.seqStart[r.req]+j)*h + r.head) * 128
-					for d := range 128 {
-						ref[d] += p * hashValue(b.vSeed, base+int64(d))
-					}
-				}
-				ob := (tok*h + r.head) * 128
-				for d := range 128 {
-					ref[d] /= sum
-					diff := bf16(out[ob+int64(d)]) - ref[d]
-					num[k] += diff * diff
-					den[k] += ref[d] * ref[d]
-				}
-				refLSE := mx + math.Log(sum)
-				got := float64(lse[tok*h+r.head])
-				lerr[k] = math.Abs(got-refLSE) / math.Max(1, math.Abs(refLSE))
-				if math.IsNaN(got) {
-					lerr[k] = math.Inf(1)
-				}
+	return compareRows(out, lse, len(rows), func(k int) rowRef {
+		r := rows[k]
+		tok := b.tokStart[r.req] + r.t
+		q := make([]float64, 192)
+		for d := range q {
+			q[d] = hashValue(b.qSeed, (tok*h+r.head)*192+int64(d))
+		}
+		n := c.SeqLens[r.req] - c.QLens[r.req] + r.t + 1 // keys seen
+		s := make([]float64, n)
+		mx := math.Inf(-1)
+		for j := range n {
+			base := ((b.seqStart[r.req]+j)*h + r.head) * 192
+			var dot float64
+			for d := range 192 {
+				dot += q[d] * hashValue(b.kSeed, base+int64(d))
 			}
-		}()
-	}
-	for k := range rows {
-		work <- k
-	}
-	close(work)
-	wg.Wait()
-	var sn, sd float64
-	for k := range rows {
-		sn += num[k]
-		sd += den[k]
-		ch.LSEErr = math.Max(ch.LSEErr, lerr[k])
-	}
-	ch.Rows = len(rows)
-	ch.RelErr = math.Sqrt(sn / sd)
-	return ch
+			s[j] = dot * PrefillScale
+			mx = math.Max(mx, s[j])
+		}
+		var sum float64
+		want := make([]float64, 128)
+		for j := range n {
+			p := math.Exp(s[j] - mx)
+			sum += p
+			base := ((b.seqStart[r.req]+j)*h + r.head) * 128
+			for d := range 128 {
+				want[d] += p * hashValue(b.vSeed, base+int64(d))
+			}
+		}
+		for d := range want {
+			want[d] /= sum
+		}
+		return rowRef{out: (tok*h + r.head) * 128, lse: tok*h + r.head, want: want, wantLSE: mx + math.Log(sum)}
+	})
 }
 
 // Agreement is the relative difference between two methods' outputs on
@@ -368,15 +322,9 @@ func (e *Env) TimePrefill(b *PrefillBatch, p *cudaexec.Prepared, reps int) (Timi
 	return median(ts), nil
 }
 
+// median returns the median of ts and their spread.
 func median(ts []float64) Timing {
-	s := append([]float64(nil), ts...)
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j] < s[i] {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
+	s := slices.Sorted(slices.Values(ts))
 	m := s[len(s)/2]
 	return Timing{Median: m, Spread: (s[len(s)-1] - s[0]) / m}
 }
