@@ -27,8 +27,7 @@ type driver struct {
 	cuMemFree                 func(p uint64) int32
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uintptr) int32
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uintptr) int32
-	cuLaunchKernel            func(fn uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params *unsafe.Pointer, extra *unsafe.Pointer) int32
-	launchAddr                uintptr // cuLaunchKernel's address, for the reflection-free call of Ctx.Launch
+	launchAddr                uintptr // cuLaunchKernel, called through driver.launch
 	cuGetErrorName            func(code int32, s **byte) int32
 	cuGetErrorString          func(code int32, s **byte) int32
 

@@ -38,7 +38,6 @@ func loadDriver() (*driver, error) {
 		{&drv.cuMemFree, []string{"cuMemFree_v2"}},
 		{&drv.cuMemcpyHtoD, []string{"cuMemcpyHtoD_v2"}},
 		{&drv.cuMemcpyDtoH, []string{"cuMemcpyDtoH_v2"}},
-		{&drv.cuLaunchKernel, []string{"cuLaunchKernel"}},
 		{&drv.cuGetErrorName, []string{"cuGetErrorName"}},
 		{&drv.cuGetErrorString, []string{"cuGetErrorString"}},
 		{&drv.cuFuncSetAttribute, []string{"cuFuncSetAttribute"}},
@@ -75,8 +74,8 @@ func loadDriver() (*driver, error) {
 	return drv, nil
 }
 
-// launch calls cuLaunchKernel through purego.SyscallN: the per-layer call
-// of a host, so it skips the reflection of a registered function.
+// launch calls cuLaunchKernel through purego.SyscallN, without the
+// reflection of a registered function: it is the per-layer call of a host.
 func (drv *driver) launch(fn uintptr, grid, block [3]uint32, shared uint32, stream uintptr, params *unsafe.Pointer) int32 {
 	rc, _, _ := purego.SyscallN(drv.launchAddr, fn, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 		uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shared), stream, uintptr(unsafe.Pointer(params)), 0)

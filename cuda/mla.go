@@ -275,7 +275,7 @@ func (d *Device) RunMLAStats(cfg kernels.Config, b kernels.BatchShape, t kernels
 		var pin runtime.Pinner
 		pin.Pin(&args[0])
 		pin.Pin(&params[0])
-		rc := drv.cuLaunchKernel(m.fn, uint32(T*H), 1, 1, mlaThreads, 1, 1, uint32(shared), 0, &params[0], nil)
+		rc := drv.launch(m.fn, [3]uint32{uint32(T * H), 1, 1}, [3]uint32{mlaThreads, 1, 1}, uint32(shared), 0, &params[0])
 		pin.Unpin()
 		if err := drv.check("cuLaunchKernel", rc); err != nil {
 			return err
