@@ -150,7 +150,7 @@ func kernelsListing(ctx context.Context, w io.Writer, reg *registry.Registry, li
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
-	if err := kernelsTable(w, reg, list, false); err != nil {
+	if err := kernelsTable(w, reg, list); err != nil {
 		return err
 	}
 	if len(codes) == 0 {

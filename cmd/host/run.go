@@ -453,13 +453,10 @@ func prefixLens(b kernels.BatchShape) []int64 {
 
 // kernelsTable writes the kernel catalogs of the plugins' names, one line
 // per kernel (attnplug plugins --kernels).
-func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInfo, asJSON bool) error {
+func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInfo) error {
 	type row struct {
-		Plugin string        `json:"plugin"`
-		Name   string        `json:"name"`
-		Kernel []core.Kernel `json:"-"`
-		// JSON is Kernel spelled for scripts: methods and platforms by name.
-		JSON []kernelJSON `json:"kernels"`
+		Plugin, Name string
+		Kernel       []core.Kernel
 	}
 	var rows []row
 	for _, p := range list {
@@ -469,17 +466,6 @@ func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInf
 		}
 	}
 	rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernel: core.TritonKernels()})
-	if asJSON {
-		for i := range rows {
-			rows[i].JSON = make([]kernelJSON, len(rows[i].Kernel))
-			for j, k := range rows[i].Kernel {
-				rows[i].JSON[j] = kernelToJSON(k)
-			}
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
-	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-8s %s\n", "PLUGIN", "NAME", "METHOD", "KERNEL", "LIBRARY", "DTYPES", "HEAD_DIMS", "GRAPH", "HARDWARE")
 	for _, r := range rows {
