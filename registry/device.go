@@ -31,7 +31,7 @@ import (
 //     the caller runs the kernel another way; a refusal that is not the
 //     plugin's expected "no plan" is logged and counted as a fallback.
 //
-// Calls go through callPlugin and failCall, as dispatches and kernel calls
+// Calls go through plugin.call, as dispatches and kernel calls
 // do: a plugin that dies during one is restarted after the backoff.
 
 // Reasons of device-code fallbacks.
@@ -91,18 +91,18 @@ func (r *Registry) KernelModules(ctx context.Context, backend string, dev core.D
 // devicePlugin returns the plugin serving name when it may have device
 // code; otherwise an error wrapping core.ErrNoPlan says why not.
 func (r *Registry) devicePlugin(name string) (*plugin, error) {
-	rt := r.table.Load().routes[name]
-	switch {
-	case rt != nil && rt.missing:
-		why := fmt.Errorf("no plugin serves %q", name)
-		if rt.why != nil {
-			why = fmt.Errorf("%q: %w", name, rt.why)
-		}
-		return nil, fmt.Errorf("%w: %w", core.ErrNoPlan, why)
-	case rt == nil || rt.plugin == nil || name == core.TritonName:
-		return nil, fmt.Errorf("%w: %q is decided by the triton rules in this process, which have no device code", core.ErrNoPlan, name)
+	rt := r.table.Load().route(name)
+	if rt.down != nil {
+		return nil, fmt.Errorf("%w: %w", core.ErrNoPlan, rt.down.err)
 	}
-	p := rt.plugin
+	p, ok := rt.be.(*plugin)
+	switch {
+	case ok:
+	case rt.unknown:
+		return nil, fmt.Errorf("%w: %q is decided by the triton rules in this process, which have no device code", core.ErrNoPlan, name)
+	default:
+		return nil, fmt.Errorf("%w: %q is decided by the in-process backend %s, which hands the host no device code", core.ErrNoPlan, name, rt.be.family())
+	}
 	if why := p.unsupportedWhy(); why != "" {
 		return nil, fmt.Errorf("%w: plugin %s does not run on this host: %s", core.ErrNoPlan, p.name, why)
 	}
@@ -162,26 +162,24 @@ func (r *Registry) modules(ctx context.Context, p *plugin, backend string, dev c
 // whether the outcome stands for p's binary (modules, or the plugin's own
 // refusal) rather than for this call (no process, a failure, ctx).
 func (r *Registry) fetchModules(ctx context.Context, p *plugin, backend string, dev core.DeviceInfo) (mods []core.KernelModule, keep bool, err error) {
-	inst, err := r.callPlugin(ctx, p, longCall, func(ctx context.Context, b batchClient) (err error) {
-		mods, err = b.KernelModules(ctx, dev)
+	err = p.call(ctx, longCall, func(ctx context.Context, c conn) (err error) {
+		mods, err = c.KernelModules(ctx, dev)
 		return err
 	})
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		return nil, false, ctx.Err()
-	case inst == nil:
-		return nil, false, r.noPlan(backend, p.name, err)
-	case errors.Is(err, core.ErrNoPlan), errors.Is(err, core.ErrInvalidRequest):
+	case isAnswer(err):
 		// The plugin has no device code for dev: an expected answer.
 		p.logger.Info("plugin has no device code for this device", "device", dev.Name, "compute_capability", dev.ComputeCapability, "error", err)
 		return nil, true, pluginNoPlan(p, err)
 	default:
-		return nil, false, r.noPlan(backend, p.name, r.failCall(p, inst, err, longCall))
+		return nil, false, r.noPlan(backend, p.name, err)
 	}
 	r.succeeded(p)
 	if err := CheckModules(mods); err != nil {
-		return nil, true, r.noPlan(backend, p.name, &failure{ReasonBadModules, fmt.Errorf("plugin %s: %w", p.name, err)})
+		return nil, true, r.noPlan(backend, p.name, &failure{reason: ReasonBadModules, err: fmt.Errorf("plugin %s: %w", p.name, err)})
 	}
 	p.logger.Info("kernel modules received", "device", dev.Name, "compute_capability", dev.ComputeCapability, "modules", len(mods))
 	return mods, true, nil
@@ -218,7 +216,7 @@ func (r *Registry) pinnedModules(p *plugin, backend string, mods []core.KernelMo
 		return mods, nil
 	}
 	if err := l.verifyModules(filepath.Base(p.path), mods); err != nil {
-		return nil, r.noPlan(backend, p.name, &failure{ReasonBadModules, fmt.Errorf("plugin %s: %w", p.name, err)})
+		return nil, r.noPlan(backend, p.name, &failure{reason: ReasonBadModules, err: fmt.Errorf("plugin %s: %w", p.name, err)})
 	}
 	return mods, nil
 }
@@ -240,7 +238,7 @@ const noDeviceCode = "no device plan: the kernel runs another way"
 func (r *Registry) noPlan(backend, plugin string, err error) error {
 	var f *failure
 	if !errors.As(err, &f) {
-		f = &failure{ReasonCrashed, err}
+		f = &failure{reason: ReasonCrashed, err: err}
 	}
 	r.fallbacks.record(backend, plugin, f.reason, f.Error(), noDeviceCode, false)
 	return fmt.Errorf("%w: %w", core.ErrNoPlan, f)
@@ -284,28 +282,26 @@ func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 		return e.plan, e.err
 	}
 	var plan *core.Plan
-	inst, err := r.callPlugin(ctx, p, dispatchCall, func(ctx context.Context, b batchClient) (err error) {
-		plan, err = b.PlanKernel(ctx, req)
+	err = p.call(ctx, dispatchCall, func(ctx context.Context, c conn) (err error) {
+		plan, err = c.PlanKernel(ctx, req)
 		return err
 	})
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case inst == nil:
-		return nil, r.noPlan(req.Backend, p.name, err)
-	case errors.Is(err, core.ErrNoPlan), errors.Is(err, core.ErrInvalidRequest):
+	case isAnswer(err):
 		// The plugin has no plan for this request: an expected answer.
 		p.logger.Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", err)
 		err = pluginNoPlan(p, err)
 		p.device.plans.put(key, planOutcome{err: err})
 		return nil, err
 	default:
-		return nil, r.noPlan(req.Backend, p.name, r.failCall(p, inst, err, dispatchCall))
+		return nil, r.noPlan(req.Backend, p.name, err)
 	}
 	r.succeeded(p)
 	if err := r.checkPlan(plan, req, p, mods); err != nil {
-		f := &failure{ReasonBadPlan, fmt.Errorf("plugin %s: %w", p.name, err)}
+		f := &failure{reason: ReasonBadPlan, err: fmt.Errorf("plugin %s: %w", p.name, err)}
 		p.logger.Warn("launch plan refused", "backend", req.Backend, "method", req.Method.String(), "error", err)
 		err := r.noPlan(req.Backend, p.name, f)
 		p.device.plans.put(key, planOutcome{err: err, reason: ReasonBadPlan})

@@ -1,9 +1,13 @@
 package registry
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"github.com/attnplug/attnplug/core"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -88,4 +92,31 @@ func (l *fallbackLog) summary() {
 	if l.total > 0 || l.refused > 0 {
 		l.log.Info("fallback summary", "fell_back", l.total, "refused", l.refused)
 	}
+}
+
+// fallback answers req by the fallback backend, the triton rules in
+// process, because of err, or refuses it under Config.Strict. Either way
+// it is logged, once per streak (fallbackLog). rt is the route req went
+// to; the fallback is the plugin's when a plugin serves it.
+func (r *Registry) fallback(req *core.Request, rt *route, err error) (core.Answer, error) {
+	var f *failure
+	if !errors.As(err, &f) {
+		f = &failure{reason: ReasonCrashed, err: err}
+	}
+	plugin := ""
+	if rt.down == nil && !rt.unknown {
+		plugin = rt.be.family()
+	}
+	msg := f.Error()
+	what := "falling back to the triton rules"
+	if r.cfg.Strict {
+		what = "refusing requests (strict)"
+	}
+	r.fallbacks.record(req.Backend, plugin, f.reason, msg, what, r.cfg.Strict)
+	if r.cfg.Strict {
+		return core.Answer{}, fmt.Errorf("%w: %s (strict: no fallback to triton)", core.ErrRefused, msg)
+	}
+	// The triton rules answer every valid request, and req is valid.
+	m, _ := r.triton.conn.Dispatch(context.Background(), req)
+	return core.Answer{Method: m, Handler: core.TritonName, Plugin: r.triton.family(), Fallback: msg}, nil
 }

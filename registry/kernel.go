@@ -45,38 +45,37 @@ func (r *Registry) Kernels(name string) []core.Kernel {
 // for a request the kernel refuses (core.ErrInvalidRequest), a method the
 // catalog lacks everywhere, or when ctx ends.
 func (r *Registry) RunKernel(ctx context.Context, req *core.KernelRequest) (*KernelAnswer, error) {
-	rt, ok := r.table.Load().routes[req.Backend]
-	if !ok || rt.plugin == nil || req.Backend == core.TritonName {
+	rt := r.table.Load().route(req.Backend)
+	if rt.down != nil || rt.unknown {
 		return r.runInProcess(ctx, req, core.TritonKernels(), "")
 	}
-	p := rt.plugin
-	if why := p.unsupportedWhy(); why != "" {
-		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s does not run on this host: %s", p.name, why))
+	be := rt.be
+	if why := be.unsupportedWhy(); why != "" {
+		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s does not run on this host: %s", be.family(), why))
 	}
 	if _, ok := rt.handler.Kernel(req.Method); !ok && len(rt.handler.Kernels) > 0 {
 		return nil, fmt.Errorf("%w: %s's kernel catalog has no kernel for %s", core.ErrNoKernel, req.Backend, req.Method)
 	}
 	var res *core.KernelResult
-	inst, err := r.callPlugin(ctx, p, longCall, func(ctx context.Context, b batchClient) (err error) {
-		res, err = b.RunKernel(ctx, req)
+	err := be.call(ctx, longCall, func(ctx context.Context, c conn) (err error) {
+		res, err = c.RunKernel(ctx, req)
 		return err
 	})
+	var f *failure
 	switch {
 	case err == nil:
-		r.succeeded(p)
-		return &KernelAnswer{KernelResult: *res, Plugin: p.name}, nil
+		r.succeeded(be)
+		return &KernelAnswer{KernelResult: *res, Plugin: be.family()}, nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case inst == nil: // no process to ask
-		return r.runInProcess(ctx, req, rt.handler.Kernels, err.Error())
 	case errors.Is(err, core.ErrInvalidRequest):
-		return nil, fmt.Errorf("plugin %s refused the kernel call: %w", p.name, err)
-	case errors.Is(err, core.ErrNoKernel):
-		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s: %v", p.name, err))
+		return nil, fmt.Errorf("plugin %s refused the kernel call: %w", be.family(), err)
+	case isAnswer(err): // no kernel: the host runs it
+		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s: %v", be.family(), err))
+	case errors.As(err, &f) && f.retired:
+		r.log.Warn("plugin failed during a kernel call; the host runs the kernel itself", "plugin", be.family(), "reason", string(f.reason), "error", f.err)
 	}
-	f := r.failCall(p, inst, err, longCall)
-	r.log.Warn("plugin failed during a kernel call; the host runs the kernel itself", "plugin", p.name, "reason", string(f.reason), "error", f.err)
-	return r.runInProcess(ctx, req, rt.handler.Kernels, f.Error())
+	return r.runInProcess(ctx, req, rt.handler.Kernels, err.Error())
 }
 
 // runInProcess runs the catalog's kernel for req.Method with the reference

@@ -67,6 +67,15 @@ type Config struct {
 	// the dispatch path links no kernel code; nil: RunKernel runs nothing
 	// in process and returns an error wrapping core.ErrNoKernel.
 	Kernels InProcessKernels
+	// Backends are backends in the host's process, served as a plugin's
+	// are: each name they describe routes to them, with the same answer
+	// cache, call deadlines, hardware match and fallback; a call that
+	// fails or panics falls back to the triton rules for that request. A
+	// name that a plugin also serves is the plugin's (a plugin directory
+	// replaces a linked backend without a rebuild), and logged. The triton
+	// rules are always in process, as the fallback: a backend here may not
+	// claim "triton". New fails when one cannot describe itself.
+	Backends []core.Backend
 	// Lock, when set, pins the plugin binaries: a binary that is not in it,
 	// or whose SHA-256 differs, is refused, and go-plugin checks the hash
 	// again at every start.
@@ -204,6 +213,12 @@ type Registry struct {
 	log   hclog.Logger
 	table atomic.Pointer[routeTable]
 
+	// triton is the fallback backend, the triton rules in process: it
+	// answers the default route and every fallback.
+	triton *inProcess
+	// linked are the backends of Config.Backends.
+	linked []*inProcess
+
 	fallbacks fallbackLog
 	unknown   sync.Map // names answered by triton that were logged once
 	nUnknown  atomic.Int32
@@ -224,10 +239,20 @@ type routeTable struct {
 	plugins []*plugin
 	broken  []PluginInfo
 	routes  map[string]*route
+	// deflt is the route of every name not in routes: the triton rules.
+	deflt *route
 	// gen is the table's generation (Registry.Generation); replaced is
 	// closed when a reload stores the next table.
 	gen      uint64
 	replaced chan struct{}
+}
+
+// route returns the route of name.
+func (t *routeTable) route(name string) *route {
+	if rt := t.routes[name]; rt != nil {
+		return rt
+	}
+	return t.deflt
 }
 
 // New discovers the plugins of cfg.PluginDirs and learns what each serves,
@@ -239,6 +264,18 @@ func New(ctx context.Context, cfg Config) (*Registry, error) {
 	r := &Registry{cfg: cfg, log: cfg.Logger}
 	r.lock.Store(cfg.Lock)
 	r.fallbacks.log = r.log
+	triton, err := newInProcess(ctx, core.Triton{}, &r.cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.triton = triton
+	for _, b := range cfg.Backends {
+		ip, err := newInProcess(ctx, b, &r.cfg)
+		if err != nil {
+			return nil, err
+		}
+		r.linked = append(r.linked, ip)
+	}
 	t, err := r.load(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -251,7 +288,7 @@ func New(ctx context.Context, cfg Config) (*Registry, error) {
 // plugin of prev whose binary did not change is kept as it is, running or
 // not.
 func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, error) {
-	t := &routeTable{routes: map[string]*route{}, gen: 1, replaced: make(chan struct{})}
+	t := &routeTable{routes: map[string]*route{}, gen: 1, replaced: make(chan struct{}), deflt: r.defaultRoute()}
 	if prev != nil {
 		t.gen = prev.gen + 1
 	}
@@ -301,11 +338,12 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 		}
 		r.addPlugin(t, res.p)
 	}
+	r.addLinked(t.routes)
 	// The names of a refused binary fall back, as a missing plugin's do,
 	// rather than go silently to the triton rules.
 	for n, why := range refused {
 		if _, ok := t.routes[n]; !ok && n != core.TritonName {
-			t.routes[n] = &route{name: n, missing: true, why: why}
+			t.routes[n] = r.missingRoute(n, why)
 		}
 	}
 	if l := r.lock.Load(); l != nil {
@@ -313,25 +351,45 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 			t.broken = append(t.broken, m)
 			for _, n := range m.Names {
 				if _, ok := t.routes[n]; !ok {
-					t.routes[n] = missingRoute(n, t.broken)
+					t.routes[n] = r.missingRoute(n, brokenWhy(n, t.broken))
 				}
 			}
 		}
 	}
 	for _, n := range r.cfg.ExpectedNames {
 		if _, ok := t.routes[n]; !ok {
-			t.routes[n] = missingRoute(n, t.broken)
+			t.routes[n] = r.missingRoute(n, brokenWhy(n, t.broken))
 		}
 	}
 	return t, nil
 }
 
-// missingRoute is the route of a name that no plugin serves. When plugin
-// binaries or directories were refused, its answers say which and why:
-// the binary named for the name when there is one, else every one (up to
-// a few), since any of them may be the one that serves it.
-func missingRoute(name string, broken []PluginInfo) *route {
-	rt := &route{name: name, missing: true}
+// defaultRoute is the route of every name no backend serves: the triton
+// rules in process, with no answer cache (a name never seen may have to be
+// refused, or its fallback logged: see usable).
+func (r *Registry) defaultRoute() *route {
+	rt := newRoute(r.triton.desc.Handlers[0], r.triton, false)
+	rt.unknown = true
+	return rt
+}
+
+// missingRoute is the route of name, which a plugin should serve but none
+// does: its requests fall back with ReasonPluginMissing, saying why (what
+// was refused that may serve it) when why is not nil.
+func (r *Registry) missingRoute(name string, why error) *route {
+	err := fmt.Errorf("no plugin in %s serves %q (missing)", strings.Join(r.cfg.PluginDirs, ":"), name)
+	if why != nil {
+		err = fmt.Errorf("%w; %w", err, why)
+	}
+	rt := newRoute(r.triton.desc.Handlers[0], r.triton, false)
+	rt.name, rt.down = name, &failure{reason: ReasonPluginMissing, err: err}
+	return rt
+}
+
+// brokenWhy says which plugin binaries or directories that were refused
+// may serve name: the binary named for the name when there is one, else
+// every one (up to a few); nil when none was refused.
+func brokenWhy(name string, broken []PluginInfo) error {
 	var all []string
 	for _, b := range broken {
 		if b.Status != StatusBroken {
@@ -342,19 +400,18 @@ func missingRoute(name string, broken []PluginInfo) *route {
 			why = b.Path + ": " + why
 		}
 		if b.Name == name {
-			rt.why = fmt.Errorf("found but not usable: %s", why)
-			return rt
+			return fmt.Errorf("found but not usable: %s", why)
 		}
 		all = append(all, why)
 	}
 	const shown = 3
 	switch {
 	case len(all) > shown:
-		rt.why = fmt.Errorf("found but not usable: %s; and %d more (attnplug plugins lists them)", strings.Join(all[:shown], "; "), len(all)-shown)
+		return fmt.Errorf("found but not usable: %s; and %d more (attnplug plugins lists them)", strings.Join(all[:shown], "; "), len(all)-shown)
 	case len(all) > 0:
-		rt.why = fmt.Errorf("found but not usable: %s", strings.Join(all, "; "))
+		return fmt.Errorf("found but not usable: %s", strings.Join(all, "; "))
 	}
-	return rt
+	return nil
 }
 
 // pinned returns the lock entry of the binary at path, if a lock is in use
@@ -414,7 +471,7 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 		}
 	}
 	d := &e.Description
-	p := &plugin{name: d.Name, path: c.path, sha256: sum, cacheKey: key, desc: d, logger: logger, cfg: &r.cfg}
+	p := &plugin{pluginBinary: pluginBinary{name: d.Name, path: c.path, sha256: sum, cacheKey: key, desc: d}, logger: logger, cfg: &r.cfg}
 	if e.SelfCheckPassed || refusal != nil {
 		p.selfChecked.finish(refusal)
 	}
@@ -523,13 +580,31 @@ func (r *Registry) addPlugin(t *routeTable, p *plugin) {
 		}
 		if prev, dup := t.routes[h.Name]; dup {
 			r.log.Warn("backend name served twice; the first plugin keeps it",
-				"backend", h.Name, "plugin", p.name, "kept", prev.plugin.name)
+				"backend", h.Name, "plugin", p.name, "kept", prev.be.family())
 			continue
 		}
 		t.routes[h.Name] = newRoute(h, p, !r.cfg.NoAnswerCache)
 		r.served.Store(h.Name, p.name)
 	}
 	t.plugins = append(t.plugins, p)
+}
+
+// addLinked routes the names of the host's in-process backends
+// (Config.Backends) that no plugin serves; a plugin's is kept, and logged.
+func (r *Registry) addLinked(routes map[string]*route) {
+	for _, b := range r.linked {
+		for _, h := range b.desc.Handlers {
+			switch prev := routes[h.Name]; {
+			case h.Name == core.TritonName:
+				r.log.Warn("in-process backend claims the triton name; the triton rules keep it", "backend", b.family())
+			case prev != nil && prev.down == nil:
+				r.log.Info("backend name served by a plugin and in process; the plugin serves it",
+					"backend", h.Name, "plugin", prev.be.family(), "in_process", b.family())
+			default:
+				routes[h.Name] = newRoute(h, b, !r.cfg.NoAnswerCache)
+			}
+		}
+	}
 }
 
 // Plugins lists every plugin found, usable or not, sorted by name.
@@ -542,7 +617,7 @@ func (r *Registry) Plugins() []PluginInfo {
 			ProtocolVersion: p.desc.ProtocolVersion, SHA256: p.sha256, DeviceCode: p.desc.DeviceCode,
 		}
 		for _, h := range p.desc.Handlers {
-			if rt, ok := t.routes[h.Name]; ok && rt.plugin == p {
+			if rt, ok := t.routes[h.Name]; ok && rt.be == backend(p) {
 				pi.Names = append(pi.Names, h.Name)
 				if h.AliasOf != "" {
 					if pi.Aliases == nil {
@@ -565,7 +640,7 @@ func (r *Registry) Names() []string {
 	t := r.table.Load()
 	out := make([]string, 0, len(t.routes))
 	for n, rt := range t.routes {
-		if rt.plugin != nil {
+		if rt.down == nil {
 			out = append(out, n)
 		}
 	}
@@ -577,10 +652,10 @@ func (r *Registry) Names() []string {
 // does.
 func (r *Registry) Handler(name string) (core.HandlerInfo, string, bool) {
 	rt, ok := r.table.Load().routes[name]
-	if !ok || rt.plugin == nil {
+	if !ok || rt.down != nil {
 		return core.HandlerInfo{}, "", false
 	}
-	return rt.handler, rt.plugin.name, true
+	return rt.handler, rt.be.family(), true
 }
 
 // Platform returns the platform that replaces an unset one.
@@ -616,4 +691,26 @@ func (r *Registry) Start(ctx context.Context) (map[string]time.Duration, error) 
 	}
 	wg.Wait()
 	return took, errors.Join(errs...)
+}
+
+// Close ends every plugin process the registry started and waits for them.
+// Later requests fall back with ReasonClosed. Close is idempotent.
+func (r *Registry) Close() error {
+	r.closeOnce.Do(func() {
+		// A reload in progress finishes first, so that every process it
+		// started is in the table Close ends.
+		r.reloadMu.Lock()
+		defer r.reloadMu.Unlock()
+		r.closed.Store(true)
+		t := r.table.Load()
+		var wg sync.WaitGroup
+		for _, p := range t.plugins {
+			wg.Add(1)
+			go func() { defer wg.Done(); p.stop() }()
+		}
+		wg.Wait()
+		r.cfg.sockets.remove()
+		r.fallbacks.summary()
+	})
+	return nil
 }

@@ -147,21 +147,22 @@ func (r *Registry) rebuildRoutes(next, old *routeTable) {
 			if h.Name == core.TritonName || routes[h.Name] != nil {
 				continue
 			}
-			if prev := old.routes[h.Name]; prev != nil && prev.plugin == p {
+			if prev := old.routes[h.Name]; prev != nil && prev.be == backend(p) {
 				routes[h.Name] = prev
 				continue
 			}
 			routes[h.Name] = newRoute(h, p, !r.cfg.NoAnswerCache)
 		}
 	}
+	r.addLinked(routes)
 	for name, rt := range next.routes {
-		if rt.missing && routes[name] == nil {
+		if rt.down != nil && routes[name] == nil {
 			routes[name] = rt
 		}
 	}
 	for _, n := range r.cfg.ExpectedNames {
 		if routes[n] == nil {
-			routes[n] = missingRoute(n, next.broken)
+			routes[n] = r.missingRoute(n, brokenWhy(n, next.broken))
 		}
 	}
 	next.routes = routes

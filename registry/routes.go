@@ -50,30 +50,34 @@ func (r *Registry) Routes() (routes []RouteInfo, generation uint64, changed <-ch
 		routes = append(routes, r.routeInfo(name, rt))
 	}
 	sort.Slice(routes, func(i, j int) bool { return routes[i].Name < routes[j].Name })
-	routes = append(routes, r.routeInfo("", nil))
+	routes = append(routes, r.routeInfo("", t.deflt))
 	return routes, t.gen, t.replaced
 }
 
-// routeInfo describes rt, which serves name; a nil rt is the triton rules.
+// routeInfo describes rt, which serves name ("" for the default route).
 func (r *Registry) routeInfo(name string, rt *route) RouteInfo {
 	triton := RouteInfo{
-		Name: name, Handler: core.TritonName, Plugin: core.PluginCore,
-		Reads: core.TritonRule().Reads, Cacheable: true,
+		Name: name, Handler: core.TritonName, Plugin: r.triton.family(),
+		Reads: r.triton.desc.Handlers[0].Reads, Cacheable: true,
 	}
 	switch {
-	case rt == nil:
+	case rt.unknown:
 		return triton
-	case rt.missing:
-		triton.Fallback = ReasonPluginMissing
+	case rt.down != nil:
+		triton.Fallback = rt.down.reason
 		return triton
-	}
-	p := rt.plugin
-	if p.unsupportedWhy() != "" {
+	case rt.be.unsupportedWhy() != "":
 		triton.Fallback = ReasonUnsupportedHardware
 		return triton
 	}
-	return RouteInfo{
-		Name: name, Handler: name, Plugin: p.name, Version: p.desc.Version, SHA256: p.sha256,
+	info := RouteInfo{
+		Name: name, Handler: name, Plugin: rt.be.family(),
 		Reads: rt.handler.Reads, Cacheable: rt.cached() != nil,
 	}
+	if p, ok := rt.be.(*plugin); ok {
+		info.Version, info.SHA256 = p.desc.Version, p.sha256
+	} else if ip, ok := rt.be.(*inProcess); ok {
+		info.Version = ip.desc.Version
+	}
+	return info
 }

@@ -102,7 +102,7 @@ func (p *plugin) selfCheck(ctx context.Context, inst *instance) error {
 
 // runSelfCheck returns the refusal of the plugin described by d, whose
 // process b answers, or the error of a call that failed.
-func runSelfCheck(ctx context.Context, cfg *Config, d *core.Description, b batchClient) (refusal, err error) {
+func runSelfCheck(ctx context.Context, cfg *Config, d *core.Description, b conn) (refusal, err error) {
 	for _, h := range d.Handlers {
 		if h.Deprecated != "" {
 			// A deprecated alias shares its target's rules, and asking it

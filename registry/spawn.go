@@ -96,7 +96,7 @@ func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logg
 		inst.kill() // waits for go-plugin's stderr reader: the tail is whole
 		return nil, startError(res.err, cfg, path, sum, cc.Stderr.(*stderrTail).lastLines())
 	}
-	b, ok := res.raw.(batchClient)
+	b, ok := res.raw.(conn)
 	if !ok {
 		return fail(fmt.Errorf("%w: dispensed %T, not a backend", core.ErrProtocol, res.raw))
 	}

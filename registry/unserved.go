@@ -8,7 +8,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 )
 
-// unserved says why no running plugin serves name, a name with no route:
+// unserved says why no backend serves name, a name of the default route:
 // a broken plugin binary named for it, or a plugin that served it before a
 // reload and is gone, is a fallback with its reason in either mode; a name
 // never seen falls to the triton rules silently, as in sglang, except under
@@ -19,18 +19,18 @@ func (r *Registry) unserved(t *routeTable, name string) error {
 	}
 	for _, b := range t.broken {
 		if b.Status == StatusBroken && (b.Name == name || slices.Contains(b.Names, name)) {
-			return &failure{ReasonPluginBroken, fmt.Errorf("plugin %s (%s), which serves %q, is broken: %s", b.Name, b.Path, name, b.Reason)}
+			return &failure{reason: ReasonPluginBroken, err: fmt.Errorf("plugin %s (%s), which serves %q, is broken: %s", b.Name, b.Path, name, b.Reason)}
 		}
 	}
 	if family, ok := r.served.Load(name); ok {
-		return &failure{ReasonPluginMissing, fmt.Errorf("%q was served by plugin %s, which is missing since the plugin directories were read again", name, family)}
+		return &failure{reason: ReasonPluginMissing, err: fmt.Errorf("%q was served by plugin %s, which is missing since the plugin directories were read again", name, family)}
 	}
 	if !r.cfg.Strict {
 		return nil
 	}
 	var names []string
 	for n, rt := range t.routes {
-		if rt.plugin != nil {
+		if rt.down == nil {
 			names = append(names, n)
 		}
 	}
@@ -39,6 +39,6 @@ func (r *Registry) unserved(t *routeTable, name string) error {
 	if len(names) > 0 {
 		served = strings.Join(names, ", ")
 	}
-	return &failure{ReasonUnknownBackend, fmt.Errorf("%q was never seen: no plugin in %s serves it (names served: %s)",
+	return &failure{reason: ReasonUnknownBackend, err: fmt.Errorf("%q was never seen: no plugin in %s serves it (names served: %s)",
 		name, strings.Join(r.cfg.PluginDirs, ":"), served)}
 }

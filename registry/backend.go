@@ -1,0 +1,232 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+)
+
+// backend is what serves the names of a route: the supervised process of a
+// plugin binary (*plugin) or a core.Backend linked into the host
+// (*inProcess: the triton rules, and the backends of Config.Backends). The
+// registry routes, caches, calls and falls back the same way for both.
+type backend interface {
+	// family names the backend in answers (core.Answer.Plugin) and logs.
+	family() string
+	// call runs f on the backend's connection under the deadline of limit.
+	// It returns nil; the caller's ctx.Err() when ctx ended; an error of
+	// the backend's own answer (isAnswer: it refused the request, has no
+	// kernel or no plan), after which the backend is fine; or a *failure,
+	// the reason a fallback reports: no process could be had, or the call
+	// failed and the process was retired.
+	call(ctx context.Context, limit callLimit, f func(context.Context, conn) error) error
+	// serving reports that answers cached from the backend may be served:
+	// false from a failure until its next good answer, and once it ended.
+	serving() bool
+	// cacheable reports that its answers may be cached: false when it
+	// describes itself otherwise than the description its routes follow.
+	cacheable() bool
+	// unsupportedWhy says why the backend does not run on the host's
+	// hardware; "" when it does.
+	unsupportedWhy() string
+	// succeeded notes a good answer.
+	succeeded()
+}
+
+// conn is what the registry asks of a backend: every ability. Over the
+// wire each method exists and the description says which the plugin has
+// (wire.Client); an in-process backend lacking one answers as a plugin
+// without it would (inProcessConn).
+type conn interface {
+	core.BatchBackend
+	core.Configurer
+	core.KernelRunner
+	core.KernelPlanner
+}
+
+// callLimit says which deadline a call to a backend runs under.
+type callLimit int
+
+const (
+	// dispatchCall runs under Config.CallTimeout.
+	dispatchCall callLimit = iota
+	// longCall (a kernel, device code, a plan) runs under the caller's own
+	// deadline, else KernelCallTimeout.
+	longCall
+)
+
+// timeout is the deadline of a call of limit when the caller gives none.
+func (l callLimit) timeout(cfg *Config) time.Duration {
+	if l == longCall {
+		return KernelCallTimeout
+	}
+	return cfg.CallTimeout
+}
+
+// context returns the context a call of limit runs under.
+func (l callLimit) context(ctx context.Context, cfg *Config) (context.Context, context.CancelFunc) {
+	if _, has := ctx.Deadline(); l == dispatchCall || !has {
+		return context.WithTimeout(ctx, l.timeout(cfg))
+	}
+	return ctx, func() {}
+}
+
+// isAnswer reports that err is a backend's own answer rather than its
+// failure: it refused the request as invalid, or has no kernel or no plan
+// for it. The backend stays in service.
+func isAnswer(err error) bool {
+	return errors.Is(err, core.ErrInvalidRequest) || errors.Is(err, core.ErrNoKernel) || errors.Is(err, core.ErrNoPlan)
+}
+
+// failure is an error of a backend with the reason a fallback reports.
+type failure struct {
+	reason Reason
+	err    error
+	// retired is set when the call itself failed and the process that ran
+	// it was retired (not when no process could be had).
+	retired bool
+}
+
+func (f *failure) Error() string { return string(f.reason) + ": " + f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+// classify names the reason of a failed call.
+func classify(err error) Reason {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return ReasonTimeout
+	case errors.Is(err, core.ErrProtocol), errors.Is(err, core.ErrUnknownBackend):
+		return ReasonProtocol
+	}
+	return ReasonCrashed
+}
+
+// inProcess is a core.Backend in the host's process: the triton rules, the
+// fallback of every name, or a backend the host links (Config.Backends).
+// It has no process to start or retire: a call that fails (or panics) is a
+// failure of that call only.
+type inProcess struct {
+	desc        *core.Description
+	conn        conn
+	cfg         *Config
+	unsupported string
+}
+
+// newInProcess describes b and wraps it for the registry.
+func newInProcess(ctx context.Context, b core.Backend, cfg *Config) (*inProcess, error) {
+	d, err := b.Describe(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("in-process backend %T: describe: %w", b, err)
+	}
+	if err := validateDescription(d); err != nil {
+		return nil, fmt.Errorf("in-process backend %q: %w", d.Name, err)
+	}
+	ip := &inProcess{desc: d, conn: inProcessConn{b, cfg}, cfg: cfg}
+	if cfg.Host != nil {
+		ip.unsupported = unsupportedReason(d, *cfg.Host)
+		if c, ok := b.(core.Configurer); ok && ip.unsupported == "" {
+			if err := c.Configure(ctx, *cfg.Host); err != nil {
+				if !errors.Is(err, core.ErrRefused) {
+					return nil, fmt.Errorf("in-process backend %q: configure: %w", d.Name, err)
+				}
+				ip.unsupported = err.Error()
+			}
+		}
+	}
+	return ip, nil
+}
+
+func (b *inProcess) family() string         { return b.desc.Name }
+func (b *inProcess) serving() bool          { return true }
+func (b *inProcess) cacheable() bool        { return true }
+func (b *inProcess) unsupportedWhy() string { return b.unsupported }
+func (b *inProcess) succeeded()             {}
+
+func (b *inProcess) call(ctx context.Context, limit callLimit, f func(context.Context, conn) error) (err error) {
+	cctx, cancel := limit.context(ctx, b.cfg)
+	defer cancel()
+	defer func() {
+		if v := recover(); v != nil {
+			err = &failure{reason: ReasonCrashed, err: fmt.Errorf("in-process backend %s panicked: %v", b.family(), v)}
+		}
+	}()
+	err = f(cctx, b.conn)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case isAnswer(err):
+		return err
+	}
+	return &failure{reason: classify(err), err: fmt.Errorf("in-process backend %s: %w", b.family(), err)}
+}
+
+// inProcessConn gives a core.Backend every ability of conn: those it lacks
+// answer as a plugin without them does. A missing DispatchBatch asks
+// Dispatch per request; kernels without a KernelRunner run the catalog's
+// math by Config.Kernels.
+type inProcessConn struct {
+	core.Backend
+	cfg *Config
+}
+
+func (c inProcessConn) DispatchBatch(ctx context.Context, reqs []core.Request, out []core.Result) error {
+	if b, ok := c.Backend.(core.BatchBackend); ok {
+		return b.DispatchBatch(ctx, reqs, out)
+	}
+	for i := range reqs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m, err := c.Dispatch(ctx, &reqs[i])
+		out[i] = core.Result{Method: m, Err: err}
+	}
+	return nil
+}
+
+func (c inProcessConn) Configure(ctx context.Context, info core.HostInfo) error {
+	if b, ok := c.Backend.(core.Configurer); ok {
+		return b.Configure(ctx, info)
+	}
+	return nil
+}
+
+func (c inProcessConn) RunKernel(ctx context.Context, req *core.KernelRequest) (*core.KernelResult, error) {
+	if b, ok := c.Backend.(core.KernelRunner); ok {
+		return b.RunKernel(ctx, req)
+	}
+	d, err := c.Describe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h, ok := d.Handler(req.Backend)
+	if !ok {
+		h = d.Handlers[0] // the triton rules answer every name
+	}
+	k, ok := h.Kernel(req.Method)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s's kernel catalog has no kernel for %s", core.ErrNoKernel, h.Name, req.Method)
+	}
+	if c.cfg.Kernels == nil {
+		return nil, fmt.Errorf("%w: this host runs no kernels in process (registry.Config.Kernels is unset)", core.ErrNoKernel)
+	}
+	return c.cfg.Kernels(ctx, k, req, c.cfg.Host)
+}
+
+func (c inProcessConn) KernelModules(ctx context.Context, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	if b, ok := c.Backend.(core.KernelPlanner); ok {
+		return b.KernelModules(ctx, dev)
+	}
+	return nil, fmt.Errorf("%w: the in-process backend has no device code", core.ErrNoPlan)
+}
+
+func (c inProcessConn) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
+	if b, ok := c.Backend.(core.KernelPlanner); ok {
+		return b.PlanKernel(ctx, req)
+	}
+	return nil, fmt.Errorf("%w: the in-process backend has no device code", core.ErrNoPlan)
+}
