@@ -205,7 +205,11 @@ func runBench(ctx context.Context, e *env, args []string) error {
 
 	// (a) the rules called in process, as sglang calls its handler: the
 	// request of every layer built and decided afresh.
-	decider := inproc.NewDecider()
+	rules := inproc.Rules()
+	rule, ok := rules[*backend]
+	if !ok {
+		rule = rules[core.TritonName] // sglang's registry: a name nobody serves gets triton's
+	}
 	layer := benchLayer()
 	want := make([]core.Method, len(trace))
 	inProc := measure(*minTime, func() {
@@ -213,7 +217,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 			p := &trace[i]
 			for l := 0; l < deepSeekV3Layers; l++ {
 				req := core.Request{Backend: *backend, Layer: layer, Batch: p.batch, Runtime: p.runtime}
-				want[i], _ = decider.Decide(&req)
+				want[i] = rule.Decide(&req)
 			}
 		}
 	})

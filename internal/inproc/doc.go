@@ -1,4 +1,7 @@
-// Package inproc links the rules of every plugin in this repository into
-// one process: the baseline that benchmarks and tests compare the plugin
-// processes with. The host's production path never uses it.
+// Package inproc links every plugin of this repository into one process:
+// Backends, for a registry that serves every name in process
+// (registry.Config.Backends, the same routes, cache and fallback as the
+// plugin processes get), and Rules, the bare rules, the baseline a
+// benchmark compares a dispatch with. The host's own command never links
+// it: plugins run as processes there.
 package inproc

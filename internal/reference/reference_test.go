@@ -12,12 +12,37 @@ import (
 	"github.com/attnplug/attnplug/internal/inproc"
 	"github.com/attnplug/attnplug/internal/reference"
 	"github.com/attnplug/attnplug/jsonl"
+	"github.com/attnplug/attnplug/registry"
+	"github.com/hashicorp/go-hclog"
 )
 
-// inProcess decides a request by the plugins' rule packages, linked in,
-// with the triton rules for names none of them serves.
-func inProcess() func(*core.Request) (core.Method, string) {
-	return inproc.NewDecider().Decide
+// inProcess decides requests by a registry that serves every plugin's
+// backend in this process (registry.Config.Backends): the same routes,
+// answer cache and triton fallback as the plugin processes get, so that
+// the comparison with sglang covers the cache keys too.
+func inProcess(t *testing.T) func(*core.Request) (core.Method, string) {
+	t.Helper()
+	backends, err := inproc.Backends(hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.New(context.Background(), registry.Config{
+		Backends: backends, ExpectedNames: []string{}, QuietDeprecated: true, SocketDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	return func(req *core.Request) (core.Method, string) {
+		a, err := reg.Dispatch(context.Background(), req)
+		if err != nil {
+			t.Fatalf("%s: %v", req.Backend, err)
+		}
+		if a.Fallback != "" {
+			t.Fatalf("%s: fell back: %s", req.Backend, a.Fallback)
+		}
+		return a.Method, a.Handler
+	}
 }
 
 func oracle(t *testing.T) *reference.Oracle {
@@ -131,7 +156,7 @@ func compareRules(t *testing.T, lines [][]byte, want []reference.Answer, default
 	if err != nil {
 		t.Fatal(err)
 	}
-	decide := inProcess()
+	decide := inProcess(t)
 	seen := map[string]bool{}
 	failures := 0
 	for i, line := range lines {

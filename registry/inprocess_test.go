@@ -1,0 +1,179 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry"
+)
+
+// acme is a backend a Go host links: "acme_mla" answers MLA on decode and
+// MHA otherwise; "acme_panic" panics when asked to (a request in target
+// verify mode), and "fa3" is claimed too, to be shadowed by the plugin.
+type acme struct{ calls atomic.Int64 }
+
+func (a *acme) Describe(context.Context) (*core.Description, error) {
+	h := func(name string) core.HandlerInfo {
+		return core.HandlerInfo{Name: name, Reads: core.Reads{Facts: core.FactMode}, Methods: []core.Method{core.MLA, core.MHA}}
+	}
+	return &core.Description{Name: "acme", Version: "1.2.3", Handlers: []core.HandlerInfo{h("acme_mla"), h("acme_panic"), h("fa3"), h("triton")}}, nil
+}
+
+func (a *acme) Dispatch(ctx context.Context, req *core.Request) (core.Method, error) {
+	a.calls.Add(1)
+	if req.Backend == "acme_panic" && req.Batch.Mode == core.ModeTargetVerify {
+		panic("acme: a bug")
+	}
+	if req.Batch.Mode == core.ModeDecode {
+		return core.MLA, nil
+	}
+	return core.MHA, nil
+}
+
+func TestInProcessBackendIsRoutedAsAPlugin(t *testing.T) {
+	be := &acme{}
+	r, logs := open(t, registry.Config{Backends: []core.Backend{be}})
+	ctx := testContext(t)
+
+	a, err := r.Dispatch(ctx, decode("acme_mla"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (core.Answer{Method: core.MLA, Handler: "acme_mla", Plugin: "acme"}); a != want {
+		t.Fatalf("got %+v, want %+v", a, want)
+	}
+	// The answer cache keys on the declared reads: the same facts again
+	// make no call.
+	before := be.calls.Load()
+	for range 10 {
+		if _, err := r.Dispatch(ctx, decode("acme_mla")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := be.calls.Load() - before; n != 0 {
+		t.Errorf("%d calls for answers the cache holds", n)
+	}
+	// A plugin serving the same name keeps it, and so does triton.
+	if a, _ := r.Dispatch(ctx, decode("fa3")); a.Plugin != "fa3" {
+		t.Errorf("fa3 answered by %q, want the plugin", a.Plugin)
+	}
+	if a, _ := r.Dispatch(ctx, decode("triton")); a.Plugin != core.PluginCore || a.Handler != core.TritonName {
+		t.Errorf("triton answered by %+v, want the triton rules", a)
+	}
+	if !strings.Contains(logs.String(), "the plugin serves it") || !strings.Contains(logs.String(), "claims the triton name") {
+		t.Errorf("the shadowed names are not logged:\n%s", logs)
+	}
+	// Listed as any name is.
+	if h, family, ok := r.Handler("acme_mla"); !ok || family != "acme" || h.Name != "acme_mla" {
+		t.Errorf("Handler(acme_mla) = %+v, %q, %v", h, family, ok)
+	}
+	routes, _, _ := r.Routes()
+	found := false
+	for _, ri := range routes {
+		if ri.Name == "acme_mla" {
+			found = ri.Plugin == "acme" && ri.Version == "1.2.3" && ri.Cacheable
+		}
+	}
+	if !found {
+		t.Errorf("Routes lists no cacheable acme_mla of acme 1.2.3: %+v", routes)
+	}
+	// A batch goes through the same call.
+	reqs := []core.Request{*decode("acme_mla"), core.NewRequest("acme_mla", core.ModeExtend)}
+	out := make([]registry.Result, len(reqs))
+	if err := r.DispatchBatch(ctx, reqs, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Answer.Method != core.MLA || out[1].Answer.Method != core.MHA || out[1].Answer.Plugin != "acme" {
+		t.Errorf("batch: %+v", out)
+	}
+}
+
+func TestInProcessBackendPanicFallsBack(t *testing.T) {
+	r, logs := open(t, registry.Config{Backends: []core.Backend{&acme{}}})
+	ctx := testContext(t)
+	req := core.NewRequest("acme_panic", core.ModeTargetVerify)
+	a, err := r.Dispatch(ctx, &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(a.Fallback, string(registry.ReasonCrashed)) || !strings.Contains(a.Fallback, "acme: a bug") || a.Plugin != core.PluginCore {
+		t.Errorf("got %+v, want a triton answer with a crash fallback naming the panic", a)
+	}
+	if !strings.Contains(logs.String(), "falling back to the triton rules") {
+		t.Errorf("the fallback is not logged:\n%s", logs)
+	}
+	// The backend keeps serving its other requests.
+	if a, err := r.Dispatch(ctx, decode("acme_panic")); err != nil || a.Fallback != "" || a.Method != core.MLA {
+		t.Errorf("after the panic: %+v, %v", a, err)
+	}
+
+	strict, _ := open(t, registry.Config{Backends: []core.Backend{&acme{}}, Strict: true})
+	if _, err := strict.Dispatch(ctx, &req); !errors.Is(err, core.ErrRefused) {
+		t.Errorf("strict: got %v, want ErrRefused", err)
+	}
+}
+
+// mute describes itself badly.
+type mute struct{ acme }
+
+func (*mute) Describe(context.Context) (*core.Description, error) {
+	return nil, errors.New("cannot say")
+}
+
+func TestInProcessBackendThatCannotDescribeFailsNew(t *testing.T) {
+	_, err := registry.New(testContext(t), registry.Config{Backends: []core.Backend{&mute{}}, SocketDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "cannot say") {
+		t.Fatalf("got %v, want New to fail with the backend's error", err)
+	}
+}
+
+func TestInProcessKernelRunsByConfigKernels(t *testing.T) {
+	var ran atomic.Int64
+	kernels := func(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core.HostInfo) (*core.KernelResult, error) {
+		ran.Add(1)
+		return &core.KernelResult{Kernel: k.Name}, nil
+	}
+	r, _ := open(t, registry.Config{Backends: []core.Backend{&catalogued{}}, Kernels: kernels})
+	ka, err := r.RunKernel(testContext(t), &core.KernelRequest{Backend: "acme_mla", Method: core.MLA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran.Load() != 1 || ka.Plugin != "acme" || ka.Kernel != "acme_decode" || ka.Fallback != "" {
+		t.Errorf("got %+v after %d runs, want acme's catalog kernel run by Config.Kernels", ka, ran.Load())
+	}
+}
+
+// catalogued is acme with a kernel catalog.
+type catalogued struct{ acme }
+
+func (c *catalogued) Describe(ctx context.Context) (*core.Description, error) {
+	d, _ := c.acme.Describe(ctx)
+	for i := range d.Handlers {
+		d.Handlers[i].Kernels = []core.Kernel{
+			{Name: "acme_decode", Library: "acme", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576}, PageSizes: []int{1}},
+			{Name: "acme_prefill", Library: "acme", Method: core.MHA, DTypes: []string{"bf16"}, HeadDims: []int{576}, PageSizes: []int{1}},
+		}
+	}
+	return d, nil
+}
+
+func TestDispatchBatchLeavesTheRequestsAlone(t *testing.T) {
+	r, _ := open(t, registry.Config{Platform: core.PlatformCUDA})
+	reqs := []core.Request{*decode("fa3"), *decode("no_such"), *decode("triton")}
+	out := make([]registry.Result, len(reqs))
+	if err := r.DispatchBatch(testContext(t), reqs, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, req := range reqs {
+		if out[i].Err != nil {
+			t.Fatalf("%s: %v", req.Backend, out[i].Err)
+		}
+		if req.Runtime.Platform != core.PlatformUnset {
+			t.Errorf("%s: the caller's request now has platform %s", req.Backend, req.Runtime.Platform)
+		}
+	}
+}
