@@ -74,36 +74,6 @@ func (l callLimit) context(ctx context.Context, cfg *Config) (context.Context, c
 	return ctx, func() {}
 }
 
-// isAnswer reports that err is a backend's own answer rather than its
-// failure: it refused the request as invalid, or has no kernel or no plan
-// for it. The backend stays in service.
-func isAnswer(err error) bool {
-	return errors.Is(err, core.ErrInvalidRequest) || errors.Is(err, core.ErrNoKernel) || errors.Is(err, core.ErrNoPlan)
-}
-
-// failure is an error of a backend with the reason a fallback reports.
-type failure struct {
-	reason Reason
-	err    error
-	// retired is set when the call itself failed and the process that ran
-	// it was retired (not when no process could be had).
-	retired bool
-}
-
-func (f *failure) Error() string { return string(f.reason) + ": " + f.err.Error() }
-func (f *failure) Unwrap() error { return f.err }
-
-// classify names the reason of a failed call.
-func classify(err error) Reason {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return ReasonTimeout
-	case errors.Is(err, core.ErrProtocol), errors.Is(err, core.ErrUnknownBackend):
-		return ReasonProtocol
-	}
-	return ReasonCrashed
-}
-
 // inProcess is a core.Backend in the host's process: the triton rules, the
 // fallback of every name, or a backend the host links (Config.Backends).
 // It has no process to start or retire: a call that fails (or panics) is a

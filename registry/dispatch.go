@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -242,43 +241,6 @@ func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (co
 	return rt.answer(m), nil
 }
 
-// usable returns why rt cannot ask its backend for name, a *failure, or nil
-// when it can: a name no plugin serves (missing, or never seen under
-// Config.Strict), a backend that does not run on this host. A name never
-// seen is logged once.
-func (r *Registry) usable(rt *route, name string) error {
-	switch {
-	case rt.down != nil:
-		return rt.down
-	case rt.unknown:
-		if why := r.unserved(r.table.Load(), name); why != nil {
-			return why
-		}
-		r.noteUnknown(name)
-	}
-	if why := rt.be.unsupportedWhy(); why != "" {
-		return &failure{reason: ReasonUnsupportedHardware, err: fmt.Errorf("plugin %s does not run on this host: %s", rt.be.family(), why)}
-	}
-	return nil
-}
-
-// refusal makes a backend's own refusal of what (the request, the batch)
-// a failure to fall back for; other errors of a call pass as they are.
-func refusal(err error, be backend, what string) error {
-	if errors.Is(err, core.ErrInvalidRequest) {
-		return &failure{reason: ReasonRefused, err: fmt.Errorf("plugin %s refused %s: %w", be.family(), what, err)}
-	}
-	return err
-}
-
-func (r *Registry) succeeded(be backend) {
-	r.fallbacks.recovered(be.family())
-	be.succeeded()
-}
-
-// maxUnknownLogged bounds the names remembered for the once-per-name log.
-const maxUnknownLogged = 1024
-
 // noteDeprecated warns, once per registry and name, that a request asked
 // the deprecated name of rt, unless Config.QuietDeprecated.
 func (r *Registry) noteDeprecated(rt *route) {
@@ -287,16 +249,6 @@ func (r *Registry) noteDeprecated(rt *route) {
 	}
 	if _, loaded := r.deprecated.LoadOrStore(rt.name, true); !loaded {
 		r.log.Warn(core.MsgDeprecatedName, "backend", rt.name, "use", rt.handler.AliasOf, "reason", rt.handler.Deprecated)
-	}
-}
-
-func (r *Registry) noteUnknown(name string) {
-	if name == core.TritonName || r.nUnknown.Load() >= maxUnknownLogged {
-		return
-	}
-	if _, loaded := r.unknown.LoadOrStore(name, true); !loaded {
-		r.nUnknown.Add(1)
-		r.log.Info("no plugin serves this name; the triton rules decide, as in sglang", "backend", name)
 	}
 }
 

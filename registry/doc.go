@@ -1,13 +1,26 @@
-// Package registry resolves backend names to the Backends that serve them,
+// Package registry resolves backend names to the backends that serve them,
 // discovers and supervises plugin processes, and falls back to the triton
-// rules of package core when no plugin can answer.
+// rules of package core when a backend cannot answer.
 //
 // Where to start: New builds a Registry from a Config; Registry.Dispatch
 // answers one core.Request with a core.Answer, and Registry.DispatchBatch
-// many, with one call per plugin; Registry.Close ends every plugin process
-// the registry started. A Go serving engine resolves a backend once with
-// Registry.Resolve and answers each forward pass with Dispatcher.BeginInto
-// and Pass.Dispatch per layer: no RPC and no allocation once warm.
+// many (a Result each), with one call per backend; Registry.Close ends
+// every plugin process the registry started. A Go serving engine resolves
+// a backend once with Registry.Resolve and answers each forward pass with
+// Dispatcher.BeginInto and Pass.Dispatch per layer: no RPC and no
+// allocation once warm. Dispatcher.Dispatch is Registry.Dispatch for the
+// one name it resolved. None of them modifies the caller's requests.
+//
+// One backend abstraction: a name routes to a backend (backend.go), either
+// a plugin binary's supervised process (plugin.go, its lifecycle in
+// process.go, its start in spawn.go) or a core.Backend in the host's
+// process: the triton rules, always there as the default route and the
+// fallback, and the backends a Go host links (Config.Backends). Both are
+// cached, called and fallen back from the same way: every call goes
+// through backend.call, which returns the answer, the backend's own
+// refusal, or a failure with its Reason (reason.go); dispatch.go routes
+// and caches, unserved.go says why a name has no backend, fallback.go
+// answers by the triton rules and logs why.
 //
 // The life of a plugin in a registry:
 //
@@ -21,6 +34,7 @@
 //     the file's identity (device, inode, size, modification and change
 //     times), so a start reads no binary it hashed before.
 //  2. Resolution: a name maps to the first plugin, in directory order, that
+//     serves it, else to the in-process backend of Config.Backends that
 //     serves it. A name nobody serves is decided by the triton rules, as in
 //     the reference; Answer.Handler is then "triton". A name sglang
 //     registers that no plugin serves falls back with ReasonPluginMissing,

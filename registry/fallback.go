@@ -120,3 +120,17 @@ func (r *Registry) fallback(req *core.Request, rt *route, err error) (core.Answe
 	m, _ := r.triton.conn.Dispatch(context.Background(), req)
 	return core.Answer{Method: m, Handler: core.TritonName, Plugin: r.triton.family(), Fallback: msg}, nil
 }
+
+// refusal makes a backend's own refusal of what (the request, the batch)
+// a failure to fall back for; other errors of a call pass as they are.
+func refusal(err error, be backend, what string) error {
+	if errors.Is(err, core.ErrInvalidRequest) {
+		return &failure{reason: ReasonRefused, err: fmt.Errorf("plugin %s refused %s: %w", be.family(), what, err)}
+	}
+	return err
+}
+
+func (r *Registry) succeeded(be backend) {
+	r.fallbacks.recovered(be.family())
+	be.succeeded()
+}

@@ -1,5 +1,12 @@
 package registry
 
+import (
+	"context"
+	"errors"
+
+	"github.com/attnplug/attnplug/core"
+)
+
 // Reason names why the triton rules decided a request although a plugin
 // serves, or should serve, its name. Answer.Fallback starts with it.
 type Reason string
@@ -55,3 +62,33 @@ const ReasonPluginBroken Reason = "plugin_broken"
 // not triton. Only Config.Strict makes it a refusal; otherwise the triton
 // rules answer, as in sglang.
 const ReasonUnknownBackend Reason = "backend_unknown"
+
+// isAnswer reports that err is a backend's own answer rather than its
+// failure: it refused the request as invalid, or has no kernel or no plan
+// for it. The backend stays in service.
+func isAnswer(err error) bool {
+	return errors.Is(err, core.ErrInvalidRequest) || errors.Is(err, core.ErrNoKernel) || errors.Is(err, core.ErrNoPlan)
+}
+
+// failure is an error of a backend with the reason a fallback reports.
+type failure struct {
+	reason Reason
+	err    error
+	// retired is set when the call itself failed and the process that ran
+	// it was retired (not when no process could be had).
+	retired bool
+}
+
+func (f *failure) Error() string { return string(f.reason) + ": " + f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+// classify names the reason of a failed call.
+func classify(err error) Reason {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return ReasonTimeout
+	case errors.Is(err, core.ErrProtocol), errors.Is(err, core.ErrUnknownBackend):
+		return ReasonProtocol
+	}
+	return ReasonCrashed
+}

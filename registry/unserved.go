@@ -8,6 +8,26 @@ import (
 	"github.com/attnplug/attnplug/core"
 )
 
+// usable returns why rt cannot ask its backend for name, a *failure, or nil
+// when it can: a name no plugin serves (missing, or never seen under
+// Config.Strict), a backend that does not run on this host. A name never
+// seen is logged once.
+func (r *Registry) usable(rt *route, name string) error {
+	switch {
+	case rt.down != nil:
+		return rt.down
+	case rt.unknown:
+		if why := r.unserved(r.table.Load(), name); why != nil {
+			return why
+		}
+		r.noteUnknown(name)
+	}
+	if why := rt.be.unsupportedWhy(); why != "" {
+		return &failure{reason: ReasonUnsupportedHardware, err: fmt.Errorf("plugin %s does not run on this host: %s", rt.be.family(), why)}
+	}
+	return nil
+}
+
 // unserved says why no backend serves name, a name of the default route:
 // a broken plugin binary named for it, or a plugin that served it before a
 // reload and is gone, is a fallback with its reason in either mode; a name
@@ -41,4 +61,17 @@ func (r *Registry) unserved(t *routeTable, name string) error {
 	}
 	return &failure{reason: ReasonUnknownBackend, err: fmt.Errorf("%q was never seen: no plugin in %s serves it (names served: %s)",
 		name, strings.Join(r.cfg.PluginDirs, ":"), served)}
+}
+
+// maxUnknownLogged bounds the names remembered for the once-per-name log.
+const maxUnknownLogged = 1024
+
+func (r *Registry) noteUnknown(name string) {
+	if name == core.TritonName || r.nUnknown.Load() >= maxUnknownLogged {
+		return
+	}
+	if _, loaded := r.unknown.LoadOrStore(name, true); !loaded {
+		r.nUnknown.Add(1)
+		r.log.Info("no plugin serves this name; the triton rules decide, as in sglang", "backend", name)
+	}
 }
