@@ -167,7 +167,7 @@ func run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core
 	if int64(len(mem)) < req.Buffer.Size {
 		return nil, core.NewFieldError("buffer", fmt.Sprintf("has %d bytes, the request says %d", len(mem), req.Buffer.Size))
 	}
-	cfg := Config(req.Dims)
+	cfg := req.Dims
 	if !k.Sparse {
 		cfg.TopK = 0 // a dense kernel reads no indices
 	}
@@ -257,21 +257,15 @@ func KernelMethod(k core.Kernel) (kernels.Method, error) {
 	return m, nil
 }
 
-// Config returns the kernels.Config of d.
-func Config(d core.KernelDims) kernels.Config {
-	return kernels.Config{
-		Heads: d.Heads, KVLoraRank: d.KVLoraRank, QKNopeHeadDim: d.QKNopeHeadDim, QKRopeHeadDim: d.QKRopeHeadDim,
-		VHeadDim: d.VHeadDim, SoftmaxScale: d.SoftmaxScale, RopeBase: d.RopeBase, ChunkCapacity: d.ChunkCapacity, TopK: d.TopK,
-	}
-}
+// Config returns d: kernels.Config is core.KernelDims.
+//
+// Deprecated: use d itself; kept for plugins written against v0.1.0.
+func Config(d core.KernelDims) kernels.Config { return d }
 
-// Dims returns the core.KernelDims of cfg.
-func Dims(cfg kernels.Config) core.KernelDims {
-	return core.KernelDims{
-		Heads: cfg.Heads, KVLoraRank: cfg.KVLoraRank, QKNopeHeadDim: cfg.QKNopeHeadDim, QKRopeHeadDim: cfg.QKRopeHeadDim,
-		VHeadDim: cfg.VHeadDim, SoftmaxScale: cfg.SoftmaxScale, RopeBase: cfg.RopeBase, ChunkCapacity: cfg.ChunkCapacity, TopK: cfg.TopK,
-	}
-}
+// Dims returns cfg: kernels.Config is core.KernelDims.
+//
+// Deprecated: use cfg itself; kept for plugins written against v0.1.0.
+func Dims(cfg kernels.Config) core.KernelDims { return cfg }
 
 // Batch returns the kernels.BatchShape of seq_lens and extend_prefix_lens.
 func Batch(seq, prefix []int64) (kernels.BatchShape, error) {

@@ -37,7 +37,7 @@ func request(t *testing.T, cfg kernels.Config, b kernels.BatchShape, backend str
 		seq[i], pre[i] = int64(b.SeqLens[i]), int64(b.PrefixLens[i])
 	}
 	return &core.KernelRequest{
-		Backend: backend, Method: m, Dims: backendkit.Dims(cfg), SeqLens: seq, PrefixLens: pre,
+		Backend: backend, Method: m, Dims: cfg, SeqLens: seq, PrefixLens: pre,
 		Buffer:  core.SharedBuffer{Path: seg.Path(), Size: seg.Size()},
 		Tensors: backendkit.Refs(l),
 	}, raw, out

@@ -108,7 +108,7 @@ func (s *suite) runKernel(ctx context.Context, kr core.KernelRunner, name string
 	}
 	in.CopyInputs(&raw)
 	req := &core.KernelRequest{
-		Backend: name, Method: k.Method, Dims: backendkit.Dims(cfg),
+		Backend: name, Method: k.Method, Dims: cfg,
 		SeqLens: []int64{7, 3}, PrefixLens: []int64{5, 0},
 		Buffer:  core.SharedBuffer{Path: seg.Path(), Size: seg.Size()},
 		Tensors: backendkit.Refs(l),

@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 )
 
@@ -183,4 +185,44 @@ func TritonKernels() []Kernel {
 		{Name: "decode_attention_cpu", Library: LibSGLKernel, Method: MLAFusedRoPECPU, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1},
 			Hardware: []Hardware{{Platforms: []Platform{PlatformCPU}, NeedsAMX: true}}},
 	}
+}
+
+// maxKernelDim bounds every dimension so that products of dimensions cannot
+// overflow int.
+const maxKernelDim = 1 << 16
+
+// Validate reports the first field of c that is out of range for the kernels,
+// naming the field and value.
+func (c KernelDims) Validate() error {
+	dims := []struct {
+		name string
+		v    int
+	}{
+		{"Heads", c.Heads},
+		{"KVLoraRank", c.KVLoraRank},
+		{"QKNopeHeadDim", c.QKNopeHeadDim},
+		{"QKRopeHeadDim", c.QKRopeHeadDim},
+		{"VHeadDim", c.VHeadDim},
+	}
+	for _, d := range dims {
+		if d.v <= 0 || d.v > maxKernelDim {
+			return fmt.Errorf("KernelDims.%s=%d must be in [1, %d]", d.name, d.v, maxKernelDim)
+		}
+	}
+	if c.QKRopeHeadDim%2 != 0 {
+		return fmt.Errorf("KernelDims.QKRopeHeadDim=%d must be even (RoPE rotates pairs)", c.QKRopeHeadDim)
+	}
+	if !(c.SoftmaxScale > 0) || math.IsInf(c.SoftmaxScale, 0) {
+		return fmt.Errorf("KernelDims.SoftmaxScale=%v must be finite and > 0", c.SoftmaxScale)
+	}
+	if !(c.RopeBase > 1) || math.IsInf(c.RopeBase, 0) {
+		return fmt.Errorf("KernelDims.RopeBase=%v must be finite and > 1", c.RopeBase)
+	}
+	if c.ChunkCapacity <= 0 || c.ChunkCapacity > 1<<30 {
+		return fmt.Errorf("KernelDims.ChunkCapacity=%d must be in [1, %d]", c.ChunkCapacity, 1<<30)
+	}
+	if c.TopK < 0 || c.TopK > maxKernelDim {
+		return fmt.Errorf("KernelDims.TopK=%d must be in [0, %d]", c.TopK, maxKernelDim)
+	}
+	return nil
 }

@@ -276,7 +276,7 @@ func validateInputs(cfg Config, b BatchShape, t *Tensors, outLen int, sparse boo
 // the query's request, without duplicates, and that every row selects at least one token.
 func validateTopK(cfg Config, b BatchShape, t *Tensors) error {
 	if cfg.TopK <= 0 {
-		return fmt.Errorf("kernels: Config.TopK=%d, sparse methods need TopK >= 1", cfg.TopK)
+		return fmt.Errorf("kernels: KernelDims.TopK=%d, sparse methods need TopK >= 1", cfg.TopK)
 	}
 	T, K := b.Tokens(), cfg.TopK
 	if err := checkLen("TopKIndices", len(t.TopKIndices), T*K, fmt.Sprintf("[tokens=%d, top_k=%d]", T, K)); err != nil {

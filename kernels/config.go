@@ -3,31 +3,14 @@ package kernels
 import (
 	"fmt"
 	"math"
+
+	"github.com/attnplug/attnplug/core"
 )
 
-// Config holds the DeepSeek MLA attention dimensions and constants that every kernel reads.
-type Config struct {
-	// Heads is the number of attention heads (local heads after tensor parallelism).
-	Heads int
-	// KVLoraRank is the width of the compressed latent c_kv (512 for DeepSeek-V3).
-	KVLoraRank int
-	// QKNopeHeadDim is the per-head width of the non-rotary part of q and k (128).
-	QKNopeHeadDim int
-	// QKRopeHeadDim is the width of the rotary part q_pe / k_pe (64); it must be even.
-	QKRopeHeadDim int
-	// VHeadDim is the per-head width of v and of the output (128).
-	VHeadDim int
-	// SoftmaxScale multiplies q·k before the softmax.
-	SoftmaxScale float64
-	// RopeBase is the rotary base theta (10000 for DeepSeek-V3).
-	RopeBase float64
-	// ChunkCapacity is the maximum number of prefix tokens per chunk over the whole
-	// batch for MHA_CHUNKED_KV (sglang's get_max_chunk_capacity()).
-	ChunkCapacity int
-	// TopK is the number of cached tokens the DSA indexer selects per query token;
-	// only the sparse methods read it, 0 disables them.
-	TopK int
-}
+// Config holds the DeepSeek MLA attention dimensions and constants that every kernel
+// reads: core.KernelDims itself, which plugins and hosts fill, so that no copy of it
+// stands between the contract and the kernels.
+type Config = core.KernelDims
 
 // YarnMscale returns sglang's yarn_get_mscale(scale, mscale): 0.1*mscale*ln(scale)+1, or 1 when scale <= 1.
 func YarnMscale(scale, mscale float64) float64 {
@@ -59,44 +42,6 @@ func DeepSeekV3() Config {
 		ChunkCapacity: 128 * 1024,
 		TopK:          2048,
 	}
-}
-
-// maxDim bounds every dimension so that products of dimensions cannot overflow int.
-const maxDim = 1 << 16
-
-// Validate reports the first field of c that is out of range, naming the field and value.
-func (c Config) Validate() error {
-	dims := []struct {
-		name string
-		v    int
-	}{
-		{"Heads", c.Heads},
-		{"KVLoraRank", c.KVLoraRank},
-		{"QKNopeHeadDim", c.QKNopeHeadDim},
-		{"QKRopeHeadDim", c.QKRopeHeadDim},
-		{"VHeadDim", c.VHeadDim},
-	}
-	for _, d := range dims {
-		if d.v <= 0 || d.v > maxDim {
-			return fmt.Errorf("kernels: Config.%s=%d must be in [1, %d]", d.name, d.v, maxDim)
-		}
-	}
-	if c.QKRopeHeadDim%2 != 0 {
-		return fmt.Errorf("kernels: Config.QKRopeHeadDim=%d must be even (RoPE rotates pairs)", c.QKRopeHeadDim)
-	}
-	if !(c.SoftmaxScale > 0) || math.IsInf(c.SoftmaxScale, 0) {
-		return fmt.Errorf("kernels: Config.SoftmaxScale=%v must be finite and > 0", c.SoftmaxScale)
-	}
-	if !(c.RopeBase > 1) || math.IsInf(c.RopeBase, 0) {
-		return fmt.Errorf("kernels: Config.RopeBase=%v must be finite and > 1", c.RopeBase)
-	}
-	if c.ChunkCapacity <= 0 || c.ChunkCapacity > 1<<30 {
-		return fmt.Errorf("kernels: Config.ChunkCapacity=%d must be in [1, %d]", c.ChunkCapacity, 1<<30)
-	}
-	if c.TopK < 0 || c.TopK > maxDim {
-		return fmt.Errorf("kernels: Config.TopK=%d must be in [0, %d]", c.TopK, maxDim)
-	}
-	return nil
 }
 
 // Method names one sglang DeepSeek attention forward method (AttnForwardMethod) or the

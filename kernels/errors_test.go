@@ -27,15 +27,15 @@ func TestRunErrors(t *testing.T) {
 		want   string // substring of the error
 	}{
 		{"unknown method", "FLASH", nil, `unknown method "FLASH"`},
-		{"zero heads", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.Heads = 0 }, "Config.Heads=0"},
-		{"odd rope dim", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.QKRopeHeadDim = 3 }, "Config.QKRopeHeadDim=3"},
-		{"negative lora", MHA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.KVLoraRank = -8 }, "Config.KVLoraRank=-8"},
-		{"nan scale", MHA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.SoftmaxScale = math.NaN() }, "Config.SoftmaxScale=NaN"},
-		{"rope base 1", MLAFusedRopeCPU, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.RopeBase = 1 }, "Config.RopeBase=1"},
-		{"zero capacity", MHAChunkedKV, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.ChunkCapacity = 0 }, "Config.ChunkCapacity=0"},
-		{"capacity below batch size", MHAChunkedKV, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.ChunkCapacity = 1 }, "Config.ChunkCapacity=1 is smaller than the batch size 2"},
-		{"negative top-k", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.TopK = -1 }, "Config.TopK=-1"},
-		{"sparse without top-k", DSAMLA, func(c *Config, _ *BatchShape, in *Tensors, _ *[]float32) { c.TopK = 0; in.TopKIndices = nil }, "Config.TopK=0"},
+		{"zero heads", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.Heads = 0 }, "KernelDims.Heads=0"},
+		{"odd rope dim", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.QKRopeHeadDim = 3 }, "KernelDims.QKRopeHeadDim=3"},
+		{"negative lora", MHA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.KVLoraRank = -8 }, "KernelDims.KVLoraRank=-8"},
+		{"nan scale", MHA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.SoftmaxScale = math.NaN() }, "KernelDims.SoftmaxScale=NaN"},
+		{"rope base 1", MLAFusedRopeCPU, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.RopeBase = 1 }, "KernelDims.RopeBase=1"},
+		{"zero capacity", MHAChunkedKV, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.ChunkCapacity = 0 }, "KernelDims.ChunkCapacity=0"},
+		{"capacity below batch size", MHAChunkedKV, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.ChunkCapacity = 1 }, "KernelDims.ChunkCapacity=1 is smaller than the batch size 2"},
+		{"negative top-k", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.TopK = -1 }, "KernelDims.TopK=-1"},
+		{"sparse without top-k", DSAMLA, func(c *Config, _ *BatchShape, in *Tensors, _ *[]float32) { c.TopK = 0; in.TopKIndices = nil }, "KernelDims.TopK=0"},
 		{"empty batch", MLA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { *b = BatchShape{} }, "SeqLens is empty"},
 		{"mismatched batch", MLA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.PrefixLens = []int{3} }, "PrefixLens has 1 entries, SeqLens has 2"},
 		{"negative seq", MHA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.SeqLens = []int{5, -3} }, "SeqLens[1]=-3"},
@@ -97,7 +97,7 @@ func TestOtherEntryPointErrors(t *testing.T) {
 	if _, err := ApplyRoPE(cfg, b, Tensors{}); err == nil || !strings.Contains(err.Error(), "Tensors.QNope") {
 		t.Errorf("ApplyRoPE(empty) error = %v", err)
 	}
-	if _, err := Layout(Config{}, b); err == nil || !strings.Contains(err.Error(), "Config.Heads=0") {
+	if _, err := Layout(Config{}, b); err == nil || !strings.Contains(err.Error(), "KernelDims.Heads=0") {
 		t.Errorf("Layout(zero config) error = %v", err)
 	}
 	if _, err := RandomTensors(rand.New(rand.NewPCG(1, 1)), cfg, bad); err == nil {

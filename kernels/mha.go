@@ -173,7 +173,7 @@ func PrefixChunks(cfg Config, b BatchShape) (chunkLen, chunks int, err error) {
 	}
 	chunkLen = cfg.ChunkCapacity / b.Requests()
 	if chunkLen == 0 {
-		return 0, 0, fmt.Errorf("kernels: Config.ChunkCapacity=%d is smaller than the batch size %d (prefix_chunk_len would be 0)", cfg.ChunkCapacity, b.Requests())
+		return 0, 0, fmt.Errorf("kernels: KernelDims.ChunkCapacity=%d is smaller than the batch size %d (prefix_chunk_len would be 0)", cfg.ChunkCapacity, b.Requests())
 	}
 	maxPre := 0
 	for _, p := range b.PrefixLens {
