@@ -78,16 +78,16 @@ proto:
 		--go_out=wire/pluginv1 --go_opt=paths=source_relative \
 		--go-grpc_out=wire/pluginv1 --go-grpc_opt=paths=source_relative \
 		wire/pluginv1/plugin.proto
-	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I wire/pluginv1 -I api/dispatchv1 \
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I api/dispatchv1 \
 		--go_out=api/dispatchv1 --go_opt=paths=source_relative \
 		--go-grpc_out=api/dispatchv1 --go-grpc_opt=paths=source_relative \
 		api/dispatchv1/dispatch.proto
 
 	$(MAKE) proto-python
 
-# The Python code is generated from copies of the .proto files placed
-# under attnplug/_pb/, so that its modules import each other inside the
-# package and its descriptors have names no other package registers.
+# The Python code is generated from a copy of dispatch.proto placed under
+# attnplug/_pb/, so that its descriptors have names no other package
+# registers. The Python package speaks the engine API only.
 PY_PB := python/attnplug/_pb
 
 ## proto-python: regenerate the Python package's protobuf code with Debian's
@@ -96,10 +96,8 @@ proto-python:
 	@command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null || \
 		{ echo "proto-python: needs protoc and grpc_python_plugin (apt-get install protobuf-compiler protobuf-compiler-grpc)"; exit 1; }
 	@stage=$$(mktemp -d) && trap 'rm -rf "$$stage"' EXIT && mkdir -p "$$stage/attnplug/_pb" && \
-	for f in wire/pluginv1/plugin.proto api/dispatchv1/dispatch.proto; do \
-		sed 's|^import "\([a-z0-9_]*\.proto\)";|import "attnplug/_pb/\1";|' $$f > "$$stage/attnplug/_pb/$$(basename $$f)" || exit 1; \
-	done && \
-	protoc -I "$$stage" --python_out=python "$$stage/attnplug/_pb/plugin.proto" "$$stage/attnplug/_pb/dispatch.proto" && \
+	cp api/dispatchv1/dispatch.proto "$$stage/attnplug/_pb/dispatch.proto" && \
+	protoc -I "$$stage" --python_out=python "$$stage/attnplug/_pb/dispatch.proto" && \
 	protoc -I "$$stage" --python_out=python --plugin=protoc-gen-grpc_python="$$(command -v grpc_python_plugin)" \
 		--grpc_python_out=python "$$stage/attnplug/_pb/dispatch.proto"
 

@@ -1,7 +1,9 @@
 // The attnplug dispatch service, version 1: what an engine that is not
 // written in Go (a Python serving engine, typically) asks a running
-// `attnplug serve`. The request and method types are the plugin
-// protocol's, so that one Request message means the same everywhere.
+// `attnplug serve`. Its messages are its own: the plugin protocol
+// (attnplug.plugin.v1) may change without this API changing. Request and
+// its parts have the field numbers and types the plugin protocol's had
+// when this API used them, so a client built then still speaks it.
 //
 // Compatibility: fields and RPCs are only ever added.
 
@@ -14,7 +16,6 @@
 package dispatchv1
 
 import (
-	pluginv1 "github.com/attnplug/attnplug/wire/pluginv1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -29,10 +30,290 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ErrorCode is the kind of error of one answer: the core sentinel the
+// error wraps (core/errors.go), so that a Go client gives back an error
+// for which errors.Is holds as it did on the server.
+type ErrorCode int32
+
+const (
+	ErrorCode_ERROR_CODE_UNSPECIFIED ErrorCode = 0
+	// A request that cannot be decided as given (core.ErrInvalidRequest).
+	ErrorCode_ERROR_CODE_INVALID_REQUEST ErrorCode = 1
+	// A name no backend serves (core.ErrUnknownBackend).
+	ErrorCode_ERROR_CODE_UNKNOWN_BACKEND ErrorCode = 2
+	// A backend that exists but cannot answer now (core.ErrUnavailable).
+	ErrorCode_ERROR_CODE_UNAVAILABLE ErrorCode = 3
+	// A request the server may not decide by the fallback rules, as under
+	// --strict (core.ErrRefused).
+	ErrorCode_ERROR_CODE_REFUSED ErrorCode = 4
+	// A plugin that broke the plugin protocol (core.ErrProtocol).
+	ErrorCode_ERROR_CODE_PROTOCOL ErrorCode = 5
+	// A call that ran past its deadline.
+	ErrorCode_ERROR_CODE_DEADLINE_EXCEEDED ErrorCode = 6
+	// A call that was canceled.
+	ErrorCode_ERROR_CODE_CANCELED ErrorCode = 7
+	// Any other error.
+	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 8
+)
+
+// Enum value maps for ErrorCode.
+var (
+	ErrorCode_name = map[int32]string{
+		0: "ERROR_CODE_UNSPECIFIED",
+		1: "ERROR_CODE_INVALID_REQUEST",
+		2: "ERROR_CODE_UNKNOWN_BACKEND",
+		3: "ERROR_CODE_UNAVAILABLE",
+		4: "ERROR_CODE_REFUSED",
+		5: "ERROR_CODE_PROTOCOL",
+		6: "ERROR_CODE_DEADLINE_EXCEEDED",
+		7: "ERROR_CODE_CANCELED",
+		8: "ERROR_CODE_INTERNAL",
+	}
+	ErrorCode_value = map[string]int32{
+		"ERROR_CODE_UNSPECIFIED":       0,
+		"ERROR_CODE_INVALID_REQUEST":   1,
+		"ERROR_CODE_UNKNOWN_BACKEND":   2,
+		"ERROR_CODE_UNAVAILABLE":       3,
+		"ERROR_CODE_REFUSED":           4,
+		"ERROR_CODE_PROTOCOL":          5,
+		"ERROR_CODE_DEADLINE_EXCEEDED": 6,
+		"ERROR_CODE_CANCELED":          7,
+		"ERROR_CODE_INTERNAL":          8,
+	}
+)
+
+func (x ErrorCode) Enum() *ErrorCode {
+	p := new(ErrorCode)
+	*p = x
+	return p
+}
+
+func (x ErrorCode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorCode) Descriptor() protoreflect.EnumDescriptor {
+	return file_dispatch_proto_enumTypes[0].Descriptor()
+}
+
+func (ErrorCode) Type() protoreflect.EnumType {
+	return &file_dispatch_proto_enumTypes[0]
+}
+
+func (x ErrorCode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorCode.Descriptor instead.
+func (ErrorCode) EnumDescriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{0}
+}
+
+// ForwardMode is sglang's ForwardMode.
+type ForwardMode int32
+
+const (
+	ForwardMode_FORWARD_MODE_UNSPECIFIED     ForwardMode = 0
+	ForwardMode_FORWARD_MODE_EXTEND          ForwardMode = 1
+	ForwardMode_FORWARD_MODE_DECODE          ForwardMode = 2
+	ForwardMode_FORWARD_MODE_MIXED           ForwardMode = 3
+	ForwardMode_FORWARD_MODE_IDLE            ForwardMode = 4
+	ForwardMode_FORWARD_MODE_TARGET_VERIFY   ForwardMode = 5
+	ForwardMode_FORWARD_MODE_DRAFT_EXTEND_V2 ForwardMode = 6
+	ForwardMode_FORWARD_MODE_PREBUILT        ForwardMode = 7
+	ForwardMode_FORWARD_MODE_SPLIT_PREFILL   ForwardMode = 8
+	ForwardMode_FORWARD_MODE_DLLM_EXTEND     ForwardMode = 9
+)
+
+// Enum value maps for ForwardMode.
+var (
+	ForwardMode_name = map[int32]string{
+		0: "FORWARD_MODE_UNSPECIFIED",
+		1: "FORWARD_MODE_EXTEND",
+		2: "FORWARD_MODE_DECODE",
+		3: "FORWARD_MODE_MIXED",
+		4: "FORWARD_MODE_IDLE",
+		5: "FORWARD_MODE_TARGET_VERIFY",
+		6: "FORWARD_MODE_DRAFT_EXTEND_V2",
+		7: "FORWARD_MODE_PREBUILT",
+		8: "FORWARD_MODE_SPLIT_PREFILL",
+		9: "FORWARD_MODE_DLLM_EXTEND",
+	}
+	ForwardMode_value = map[string]int32{
+		"FORWARD_MODE_UNSPECIFIED":     0,
+		"FORWARD_MODE_EXTEND":          1,
+		"FORWARD_MODE_DECODE":          2,
+		"FORWARD_MODE_MIXED":           3,
+		"FORWARD_MODE_IDLE":            4,
+		"FORWARD_MODE_TARGET_VERIFY":   5,
+		"FORWARD_MODE_DRAFT_EXTEND_V2": 6,
+		"FORWARD_MODE_PREBUILT":        7,
+		"FORWARD_MODE_SPLIT_PREFILL":   8,
+		"FORWARD_MODE_DLLM_EXTEND":     9,
+	}
+)
+
+func (x ForwardMode) Enum() *ForwardMode {
+	p := new(ForwardMode)
+	*p = x
+	return p
+}
+
+func (x ForwardMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ForwardMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_dispatch_proto_enumTypes[1].Descriptor()
+}
+
+func (ForwardMode) Type() protoreflect.EnumType {
+	return &file_dispatch_proto_enumTypes[1]
+}
+
+func (x ForwardMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ForwardMode.Descriptor instead.
+func (ForwardMode) EnumDescriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{1}
+}
+
+// Method is sglang's AttnForwardMethod.
+type Method int32
+
+const (
+	Method_METHOD_UNSPECIFIED         Method = 0
+	Method_METHOD_MHA                 Method = 1
+	Method_METHOD_MLA                 Method = 2
+	Method_METHOD_MHA_CHUNKED_KV      Method = 3
+	Method_METHOD_MHA_ONE_SHOT        Method = 4
+	Method_METHOD_MLA_FUSED_ROPE_ROCM Method = 5
+	Method_METHOD_MLA_FUSED_ROPE_CPU  Method = 6
+	Method_METHOD_MHA_NPU             Method = 7
+	Method_METHOD_MLA_NPU             Method = 8
+	Method_METHOD_DSA_NPU             Method = 9
+)
+
+// Enum value maps for Method.
+var (
+	Method_name = map[int32]string{
+		0: "METHOD_UNSPECIFIED",
+		1: "METHOD_MHA",
+		2: "METHOD_MLA",
+		3: "METHOD_MHA_CHUNKED_KV",
+		4: "METHOD_MHA_ONE_SHOT",
+		5: "METHOD_MLA_FUSED_ROPE_ROCM",
+		6: "METHOD_MLA_FUSED_ROPE_CPU",
+		7: "METHOD_MHA_NPU",
+		8: "METHOD_MLA_NPU",
+		9: "METHOD_DSA_NPU",
+	}
+	Method_value = map[string]int32{
+		"METHOD_UNSPECIFIED":         0,
+		"METHOD_MHA":                 1,
+		"METHOD_MLA":                 2,
+		"METHOD_MHA_CHUNKED_KV":      3,
+		"METHOD_MHA_ONE_SHOT":        4,
+		"METHOD_MLA_FUSED_ROPE_ROCM": 5,
+		"METHOD_MLA_FUSED_ROPE_CPU":  6,
+		"METHOD_MHA_NPU":             7,
+		"METHOD_MLA_NPU":             8,
+		"METHOD_DSA_NPU":             9,
+	}
+)
+
+func (x Method) Enum() *Method {
+	p := new(Method)
+	*p = x
+	return p
+}
+
+func (x Method) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Method) Descriptor() protoreflect.EnumDescriptor {
+	return file_dispatch_proto_enumTypes[2].Descriptor()
+}
+
+func (Method) Type() protoreflect.EnumType {
+	return &file_dispatch_proto_enumTypes[2]
+}
+
+func (x Method) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Method.Descriptor instead.
+func (Method) EnumDescriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{2}
+}
+
+// Platform is the platform a request runs on.
+type Platform int32
+
+const (
+	Platform_PLATFORM_UNSPECIFIED Platform = 0
+	Platform_PLATFORM_CUDA        Platform = 1
+	Platform_PLATFORM_HIP         Platform = 2
+	Platform_PLATFORM_NPU         Platform = 3
+	Platform_PLATFORM_XPU         Platform = 4
+	Platform_PLATFORM_CPU         Platform = 5
+)
+
+// Enum value maps for Platform.
+var (
+	Platform_name = map[int32]string{
+		0: "PLATFORM_UNSPECIFIED",
+		1: "PLATFORM_CUDA",
+		2: "PLATFORM_HIP",
+		3: "PLATFORM_NPU",
+		4: "PLATFORM_XPU",
+		5: "PLATFORM_CPU",
+	}
+	Platform_value = map[string]int32{
+		"PLATFORM_UNSPECIFIED": 0,
+		"PLATFORM_CUDA":        1,
+		"PLATFORM_HIP":         2,
+		"PLATFORM_NPU":         3,
+		"PLATFORM_XPU":         4,
+		"PLATFORM_CPU":         5,
+	}
+)
+
+func (x Platform) Enum() *Platform {
+	p := new(Platform)
+	*p = x
+	return p
+}
+
+func (x Platform) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Platform) Descriptor() protoreflect.EnumDescriptor {
+	return file_dispatch_proto_enumTypes[3].Descriptor()
+}
+
+func (Platform) Type() protoreflect.EnumType {
+	return &file_dispatch_proto_enumTypes[3]
+}
+
+func (x Platform) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Platform.Descriptor instead.
+func (Platform) EnumDescriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{3}
+}
+
 type DispatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The request, with the defaults of the JSON dispatch format for what it
-	// leaves out (attnplug.plugin.v1.Request gives them field by field): an
+	// leaves out (Request gives them field by field): an
 	// absent layer or layer.chunked_prefix_cache_threshold is 8192, an
 	// absent runtime.platform the server's platform, an empty
 	// extend_prefix_lens or seq_lens not known unless its *_known flag is
@@ -41,7 +322,7 @@ type DispatchRequest struct {
 	// --connect`, this RPC or the Go API gets the same answer. A request
 	// whose backend is empty is routed by the server's hybrid configuration
 	// (prefill and decode backends).
-	Request       *pluginv1.Request `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Request       *Request `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -76,7 +357,7 @@ func (*DispatchRequest) Descriptor() ([]byte, []int) {
 	return file_dispatch_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *DispatchRequest) GetRequest() *pluginv1.Request {
+func (x *DispatchRequest) GetRequest() *Request {
 	if x != nil {
 		return x.Request
 	}
@@ -86,7 +367,7 @@ func (x *DispatchRequest) GetRequest() *pluginv1.Request {
 // Answer is the answer to one request.
 type Answer struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
-	Method pluginv1.Method        `protobuf:"varint,1,opt,name=method,proto3,enum=attnplug.plugin.v1.Method" json:"method,omitempty"`
+	Method Method                 `protobuf:"varint,1,opt,name=method,proto3,enum=attnplug.dispatch.v1.Method" json:"method,omitempty"`
 	// The registry name whose rules decided ("triton" after a fallback).
 	Handler string `protobuf:"bytes,2,opt,name=handler,proto3" json:"handler,omitempty"`
 	// The plugin that answered, or "core".
@@ -98,7 +379,14 @@ type Answer struct {
 	// The generation of the server's routes that answered (see
 	// DescribeResponse); 0 when not known (a server older than this field,
 	// or a reload while the request was answered).
-	Generation    uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
+	// What kind of error error is; UNSPECIFIED when error is empty (or from a
+	// server older than this field, which sends the message only).
+	ErrorCode ErrorCode `protobuf:"varint,7,opt,name=error_code,json=errorCode,proto3,enum=attnplug.dispatch.v1.ErrorCode" json:"error_code,omitempty"`
+	// For ERROR_CODE_INVALID_REQUEST, the field the error names, such as
+	// "seq_lens[3]" (error is then "<field>: <what is wrong>"); empty when the
+	// error names none.
+	ErrorField    string `protobuf:"bytes,8,opt,name=error_field,json=errorField,proto3" json:"error_field,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -133,11 +421,11 @@ func (*Answer) Descriptor() ([]byte, []int) {
 	return file_dispatch_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *Answer) GetMethod() pluginv1.Method {
+func (x *Answer) GetMethod() Method {
 	if x != nil {
 		return x.Method
 	}
-	return pluginv1.Method(0)
+	return Method_METHOD_UNSPECIFIED
 }
 
 func (x *Answer) GetHandler() string {
@@ -173,6 +461,20 @@ func (x *Answer) GetGeneration() uint64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *Answer) GetErrorCode() ErrorCode {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ErrorCode_ERROR_CODE_UNSPECIFIED
+}
+
+func (x *Answer) GetErrorField() string {
+	if x != nil {
+		return x.ErrorField
+	}
+	return ""
 }
 
 type DispatchResponse struct {
@@ -222,7 +524,7 @@ func (x *DispatchResponse) GetAnswer() *Answer {
 type DispatchBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Each request as in DispatchRequest, with the same defaults.
-	Requests      []*pluginv1.Request `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	Requests      []*Request `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,7 +559,7 @@ func (*DispatchBatchRequest) Descriptor() ([]byte, []int) {
 	return file_dispatch_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *DispatchBatchRequest) GetRequests() []*pluginv1.Request {
+func (x *DispatchBatchRequest) GetRequests() []*Request {
 	if x != nil {
 		return x.Requests
 	}
@@ -1026,26 +1328,426 @@ func (x *ListPluginsResponse) GetPlugins() []*PluginStatus {
 	return nil
 }
 
+// Request is one dispatch question. It means what the same request in the
+// JSON dispatch format means (docs/dispatch.md), absent fields included:
+// each field's comment gives its default.
+type Request struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The registry name asked for; required, but for a server with prefill
+	// and decode backends, which routes an empty one by the forward mode.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// Absent: every layer default (a chunked-prefix threshold of 8192).
+	Layer *Layer `protobuf:"bytes,2,opt,name=layer,proto3" json:"layer,omitempty"`
+	// Required (it carries forward_mode).
+	Batch *Batch `protobuf:"bytes,3,opt,name=batch,proto3" json:"batch,omitempty"`
+	// Absent: every runtime default.
+	Runtime       *Runtime `protobuf:"bytes,4,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Request) Reset() {
+	*x = Request{}
+	mi := &file_dispatch_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Request) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Request) ProtoMessage() {}
+
+func (x *Request) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Request.ProtoReflect.Descriptor instead.
+func (*Request) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Request) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *Request) GetLayer() *Layer {
+	if x != nil {
+		return x.Layer
+	}
+	return nil
+}
+
+func (x *Request) GetBatch() *Batch {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *Request) GetRuntime() *Runtime {
+	if x != nil {
+		return x.Runtime
+	}
+	return nil
+}
+
+// Layer holds the facts of the attention layer. Every field, and the
+// message itself, may be absent: an absent field has the default of the
+// JSON dispatch format, given here with each field.
+type Layer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The prefix-length sum from which chunked-prefix MHA is used. Absent
+	// (or the whole layer absent): 8192, sglang's default. 0 is a threshold
+	// of 0 when given. (Before this field had presence, a sender never put
+	// a 0 on the wire; a reader now takes that absence as 8192.)
+	ChunkedPrefixCacheThreshold *int64 `protobuf:"varint,1,opt,name=chunked_prefix_cache_threshold,json=chunkedPrefixCacheThreshold,proto3,oneof" json:"chunked_prefix_cache_threshold,omitempty"`
+	// Absent: false, as every bool of Layer, Batch and Runtime.
+	DisableChunkedPrefixCache  bool `protobuf:"varint,2,opt,name=disable_chunked_prefix_cache,json=disableChunkedPrefixCache,proto3" json:"disable_chunked_prefix_cache,omitempty"`
+	FlashinferMlaDisableRagged bool `protobuf:"varint,3,opt,name=flashinfer_mla_disable_ragged,json=flashinferMlaDisableRagged,proto3" json:"flashinfer_mla_disable_ragged,omitempty"`
+	RocmFusedDecodeMla         bool `protobuf:"varint,4,opt,name=rocm_fused_decode_mla,json=rocmFusedDecodeMla,proto3" json:"rocm_fused_decode_mla,omitempty"`
+	UseDsa                     bool `protobuf:"varint,5,opt,name=use_dsa,json=useDsa,proto3" json:"use_dsa,omitempty"`
+	FusedQkvAProjWithMqa       bool `protobuf:"varint,6,opt,name=fused_qkv_a_proj_with_mqa,json=fusedQkvAProjWithMqa,proto3" json:"fused_qkv_a_proj_with_mqa,omitempty"`
+	IntelAmx                   bool `protobuf:"varint,7,opt,name=intel_amx,json=intelAmx,proto3" json:"intel_amx,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
+}
+
+func (x *Layer) Reset() {
+	*x = Layer{}
+	mi := &file_dispatch_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Layer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Layer) ProtoMessage() {}
+
+func (x *Layer) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Layer.ProtoReflect.Descriptor instead.
+func (*Layer) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Layer) GetChunkedPrefixCacheThreshold() int64 {
+	if x != nil && x.ChunkedPrefixCacheThreshold != nil {
+		return *x.ChunkedPrefixCacheThreshold
+	}
+	return 0
+}
+
+func (x *Layer) GetDisableChunkedPrefixCache() bool {
+	if x != nil {
+		return x.DisableChunkedPrefixCache
+	}
+	return false
+}
+
+func (x *Layer) GetFlashinferMlaDisableRagged() bool {
+	if x != nil {
+		return x.FlashinferMlaDisableRagged
+	}
+	return false
+}
+
+func (x *Layer) GetRocmFusedDecodeMla() bool {
+	if x != nil {
+		return x.RocmFusedDecodeMla
+	}
+	return false
+}
+
+func (x *Layer) GetUseDsa() bool {
+	if x != nil {
+		return x.UseDsa
+	}
+	return false
+}
+
+func (x *Layer) GetFusedQkvAProjWithMqa() bool {
+	if x != nil {
+		return x.FusedQkvAProjWithMqa
+	}
+	return false
+}
+
+func (x *Layer) GetIntelAmx() bool {
+	if x != nil {
+		return x.IntelAmx
+	}
+	return false
+}
+
+// Batch holds the facts of the forward batch.
+type Batch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: UNSPECIFIED is refused.
+	ForwardMode ForwardMode `protobuf:"varint,1,opt,name=forward_mode,json=forwardMode,proto3,enum=attnplug.dispatch.v1.ForwardMode" json:"forward_mode,omitempty"`
+	// Per request, the tokens already in the KV cache. Not known (the
+	// reference's None, whose sum counts as 0) when empty and
+	// extend_prefix_lens_known is false; a non-empty list is known.
+	ExtendPrefixLens []int64 `protobuf:"varint,2,rep,packed,name=extend_prefix_lens,json=extendPrefixLens,proto3" json:"extend_prefix_lens,omitempty"`
+	// True for a known list that is empty; a non-empty list is known
+	// whatever this says.
+	ExtendPrefixLensKnown bool `protobuf:"varint,3,opt,name=extend_prefix_lens_known,json=extendPrefixLensKnown,proto3" json:"extend_prefix_lens_known,omitempty"`
+	// Per request, the total KV length; not known when empty and
+	// seq_lens_known is false, as extend_prefix_lens.
+	SeqLens      []int64 `protobuf:"varint,4,rep,packed,name=seq_lens,json=seqLens,proto3" json:"seq_lens,omitempty"`
+	SeqLensKnown bool    `protobuf:"varint,5,opt,name=seq_lens_known,json=seqLensKnown,proto3" json:"seq_lens_known,omitempty"`
+	// The batch's get_max_chunk_capacity(). Absent: 0.
+	MaxChunkCapacity int64 `protobuf:"varint,6,opt,name=max_chunk_capacity,json=maxChunkCapacity,proto3" json:"max_chunk_capacity,omitempty"`
+	MlaPrefillCp     bool  `protobuf:"varint,7,opt,name=mla_prefill_cp,json=mlaPrefillCp,proto3" json:"mla_prefill_cp,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Batch) Reset() {
+	*x = Batch{}
+	mi := &file_dispatch_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batch) ProtoMessage() {}
+
+func (x *Batch) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batch.ProtoReflect.Descriptor instead.
+func (*Batch) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Batch) GetForwardMode() ForwardMode {
+	if x != nil {
+		return x.ForwardMode
+	}
+	return ForwardMode_FORWARD_MODE_UNSPECIFIED
+}
+
+func (x *Batch) GetExtendPrefixLens() []int64 {
+	if x != nil {
+		return x.ExtendPrefixLens
+	}
+	return nil
+}
+
+func (x *Batch) GetExtendPrefixLensKnown() bool {
+	if x != nil {
+		return x.ExtendPrefixLensKnown
+	}
+	return false
+}
+
+func (x *Batch) GetSeqLens() []int64 {
+	if x != nil {
+		return x.SeqLens
+	}
+	return nil
+}
+
+func (x *Batch) GetSeqLensKnown() bool {
+	if x != nil {
+		return x.SeqLensKnown
+	}
+	return false
+}
+
+func (x *Batch) GetMaxChunkCapacity() int64 {
+	if x != nil {
+		return x.MaxChunkCapacity
+	}
+	return 0
+}
+
+func (x *Batch) GetMlaPrefillCp() bool {
+	if x != nil {
+		return x.MlaPrefillCp
+	}
+	return false
+}
+
+// Runtime holds the facts sglang reads from process state.
+type Runtime struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Absent (UNSPECIFIED): the platform of the server.
+	Platform               Platform `protobuf:"varint,1,opt,name=platform,proto3,enum=attnplug.dispatch.v1.Platform" json:"platform,omitempty"`
+	PiecewiseCudaGraph     bool     `protobuf:"varint,2,opt,name=piecewise_cuda_graph,json=piecewiseCudaGraph,proto3" json:"piecewise_cuda_graph,omitempty"`
+	BreakableCudaGraph     bool     `protobuf:"varint,3,opt,name=breakable_cuda_graph,json=breakableCudaGraph,proto3" json:"breakable_cuda_graph,omitempty"`
+	DeterministicInference bool     `protobuf:"varint,4,opt,name=deterministic_inference,json=deterministicInference,proto3" json:"deterministic_inference,omitempty"`
+	// The DSA backend's per-batch prefill choice. Given (present, false
+	// included) or not: when absent, and dsa_use_mha_set is false, the dsa
+	// backend makes the choice itself, as sglang's does.
+	DsaUseMha       *bool `protobuf:"varint,5,opt,name=dsa_use_mha,json=dsaUseMha,proto3,oneof" json:"dsa_use_mha,omitempty"`
+	TwoBatchOverlap bool  `protobuf:"varint,6,opt,name=two_batch_overlap,json=twoBatchOverlap,proto3" json:"two_batch_overlap,omitempty"`
+	// CUDA compute capability, major*10+minor; 0 when not known.
+	ComputeCapability int32 `protobuf:"varint,7,opt,name=compute_capability,json=computeCapability,proto3" json:"compute_capability,omitempty"`
+	// The KV cache dtype, as sglang's --kv-cache-dtype; "" is "auto".
+	KvCacheDtype string `protobuf:"bytes,8,opt,name=kv_cache_dtype,json=kvCacheDtype,proto3" json:"kv_cache_dtype,omitempty"`
+	// True when dsa_use_mha was given: what a sender without presence on
+	// dsa_use_mha says for a given false. dsa_use_mha given, or true, counts
+	// as given too.
+	DsaUseMhaSet  bool `protobuf:"varint,9,opt,name=dsa_use_mha_set,json=dsaUseMhaSet,proto3" json:"dsa_use_mha_set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Runtime) Reset() {
+	*x = Runtime{}
+	mi := &file_dispatch_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Runtime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Runtime) ProtoMessage() {}
+
+func (x *Runtime) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Runtime.ProtoReflect.Descriptor instead.
+func (*Runtime) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Runtime) GetPlatform() Platform {
+	if x != nil {
+		return x.Platform
+	}
+	return Platform_PLATFORM_UNSPECIFIED
+}
+
+func (x *Runtime) GetPiecewiseCudaGraph() bool {
+	if x != nil {
+		return x.PiecewiseCudaGraph
+	}
+	return false
+}
+
+func (x *Runtime) GetBreakableCudaGraph() bool {
+	if x != nil {
+		return x.BreakableCudaGraph
+	}
+	return false
+}
+
+func (x *Runtime) GetDeterministicInference() bool {
+	if x != nil {
+		return x.DeterministicInference
+	}
+	return false
+}
+
+func (x *Runtime) GetDsaUseMha() bool {
+	if x != nil && x.DsaUseMha != nil {
+		return *x.DsaUseMha
+	}
+	return false
+}
+
+func (x *Runtime) GetTwoBatchOverlap() bool {
+	if x != nil {
+		return x.TwoBatchOverlap
+	}
+	return false
+}
+
+func (x *Runtime) GetComputeCapability() int32 {
+	if x != nil {
+		return x.ComputeCapability
+	}
+	return 0
+}
+
+func (x *Runtime) GetKvCacheDtype() string {
+	if x != nil {
+		return x.KvCacheDtype
+	}
+	return ""
+}
+
+func (x *Runtime) GetDsaUseMhaSet() bool {
+	if x != nil {
+		return x.DsaUseMhaSet
+	}
+	return false
+}
+
 var File_dispatch_proto protoreflect.FileDescriptor
 
 const file_dispatch_proto_rawDesc = "" +
 	"\n" +
-	"\x0edispatch.proto\x12\x14attnplug.dispatch.v1\x1a\fplugin.proto\"H\n" +
-	"\x0fDispatchRequest\x125\n" +
-	"\arequest\x18\x01 \x01(\v2\x1b.attnplug.plugin.v1.RequestR\arequest\"\xc0\x01\n" +
-	"\x06Answer\x122\n" +
-	"\x06method\x18\x01 \x01(\x0e2\x1a.attnplug.plugin.v1.MethodR\x06method\x12\x18\n" +
+	"\x0edispatch.proto\x12\x14attnplug.dispatch.v1\"J\n" +
+	"\x0fDispatchRequest\x127\n" +
+	"\arequest\x18\x01 \x01(\v2\x1d.attnplug.dispatch.v1.RequestR\arequest\"\xa3\x02\n" +
+	"\x06Answer\x124\n" +
+	"\x06method\x18\x01 \x01(\x0e2\x1c.attnplug.dispatch.v1.MethodR\x06method\x12\x18\n" +
 	"\ahandler\x18\x02 \x01(\tR\ahandler\x12\x16\n" +
 	"\x06plugin\x18\x03 \x01(\tR\x06plugin\x12\x1a\n" +
 	"\bfallback\x18\x04 \x01(\tR\bfallback\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x06 \x01(\x04R\n" +
-	"generation\"H\n" +
+	"generation\x12>\n" +
+	"\n" +
+	"error_code\x18\a \x01(\x0e2\x1f.attnplug.dispatch.v1.ErrorCodeR\terrorCode\x12\x1f\n" +
+	"\verror_field\x18\b \x01(\tR\n" +
+	"errorField\"H\n" +
 	"\x10DispatchResponse\x124\n" +
-	"\x06answer\x18\x01 \x01(\v2\x1c.attnplug.dispatch.v1.AnswerR\x06answer\"O\n" +
-	"\x14DispatchBatchRequest\x127\n" +
-	"\brequests\x18\x01 \x03(\v2\x1b.attnplug.plugin.v1.RequestR\brequests\"O\n" +
+	"\x06answer\x18\x01 \x01(\v2\x1c.attnplug.dispatch.v1.AnswerR\x06answer\"Q\n" +
+	"\x14DispatchBatchRequest\x129\n" +
+	"\brequests\x18\x01 \x03(\v2\x1d.attnplug.dispatch.v1.RequestR\brequests\"O\n" +
 	"\x15DispatchBatchResponse\x126\n" +
 	"\aanswers\x18\x01 \x03(\v2\x1c.attnplug.dispatch.v1.AnswerR\aanswers\"\x11\n" +
 	"\x0fDescribeRequest\"\x0e\n" +
@@ -1101,7 +1803,81 @@ const file_dispatch_proto_rawDesc = "" +
 	"last_error\x18\n" +
 	" \x01(\tR\tlastError\"S\n" +
 	"\x13ListPluginsResponse\x12<\n" +
-	"\aplugins\x18\x01 \x03(\v2\".attnplug.dispatch.v1.PluginStatusR\aplugins2\x83\x03\n" +
+	"\aplugins\x18\x01 \x03(\v2\".attnplug.dispatch.v1.PluginStatusR\aplugins\"\xc2\x01\n" +
+	"\aRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x121\n" +
+	"\x05layer\x18\x02 \x01(\v2\x1b.attnplug.dispatch.v1.LayerR\x05layer\x121\n" +
+	"\x05batch\x18\x03 \x01(\v2\x1b.attnplug.dispatch.v1.BatchR\x05batch\x127\n" +
+	"\aruntime\x18\x04 \x01(\v2\x1d.attnplug.dispatch.v1.RuntimeR\aruntime\"\x9a\x03\n" +
+	"\x05Layer\x12H\n" +
+	"\x1echunked_prefix_cache_threshold\x18\x01 \x01(\x03H\x00R\x1bchunkedPrefixCacheThreshold\x88\x01\x01\x12?\n" +
+	"\x1cdisable_chunked_prefix_cache\x18\x02 \x01(\bR\x19disableChunkedPrefixCache\x12A\n" +
+	"\x1dflashinfer_mla_disable_ragged\x18\x03 \x01(\bR\x1aflashinferMlaDisableRagged\x121\n" +
+	"\x15rocm_fused_decode_mla\x18\x04 \x01(\bR\x12rocmFusedDecodeMla\x12\x17\n" +
+	"\ause_dsa\x18\x05 \x01(\bR\x06useDsa\x127\n" +
+	"\x19fused_qkv_a_proj_with_mqa\x18\x06 \x01(\bR\x14fusedQkvAProjWithMqa\x12\x1b\n" +
+	"\tintel_amx\x18\a \x01(\bR\bintelAmxB!\n" +
+	"\x1f_chunked_prefix_cache_threshold\"\xc9\x02\n" +
+	"\x05Batch\x12D\n" +
+	"\fforward_mode\x18\x01 \x01(\x0e2!.attnplug.dispatch.v1.ForwardModeR\vforwardMode\x12,\n" +
+	"\x12extend_prefix_lens\x18\x02 \x03(\x03R\x10extendPrefixLens\x127\n" +
+	"\x18extend_prefix_lens_known\x18\x03 \x01(\bR\x15extendPrefixLensKnown\x12\x19\n" +
+	"\bseq_lens\x18\x04 \x03(\x03R\aseqLens\x12$\n" +
+	"\x0eseq_lens_known\x18\x05 \x01(\bR\fseqLensKnown\x12,\n" +
+	"\x12max_chunk_capacity\x18\x06 \x01(\x03R\x10maxChunkCapacity\x12$\n" +
+	"\x0emla_prefill_cp\x18\a \x01(\bR\fmlaPrefillCp\"\xbf\x03\n" +
+	"\aRuntime\x12:\n" +
+	"\bplatform\x18\x01 \x01(\x0e2\x1e.attnplug.dispatch.v1.PlatformR\bplatform\x120\n" +
+	"\x14piecewise_cuda_graph\x18\x02 \x01(\bR\x12piecewiseCudaGraph\x120\n" +
+	"\x14breakable_cuda_graph\x18\x03 \x01(\bR\x12breakableCudaGraph\x127\n" +
+	"\x17deterministic_inference\x18\x04 \x01(\bR\x16deterministicInference\x12#\n" +
+	"\vdsa_use_mha\x18\x05 \x01(\bH\x00R\tdsaUseMha\x88\x01\x01\x12*\n" +
+	"\x11two_batch_overlap\x18\x06 \x01(\bR\x0ftwoBatchOverlap\x12-\n" +
+	"\x12compute_capability\x18\a \x01(\x05R\x11computeCapability\x12$\n" +
+	"\x0ekv_cache_dtype\x18\b \x01(\tR\fkvCacheDtype\x12%\n" +
+	"\x0fdsa_use_mha_set\x18\t \x01(\bR\fdsaUseMhaSetB\x0e\n" +
+	"\f_dsa_use_mha*\x88\x02\n" +
+	"\tErrorCode\x12\x1a\n" +
+	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aERROR_CODE_INVALID_REQUEST\x10\x01\x12\x1e\n" +
+	"\x1aERROR_CODE_UNKNOWN_BACKEND\x10\x02\x12\x1a\n" +
+	"\x16ERROR_CODE_UNAVAILABLE\x10\x03\x12\x16\n" +
+	"\x12ERROR_CODE_REFUSED\x10\x04\x12\x17\n" +
+	"\x13ERROR_CODE_PROTOCOL\x10\x05\x12 \n" +
+	"\x1cERROR_CODE_DEADLINE_EXCEEDED\x10\x06\x12\x17\n" +
+	"\x13ERROR_CODE_CANCELED\x10\a\x12\x17\n" +
+	"\x13ERROR_CODE_INTERNAL\x10\b*\xa7\x02\n" +
+	"\vForwardMode\x12\x1c\n" +
+	"\x18FORWARD_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13FORWARD_MODE_EXTEND\x10\x01\x12\x17\n" +
+	"\x13FORWARD_MODE_DECODE\x10\x02\x12\x16\n" +
+	"\x12FORWARD_MODE_MIXED\x10\x03\x12\x15\n" +
+	"\x11FORWARD_MODE_IDLE\x10\x04\x12\x1e\n" +
+	"\x1aFORWARD_MODE_TARGET_VERIFY\x10\x05\x12 \n" +
+	"\x1cFORWARD_MODE_DRAFT_EXTEND_V2\x10\x06\x12\x19\n" +
+	"\x15FORWARD_MODE_PREBUILT\x10\a\x12\x1e\n" +
+	"\x1aFORWARD_MODE_SPLIT_PREFILL\x10\b\x12\x1c\n" +
+	"\x18FORWARD_MODE_DLLM_EXTEND\x10\t*\xef\x01\n" +
+	"\x06Method\x12\x16\n" +
+	"\x12METHOD_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"METHOD_MHA\x10\x01\x12\x0e\n" +
+	"\n" +
+	"METHOD_MLA\x10\x02\x12\x19\n" +
+	"\x15METHOD_MHA_CHUNKED_KV\x10\x03\x12\x17\n" +
+	"\x13METHOD_MHA_ONE_SHOT\x10\x04\x12\x1e\n" +
+	"\x1aMETHOD_MLA_FUSED_ROPE_ROCM\x10\x05\x12\x1d\n" +
+	"\x19METHOD_MLA_FUSED_ROPE_CPU\x10\x06\x12\x12\n" +
+	"\x0eMETHOD_MHA_NPU\x10\a\x12\x12\n" +
+	"\x0eMETHOD_MLA_NPU\x10\b\x12\x12\n" +
+	"\x0eMETHOD_DSA_NPU\x10\t*\x7f\n" +
+	"\bPlatform\x12\x18\n" +
+	"\x14PLATFORM_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rPLATFORM_CUDA\x10\x01\x12\x10\n" +
+	"\fPLATFORM_HIP\x10\x02\x12\x10\n" +
+	"\fPLATFORM_NPU\x10\x03\x12\x10\n" +
+	"\fPLATFORM_XPU\x10\x04\x12\x10\n" +
+	"\fPLATFORM_CPU\x10\x052\x83\x03\n" +
 	"\n" +
 	"Dispatcher\x12Y\n" +
 	"\bDispatch\x12%.attnplug.dispatch.v1.DispatchRequest\x1a&.attnplug.dispatch.v1.DispatchResponse\x12h\n" +
@@ -1124,55 +1900,68 @@ func file_dispatch_proto_rawDescGZIP() []byte {
 	return file_dispatch_proto_rawDescData
 }
 
-var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_dispatch_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_dispatch_proto_goTypes = []any{
-	(*DispatchRequest)(nil),       // 0: attnplug.dispatch.v1.DispatchRequest
-	(*Answer)(nil),                // 1: attnplug.dispatch.v1.Answer
-	(*DispatchResponse)(nil),      // 2: attnplug.dispatch.v1.DispatchResponse
-	(*DispatchBatchRequest)(nil),  // 3: attnplug.dispatch.v1.DispatchBatchRequest
-	(*DispatchBatchResponse)(nil), // 4: attnplug.dispatch.v1.DispatchBatchResponse
-	(*DescribeRequest)(nil),       // 5: attnplug.dispatch.v1.DescribeRequest
-	(*WatchRequest)(nil),          // 6: attnplug.dispatch.v1.WatchRequest
-	(*Reads)(nil),                 // 7: attnplug.dispatch.v1.Reads
-	(*Route)(nil),                 // 8: attnplug.dispatch.v1.Route
-	(*DescribeResponse)(nil),      // 9: attnplug.dispatch.v1.DescribeResponse
-	(*ReloadRequest)(nil),         // 10: attnplug.dispatch.v1.ReloadRequest
-	(*PluginChange)(nil),          // 11: attnplug.dispatch.v1.PluginChange
-	(*ReloadResponse)(nil),        // 12: attnplug.dispatch.v1.ReloadResponse
-	(*ListPluginsRequest)(nil),    // 13: attnplug.dispatch.v1.ListPluginsRequest
-	(*PluginStatus)(nil),          // 14: attnplug.dispatch.v1.PluginStatus
-	(*ListPluginsResponse)(nil),   // 15: attnplug.dispatch.v1.ListPluginsResponse
-	(*pluginv1.Request)(nil),      // 16: attnplug.plugin.v1.Request
-	(pluginv1.Method)(0),          // 17: attnplug.plugin.v1.Method
+	(ErrorCode)(0),                // 0: attnplug.dispatch.v1.ErrorCode
+	(ForwardMode)(0),              // 1: attnplug.dispatch.v1.ForwardMode
+	(Method)(0),                   // 2: attnplug.dispatch.v1.Method
+	(Platform)(0),                 // 3: attnplug.dispatch.v1.Platform
+	(*DispatchRequest)(nil),       // 4: attnplug.dispatch.v1.DispatchRequest
+	(*Answer)(nil),                // 5: attnplug.dispatch.v1.Answer
+	(*DispatchResponse)(nil),      // 6: attnplug.dispatch.v1.DispatchResponse
+	(*DispatchBatchRequest)(nil),  // 7: attnplug.dispatch.v1.DispatchBatchRequest
+	(*DispatchBatchResponse)(nil), // 8: attnplug.dispatch.v1.DispatchBatchResponse
+	(*DescribeRequest)(nil),       // 9: attnplug.dispatch.v1.DescribeRequest
+	(*WatchRequest)(nil),          // 10: attnplug.dispatch.v1.WatchRequest
+	(*Reads)(nil),                 // 11: attnplug.dispatch.v1.Reads
+	(*Route)(nil),                 // 12: attnplug.dispatch.v1.Route
+	(*DescribeResponse)(nil),      // 13: attnplug.dispatch.v1.DescribeResponse
+	(*ReloadRequest)(nil),         // 14: attnplug.dispatch.v1.ReloadRequest
+	(*PluginChange)(nil),          // 15: attnplug.dispatch.v1.PluginChange
+	(*ReloadResponse)(nil),        // 16: attnplug.dispatch.v1.ReloadResponse
+	(*ListPluginsRequest)(nil),    // 17: attnplug.dispatch.v1.ListPluginsRequest
+	(*PluginStatus)(nil),          // 18: attnplug.dispatch.v1.PluginStatus
+	(*ListPluginsResponse)(nil),   // 19: attnplug.dispatch.v1.ListPluginsResponse
+	(*Request)(nil),               // 20: attnplug.dispatch.v1.Request
+	(*Layer)(nil),                 // 21: attnplug.dispatch.v1.Layer
+	(*Batch)(nil),                 // 22: attnplug.dispatch.v1.Batch
+	(*Runtime)(nil),               // 23: attnplug.dispatch.v1.Runtime
 }
 var file_dispatch_proto_depIdxs = []int32{
-	16, // 0: attnplug.dispatch.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
-	17, // 1: attnplug.dispatch.v1.Answer.method:type_name -> attnplug.plugin.v1.Method
-	1,  // 2: attnplug.dispatch.v1.DispatchResponse.answer:type_name -> attnplug.dispatch.v1.Answer
-	16, // 3: attnplug.dispatch.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
-	1,  // 4: attnplug.dispatch.v1.DispatchBatchResponse.answers:type_name -> attnplug.dispatch.v1.Answer
-	7,  // 5: attnplug.dispatch.v1.Route.reads:type_name -> attnplug.dispatch.v1.Reads
-	8,  // 6: attnplug.dispatch.v1.DescribeResponse.routes:type_name -> attnplug.dispatch.v1.Route
-	8,  // 7: attnplug.dispatch.v1.DescribeResponse.default_route:type_name -> attnplug.dispatch.v1.Route
-	11, // 8: attnplug.dispatch.v1.ReloadResponse.changes:type_name -> attnplug.dispatch.v1.PluginChange
-	14, // 9: attnplug.dispatch.v1.ListPluginsResponse.plugins:type_name -> attnplug.dispatch.v1.PluginStatus
-	0,  // 10: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
-	3,  // 11: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
-	5,  // 12: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
-	6,  // 13: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
-	10, // 14: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
-	13, // 15: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
-	2,  // 16: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
-	4,  // 17: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
-	9,  // 18: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
-	9,  // 19: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
-	12, // 20: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
-	15, // 21: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
-	16, // [16:22] is the sub-list for method output_type
-	10, // [10:16] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	20, // 0: attnplug.dispatch.v1.DispatchRequest.request:type_name -> attnplug.dispatch.v1.Request
+	2,  // 1: attnplug.dispatch.v1.Answer.method:type_name -> attnplug.dispatch.v1.Method
+	0,  // 2: attnplug.dispatch.v1.Answer.error_code:type_name -> attnplug.dispatch.v1.ErrorCode
+	5,  // 3: attnplug.dispatch.v1.DispatchResponse.answer:type_name -> attnplug.dispatch.v1.Answer
+	20, // 4: attnplug.dispatch.v1.DispatchBatchRequest.requests:type_name -> attnplug.dispatch.v1.Request
+	5,  // 5: attnplug.dispatch.v1.DispatchBatchResponse.answers:type_name -> attnplug.dispatch.v1.Answer
+	11, // 6: attnplug.dispatch.v1.Route.reads:type_name -> attnplug.dispatch.v1.Reads
+	12, // 7: attnplug.dispatch.v1.DescribeResponse.routes:type_name -> attnplug.dispatch.v1.Route
+	12, // 8: attnplug.dispatch.v1.DescribeResponse.default_route:type_name -> attnplug.dispatch.v1.Route
+	15, // 9: attnplug.dispatch.v1.ReloadResponse.changes:type_name -> attnplug.dispatch.v1.PluginChange
+	18, // 10: attnplug.dispatch.v1.ListPluginsResponse.plugins:type_name -> attnplug.dispatch.v1.PluginStatus
+	21, // 11: attnplug.dispatch.v1.Request.layer:type_name -> attnplug.dispatch.v1.Layer
+	22, // 12: attnplug.dispatch.v1.Request.batch:type_name -> attnplug.dispatch.v1.Batch
+	23, // 13: attnplug.dispatch.v1.Request.runtime:type_name -> attnplug.dispatch.v1.Runtime
+	1,  // 14: attnplug.dispatch.v1.Batch.forward_mode:type_name -> attnplug.dispatch.v1.ForwardMode
+	3,  // 15: attnplug.dispatch.v1.Runtime.platform:type_name -> attnplug.dispatch.v1.Platform
+	4,  // 16: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
+	7,  // 17: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
+	9,  // 18: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
+	10, // 19: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
+	14, // 20: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
+	17, // 21: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
+	6,  // 22: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
+	8,  // 23: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
+	13, // 24: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
+	13, // 25: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
+	16, // 26: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
+	19, // 27: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_dispatch_proto_init() }
@@ -1180,18 +1969,21 @@ func file_dispatch_proto_init() {
 	if File_dispatch_proto != nil {
 		return
 	}
+	file_dispatch_proto_msgTypes[17].OneofWrappers = []any{}
+	file_dispatch_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dispatch_proto_rawDesc), len(file_dispatch_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   16,
+			NumEnums:      4,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
 		GoTypes:           file_dispatch_proto_goTypes,
 		DependencyIndexes: file_dispatch_proto_depIdxs,
+		EnumInfos:         file_dispatch_proto_enumTypes,
 		MessageInfos:      file_dispatch_proto_msgTypes,
 	}.Build()
 	File_dispatch_proto = out.File

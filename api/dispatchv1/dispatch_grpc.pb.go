@@ -1,7 +1,9 @@
 // The attnplug dispatch service, version 1: what an engine that is not
 // written in Go (a Python serving engine, typically) asks a running
-// `attnplug serve`. The request and method types are the plugin
-// protocol's, so that one Request message means the same everywhere.
+// `attnplug serve`. Its messages are its own: the plugin protocol
+// (attnplug.plugin.v1) may change without this API changing. Request and
+// its parts have the field numbers and types the plugin protocol's had
+// when this API used them, so a client built then still speaks it.
 //
 // Compatibility: fields and RPCs are only ever added.
 

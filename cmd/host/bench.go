@@ -150,10 +150,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	gpu := fs.Bool("gpu", false, "benchmark the device kernels on the CUDA GPU instead: DeepSeek-V3 decode shapes against the copy bandwidth, the bf16 matmul peak and torch, measured in the same run (docs/device.md)")
 	python := fs.String("python", "python3", "with --gpu: the python3 (with torch) to compare with; empty skips torch")
 	only := fs.String("only", "", "with --gpu: run only the shapes whose name contains this")
-	if err := parseFlags(fs, e, args, "attnplug bench [flags]"); err != nil {
-		return err
-	}
-	if err := noArgs(fs, ""); err != nil {
+	logger, err := h.parse(fs, e, args, "attnplug bench [flags]", "")
+	if err != nil {
 		return err
 	}
 	if *gpu {
@@ -162,24 +160,23 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if *passes <= 0 || *rpcPasses <= 0 {
 		return &usageError{"bench: --passes and --rpc-passes must be positive"}
 	}
-	logger, err := h.logger(e)
-	if err != nil {
-		return err
-	}
-	h.quietDeprecated = true // every name is asked on purpose
 	trace := benchTrace(*passes, 1)
 	res := benchResult{Backend: *backend, Passes: *passes, Layers: deepSeekV3Layers}
 
 	// Cold start: a registry whose descriptions come from the cache, so
 	// that New starts nothing, then every plugin at once.
-	h.noCache = false
-	warm, err := h.openRegistry(ctx, logger)
+	cfg, err := h.config(ctx, logger)
+	if err != nil {
+		return err
+	}
+	cfg.QuietDeprecated = true // every name is asked on purpose
+	warm, err := registry.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	warm.Close()
 	t0 := time.Now()
-	reg, err := h.openRegistry(ctx, logger)
+	reg, err := registry.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -224,8 +221,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	res.InProcessNsPerPass = inProc / float64(len(trace))
 
 	// (b) one gRPC call per layer.
-	noCache := h
-	rpcReg, err := noCache.openRegistryWith(ctx, logger, func(c *registry.Config) { c.NoAnswerCache = true })
+	rpcCfg := cfg
+	rpcCfg.NoAnswerCache = true
+	rpcReg, err := registry.New(ctx, rpcCfg)
 	if err != nil {
 		return err
 	}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/attnplug/attnplug/backendkit"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/detect"
 	"github.com/attnplug/attnplug/jsonl"
@@ -22,7 +22,9 @@ import (
 // errHelp is returned when -h was asked: exit status 0.
 var errHelp = flag.ErrHelp
 
-// hostFlags are the flags every command that loads plugins shares.
+// hostFlags are the flags every command that loads plugins shares. They
+// hold the flags' values only: a command reads the registry configuration
+// they give (config) and changes it where it must before registry.New.
 type hostFlags struct {
 	pluginDirs  string
 	logLevel    string
@@ -31,18 +33,8 @@ type hostFlags struct {
 	callTimeout time.Duration
 	noCache     bool
 	strict      bool
-
-	// configHook, when set, changes the registry configuration last.
-	configHook  func(*registry.Config)
 	lockFile    string
 	insecureDir bool
-	// noLock opens the registry without a lock file, for attnplug lock.
-	noLock bool
-	// lock is the lock file openRegistry used; nil when none.
-	lock *registry.Lock
-	// quietDeprecated: the command asks deprecated names on purpose (demo,
-	// bench), so their use is not warned of.
-	quietDeprecated bool
 }
 
 // register adds the host flags to fs, but those named in without: the
@@ -113,6 +105,20 @@ func noArgs(fs *flag.FlagSet, hint string) error {
 		msg += " (" + hint + ")"
 	}
 	return &usageError{msg}
+}
+
+// parse is the preamble of a command that loads plugins: it parses args
+// with fs (-h prints the flags and returns errHelp), refuses arguments left
+// after the flags (hint, when set, says where the input comes from), and
+// builds the logger the flags ask for.
+func (h *hostFlags) parse(fs *flag.FlagSet, e *env, args []string, usage, hint string) (hclog.Logger, error) {
+	if err := parseFlags(fs, e, args, usage); err != nil {
+		return nil, err
+	}
+	if err := noArgs(fs, hint); err != nil {
+		return nil, err
+	}
+	return h.logger(e)
 }
 
 func (h *hostFlags) logger(e *env) (hclog.Logger, error) {
@@ -240,18 +246,31 @@ func (h *hostFlags) readLock(dirs []string) (*registry.Lock, error) {
 	return registry.ReadLock(path)
 }
 
-// openRegistry builds the registry of the host flags.
-func (h *hostFlags) openRegistry(ctx context.Context, logger hclog.Logger) (*registry.Registry, error) {
+// config returns the registry configuration the flags give, with the lock
+// file in use (Lock; nil when none). A command changes what it must
+// before registry.New.
+func (h *hostFlags) config(ctx context.Context, logger hclog.Logger) (registry.Config, error) {
+	cfg, err := h.configWithoutLock(ctx, logger)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Lock, err = h.readLock(cfg.PluginDirs)
+	return cfg, err
+}
+
+// configWithoutLock is config with no lock file, whatever the flags say:
+// for attnplug lock, which pins the binaries as they are now.
+func (h *hostFlags) configWithoutLock(ctx context.Context, logger hclog.Logger) (registry.Config, error) {
 	dirs, err := h.dirs()
 	if err != nil {
-		return nil, err
+		return registry.Config{}, err
 	}
 	platform, err := h.hostPlatform(ctx)
 	if err != nil {
-		return nil, err
+		return registry.Config{}, err
 	}
 	if h.callTimeout <= 0 {
-		return nil, &usageError{fmt.Sprintf("--timeout: %s is not a positive duration", h.callTimeout)}
+		return registry.Config{}, &usageError{fmt.Sprintf("--timeout: %s is not a positive duration", h.callTimeout)}
 	}
 	cfg := registry.Config{
 		PluginDirs:        dirs,
@@ -260,21 +279,21 @@ func (h *hostFlags) openRegistry(ctx context.Context, logger hclog.Logger) (*reg
 		CallTimeout:       h.callTimeout,
 		Strict:            h.strict,
 		InsecurePluginDir: h.insecureDir,
-		QuietDeprecated:   h.quietDeprecated,
 		Kernels:           backendkit.Run,
-	}
-	if !h.noLock {
-		if cfg.Lock, err = h.readLock(dirs); err != nil {
-			return nil, err
-		}
-		h.lock = cfg.Lock
 	}
 	if !h.noCache {
 		cfg.CacheDir = cacheDir()
 	}
 	logger.Debug("opening registry", "plugin_dirs", strings.Join(dirs, ":"), "platform", platform.String())
-	if h.configHook != nil {
-		h.configHook(&cfg)
+	return cfg, nil
+}
+
+// open builds the registry of the flags as they are, for a command that
+// changes nothing of the configuration; the caller closes it.
+func (h *hostFlags) open(ctx context.Context, logger hclog.Logger) (*registry.Registry, error) {
+	cfg, err := h.config(ctx, logger)
+	if err != nil {
+		return nil, err
 	}
 	return registry.New(ctx, cfg)
 }
@@ -297,21 +316,4 @@ func (h *hostFlags) processArgs() ([]string, error) {
 		args = append(args, "--platform", h.platform)
 	}
 	return args, nil
-}
-
-// openRegistryWith is openRegistry with a last change to the configuration.
-func (h *hostFlags) openRegistryWith(ctx context.Context, logger hclog.Logger, change func(*registry.Config)) (*registry.Registry, error) {
-	h.configHook = change
-	defer func() { h.configHook = nil }()
-	return h.openRegistry(ctx, logger)
-}
-
-// open builds the logger of the flags and the registry, for a command that
-// needs only the two; the caller closes the registry.
-func (h *hostFlags) open(ctx context.Context, e *env) (*registry.Registry, error) {
-	logger, err := h.logger(e)
-	if err != nil {
-		return nil, err
-	}
-	return h.openRegistry(ctx, logger)
 }

@@ -48,18 +48,20 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	var h hostFlags
 	h.register(fs)
-	if err := parseFlags(fs, e, args, "attnplug demo [flags]"); err != nil {
+	logger, err := h.parse(fs, e, args, "attnplug demo [flags]", "")
+	if err != nil {
 		return err
 	}
-	if err := noArgs(fs, ""); err != nil {
-		return err
-	}
-	h.quietDeprecated = true // every name is asked on purpose
 	batches, err := loadDemoBatches()
 	if err != nil {
 		return err
 	}
-	reg, err := h.open(ctx, e)
+	cfg, err := h.config(ctx, logger)
+	if err != nil {
+		return err
+	}
+	cfg.QuietDeprecated = true // every name is asked on purpose
+	reg, err := registry.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

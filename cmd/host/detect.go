@@ -25,13 +25,7 @@ func runDetect(ctx context.Context, e *env, args []string) error {
 	sf.register(fs)
 	root := fs.String("root", "/", "directory holding sys/, proc/ and dev/ (a fixture tree; libcuda is asked only for /)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	if err := parseFlags(fs, e, args, "attnplug detect [flags]"); err != nil {
-		return err
-	}
-	if err := noArgs(fs, ""); err != nil {
-		return err
-	}
-	logger, err := h.logger(e)
+	logger, err := h.parse(fs, e, args, "attnplug detect [flags]", "")
 	if err != nil {
 		return err
 	}
@@ -54,7 +48,7 @@ func runDetect(ctx context.Context, e *env, args []string) error {
 		// Requests that give no platform get the one of the hardware read.
 		h.platform = r.Platform
 	}
-	reg, err := h.openRegistry(ctx, logger)
+	reg, err := h.open(ctx, logger)
 	if err != nil {
 		return err
 	}

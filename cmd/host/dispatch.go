@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/engine"
 	"github.com/attnplug/attnplug/jsonl"
 	"github.com/attnplug/attnplug/registry"
 )
@@ -22,10 +23,8 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	connect := fs.String("connect", "", "send the requests to a running attnplug serve at this address (unix:///path, a socket path starting with / or ., or host:port) instead of loading plugins")
 	var ct connectTLSFlags
 	ct.register(fs)
-	if err := parseFlags(fs, e, args, "attnplug dispatch [flags] < requests.jsonl > answers.jsonl"); err != nil {
-		return err
-	}
-	if err := noArgs(fs, "requests come on stdin"); err != nil {
+	logger, err := h.parse(fs, e, args, "attnplug dispatch [flags] < requests.jsonl > answers.jsonl", "requests come on stdin")
+	if err != nil {
 		return err
 	}
 	if err := checkMaxLine(*maxLine); err != nil {
@@ -47,20 +46,19 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger, err := h.logger(e)
-	if err != nil {
-		return err
-	}
 	var d batchDispatcher
 	if *connect != "" {
-		c, err := dialServer(*connect, creds)
-		if err != nil {
+		if err := checkAddr("--connect", *connect, true); err != nil {
 			return err
+		}
+		c, err := engine.Dial(*connect, creds)
+		if err != nil {
+			return fmt.Errorf("--connect: %w", err)
 		}
 		defer c.Close()
 		d = c
 	} else {
-		reg, err := h.openRegistry(ctx, logger)
+		reg, err := h.open(ctx, logger)
 		if err != nil {
 			return err
 		}

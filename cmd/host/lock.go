@@ -26,18 +26,12 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	modules := fs.Bool("modules", false, "also pin, by SHA-256, the kernel modules (device code) the plugins hand for the device of --arch")
 	var dev deviceFlags
 	dev.register(fs)
-	if err := parseFlags(fs, e, args, "attnplug lock [--plugin-dir DIR] [--lock FILE] [--modules [--arch sm_XY]]"); err != nil {
-		return err
-	}
-	if err := noArgs(fs, ""); err != nil {
+	logger, err := h.parse(fs, e, args, "attnplug lock [--plugin-dir DIR] [--lock FILE] [--modules [--arch sm_XY]]", "")
+	if err != nil {
 		return err
 	}
 	if dev.arch != "" && !*modules {
 		return &usageError{"lock: --arch needs --modules"}
-	}
-	logger, err := h.logger(e)
-	if err != nil {
-		return err
 	}
 	dirs, err := h.dirs()
 	if err != nil {
@@ -55,8 +49,11 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	}
 	// Pinning describes the binaries as they are now, whatever an older
 	// lock file says.
-	h.noLock = true
-	reg, err := h.openRegistry(ctx, logger)
+	cfg, err := h.configWithoutLock(ctx, logger)
+	if err != nil {
+		return err
+	}
+	reg, err := registry.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/internal/reference"
 	"github.com/attnplug/attnplug/registry"
-	pb "github.com/attnplug/attnplug/wire/pluginv1"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 )
@@ -40,7 +39,7 @@ func parityLines(n int) []string {
 // protoFromJSON builds the gRPC request of a JSON line field by field,
 // setting exactly the fields the line gives, as a client in another
 // language does: absent stays absent.
-func protoFromJSON(t *testing.T, line string) *pb.Request {
+func protoFromJSON(t *testing.T, line string) *dispatchv1.Request {
 	t.Helper()
 	var m map[string]any
 	dec := json.NewDecoder(strings.NewReader(line))
@@ -62,12 +61,12 @@ func protoFromJSON(t *testing.T, line string) *pb.Request {
 		}
 		return out
 	}
-	out := &pb.Request{Backend: m["backend"].(string), Batch: &pb.Batch{}}
+	out := &dispatchv1.Request{Backend: m["backend"].(string), Batch: &dispatchv1.Batch{}}
 	mode, err := core.ParseForwardMode(m["forward_mode"].(string))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out.Batch.ForwardMode = pb.ForwardMode(mode)
+	out.Batch.ForwardMode = dispatchv1.ForwardMode(mode)
 	if v, ok := m["extend_prefix_lens"]; ok && v != nil {
 		out.Batch.ExtendPrefixLens, out.Batch.ExtendPrefixLensKnown = lens(v), true
 	}
@@ -81,7 +80,7 @@ func protoFromJSON(t *testing.T, line string) *pb.Request {
 		out.Batch.MlaPrefillCp = v.(bool)
 	}
 	if l, ok := m["layer"].(map[string]any); ok {
-		out.Layer = &pb.Layer{}
+		out.Layer = &dispatchv1.Layer{}
 		for k, v := range l {
 			switch k {
 			case "chunked_prefix_cache_threshold":
@@ -104,7 +103,7 @@ func protoFromJSON(t *testing.T, line string) *pb.Request {
 		}
 	}
 	if rt, ok := m["runtime"].(map[string]any); ok {
-		out.Runtime = &pb.Runtime{}
+		out.Runtime = &dispatchv1.Runtime{}
 		for k, v := range rt {
 			switch k {
 			case "platform":
@@ -112,7 +111,7 @@ func protoFromJSON(t *testing.T, line string) *pb.Request {
 				if err != nil {
 					t.Fatal(err)
 				}
-				out.Runtime.Platform = pb.Platform(p)
+				out.Runtime.Platform = dispatchv1.Platform(p)
 			case "piecewise_cuda_graph":
 				out.Runtime.PiecewiseCudaGraph = v.(bool)
 			case "breakable_cuda_graph":
@@ -136,7 +135,7 @@ func protoFromJSON(t *testing.T, line string) *pb.Request {
 // coreFromProto is the Go API's request for a line: core.NewRequest's
 // defaults, then the fields the line gives (read back from protoFromJSON's
 // message, which holds exactly those).
-func coreFromProto(in *pb.Request) core.Request {
+func coreFromProto(in *dispatchv1.Request) core.Request {
 	r := core.NewRequest(in.GetBackend(), core.ForwardMode(in.GetBatch().GetForwardMode()))
 	b := in.GetBatch()
 	if b.GetExtendPrefixLensKnown() {
@@ -203,7 +202,7 @@ func TestOneRequestOneAnswerOnEveryAPI(t *testing.T) {
 	viaConnect := collect("dispatch --connect", res.stdout)
 
 	client := dispatchv1.NewDispatcherClient(s.conn)
-	reqs := make([]*pb.Request, len(lines))
+	reqs := make([]*dispatchv1.Request, len(lines))
 	for i, line := range lines {
 		reqs[i] = protoFromJSON(t, line)
 	}

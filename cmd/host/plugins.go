@@ -23,16 +23,18 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 	withKernels := fs.Bool("kernels", false, "print the kernel catalog of every name instead, with the device code of the plugins that hand it")
 	var dev deviceFlags
 	dev.register(fs)
-	if err := parseFlags(fs, e, args, "attnplug plugins [flags]"); err != nil {
-		return err
-	}
-	if err := noArgs(fs, ""); err != nil {
+	logger, err := h.parse(fs, e, args, "attnplug plugins [flags]", "")
+	if err != nil {
 		return err
 	}
 	if dev.arch != "" && !*withKernels {
 		return &usageError{"plugins: --arch needs --kernels"}
 	}
-	reg, err := h.open(ctx, e)
+	cfg, err := h.config(ctx, logger)
+	if err != nil {
+		return err
+	}
+	reg, err := registry.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -46,9 +48,8 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(list)
 	}
-	dirs, _ := h.dirs()
 	if len(list) == 0 {
-		fmt.Fprintf(e.stdout, "no plugins found in %s (want files named attnplug-backend-<name>)\n", strings.Join(dirs, ":"))
+		fmt.Fprintf(e.stdout, "no plugins found in %s (want files named attnplug-backend-<name>)\n", strings.Join(cfg.PluginDirs, ":"))
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
@@ -65,7 +66,7 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 		if version == "" {
 			version = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, version, p.Status, lockStatus(h.lock, p), names, p.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, version, p.Status, lockStatus(cfg.Lock, p), names, p.Path)
 		if p.Reason != "" {
 			for i, line := range strings.Split(strings.TrimSpace(p.Reason), "\n") {
 				label := "reason: "

@@ -63,7 +63,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	maxLine := maxLineFlag(fs, 64<<20)
 	device := fs.String("device", "cpu", "where kernels run: cpu (the plugins' reference kernels over shared memory) or cuda (the plugins' device code, launched by this process on tensors it generates on the GPU; docs/device.md)")
 	pageSize := fs.Int("page-size", 64, "with --device cuda: the KV cache page size of MLA decode")
-	if err := parseFlags(fs, e, args, "attnplug run [flags] < requests.jsonl > answers.jsonl"); err != nil {
+	logger, err := h.parse(fs, e, args, "attnplug run [flags] < requests.jsonl > answers.jsonl", "requests come on stdin")
+	if err != nil {
 		return err
 	}
 	switch *device {
@@ -76,9 +77,6 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		defer o.gpu.close()
 	default:
 		return &usageError{fmt.Sprintf("run: --device=%q: want cpu or cuda", *device)}
-	}
-	if err := noArgs(fs, "requests come on stdin"); err != nil {
-		return err
 	}
 	if err := checkMaxLine(*maxLine); err != nil {
 		return err
@@ -99,7 +97,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err := o.cfg.Validate(); err != nil {
 		return &usageError{"run: " + err.Error()}
 	}
-	reg, err := h.open(ctx, e)
+	reg, err := h.open(ctx, logger)
 	if err != nil {
 		return err
 	}

@@ -23,9 +23,6 @@ import (
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/internal/reference"
 	"github.com/attnplug/attnplug/internal/testbin"
-	"github.com/attnplug/attnplug/jsonl"
-	"github.com/attnplug/attnplug/wire"
-	pb "github.com/attnplug/attnplug/wire/pluginv1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -110,12 +107,13 @@ func startServer(t *testing.T, tree *testbin.Bins, env []string, args ...string)
 	return s
 }
 
-func pbRequest(backend string, mode core.ForwardMode) *pb.Request {
-	r := core.NewRequest(backend, mode)
-	r.Batch.ExtendPrefixLens = []int64{0}
-	r.Batch.SeqLens = []int64{100}
-	r.Batch.MaxChunkCapacity = 131072
-	return wire.RequestToProto(&r)
+func pbRequest(backend string, mode core.ForwardMode) *dispatchv1.Request {
+	return &dispatchv1.Request{Backend: backend, Batch: &dispatchv1.Batch{
+		ForwardMode:      dispatchv1.ForwardMode(mode),
+		ExtendPrefixLens: []int64{0}, ExtendPrefixLensKnown: true,
+		SeqLens: []int64{100}, SeqLensKnown: true,
+		MaxChunkCapacity: 131072,
+	}}
 }
 
 func TestServeHybridHealthReflectionMetrics(t *testing.T) {
@@ -145,7 +143,7 @@ func TestServeHybridHealthReflectionMetrics(t *testing.T) {
 	}
 	bad := pbRequest("fa3", core.ModeDecode)
 	bad.Batch.SeqLens = []int64{-5}
-	resp, err := client.DispatchBatch(ctx, &dispatchv1.DispatchBatchRequest{Requests: []*pb.Request{pbRequest("aiter", core.ModeDecode), bad, pbRequest("FA3", core.ModeExtend)}})
+	resp, err := client.DispatchBatch(ctx, &dispatchv1.DispatchBatchRequest{Requests: []*dispatchv1.Request{pbRequest("aiter", core.ModeDecode), bad, pbRequest("FA3", core.ModeExtend)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,13 +268,9 @@ func TestHotSwapUnderLoadFailsNoRequest(t *testing.T) {
 				}
 				in := &dispatchv1.DispatchBatchRequest{}
 				for i := 0; i < 40; i++ {
-					var r core.Request
-					if err := jsonl.DecodeRequest(reference.Generate(rng), &r); err != nil {
-						t.Error(err)
-						return
-					}
+					r := protoFromJSON(t, string(reference.Generate(rng)))
 					r.Backend = []string{"fa3", "fa4", "fa3", "flashinfer"}[i%4]
-					in.Requests = append(in.Requests, wire.RequestToProto(&r))
+					in.Requests = append(in.Requests, r)
 				}
 				resp, err := client.DispatchBatch(ctx, in)
 				if err != nil {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
-	pb "github.com/attnplug/attnplug/wire/pluginv1"
 )
 
 // sighup sends SIGHUP to s and returns what the server logged from then
@@ -75,7 +74,7 @@ func listed(t *testing.T, s *server) map[string]*dispatchv1.PluginStatus {
 // plugin without a fallback.
 func servedBy(t *testing.T, s *server, plugin string, names ...string) {
 	t.Helper()
-	var reqs []*pb.Request
+	var reqs []*dispatchv1.Request
 	for _, n := range names {
 		reqs = append(reqs, pbRequest(n, core.ModeDecode))
 	}

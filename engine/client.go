@@ -1,0 +1,122 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/attnplug/attnplug/api/dispatchv1"
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry"
+	"github.com/attnplug/attnplug/wire"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// callTimeout bounds one call of a Client to a server, within the
+// caller's deadline.
+const callTimeout = 30 * time.Second
+
+// SplitAddress splits an address of attnplug serve into its network and
+// address: unix:///path, unix:path and a path that starts with / or . are
+// unix sockets; host:port (or tcp://host:port) is TCP. It does not check
+// the address.
+func SplitAddress(addr string) (network, address string) {
+	if rest, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return "unix", rest
+	}
+	if rest, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return "unix", rest
+	}
+	if strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".") {
+		return "unix", addr
+	}
+	return "tcp", strings.TrimPrefix(addr, "tcp://")
+}
+
+// Client is a connection to a running attnplug serve: the Go client of
+// the engine API that attnplug dispatch --connect uses. Errors keep their
+// identity: an answer's error satisfies errors.Is with the core sentinel
+// it wrapped on the server (core.ErrInvalidRequest, core.ErrRefused, ...),
+// and errors.As finds the *core.FieldError of an invalid field. A Client
+// is safe for concurrent use.
+type Client struct {
+	conn *grpc.ClientConn
+	rpc  dispatchv1.DispatcherClient
+}
+
+// Dial returns a client of the server at addr (as SplitAddress reads it)
+// over creds; nil creds is plaintext. It does not wait for the server: a
+// server that is not there fails the first call.
+func Dial(addr string, creds credentials.TransportCredentials) (*Client, error) {
+	network, address := SplitAddress(addr)
+	target := address
+	if network == "unix" {
+		if address == "" {
+			return nil, fmt.Errorf("dial %q: names no socket path", addr)
+		}
+		abs, err := filepath.Abs(address)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", addr, err)
+		}
+		target = "unix://" + abs
+	}
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(target, append(wire.DialOptions(), grpc.WithTransportCredentials(creds))...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return &Client{conn: conn, rpc: dispatchv1.NewDispatcherClient(conn)}, nil
+}
+
+// Dispatch answers req on the server. An error of the call itself (a
+// server that is gone) wraps the core sentinel of its gRPC status code.
+func (c *Client) Dispatch(ctx context.Context, req *core.Request) (core.Answer, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := c.rpc.Dispatch(ctx, &dispatchv1.DispatchRequest{Request: requestToProto(req)})
+	if err != nil {
+		return core.Answer{}, fmt.Errorf("server: %w", wire.FromStatus(err))
+	}
+	if resp.GetAnswer() == nil {
+		return core.Answer{}, fmt.Errorf("%w: server sent no answer", core.ErrProtocol)
+	}
+	return answerFromProto(resp.GetAnswer())
+}
+
+// DispatchBatch sends reqs in one call and writes the answer of reqs[i]
+// to out[i]; len(out) must be len(reqs). It returns an error only when the
+// call fails as a whole: then out holds nothing.
+func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.Result) error {
+	if len(out) != len(reqs) {
+		return fmt.Errorf("engine: %d results for %d requests", len(out), len(reqs))
+	}
+	in := &dispatchv1.DispatchBatchRequest{Requests: make([]*dispatchv1.Request, len(reqs))}
+	for i := range reqs {
+		in.Requests[i] = requestToProto(&reqs[i])
+	}
+	// A server that is not there fails the call at once; one that hangs
+	// fails it at the deadline.
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := c.rpc.DispatchBatch(ctx, in)
+	if err != nil {
+		return fmt.Errorf("server: %w", wire.FromStatus(err))
+	}
+	if len(resp.GetAnswers()) != len(reqs) {
+		return fmt.Errorf("%w: server answered %d of %d requests", core.ErrProtocol, len(resp.GetAnswers()), len(reqs))
+	}
+	for i, a := range resp.GetAnswers() {
+		ans, err := answerFromProto(a)
+		out[i] = registry.Result{Answer: ans, Err: err}
+	}
+	return nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
