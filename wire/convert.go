@@ -21,12 +21,12 @@ func modeFromProto(m pb.ForwardMode) (core.ForwardMode, error) {
 	return cm, nil
 }
 
-// MethodToProto returns the protobuf enum value of m.
-func MethodToProto(m core.Method) pb.Method { return pb.Method(m) }
+// methodToProto returns the protobuf enum value of m.
+func methodToProto(m core.Method) pb.Method { return pb.Method(m) }
 
-// MethodFromProto returns the core method of m; an unknown value, such as
+// methodFromProto returns the core method of m; an unknown value, such as
 // one from a newer protocol, is an error wrapping core.ErrProtocol.
-func MethodFromProto(m pb.Method) (core.Method, error) {
+func methodFromProto(m pb.Method) (core.Method, error) {
 	cm := core.Method(m)
 	if m < 0 || m > 255 || !cm.Valid() {
 		return 0, fmt.Errorf("%w: unknown method %d", core.ErrProtocol, int32(m))
@@ -73,14 +73,14 @@ func factsFromProto(fs []pb.Fact) (f core.Fact, ok bool) {
 	return f, ok
 }
 
-// RequestToProto returns the protobuf form of r.
-func RequestToProto(r *core.Request) *pb.Request {
+// requestToProto returns the protobuf form of r.
+func requestToProto(r *core.Request) *pb.Request {
 	out := &pb.Request{}
-	requestToProto(r, out)
+	fillRequestProto(r, out)
 	return out
 }
 
-func requestToProto(r *core.Request, out *pb.Request) {
+func fillRequestProto(r *core.Request, out *pb.Request) {
 	out.Backend = r.Backend
 	out.Layer = &pb.Layer{
 		ChunkedPrefixCacheThreshold: proto.Int64(r.Layer.ChunkedPrefixCacheThreshold),
@@ -121,9 +121,9 @@ func dsaUseMHAToProto(r *core.Runtime) *bool {
 	return proto.Bool(r.DSAUseMHA)
 }
 
-// RequestFromProto returns the core form of r, validated: a plugin's server
+// requestFromProto returns the core form of r, validated: a plugin's server
 // side must not trust what arrives. The error wraps core.ErrInvalidRequest.
-func RequestFromProto(r *pb.Request) (core.Request, error) {
+func requestFromProto(r *pb.Request) (core.Request, error) {
 	var out core.Request
 	if r == nil {
 		return out, core.NewFieldError("request", "missing")
@@ -194,8 +194,8 @@ func knownLens(v []int64, known bool) []int64 {
 	return v
 }
 
-// DescriptionToProto returns the protobuf form of d.
-func DescriptionToProto(d *core.Description) *pb.DescribeResponse {
+// descriptionToProto returns the protobuf form of d.
+func descriptionToProto(d *core.Description) *pb.DescribeResponse {
 	out := &pb.DescribeResponse{
 		Name:            d.Name,
 		Version:         d.Version,
@@ -208,10 +208,10 @@ func DescriptionToProto(d *core.Description) *pb.DescribeResponse {
 			AliasOf:    h.AliasOf,
 			Deprecated: h.Deprecated,
 			Reads:      readsToProto(&h.Reads),
-			Kernels:    KernelsToProto(h.Kernels),
+			Kernels:    kernelsToProto(h.Kernels),
 		}
 		for _, m := range h.Methods {
-			ph.Methods = append(ph.Methods, MethodToProto(m))
+			ph.Methods = append(ph.Methods, methodToProto(m))
 		}
 		for _, hw := range h.Hardware {
 			ph.Hardware = append(ph.Hardware, hardwareToProto(hw))
@@ -221,10 +221,10 @@ func DescriptionToProto(d *core.Description) *pb.DescribeResponse {
 	return out
 }
 
-// DescriptionFromProto returns the core form of d. A handler whose reads
+// descriptionFromProto returns the core form of d. A handler whose reads
 // name a fact unknown to this host gets core.AllFacts plus the unknown
 // marker, so that it is never cached; an unknown method is an error.
-func DescriptionFromProto(d *pb.DescribeResponse) (*core.Description, error) {
+func descriptionFromProto(d *pb.DescribeResponse) (*core.Description, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: empty description", core.ErrProtocol)
 	}
@@ -244,13 +244,13 @@ func DescriptionFromProto(d *pb.DescribeResponse) (*core.Description, error) {
 			Deprecated: h.GetDeprecated(),
 			Reads:      readsFromProto(h.GetReads()),
 		}
-		kernels, err := KernelsFromProto(h.GetKernels())
+		kernels, err := kernelsFromProto(h.GetKernels())
 		if err != nil {
 			return nil, fmt.Errorf("handler %q: %w", h.GetName(), err)
 		}
 		ch.Kernels = kernels
 		for _, m := range h.GetMethods() {
-			cm, err := MethodFromProto(m)
+			cm, err := methodFromProto(m)
 			if err != nil {
 				return nil, fmt.Errorf("handler %q: %w", h.GetName(), err)
 			}
@@ -379,8 +379,8 @@ func pciDeviceFromProto(d *pb.PCIDevice) core.PCIDevice {
 	return out
 }
 
-// HostInfoToProto returns the protobuf form of info.
-func HostInfoToProto(info core.HostInfo) *pb.HostInfo {
+// hostInfoToProto returns the protobuf form of info.
+func hostInfoToProto(info core.HostInfo) *pb.HostInfo {
 	out := &pb.HostInfo{
 		Platform:          pb.Platform(info.Platform),
 		ComputeCapability: int32(info.ComputeCapability),
@@ -395,8 +395,8 @@ func HostInfoToProto(info core.HostInfo) *pb.HostInfo {
 	return out
 }
 
-// HostInfoFromProto returns the core form of info.
-func HostInfoFromProto(info *pb.HostInfo) (core.HostInfo, error) {
+// hostInfoFromProto returns the core form of info.
+func hostInfoFromProto(info *pb.HostInfo) (core.HostInfo, error) {
 	p, err := platformFromProto(info.GetPlatform())
 	if err != nil {
 		return core.HostInfo{}, err
@@ -418,14 +418,14 @@ func HostInfoFromProto(info *pb.HostInfo) (core.HostInfo, error) {
 	return out, nil
 }
 
-// KernelsToProto returns the protobuf form of a kernel catalog.
-func KernelsToProto(ks []core.Kernel) []*pb.Kernel {
+// kernelsToProto returns the protobuf form of a kernel catalog.
+func kernelsToProto(ks []core.Kernel) []*pb.Kernel {
 	var out []*pb.Kernel
 	for _, k := range ks {
 		pk := &pb.Kernel{
 			Name:      k.Name,
 			Library:   k.Library,
-			Method:    MethodToProto(k.Method),
+			Method:    methodToProto(k.Method),
 			Dtypes:    k.DTypes,
 			CudaGraph: k.CUDAGraph,
 			Sparse:    k.Sparse,
@@ -444,12 +444,12 @@ func KernelsToProto(ks []core.Kernel) []*pb.Kernel {
 	return out
 }
 
-// KernelsFromProto returns the core form of a kernel catalog; a kernel of
+// kernelsFromProto returns the core form of a kernel catalog; a kernel of
 // an unknown method is an error wrapping core.ErrProtocol.
-func KernelsFromProto(ks []*pb.Kernel) ([]core.Kernel, error) {
+func kernelsFromProto(ks []*pb.Kernel) ([]core.Kernel, error) {
 	var out []core.Kernel
 	for _, pk := range ks {
-		m, err := MethodFromProto(pk.GetMethod())
+		m, err := methodFromProto(pk.GetMethod())
 		if err != nil {
 			return nil, fmt.Errorf("kernel %q: %w", pk.GetName(), err)
 		}
@@ -486,13 +486,13 @@ const (
 	maxKernelDim = 1 << 30
 )
 
-// KernelRequestToProto returns the protobuf form of req: the buffer's path
+// kernelRequestToProto returns the protobuf form of req: the buffer's path
 // and size, never its memory.
-func KernelRequestToProto(req *core.KernelRequest) *pb.RunKernelRequest {
+func kernelRequestToProto(req *core.KernelRequest) *pb.RunKernelRequest {
 	d := req.Dims
 	out := &pb.RunKernelRequest{
 		Backend: req.Backend,
-		Method:  MethodToProto(req.Method),
+		Method:  methodToProto(req.Method),
 		Dims: &pb.KernelDims{
 			Heads: int32(d.Heads), KvLoraRank: int32(d.KVLoraRank), QkNopeHeadDim: int32(d.QKNopeHeadDim),
 			QkRopeHeadDim: int32(d.QKRopeHeadDim), VHeadDim: int32(d.VHeadDim), SoftmaxScale: d.SoftmaxScale,
@@ -508,11 +508,11 @@ func KernelRequestToProto(req *core.KernelRequest) *pb.RunKernelRequest {
 	return out
 }
 
-// KernelRequestFromProto returns the core form of r, checked: a method the
+// kernelRequestFromProto returns the core form of r, checked: a method the
 // protocol knows, dimensions and lengths in range, and every tensor inside
 // the buffer. The kernel checks the rest (shapes against dimensions). The
 // error wraps core.ErrInvalidRequest.
-func KernelRequestFromProto(r *pb.RunKernelRequest) (core.KernelRequest, error) {
+func kernelRequestFromProto(r *pb.RunKernelRequest) (core.KernelRequest, error) {
 	var out core.KernelRequest
 	if r == nil {
 		return out, core.NewFieldError("request", "missing")
@@ -569,16 +569,16 @@ func KernelRequestFromProto(r *pb.RunKernelRequest) (core.KernelRequest, error) 
 	return out, nil
 }
 
-// KernelResultToProto returns the protobuf form of res.
-func KernelResultToProto(res *core.KernelResult) *pb.RunKernelResponse {
+// kernelResultToProto returns the protobuf form of res.
+func kernelResultToProto(res *core.KernelResult) *pb.RunKernelResponse {
 	return &pb.RunKernelResponse{
 		Kernel: res.Kernel, Library: res.Library, Emulated: res.Emulated,
 		TimeNs: res.TimeNS, Note: res.Note, Sparse: res.Sparse,
 	}
 }
 
-// KernelResultFromProto returns the core form of r.
-func KernelResultFromProto(r *pb.RunKernelResponse) *core.KernelResult {
+// kernelResultFromProto returns the core form of r.
+func kernelResultFromProto(r *pb.RunKernelResponse) *core.KernelResult {
 	return &core.KernelResult{
 		Kernel: r.GetKernel(), Library: r.GetLibrary(), Emulated: r.GetEmulated(),
 		TimeNS: r.GetTimeNs(), Note: r.GetNote(), Sparse: r.GetSparse(),

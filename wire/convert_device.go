@@ -126,7 +126,7 @@ func modulesBytes(ms []core.KernelModule) int {
 func planRequestToProto(r *core.PlanRequest) *pb.PlanKernelRequest {
 	return &pb.PlanKernelRequest{
 		Backend: r.Backend,
-		Method:  MethodToProto(r.Method),
+		Method:  methodToProto(r.Method),
 		Dtype:   r.DType,
 		Dims: &pb.PlanDims{
 			Heads: int32(r.Dims.Heads), HeadDimQk: int32(r.Dims.HeadDimQK), HeadDimV: int32(r.Dims.HeadDimV),

@@ -76,14 +76,14 @@ func TestRequestRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := RequestFromProto(RequestToProto(&tt.req))
+			got, err := requestFromProto(requestToProto(&tt.req))
 			if err != nil {
 				t.Fatalf("in process: %v", err)
 			}
 			if !reflect.DeepEqual(got, tt.req) {
 				t.Errorf("in process:\n got %#v\nwant %#v", got, tt.req)
 			}
-			got, err = RequestFromProto(overTheWire(t, RequestToProto(&tt.req), &pb.Request{}))
+			got, err = requestFromProto(overTheWire(t, requestToProto(&tt.req), &pb.Request{}))
 			if err != nil {
 				t.Fatalf("over the wire: %v", err)
 			}
@@ -98,7 +98,7 @@ func TestRequestFromProtoRejects(t *testing.T) {
 	valid := func() *pb.Request {
 		r := core.NewRequest("fa3", core.ModeExtend)
 		r.Batch.ExtendPrefixLens, r.Batch.SeqLens = []int64{0, 1}, []int64{2, 3}
-		return RequestToProto(&r)
+		return requestToProto(&r)
 	}
 	tests := []struct {
 		name    string
@@ -130,7 +130,7 @@ func TestRequestFromProtoRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := RequestFromProto(tt.edit(valid()))
+			_, err := requestFromProto(tt.edit(valid()))
 			if err == nil || err.Error() != tt.wantErr {
 				t.Fatalf("RequestFromProto: got %v, want %q", err, tt.wantErr)
 			}
@@ -143,7 +143,7 @@ func TestRequestFromProtoRejects(t *testing.T) {
 		r := valid()
 		r.Batch.ExtendPrefixLensKnown, r.Batch.SeqLensKnown = false, false
 		r.Batch.ExtendPrefixLens, r.Batch.SeqLens = nil, nil
-		got, err := RequestFromProto(r)
+		got, err := requestFromProto(r)
 		if err != nil || got.Batch.ExtendPrefixLens != nil || got.Batch.SeqLens != nil {
 			t.Errorf("got %+v, %v, want nil lens and no error", got.Batch, err)
 		}
@@ -153,35 +153,35 @@ func TestRequestFromProtoRejects(t *testing.T) {
 		// JSON format has no flag.
 		r := valid()
 		r.Batch.ExtendPrefixLensKnown, r.Batch.SeqLensKnown = false, false
-		got, err := RequestFromProto(r)
+		got, err := requestFromProto(r)
 		if err != nil || len(got.Batch.ExtendPrefixLens) != 2 || len(got.Batch.SeqLens) != 2 {
 			t.Errorf("got %+v, %v, want both lists", got.Batch, err)
 		}
 		r.Batch.SeqLens = []int64{-1, 3}
-		if _, err := RequestFromProto(r); err == nil || err.Error() != "seq_lens[0]: negative length -1" {
+		if _, err := requestFromProto(r); err == nil || err.Error() != "seq_lens[0]: negative length -1" {
 			t.Errorf("a negative length without the known flag: %v", err)
 		}
 	})
 	t.Run("absent_fields_get_the_format_defaults", func(t *testing.T) {
 		r := valid()
 		r.Layer, r.Runtime = nil, nil
-		got, err := RequestFromProto(r)
+		got, err := requestFromProto(r)
 		if err != nil || got.Layer.ChunkedPrefixCacheThreshold != core.DefaultChunkedPrefixCacheThreshold || got.Runtime.DSAUseMHAGiven() {
 			t.Errorf("without layer and runtime: %+v, %v; want threshold %d and dsa_use_mha not given", got, err, core.DefaultChunkedPrefixCacheThreshold)
 		}
 		r.Layer = &pb.Layer{UseDsa: true}
 		r.Runtime = &pb.Runtime{DsaUseMha: proto.Bool(false)}
-		got, err = RequestFromProto(r)
+		got, err = requestFromProto(r)
 		if err != nil || got.Layer.ChunkedPrefixCacheThreshold != core.DefaultChunkedPrefixCacheThreshold || !got.Layer.UseDSA || !got.Runtime.DSAUseMHAGiven() || got.Runtime.DSAUseMHA {
 			t.Errorf("layer without threshold, dsa_use_mha false given: %+v, %v", got, err)
 		}
 		r.Layer.ChunkedPrefixCacheThreshold = proto.Int64(0)
-		got, err = RequestFromProto(r)
+		got, err = requestFromProto(r)
 		if err != nil || got.Layer.ChunkedPrefixCacheThreshold != 0 {
 			t.Errorf("threshold 0 given: %+v, %v", got.Layer, err)
 		}
 		// Round trip: what the host sends keeps both.
-		back, err := RequestFromProto(RequestToProto(&got))
+		back, err := requestFromProto(requestToProto(&got))
 		if err != nil || back.Layer.ChunkedPrefixCacheThreshold != 0 || !back.Runtime.DSAUseMHAGiven() || back.Runtime.DSAUseMHA {
 			t.Errorf("round trip: %+v, %v", back, err)
 		}
@@ -207,12 +207,12 @@ func TestEnumParity(t *testing.T) {
 	})
 	t.Run("method", func(t *testing.T) {
 		for _, m := range core.Methods() {
-			if got, want := strings.TrimPrefix(MethodToProto(m).String(), "METHOD_"), m.String(); got != want {
+			if got, want := strings.TrimPrefix(methodToProto(m).String(), "METHOD_"), m.String(); got != want {
 				t.Errorf("method %d: pluginv1 %s, core %s", int(m), got, want)
 			}
-			back, err := MethodFromProto(MethodToProto(m))
+			back, err := methodFromProto(methodToProto(m))
 			if err != nil || back != m {
-				t.Errorf("MethodFromProto(%v): got %v, %v, want %v", MethodToProto(m), back, err, m)
+				t.Errorf("methodFromProto(%v): got %v, %v, want %v", methodToProto(m), back, err, m)
 			}
 		}
 		if got, want := core.MHAChunkedKV.String(), strings.TrimPrefix(pb.Method_METHOD_MHA_CHUNKED_KV.String(), "METHOD_"); got != want {
@@ -339,11 +339,11 @@ func TestHardwareDevicesRoundTrip(t *testing.T) {
 		t.Errorf("IDs past 16 bits: got %+v, want 0xffff", d)
 	}
 	info := core.HostInfo{Platform: core.PlatformCPU, Devices: []core.HostDevice{{VendorID: 0xacce, DeviceID: 1, Driver: "acme", PCIAddress: "0000:41:00.0"}}}
-	gotInfo, err := HostInfoFromProto(HostInfoToProto(info))
+	gotInfo, err := hostInfoFromProto(hostInfoToProto(info))
 	if err != nil || !reflect.DeepEqual(gotInfo, info) {
 		t.Errorf("host info round trip: got %+v, %v, want %+v", gotInfo, err, info)
 	}
-	if _, err := HostInfoFromProto(&pb.HostInfo{Devices: []*pb.HostDevice{{VendorId: 1 << 16}}}); !errors.Is(err, core.ErrInvalidRequest) {
+	if _, err := hostInfoFromProto(&pb.HostInfo{Devices: []*pb.HostDevice{{VendorId: 1 << 16}}}); !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("a vendor ID past 16 bits: got %v, want an invalid-request error", err)
 	}
 }
@@ -362,9 +362,9 @@ func TestMethodFromProtoUnknown(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := MethodFromProto(tt.in)
+			m, err := methodFromProto(tt.in)
 			if err == nil || err.Error() != tt.want || m != 0 {
-				t.Fatalf("MethodFromProto(%d): got %v, %v, want 0, %q", int32(tt.in), m, err, tt.want)
+				t.Fatalf("methodFromProto(%d): got %v, %v, want 0, %q", int32(tt.in), m, err, tt.want)
 			}
 			if !errors.Is(err, core.ErrProtocol) {
 				t.Errorf("errors.Is(err, ErrProtocol): got false, want true")
@@ -418,14 +418,14 @@ func sampleDescription() *core.Description {
 
 func TestDescriptionRoundTrip(t *testing.T) {
 	want := sampleDescription()
-	got, err := DescriptionFromProto(DescriptionToProto(want))
+	got, err := descriptionFromProto(descriptionToProto(want))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("in process:\n got %#v\nwant %#v", got, want)
 	}
-	got, err = DescriptionFromProto(overTheWire(t, DescriptionToProto(want), &pb.DescribeResponse{}))
+	got, err = descriptionFromProto(overTheWire(t, descriptionToProto(want), &pb.DescribeResponse{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,9 +442,9 @@ func TestDescriptionRoundTrip(t *testing.T) {
 
 func TestDescriptionFromProtoNewerPeer(t *testing.T) {
 	t.Run("unknown_fact_not_cacheable", func(t *testing.T) {
-		d := DescriptionToProto(sampleDescription())
+		d := descriptionToProto(sampleDescription())
 		d.Handlers[1].Reads.Facts = append(d.Handlers[1].Reads.Facts, 99)
-		got, err := DescriptionFromProto(d)
+		got, err := descriptionFromProto(d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -460,9 +460,9 @@ func TestDescriptionFromProtoNewerPeer(t *testing.T) {
 		}
 	})
 	t.Run("unspecified_fact_not_cacheable", func(t *testing.T) {
-		d := DescriptionToProto(sampleDescription())
+		d := descriptionToProto(sampleDescription())
 		d.Handlers[0].Reads.Facts = []pb.Fact{0}
-		got, err := DescriptionFromProto(d)
+		got, err := descriptionFromProto(d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -471,9 +471,9 @@ func TestDescriptionFromProtoNewerPeer(t *testing.T) {
 		}
 	})
 	t.Run("unknown_platform_in_hardware_matches_nothing", func(t *testing.T) {
-		d := DescriptionToProto(sampleDescription())
+		d := descriptionToProto(sampleDescription())
 		d.Handlers[1].Hardware = []*pb.Hardware{{Platforms: []pb.Platform{77, 0}}}
-		got, err := DescriptionFromProto(d)
+		got, err := descriptionFromProto(d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -499,7 +499,7 @@ func TestDescriptionFromProtoNewerPeer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := DescriptionFromProto(tt.edit(DescriptionToProto(sampleDescription())))
+			got, err := descriptionFromProto(tt.edit(descriptionToProto(sampleDescription())))
 			if err == nil || err.Error() != tt.wantErr {
 				t.Fatalf("DescriptionFromProto: got %v, %v, want %q", got, err, tt.wantErr)
 			}
@@ -516,15 +516,15 @@ func TestHostInfoRoundTrip(t *testing.T) {
 		{Platform: core.PlatformCUDA, ComputeCapability: 90, Archs: []string{"sm_90"}},
 		{Platform: core.PlatformCPU, Archs: []string{"amd64"}, AMX: true},
 	} {
-		got, err := HostInfoFromProto(overTheWire(t, HostInfoToProto(info), &pb.HostInfo{}))
+		got, err := hostInfoFromProto(overTheWire(t, hostInfoToProto(info), &pb.HostInfo{}))
 		if err != nil || !reflect.DeepEqual(got, info) {
 			t.Errorf("round trip of %+v: got %+v, %v", info, got, err)
 		}
 	}
-	if _, err := HostInfoFromProto(&pb.HostInfo{Platform: 9}); !errors.Is(err, core.ErrInvalidRequest) {
+	if _, err := hostInfoFromProto(&pb.HostInfo{Platform: 9}); !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("platform 9: got %v, want an ErrInvalidRequest", err)
 	}
-	if got, err := HostInfoFromProto(nil); err != nil || !reflect.DeepEqual(got, core.HostInfo{}) {
+	if got, err := hostInfoFromProto(nil); err != nil || !reflect.DeepEqual(got, core.HostInfo{}) {
 		t.Errorf("nil: got %+v, %v, want the zero HostInfo", got, err)
 	}
 }

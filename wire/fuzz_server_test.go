@@ -38,12 +38,12 @@ func FuzzServerDispatch(f *testing.F) {
 	seeds[1].Runtime.Platform = core.PlatformCUDA
 	batch := &pb.DispatchBatchRequest{}
 	for i := range seeds {
-		one, err := proto.Marshal(&pb.DispatchRequest{Request: RequestToProto(&seeds[i])})
+		one, err := proto.Marshal(&pb.DispatchRequest{Request: requestToProto(&seeds[i])})
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(one)
-		batch.Requests = append(batch.Requests, RequestToProto(&seeds[i]))
+		batch.Requests = append(batch.Requests, requestToProto(&seeds[i]))
 	}
 	many, err := proto.Marshal(batch)
 	if err != nil {
@@ -60,7 +60,7 @@ func FuzzServerDispatch(f *testing.F) {
 			resp, err := srv.Dispatch(ctx, &one)
 			switch code := status.Code(err); {
 			case err == nil:
-				if _, err := MethodFromProto(resp.GetMethod()); err != nil {
+				if _, err := methodFromProto(resp.GetMethod()); err != nil {
 					t.Errorf("Dispatch answered %v: %v", resp.GetMethod(), err)
 				}
 			case code != codes.InvalidArgument && code != codes.NotFound:
@@ -82,7 +82,7 @@ func FuzzServerDispatch(f *testing.F) {
 			for i, r := range resp.GetResults() {
 				switch r.GetErrorCode() {
 				case pb.ErrorCode_ERROR_CODE_UNSPECIFIED:
-					if _, err := MethodFromProto(r.GetMethod()); err != nil {
+					if _, err := methodFromProto(r.GetMethod()); err != nil {
 						t.Errorf("result %d: %v", i, err)
 					}
 				case pb.ErrorCode_ERROR_CODE_INVALID_REQUEST, pb.ErrorCode_ERROR_CODE_UNKNOWN_BACKEND:

@@ -32,22 +32,22 @@ func (c *Client) Describe(ctx context.Context) (*core.Description, error) {
 	if err != nil {
 		return nil, fmt.Errorf("describe: %w", FromStatus(err))
 	}
-	return DescriptionFromProto(resp)
+	return descriptionFromProto(resp)
 }
 
 // Dispatch asks the plugin to decide req.
 func (c *Client) Dispatch(ctx context.Context, req *core.Request) (core.Method, error) {
-	resp, err := c.rpc.Dispatch(ctx, &pb.DispatchRequest{Request: RequestToProto(req)})
+	resp, err := c.rpc.Dispatch(ctx, &pb.DispatchRequest{Request: requestToProto(req)})
 	if err != nil {
 		return 0, FromStatus(err)
 	}
-	return MethodFromProto(resp.GetMethod())
+	return methodFromProto(resp.GetMethod())
 }
 
 // Configure tells the plugin the host's hardware. A plugin older than the
 // Configure RPC accepts every host.
 func (c *Client) Configure(ctx context.Context, info core.HostInfo) error {
-	_, err := c.rpc.Configure(ctx, &pb.ConfigureRequest{Host: HostInfoToProto(info)})
+	_, err := c.rpc.Configure(ctx, &pb.ConfigureRequest{Host: hostInfoToProto(info)})
 	if status.Code(err) == codes.Unimplemented {
 		return nil
 	}
@@ -65,7 +65,7 @@ func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []c
 	in := &pb.DispatchBatchRequest{Requests: make([]*pb.Request, len(reqs))}
 	msgs := make([]pb.Request, len(reqs))
 	for i := range reqs {
-		requestToProto(&reqs[i], &msgs[i])
+		fillRequestProto(&reqs[i], &msgs[i])
 		in.Requests[i] = &msgs[i]
 	}
 	resp, err := c.rpc.DispatchBatch(ctx, in)
@@ -80,7 +80,7 @@ func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []c
 			out[i] = core.Result{Err: err}
 			continue
 		}
-		m, err := MethodFromProto(r.GetMethod())
+		m, err := methodFromProto(r.GetMethod())
 		out[i] = core.Result{Method: m, Err: err}
 	}
 	return nil
@@ -90,13 +90,13 @@ func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []c
 // only the buffer's name, the shapes and the offsets travel. A plugin older
 // than the RunKernel RPC gets an error wrapping core.ErrNoKernel.
 func (c *Client) RunKernel(ctx context.Context, req *core.KernelRequest) (*core.KernelResult, error) {
-	resp, err := c.rpc.RunKernel(ctx, KernelRequestToProto(req))
+	resp, err := c.rpc.RunKernel(ctx, kernelRequestToProto(req))
 	if err != nil {
 		// Unimplemented: a plugin older than the RPC, or one whose catalog
 		// lacks the kernel.
 		return nil, fromStatusUnsupported(err, core.ErrNoKernel)
 	}
-	return KernelResultFromProto(resp), nil
+	return kernelResultFromProto(resp), nil
 }
 
 // KernelModules asks the plugin for its device code for dev. A plugin

@@ -42,14 +42,14 @@ func (s *Server) Describe(ctx context.Context, _ *pb.DescribeRequest) (*pb.Descr
 	if err != nil {
 		return nil, ToStatus(fmt.Errorf("describe: %w", err))
 	}
-	out := DescriptionToProto(d)
+	out := descriptionToProto(d)
 	out.ProtocolVersion = ProtocolVersion
 	return out, nil
 }
 
 // Dispatch decides one request.
 func (s *Server) Dispatch(ctx context.Context, in *pb.DispatchRequest) (*pb.DispatchResponse, error) {
-	req, err := RequestFromProto(in.GetRequest())
+	req, err := requestFromProto(in.GetRequest())
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -64,7 +64,7 @@ func (s *Server) Dispatch(ctx context.Context, in *pb.DispatchRequest) (*pb.Disp
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	return &pb.DispatchResponse{Method: MethodToProto(m)}, nil
+	return &pb.DispatchResponse{Method: methodToProto(m)}, nil
 }
 
 // DispatchBatch decides every request of the batch; a bad request gets its
@@ -78,7 +78,7 @@ func (s *Server) DispatchBatch(ctx context.Context, in *pb.DispatchBatchRequest)
 	results := make([]core.Result, n)
 	valid := make([]bool, n)
 	for i, r := range in.GetRequests() {
-		req, err := RequestFromProto(r)
+		req, err := requestFromProto(r)
 		if err != nil {
 			results[i].Err = err
 			continue
@@ -120,7 +120,7 @@ func (s *Server) DispatchBatch(ctx context.Context, in *pb.DispatchBatchRequest)
 		if r.Err != nil {
 			errorToResult(r.Err, pr)
 		} else {
-			pr.Method = MethodToProto(r.Method)
+			pr.Method = methodToProto(r.Method)
 		}
 		out.Results[i] = pr
 	}
@@ -130,7 +130,7 @@ func (s *Server) DispatchBatch(ctx context.Context, in *pb.DispatchBatchRequest)
 // Configure passes the host's hardware to a backend that is a
 // core.Configurer; any other backend accepts every host.
 func (s *Server) Configure(ctx context.Context, in *pb.ConfigureRequest) (*pb.ConfigureResponse, error) {
-	info, err := HostInfoFromProto(in.GetHost())
+	info, err := hostInfoFromProto(in.GetHost())
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -161,7 +161,7 @@ func (s *Server) RunKernel(ctx context.Context, in *pb.RunKernelRequest) (*pb.Ru
 	if !ok {
 		return s.UnimplementedBackendServer.RunKernel(ctx, in)
 	}
-	req, err := KernelRequestFromProto(in)
+	req, err := kernelRequestFromProto(in)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -169,7 +169,7 @@ func (s *Server) RunKernel(ctx context.Context, in *pb.RunKernelRequest) (*pb.Ru
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	return KernelResultToProto(res), nil
+	return kernelResultToProto(res), nil
 }
 
 // KernelModules returns the device code of a backend that is a

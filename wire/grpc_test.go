@@ -279,7 +279,7 @@ func TestServerDirect(t *testing.T) {
 	})
 	t.Run("nil_entries_get_their_error", func(t *testing.T) {
 		r := request("triton", core.ModeDecode, nil, nil)
-		resp, err := s.DispatchBatch(ctx, &pb.DispatchBatchRequest{Requests: []*pb.Request{nil, RequestToProto(&r)}})
+		resp, err := s.DispatchBatch(ctx, &pb.DispatchBatchRequest{Requests: []*pb.Request{nil, requestToProto(&r)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	pb "github.com/attnplug/attnplug/wire/pluginv1"
+	"google.golang.org/protobuf/proto"
 )
 
 func kernelRequest() core.KernelRequest {
@@ -22,7 +23,7 @@ func kernelRequest() core.KernelRequest {
 
 func TestKernelRequestRoundTrip(t *testing.T) {
 	want := kernelRequest()
-	got, err := KernelRequestFromProto(overTheWire(t, KernelRequestToProto(&want), &pb.RunKernelRequest{}))
+	got, err := kernelRequestFromProto(overTheWire(t, kernelRequestToProto(&want), &pb.RunKernelRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,14 +32,26 @@ func TestKernelRequestRoundTrip(t *testing.T) {
 	}
 	withMem := want
 	withMem.Buffer.Mem = make([]byte, 1024)
-	if p := KernelRequestToProto(&withMem); p.GetBuffer().GetSize() != 1024 || len(p.String()) > 1024 {
+	if p := kernelRequestToProto(&withMem); p.GetBuffer().GetSize() != 1024 || len(p.String()) > 1024 {
 		t.Errorf("the buffer's memory went into the message: %d bytes", len(p.String()))
 	}
 	ks := []core.Kernel{{Name: "k", Library: core.LibFlashMLA, Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512},
 		PageSizes: []int{64}, CUDAGraph: true, Sparse: true, Hardware: []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 90}}}}
-	back, err := KernelsFromProto(KernelsToProto(ks))
+	back, err := kernelsFromProto(kernelsToProto(ks))
 	if err != nil || !reflect.DeepEqual(back, ks) {
 		t.Errorf("kernels round trip: got %+v, %v", back, err)
+	}
+}
+
+// TestKernelRequestCarriesNoTensorData: the RunKernel message names the
+// tensors in shared memory; however large the buffer, nothing of it goes
+// into the message.
+func TestKernelRequestCarriesNoTensorData(t *testing.T) {
+	req := kernelRequest()
+	req.Buffer.Mem = make([]byte, 64<<20)
+	req.Buffer.Size = int64(len(req.Buffer.Mem))
+	if n := proto.Size(kernelRequestToProto(&req)); n > 2048 {
+		t.Errorf("the RunKernel request is %d bytes: tensor data went into the message", n)
 	}
 }
 
@@ -60,7 +73,7 @@ func TestKernelRequestFromProtoRejects(t *testing.T) {
 	} {
 		r := kernelRequest()
 		tc.edit(&r)
-		_, err := KernelRequestFromProto(KernelRequestToProto(&r))
+		_, err := kernelRequestFromProto(kernelRequestToProto(&r))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, core.ErrInvalidRequest) {
 			t.Errorf("got %v, want an invalid request naming %q", err, tc.want)
 		}

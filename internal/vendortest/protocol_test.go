@@ -381,7 +381,10 @@ func TestOldHostNewPlugin(t *testing.T) {
 	// What the v1 messages make of the added fields: unknown fields, kept
 	// as bytes, which decode to the new value under v1plus.
 	raw := pluginv1.NewBackendClient(conn)
-	resp, err := raw.Dispatch(ctx, &pluginv1.DispatchRequest{Request: wire.RequestToProto(&req)})
+	resp, err := raw.Dispatch(ctx, &pluginv1.DispatchRequest{Request: &pluginv1.Request{
+		Backend: "plus", Batch: &pluginv1.Batch{ForwardMode: pluginv1.ForwardMode_FORWARD_MODE_DECODE},
+		Runtime: &pluginv1.Runtime{Platform: pluginv1.Platform_PLATFORM_CUDA},
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
