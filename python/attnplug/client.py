@@ -13,7 +13,7 @@ import threading
 
 import grpc
 
-from attnplug._pb import dispatch_pb2, dispatch_pb2_grpc, plugin_pb2
+from attnplug._pb import dispatch_pb2, dispatch_pb2_grpc
 
 __all__ = [
     "Answer",
@@ -24,6 +24,7 @@ __all__ = [
     "ServerError",
     "ServerUnavailable",
     "default_address",
+    "ERROR_CODES",
     "METHODS",
     "FORWARD_MODES",
     "PLATFORMS",
@@ -40,6 +41,10 @@ FORWARD_MODES = (
     "EXTEND", "DECODE", "MIXED", "IDLE", "TARGET_VERIFY", "DRAFT_EXTEND_V2",
     "PREBUILT", "SPLIT_PREFILL", "DLLM_EXTEND",
 )
+
+#: The kinds of an answer's error (Answer.error_code): the ErrorCode values
+#: of api/dispatchv1/dispatch.proto without their prefix.
+ERROR_CODES = tuple(n[len("ERROR_CODE_"):] for n in dispatch_pb2.ErrorCode.keys() if n != "ERROR_CODE_UNSPECIFIED")
 
 #: The platforms of runtime.platform.
 PLATFORMS = ("cuda", "hip", "npu", "xpu", "cpu")
@@ -87,7 +92,10 @@ class Answer:
     ``plugin`` the plugin that answered ("core" for the triton rules),
     ``fallback`` why the triton rules decided although a plugin serves the
     name, and ``generation`` the generation of the server's routes that
-    answered (0 when not known).
+    answered (0 when not known). With an ``error``, ``error_code`` says its
+    kind (one of ERROR_CODES: ``"INVALID_REQUEST"``, ``"REFUSED"``, ...;
+    ``""`` from a server older than error codes) and ``error_field`` the
+    field an invalid request's error names (``"seq_lens[3]"``), if any.
     """
 
     method: str = None
@@ -96,6 +104,8 @@ class Answer:
     fallback: str = ""
     error: str = ""
     generation: int = 0
+    error_code: str = ""
+    error_field: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,13 +300,18 @@ def _fields(message):
 def answer_from_proto(a):
     """Converts a dispatch_pb2.Answer."""
     method = None
-    if not a.error:
-        name = plugin_pb2.Method.Name(a.method) if a.method in plugin_pb2.Method.values() else ""
+    if not a.error and not a.error_code:
+        name = dispatch_pb2.Method.Name(a.method) if a.method in dispatch_pb2.Method.values() else ""
         method = name[len("METHOD_"):] if name.startswith("METHOD_") and a.method else None
         if method is None:
-            return Answer(error="server answered an unknown method %d" % a.method, generation=0)
-    return Answer(method=method, handler=a.handler, plugin=a.plugin, fallback=a.fallback, error=a.error,
-                  generation=a.generation)
+            return Answer(error="server answered an unknown method %d" % a.method, error_code="PROTOCOL", generation=0)
+        return Answer(method=method, handler=a.handler, plugin=a.plugin, fallback=a.fallback, generation=a.generation)
+    code = ""
+    if a.error_code:
+        name = dispatch_pb2.ErrorCode.Name(a.error_code) if a.error_code in dispatch_pb2.ErrorCode.values() else "ERROR_CODE_INTERNAL"
+        code = name[len("ERROR_CODE_"):]
+    return Answer(handler=a.handler, plugin=a.plugin, fallback=a.fallback, error=a.error or code, error_code=code,
+                  error_field=a.error_field, generation=a.generation)
 
 
 def _reads_from_proto(r):
@@ -361,7 +376,7 @@ def request_to_proto(req):
     ValueError naming the field and the value; the server checks the rest
     (lengths, consistency) and answers such a request with an error."""
     _check_keys(req, _REQUEST_KEYS, "")
-    out = plugin_pb2.Request()
+    out = dispatch_pb2.Request()
     backend = req.get("backend")
     if not isinstance(backend, str) or not backend:
         raise _field_error("backend", "required: a non-empty string, got %r" % (backend,))
@@ -370,7 +385,7 @@ def request_to_proto(req):
     if mode not in FORWARD_MODES:
         raise _field_error("forward_mode", "unknown mode %r (want one of %s)" % (mode, ", ".join(FORWARD_MODES)))
     b = out.batch
-    b.forward_mode = plugin_pb2.ForwardMode.Value("FORWARD_MODE_" + mode)
+    b.forward_mode = dispatch_pb2.ForwardMode.Value("FORWARD_MODE_" + mode)
     prefix = req.get("extend_prefix_lens")
     if prefix is not None:
         b.extend_prefix_lens.extend(_lens(prefix, "extend_prefix_lens"))
@@ -400,7 +415,7 @@ def request_to_proto(req):
     if platform is not None:
         if platform not in PLATFORMS:
             raise _field_error("runtime.platform", "unknown platform %r (want one of %s)" % (platform, ", ".join(PLATFORMS)))
-        r.platform = plugin_pb2.Platform.Value("PLATFORM_" + platform.upper())
+        r.platform = dispatch_pb2.Platform.Value("PLATFORM_" + platform.upper())
     for f in _RUNTIME_FLAGS:
         setattr(r, f, _bool(rt.get(f), "runtime." + f))
     if rt.get("dsa_use_mha") is not None:

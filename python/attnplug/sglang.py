@@ -25,7 +25,7 @@ import logging
 import threading
 
 from attnplug import client as _client
-from attnplug._pb import plugin_pb2
+from attnplug._pb import dispatch_pb2
 
 __all__ = [
     "AttentionBackendRegistry",
@@ -157,7 +157,7 @@ def _has(obj, name):
 # The wire's forward modes, and the mode that stands for a forward mode
 # attnplug does not know by name, chosen by the predicates sglang's rules
 # call: every rule reads the mode through them.
-_MODE_VALUES = {name: plugin_pb2.ForwardMode.Value("FORWARD_MODE_" + name) for name in _client.FORWARD_MODES}
+_MODE_VALUES = {name: dispatch_pb2.ForwardMode.Value("FORWARD_MODE_" + name) for name in _client.FORWARD_MODES}
 
 
 def _classify_mode(m):
@@ -484,7 +484,7 @@ class AttentionBackendRegistry:
     def _request(self, name, attn, fb):
         """The wire request for one handler call."""
         rt = self.runtime
-        r = plugin_pb2.Request(backend=name)
+        r = dispatch_pb2.Request(backend=name)
         b = r.batch
         m = fb.forward_mode
         b.forward_mode = self._modes.get(m) or self._modes.classify(m)
@@ -510,9 +510,9 @@ class AttentionBackendRegistry:
         run = r.runtime
         d = self._desc
         if rt.is_hip():
-            run.platform = plugin_pb2.PLATFORM_HIP
+            run.platform = dispatch_pb2.PLATFORM_HIP
         elif d is not None and d.platform == "hip":
-            run.platform = plugin_pb2.PLATFORM_CUDA  # sglang's rules read "not ROCm"
+            run.platform = dispatch_pb2.PLATFORM_CUDA  # sglang's rules read "not ROCm"
         run.piecewise_cuda_graph = bool(rt.is_in_tc_piecewise_cuda_graph())
         run.breakable_cuda_graph = bool(rt.is_in_breakable_cuda_graph())
         run.deterministic_inference = bool(rt.get_server_args().enable_deterministic_inference)

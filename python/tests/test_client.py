@@ -7,6 +7,7 @@ import unittest
 
 import serve
 from attnplug import Client, ServerUnavailable
+from attnplug.client import ERROR_CODES
 from attnplug import testing
 
 
@@ -62,6 +63,12 @@ class ClientTest(unittest.TestCase):
                                   "seq_lens": [200]})
         self.assertIsNone(a.method)
         self.assertIn("extend_prefix_lens", a.error)
+        self.assertEqual(a.error_code, "INVALID_REQUEST")
+        self.assertIn(a.error_code, ERROR_CODES)
+        self.assertTrue(a.error_field.startswith("extend_prefix_lens"), a.error_field)
+        self.assertTrue(a.error.startswith(a.error_field + ": "), a.error)
+        ok = self.client.dispatch({"backend": "fa3", "forward_mode": "DECODE"})
+        self.assertEqual((ok.method, ok.error, ok.error_code, ok.error_field), ("MLA", "", "", ""))
 
     def test_describe_plugins_and_batches(self):
         d = self.client.describe()
