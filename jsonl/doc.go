@@ -11,4 +11,10 @@
 // duplicate fields, wrong types, non-integral or out-of-range numbers and
 // trailing data, reads null as absent, and allocates only the length
 // arrays. It never panics on any input (see FuzzDecodeRequest).
+//
+// split.go splits JSON without decoding it, for lines that carry more
+// than a request (attnplug run's "tensors"): Members and CutMember give an
+// object's members as slices of the line, CountElements and EachNumber an
+// array's elements, so that a large array is counted before anything is
+// allocated for it.
 package jsonl
