@@ -44,11 +44,16 @@ func runDetect(ctx context.Context, e *env, args []string) error {
 	for _, w := range sel.Warnings {
 		logger.Warn("attention backend falls back", "reason", w)
 	}
-	if h.platform == "" {
-		// Requests that give no platform get the one of the hardware read.
-		h.platform = r.Platform
+	cfg, err := h.config(ctx, logger)
+	if err != nil {
+		return err
 	}
-	reg, err := h.open(ctx, logger)
+	if p, err := core.ParsePlatform(r.Platform); h.platform == "" && err == nil && p != core.PlatformUnset {
+		// Requests that give no platform get the one of the hardware read
+		// (--root may name another machine's).
+		cfg.Platform = p
+	}
+	reg, err := registry.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
