@@ -92,7 +92,7 @@ func (c *Client) Dispatch(ctx context.Context, req *core.Request) (core.Answer, 
 // DispatchBatch sends reqs in one call and writes the answer of reqs[i]
 // to out[i]; len(out) must be len(reqs). It returns an error only when the
 // call fails as a whole: then out holds nothing.
-func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.Result) error {
+func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.BatchAnswer) error {
 	if len(out) != len(reqs) {
 		return fmt.Errorf("engine: %d results for %d requests", len(out), len(reqs))
 	}
@@ -113,7 +113,7 @@ func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []r
 	}
 	for i, a := range resp.GetAnswers() {
 		ans, err := answerFromProto(a)
-		out[i] = registry.Result{Answer: ans, Err: err}
+		out[i] = registry.BatchAnswer{Answer: ans, Err: err}
 	}
 	return nil
 }

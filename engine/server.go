@@ -182,7 +182,7 @@ func (s *dispatchServer) DispatchBatch(ctx context.Context, in *dispatchv1.Dispa
 		idx[i] = len(reqs)
 		reqs = append(reqs, req)
 	}
-	res := make([]registry.Result, len(reqs))
+	res := make([]registry.BatchAnswer, len(reqs))
 	if err := s.reg.DispatchBatch(ctx, reqs, res); err != nil {
 		return nil, wire.ToStatus(err)
 	}

@@ -76,7 +76,7 @@ func TestClientKeepsErrorIdentity(t *testing.T) {
 	bad.Batch.SeqLens = []int64{-5}
 	unknown := core.NewRequest("no_such_backend", core.ModeDecode)
 	reqs := []core.Request{ok, bad, unknown}
-	out := make([]registry.Result, len(reqs))
+	out := make([]registry.BatchAnswer, len(reqs))
 	if err := c.DispatchBatch(ctx, reqs, out); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestBatchLimitAndHealth(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = core.NewRequest("triton", core.ModeDecode)
 	}
-	err := c.DispatchBatch(testContext(t), reqs, make([]registry.Result, len(reqs)))
+	err := c.DispatchBatch(testContext(t), reqs, make([]registry.BatchAnswer, len(reqs)))
 	if !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("batch of %d: %v, want core.ErrInvalidRequest", len(reqs), err)
 	}

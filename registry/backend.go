@@ -124,12 +124,7 @@ func (b *inProcess) call(ctx context.Context, limit callLimit, f func(context.Co
 		}
 	}()
 	err = f(cctx, b.conn)
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case isAnswer(err):
+	if err, done := settled(ctx, err); done {
 		return err
 	}
 	return &failure{reason: classify(err), err: fmt.Errorf("in-process backend %s: %w", b.family(), err)}

@@ -11,10 +11,10 @@ import (
 	"github.com/attnplug/attnplug/wire"
 )
 
-// Result is the answer to one request of Registry.DispatchBatch: the
+// BatchAnswer is the answer to one request of Registry.DispatchBatch: the
 // host's answer (method, handler, plugin, fallback) or why there is none.
 // (core.Result is a backend's answer, a method alone.)
-type Result struct {
+type BatchAnswer struct {
 	// Answer is valid when Err is nil.
 	Answer core.Answer
 	// Err is why the request was not decided.
@@ -27,7 +27,7 @@ type Result struct {
 // an unset Runtime.Platform in a copy: reqs is not modified. len(out) must
 // be len(reqs). The backends are asked concurrently. It returns an error
 // only when ctx ends.
-func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out []Result) error {
+func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out []BatchAnswer) error {
 	if len(out) != len(reqs) {
 		return fmt.Errorf("dispatch batch: %d results for %d requests", len(out), len(reqs))
 	}
@@ -39,14 +39,14 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 	for i := range reqs {
 		req := &reqs[i]
 		if err := req.Validate(); err != nil {
-			out[i] = Result{Err: err}
+			out[i] = BatchAnswer{Err: err}
 			continue
 		}
 		rt := t.route(req.Backend)
 		r.noteDeprecated(rt)
 		if rt.down != nil || rt.unknown || rt.be.unsupportedWhy() != "" {
 			a, err := r.decide(ctx, rt, req)
-			out[i] = Result{a, err}
+			out[i] = BatchAnswer{a, err}
 			continue
 		}
 		var k core.Key
@@ -55,7 +55,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		}
 		if c := rt.answers(); c != nil {
 			if m, ok := c.get(k); ok {
-				out[i] = Result{Answer: rt.answer(m)}
+				out[i] = BatchAnswer{Answer: rt.answer(m)}
 				if hits == nil {
 					hits = map[backend][]int{}
 				}
@@ -99,7 +99,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		}
 		for _, i := range hits[be] {
 			a, err := r.fallback(&reqs[i], t.route(reqs[i].Backend), g.failed)
-			out[i] = Result{a, err}
+			out[i] = BatchAnswer{a, err}
 		}
 		delete(hits, be)
 	}
@@ -136,7 +136,7 @@ type batchGroup struct {
 // call fails, each request falls back on its own, and batchCall returns
 // the failure when the backend failed (not when it refused the batch as
 // invalid).
-func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Request, out []Result) (failed error) {
+func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Request, out []BatchAnswer) (failed error) {
 	first := g.routes[0]
 	sub := make([]core.Request, len(g.idx))
 	for j, i := range g.idx {
@@ -158,11 +158,11 @@ func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Req
 		rt := g.routes[j]
 		if callErr != nil {
 			if ctx.Err() != nil {
-				out[i] = Result{Err: ctx.Err()}
+				out[i] = BatchAnswer{Err: ctx.Err()}
 				continue
 			}
 			a, err := r.fallback(&reqs[i], rt, callErr)
-			out[i] = Result{a, err}
+			out[i] = BatchAnswer{a, err}
 			continue
 		}
 		m, err := res[j].Method, res[j].Err
@@ -175,14 +175,14 @@ func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Req
 				reason = classify(err)
 			}
 			a, ferr := r.fallback(&reqs[i], rt, &failure{reason: reason, err: fmt.Errorf("plugin %s: %w", rt.be.family(), err)})
-			out[i] = Result{a, ferr}
+			out[i] = BatchAnswer{a, ferr}
 			continue
 		}
 		ok = true
 		if c := rt.cached(); c != nil {
 			c.put(g.keys[j], m)
 		}
-		out[i] = Result{Answer: rt.answer(m)}
+		out[i] = BatchAnswer{Answer: rt.answer(m)}
 	}
 	if ok {
 		r.succeeded(first.be)

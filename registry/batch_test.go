@@ -25,7 +25,7 @@ func TestLargeBatchesStayUnderTheMessageLimit(t *testing.T) {
 		reqs[i].Batch.SeqLens[0] = int64(i + 1)
 		reqs[i].Batch.MaxChunkCapacity = 131072
 	}
-	out := make([]registry.Result, len(reqs))
+	out := make([]registry.BatchAnswer, len(reqs))
 	if err := r.DispatchBatch(ctx, reqs, out); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestCachedAnswersFollowThePluginsState(t *testing.T) {
 	batch := func(i int) (reasons []string) {
 		t.Helper()
 		reqs := []core.Request{cached, fresh(i), cached}
-		out := make([]registry.Result, len(reqs))
+		out := make([]registry.BatchAnswer, len(reqs))
 		if err := r.DispatchBatch(ctx, reqs, out); err != nil {
 			t.Fatal(err)
 		}

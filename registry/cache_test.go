@@ -30,7 +30,7 @@ func TestCachedAnswersEqualPluginAnswers(t *testing.T) {
 	}
 	// Twice through the cache: the first pass fills it, the second reads it.
 	for round := 0; round < 2; round++ {
-		batch := make([]registry.Result, n)
+		batch := make([]registry.BatchAnswer, n)
 		if err := cached.DispatchBatch(ctx, append([]core.Request(nil), reqs...), batch); err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,7 @@
 //
 // Where to start: New builds a Registry from a Config; Registry.Dispatch
 // answers one core.Request with a core.Answer, and Registry.DispatchBatch
-// many (a Result each), with one call per backend; Registry.Close ends
+// many (a BatchAnswer each), with one call per backend; Registry.Close ends
 // every plugin process the registry started. A Go serving engine resolves
 // a backend once with Registry.Resolve and answers each forward pass with
 // Dispatcher.BeginInto and Pass.Dispatch per layer: no RPC and no

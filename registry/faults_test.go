@@ -352,7 +352,7 @@ func TestFaultCrashMidBatchFallsBackEveryRequest(t *testing.T) {
 		bad := *faultReq(99)
 		bad.Batch.SeqLens = []int64{-1}
 		reqs = append(reqs, bad)
-		out := make([]registry.Result, len(reqs))
+		out := make([]registry.BatchAnswer, len(reqs))
 		if err := r.DispatchBatch(ctx, slices.Clone(reqs), out); err != nil {
 			t.Fatal(err)
 		}
@@ -385,7 +385,7 @@ func TestFaultCrashMidBatchFallsBackEveryRequest(t *testing.T) {
 		// After the restart, a batch the plugin can answer is answered.
 		small := []core.Request{*faultReq(1), *faultReq(2)}
 		for {
-			out := make([]registry.Result, len(small))
+			out := make([]registry.BatchAnswer, len(small))
 			if err := r.DispatchBatch(ctx, slices.Clone(small), out); err != nil {
 				t.Fatal(err)
 			}

@@ -83,7 +83,7 @@ func TestInProcessBackendIsRoutedAsAPlugin(t *testing.T) {
 	}
 	// A batch goes through the same call.
 	reqs := []core.Request{*decode("acme_mla"), core.NewRequest("acme_mla", core.ModeExtend)}
-	out := make([]registry.Result, len(reqs))
+	out := make([]registry.BatchAnswer, len(reqs))
 	if err := r.DispatchBatch(ctx, reqs, out); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func (c *catalogued) Describe(ctx context.Context) (*core.Description, error) {
 func TestDispatchBatchLeavesTheRequestsAlone(t *testing.T) {
 	r, _ := open(t, registry.Config{Platform: core.PlatformCUDA})
 	reqs := []core.Request{*decode("fa3"), *decode("no_such"), *decode("triton")}
-	out := make([]registry.Result, len(reqs))
+	out := make([]registry.BatchAnswer, len(reqs))
 	if err := r.DispatchBatch(testContext(t), reqs, out); err != nil {
 		t.Fatal(err)
 	}

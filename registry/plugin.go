@@ -78,12 +78,7 @@ func (p *plugin) call(ctx context.Context, limit callLimit, f func(context.Conte
 		err = f(cctx, inst.backend)
 		cancel()
 		inst.leave()
-		switch {
-		case err == nil:
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case isAnswer(err):
+		if err, done := settled(ctx, err); done {
 			return err
 		}
 		reason := classify(err)

@@ -61,7 +61,7 @@ func TestQuantityReadsCachedCorrectly(t *testing.T) {
 	reqs := labRequests(rand.New(rand.NewPCG(3, 4)), 3000)
 	r, _ := open(t, registry.Config{PluginDirs: []string{dir}, ExpectedNames: []string{}})
 	for round := 0; round < 2; round++ {
-		out := make([]registry.Result, len(reqs))
+		out := make([]registry.BatchAnswer, len(reqs))
 		if err := r.DispatchBatch(ctx, append([]core.Request(nil), reqs...), out); err != nil {
 			t.Fatal(err)
 		}

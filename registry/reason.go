@@ -92,3 +92,19 @@ func classify(err error) Reason {
 	}
 	return ReasonCrashed
 }
+
+// settled sorts the outcome err of a call under ctx: success, the caller's
+// ctx ending (its error is returned) and the backend's own answer
+// (isAnswer) are settled, done; any other error is a failure of the
+// backend, for the caller to classify.
+func settled(ctx context.Context, err error) (_ error, done bool) {
+	switch {
+	case err == nil:
+		return nil, true
+	case ctx.Err() != nil:
+		return ctx.Err(), true
+	case isAnswer(err):
+		return err, true
+	}
+	return err, false
+}

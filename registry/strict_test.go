@@ -66,7 +66,7 @@ func TestStrictRefusesUnservedNames(t *testing.T) {
 	}
 	// The same through a batch and a Dispatcher.
 	reqs := []core.Request{*decode("fa3"), *decode("never_heard_of"), *decode("acme_mla")}
-	out := make([]registry.Result, len(reqs))
+	out := make([]registry.BatchAnswer, len(reqs))
 	if err := strict.DispatchBatch(ctx, reqs, out); err != nil {
 		t.Fatal(err)
 	}

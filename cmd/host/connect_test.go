@@ -28,7 +28,7 @@ func TestConnectKeepsErrorIdentity(t *testing.T) {
 	bad.Batch.ExtendPrefixLens, bad.Batch.SeqLens = []int64{10}, []int64{5}
 	unknown := core.NewRequest("no_such_backend", core.ModeDecode)
 	reqs := []core.Request{good, bad, unknown}
-	out := make([]registry.Result, len(reqs))
+	out := make([]registry.BatchAnswer, len(reqs))
 	if err := c.DispatchBatch(ctx, reqs, out); err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 // batchDispatcher answers batches of requests: the registry in process, or
 // a running attnplug serve.
 type batchDispatcher interface {
-	DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.Result) error
+	DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.BatchAnswer) error
 }
 
 // Chunks bound what the pipeline holds: a chunk is at most chunkLines
@@ -95,7 +95,7 @@ type chunk struct {
 	first int // line number of items[0]
 	items []item
 	reqs  []core.Request // the valid requests, in order
-	out   []registry.Result
+	out   []registry.BatchAnswer
 	err   error // a read error after the items: the stream ends
 }
 
@@ -213,7 +213,7 @@ func dispatchStream(ctx context.Context, d batchDispatcher, in io.Reader, out io
 			break
 		}
 		if cap(c.out) < len(c.reqs) {
-			c.out = make([]registry.Result, len(c.reqs))
+			c.out = make([]registry.BatchAnswer, len(c.reqs))
 		}
 		c.out = c.out[:len(c.reqs)]
 		if err := d.DispatchBatch(ctx, c.reqs, c.out); err != nil {
