@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/conformance"
 	"github.com/attnplug/attnplug/core"
 	aiter "github.com/attnplug/attnplug/plugins/aiter/rules"
@@ -36,15 +37,16 @@ func runBackend(t *testing.T, b core.Backend, opts conformance.Options) *conform
 	return r
 }
 
-// TestBackendsInProcess runs the backend layer on the triton rules and on
-// every plugin's rules, linked into this process: the same checks Run
-// runs over a plugin's connection, in the same order.
+// TestBackendsInProcess runs the backend layer on the triton rules (alone,
+// and with backendkit's kernels) and on every plugin's rules, linked into
+// this process: the same checks Run runs over a plugin's connection, in
+// the same order.
 func TestBackendsInProcess(t *testing.T) {
 	triton, err := core.NewRuleBackend(core.PluginCore, core.Version, nil, core.TritonRule())
 	if err != nil {
 		t.Fatal(err)
 	}
-	backends := map[string]core.Backend{core.PluginCore: triton}
+	backends := map[string]core.Backend{core.PluginCore: triton, core.PluginCore + "+kernels": backendkit.New(triton)}
 	for name, f := range map[string]wire.Factory{
 		"fa3": fa3.New, "flashinfer": flashinfer.New, "aiter": aiter.New,
 		"ascend": ascend.New, "dsa": dsa.New, "intel_xpu": intelxpu.New,
@@ -61,7 +63,7 @@ func TestBackendsInProcess(t *testing.T) {
 			if !r.Passed {
 				t.Fatalf("%s does not conform in process:\n%s", name, text(r))
 			}
-			if r.Plugin != name || r.Binary != "" || r.PID != 0 || r.Requests < 100 {
+			if r.Plugin != strings.TrimSuffix(name, "+kernels") || r.Binary != "" || r.PID != 0 || r.Requests < 100 {
 				t.Errorf("report: plugin %q, binary %q, pid %d, %d requests", r.Plugin, r.Binary, r.PID, r.Requests)
 			}
 			want := conformance.BackendCheckNames()
@@ -82,6 +84,9 @@ func TestBackendsInProcess(t *testing.T) {
 			}
 			if !strings.Contains(text(r), "in process") {
 				t.Errorf("the text report does not say the backend ran in process:\n%s", text(r))
+			}
+			if testing.Verbose() && (name == "fa3" || name == core.PluginCore) {
+				t.Logf("\n%s", text(r))
 			}
 		})
 	}

@@ -101,6 +101,9 @@ func TestFaults(t *testing.T) {
 		detail string   // in the text report
 	}{
 		{"", nil, "PASS: fault conforms"},
+		// The host's launcher: the parent-death pipe, and its message-size
+		// limit for a description over gRPC's default of 4 MiB.
+		{"parent_pipe,describe_pad=5000000", nil, "PASS: fault conforms"},
 		{"undeclared", []string{conformance.CheckCatalog}, "fault answered MHA_NPU, which it does not declare (declared: MLA, MHA)"},
 		{"garbage", []string{conformance.CheckCoverage}, "unknown method 200"},
 		{"rules=flip", []string{conformance.CheckReads}, "fault reads prefix_sum at "},
