@@ -57,6 +57,7 @@ type Process struct {
 	conn   *Client
 	pid    int
 	pipe   *os.File // the host's end of the parent-death pipe
+	cancel context.CancelFunc
 	once   sync.Once
 }
 
@@ -73,10 +74,16 @@ type Process struct {
 // stderr: go-plugin's own errors run over many lines of generic advice.
 // The process and any child it forked are killed.
 func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
-	cmd := exec.Command(cfg.Path)
+	// go-plugin's Kill waits for a start in progress to end, which takes up
+	// to StartTimeout for a binary that never shakes hands: ending ctx
+	// cancels kill instead, and exec kills the process group at once.
+	kill, cancelKill := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(kill, cfg.Path)
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.SysProcAttr = procAttr()
 	pr, pw, err := os.Pipe()
 	if err != nil {
+		cancelKill()
 		return nil, fmt.Errorf("parent-death pipe: %w", err)
 	}
 	cmd.ExtraFiles = []*os.File{pr}
@@ -108,7 +115,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 		AutoMTLS:         !cfg.PrivateSocket,
 		SecureConfig:     cfg.SecureConfig,
 	})
-	p := &Process{client: client, pipe: pw}
+	p := &Process{client: client, pipe: pw, cancel: cancelKill}
 	type result struct {
 		raw any
 		err error
@@ -128,8 +135,9 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 	select {
 	case res = <-done:
 	case <-ctx.Done():
-		p.Kill()
+		cancelKill()
 		<-done
+		p.Kill()
 		return nil, ctx.Err()
 	}
 	if res.err != nil {
@@ -175,7 +183,10 @@ func (p *Process) Exited() bool { return p.client.Exited() }
 // may be called more than once, and from any goroutine.
 func (p *Process) Kill() {
 	p.client.Kill()
-	p.once.Do(func() { p.pipe.Close() })
+	p.once.Do(func() {
+		p.cancel()
+		p.pipe.Close()
+	})
 }
 
 // startError makes go-plugin's start errors say what happened, in one
