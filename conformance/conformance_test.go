@@ -101,9 +101,6 @@ func TestFaults(t *testing.T) {
 		detail string   // in the text report
 	}{
 		{"", nil, "PASS: fault conforms"},
-		// The host's launcher: the parent-death pipe, and its message-size
-		// limit for a description over gRPC's default of 4 MiB.
-		{"parent_pipe,describe_pad=5000000", nil, "PASS: fault conforms"},
 		{"undeclared", []string{conformance.CheckCatalog}, "fault answered MHA_NPU, which it does not declare (declared: MLA, MHA)"},
 		{"garbage", []string{conformance.CheckCoverage}, "unknown method 200"},
 		{"rules=flip", []string{conformance.CheckReads}, "fault reads prefix_sum at "},
@@ -143,6 +140,18 @@ func TestFaults(t *testing.T) {
 				t.Logf("\n%s", out)
 			}
 		})
+	}
+}
+
+// TestStartedAsByTheHost: the suite starts the plugin with the host's
+// launcher: the fault plugin exits at start without the parent-death pipe,
+// and its description is over gRPC's default limit of 4 MiB.
+func TestStartedAsByTheHost(t *testing.T) {
+	r := run(t, conformance.Options{
+		Binary: fault, Env: []string{"ATTNPLUG_FAULT=parent_pipe,describe_pad=5000000"}, MaxRequests: 100, Probes: 4,
+	})
+	if !r.Passed || len(r.Names) != 2 {
+		t.Fatalf("want a pass with the padded alias:\n%s", text(r))
 	}
 }
 

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
-	"slices"
-	"strings"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/wire"
@@ -39,10 +36,10 @@ func (l *local) Describe(ctx context.Context) (*core.Description, error) {
 }
 
 func (l *local) Dispatch(ctx context.Context, req *core.Request) (core.Method, error) {
-	before := cloneRequest(req)
+	before := wire.CloneRequest(req)
 	m, err := guard(ctx, "Dispatch", func(ctx context.Context) (core.Method, error) { return l.b.Dispatch(ctx, req) })
 	if err == nil {
-		err = requestChanged(&before, req)
+		err = wire.RequestChanged(&before, req)
 	}
 	return m, err
 }
@@ -55,7 +52,7 @@ type localBatch struct {
 func (l localBatch) DispatchBatch(ctx context.Context, reqs []core.Request, out []core.Result) error {
 	before := make([]core.Request, len(reqs))
 	for i := range reqs {
-		before[i] = cloneRequest(&reqs[i])
+		before[i] = wire.CloneRequest(&reqs[i])
 	}
 	_, err := guard(ctx, "DispatchBatch", func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.bb.DispatchBatch(ctx, reqs, out)
@@ -64,7 +61,7 @@ func (l localBatch) DispatchBatch(ctx context.Context, reqs []core.Request, out 
 		return err
 	}
 	for i := range before {
-		if err := requestChanged(&before[i], &reqs[i]); err != nil && out[i].Err == nil {
+		if err := wire.RequestChanged(&before[i], &reqs[i]); err != nil && out[i].Err == nil {
 			out[i] = core.Result{Err: err}
 		}
 	}
@@ -113,32 +110,4 @@ func guard[T any](ctx context.Context, call string, f func(context.Context) (T, 
 		var zero T
 		return zero, fmt.Errorf("%s did not return when its context ended: %w", call, ctx.Err())
 	}
-}
-
-func cloneRequest(r *core.Request) core.Request {
-	c := *r
-	c.Batch.ExtendPrefixLens = slices.Clone(r.Batch.ExtendPrefixLens)
-	c.Batch.SeqLens = slices.Clone(r.Batch.SeqLens)
-	return c
-}
-
-// requestChanged returns an error wrapping wire.ErrRequestChanged, as the
-// SDK's server gives a plugin's, naming what changed, when after is not
-// before.
-func requestChanged(before, after *core.Request) error {
-	if reflect.DeepEqual(before, after) {
-		return nil
-	}
-	var what []string
-	lens := func(field string, a, b []int64) {
-		if !slices.Equal(a, b) || (a == nil) != (b == nil) {
-			what = append(what, fmt.Sprintf("%s %v became %v", field, a, b))
-		}
-	}
-	lens("extend_prefix_lens", before.Batch.ExtendPrefixLens, after.Batch.ExtendPrefixLens)
-	lens("seq_lens", before.Batch.SeqLens, after.Batch.SeqLens)
-	if len(what) == 0 {
-		what = append(what, fmt.Sprintf("%s %s became %s %s", before.Backend, describe(before), after.Backend, describe(after)))
-	}
-	return fmt.Errorf("%w: %w: %s", core.ErrProtocol, wire.ErrRequestChanged, strings.Join(what, "; "))
 }
