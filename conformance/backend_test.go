@@ -12,13 +12,7 @@ import (
 	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/conformance"
 	"github.com/attnplug/attnplug/core"
-	aiter "github.com/attnplug/attnplug/plugins/aiter/rules"
-	ascend "github.com/attnplug/attnplug/plugins/ascend/rules"
-	dsa "github.com/attnplug/attnplug/plugins/dsa/rules"
-	fa3 "github.com/attnplug/attnplug/plugins/fa3/rules"
-	flashinfer "github.com/attnplug/attnplug/plugins/flashinfer/rules"
-	intelxpu "github.com/attnplug/attnplug/plugins/intel_xpu/rules"
-	"github.com/attnplug/attnplug/wire"
+	"github.com/attnplug/attnplug/internal/inproc"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -47,15 +41,19 @@ func TestBackendsInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	backends := map[string]core.Backend{core.PluginCore: triton, core.PluginCore + "+kernels": backendkit.New(triton)}
-	for name, f := range map[string]wire.Factory{
-		"fa3": fa3.New, "flashinfer": flashinfer.New, "aiter": aiter.New,
-		"ascend": ascend.New, "dsa": dsa.New, "intel_xpu": intelxpu.New,
-	} {
-		b, err := f(hclog.NewNullLogger())
+	plugins, err := inproc.Backends(hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range plugins {
+		d, err := b.Describe(context.Background())
 		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+			t.Fatal(err)
 		}
-		backends[name] = b
+		backends[d.Name] = b
+	}
+	if len(backends) != 8 {
+		t.Fatalf("%d backends, want triton twice and 6 plugins' rules", len(backends))
 	}
 	for name, b := range backends {
 		t.Run(name, func(t *testing.T) {
