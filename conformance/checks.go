@@ -297,15 +297,20 @@ func (s *suite) noteResult(req *core.Request, err error) {
 	}
 }
 
-// mutation reports the calls whose request the rules changed: the SDK's
-// server (wire.Main) compares each request before and after the rules
-// when the suite starts the plugin.
+// mutation reports the calls whose request the rules changed: the suite
+// compares each request before and after the call of a backend in its
+// process; for a plugin the SDK's server (wire.Main) does, when the suite
+// starts the plugin.
 func (s *suite) mutation(c *Check) {
 	for _, m := range s.mutations {
 		c.problem("%s", m)
 	}
 	if c.Status == Fail {
 		c.Detail = "the rules change the requests they are given: a rule must read its request and leave it as it is"
+		return
+	}
+	if s.inProcess() {
+		c.Detail = "no call changed its request (the suite compared each request before and after the call)"
 		return
 	}
 	c.Detail = "no call changed its request (the SDK's server compared each request before and after the rules; a plugin not built on wire.Main is not checked)"
@@ -349,7 +354,7 @@ func (s *suite) latencyCheck(c *Check) {
 // stdoutCheck fails when the plugin wrote to stdout after the handshake:
 // go-plugin owns stdout.
 func (s *suite) stdoutCheck(c *Check) {
-	if s.client == nil {
+	if s.proc == nil {
 		c.Status, c.Detail = Skip, "not run: no process"
 		return
 	}

@@ -143,6 +143,18 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// TestStartedAsByTheHost: the suite starts the plugin with the host's
+// launcher: the fault plugin exits at start without the parent-death pipe,
+// and its description is over gRPC's default limit of 4 MiB.
+func TestStartedAsByTheHost(t *testing.T) {
+	r := run(t, conformance.Options{
+		Binary: fault, Env: []string{"ATTNPLUG_FAULT=parent_pipe,describe_pad=5000000"}, MaxRequests: 100, Probes: 4,
+	})
+	if !r.Passed || len(r.Names) != 2 {
+		t.Fatalf("want a pass with the padded alias:\n%s", text(r))
+	}
+}
+
 // TestReportJSON checks the JSON form of a report.
 func TestReportJSON(t *testing.T) {
 	r := run(t, conformance.Options{Binary: bins.Plugin("dsa"), MaxRequests: 50})

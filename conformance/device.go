@@ -126,9 +126,9 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		c.Status, c.Detail = Skip, "not run: "+s.dead.Error()
 		return
 	}
-	kp, ok := s.backend.(core.KernelPlanner)
-	if !ok {
-		c.problem("the connection cannot ask for device code")
+	kp := s.planner
+	if kp == nil {
+		c.problem("the backend declares device code but is not a core.KernelPlanner")
 		return
 	}
 	dev := *s.opts.Device

@@ -2,15 +2,31 @@
 // attnplug host can rely on it: the checks that `attnplug conform
 // PLUGIN_BINARY` runs, and that a vendor runs in CI.
 //
-// Run starts the binary the way the host does (go-plugin, gRPC only, the
-// attnplug handshake and protocol versions, automatic mutual TLS, and
-// wire.EnvCheckRequests so that the SDK's server checks every request) and
-// keeps that one process for the whole suite. Each name is asked a fixed
-// set of requests (GenerateRequests) and random probes: random requests
-// over core's whole vocabulary of quantities, and random base requests
-// varied one quantity at a time, around every declared threshold and along
-// a ladder over the quantity's range. Everything random comes from
-// Options.Seed, which the report gives (Report.Seed). The checks, in order:
+// The suite has two layers, as containerd's snapshotter suite has. The
+// backend layer (BackendCheckNames) asks any core.Backend what a host asks
+// it, and needs no process: RunBackend runs it in process, on a rules
+// package, the triton rules or a Go host's own backend, with every call in
+// a goroutine of its own under its deadline, so that a backend that hangs
+// or panics fails a check instead of the run. The binary layer (run by
+// hand, handshake, protocol version, stdout, process) is what only a
+// plugin binary can do wrong: Run starts the binary with the host's own
+// launcher (wire.Launch: go-plugin, gRPC only, the attnplug handshake and
+// protocol versions, the host's message-size limit, the parent-death pipe,
+// automatic mutual TLS), with wire.EnvCheckRequests so that the SDK's
+// server checks every request, keeps that one process for the whole suite,
+// and runs the backend layer over its connection. Where a check means
+// something else in process it says so in core's terms: an invalid
+// request is refused with core.ErrInvalidRequest over the wire (the SDK's
+// server validates it) but may be answered in process (a host validates
+// requests before an in-process backend sees them); the suite compares
+// requests before and after each call itself in process.
+//
+// Each name is asked a fixed set of requests (GenerateRequests) and random
+// probes: random requests over core's whole vocabulary of quantities, and
+// random base requests varied one quantity at a time, around every
+// declared threshold and along a ladder over the quantity's range. Everything random comes from
+// Options.Seed, which the report gives (Report.Seed). The checks, in Run's
+// order:
 //
 //   - run-by-hand: started without the host's magic cookie, the binary exits
 //     with a non-zero status and writes nothing to stdout;
@@ -28,13 +44,16 @@
 //   - catalog: every method answered is among the name's declared Methods;
 //   - determinism: the same request gets the same answer again, in rounds
 //     spread over time;
-//   - batch: DispatchBatch agrees with Dispatch;
+//   - batch: DispatchBatch agrees with Dispatch (skipped in process for a
+//     backend that is no core.BatchBackend);
 //   - reads: two requests with the same key under the declared Reads get
 //     the same answer, since a host caches answers by that key; when they
 //     do not, the suite walks from one to the other and bisects to the
 //     quantity and threshold the rules read;
-//   - bad-requests: invalid requests are refused with InvalidArgument, one
-//     at a time and inside a batch, and the plugin answers afterwards;
+//   - bad-requests: invalid requests are refused with an invalid-request
+//     error (InvalidArgument over gRPC), one at a time and inside a batch,
+//     and the plugin answers afterwards; in process they may be answered,
+//     but a refusal must be an invalid-request error;
 //   - mutation: no call changed its request;
 //   - latency: the rules' time in a Dispatch call, the median call less
 //     the median round trip (calls for a name the plugin does not serve,
@@ -42,7 +61,9 @@
 //     1ms); the p99 within MaxP99 when set; a plugin over the budget is
 //     asked samples only, so that the suite stays fast;
 //   - kernels: kernel outputs against the CPU reference, when kernels are
-//     declared (skipped for a plugin without a kernel catalog);
+//     declared (skipped for a plugin without a kernel catalog, and in
+//     process for a backend that is no core.KernelRunner: a host runs its
+//     kernels itself);
 //   - device-code: when the plugin declares device code, its kernel modules
 //     for an example device (Options.Device, default sm_90) and its launch
 //     plans for generated batches of every catalog method with a device

@@ -47,9 +47,11 @@ func (s *suite) kernels(ctx context.Context, c *Check) {
 			c.problem("%s has no kernel for %s: a host refuses the plugin", h.Name, strings.Join(missing, ", "))
 		}
 	}
-	kr, ok := s.backend.(core.KernelRunner)
-	if !ok {
-		c.problem("the connection cannot run kernels")
+	kr := s.runner
+	if kr == nil {
+		// A host runs the kernels of a backend in its process itself
+		// (registry.Config.Kernels).
+		c.Status, c.Detail = Skip, "the backend declares kernels but runs none itself (not a core.KernelRunner): a host runs them with its own runner"
 		return
 	}
 	rng := rand.New(rand.NewPCG(17, 19))

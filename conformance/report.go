@@ -21,7 +21,8 @@ const (
 	Skip Status = "skip"
 )
 
-// The names of the checks, in the order Run runs them.
+// The names of the checks, in the order Run runs them. RunBackend runs
+// those of the backend layer (BackendCheckNames) alone.
 const (
 	// CheckRunByHand: run without the magic cookie, the binary exits
 	// non-zero and writes nothing to stdout.
@@ -83,6 +84,17 @@ func CheckNames() []string {
 	}
 }
 
+// BackendCheckNames returns the names of the checks of the backend layer,
+// those RunBackend runs, in order: the checks that need no process. Run
+// runs them too, over the plugin's connection, among the binary's checks.
+func BackendCheckNames() []string {
+	return []string{
+		CheckDescription, CheckKernelCatalog, CheckUnknownName, CheckCoverage,
+		CheckCatalog, CheckDeterminism, CheckBatch, CheckReads, CheckBadRequests,
+		CheckMutation, CheckLatency, CheckKernels, CheckDeviceCode,
+	}
+}
+
 // maxProblems is how many problems a check lists before it only counts.
 const maxProblems = 5
 
@@ -126,7 +138,8 @@ type Latency struct {
 
 // Report is the outcome of a conformance run.
 type Report struct {
-	// Binary is the plugin binary checked.
+	// Binary is the plugin binary checked; empty for a backend checked in
+	// process (RunBackend).
 	Binary string `json:"binary"`
 	// Plugin is the plugin's family name, from its description.
 	Plugin string `json:"plugin,omitempty"`
@@ -195,10 +208,15 @@ func (r *Report) Summary() string {
 // with its problems indented below it, and the summary line.
 func (r *Report) WriteText(w io.Writer) error {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "attnplug conformance: %s\n", r.Binary)
-	if r.Plugin != "" {
-		fmt.Fprintf(&sb, "plugin %s %s, protocol %d, pid %d, names: %s\n",
-			r.Plugin, r.Version, r.ProtocolVersion, r.PID, strings.Join(r.Names, ", "))
+	switch {
+	case r.Binary == "":
+		fmt.Fprintf(&sb, "attnplug conformance: backend %s %s in process, names: %s\n", r.Plugin, r.Version, strings.Join(r.Names, ", "))
+	default:
+		fmt.Fprintf(&sb, "attnplug conformance: %s\n", r.Binary)
+		if r.Plugin != "" {
+			fmt.Fprintf(&sb, "plugin %s %s, protocol %d, pid %d, names: %s\n",
+				r.Plugin, r.Version, r.ProtocolVersion, r.PID, strings.Join(r.Names, ", "))
+		}
 	}
 	fmt.Fprintf(&sb, "seed %d (run again with --seed %d to ask the same requests)\n", r.Seed, r.Seed)
 	sb.WriteString("\n")

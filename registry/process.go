@@ -1,20 +1,18 @@
 package registry
 
 import (
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	goplugin "github.com/hashicorp/go-plugin"
+	"github.com/attnplug/attnplug/wire"
 )
 
 // instance is one running plugin process.
 type instance struct {
-	client  *goplugin.Client
+	proc    *wire.Process
 	backend conn
 	pid     int
-	pipe    *os.File // write end of the parent-death pipe
 
 	// calls are held shared by every call in flight; retire takes it
 	// exclusively, so that the process ends only after they finish.
@@ -44,10 +42,7 @@ func (i *instance) retire() {
 
 // kill ends the process at once.
 func (i *instance) kill() {
-	i.client.Kill()
-	if i.pipe != nil {
-		i.pipe.Close()
-	}
+	i.proc.Kill()
 }
 
 // process is the lifecycle of the process that runs one plugin binary: at

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/attnplug/attnplug/core"
 	pb "github.com/attnplug/attnplug/wire/pluginv1"
@@ -55,11 +53,11 @@ func (s *Server) Dispatch(ctx context.Context, in *pb.DispatchRequest) (*pb.Disp
 	}
 	var before core.Request
 	if s.CheckRequests {
-		before = cloneRequest(&req)
+		before = CloneRequest(&req)
 	}
 	m, err := s.backend.Dispatch(ctx, &req)
 	if err == nil && s.CheckRequests {
-		err = requestChanged(&before, &req)
+		err = RequestChanged(&before, &req)
 	}
 	if err != nil {
 		return nil, ToStatus(err)
@@ -89,7 +87,7 @@ func (s *Server) DispatchBatch(ctx context.Context, in *pb.DispatchBatchRequest)
 	if s.CheckRequests {
 		before = make([]core.Request, n)
 		for i := range reqs {
-			before[i] = cloneRequest(&reqs[i])
+			before[i] = CloneRequest(&reqs[i])
 		}
 	}
 	if bb, ok := s.backend.(core.BatchBackend); ok {
@@ -110,7 +108,7 @@ func (s *Server) DispatchBatch(ctx context.Context, in *pb.DispatchBatchRequest)
 		}
 	}
 	for i := range before {
-		if err := requestChanged(&before[i], &reqs[i]); valid[i] && results[i].Err == nil && err != nil {
+		if err := RequestChanged(&before[i], &reqs[i]); valid[i] && results[i].Err == nil && err != nil {
 			results[i] = core.Result{Err: err}
 		}
 	}
@@ -214,54 +212,4 @@ func (s *Server) PlanKernel(ctx context.Context, in *pb.PlanKernelRequest) (*pb.
 		return nil, ToStatus(fmt.Errorf("%w: plan kernel: the backend returned no plan and no error", core.ErrProtocol))
 	}
 	return &pb.PlanKernelResponse{Plan: planToProto(p)}, nil
-}
-
-// cloneRequest copies r with its own length slices.
-func cloneRequest(r *core.Request) core.Request {
-	c := *r
-	c.Batch.ExtendPrefixLens = slices.Clone(r.Batch.ExtendPrefixLens)
-	c.Batch.SeqLens = slices.Clone(r.Batch.SeqLens)
-	return c
-}
-
-// requestChanged returns an error wrapping ErrRequestChanged and
-// core.ErrProtocol, naming what changed, when after is not before.
-func requestChanged(before, after *core.Request) error {
-	var what []string
-	lens := func(field string, a, b []int64) {
-		if !slices.Equal(a, b) || (a == nil) != (b == nil) {
-			what = append(what, fmt.Sprintf("%s %v became %v", field, shortLens(a), shortLens(b)))
-		}
-	}
-	lens("extend_prefix_lens", before.Batch.ExtendPrefixLens, after.Batch.ExtendPrefixLens)
-	lens("seq_lens", before.Batch.SeqLens, after.Batch.SeqLens)
-	b, a := before, after
-	if b.Backend != a.Backend {
-		what = append(what, fmt.Sprintf("backend %q became %q", b.Backend, a.Backend))
-	}
-	if b.Layer != a.Layer {
-		what = append(what, fmt.Sprintf("layer %+v became %+v", b.Layer, a.Layer))
-	}
-	if b.Batch.Mode != a.Batch.Mode || b.Batch.MaxChunkCapacity != a.Batch.MaxChunkCapacity || b.Batch.MLAPrefillCP != a.Batch.MLAPrefillCP {
-		what = append(what, fmt.Sprintf("forward_mode, max_chunk_capacity, mla_prefill_cp %s, %d, %v became %s, %d, %v",
-			b.Batch.Mode, b.Batch.MaxChunkCapacity, b.Batch.MLAPrefillCP, a.Batch.Mode, a.Batch.MaxChunkCapacity, a.Batch.MLAPrefillCP))
-	}
-	if b.Runtime != a.Runtime {
-		what = append(what, fmt.Sprintf("runtime %+v became %+v", b.Runtime, a.Runtime))
-	}
-	if len(what) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w: %s", core.ErrProtocol, ErrRequestChanged, strings.Join(what, "; "))
-}
-
-// shortLens shows at most 8 lengths.
-func shortLens(v []int64) string {
-	if v == nil {
-		return "(not known)"
-	}
-	if len(v) > 8 {
-		return fmt.Sprintf("%v... (%d entries)", v[:8], len(v))
-	}
-	return fmt.Sprint(v)
 }

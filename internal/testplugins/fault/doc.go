@@ -24,6 +24,10 @@
 //	                 kernels (RunKernel) with the reference kernels
 //	kernel_crash     like kernels, but exit with status 2 in every
 //	                 RunKernel, with the tensors' segment mapped
+//	parent_pipe      exit with status 4 at start unless the host gave the
+//	                 parent-death pipe ($ATTNPLUG_PARENT_PIPE=3, a pipe)
+//	describe_pad=N   also serve "fault_padded", a deprecated alias whose
+//	                 reason is N bytes: a description of any size
 //
 // Without faults it answers MLA for every request, like a well-behaved
 // plugin.

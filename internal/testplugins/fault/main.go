@@ -20,8 +20,8 @@ import (
 
 type faults struct {
 	crashAtStart, garbage, undeclared, refuse, badCookie, stdoutNoise bool
-	kernels, kernelCrash                                              bool
-	crashAfter, hangAfter, protocol                                   int
+	kernels, kernelCrash, parentPipe                                  bool
+	crashAfter, hangAfter, protocol, describePad                      int
 	sleep                                                             time.Duration
 	version, rules, name                                              string
 	names                                                             []string
@@ -66,6 +66,10 @@ func parse(spec string) (faults, error) {
 			f.name = val
 		case "names":
 			f.names = strings.Split(val, "+")
+		case "parent_pipe":
+			f.parentPipe = true
+		case "describe_pad":
+			f.describePad, err = strconv.Atoi(val)
 		default:
 			err = fmt.Errorf("unknown fault %q", key)
 		}
@@ -93,6 +97,13 @@ func (b *backend) Describe(context.Context) (*core.Description, error) {
 		if b.f.kernels {
 			d.Handlers[len(d.Handlers)-1].Kernels = faultKernels()
 		}
+	}
+	if b.f.describePad > 0 {
+		// A deprecated alias whose reason is describePad bytes long.
+		d.Handlers = append(d.Handlers, core.HandlerInfo{
+			Name: "fault_padded", AliasOf: b.f.names[0], Deprecated: strings.Repeat("x", b.f.describePad),
+			Reads: d.Handlers[0].Reads, Methods: d.Handlers[0].Methods,
+		})
 	}
 	return d, nil
 }
@@ -136,7 +147,7 @@ func (b *backend) Dispatch(ctx context.Context, req *core.Request) (core.Method,
 	if b.f.sleep > 0 {
 		time.Sleep(b.f.sleep)
 	}
-	if !slices.Contains(b.f.names, req.Backend) {
+	if !slices.Contains(b.f.names, req.Backend) && (b.f.describePad == 0 || req.Backend != "fault_padded") {
 		return 0, fmt.Errorf("fault: %w %q", core.ErrUnknownBackend, req.Backend)
 	}
 	switch {
@@ -168,6 +179,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fault: crashing at start, as asked")
 		os.Exit(3)
 	}
+	if f.parentPipe {
+		if err := checkParentPipe(); err != nil {
+			fmt.Fprintln(os.Stderr, "fault:", err)
+			os.Exit(4)
+		}
+	}
 	if f.stdoutNoise {
 		fmt.Println("this line is not a go-plugin handshake")
 	}
@@ -192,4 +209,20 @@ func main() {
 		GRPCServer: plugin.DefaultGRPCServer,
 		Logger:     hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true}),
 	})
+}
+
+// checkParentPipe fails unless the host gave the parent-death pipe: the
+// variable names descriptor 3, and it is the read end of a pipe.
+func checkParentPipe() error {
+	if v := os.Getenv(wire.EnvParentPipe); v != "3" {
+		return fmt.Errorf("$%s is %q, want 3: no parent-death pipe", wire.EnvParentPipe, v)
+	}
+	st, err := os.NewFile(3, "parent-pipe").Stat()
+	if err != nil {
+		return fmt.Errorf("descriptor 3: %w", err)
+	}
+	if st.Mode()&os.ModeNamedPipe == 0 {
+		return fmt.Errorf("descriptor 3 is %s, not a pipe", st.Mode())
+	}
+	return nil
 }
