@@ -5,6 +5,13 @@ import "strings"
 // Fact is one request fact that dispatch rules may read. A rule declares
 // the facts it reads in its Reads; a host may then cache the rule's answers
 // keyed by those facts alone.
+//
+// Adding a fact (or a field of Request it reads) touches, beside this
+// file: request.go, jsonl/decode.go, wire/convert.go with
+// wire/pluginv1/plugin.proto, engine/convert.go with
+// api/dispatchv1/dispatch.proto, python/attnplug (client.py, sglang.py)
+// and conformance/probe.go; docs/architecture.md ("Adding a request
+// fact") names the tests that fail when one is missed.
 type Fact uint32
 
 // The facts. The comparisons are those the reference rules make.
