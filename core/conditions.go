@@ -19,7 +19,10 @@ import (
 // it by the whole Reads, which stays correct, since the whole Reads
 // declares everything the rule may read in any request.
 type ReadsCondition struct {
-	// When is the fact that must hold: one fact of ConditionFacts.
+	// When is the fact that must hold: one fact of ConditionFacts, which
+	// the Reads the condition belongs to declare (the rule reads it to
+	// know that it reads less), so that those Reads alone tell requests
+	// where it holds from requests where it does not.
 	When Fact
 	// Reads is everything the rule reads in a request where When holds:
 	// a subset of the declarations of the Reads the condition belongs to
@@ -119,8 +122,9 @@ func readsList(decls []Read) string {
 }
 
 // validateConditions reports what is wrong with r's conditions: too many,
-// a When that is not one fact of ConditionFacts, narrower reads that are
-// invalid, hold conditions of their own, or declare what r does not.
+// a When that is not one fact of ConditionFacts or that r does not
+// declare, narrower reads that are invalid, hold conditions of their own,
+// or declare what r does not.
 func (r *Reads) validateConditions() error {
 	if n := len(r.Conditions); n > MaxReadsConditions {
 		return fmt.Errorf("%w: %d read conditions, more than %d", ErrProtocol, n, MaxReadsConditions)
@@ -142,20 +146,34 @@ func (r *Reads) validateConditions() error {
 		if err := c.Reads.Validate(); err != nil {
 			return fmt.Errorf("read condition %d (when %s): %w", i, c.When, err)
 		}
-		for _, d := range c.Reads.Declarations() {
-			j := slices.IndexFunc(all, func(a Read) bool { return a.Quantity == d.Quantity })
-			if j < 0 {
-				return fmt.Errorf("%w: read condition %d (when %s) reads %s, which the reads it narrows do not declare", ErrProtocol, i, c.When, d.Quantity)
+		for _, d := range c.When.Reads() {
+			if what := uncovered(all, d); what != "" {
+				return fmt.Errorf("%w: read condition %d (when %s): the reads it narrows must declare its fact, and do not declare %s", ErrProtocol, i, c.When, what)
 			}
-			for _, t := range d.At {
-				if !slices.Contains(all[j].At, t) {
-					return fmt.Errorf("%w: read condition %d (when %s) reads %s at %d, which the reads it narrows do not declare (declared thresholds: %v)",
-						ErrProtocol, i, c.When, d.Quantity, t, all[j].At)
-				}
+		}
+		for _, d := range c.Reads.Declarations() {
+			if what := uncovered(all, d); what != "" {
+				return fmt.Errorf("%w: read condition %d (when %s) reads %s, which the reads it narrows do not declare", ErrProtocol, i, c.When, what)
 			}
 		}
 	}
 	return nil
+}
+
+// uncovered says what of d the declarations all lack ("seq_sum", or
+// "prefix_sum at 50 (declared thresholds: [1 100])"), or "" when they
+// declare it all.
+func uncovered(all []Read, d Read) string {
+	j := slices.IndexFunc(all, func(a Read) bool { return a.Quantity == d.Quantity })
+	if j < 0 {
+		return d.Quantity.String()
+	}
+	for _, t := range d.At {
+		if !slices.Contains(all[j].At, t) {
+			return fmt.Sprintf("%s at %d (declared thresholds: %v)", d.Quantity, t, all[j].At)
+		}
+	}
+	return ""
 }
 
 // conditionPlans adds to p the plans of r's conditions: each keys its

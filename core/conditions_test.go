@@ -178,7 +178,8 @@ func TestConditionOrder(t *testing.T) {
 // TestConditionValidate: each wrong condition is refused, naming it.
 func TestConditionValidate(t *testing.T) {
 	base := func(cs ...core.ReadsCondition) core.Reads {
-		return core.Reads{Facts: core.FactMode | core.FactDSAUseMHA | core.FactUseDSA, PrefixSumAtLeast: []int64{1, 100}, Conditions: cs}
+		return core.Reads{Facts: core.FactMode | core.FactDSAUseMHA | core.FactUseDSA | core.FactSeqSumWithinCapacity | core.FactTwoBatchOverlap,
+			PrefixSumAtLeast: []int64{1, 100}, Conditions: cs}
 	}
 	many := make([]core.ReadsCondition, core.MaxReadsConditions+1)
 	for i := range many {
@@ -210,8 +211,10 @@ func TestConditionValidate(t *testing.T) {
 		{"layer_fact", base(core.ReadsCondition{When: core.FactUseDSA}), "when use_dsa: a condition is a fact of the batch or runtime"},
 		{"unknown_fact", base(core.ReadsCondition{When: core.Fact(1) << 30}), "a condition is a fact of the batch or runtime"},
 		{"nested", base(core.ReadsCondition{When: core.FactDSAUseMHA, Reads: core.Reads{Conditions: []core.ReadsCondition{{When: core.FactDSAUseMHA}}}}), "read condition 0 (when dsa_use_mha) holds conditions of its own"},
+		{"when_not_declared", base(core.ReadsCondition{When: core.FactPiecewiseCUDAGraph}), "read condition 0 (when piecewise_cuda_graph): the reads it narrows must declare its fact, and do not declare piecewise_cuda_graph"},
+		{"when_threshold_not_declared", base(core.ReadsCondition{When: core.FactDenseDSADevice}), "the reads it narrows must declare its fact, and do not declare compute_capability"},
 		{"reads_more", base(core.ReadsCondition{When: core.FactDSAUseMHA, Reads: core.Reads{Facts: core.FactPlatform}}), "read condition 0 (when dsa_use_mha) reads platform, which the reads it narrows do not declare"},
-		{"other_threshold", base(core.ReadsCondition{When: core.FactDSAUseMHA, Reads: core.Reads{PrefixSumAtLeast: []int64{50}}}), "reads prefix_sum at 50, which the reads it narrows do not declare (declared thresholds: [1 100])"},
+		{"other_threshold", base(core.ReadsCondition{When: core.FactDSAUseMHA, Reads: core.Reads{PrefixSumAtLeast: []int64{50}}}), "reads prefix_sum at 50 (declared thresholds: [1 100]), which the reads it narrows do not declare"},
 		{"invalid_reads", base(core.ReadsCondition{When: core.FactDSAUseMHA, Reads: core.Reads{Quantities: []core.Read{{Quantity: core.QuantitySeqSum}}}}), "read condition 0 (when dsa_use_mha): protocol violation: reads the number seq_sum without a threshold"},
 		{"too_many", base(many...), "9 read conditions, more than 8"},
 		{"key_too_long", wide, "the declared reads need a key of"},
@@ -242,7 +245,7 @@ func TestShorthandConditions(t *testing.T) {
 	r := core.Reads{
 		Quantities: []core.Read{
 			{Quantity: core.QuantityDSAUseMHA}, {Quantity: core.QuantityDSAUseMHAGiven},
-			{Quantity: core.QuantitySeqMax, At: []int64{2049}},
+			{Quantity: core.QuantitySeqMax, At: []int64{2049}}, {Quantity: core.QuantityPiecewiseCUDAGraph},
 		},
 		Conditions: []core.ReadsCondition{
 			{When: core.FactPiecewiseCUDAGraph, Reads: core.Reads{Quantities: []core.Read{{Quantity: core.QuantitySeqMax, At: []int64{2049}}}}},
@@ -265,7 +268,7 @@ func TestShorthandConditions(t *testing.T) {
 	if _, exact := r.Shorthand(); exact {
 		t.Error("Shorthand of a compute capability read: exact")
 	}
-	r.Quantities = r.Quantities[:3]
+	r.Quantities = r.Quantities[:4]
 	short, exact = r.Shorthand()
 	if !exact || !reflect.DeepEqual(short.Conditions, want[1:]) {
 		t.Errorf("a condition without a shorthand: exact %v, conditions %+v, want %+v", exact, short.Conditions, want[1:])

@@ -290,7 +290,7 @@ func TestQuantityParity(t *testing.T) {
 // would find the reads not cacheable.
 func TestReadsRoundTrip(t *testing.T) {
 	r := core.Reads{
-		Facts:            core.FactMode | core.FactPrefixSumZero,
+		Facts:            core.FactMode | core.FactPrefixSumZero | core.FactDSAUseMHASet,
 		PrefixSumAtLeast: []int64{16384},
 		SeqSumAtMost:     []int64{131072},
 		MaxSeqLenAtMost:  []int64{2048},
