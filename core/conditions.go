@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
-	"strings"
 )
 
 // ReadsCondition narrows what a rule reads in the requests where one fact
@@ -106,19 +105,7 @@ func oneHolds(f Fact, req *Request) bool {
 // String returns "when dsa_use_mha_set: dsa_use_mha", the narrower reads
 // listed as KeyPlan.String lists them.
 func (c ReadsCondition) String() string {
-	return fmt.Sprintf("when %s: %s", c.When, readsList(c.Reads.Declarations()))
-}
-
-// readsList lists declarations, or "nothing".
-func readsList(decls []Read) string {
-	if len(decls) == 0 {
-		return "nothing"
-	}
-	parts := make([]string, len(decls))
-	for i, d := range decls {
-		parts[i] = d.String()
-	}
-	return strings.Join(parts, ", ")
+	return fmt.Sprintf("when %s: %s", c.When, c.Reads.plan())
 }
 
 // validateConditions reports what is wrong with r's conditions: too many,
