@@ -40,7 +40,7 @@ func (s *suite) coverage(ctx context.Context, c *Check) {
 		if !s.slow {
 			// One stream a name: the same seed probes each name the same way.
 			rng := rand.New(rand.NewPCG(s.opts.Seed, uint64(i)))
-			pr, po := probeRequests(h.Name, h.Reads.Declarations(), s.plans[i], rng, max(0, s.opts.Probes), len(grid))
+			pr, po := probeRequests(h.Name, &h.Reads, s.plans[i], rng, max(0, s.opts.Probes), len(grid))
 			reqs, from = append(reqs, pr...), append(from, po...)
 		} else {
 			reqs, from = sample(grid, slowSample), from[:min(len(from), slowSample)]

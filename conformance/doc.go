@@ -47,9 +47,11 @@
 //   - batch: DispatchBatch agrees with Dispatch (skipped in process for a
 //     backend that is no core.BatchBackend);
 //   - reads: two requests with the same key under the declared Reads get
-//     the same answer, since a host caches answers by that key; when they
-//     do not, the suite walks from one to the other and bisects to the
-//     quantity and threshold the rules read;
+//     the same answer, since a host caches answers by that key (a request
+//     where a read condition holds is keyed by that condition's reads, and
+//     probes are made to meet each condition); when they do not, the suite
+//     walks from one to the other and bisects to the quantity and
+//     threshold the rules read, naming the condition they break;
 //   - bad-requests: invalid requests are refused with an invalid-request
 //     error (InvalidArgument over gRPC), one at a time and inside a batch,
 //     and the plugin answers afterwards; in process they may be answered,

@@ -19,6 +19,14 @@ import (
 // is its base's but whose answer is not shows an undeclared read; the
 // suite then bisects the quantity between the two values to name the
 // threshold. Everything random comes from Options.Seed.
+//
+// A name whose reads hold conditions (core.ReadsCondition) is keyed as a
+// host keys it: a request where a condition holds by that condition's
+// reads alone. As many bases again are made to meet a condition, each
+// condition in turn, and their variants that keep the key vary everything
+// outside the condition's reads (around the thresholds of the whole reads
+// and over each quantity's range): an answer that changes there shows a
+// condition that lies, and the report names it.
 
 // origin is where a request of a name's set came from.
 type origin struct {
@@ -36,12 +44,13 @@ const randomProbes = 256
 // one base, besides a random value and its declared thresholds.
 const ladderValues = 8
 
-// probeRequests returns the probes of the name with the declarations
-// decls: randomProbes random requests, then bases base requests each
-// followed by its variants that have its key under plan (all of them when
-// plan is nil). first is the index the first probe will have in the
-// name's request set.
-func probeRequests(name string, decls []core.Read, plan *core.KeyPlan, rng *rand.Rand, bases, first int) ([]core.Request, []origin) {
+// probeRequests returns the probes of the name with the reads reads:
+// randomProbes random requests, then bases base requests each followed by
+// its variants that have its key under plan (all of them when plan is
+// nil); when the reads hold conditions, bases more bases follow, each made
+// to meet a condition, in turn. first is the index the first probe will
+// have in the name's request set.
+func probeRequests(name string, reads *core.Reads, plan *core.KeyPlan, rng *rand.Rand, bases, first int) ([]core.Request, []origin) {
 	var reqs []core.Request
 	var from []origin
 	for range randomProbes {
@@ -49,11 +58,19 @@ func probeRequests(name string, decls []core.Read, plan *core.KeyPlan, rng *rand
 		from = append(from, origin{base: -1})
 	}
 	declared := map[core.Quantity][]int64{}
-	for _, d := range decls {
+	for _, d := range reads.Declarations() {
 		declared[d.Quantity] = d.At
 	}
-	for range bases {
+	// The bases, then as many again that meet a condition, each in turn.
+	extra := 0
+	if len(reads.Conditions) > 0 {
+		extra = bases
+	}
+	for n := range bases + extra {
 		b := randomRequest(name, rng, true)
+		if n >= bases {
+			holdFact(&b, reads.Conditions[(n-bases)%len(reads.Conditions)].When, rng)
+		}
 		bi := first + len(reqs)
 		reqs = append(reqs, b)
 		from = append(from, origin{base: -1})
@@ -73,6 +90,38 @@ func probeRequests(name string, decls []core.Read, plan *core.KeyPlan, rng *rand
 		}
 	}
 	return reqs, from
+}
+
+// holdFact changes r so that the fact f holds (a condition's), setting
+// the quantity the fact stands for to a value drawn among those that make
+// it hold, and reports whether it could.
+func holdFact(r *core.Request, f core.Fact, rng *rand.Rand) bool {
+	for _, d := range f.Reads() {
+		vals := probeValues(d.Quantity, d.At, r, rng)
+		rng.Shuffle(len(vals), func(i, j int) { vals[i], vals[j] = vals[j], vals[i] })
+		for _, v := range vals {
+			c := *r
+			if setQuantity(&c, d.Quantity, v) && f.Holds(&c) {
+				*r = c
+				return true
+			}
+		}
+	}
+	return f.Holds(r)
+}
+
+// declaredFor returns what reads declare for req, as a host keys it: the
+// reads of the first condition that holds in req, with words that name
+// the condition (", where dsa_use_mha_set holds (its reads then:
+// dsa_use_mha),"), or the whole declarations and "".
+func declaredFor(reads *core.Reads, req *core.Request) ([]core.Read, string) {
+	for _, c := range reads.Conditions {
+		if c.When.Holds(req) {
+			decls := c.Reads.Declarations()
+			return decls, fmt.Sprintf(", where %s holds (its reads then: %s),", c.When, readsString(decls))
+		}
+	}
+	return reads.Declarations(), ""
 }
 
 // probeValues returns the values q is set to on base: for a number, each

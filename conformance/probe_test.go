@@ -43,6 +43,7 @@ func TestLabBreaks(t *testing.T) {
 		{"undeclared=platform", conformance.CheckReads, []string{"lab reads platform, which it does not declare"}},
 		{"undeclared=piecewise_cuda_graph", conformance.CheckReads, []string{"lab reads piecewise_cuda_graph, which it does not declare"}},
 		{"undeclared=forward_mode", conformance.CheckReads, []string{"reads forward_mode, which it does not declare"}},
+		{"condition_lies", conformance.CheckReads, []string{"lab, where kv_cache_dense_dtype holds (its reads then: piecewise_cuda_graph), reads ", "which it does not declare"}},
 		{"off_by_one", conformance.CheckReads, []string{"lab reads prefix_sum at 1000, which it does not declare (declared thresholds: [999])"}},
 		{"rare_method", conformance.CheckCatalog, []string{"answered MHA_NPU, which it does not declare", "kv_cache_dtype=fp4_e2m1"}},
 		{"time", conformance.CheckDeterminism, []string{"an answer must depend on the request alone, not on the time"}},

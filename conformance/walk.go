@@ -148,9 +148,9 @@ func entryFields(pa, sa, pb, sb []int64) []field {
 // answers) and says what the rules read there.
 func (s *suite) explain(ctx context.Context, i int, a, b core.Request, ma, mb core.Method) string {
 	h, plan := s.names[i], s.plans[i]
-	decls := h.Reads.Declarations()
-	plain := fmt.Sprintf("%s reads more than it declares (%s): these requests have the same key but got %s and %s: [%s] and [%s]",
-		h.Name, readsString(decls), ma, mb, describe(&a), describe(&b))
+	decls, where := declaredFor(&h.Reads, &a) // a and b share a key: the same condition holds in both
+	plain := fmt.Sprintf("%s%s reads more than it declares (%s): these requests have the same key but got %s and %s: [%s] and [%s]",
+		h.Name, where, readsString(decls), ma, mb, describe(&a), describe(&b))
 	if s.dead != nil {
 		return plain
 	}
@@ -188,7 +188,8 @@ func (s *suite) explain(ctx context.Context, i int, a, b core.Request, ma, mb co
 					heads = []core.Quantity{q}
 				}
 			}
-			return undeclared(h.Name, decls, heads, &lo, &hi, mlo, mhi)
+			decls, where := declaredFor(&h.Reads, &lo) // the walk may have left a's condition
+			return undeclared(h.Name+where, decls, heads, &lo, &hi, mlo, mhi)
 		}
 		cur, mc = next, mn
 	}

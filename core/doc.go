@@ -20,6 +20,7 @@
 //     compared to, or facts (Fact), shorthands for such declarations. A
 //     host keys its cache of answers by the side of each threshold a
 //     request falls on (KeyPlan), so it may cache answers exactly.
+//     Conditions (ReadsCondition) narrow the reads where a fact holds.
 //   - Hardware declares what a backend's kernels run on, by platform or by
 //     PCI device (PCIDevice) for an accelerator of a platform of its own.
 //

@@ -133,6 +133,14 @@ type Reads struct {
 	// number with the thresholds it is compared to, each value and flag.
 	// A plugin older than this field declares none.
 	Quantities []Read
+	// Conditions narrow the reads in the requests where a fact holds: in
+	// a request where the When of a condition holds, the rule reads that
+	// condition's Reads alone (ReadsCondition). A host keys such a request
+	// by the first condition that holds and its reads (KeyPlan.Select).
+	// The fields above still declare everything the rule may read in any
+	// request, so a host that ignores Conditions stays correct. A plugin
+	// older than this field declares none.
+	Conditions []ReadsCondition
 }
 
 // Cacheable reports whether a host can key answers by r: Validate finds
@@ -154,11 +162,12 @@ func (r *Reads) Key(req *Request) Key { return r.plan().Key(req) }
 //
 // Deprecated: use KeyPlan.BatchKey and KeyPlan.LayerKey.
 func (r *Reads) KeyWithSums(req *Request, prefixSum, seqSum int64) Key {
-	p := r.plan()
+	p := r.plan().Select(req)
 	return p.BatchKey(req, prefixSum, seqSum) | p.LayerKey(&req.Layer, prefixSum)
 }
 
-// BatchKey is the part of KeyWithSums that does not depend on req.Layer.
+// BatchKey is the part of KeyWithSums that does not depend on req.Layer,
+// by the whole reads (KeyPlan.BatchKey).
 //
 // Deprecated: use KeyPlan.BatchKey.
 func (r *Reads) BatchKey(req *Request, prefixSum, seqSum int64) Key {

@@ -153,12 +153,29 @@ func TestRulesDeclareNoUnusedFact(t *testing.T) {
 				continue
 			}
 			t.Run(rule.Name+"/without_"+f.name, func(t *testing.T) {
+				// The whole reads, as a host that knows no conditions keys by.
 				lying := rule
 				lying.Reads.Facts &^= f.fact
+				lying.Reads.Conditions = nil
 				if err := checkRule(lying, reqs); err == nil {
 					t.Errorf("rule %s declared without %s: got no counterexample, want one (is %s read at all?)", rule.Name, f.name, f.name)
 				}
 			})
+		}
+		for i, c := range rule.Reads.Conditions {
+			for _, f := range factNames {
+				if c.Reads.Facts&f.fact == 0 {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/when_%s_without_%s", rule.Name, c.When, f.name), func(t *testing.T) {
+					lying := rule
+					lying.Reads.Conditions = slices.Clone(rule.Reads.Conditions)
+					lying.Reads.Conditions[i].Reads.Facts &^= f.fact
+					if err := checkRule(lying, reqs); err == nil {
+						t.Errorf("rule %s's condition %s without %s: got no counterexample, want one", rule.Name, c, f.name)
+					}
+				})
+			}
 		}
 	}
 }

@@ -539,7 +539,9 @@ func atMost(cs []int64) []int64 {
 // Validate reports whether a host can key answers by r, and why not: every
 // fact and quantity is known, numbers have 1 to MaxReadThresholds
 // thresholds and values and flags none, the constants of the older fields
-// number at most MaxConstantComparisons, and the key fits in KeyBits.
+// number at most MaxConstantComparisons, the conditions are valid
+// (ReadsCondition, at most MaxReadsConditions), and the key, with its
+// conditions' keys, fits in KeyBits.
 func (r *Reads) Validate() error {
 	if unknown := r.Facts &^ AllFacts; unknown != 0 {
 		return fmt.Errorf("%w: reads unknown facts %#x", ErrProtocol, uint32(unknown))
@@ -559,6 +561,9 @@ func (r *Reads) Validate() error {
 			return fmt.Errorf("%w: %d thresholds on %s, more than %d", ErrProtocol, len(d.At), d.Quantity, MaxReadThresholds)
 		}
 	}
+	if err := r.validateConditions(); err != nil {
+		return err
+	}
 	p := r.plan()
 	if p.bits > KeyBits {
 		return fmt.Errorf("%w: the declared reads need a key of %d bits, more than %d (%s)", ErrProtocol, p.bits, KeyBits, p)
@@ -567,9 +572,11 @@ func (r *Reads) Validate() error {
 }
 
 // KeyPlan is Reads made ready to key requests: one field of the key per
-// declared quantity (Declarations). A host builds one per handler with
-// Plan and keys every request with it, without allocating. It is
-// immutable and safe for concurrent use.
+// declared quantity (Declarations), and one plan per condition
+// (Reads.Conditions), whose keys carry the condition's number in bits of
+// their own. A host builds one per handler with Plan and keys every
+// request with it, without allocating. It is immutable and safe for
+// concurrent use.
 type KeyPlan struct {
 	fields []keyField // every field, in key order
 	batch  []keyField // the fields that do not depend on the layer
@@ -580,6 +587,11 @@ type KeyPlan struct {
 	bits        uint
 	prefixStats bool // a field reads a prefix-list aggregate
 	seqStats    bool // a field reads a seq-list aggregate besides the sum
+	// cases are the plans of the reads' conditions, in order (Select);
+	// tag is the condition's number in a condition's plan, in the bits
+	// above every field, ORed into each of its keys.
+	cases []keyCase
+	tag   Key
 }
 
 // keyField is the place of one quantity in a key.
@@ -633,6 +645,7 @@ func (r *Reads) plan() *KeyPlan {
 			p.batch = append(p.batch, f)
 		}
 	}
+	p.conditionPlans(r)
 	return p
 }
 
@@ -668,7 +681,8 @@ func layerFlagBits(l *Layer) int {
 	return m
 }
 
-// Bits returns how many bits the plan's keys use.
+// Bits returns how many bits the plan's keys use, its conditions' keys
+// included.
 func (p *KeyPlan) Bits() int { return int(p.bits) }
 
 // String lists the fields: "forward_mode, prefix_sum>=[1 16384]".
@@ -677,23 +691,32 @@ func (p *KeyPlan) String() string {
 	for i, f := range p.fields {
 		parts[i] = Read{Quantity: f.q, At: f.at}.String()
 	}
-	if len(parts) == 0 {
-		return "nothing"
+	s := "nothing"
+	if len(parts) > 0 {
+		s = strings.Join(parts, ", ")
 	}
-	return strings.Join(parts, ", ")
+	for _, c := range p.cases {
+		s += fmt.Sprintf("; when %s: %s", c.when, c.plan)
+	}
+	return s
 }
 
 // Key returns req's key: two requests with the same key fall on the same
 // side of every declared threshold and have the same declared values and
-// flags. It does not allocate.
+// flags, of the plan that Select chooses for them. It does not allocate.
 func (p *KeyPlan) Key(req *Request) Key {
 	ps, ss := req.Batch.PrefixSum(), req.Batch.SeqSum()
-	return p.BatchKey(req, ps, ss) | p.LayerKey(&req.Layer, ps)
+	q := p.Select(req)
+	return q.BatchKey(req, ps, ss) | q.LayerKey(&req.Layer, ps)
 }
 
-// BatchKey is the part of Key that does not depend on req.Layer, the same
-// for every layer of a forward pass; prefixSum and seqSum are the batch's
-// sums, computed once.
+// BatchKey is the part of the key by p's own declarations that does not
+// depend on req.Layer, the same for every layer of a forward pass;
+// prefixSum and seqSum are the batch's sums, computed once. It ignores
+// p's conditions: call it on the plan Select returns for the batch, and
+// LayerKey on the same plan. (A key by the whole reads is correct for any
+// request, but it is not the key Key gives a request where a condition
+// holds.)
 func (p *KeyPlan) BatchKey(req *Request, prefixSum, seqSum int64) Key {
 	s := listStats{prefixSum: prefixSum, seqSum: seqSum}
 	if p.prefixStats {
@@ -702,7 +725,7 @@ func (p *KeyPlan) BatchKey(req *Request, prefixSum, seqSum int64) Key {
 	if p.seqStats {
 		s.seq(&req.Batch)
 	}
-	var k Key
+	k := p.tag
 	for i := range p.batch {
 		f := &p.batch[i]
 		k |= f.put(f.q.value(req, &s))
@@ -710,8 +733,8 @@ func (p *KeyPlan) BatchKey(req *Request, prefixSum, seqSum int64) Key {
 	return k
 }
 
-// LayerKey is the part of Key that depends on the layer; prefixSum is the
-// batch's sum of prefix lengths.
+// LayerKey is the part of the key by p's own declarations that depends
+// on the layer; prefixSum is the batch's sum of prefix lengths.
 func (p *KeyPlan) LayerKey(l *Layer, prefixSum int64) Key {
 	k := p.layerFlags[layerFlagBits(l)]
 	for i := range p.layer {
@@ -744,7 +767,9 @@ func (f *keyField) put(v int64) Key {
 // the longest sequence, the raw capacity, the compute capability, the
 // dtype, a threshold of a difference other than 0), in which case such a
 // reader must not cache by r. Reading the backend name needs no form: a
-// cache is kept per name.
+// cache is kept per name. A condition whose reads have no such form is
+// left out: such a reader keys those requests by the whole reads, which is
+// correct for them too.
 func (r *Reads) Shorthand() (Reads, bool) {
 	out := Reads{
 		Facts:            r.Facts,
@@ -786,6 +811,11 @@ func (r *Reads) Shorthand() (Reads, bool) {
 				return Reads{}, false
 			}
 			out.Facts |= Fact(1) << i
+		}
+	}
+	for _, c := range r.Conditions {
+		if short, ok := c.Reads.Shorthand(); ok {
+			out.Conditions = append(out.Conditions, ReadsCondition{When: c.When, Reads: short})
 		}
 	}
 	return out, out.Validate() == nil

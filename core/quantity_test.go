@@ -207,17 +207,13 @@ func TestKeyPerQuantity(t *testing.T) {
 // on it (and, for all but the two facts whose declaration is finer, two
 // that agree on it have the same key).
 func TestFactsAreDeclarations(t *testing.T) {
-	preds := map[core.Fact]func(*core.Request) bool{
-		core.FactPrefixSumZero:        func(r *core.Request) bool { return r.Batch.PrefixSum() == 0 },
-		core.FactPrefixSumAtThreshold: func(r *core.Request) bool { return r.Batch.PrefixSum() >= r.Layer.ChunkedPrefixCacheThreshold },
-		core.FactSeqSumWithinCapacity: func(r *core.Request) bool { return r.Batch.SeqSum() <= r.Batch.MaxChunkCapacity },
-		core.FactDSAUseMHASet:         func(r *core.Request) bool { return r.Runtime.DSAUseMHAGiven() },
-		core.FactDenseDSADevice:       func(r *core.Request) bool { return r.Runtime.DenseDSADevice() },
-		core.FactKVCacheDenseDType:    func(r *core.Request) bool { return r.Runtime.KVCacheDenseDType() },
-	}
+	// Holds is each fact's predicate (TestFactHolds checks it).
+	facts := []core.Fact{core.FactPrefixSumZero, core.FactPrefixSumAtThreshold, core.FactSeqSumWithinCapacity,
+		core.FactDSAUseMHASet, core.FactDenseDSADevice, core.FactKVCacheDenseDType}
 	finer := map[core.Fact]bool{core.FactDenseDSADevice: true, core.FactKVCacheDenseDType: true}
 	reqs := randomRequests(3000, 11)
-	for f, pred := range preds {
+	for _, f := range facts {
+		pred := f.Holds
 		t.Run(f.String(), func(t *testing.T) {
 			p, err := (&core.Reads{Facts: f}).Plan()
 			if err != nil {

@@ -76,10 +76,14 @@ func routeToProto(r registry.RouteInfo) *dispatchv1.Route {
 }
 
 func readsToProto(r core.Reads) *dispatchv1.Reads {
-	return &dispatchv1.Reads{
+	out := &dispatchv1.Reads{
 		Facts:            r.Facts.Names(),
 		PrefixSumAtLeast: r.PrefixSumAtLeast,
 		SeqSumAtMost:     r.SeqSumAtMost,
 		MaxSeqLenAtMost:  r.MaxSeqLenAtMost,
 	}
+	for _, c := range r.Conditions {
+		out.Conditions = append(out.Conditions, &dispatchv1.ReadsCondition{When: c.When.String(), Reads: readsToProto(c.Reads)})
+	}
+	return out
 }

@@ -28,3 +28,17 @@ func TestRouteReadsForClients(t *testing.T) {
 		t.Errorf("a route that reads the dtype, which facts cannot say, is cacheable: %v", r)
 	}
 }
+
+// TestRouteReadsConditions: a condition of the reads reaches clients with
+// its fact by name and its reads in facts and constants.
+func TestRouteReadsConditions(t *testing.T) {
+	dsa := registry.RouteInfo{Name: "dsa", Cacheable: true, Reads: core.Reads{
+		Facts: core.FactDSAUseMHA | core.FactDSAUseMHASet | core.FactMode, MaxSeqLenAtMost: []int64{2048},
+		Conditions: []core.ReadsCondition{{When: core.FactDSAUseMHASet, Reads: core.Reads{Quantities: []core.Read{{Quantity: core.QuantityDSAUseMHA}}}}},
+	}}
+	r := routeToProto(dsa)
+	cs := r.GetReads().GetConditions()
+	if !r.GetCacheable() || len(cs) != 1 || cs[0].GetWhen() != "dsa_use_mha_set" || !slices.Equal(cs[0].GetReads().GetFacts(), []string{"dsa_use_mha"}) {
+		t.Errorf("dsa: %v", r)
+	}
+}

@@ -91,6 +91,58 @@ func TestPassDispatchDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// TestPassConditionSharesAnswers: the dsa rules declare that a batch that
+// gives dsa_use_mha is decided by it alone, so passes over batches that
+// differ in everything else (mode, device, KV cache dtype, CUDA graph,
+// lengths past the dense threshold and the capacity: each a key of its own
+// under the whole reads) are answered from the answer the first batch left
+// in the cache: no call to the plugin, no allocation.
+func TestPassConditionSharesAnswers(t *testing.T) {
+	r, _ := open(t, registry.Config{})
+	ctx := testContext(t)
+	d := r.Resolve("dsa")
+	layer := core.Layer{ChunkedPrefixCacheThreshold: 8192, UseDSA: true}
+	type pass struct {
+		b  core.Batch
+		rt core.Runtime
+	}
+	var passes []pass
+	for _, mode := range []core.ForwardMode{core.ModeExtend, core.ModeDecode, core.ModeTargetVerify} {
+		for _, cc := range []int{90, 80} {
+			for _, dt := range []string{"bf16", "fp16"} {
+				for _, graph := range []bool{false, true} {
+					b := core.Batch{Mode: mode, ExtendPrefixLens: []int64{0, 0}, SeqLens: []int64{100, 200}, MaxChunkCapacity: 131072}
+					if graph {
+						b.ExtendPrefixLens, b.SeqLens, b.MaxChunkCapacity = []int64{0, 9000}, []int64{5000, 9100}, 1000
+					}
+					passes = append(passes, pass{b, core.Runtime{Platform: core.PlatformCUDA, DSAUseMHA: true, DSAUseMHASet: true,
+						ComputeCapability: cc, KVCacheDType: dt, PiecewiseCUDAGraph: graph}})
+				}
+			}
+		}
+	}
+	var p registry.Pass
+	if err := d.BeginInto(&p, &passes[0].b, &passes[0].rt); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := p.Dispatch(ctx, &layer); err != nil || a.Plugin != "dsa" || a.Method != core.MHAOneShot {
+		t.Fatalf("warm-up: %+v, %v", a, err)
+	}
+	n := 1
+	allocs := testing.AllocsPerRun(len(passes)-2, func() {
+		if err := d.BeginInto(&p, &passes[n].b, &passes[n].rt); err != nil {
+			t.Fatal(err)
+		}
+		if a, err := p.Dispatch(ctx, &layer); err != nil || a.Method != core.MHAOneShot || a.Plugin != "dsa" {
+			t.Fatalf("pass %d: %+v, %v; want MHA_ONE_SHOT from dsa", n, a, err)
+		}
+		n++
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per pass over a new batch that gives dsa_use_mha, want 0 (answered from the cache)", allocs)
+	}
+}
+
 // BenchmarkPassDispatch measures one 61-layer forward pass (ns/op) on the
 // production path.
 func BenchmarkPassDispatch(b *testing.B) {

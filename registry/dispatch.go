@@ -139,6 +139,7 @@ type Pass struct {
 	rt       *route
 	req      core.Request
 	sum      sums
+	keys     *core.KeyPlan // the plan that keys the batch (KeyPlan.Select)
 	batchKey core.Key
 }
 
@@ -169,8 +170,10 @@ func (d *Dispatcher) BeginInto(p *Pass, batch *core.Batch, runtime *core.Runtime
 	}
 	d.r.noteDeprecated(p.rt)
 	p.sum = sums{prefix: batch.PrefixSum(), seq: batch.SeqSum()}
+	p.keys, p.batchKey = nil, 0
 	if p.rt.cached() != nil {
-		p.batchKey = p.rt.keys.BatchKey(&p.req, p.sum.prefix, p.sum.seq)
+		p.keys = p.rt.keys.Select(&p.req)
+		p.batchKey = p.keys.BatchKey(&p.req, p.sum.prefix, p.sum.seq)
 	}
 	return nil
 }
@@ -184,8 +187,8 @@ func (p *Pass) Dispatch(ctx context.Context, layer *core.Layer) (core.Answer, er
 		req.Layer = *layer
 		return p.d.r.dispatch(ctx, now, &req)
 	}
-	if c := rt.answers(); c != nil {
-		k := p.batchKey | rt.keys.LayerKey(layer, p.sum.prefix)
+	if c := rt.answers(); c != nil && p.keys != nil {
+		k := p.batchKey | p.keys.LayerKey(layer, p.sum.prefix)
 		if m, ok := c.get(k); ok {
 			return rt.answer(m), nil
 		}

@@ -284,13 +284,20 @@ func readsToProto(r *core.Reads) *pb.Reads {
 	for _, q := range r.Quantities {
 		out.Quantities = append(out.Quantities, &pb.QuantityRead{Quantity: pb.Quantity(q.Quantity), At: q.At})
 	}
+	for _, c := range r.Conditions {
+		when := pb.Fact_FACT_UNSPECIFIED
+		if fs := factsToProto(c.When); len(fs) == 1 {
+			when = fs[0]
+		}
+		out.Conditions = append(out.Conditions, &pb.ReadsCondition{When: when, Reads: readsToProto(&c.Reads)})
+	}
 	return out
 }
 
 // readsFromProto returns the core form of r. A fact unknown to this host
 // gives core.AllFacts plus the unknown marker, so that the handler is
 // never cached; an unknown quantity stays as it is, which Validate
-// refuses likewise.
+// refuses likewise. A condition whose fact is unknown is left out.
 func readsFromProto(r *pb.Reads) core.Reads {
 	var fs []pb.Fact
 	for _, f := range r.GetFacts() {
@@ -314,6 +321,15 @@ func readsFromProto(r *pb.Reads) core.Reads {
 			cq = core.Quantity(n)
 		}
 		out.Quantities = append(out.Quantities, core.Read{Quantity: cq, At: q.GetAt()})
+	}
+	for _, c := range r.GetConditions() {
+		// A condition on a fact this host does not know is left out: the
+		// whole reads key those requests, which is correct for them too.
+		when, ok := factsFromProto([]pb.Fact{c.GetWhen()})
+		if !ok {
+			continue
+		}
+		out.Conditions = append(out.Conditions, core.ReadsCondition{When: when, Reads: readsFromProto(c.GetReads())})
 	}
 	return out
 }

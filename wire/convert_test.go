@@ -290,14 +290,32 @@ func TestQuantityParity(t *testing.T) {
 // would find the reads not cacheable.
 func TestReadsRoundTrip(t *testing.T) {
 	r := core.Reads{
-		Facts:            core.FactMode | core.FactPrefixSumZero,
+		Facts:            core.FactMode | core.FactPrefixSumZero | core.FactDSAUseMHASet,
 		PrefixSumAtLeast: []int64{16384},
+		SeqSumAtMost:     []int64{131072},
+		MaxSeqLenAtMost:  []int64{2048},
 		Quantities: []core.Read{
 			{Quantity: core.QuantityComputeCapability, At: []int64{100}},
 			{Quantity: core.QuantityKVCacheDType},
 		},
+		Conditions: []core.ReadsCondition{
+			{When: core.FactDSAUseMHASet, Reads: core.Reads{Facts: core.FactMode}},
+			{When: core.FactPrefixSumZero, Reads: core.Reads{PrefixSumAtLeast: []int64{16384}, Quantities: []core.Read{{Quantity: core.QuantityKVCacheDType}}}},
+			{When: core.FactKVCacheDenseDType},
+		},
 	}
-	p := readsToProto(&r)
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// Every field of Reads is set, so that a field the converters forget
+	// fails the round trip.
+	rv := reflect.ValueOf(r)
+	for i := range rv.NumField() {
+		if rv.Field(i).IsZero() {
+			t.Fatalf("the test leaves Reads.%s unset", rv.Type().Field(i).Name)
+		}
+	}
+	p := overTheWire(t, readsToProto(&r), &pb.Reads{})
 	if !slices.Contains(p.GetFacts(), pb.Fact_FACT_QUANTITIES) {
 		t.Errorf("facts %v lack FACT_QUANTITIES", p.GetFacts())
 	}
@@ -316,6 +334,11 @@ func TestReadsRoundTrip(t *testing.T) {
 	// they were.
 	if got := readsToProto(&core.Reads{Facts: core.FactMode}).GetFacts(); !slices.Equal(got, []pb.Fact{pb.Fact_FACT_MODE}) {
 		t.Errorf("facts: got %v", got)
+	}
+	// A condition on a fact from a newer plugin is left out; the rest stay.
+	p.Conditions = append(p.Conditions, &pb.ReadsCondition{When: 99, Reads: &pb.Reads{}}, &pb.ReadsCondition{Reads: &pb.Reads{}})
+	if back := readsFromProto(p); !reflect.DeepEqual(back.Conditions, r.Conditions) || !back.Cacheable() {
+		t.Errorf("conditions on unknown facts: got %+v (cacheable %v), want %+v", back.Conditions, back.Cacheable(), r.Conditions)
 	}
 	// A quantity from a newer plugin is kept as unknown: not cacheable.
 	p.Quantities = append(p.Quantities, &pb.QuantityRead{Quantity: 99})

@@ -703,8 +703,16 @@ type Reads struct {
 	// Constants c for which the rules read max(seq_lens) <= c (0 when the
 	// lengths are not known).
 	MaxSeqLenAtMost []int64 `protobuf:"varint,4,rep,packed,name=max_seq_len_at_most,json=maxSeqLenAtMost,proto3" json:"max_seq_len_at_most,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Conditions narrow the reads in the requests where a fact holds: in a
+	// request where the fact `when` of a condition holds, the rules read
+	// that condition's reads alone, so a client may key such a request by
+	// the first condition that holds (as a tag of the key) and its reads
+	// only. The fields above still hold for every request: a client that
+	// ignores conditions (or does not know a condition's fact) keys by them
+	// and stays correct.
+	Conditions    []*ReadsCondition `protobuf:"bytes,5,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Reads) Reset() {
@@ -765,6 +773,74 @@ func (x *Reads) GetMaxSeqLenAtMost() []int64 {
 	return nil
 }
 
+func (x *Reads) GetConditions() []*ReadsCondition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+// ReadsCondition is one condition of Reads.
+type ReadsCondition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fact that must hold, by name (one of Reads.facts' names that
+	// holds or not and does not depend on the layer: piecewise_cuda_graph,
+	// breakable_cuda_graph, deterministic_inference, dsa_use_mha,
+	// two_batch_overlap, mla_prefill_cp, prefix_sum_zero,
+	// seq_sum_within_capacity, dsa_use_mha_set, dense_dsa_device,
+	// kv_cache_dense_dtype).
+	When string `protobuf:"bytes,1,opt,name=when,proto3" json:"when,omitempty"`
+	// Everything the rules read where `when` holds: a subset of the reads
+	// that hold the condition, with no conditions of its own.
+	Reads         *Reads `protobuf:"bytes,2,opt,name=reads,proto3" json:"reads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadsCondition) Reset() {
+	*x = ReadsCondition{}
+	mi := &file_dispatch_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadsCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadsCondition) ProtoMessage() {}
+
+func (x *ReadsCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadsCondition.ProtoReflect.Descriptor instead.
+func (*ReadsCondition) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReadsCondition) GetWhen() string {
+	if x != nil {
+		return x.When
+	}
+	return ""
+}
+
+func (x *ReadsCondition) GetReads() *Reads {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
 // Route is what one backend name resolves to.
 type Route struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -795,7 +871,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_dispatch_proto_msgTypes[8]
+	mi := &file_dispatch_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +883,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[8]
+	mi := &file_dispatch_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +896,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{8}
+	return file_dispatch_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Route) GetName() string {
@@ -901,7 +977,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_dispatch_proto_msgTypes[9]
+	mi := &file_dispatch_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +989,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[9]
+	mi := &file_dispatch_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1002,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{9}
+	return file_dispatch_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DescribeResponse) GetGeneration() uint64 {
@@ -965,7 +1041,7 @@ type ReloadRequest struct {
 
 func (x *ReloadRequest) Reset() {
 	*x = ReloadRequest{}
-	mi := &file_dispatch_proto_msgTypes[10]
+	mi := &file_dispatch_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1053,7 @@ func (x *ReloadRequest) String() string {
 func (*ReloadRequest) ProtoMessage() {}
 
 func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[10]
+	mi := &file_dispatch_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1066,7 @@ func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadRequest.ProtoReflect.Descriptor instead.
 func (*ReloadRequest) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{10}
+	return file_dispatch_proto_rawDescGZIP(), []int{11}
 }
 
 // PluginChange is what a reload did to one plugin.
@@ -1010,7 +1086,7 @@ type PluginChange struct {
 
 func (x *PluginChange) Reset() {
 	*x = PluginChange{}
-	mi := &file_dispatch_proto_msgTypes[11]
+	mi := &file_dispatch_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1098,7 @@ func (x *PluginChange) String() string {
 func (*PluginChange) ProtoMessage() {}
 
 func (x *PluginChange) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[11]
+	mi := &file_dispatch_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1111,7 @@ func (x *PluginChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginChange.ProtoReflect.Descriptor instead.
 func (*PluginChange) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{11}
+	return file_dispatch_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PluginChange) GetPlugin() string {
@@ -1096,7 +1172,7 @@ type ReloadResponse struct {
 
 func (x *ReloadResponse) Reset() {
 	*x = ReloadResponse{}
-	mi := &file_dispatch_proto_msgTypes[12]
+	mi := &file_dispatch_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1184,7 @@ func (x *ReloadResponse) String() string {
 func (*ReloadResponse) ProtoMessage() {}
 
 func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[12]
+	mi := &file_dispatch_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1197,7 @@ func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadResponse.ProtoReflect.Descriptor instead.
 func (*ReloadResponse) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{12}
+	return file_dispatch_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReloadResponse) GetChanges() []*PluginChange {
@@ -1139,7 +1215,7 @@ type ListPluginsRequest struct {
 
 func (x *ListPluginsRequest) Reset() {
 	*x = ListPluginsRequest{}
-	mi := &file_dispatch_proto_msgTypes[13]
+	mi := &file_dispatch_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1227,7 @@ func (x *ListPluginsRequest) String() string {
 func (*ListPluginsRequest) ProtoMessage() {}
 
 func (x *ListPluginsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[13]
+	mi := &file_dispatch_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1240,7 @@ func (x *ListPluginsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginsRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginsRequest) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{13}
+	return file_dispatch_proto_rawDescGZIP(), []int{14}
 }
 
 // PluginStatus is one plugin of the server.
@@ -1186,7 +1262,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_dispatch_proto_msgTypes[14]
+	mi := &file_dispatch_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1274,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[14]
+	mi := &file_dispatch_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1287,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{14}
+	return file_dispatch_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PluginStatus) GetName() string {
@@ -1293,7 +1369,7 @@ type ListPluginsResponse struct {
 
 func (x *ListPluginsResponse) Reset() {
 	*x = ListPluginsResponse{}
-	mi := &file_dispatch_proto_msgTypes[15]
+	mi := &file_dispatch_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1381,7 @@ func (x *ListPluginsResponse) String() string {
 func (*ListPluginsResponse) ProtoMessage() {}
 
 func (x *ListPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[15]
+	mi := &file_dispatch_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1394,7 @@ func (x *ListPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{15}
+	return file_dispatch_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListPluginsResponse) GetPlugins() []*PluginStatus {
@@ -1348,7 +1424,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_dispatch_proto_msgTypes[16]
+	mi := &file_dispatch_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1436,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[16]
+	mi := &file_dispatch_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1449,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{16}
+	return file_dispatch_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Request) GetBackend() string {
@@ -1427,7 +1503,7 @@ type Layer struct {
 
 func (x *Layer) Reset() {
 	*x = Layer{}
-	mi := &file_dispatch_proto_msgTypes[17]
+	mi := &file_dispatch_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1515,7 @@ func (x *Layer) String() string {
 func (*Layer) ProtoMessage() {}
 
 func (x *Layer) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[17]
+	mi := &file_dispatch_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1528,7 @@ func (x *Layer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Layer.ProtoReflect.Descriptor instead.
 func (*Layer) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{17}
+	return file_dispatch_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Layer) GetChunkedPrefixCacheThreshold() int64 {
@@ -1529,7 +1605,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_dispatch_proto_msgTypes[18]
+	mi := &file_dispatch_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1617,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[18]
+	mi := &file_dispatch_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1630,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{18}
+	return file_dispatch_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Batch) GetForwardMode() ForwardMode {
@@ -1633,7 +1709,7 @@ type Runtime struct {
 
 func (x *Runtime) Reset() {
 	*x = Runtime{}
-	mi := &file_dispatch_proto_msgTypes[19]
+	mi := &file_dispatch_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1721,7 @@ func (x *Runtime) String() string {
 func (*Runtime) ProtoMessage() {}
 
 func (x *Runtime) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[19]
+	mi := &file_dispatch_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1734,7 @@ func (x *Runtime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Runtime.ProtoReflect.Descriptor instead.
 func (*Runtime) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{19}
+	return file_dispatch_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Runtime) GetPlatform() Platform {
@@ -1751,12 +1827,18 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x15DispatchBatchResponse\x126\n" +
 	"\aanswers\x18\x01 \x03(\v2\x1c.attnplug.dispatch.v1.AnswerR\aanswers\"\x11\n" +
 	"\x0fDescribeRequest\"\x0e\n" +
-	"\fWatchRequest\"\xa1\x01\n" +
+	"\fWatchRequest\"\xe7\x01\n" +
 	"\x05Reads\x12\x14\n" +
 	"\x05facts\x18\x01 \x03(\tR\x05facts\x12-\n" +
 	"\x13prefix_sum_at_least\x18\x02 \x03(\x03R\x10prefixSumAtLeast\x12%\n" +
 	"\x0fseq_sum_at_most\x18\x03 \x03(\x03R\fseqSumAtMost\x12,\n" +
-	"\x13max_seq_len_at_most\x18\x04 \x03(\x03R\x0fmaxSeqLenAtMost\"\xec\x01\n" +
+	"\x13max_seq_len_at_most\x18\x04 \x03(\x03R\x0fmaxSeqLenAtMost\x12D\n" +
+	"\n" +
+	"conditions\x18\x05 \x03(\v2$.attnplug.dispatch.v1.ReadsConditionR\n" +
+	"conditions\"W\n" +
+	"\x0eReadsCondition\x12\x12\n" +
+	"\x04when\x18\x01 \x01(\tR\x04when\x121\n" +
+	"\x05reads\x18\x02 \x01(\v2\x1b.attnplug.dispatch.v1.ReadsR\x05reads\"\xec\x01\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\ahandler\x18\x02 \x01(\tR\ahandler\x12\x16\n" +
@@ -1901,7 +1983,7 @@ func file_dispatch_proto_rawDescGZIP() []byte {
 }
 
 var file_dispatch_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_dispatch_proto_goTypes = []any{
 	(ErrorCode)(0),                // 0: attnplug.dispatch.v1.ErrorCode
 	(ForwardMode)(0),              // 1: attnplug.dispatch.v1.ForwardMode
@@ -1915,53 +1997,56 @@ var file_dispatch_proto_goTypes = []any{
 	(*DescribeRequest)(nil),       // 9: attnplug.dispatch.v1.DescribeRequest
 	(*WatchRequest)(nil),          // 10: attnplug.dispatch.v1.WatchRequest
 	(*Reads)(nil),                 // 11: attnplug.dispatch.v1.Reads
-	(*Route)(nil),                 // 12: attnplug.dispatch.v1.Route
-	(*DescribeResponse)(nil),      // 13: attnplug.dispatch.v1.DescribeResponse
-	(*ReloadRequest)(nil),         // 14: attnplug.dispatch.v1.ReloadRequest
-	(*PluginChange)(nil),          // 15: attnplug.dispatch.v1.PluginChange
-	(*ReloadResponse)(nil),        // 16: attnplug.dispatch.v1.ReloadResponse
-	(*ListPluginsRequest)(nil),    // 17: attnplug.dispatch.v1.ListPluginsRequest
-	(*PluginStatus)(nil),          // 18: attnplug.dispatch.v1.PluginStatus
-	(*ListPluginsResponse)(nil),   // 19: attnplug.dispatch.v1.ListPluginsResponse
-	(*Request)(nil),               // 20: attnplug.dispatch.v1.Request
-	(*Layer)(nil),                 // 21: attnplug.dispatch.v1.Layer
-	(*Batch)(nil),                 // 22: attnplug.dispatch.v1.Batch
-	(*Runtime)(nil),               // 23: attnplug.dispatch.v1.Runtime
+	(*ReadsCondition)(nil),        // 12: attnplug.dispatch.v1.ReadsCondition
+	(*Route)(nil),                 // 13: attnplug.dispatch.v1.Route
+	(*DescribeResponse)(nil),      // 14: attnplug.dispatch.v1.DescribeResponse
+	(*ReloadRequest)(nil),         // 15: attnplug.dispatch.v1.ReloadRequest
+	(*PluginChange)(nil),          // 16: attnplug.dispatch.v1.PluginChange
+	(*ReloadResponse)(nil),        // 17: attnplug.dispatch.v1.ReloadResponse
+	(*ListPluginsRequest)(nil),    // 18: attnplug.dispatch.v1.ListPluginsRequest
+	(*PluginStatus)(nil),          // 19: attnplug.dispatch.v1.PluginStatus
+	(*ListPluginsResponse)(nil),   // 20: attnplug.dispatch.v1.ListPluginsResponse
+	(*Request)(nil),               // 21: attnplug.dispatch.v1.Request
+	(*Layer)(nil),                 // 22: attnplug.dispatch.v1.Layer
+	(*Batch)(nil),                 // 23: attnplug.dispatch.v1.Batch
+	(*Runtime)(nil),               // 24: attnplug.dispatch.v1.Runtime
 }
 var file_dispatch_proto_depIdxs = []int32{
-	20, // 0: attnplug.dispatch.v1.DispatchRequest.request:type_name -> attnplug.dispatch.v1.Request
+	21, // 0: attnplug.dispatch.v1.DispatchRequest.request:type_name -> attnplug.dispatch.v1.Request
 	2,  // 1: attnplug.dispatch.v1.Answer.method:type_name -> attnplug.dispatch.v1.Method
 	0,  // 2: attnplug.dispatch.v1.Answer.error_code:type_name -> attnplug.dispatch.v1.ErrorCode
 	5,  // 3: attnplug.dispatch.v1.DispatchResponse.answer:type_name -> attnplug.dispatch.v1.Answer
-	20, // 4: attnplug.dispatch.v1.DispatchBatchRequest.requests:type_name -> attnplug.dispatch.v1.Request
+	21, // 4: attnplug.dispatch.v1.DispatchBatchRequest.requests:type_name -> attnplug.dispatch.v1.Request
 	5,  // 5: attnplug.dispatch.v1.DispatchBatchResponse.answers:type_name -> attnplug.dispatch.v1.Answer
-	11, // 6: attnplug.dispatch.v1.Route.reads:type_name -> attnplug.dispatch.v1.Reads
-	12, // 7: attnplug.dispatch.v1.DescribeResponse.routes:type_name -> attnplug.dispatch.v1.Route
-	12, // 8: attnplug.dispatch.v1.DescribeResponse.default_route:type_name -> attnplug.dispatch.v1.Route
-	15, // 9: attnplug.dispatch.v1.ReloadResponse.changes:type_name -> attnplug.dispatch.v1.PluginChange
-	18, // 10: attnplug.dispatch.v1.ListPluginsResponse.plugins:type_name -> attnplug.dispatch.v1.PluginStatus
-	21, // 11: attnplug.dispatch.v1.Request.layer:type_name -> attnplug.dispatch.v1.Layer
-	22, // 12: attnplug.dispatch.v1.Request.batch:type_name -> attnplug.dispatch.v1.Batch
-	23, // 13: attnplug.dispatch.v1.Request.runtime:type_name -> attnplug.dispatch.v1.Runtime
-	1,  // 14: attnplug.dispatch.v1.Batch.forward_mode:type_name -> attnplug.dispatch.v1.ForwardMode
-	3,  // 15: attnplug.dispatch.v1.Runtime.platform:type_name -> attnplug.dispatch.v1.Platform
-	4,  // 16: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
-	7,  // 17: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
-	9,  // 18: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
-	10, // 19: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
-	14, // 20: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
-	17, // 21: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
-	6,  // 22: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
-	8,  // 23: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
-	13, // 24: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
-	13, // 25: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
-	16, // 26: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
-	19, // 27: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	12, // 6: attnplug.dispatch.v1.Reads.conditions:type_name -> attnplug.dispatch.v1.ReadsCondition
+	11, // 7: attnplug.dispatch.v1.ReadsCondition.reads:type_name -> attnplug.dispatch.v1.Reads
+	11, // 8: attnplug.dispatch.v1.Route.reads:type_name -> attnplug.dispatch.v1.Reads
+	13, // 9: attnplug.dispatch.v1.DescribeResponse.routes:type_name -> attnplug.dispatch.v1.Route
+	13, // 10: attnplug.dispatch.v1.DescribeResponse.default_route:type_name -> attnplug.dispatch.v1.Route
+	16, // 11: attnplug.dispatch.v1.ReloadResponse.changes:type_name -> attnplug.dispatch.v1.PluginChange
+	19, // 12: attnplug.dispatch.v1.ListPluginsResponse.plugins:type_name -> attnplug.dispatch.v1.PluginStatus
+	22, // 13: attnplug.dispatch.v1.Request.layer:type_name -> attnplug.dispatch.v1.Layer
+	23, // 14: attnplug.dispatch.v1.Request.batch:type_name -> attnplug.dispatch.v1.Batch
+	24, // 15: attnplug.dispatch.v1.Request.runtime:type_name -> attnplug.dispatch.v1.Runtime
+	1,  // 16: attnplug.dispatch.v1.Batch.forward_mode:type_name -> attnplug.dispatch.v1.ForwardMode
+	3,  // 17: attnplug.dispatch.v1.Runtime.platform:type_name -> attnplug.dispatch.v1.Platform
+	4,  // 18: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
+	7,  // 19: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
+	9,  // 20: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
+	10, // 21: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
+	15, // 22: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
+	18, // 23: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
+	6,  // 24: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
+	8,  // 25: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
+	14, // 26: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
+	14, // 27: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
+	17, // 28: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
+	20, // 29: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_dispatch_proto_init() }
@@ -1969,15 +2054,15 @@ func file_dispatch_proto_init() {
 	if File_dispatch_proto != nil {
 		return
 	}
-	file_dispatch_proto_msgTypes[17].OneofWrappers = []any{}
-	file_dispatch_proto_msgTypes[19].OneofWrappers = []any{}
+	file_dispatch_proto_msgTypes[18].OneofWrappers = []any{}
+	file_dispatch_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dispatch_proto_rawDesc), len(file_dispatch_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

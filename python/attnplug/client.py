@@ -20,6 +20,7 @@ __all__ = [
     "Client",
     "Description",
     "Reads",
+    "ReadsCondition",
     "Route",
     "ServerError",
     "ServerUnavailable",
@@ -110,12 +111,25 @@ class Answer:
 
 @dataclasses.dataclass(frozen=True)
 class Reads:
-    """What a name's rules read: fact names and constant comparisons."""
+    """What a name's rules read: fact names and constant comparisons, and
+    conditions (a tuple of ReadsCondition) under which they read less."""
 
     facts: frozenset = frozenset()
     prefix_sum_at_least: tuple = ()
     seq_sum_at_most: tuple = ()
     max_seq_len_at_most: tuple = ()
+    conditions: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadsCondition:
+    """In a request where the fact named ``when`` holds, the rules read
+    ``reads`` (a Reads without conditions) alone; the first condition that
+    holds keys a request. The Reads holding the condition still declare
+    everything, so ignoring conditions stays correct."""
+
+    when: str
+    reads: Reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,7 +330,8 @@ def answer_from_proto(a):
 
 def _reads_from_proto(r):
     return Reads(frozenset(r.facts), tuple(r.prefix_sum_at_least), tuple(r.seq_sum_at_most),
-                 tuple(r.max_seq_len_at_most))
+                 tuple(r.max_seq_len_at_most),
+                 tuple(ReadsCondition(c.when, _reads_from_proto(c.reads)) for c in r.conditions))
 
 
 def _route_from_proto(r):

@@ -250,11 +250,14 @@ _HANDLER_TAIL = """\
 """
 
 
-def handler_source(reads):
-    """The source of a factory of handlers that key answers by reads (a
-    client.Reads): each reads what the facts need, and nothing else; or
-    None when a fact is one this client does not know, whose answers are
-    then never cached."""
+# The facts whose value is the same in every request of this client: it
+# always gives the DSA backend's choice (dsa_use_mha_set).
+_FACT_CONSTANTS = {"dsa_use_mha_set": True}
+
+
+def _key_parts(reads):
+    """The expressions of a key by reads, and the preludes they need; None
+    when a fact is one this client does not know."""
     keys, needs = [], set()
     for fact in sorted(reads.facts):
         if fact not in _FACT_KEYS:
@@ -272,9 +275,70 @@ def handler_source(reads):
     for c in reads.max_seq_len_at_most:
         keys.append("not mx <= %d" % c)
         needs.add("mx")
-    lines = [line for need, code in _PRELUDES if need in needs for line in code]
-    lines.append("key = (%s)" % (", ".join(keys) + ("," if len(keys) == 1 else "")))
-    return _HANDLER_HEAD + "".join(" " * 12 + line + "\n" for line in lines) + _HANDLER_TAIL
+    return keys, needs
+
+
+def _branches(reads, full):
+    """The keys a handler chooses between, in order: (test, parts), the
+    test an expression that holds where a condition of reads holds, None
+    for the branch that keys every other call. A condition that holds in
+    every call of this client (_FACT_CONSTANTS) ends the list; one whose
+    fact this client cannot test, or whose reads it does not know, is
+    left out (the whole reads key those calls, which is correct)."""
+    out = []
+    for c in reads.conditions:
+        parts = _key_parts(c.reads)
+        expr = _FACT_KEYS.get(c.when)
+        if parts is None or c.reads.conditions:
+            continue
+        if _FACT_CONSTANTS.get(c.when) is True:
+            out.append((None, parts))
+            return out
+        if c.when in _FACT_CONSTANTS or expr is None or not expr.startswith("not "):
+            continue
+        out.append((expr[len("not "):], parts))
+    out.append((None, full))
+    return out
+
+
+def _prelude_lines(needs, done=frozenset()):
+    return [line for need, code in _PRELUDES if need in needs and need not in done for line in code]
+
+
+def _key_line(keys, tag=None):
+    if tag is not None:
+        keys = ["%d" % tag] + keys
+    return "key = (%s)" % (", ".join(keys) + ("," if len(keys) == 1 else ""))
+
+
+def handler_source(reads):
+    """The source of a factory of handlers that key answers by reads (a
+    client.Reads): each reads what the facts need, and nothing else; or
+    None when a fact is one this client does not know, whose answers are
+    then never cached.
+
+    Where reads hold conditions (client.ReadsCondition), the handler tests
+    them first, in order, and keys a call where one holds by that
+    condition's reads alone, with the condition's number in the key; a
+    condition that always holds for this client (the DSA backend's choice,
+    which it always gives) leaves a handler that keys every call by that
+    condition's reads, and computes nothing else."""
+    full = _key_parts(reads)
+    if full is None:
+        return None
+    branches = _branches(reads, full)
+    if len(branches) == 1:
+        keys, needs = branches[0][1]
+        lines = _prelude_lines(needs) + [_key_line(keys)]
+        return _HANDLER_HEAD + "".join(" " * 12 + line + "\n" for line in lines) + _HANDLER_TAIL
+    tested = {_FACT_NEEDS.get(c.when) for c in reads.conditions}
+    tested = {n for n in tested if n is not None}
+    lines = [(12, line) for line in _prelude_lines(tested)]
+    for i, (test, (keys, needs)) in enumerate(branches):
+        head = "else:" if test is None else ("if %s:" if i == 0 else "elif %s:") % test
+        lines.append((12, head))
+        lines += [(16, line) for line in _prelude_lines(needs, tested) + [_key_line(keys, i)]]
+    return _HANDLER_HEAD + "".join(" " * n + line + "\n" for n, line in lines) + _HANDLER_TAIL
 
 
 # The most answers one name keeps; past it, new keys are asked every time

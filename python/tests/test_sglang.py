@@ -126,6 +126,95 @@ class FidelityTest(unittest.TestCase):
         self.assertEqual(reg.get_handler("fa4")(Untouchable(), Untouchable()).name, "MHA_CHUNKED_KV")
 
 
+    def test_dsa_handler_reads_only_the_backends_choice(self):
+        # The dsa rules declare that a request giving dsa_use_mha (this
+        # client always gives the DSA backend's use_mha) is decided by it
+        # alone: once warm, the handler answers batches of any mode and
+        # lengths without reading the layer or the batch, as sglang's does.
+        reg = self.module.AttentionBackendRegistry
+        rng = __import__("random").Random(5)
+        warm = {}
+        for use_mha in (True, False):
+            req = standins.generate(rng)
+            req["backend"] = "dsa"
+            req["runtime"]["dsa_use_mha"] = use_mha
+            _, attn, fb = standins.apply(req, self.module)
+            warm[use_mha] = reg.get_handler("dsa")(attn, fb)
+        self.assertEqual({k: m.name for k, m in warm.items()}, {True: "MHA_ONE_SHOT", False: "MLA"})
+
+        class Untouchable:
+            def __getattr__(self, name):
+                raise AssertionError("dsa's handler read %r" % name)
+
+        before = self.registry.stats()
+        for i in range(200):
+            req = standins.generate(rng)
+            req["backend"] = "dsa"
+            _, attn, fb = standins.apply(req, self.module)  # sets the backend's use_mha
+            got = reg.get_handler("dsa")(Untouchable(), Untouchable())
+            self.assertEqual(got.name, "MHA_ONE_SHOT" if req["runtime"]["dsa_use_mha"] else "MLA", "request %d %r" % (i, req))
+            if self.reference:
+                self.assertEqual(got.name, standins.sglang_answer(self.module, "dsa", attn, fb))
+        after = self.registry.stats()
+        self.assertEqual((after["rpcs"], after["local_answers"]), (before["rpcs"], before["local_answers"]))
+
+
+class HandlerSourceTest(unittest.TestCase):
+    """The handler code generated from a description's reads."""
+
+    def reads(self, facts, *conditions, **kw):
+        return aps._client.Reads(frozenset(facts), conditions=tuple(conditions), **kw)
+
+    def cond(self, when, facts=(), **kw):
+        return aps._client.ReadsCondition(when, self.reads(facts, **kw))
+
+    def handler(self, reads, answers, fb, attn=None, backend=None, tbo=()):
+        keys = []
+
+        def cache_get(key):
+            keys.append(key)
+            return answers.get(key)
+
+        ns = {}
+        exec(compile(aps.handler_source(reads), "<test>", "exec"), ns)
+        false = lambda *_: False
+        h = ns["factory"](cache_get, lambda *a: "slow", {}.get, lambda m: m, false, false, false,
+                          lambda: type("A", (), {"enable_deterministic_inference": False}),
+                          lambda: backend, lambda b: bool(getattr(b, "use_mha", False)), tbo, false, false)
+        return h(attn, fb), keys
+
+    def test_a_condition_that_always_holds_keys_by_its_reads_alone(self):
+        src = aps.handler_source(self.reads({"dsa_use_mha", "dsa_use_mha_set", "mode", "seq_sum_within_capacity"},
+                                            self.cond("dsa_use_mha_set", {"dsa_use_mha"}), max_seq_len_at_most=(2048,)))
+        for never in ("seq_lens_cpu", "extend_prefix_lens_cpu", "get_max_chunk_capacity", "forward_mode", "\n            if "):
+            self.assertNotIn(never, src)
+        self.assertIn("key = (not dsa_use_mha(backend),)", src)
+
+    def test_conditions_tested_in_order_with_keys_of_their_own(self):
+        import types
+        reads = self.reads({"mode", "prefix_sum_zero", "two_batch_overlap", "piecewise_cuda_graph"},
+                           self.cond("prefix_sum_zero", {"mode"}), self.cond("two_batch_overlap"),
+                           prefix_sum_at_least=(1, 100))
+        fb = types.SimpleNamespace(forward_mode="DECODE", extend_prefix_lens_cpu=[0, 0])
+        got, keys = self.handler(reads, {(0, "DECODE"): "first"}, fb)
+        self.assertEqual((got, keys), ("first", [(0, "DECODE")]))
+        fb.extend_prefix_lens_cpu = [5]
+        got, keys = self.handler(reads, {}, fb)
+        self.assertEqual((got, keys[0][0], len(keys[0])), ("slow", 2, 7))  # the whole reads: 4 facts, 2 constants
+        got, keys = self.handler(reads, {(1,): "second"}, fb, backend=(), tbo=tuple)  # two-batch overlap
+        self.assertEqual((got, keys), ("second", [(1,)]))
+        fb.extend_prefix_lens_cpu = None  # a sum of 0: the first condition comes first
+        got, keys = self.handler(reads, {(0, "DECODE"): "first"}, fb, backend=(), tbo=tuple)
+        self.assertEqual((got, keys), ("first", [(0, "DECODE")]))
+
+    def test_conditions_this_client_cannot_use_are_left_out(self):
+        whole = self.reads({"mode", "dense_dsa_device"})
+        for c in (self.cond("dense_dsa_device"),  # a fact not sent: its value is not known here
+                  self.cond("some_new_fact"),  # a fact this client does not know
+                  self.cond("piecewise_cuda_graph", {"some_new_fact"})):  # reads it does not know
+            self.assertEqual(aps.handler_source(self.reads(whole.facts, c)), aps.handler_source(whole), c)
+
+
 class InstallTest(unittest.TestCase):
     """install() swaps the registry of a module others imported, and
     uninstall() gives it back."""

@@ -1324,7 +1324,16 @@ type Reads struct {
 	// Constants c for which the rules read max(seq_lens) <= c.
 	MaxSeqLenAtMost []int64 `protobuf:"varint,4,rep,packed,name=max_seq_len_at_most,json=maxSeqLenAtMost,proto3" json:"max_seq_len_at_most,omitempty"`
 	// The quantities read beyond the facts; facts then holds FACT_QUANTITIES.
-	Quantities    []*QuantityRead `protobuf:"bytes,5,rep,name=quantities,proto3" json:"quantities,omitempty"`
+	Quantities []*QuantityRead `protobuf:"bytes,5,rep,name=quantities,proto3" json:"quantities,omitempty"`
+	// Conditions narrow the reads in the requests where a fact holds: in a
+	// request where the fact `when` of a condition holds, the rules read that
+	// condition's reads alone, and a host may key such a request by the
+	// first condition that holds and its reads (core.ReadsCondition). The
+	// fields above still declare everything the rules read in any request:
+	// a host older than this field ignores it and keys every request by
+	// them, which stays correct (the whole reads are a superset of each
+	// condition's), only with more keys.
+	Conditions    []*ReadsCondition `protobuf:"bytes,6,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1394,6 +1403,71 @@ func (x *Reads) GetQuantities() []*QuantityRead {
 	return nil
 }
 
+func (x *Reads) GetConditions() []*ReadsCondition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+// ReadsCondition is one condition of Reads.
+type ReadsCondition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fact that must hold: one that holds or not and does not depend on
+	// the layer (core.ConditionFacts).
+	When Fact `protobuf:"varint,1,opt,name=when,proto3,enum=attnplug.plugin.v1.Fact" json:"when,omitempty"`
+	// Everything the rules read where `when` holds: a subset of the
+	// declarations of the Reads that hold the condition, with no conditions
+	// of its own.
+	Reads         *Reads `protobuf:"bytes,2,opt,name=reads,proto3" json:"reads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadsCondition) Reset() {
+	*x = ReadsCondition{}
+	mi := &file_plugin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadsCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadsCondition) ProtoMessage() {}
+
+func (x *ReadsCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadsCondition.ProtoReflect.Descriptor instead.
+func (*ReadsCondition) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReadsCondition) GetWhen() Fact {
+	if x != nil {
+		return x.When
+	}
+	return Fact_FACT_UNSPECIFIED
+}
+
+func (x *ReadsCondition) GetReads() *Reads {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
 // Layer holds the facts of the attention layer. Every field, and the
 // message itself, may be absent: an absent field has the default of the
 // JSON dispatch format (docs/dispatch.md), given here with each field, so
@@ -1418,7 +1492,7 @@ type Layer struct {
 
 func (x *Layer) Reset() {
 	*x = Layer{}
-	mi := &file_plugin_proto_msgTypes[12]
+	mi := &file_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1504,7 @@ func (x *Layer) String() string {
 func (*Layer) ProtoMessage() {}
 
 func (x *Layer) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[12]
+	mi := &file_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1517,7 @@ func (x *Layer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Layer.ProtoReflect.Descriptor instead.
 func (*Layer) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{12}
+	return file_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Layer) GetChunkedPrefixCacheThreshold() int64 {
@@ -1520,7 +1594,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_plugin_proto_msgTypes[13]
+	mi := &file_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1606,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[13]
+	mi := &file_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1619,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{13}
+	return file_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Batch) GetForwardMode() ForwardMode {
@@ -1624,7 +1698,7 @@ type Runtime struct {
 
 func (x *Runtime) Reset() {
 	*x = Runtime{}
-	mi := &file_plugin_proto_msgTypes[14]
+	mi := &file_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1710,7 @@ func (x *Runtime) String() string {
 func (*Runtime) ProtoMessage() {}
 
 func (x *Runtime) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[14]
+	mi := &file_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1723,7 @@ func (x *Runtime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Runtime.ProtoReflect.Descriptor instead.
 func (*Runtime) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{14}
+	return file_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Runtime) GetPlatform() Platform {
@@ -1735,7 +1809,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_plugin_proto_msgTypes[15]
+	mi := &file_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1821,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[15]
+	mi := &file_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1834,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{15}
+	return file_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Request) GetBackend() string {
@@ -1800,7 +1874,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_plugin_proto_msgTypes[16]
+	mi := &file_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1886,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[16]
+	mi := &file_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1899,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{16}
+	return file_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DispatchRequest) GetRequest() *Request {
@@ -1844,7 +1918,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_plugin_proto_msgTypes[17]
+	mi := &file_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1930,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[17]
+	mi := &file_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1943,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{17}
+	return file_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DispatchResponse) GetMethod() Method {
@@ -1888,7 +1962,7 @@ type DispatchBatchRequest struct {
 
 func (x *DispatchBatchRequest) Reset() {
 	*x = DispatchBatchRequest{}
-	mi := &file_plugin_proto_msgTypes[18]
+	mi := &file_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +1974,7 @@ func (x *DispatchBatchRequest) String() string {
 func (*DispatchBatchRequest) ProtoMessage() {}
 
 func (x *DispatchBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[18]
+	mi := &file_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +1987,7 @@ func (x *DispatchBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchBatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchBatchRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{18}
+	return file_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DispatchBatchRequest) GetRequests() []*Request {
@@ -1935,7 +2009,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_plugin_proto_msgTypes[19]
+	mi := &file_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2021,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[19]
+	mi := &file_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2034,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{19}
+	return file_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Result) GetMethod() Method {
@@ -1993,7 +2067,7 @@ type DispatchBatchResponse struct {
 
 func (x *DispatchBatchResponse) Reset() {
 	*x = DispatchBatchResponse{}
-	mi := &file_plugin_proto_msgTypes[20]
+	mi := &file_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2079,7 @@ func (x *DispatchBatchResponse) String() string {
 func (*DispatchBatchResponse) ProtoMessage() {}
 
 func (x *DispatchBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[20]
+	mi := &file_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2092,7 @@ func (x *DispatchBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchBatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchBatchResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{20}
+	return file_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DispatchBatchResponse) GetResults() []*Result {
@@ -2046,7 +2120,7 @@ type KernelDims struct {
 
 func (x *KernelDims) Reset() {
 	*x = KernelDims{}
-	mi := &file_plugin_proto_msgTypes[21]
+	mi := &file_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2132,7 @@ func (x *KernelDims) String() string {
 func (*KernelDims) ProtoMessage() {}
 
 func (x *KernelDims) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[21]
+	mi := &file_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2145,7 @@ func (x *KernelDims) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelDims.ProtoReflect.Descriptor instead.
 func (*KernelDims) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{21}
+	return file_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KernelDims) GetHeads() int32 {
@@ -2149,7 +2223,7 @@ type SharedBuffer struct {
 
 func (x *SharedBuffer) Reset() {
 	*x = SharedBuffer{}
-	mi := &file_plugin_proto_msgTypes[22]
+	mi := &file_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2235,7 @@ func (x *SharedBuffer) String() string {
 func (*SharedBuffer) ProtoMessage() {}
 
 func (x *SharedBuffer) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[22]
+	mi := &file_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2248,7 @@ func (x *SharedBuffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SharedBuffer.ProtoReflect.Descriptor instead.
 func (*SharedBuffer) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{22}
+	return file_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SharedBuffer) GetPath() string {
@@ -2206,7 +2280,7 @@ type TensorRef struct {
 
 func (x *TensorRef) Reset() {
 	*x = TensorRef{}
-	mi := &file_plugin_proto_msgTypes[23]
+	mi := &file_plugin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2292,7 @@ func (x *TensorRef) String() string {
 func (*TensorRef) ProtoMessage() {}
 
 func (x *TensorRef) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[23]
+	mi := &file_plugin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2305,7 @@ func (x *TensorRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorRef.ProtoReflect.Descriptor instead.
 func (*TensorRef) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{23}
+	return file_plugin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TensorRef) GetName() string {
@@ -2278,7 +2352,7 @@ type RunKernelRequest struct {
 
 func (x *RunKernelRequest) Reset() {
 	*x = RunKernelRequest{}
-	mi := &file_plugin_proto_msgTypes[24]
+	mi := &file_plugin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2364,7 @@ func (x *RunKernelRequest) String() string {
 func (*RunKernelRequest) ProtoMessage() {}
 
 func (x *RunKernelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[24]
+	mi := &file_plugin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2377,7 @@ func (x *RunKernelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunKernelRequest.ProtoReflect.Descriptor instead.
 func (*RunKernelRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{24}
+	return file_plugin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunKernelRequest) GetBackend() string {
@@ -2371,7 +2445,7 @@ type RunKernelResponse struct {
 
 func (x *RunKernelResponse) Reset() {
 	*x = RunKernelResponse{}
-	mi := &file_plugin_proto_msgTypes[25]
+	mi := &file_plugin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2457,7 @@ func (x *RunKernelResponse) String() string {
 func (*RunKernelResponse) ProtoMessage() {}
 
 func (x *RunKernelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[25]
+	mi := &file_plugin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2470,7 @@ func (x *RunKernelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunKernelResponse.ProtoReflect.Descriptor instead.
 func (*RunKernelResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{25}
+	return file_plugin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunKernelResponse) GetKernel() string {
@@ -2462,7 +2536,7 @@ type DeviceInfo struct {
 
 func (x *DeviceInfo) Reset() {
 	*x = DeviceInfo{}
-	mi := &file_plugin_proto_msgTypes[26]
+	mi := &file_plugin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2548,7 @@ func (x *DeviceInfo) String() string {
 func (*DeviceInfo) ProtoMessage() {}
 
 func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[26]
+	mi := &file_plugin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2561,7 @@ func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceInfo.ProtoReflect.Descriptor instead.
 func (*DeviceInfo) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{26}
+	return file_plugin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeviceInfo) GetPlatform() Platform {
@@ -2551,7 +2625,7 @@ type KernelParam struct {
 
 func (x *KernelParam) Reset() {
 	*x = KernelParam{}
-	mi := &file_plugin_proto_msgTypes[27]
+	mi := &file_plugin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2637,7 @@ func (x *KernelParam) String() string {
 func (*KernelParam) ProtoMessage() {}
 
 func (x *KernelParam) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[27]
+	mi := &file_plugin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2650,7 @@ func (x *KernelParam) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelParam.ProtoReflect.Descriptor instead.
 func (*KernelParam) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{27}
+	return file_plugin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KernelParam) GetName() string {
@@ -2606,7 +2680,7 @@ type KernelEntry struct {
 
 func (x *KernelEntry) Reset() {
 	*x = KernelEntry{}
-	mi := &file_plugin_proto_msgTypes[28]
+	mi := &file_plugin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +2692,7 @@ func (x *KernelEntry) String() string {
 func (*KernelEntry) ProtoMessage() {}
 
 func (x *KernelEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[28]
+	mi := &file_plugin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +2705,7 @@ func (x *KernelEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelEntry.ProtoReflect.Descriptor instead.
 func (*KernelEntry) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{28}
+	return file_plugin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KernelEntry) GetName() string {
@@ -2672,7 +2746,7 @@ type KernelModule struct {
 
 func (x *KernelModule) Reset() {
 	*x = KernelModule{}
-	mi := &file_plugin_proto_msgTypes[29]
+	mi := &file_plugin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +2758,7 @@ func (x *KernelModule) String() string {
 func (*KernelModule) ProtoMessage() {}
 
 func (x *KernelModule) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[29]
+	mi := &file_plugin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +2771,7 @@ func (x *KernelModule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelModule.ProtoReflect.Descriptor instead.
 func (*KernelModule) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{29}
+	return file_plugin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KernelModule) GetName() string {
@@ -2765,7 +2839,7 @@ type KernelModulesRequest struct {
 
 func (x *KernelModulesRequest) Reset() {
 	*x = KernelModulesRequest{}
-	mi := &file_plugin_proto_msgTypes[30]
+	mi := &file_plugin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2851,7 @@ func (x *KernelModulesRequest) String() string {
 func (*KernelModulesRequest) ProtoMessage() {}
 
 func (x *KernelModulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[30]
+	mi := &file_plugin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2864,7 @@ func (x *KernelModulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelModulesRequest.ProtoReflect.Descriptor instead.
 func (*KernelModulesRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{30}
+	return file_plugin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KernelModulesRequest) GetDevice() *DeviceInfo {
@@ -2809,7 +2883,7 @@ type KernelModulesResponse struct {
 
 func (x *KernelModulesResponse) Reset() {
 	*x = KernelModulesResponse{}
-	mi := &file_plugin_proto_msgTypes[31]
+	mi := &file_plugin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +2895,7 @@ func (x *KernelModulesResponse) String() string {
 func (*KernelModulesResponse) ProtoMessage() {}
 
 func (x *KernelModulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[31]
+	mi := &file_plugin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +2908,7 @@ func (x *KernelModulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelModulesResponse.ProtoReflect.Descriptor instead.
 func (*KernelModulesResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{31}
+	return file_plugin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KernelModulesResponse) GetModules() []*KernelModule {
@@ -2863,7 +2937,7 @@ type PlanShape struct {
 
 func (x *PlanShape) Reset() {
 	*x = PlanShape{}
-	mi := &file_plugin_proto_msgTypes[32]
+	mi := &file_plugin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +2949,7 @@ func (x *PlanShape) String() string {
 func (*PlanShape) ProtoMessage() {}
 
 func (x *PlanShape) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[32]
+	mi := &file_plugin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +2962,7 @@ func (x *PlanShape) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanShape.ProtoReflect.Descriptor instead.
 func (*PlanShape) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{32}
+	return file_plugin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PlanShape) GetSeqLens() []int64 {
@@ -2939,7 +3013,7 @@ type PlanDims struct {
 
 func (x *PlanDims) Reset() {
 	*x = PlanDims{}
-	mi := &file_plugin_proto_msgTypes[33]
+	mi := &file_plugin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3025,7 @@ func (x *PlanDims) String() string {
 func (*PlanDims) ProtoMessage() {}
 
 func (x *PlanDims) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[33]
+	mi := &file_plugin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3038,7 @@ func (x *PlanDims) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanDims.ProtoReflect.Descriptor instead.
 func (*PlanDims) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{33}
+	return file_plugin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PlanDims) GetHeads() int32 {
@@ -3013,7 +3087,7 @@ type PlanKernelRequest struct {
 
 func (x *PlanKernelRequest) Reset() {
 	*x = PlanKernelRequest{}
-	mi := &file_plugin_proto_msgTypes[34]
+	mi := &file_plugin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +3099,7 @@ func (x *PlanKernelRequest) String() string {
 func (*PlanKernelRequest) ProtoMessage() {}
 
 func (x *PlanKernelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[34]
+	mi := &file_plugin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +3112,7 @@ func (x *PlanKernelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanKernelRequest.ProtoReflect.Descriptor instead.
 func (*PlanKernelRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{34}
+	return file_plugin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PlanKernelRequest) GetBackend() string {
@@ -3105,7 +3179,7 @@ type TensorSpec struct {
 
 func (x *TensorSpec) Reset() {
 	*x = TensorSpec{}
-	mi := &file_plugin_proto_msgTypes[35]
+	mi := &file_plugin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3117,7 +3191,7 @@ func (x *TensorSpec) String() string {
 func (*TensorSpec) ProtoMessage() {}
 
 func (x *TensorSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[35]
+	mi := &file_plugin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3130,7 +3204,7 @@ func (x *TensorSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorSpec.ProtoReflect.Descriptor instead.
 func (*TensorSpec) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{35}
+	return file_plugin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TensorSpec) GetName() string {
@@ -3172,7 +3246,7 @@ type MetaBuffer struct {
 
 func (x *MetaBuffer) Reset() {
 	*x = MetaBuffer{}
-	mi := &file_plugin_proto_msgTypes[36]
+	mi := &file_plugin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3258,7 @@ func (x *MetaBuffer) String() string {
 func (*MetaBuffer) ProtoMessage() {}
 
 func (x *MetaBuffer) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[36]
+	mi := &file_plugin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3271,7 @@ func (x *MetaBuffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaBuffer.ProtoReflect.Descriptor instead.
 func (*MetaBuffer) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{36}
+	return file_plugin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MetaBuffer) GetName() string {
@@ -3227,7 +3301,7 @@ type WorkItem struct {
 
 func (x *WorkItem) Reset() {
 	*x = WorkItem{}
-	mi := &file_plugin_proto_msgTypes[37]
+	mi := &file_plugin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3313,7 @@ func (x *WorkItem) String() string {
 func (*WorkItem) ProtoMessage() {}
 
 func (x *WorkItem) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[37]
+	mi := &file_plugin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3326,7 @@ func (x *WorkItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkItem.ProtoReflect.Descriptor instead.
 func (*WorkItem) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{37}
+	return file_plugin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WorkItem) GetRequest() int32 {
@@ -3301,7 +3375,7 @@ type LaunchArg struct {
 
 func (x *LaunchArg) Reset() {
 	*x = LaunchArg{}
-	mi := &file_plugin_proto_msgTypes[38]
+	mi := &file_plugin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3387,7 @@ func (x *LaunchArg) String() string {
 func (*LaunchArg) ProtoMessage() {}
 
 func (x *LaunchArg) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[38]
+	mi := &file_plugin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3400,7 @@ func (x *LaunchArg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchArg.ProtoReflect.Descriptor instead.
 func (*LaunchArg) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{38}
+	return file_plugin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LaunchArg) GetParam() string {
@@ -3387,7 +3461,7 @@ type Launch struct {
 
 func (x *Launch) Reset() {
 	*x = Launch{}
-	mi := &file_plugin_proto_msgTypes[39]
+	mi := &file_plugin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3399,7 +3473,7 @@ func (x *Launch) String() string {
 func (*Launch) ProtoMessage() {}
 
 func (x *Launch) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[39]
+	mi := &file_plugin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3412,7 +3486,7 @@ func (x *Launch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Launch.ProtoReflect.Descriptor instead.
 func (*Launch) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{39}
+	return file_plugin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Launch) GetModule() string {
@@ -3475,7 +3549,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_plugin_proto_msgTypes[40]
+	mi := &file_plugin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3561,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[40]
+	mi := &file_plugin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3574,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{40}
+	return file_plugin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Plan) GetKernel() string {
@@ -3561,7 +3635,7 @@ type PlanKernelResponse struct {
 
 func (x *PlanKernelResponse) Reset() {
 	*x = PlanKernelResponse{}
-	mi := &file_plugin_proto_msgTypes[41]
+	mi := &file_plugin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +3647,7 @@ func (x *PlanKernelResponse) String() string {
 func (*PlanKernelResponse) ProtoMessage() {}
 
 func (x *PlanKernelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[41]
+	mi := &file_plugin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +3660,7 @@ func (x *PlanKernelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanKernelResponse.ProtoReflect.Descriptor instead.
 func (*PlanKernelResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{41}
+	return file_plugin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PlanKernelResponse) GetPlan() *Plan {
@@ -3662,7 +3736,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\adevices\x18\x05 \x03(\v2\x1e.attnplug.plugin.v1.HostDeviceR\adevices\"D\n" +
 	"\x10ConfigureRequest\x120\n" +
 	"\x04host\x18\x01 \x01(\v2\x1c.attnplug.plugin.v1.HostInfoR\x04host\"\x13\n" +
-	"\x11ConfigureResponse\"\xfd\x01\n" +
+	"\x11ConfigureResponse\"\xc1\x02\n" +
 	"\x05Reads\x12.\n" +
 	"\x05facts\x18\x01 \x03(\x0e2\x18.attnplug.plugin.v1.FactR\x05facts\x12-\n" +
 	"\x13prefix_sum_at_least\x18\x02 \x03(\x03R\x10prefixSumAtLeast\x12%\n" +
@@ -3670,7 +3744,13 @@ const file_plugin_proto_rawDesc = "" +
 	"\x13max_seq_len_at_most\x18\x04 \x03(\x03R\x0fmaxSeqLenAtMost\x12@\n" +
 	"\n" +
 	"quantities\x18\x05 \x03(\v2 .attnplug.plugin.v1.QuantityReadR\n" +
-	"quantities\"\x9a\x03\n" +
+	"quantities\x12B\n" +
+	"\n" +
+	"conditions\x18\x06 \x03(\v2\".attnplug.plugin.v1.ReadsConditionR\n" +
+	"conditions\"o\n" +
+	"\x0eReadsCondition\x12,\n" +
+	"\x04when\x18\x01 \x01(\x0e2\x18.attnplug.plugin.v1.FactR\x04when\x12/\n" +
+	"\x05reads\x18\x02 \x01(\v2\x19.attnplug.plugin.v1.ReadsR\x05reads\"\x9a\x03\n" +
 	"\x05Layer\x12H\n" +
 	"\x1echunked_prefix_cache_threshold\x18\x01 \x01(\x03H\x00R\x1bchunkedPrefixCacheThreshold\x88\x01\x01\x12?\n" +
 	"\x1cdisable_chunked_prefix_cache\x18\x02 \x01(\bR\x19disableChunkedPrefixCache\x12A\n" +
@@ -3960,7 +4040,7 @@ func file_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_plugin_proto_goTypes = []any{
 	(ForwardMode)(0),              // 0: attnplug.plugin.v1.ForwardMode
 	(Method)(0),                   // 1: attnplug.plugin.v1.Method
@@ -3980,36 +4060,37 @@ var file_plugin_proto_goTypes = []any{
 	(*ConfigureRequest)(nil),      // 15: attnplug.plugin.v1.ConfigureRequest
 	(*ConfigureResponse)(nil),     // 16: attnplug.plugin.v1.ConfigureResponse
 	(*Reads)(nil),                 // 17: attnplug.plugin.v1.Reads
-	(*Layer)(nil),                 // 18: attnplug.plugin.v1.Layer
-	(*Batch)(nil),                 // 19: attnplug.plugin.v1.Batch
-	(*Runtime)(nil),               // 20: attnplug.plugin.v1.Runtime
-	(*Request)(nil),               // 21: attnplug.plugin.v1.Request
-	(*DispatchRequest)(nil),       // 22: attnplug.plugin.v1.DispatchRequest
-	(*DispatchResponse)(nil),      // 23: attnplug.plugin.v1.DispatchResponse
-	(*DispatchBatchRequest)(nil),  // 24: attnplug.plugin.v1.DispatchBatchRequest
-	(*Result)(nil),                // 25: attnplug.plugin.v1.Result
-	(*DispatchBatchResponse)(nil), // 26: attnplug.plugin.v1.DispatchBatchResponse
-	(*KernelDims)(nil),            // 27: attnplug.plugin.v1.KernelDims
-	(*SharedBuffer)(nil),          // 28: attnplug.plugin.v1.SharedBuffer
-	(*TensorRef)(nil),             // 29: attnplug.plugin.v1.TensorRef
-	(*RunKernelRequest)(nil),      // 30: attnplug.plugin.v1.RunKernelRequest
-	(*RunKernelResponse)(nil),     // 31: attnplug.plugin.v1.RunKernelResponse
-	(*DeviceInfo)(nil),            // 32: attnplug.plugin.v1.DeviceInfo
-	(*KernelParam)(nil),           // 33: attnplug.plugin.v1.KernelParam
-	(*KernelEntry)(nil),           // 34: attnplug.plugin.v1.KernelEntry
-	(*KernelModule)(nil),          // 35: attnplug.plugin.v1.KernelModule
-	(*KernelModulesRequest)(nil),  // 36: attnplug.plugin.v1.KernelModulesRequest
-	(*KernelModulesResponse)(nil), // 37: attnplug.plugin.v1.KernelModulesResponse
-	(*PlanShape)(nil),             // 38: attnplug.plugin.v1.PlanShape
-	(*PlanDims)(nil),              // 39: attnplug.plugin.v1.PlanDims
-	(*PlanKernelRequest)(nil),     // 40: attnplug.plugin.v1.PlanKernelRequest
-	(*TensorSpec)(nil),            // 41: attnplug.plugin.v1.TensorSpec
-	(*MetaBuffer)(nil),            // 42: attnplug.plugin.v1.MetaBuffer
-	(*WorkItem)(nil),              // 43: attnplug.plugin.v1.WorkItem
-	(*LaunchArg)(nil),             // 44: attnplug.plugin.v1.LaunchArg
-	(*Launch)(nil),                // 45: attnplug.plugin.v1.Launch
-	(*Plan)(nil),                  // 46: attnplug.plugin.v1.Plan
-	(*PlanKernelResponse)(nil),    // 47: attnplug.plugin.v1.PlanKernelResponse
+	(*ReadsCondition)(nil),        // 18: attnplug.plugin.v1.ReadsCondition
+	(*Layer)(nil),                 // 19: attnplug.plugin.v1.Layer
+	(*Batch)(nil),                 // 20: attnplug.plugin.v1.Batch
+	(*Runtime)(nil),               // 21: attnplug.plugin.v1.Runtime
+	(*Request)(nil),               // 22: attnplug.plugin.v1.Request
+	(*DispatchRequest)(nil),       // 23: attnplug.plugin.v1.DispatchRequest
+	(*DispatchResponse)(nil),      // 24: attnplug.plugin.v1.DispatchResponse
+	(*DispatchBatchRequest)(nil),  // 25: attnplug.plugin.v1.DispatchBatchRequest
+	(*Result)(nil),                // 26: attnplug.plugin.v1.Result
+	(*DispatchBatchResponse)(nil), // 27: attnplug.plugin.v1.DispatchBatchResponse
+	(*KernelDims)(nil),            // 28: attnplug.plugin.v1.KernelDims
+	(*SharedBuffer)(nil),          // 29: attnplug.plugin.v1.SharedBuffer
+	(*TensorRef)(nil),             // 30: attnplug.plugin.v1.TensorRef
+	(*RunKernelRequest)(nil),      // 31: attnplug.plugin.v1.RunKernelRequest
+	(*RunKernelResponse)(nil),     // 32: attnplug.plugin.v1.RunKernelResponse
+	(*DeviceInfo)(nil),            // 33: attnplug.plugin.v1.DeviceInfo
+	(*KernelParam)(nil),           // 34: attnplug.plugin.v1.KernelParam
+	(*KernelEntry)(nil),           // 35: attnplug.plugin.v1.KernelEntry
+	(*KernelModule)(nil),          // 36: attnplug.plugin.v1.KernelModule
+	(*KernelModulesRequest)(nil),  // 37: attnplug.plugin.v1.KernelModulesRequest
+	(*KernelModulesResponse)(nil), // 38: attnplug.plugin.v1.KernelModulesResponse
+	(*PlanShape)(nil),             // 39: attnplug.plugin.v1.PlanShape
+	(*PlanDims)(nil),              // 40: attnplug.plugin.v1.PlanDims
+	(*PlanKernelRequest)(nil),     // 41: attnplug.plugin.v1.PlanKernelRequest
+	(*TensorSpec)(nil),            // 42: attnplug.plugin.v1.TensorSpec
+	(*MetaBuffer)(nil),            // 43: attnplug.plugin.v1.MetaBuffer
+	(*WorkItem)(nil),              // 44: attnplug.plugin.v1.WorkItem
+	(*LaunchArg)(nil),             // 45: attnplug.plugin.v1.LaunchArg
+	(*Launch)(nil),                // 46: attnplug.plugin.v1.Launch
+	(*Plan)(nil),                  // 47: attnplug.plugin.v1.Plan
+	(*PlanKernelResponse)(nil),    // 48: attnplug.plugin.v1.PlanKernelResponse
 }
 var file_plugin_proto_depIdxs = []int32{
 	4,  // 0: attnplug.plugin.v1.QuantityRead.quantity:type_name -> attnplug.plugin.v1.Quantity
@@ -4027,56 +4108,59 @@ var file_plugin_proto_depIdxs = []int32{
 	14, // 12: attnplug.plugin.v1.ConfigureRequest.host:type_name -> attnplug.plugin.v1.HostInfo
 	3,  // 13: attnplug.plugin.v1.Reads.facts:type_name -> attnplug.plugin.v1.Fact
 	6,  // 14: attnplug.plugin.v1.Reads.quantities:type_name -> attnplug.plugin.v1.QuantityRead
-	0,  // 15: attnplug.plugin.v1.Batch.forward_mode:type_name -> attnplug.plugin.v1.ForwardMode
-	2,  // 16: attnplug.plugin.v1.Runtime.platform:type_name -> attnplug.plugin.v1.Platform
-	18, // 17: attnplug.plugin.v1.Request.layer:type_name -> attnplug.plugin.v1.Layer
-	19, // 18: attnplug.plugin.v1.Request.batch:type_name -> attnplug.plugin.v1.Batch
-	20, // 19: attnplug.plugin.v1.Request.runtime:type_name -> attnplug.plugin.v1.Runtime
-	21, // 20: attnplug.plugin.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
-	1,  // 21: attnplug.plugin.v1.DispatchResponse.method:type_name -> attnplug.plugin.v1.Method
-	21, // 22: attnplug.plugin.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
-	1,  // 23: attnplug.plugin.v1.Result.method:type_name -> attnplug.plugin.v1.Method
-	5,  // 24: attnplug.plugin.v1.Result.error_code:type_name -> attnplug.plugin.v1.ErrorCode
-	25, // 25: attnplug.plugin.v1.DispatchBatchResponse.results:type_name -> attnplug.plugin.v1.Result
-	1,  // 26: attnplug.plugin.v1.RunKernelRequest.method:type_name -> attnplug.plugin.v1.Method
-	27, // 27: attnplug.plugin.v1.RunKernelRequest.dims:type_name -> attnplug.plugin.v1.KernelDims
-	28, // 28: attnplug.plugin.v1.RunKernelRequest.buffer:type_name -> attnplug.plugin.v1.SharedBuffer
-	29, // 29: attnplug.plugin.v1.RunKernelRequest.tensors:type_name -> attnplug.plugin.v1.TensorRef
-	2,  // 30: attnplug.plugin.v1.DeviceInfo.platform:type_name -> attnplug.plugin.v1.Platform
-	33, // 31: attnplug.plugin.v1.KernelEntry.params:type_name -> attnplug.plugin.v1.KernelParam
-	2,  // 32: attnplug.plugin.v1.KernelModule.platform:type_name -> attnplug.plugin.v1.Platform
-	34, // 33: attnplug.plugin.v1.KernelModule.entries:type_name -> attnplug.plugin.v1.KernelEntry
-	32, // 34: attnplug.plugin.v1.KernelModulesRequest.device:type_name -> attnplug.plugin.v1.DeviceInfo
-	35, // 35: attnplug.plugin.v1.KernelModulesResponse.modules:type_name -> attnplug.plugin.v1.KernelModule
-	1,  // 36: attnplug.plugin.v1.PlanKernelRequest.method:type_name -> attnplug.plugin.v1.Method
-	39, // 37: attnplug.plugin.v1.PlanKernelRequest.dims:type_name -> attnplug.plugin.v1.PlanDims
-	38, // 38: attnplug.plugin.v1.PlanKernelRequest.shape:type_name -> attnplug.plugin.v1.PlanShape
-	32, // 39: attnplug.plugin.v1.PlanKernelRequest.device:type_name -> attnplug.plugin.v1.DeviceInfo
-	44, // 40: attnplug.plugin.v1.Launch.args:type_name -> attnplug.plugin.v1.LaunchArg
-	41, // 41: attnplug.plugin.v1.Plan.tensors:type_name -> attnplug.plugin.v1.TensorSpec
-	42, // 42: attnplug.plugin.v1.Plan.metadata:type_name -> attnplug.plugin.v1.MetaBuffer
-	43, // 43: attnplug.plugin.v1.Plan.schedule:type_name -> attnplug.plugin.v1.WorkItem
-	45, // 44: attnplug.plugin.v1.Plan.launches:type_name -> attnplug.plugin.v1.Launch
-	46, // 45: attnplug.plugin.v1.PlanKernelResponse.plan:type_name -> attnplug.plugin.v1.Plan
-	7,  // 46: attnplug.plugin.v1.Backend.Describe:input_type -> attnplug.plugin.v1.DescribeRequest
-	22, // 47: attnplug.plugin.v1.Backend.Dispatch:input_type -> attnplug.plugin.v1.DispatchRequest
-	24, // 48: attnplug.plugin.v1.Backend.DispatchBatch:input_type -> attnplug.plugin.v1.DispatchBatchRequest
-	15, // 49: attnplug.plugin.v1.Backend.Configure:input_type -> attnplug.plugin.v1.ConfigureRequest
-	30, // 50: attnplug.plugin.v1.Backend.RunKernel:input_type -> attnplug.plugin.v1.RunKernelRequest
-	36, // 51: attnplug.plugin.v1.Backend.KernelModules:input_type -> attnplug.plugin.v1.KernelModulesRequest
-	40, // 52: attnplug.plugin.v1.Backend.PlanKernel:input_type -> attnplug.plugin.v1.PlanKernelRequest
-	8,  // 53: attnplug.plugin.v1.Backend.Describe:output_type -> attnplug.plugin.v1.DescribeResponse
-	23, // 54: attnplug.plugin.v1.Backend.Dispatch:output_type -> attnplug.plugin.v1.DispatchResponse
-	26, // 55: attnplug.plugin.v1.Backend.DispatchBatch:output_type -> attnplug.plugin.v1.DispatchBatchResponse
-	16, // 56: attnplug.plugin.v1.Backend.Configure:output_type -> attnplug.plugin.v1.ConfigureResponse
-	31, // 57: attnplug.plugin.v1.Backend.RunKernel:output_type -> attnplug.plugin.v1.RunKernelResponse
-	37, // 58: attnplug.plugin.v1.Backend.KernelModules:output_type -> attnplug.plugin.v1.KernelModulesResponse
-	47, // 59: attnplug.plugin.v1.Backend.PlanKernel:output_type -> attnplug.plugin.v1.PlanKernelResponse
-	53, // [53:60] is the sub-list for method output_type
-	46, // [46:53] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	18, // 15: attnplug.plugin.v1.Reads.conditions:type_name -> attnplug.plugin.v1.ReadsCondition
+	3,  // 16: attnplug.plugin.v1.ReadsCondition.when:type_name -> attnplug.plugin.v1.Fact
+	17, // 17: attnplug.plugin.v1.ReadsCondition.reads:type_name -> attnplug.plugin.v1.Reads
+	0,  // 18: attnplug.plugin.v1.Batch.forward_mode:type_name -> attnplug.plugin.v1.ForwardMode
+	2,  // 19: attnplug.plugin.v1.Runtime.platform:type_name -> attnplug.plugin.v1.Platform
+	19, // 20: attnplug.plugin.v1.Request.layer:type_name -> attnplug.plugin.v1.Layer
+	20, // 21: attnplug.plugin.v1.Request.batch:type_name -> attnplug.plugin.v1.Batch
+	21, // 22: attnplug.plugin.v1.Request.runtime:type_name -> attnplug.plugin.v1.Runtime
+	22, // 23: attnplug.plugin.v1.DispatchRequest.request:type_name -> attnplug.plugin.v1.Request
+	1,  // 24: attnplug.plugin.v1.DispatchResponse.method:type_name -> attnplug.plugin.v1.Method
+	22, // 25: attnplug.plugin.v1.DispatchBatchRequest.requests:type_name -> attnplug.plugin.v1.Request
+	1,  // 26: attnplug.plugin.v1.Result.method:type_name -> attnplug.plugin.v1.Method
+	5,  // 27: attnplug.plugin.v1.Result.error_code:type_name -> attnplug.plugin.v1.ErrorCode
+	26, // 28: attnplug.plugin.v1.DispatchBatchResponse.results:type_name -> attnplug.plugin.v1.Result
+	1,  // 29: attnplug.plugin.v1.RunKernelRequest.method:type_name -> attnplug.plugin.v1.Method
+	28, // 30: attnplug.plugin.v1.RunKernelRequest.dims:type_name -> attnplug.plugin.v1.KernelDims
+	29, // 31: attnplug.plugin.v1.RunKernelRequest.buffer:type_name -> attnplug.plugin.v1.SharedBuffer
+	30, // 32: attnplug.plugin.v1.RunKernelRequest.tensors:type_name -> attnplug.plugin.v1.TensorRef
+	2,  // 33: attnplug.plugin.v1.DeviceInfo.platform:type_name -> attnplug.plugin.v1.Platform
+	34, // 34: attnplug.plugin.v1.KernelEntry.params:type_name -> attnplug.plugin.v1.KernelParam
+	2,  // 35: attnplug.plugin.v1.KernelModule.platform:type_name -> attnplug.plugin.v1.Platform
+	35, // 36: attnplug.plugin.v1.KernelModule.entries:type_name -> attnplug.plugin.v1.KernelEntry
+	33, // 37: attnplug.plugin.v1.KernelModulesRequest.device:type_name -> attnplug.plugin.v1.DeviceInfo
+	36, // 38: attnplug.plugin.v1.KernelModulesResponse.modules:type_name -> attnplug.plugin.v1.KernelModule
+	1,  // 39: attnplug.plugin.v1.PlanKernelRequest.method:type_name -> attnplug.plugin.v1.Method
+	40, // 40: attnplug.plugin.v1.PlanKernelRequest.dims:type_name -> attnplug.plugin.v1.PlanDims
+	39, // 41: attnplug.plugin.v1.PlanKernelRequest.shape:type_name -> attnplug.plugin.v1.PlanShape
+	33, // 42: attnplug.plugin.v1.PlanKernelRequest.device:type_name -> attnplug.plugin.v1.DeviceInfo
+	45, // 43: attnplug.plugin.v1.Launch.args:type_name -> attnplug.plugin.v1.LaunchArg
+	42, // 44: attnplug.plugin.v1.Plan.tensors:type_name -> attnplug.plugin.v1.TensorSpec
+	43, // 45: attnplug.plugin.v1.Plan.metadata:type_name -> attnplug.plugin.v1.MetaBuffer
+	44, // 46: attnplug.plugin.v1.Plan.schedule:type_name -> attnplug.plugin.v1.WorkItem
+	46, // 47: attnplug.plugin.v1.Plan.launches:type_name -> attnplug.plugin.v1.Launch
+	47, // 48: attnplug.plugin.v1.PlanKernelResponse.plan:type_name -> attnplug.plugin.v1.Plan
+	7,  // 49: attnplug.plugin.v1.Backend.Describe:input_type -> attnplug.plugin.v1.DescribeRequest
+	23, // 50: attnplug.plugin.v1.Backend.Dispatch:input_type -> attnplug.plugin.v1.DispatchRequest
+	25, // 51: attnplug.plugin.v1.Backend.DispatchBatch:input_type -> attnplug.plugin.v1.DispatchBatchRequest
+	15, // 52: attnplug.plugin.v1.Backend.Configure:input_type -> attnplug.plugin.v1.ConfigureRequest
+	31, // 53: attnplug.plugin.v1.Backend.RunKernel:input_type -> attnplug.plugin.v1.RunKernelRequest
+	37, // 54: attnplug.plugin.v1.Backend.KernelModules:input_type -> attnplug.plugin.v1.KernelModulesRequest
+	41, // 55: attnplug.plugin.v1.Backend.PlanKernel:input_type -> attnplug.plugin.v1.PlanKernelRequest
+	8,  // 56: attnplug.plugin.v1.Backend.Describe:output_type -> attnplug.plugin.v1.DescribeResponse
+	24, // 57: attnplug.plugin.v1.Backend.Dispatch:output_type -> attnplug.plugin.v1.DispatchResponse
+	27, // 58: attnplug.plugin.v1.Backend.DispatchBatch:output_type -> attnplug.plugin.v1.DispatchBatchResponse
+	16, // 59: attnplug.plugin.v1.Backend.Configure:output_type -> attnplug.plugin.v1.ConfigureResponse
+	32, // 60: attnplug.plugin.v1.Backend.RunKernel:output_type -> attnplug.plugin.v1.RunKernelResponse
+	38, // 61: attnplug.plugin.v1.Backend.KernelModules:output_type -> attnplug.plugin.v1.KernelModulesResponse
+	48, // 62: attnplug.plugin.v1.Backend.PlanKernel:output_type -> attnplug.plugin.v1.PlanKernelResponse
+	56, // [56:63] is the sub-list for method output_type
+	49, // [49:56] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -4084,15 +4168,15 @@ func file_plugin_proto_init() {
 	if File_plugin_proto != nil {
 		return
 	}
-	file_plugin_proto_msgTypes[12].OneofWrappers = []any{}
-	file_plugin_proto_msgTypes[14].OneofWrappers = []any{}
+	file_plugin_proto_msgTypes[13].OneofWrappers = []any{}
+	file_plugin_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

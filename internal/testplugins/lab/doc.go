@@ -3,13 +3,16 @@
 // KV cache dtype, the backend name, the forward mode, the compute
 // capability, the longest sequence, the prefix sum, the raw chunk
 // capacity, the batch size, the longest prefix, the platform), declared
-// with their thresholds, with a kernel catalog; and, on command, each of
+// with their thresholds and a condition (inside a piecewise CUDA graph,
+// the flag alone), with a kernel catalog; and, on command, each of
 // the ways a vendor's plugin goes wrong that attnplug conform must catch.
 //
 // The breaks come from $ATTNPLUG_LAB, a comma-separated list (rules.Parse):
 //
 //	undeclared=Q     leave quantity Q out of the declarations
 //	off_by_one       declare the prefix sum's threshold as 999, read 1000
+//	condition_lies   declare that with a dense KV cache dtype the rules
+//	                 read the CUDA graph flag alone (they read more)
 //	rare_method      answer MHA_NPU, undeclared, to batches of more than
 //	                 8 sequences with an fp4_e2m1 KV cache
 //	time             flip decode answers every 100 ms

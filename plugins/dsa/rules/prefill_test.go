@@ -1,6 +1,7 @@
 package rules_test
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
@@ -113,5 +114,72 @@ func TestDSAPrefillThreshold(t *testing.T) {
 	reads := rules.ReadsAt(1000)
 	if len(reads.MaxSeqLenAtMost) != 1 || reads.MaxSeqLenAtMost[0] != 1000 || !reads.Cacheable() {
 		t.Errorf("ReadsAt(1000) = %+v", reads)
+	}
+}
+
+// TestReadsCondition checks the condition of ReadsAt against the rule: on
+// requests drawn over every mode, flag, device, dtype and length, a
+// request that gives dsa_use_mha (dsa_use_mha_set, or dsa_use_mha true) is
+// answered by dsa_use_mha alone, and the key plan gives all such requests
+// one key per value of dsa_use_mha; requests that do not give it are keyed
+// by the whole reads, and one key never holds two answers.
+func TestReadsCondition(t *testing.T) {
+	const threshold = 1000
+	reads := rules.ReadsAt(threshold)
+	plan, err := reads.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	decide := rules.Decider(threshold)
+	rng := rand.New(rand.NewPCG(5, 6))
+	modes := core.ForwardModes()
+	dtypes := append([]string{""}, core.KVCacheDTypes()...)
+	byKey := map[core.Key]core.Method{}
+	givenKeys := map[bool]core.Key{}
+	given, notGiven := 0, 0
+	for range 20000 {
+		r := core.NewRequest("dsa", modes[rng.IntN(len(modes))])
+		r.Runtime.Platform = core.PlatformCUDA
+		r.Runtime.PiecewiseCUDAGraph, r.Runtime.BreakableCUDAGraph = rng.IntN(6) == 0, rng.IntN(6) == 0
+		r.Runtime.DSAUseMHA, r.Runtime.DSAUseMHASet = rng.IntN(2) == 0, rng.IntN(2) == 0
+		r.Runtime.ComputeCapability = []int{0, 80, 89, 90, 100, 103, 110, 120}[rng.IntN(8)]
+		r.Runtime.KVCacheDType = dtypes[rng.IntN(len(dtypes))]
+		r.Batch.MLAPrefillCP = rng.IntN(6) == 0
+		n := rng.IntN(5)
+		r.Batch.ExtendPrefixLens, r.Batch.SeqLens = make([]int64, n), make([]int64, n)
+		for i := range n {
+			r.Batch.SeqLens[i] = 1 + rng.Int64N(2*threshold)
+		}
+		r.Batch.MaxChunkCapacity = max(0, r.Batch.SeqSum()+rng.Int64N(3)-1)
+		if err := r.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		got, k := decide(&r), plan.Key(&r)
+		if m, ok := byKey[k]; ok && m != got {
+			t.Fatalf("key %#x holds %v and %v (%+v)", k, m, got, r.Runtime)
+		}
+		byKey[k] = got
+		if !r.Runtime.DSAUseMHAGiven() {
+			notGiven++
+			continue
+		}
+		given++
+		want := core.MLA
+		if r.Runtime.DSAUseMHA {
+			want = core.MHAOneShot
+		}
+		if got != want {
+			t.Fatalf("dsa_use_mha %v given: got %v, want %v (%+v, %+v)", r.Runtime.DSAUseMHA, got, want, r.Batch, r.Runtime)
+		}
+		if k0, ok := givenKeys[r.Runtime.DSAUseMHA]; ok && k0 != k {
+			t.Fatalf("dsa_use_mha %v given: keys %#x and %#x; the condition keys by dsa_use_mha alone", r.Runtime.DSAUseMHA, k0, k)
+		}
+		givenKeys[r.Runtime.DSAUseMHA] = k
+	}
+	if given < 1000 || notGiven < 1000 || len(givenKeys) != 2 {
+		t.Errorf("%d requests give dsa_use_mha, %d do not, %d keys for them: the draw misses a side", given, notGiven, len(givenKeys))
+	}
+	if len(byKey) < 8 {
+		t.Errorf("%d keys in all: the requests that do not give dsa_use_mha are keyed by the whole reads", len(byKey))
 	}
 }

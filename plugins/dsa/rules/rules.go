@@ -79,13 +79,22 @@ func Decider(threshold int64) func(*core.Request) core.Method {
 // DecideDSA is Decider at the default threshold.
 func DecideDSA(req *core.Request) core.Method { return Decider(DefaultDenseKVLenThreshold)(req) }
 
-// ReadsAt is what Decider(threshold) reads.
+// ReadsAt is what Decider(threshold) reads: whether the request gives
+// runtime.dsa_use_mha, and the value it gives, or else the facts of
+// DSAPrefillUseMHA. Its condition says that a request that gives
+// dsa_use_mha (FactDSAUseMHASet: dsa_use_mha_set, or dsa_use_mha true) is
+// decided by dsa_use_mha alone, so that a host keys such requests (sglang's
+// own, which always read the backend's use_mha) without the sums and
+// maximum of their lengths.
 func ReadsAt(threshold int64) core.Reads {
 	return core.Reads{
 		Facts: core.FactDSAUseMHA | core.FactDSAUseMHASet | core.FactMode | core.FactPiecewiseCUDAGraph |
 			core.FactBreakableCUDAGraph | core.FactDenseDSADevice | core.FactKVCacheDenseDType |
 			core.FactSeqSumWithinCapacity | core.FactMLAPrefillCP,
 		MaxSeqLenAtMost: []int64{threshold},
+		Conditions: []core.ReadsCondition{
+			{When: core.FactDSAUseMHASet, Reads: core.Reads{Facts: core.FactDSAUseMHA}},
+		},
 	}
 }
 

@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61ttnplug/_pb/dispatch.proto\x12\x14\x61ttnplug.dispatch.v1\"A\n\x0f\x44ispatchRequest\x12.\n\x07request\x18\x01 \x01(\x0b\x32\x1d.attnplug.dispatch.v1.Request\"\xd6\x01\n\x06\x41nswer\x12,\n\x06method\x18\x01 \x01(\x0e\x32\x1c.attnplug.dispatch.v1.Method\x12\x0f\n\x07handler\x18\x02 \x01(\t\x12\x0e\n\x06plugin\x18\x03 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x12\n\ngeneration\x18\x06 \x01(\x04\x12\x33\n\nerror_code\x18\x07 \x01(\x0e\x32\x1f.attnplug.dispatch.v1.ErrorCode\x12\x13\n\x0b\x65rror_field\x18\x08 \x01(\t\"@\n\x10\x44ispatchResponse\x12,\n\x06\x61nswer\x18\x01 \x01(\x0b\x32\x1c.attnplug.dispatch.v1.Answer\"G\n\x14\x44ispatchBatchRequest\x12/\n\x08requests\x18\x01 \x03(\x0b\x32\x1d.attnplug.dispatch.v1.Request\"F\n\x15\x44ispatchBatchResponse\x12-\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x1c.attnplug.dispatch.v1.Answer\"\x11\n\x0f\x44\x65scribeRequest\"\x0e\n\x0cWatchRequest\"i\n\x05Reads\x12\r\n\x05\x66\x61\x63ts\x18\x01 \x03(\t\x12\x1b\n\x13prefix_sum_at_least\x18\x02 \x03(\x03\x12\x17\n\x0fseq_sum_at_most\x18\x03 \x03(\x03\x12\x1b\n\x13max_seq_len_at_most\x18\x04 \x03(\x03\"\xa8\x01\n\x05Route\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07handler\x18\x02 \x01(\t\x12\x0e\n\x06plugin\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12*\n\x05reads\x18\x06 \x01(\x0b\x32\x1b.attnplug.dispatch.v1.Reads\x12\x11\n\tcacheable\x18\x07 \x01(\x08\x12\x10\n\x08\x66\x61llback\x18\x08 \x01(\t\"\x99\x01\n\x10\x44\x65scribeResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12+\n\x06routes\x18\x02 \x03(\x0b\x32\x1b.attnplug.dispatch.v1.Route\x12\x32\n\rdefault_route\x18\x03 \x01(\x0b\x32\x1b.attnplug.dispatch.v1.Route\x12\x10\n\x08platform\x18\x04 \x01(\t\"\x0f\n\rReloadRequest\"\x90\x01\n\x0cPluginChange\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x13\n\x0bold_version\x18\x03 \x01(\t\x12\x13\n\x0bnew_version\x18\x04 \x01(\t\x12\x12\n\nold_sha256\x18\x05 \x01(\t\x12\x12\n\nnew_sha256\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\"E\n\x0eReloadResponse\x12\x33\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\".attnplug.dispatch.v1.PluginChange\"\x14\n\x12ListPluginsRequest\"\xad\x01\n\x0cPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\r\n\x05names\x18\x05 \x03(\t\x12\x0e\n\x06status\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x0b\n\x03pid\x18\x08 \x01(\x05\x12\x10\n\x08restarts\x18\t \x01(\x05\x12\x12\n\nlast_error\x18\n \x01(\t\"J\n\x13ListPluginsResponse\x12\x33\n\x07plugins\x18\x01 \x03(\x0b\x32\".attnplug.dispatch.v1.PluginStatus\"\xa2\x01\n\x07Request\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12*\n\x05layer\x18\x02 \x01(\x0b\x32\x1b.attnplug.dispatch.v1.Layer\x12*\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x1b.attnplug.dispatch.v1.Batch\x12.\n\x07runtime\x18\x04 \x01(\x0b\x32\x1d.attnplug.dispatch.v1.Runtime\"\x8a\x02\n\x05Layer\x12+\n\x1e\x63hunked_prefix_cache_threshold\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12$\n\x1c\x64isable_chunked_prefix_cache\x18\x02 \x01(\x08\x12%\n\x1d\x66lashinfer_mla_disable_ragged\x18\x03 \x01(\x08\x12\x1d\n\x15rocm_fused_decode_mla\x18\x04 \x01(\x08\x12\x0f\n\x07use_dsa\x18\x05 \x01(\x08\x12!\n\x19\x66used_qkv_a_proj_with_mqa\x18\x06 \x01(\x08\x12\x11\n\tintel_amx\x18\x07 \x01(\x08\x42!\n\x1f_chunked_prefix_cache_threshold\"\xdc\x01\n\x05\x42\x61tch\x12\x37\n\x0c\x66orward_mode\x18\x01 \x01(\x0e\x32!.attnplug.dispatch.v1.ForwardMode\x12\x1a\n\x12\x65xtend_prefix_lens\x18\x02 \x03(\x03\x12 \n\x18\x65xtend_prefix_lens_known\x18\x03 \x01(\x08\x12\x10\n\x08seq_lens\x18\x04 \x03(\x03\x12\x16\n\x0eseq_lens_known\x18\x05 \x01(\x08\x12\x1a\n\x12max_chunk_capacity\x18\x06 \x01(\x03\x12\x16\n\x0emla_prefill_cp\x18\x07 \x01(\x08\"\xaa\x02\n\x07Runtime\x12\x30\n\x08platform\x18\x01 \x01(\x0e\x32\x1e.attnplug.dispatch.v1.Platform\x12\x1c\n\x14piecewise_cuda_graph\x18\x02 \x01(\x08\x12\x1c\n\x14\x62reakable_cuda_graph\x18\x03 \x01(\x08\x12\x1f\n\x17\x64\x65terministic_inference\x18\x04 \x01(\x08\x12\x18\n\x0b\x64sa_use_mha\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12\x19\n\x11two_batch_overlap\x18\x06 \x01(\x08\x12\x1a\n\x12\x63ompute_capability\x18\x07 \x01(\x05\x12\x16\n\x0ekv_cache_dtype\x18\x08 \x01(\t\x12\x17\n\x0f\x64sa_use_mha_set\x18\t \x01(\x08\x42\x0e\n\x0c_dsa_use_mha*\x88\x02\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x45RROR_CODE_INVALID_REQUEST\x10\x01\x12\x1e\n\x1a\x45RROR_CODE_UNKNOWN_BACKEND\x10\x02\x12\x1a\n\x16\x45RROR_CODE_UNAVAILABLE\x10\x03\x12\x16\n\x12\x45RROR_CODE_REFUSED\x10\x04\x12\x17\n\x13\x45RROR_CODE_PROTOCOL\x10\x05\x12 \n\x1c\x45RROR_CODE_DEADLINE_EXCEEDED\x10\x06\x12\x17\n\x13\x45RROR_CODE_CANCELED\x10\x07\x12\x17\n\x13\x45RROR_CODE_INTERNAL\x10\x08*\xa7\x02\n\x0b\x46orwardMode\x12\x1c\n\x18\x46ORWARD_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46ORWARD_MODE_EXTEND\x10\x01\x12\x17\n\x13\x46ORWARD_MODE_DECODE\x10\x02\x12\x16\n\x12\x46ORWARD_MODE_MIXED\x10\x03\x12\x15\n\x11\x46ORWARD_MODE_IDLE\x10\x04\x12\x1e\n\x1a\x46ORWARD_MODE_TARGET_VERIFY\x10\x05\x12 \n\x1c\x46ORWARD_MODE_DRAFT_EXTEND_V2\x10\x06\x12\x19\n\x15\x46ORWARD_MODE_PREBUILT\x10\x07\x12\x1e\n\x1a\x46ORWARD_MODE_SPLIT_PREFILL\x10\x08\x12\x1c\n\x18\x46ORWARD_MODE_DLLM_EXTEND\x10\t*\xef\x01\n\x06Method\x12\x16\n\x12METHOD_UNSPECIFIED\x10\x00\x12\x0e\n\nMETHOD_MHA\x10\x01\x12\x0e\n\nMETHOD_MLA\x10\x02\x12\x19\n\x15METHOD_MHA_CHUNKED_KV\x10\x03\x12\x17\n\x13METHOD_MHA_ONE_SHOT\x10\x04\x12\x1e\n\x1aMETHOD_MLA_FUSED_ROPE_ROCM\x10\x05\x12\x1d\n\x19METHOD_MLA_FUSED_ROPE_CPU\x10\x06\x12\x12\n\x0eMETHOD_MHA_NPU\x10\x07\x12\x12\n\x0eMETHOD_MLA_NPU\x10\x08\x12\x12\n\x0eMETHOD_DSA_NPU\x10\t*\x7f\n\x08Platform\x12\x18\n\x14PLATFORM_UNSPECIFIED\x10\x00\x12\x11\n\rPLATFORM_CUDA\x10\x01\x12\x10\n\x0cPLATFORM_HIP\x10\x02\x12\x10\n\x0cPLATFORM_NPU\x10\x03\x12\x10\n\x0cPLATFORM_XPU\x10\x04\x12\x10\n\x0cPLATFORM_CPU\x10\x05\x32\x83\x03\n\nDispatcher\x12Y\n\x08\x44ispatch\x12%.attnplug.dispatch.v1.DispatchRequest\x1a&.attnplug.dispatch.v1.DispatchResponse\x12h\n\rDispatchBatch\x12*.attnplug.dispatch.v1.DispatchBatchRequest\x1a+.attnplug.dispatch.v1.DispatchBatchResponse\x12Y\n\x08\x44\x65scribe\x12%.attnplug.dispatch.v1.DescribeRequest\x1a&.attnplug.dispatch.v1.DescribeResponse\x12U\n\x05Watch\x12\".attnplug.dispatch.v1.WatchRequest\x1a&.attnplug.dispatch.v1.DescribeResponse0\x01\x32\xc0\x01\n\x05\x41\x64min\x12S\n\x06Reload\x12#.attnplug.dispatch.v1.ReloadRequest\x1a$.attnplug.dispatch.v1.ReloadResponse\x12\x62\n\x0bListPlugins\x12(.attnplug.dispatch.v1.ListPluginsRequest\x1a).attnplug.dispatch.v1.ListPluginsResponseB8Z6github.com/attnplug/attnplug/api/dispatchv1;dispatchv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61ttnplug/_pb/dispatch.proto\x12\x14\x61ttnplug.dispatch.v1\"A\n\x0f\x44ispatchRequest\x12.\n\x07request\x18\x01 \x01(\x0b\x32\x1d.attnplug.dispatch.v1.Request\"\xd6\x01\n\x06\x41nswer\x12,\n\x06method\x18\x01 \x01(\x0e\x32\x1c.attnplug.dispatch.v1.Method\x12\x0f\n\x07handler\x18\x02 \x01(\t\x12\x0e\n\x06plugin\x18\x03 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x12\n\ngeneration\x18\x06 \x01(\x04\x12\x33\n\nerror_code\x18\x07 \x01(\x0e\x32\x1f.attnplug.dispatch.v1.ErrorCode\x12\x13\n\x0b\x65rror_field\x18\x08 \x01(\t\"@\n\x10\x44ispatchResponse\x12,\n\x06\x61nswer\x18\x01 \x01(\x0b\x32\x1c.attnplug.dispatch.v1.Answer\"G\n\x14\x44ispatchBatchRequest\x12/\n\x08requests\x18\x01 \x03(\x0b\x32\x1d.attnplug.dispatch.v1.Request\"F\n\x15\x44ispatchBatchResponse\x12-\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x1c.attnplug.dispatch.v1.Answer\"\x11\n\x0f\x44\x65scribeRequest\"\x0e\n\x0cWatchRequest\"\xa3\x01\n\x05Reads\x12\r\n\x05\x66\x61\x63ts\x18\x01 \x03(\t\x12\x1b\n\x13prefix_sum_at_least\x18\x02 \x03(\x03\x12\x17\n\x0fseq_sum_at_most\x18\x03 \x03(\x03\x12\x1b\n\x13max_seq_len_at_most\x18\x04 \x03(\x03\x12\x38\n\nconditions\x18\x05 \x03(\x0b\x32$.attnplug.dispatch.v1.ReadsCondition\"J\n\x0eReadsCondition\x12\x0c\n\x04when\x18\x01 \x01(\t\x12*\n\x05reads\x18\x02 \x01(\x0b\x32\x1b.attnplug.dispatch.v1.Reads\"\xa8\x01\n\x05Route\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07handler\x18\x02 \x01(\t\x12\x0e\n\x06plugin\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12*\n\x05reads\x18\x06 \x01(\x0b\x32\x1b.attnplug.dispatch.v1.Reads\x12\x11\n\tcacheable\x18\x07 \x01(\x08\x12\x10\n\x08\x66\x61llback\x18\x08 \x01(\t\"\x99\x01\n\x10\x44\x65scribeResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12+\n\x06routes\x18\x02 \x03(\x0b\x32\x1b.attnplug.dispatch.v1.Route\x12\x32\n\rdefault_route\x18\x03 \x01(\x0b\x32\x1b.attnplug.dispatch.v1.Route\x12\x10\n\x08platform\x18\x04 \x01(\t\"\x0f\n\rReloadRequest\"\x90\x01\n\x0cPluginChange\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x13\n\x0bold_version\x18\x03 \x01(\t\x12\x13\n\x0bnew_version\x18\x04 \x01(\t\x12\x12\n\nold_sha256\x18\x05 \x01(\t\x12\x12\n\nnew_sha256\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\"E\n\x0eReloadResponse\x12\x33\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\".attnplug.dispatch.v1.PluginChange\"\x14\n\x12ListPluginsRequest\"\xad\x01\n\x0cPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\r\n\x05names\x18\x05 \x03(\t\x12\x0e\n\x06status\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x0b\n\x03pid\x18\x08 \x01(\x05\x12\x10\n\x08restarts\x18\t \x01(\x05\x12\x12\n\nlast_error\x18\n \x01(\t\"J\n\x13ListPluginsResponse\x12\x33\n\x07plugins\x18\x01 \x03(\x0b\x32\".attnplug.dispatch.v1.PluginStatus\"\xa2\x01\n\x07Request\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12*\n\x05layer\x18\x02 \x01(\x0b\x32\x1b.attnplug.dispatch.v1.Layer\x12*\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x1b.attnplug.dispatch.v1.Batch\x12.\n\x07runtime\x18\x04 \x01(\x0b\x32\x1d.attnplug.dispatch.v1.Runtime\"\x8a\x02\n\x05Layer\x12+\n\x1e\x63hunked_prefix_cache_threshold\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12$\n\x1c\x64isable_chunked_prefix_cache\x18\x02 \x01(\x08\x12%\n\x1d\x66lashinfer_mla_disable_ragged\x18\x03 \x01(\x08\x12\x1d\n\x15rocm_fused_decode_mla\x18\x04 \x01(\x08\x12\x0f\n\x07use_dsa\x18\x05 \x01(\x08\x12!\n\x19\x66used_qkv_a_proj_with_mqa\x18\x06 \x01(\x08\x12\x11\n\tintel_amx\x18\x07 \x01(\x08\x42!\n\x1f_chunked_prefix_cache_threshold\"\xdc\x01\n\x05\x42\x61tch\x12\x37\n\x0c\x66orward_mode\x18\x01 \x01(\x0e\x32!.attnplug.dispatch.v1.ForwardMode\x12\x1a\n\x12\x65xtend_prefix_lens\x18\x02 \x03(\x03\x12 \n\x18\x65xtend_prefix_lens_known\x18\x03 \x01(\x08\x12\x10\n\x08seq_lens\x18\x04 \x03(\x03\x12\x16\n\x0eseq_lens_known\x18\x05 \x01(\x08\x12\x1a\n\x12max_chunk_capacity\x18\x06 \x01(\x03\x12\x16\n\x0emla_prefill_cp\x18\x07 \x01(\x08\"\xaa\x02\n\x07Runtime\x12\x30\n\x08platform\x18\x01 \x01(\x0e\x32\x1e.attnplug.dispatch.v1.Platform\x12\x1c\n\x14piecewise_cuda_graph\x18\x02 \x01(\x08\x12\x1c\n\x14\x62reakable_cuda_graph\x18\x03 \x01(\x08\x12\x1f\n\x17\x64\x65terministic_inference\x18\x04 \x01(\x08\x12\x18\n\x0b\x64sa_use_mha\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12\x19\n\x11two_batch_overlap\x18\x06 \x01(\x08\x12\x1a\n\x12\x63ompute_capability\x18\x07 \x01(\x05\x12\x16\n\x0ekv_cache_dtype\x18\x08 \x01(\t\x12\x17\n\x0f\x64sa_use_mha_set\x18\t \x01(\x08\x42\x0e\n\x0c_dsa_use_mha*\x88\x02\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x45RROR_CODE_INVALID_REQUEST\x10\x01\x12\x1e\n\x1a\x45RROR_CODE_UNKNOWN_BACKEND\x10\x02\x12\x1a\n\x16\x45RROR_CODE_UNAVAILABLE\x10\x03\x12\x16\n\x12\x45RROR_CODE_REFUSED\x10\x04\x12\x17\n\x13\x45RROR_CODE_PROTOCOL\x10\x05\x12 \n\x1c\x45RROR_CODE_DEADLINE_EXCEEDED\x10\x06\x12\x17\n\x13\x45RROR_CODE_CANCELED\x10\x07\x12\x17\n\x13\x45RROR_CODE_INTERNAL\x10\x08*\xa7\x02\n\x0b\x46orwardMode\x12\x1c\n\x18\x46ORWARD_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46ORWARD_MODE_EXTEND\x10\x01\x12\x17\n\x13\x46ORWARD_MODE_DECODE\x10\x02\x12\x16\n\x12\x46ORWARD_MODE_MIXED\x10\x03\x12\x15\n\x11\x46ORWARD_MODE_IDLE\x10\x04\x12\x1e\n\x1a\x46ORWARD_MODE_TARGET_VERIFY\x10\x05\x12 \n\x1c\x46ORWARD_MODE_DRAFT_EXTEND_V2\x10\x06\x12\x19\n\x15\x46ORWARD_MODE_PREBUILT\x10\x07\x12\x1e\n\x1a\x46ORWARD_MODE_SPLIT_PREFILL\x10\x08\x12\x1c\n\x18\x46ORWARD_MODE_DLLM_EXTEND\x10\t*\xef\x01\n\x06Method\x12\x16\n\x12METHOD_UNSPECIFIED\x10\x00\x12\x0e\n\nMETHOD_MHA\x10\x01\x12\x0e\n\nMETHOD_MLA\x10\x02\x12\x19\n\x15METHOD_MHA_CHUNKED_KV\x10\x03\x12\x17\n\x13METHOD_MHA_ONE_SHOT\x10\x04\x12\x1e\n\x1aMETHOD_MLA_FUSED_ROPE_ROCM\x10\x05\x12\x1d\n\x19METHOD_MLA_FUSED_ROPE_CPU\x10\x06\x12\x12\n\x0eMETHOD_MHA_NPU\x10\x07\x12\x12\n\x0eMETHOD_MLA_NPU\x10\x08\x12\x12\n\x0eMETHOD_DSA_NPU\x10\t*\x7f\n\x08Platform\x12\x18\n\x14PLATFORM_UNSPECIFIED\x10\x00\x12\x11\n\rPLATFORM_CUDA\x10\x01\x12\x10\n\x0cPLATFORM_HIP\x10\x02\x12\x10\n\x0cPLATFORM_NPU\x10\x03\x12\x10\n\x0cPLATFORM_XPU\x10\x04\x12\x10\n\x0cPLATFORM_CPU\x10\x05\x32\x83\x03\n\nDispatcher\x12Y\n\x08\x44ispatch\x12%.attnplug.dispatch.v1.DispatchRequest\x1a&.attnplug.dispatch.v1.DispatchResponse\x12h\n\rDispatchBatch\x12*.attnplug.dispatch.v1.DispatchBatchRequest\x1a+.attnplug.dispatch.v1.DispatchBatchResponse\x12Y\n\x08\x44\x65scribe\x12%.attnplug.dispatch.v1.DescribeRequest\x1a&.attnplug.dispatch.v1.DescribeResponse\x12U\n\x05Watch\x12\".attnplug.dispatch.v1.WatchRequest\x1a&.attnplug.dispatch.v1.DescribeResponse0\x01\x32\xc0\x01\n\x05\x41\x64min\x12S\n\x06Reload\x12#.attnplug.dispatch.v1.ReloadRequest\x1a$.attnplug.dispatch.v1.ReloadResponse\x12\x62\n\x0bListPlugins\x12(.attnplug.dispatch.v1.ListPluginsRequest\x1a).attnplug.dispatch.v1.ListPluginsResponseB8Z6github.com/attnplug/attnplug/api/dispatchv1;dispatchv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'attnplug._pb.dispatch_pb2', globals())
@@ -21,14 +21,14 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z6github.com/attnplug/attnplug/api/dispatchv1;dispatchv1'
-  _ERRORCODE._serialized_start=2485
-  _ERRORCODE._serialized_end=2749
-  _FORWARDMODE._serialized_start=2752
-  _FORWARDMODE._serialized_end=3047
-  _METHOD._serialized_start=3050
-  _METHOD._serialized_end=3289
-  _PLATFORM._serialized_start=3291
-  _PLATFORM._serialized_end=3418
+  _ERRORCODE._serialized_start=2620
+  _ERRORCODE._serialized_end=2884
+  _FORWARDMODE._serialized_start=2887
+  _FORWARDMODE._serialized_end=3182
+  _METHOD._serialized_start=3185
+  _METHOD._serialized_end=3424
+  _PLATFORM._serialized_start=3426
+  _PLATFORM._serialized_end=3553
   _DISPATCHREQUEST._serialized_start=53
   _DISPATCHREQUEST._serialized_end=118
   _ANSWER._serialized_start=121
@@ -43,34 +43,36 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _DESCRIBEREQUEST._serialized_end=565
   _WATCHREQUEST._serialized_start=567
   _WATCHREQUEST._serialized_end=581
-  _READS._serialized_start=583
-  _READS._serialized_end=688
-  _ROUTE._serialized_start=691
-  _ROUTE._serialized_end=859
-  _DESCRIBERESPONSE._serialized_start=862
-  _DESCRIBERESPONSE._serialized_end=1015
-  _RELOADREQUEST._serialized_start=1017
-  _RELOADREQUEST._serialized_end=1032
-  _PLUGINCHANGE._serialized_start=1035
-  _PLUGINCHANGE._serialized_end=1179
-  _RELOADRESPONSE._serialized_start=1181
-  _RELOADRESPONSE._serialized_end=1250
-  _LISTPLUGINSREQUEST._serialized_start=1252
-  _LISTPLUGINSREQUEST._serialized_end=1272
-  _PLUGINSTATUS._serialized_start=1275
-  _PLUGINSTATUS._serialized_end=1448
-  _LISTPLUGINSRESPONSE._serialized_start=1450
-  _LISTPLUGINSRESPONSE._serialized_end=1524
-  _REQUEST._serialized_start=1527
-  _REQUEST._serialized_end=1689
-  _LAYER._serialized_start=1692
-  _LAYER._serialized_end=1958
-  _BATCH._serialized_start=1961
-  _BATCH._serialized_end=2181
-  _RUNTIME._serialized_start=2184
-  _RUNTIME._serialized_end=2482
-  _DISPATCHER._serialized_start=3421
-  _DISPATCHER._serialized_end=3808
-  _ADMIN._serialized_start=3811
-  _ADMIN._serialized_end=4003
+  _READS._serialized_start=584
+  _READS._serialized_end=747
+  _READSCONDITION._serialized_start=749
+  _READSCONDITION._serialized_end=823
+  _ROUTE._serialized_start=826
+  _ROUTE._serialized_end=994
+  _DESCRIBERESPONSE._serialized_start=997
+  _DESCRIBERESPONSE._serialized_end=1150
+  _RELOADREQUEST._serialized_start=1152
+  _RELOADREQUEST._serialized_end=1167
+  _PLUGINCHANGE._serialized_start=1170
+  _PLUGINCHANGE._serialized_end=1314
+  _RELOADRESPONSE._serialized_start=1316
+  _RELOADRESPONSE._serialized_end=1385
+  _LISTPLUGINSREQUEST._serialized_start=1387
+  _LISTPLUGINSREQUEST._serialized_end=1407
+  _PLUGINSTATUS._serialized_start=1410
+  _PLUGINSTATUS._serialized_end=1583
+  _LISTPLUGINSRESPONSE._serialized_start=1585
+  _LISTPLUGINSRESPONSE._serialized_end=1659
+  _REQUEST._serialized_start=1662
+  _REQUEST._serialized_end=1824
+  _LAYER._serialized_start=1827
+  _LAYER._serialized_end=2093
+  _BATCH._serialized_start=2096
+  _BATCH._serialized_end=2316
+  _RUNTIME._serialized_start=2319
+  _RUNTIME._serialized_end=2617
+  _DISPATCHER._serialized_start=3556
+  _DISPATCHER._serialized_end=3943
+  _ADMIN._serialized_start=3946
+  _ADMIN._serialized_end=4138
 # @@protoc_insertion_point(module_scope)

@@ -84,6 +84,19 @@ func Declarations() []core.Read {
 	}
 }
 
+// Conditions are where Decide reads less: inside a piecewise CUDA graph,
+// the flag alone (the first step answers).
+func Conditions() []core.ReadsCondition {
+	return []core.ReadsCondition{{When: core.FactPiecewiseCUDAGraph, Reads: core.Reads{Quantities: []core.Read{{Quantity: core.QuantityPiecewiseCUDAGraph}}}}}
+}
+
+// lyingCondition is the condition of the break condition_lies: that with a
+// dense KV cache dtype (bf16, fp8_e4m3, ...) Decide reads the CUDA graph
+// flag alone, when it reads everything of the other steps too.
+func lyingCondition() core.ReadsCondition {
+	return core.ReadsCondition{When: core.FactKVCacheDenseDType, Reads: core.Reads{Quantities: []core.Read{{Quantity: core.QuantityPiecewiseCUDAGraph}}}}
+}
+
 // Methods are the methods Decide can answer.
 func Methods() []core.Method {
 	return []core.Method{core.MLA, core.MHA, core.MHAChunkedKV, core.MHAOneShot, core.MLAFusedRoPEROCm}
@@ -104,14 +117,15 @@ func Kernels() []core.Kernel {
 
 // Breaks say how the plugin misbehaves.
 type Breaks struct {
-	Undeclared []core.Quantity
-	OffByOne   bool
-	RareMethod bool
-	Time       bool
-	Stdout     bool
-	Mutate     bool
-	Sleep      time.Duration
-	Catalog    string
+	Undeclared    []core.Quantity
+	OffByOne      bool
+	ConditionLies bool
+	RareMethod    bool
+	Time          bool
+	Stdout        bool
+	Mutate        bool
+	Sleep         time.Duration
+	Catalog       string
 }
 
 // Parse reads a comma-separated list of breaks.
@@ -128,6 +142,8 @@ func Parse(spec string) (Breaks, error) {
 			b.Undeclared = append(b.Undeclared, q)
 		case "off_by_one":
 			b.OffByOne = true
+		case "condition_lies":
+			b.ConditionLies = true
 		case "rare_method":
 			b.RareMethod = true
 		case "time":
@@ -187,6 +203,17 @@ func New(b Breaks, logger core.Logger) (*backendkit.Backend, error) {
 		}
 		decls = append(decls, d)
 	}
+	// A condition stays while the declarations hold its fact and its reads.
+	var conds []core.ReadsCondition
+	all := Conditions()
+	if b.ConditionLies {
+		all = append(all, lyingCondition())
+	}
+	for _, c := range all {
+		if r := (core.Reads{Quantities: decls, Conditions: []core.ReadsCondition{c}}); r.Validate() == nil {
+			conds = append(conds, c)
+		}
+	}
 	ks := Kernels()
 	switch b.Catalog {
 	case "dtype":
@@ -199,7 +226,7 @@ func New(b Breaks, logger core.Logger) (*backendkit.Backend, error) {
 		ks = append(ks, core.Kernel{Name: "lab_npu", Library: "lab", Method: core.MHANPU, DTypes: []string{"bf16"}})
 	}
 	rule := func(name string) core.Rule {
-		return core.Rule{Name: name, Decide: decide, Reads: core.Reads{Quantities: decls}, Methods: Methods(), Kernels: ks}
+		return core.Rule{Name: name, Decide: decide, Reads: core.Reads{Quantities: decls, Conditions: conds}, Methods: Methods(), Kernels: ks}
 	}
 	return backendkit.NewRules(Name, "1.0.0", logger, rule(Name), rule(NameB))
 }
