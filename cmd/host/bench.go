@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/engine"
 	"github.com/attnplug/attnplug/internal/inproc"
 	"github.com/attnplug/attnplug/internal/reference"
 	"github.com/attnplug/attnplug/registry"
@@ -454,7 +455,7 @@ func benchStream(ctx context.Context, reg *registry.Registry, hostArgs []string,
 	}
 	res.StreamRequests = n
 	t0 := time.Now()
-	if _, err := dispatchStream(ctx, reg, bytes.NewReader(in.Bytes()), io.Discard, 0, false); err != nil {
+	if _, err := engine.Stream(ctx, reg, bytes.NewReader(in.Bytes()), io.Discard, engine.StreamOptions{}); err != nil {
 		return err
 	}
 	res.StreamRequestsPerSecond = float64(n) / time.Since(t0).Seconds()
