@@ -1,7 +1,8 @@
-// Package engine is the engine API of attnplug (package dispatchv1, for
-// serving engines not written in Go) on both sides: the Server that
-// attnplug serve runs over a registry, and the Client that attnplug
-// dispatch --connect uses.
+// Package engine is the engine API of attnplug in every form: the gRPC
+// API (package dispatchv1, for serving engines not written in Go) on both
+// sides, the Server that attnplug serve runs over a registry and the
+// Client that attnplug dispatch --connect uses; and the JSON Lines stream
+// of attnplug dispatch (Stream), answered by either.
 //
 // Start with NewServer: Register puts the Dispatcher and Admin services
 // (with gRPC health and reflection) on a grpc.Server; a request without a
@@ -15,6 +16,11 @@
 // core sentinel its error wraps, so errors keep their identity:
 // errors.Is(err, core.ErrInvalidRequest) holds on the client when it held
 // on the server, and errors.As finds a *core.FieldError.
+//
+// Stream answers a JSON Lines stream of requests through a Batcher (a
+// *registry.Registry or a *Client): lines are decoded in chunks while the
+// previous chunk is decided, one DispatchBatch call per chunk, and the
+// answers are written in order, flushed whenever no input waits.
 //
 // The protobuf messages stay inside this package and dispatchv1: the
 // converters (convert.go) are unexported, and the engine API's messages

@@ -183,28 +183,7 @@ func (h *hostFlags) hostPlatform(ctx context.Context) (core.Platform, error) {
 		}
 		return p, nil
 	}
-	return detectPlatform(ctx), nil
-}
-
-// detectPlatform is the platform of this machine's hardware (package
-// detect on the real root), from files only: asking libcuda costs about
-// 200 ms, too much for the start-up of dispatch. Without libcuda, an
-// NVIDIA GPU missing from detect's device-ID table has no known compute
-// capability; it still makes the platform cuda when it passed every other
-// check.
-func detectPlatform(ctx context.Context) core.Platform {
-	r, err := detect.Detect(ctx, detect.Options{NoDriverQuery: true})
-	if err != nil {
-		return core.PlatformCPU
-	}
-	if r.Platform == detect.PlatformCPU {
-		for _, d := range r.Devices {
-			if d.Vendor == detect.VendorNVIDIA && d.Check() == detect.CheckCapable && strings.Contains(d.Reason, "unknown device id") {
-				return core.PlatformCUDA
-			}
-		}
-	}
-	return r.HostInfo().Platform
+	return detect.FilePlatform(ctx, "/"), nil
 }
 
 func cacheDir() string {

@@ -1,18 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"strings"
 
-	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/engine"
 	"github.com/attnplug/attnplug/jsonl"
-	"github.com/attnplug/attnplug/registry"
 )
 
 func runDispatch(ctx context.Context, e *env, args []string) error {
@@ -46,7 +41,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var d batchDispatcher
+	var d engine.Batcher
 	if *connect != "" {
 		if err := checkAddr("--connect", *connect, true); err != nil {
 			return err
@@ -65,7 +60,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		defer reg.Close()
 		d = reg
 	}
-	refused, err := dispatchStream(ctx, d, e.stdin, e.stdout, *maxLine, *connect != "")
+	refused, err := engine.Stream(ctx, d, e.stdin, e.stdout, engine.StreamOptions{MaxLine: *maxLine, Routed: *connect != ""})
 	if err != nil {
 		return err
 	}
@@ -73,186 +68,4 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		return &refusedError{refused}
 	}
 	return nil
-}
-
-// batchDispatcher answers batches of requests: the registry in process, or
-// a running attnplug serve.
-type batchDispatcher interface {
-	DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.BatchAnswer) error
-}
-
-// Chunks bound what the pipeline holds: a chunk is at most chunkLines
-// requests or chunkBytes of input lines, and at most pipelineDepth chunks
-// wait between the reader and the dispatcher.
-const (
-	chunkLines    = 1024
-	chunkBytes    = 8 << 20
-	pipelineDepth = 2
-)
-
-// chunk is a run of consecutive input lines, decoded.
-type chunk struct {
-	first int // line number of items[0]
-	items []item
-	reqs  []core.Request // the valid requests, in order
-	out   []registry.BatchAnswer
-	err   error // a read error after the items: the stream ends
-}
-
-// item is one input line: its request index in reqs, or why it has none.
-type item struct {
-	n   int
-	req int // index into reqs; -1 when err is set
-	err error
-}
-
-// readChunks decodes the lines of r into chunks. It sends a chunk when it
-// is full or when no more input is already waiting: it never waits for
-// input to fill a chunk.
-func readChunks(ctx context.Context, r *jsonl.Reader, routed bool, out chan<- *chunk, free <-chan *chunk) {
-	defer close(out)
-	for {
-		var c *chunk
-		select {
-		case c = <-free:
-		default:
-			c = &chunk{}
-		}
-		c.items, c.reqs, c.err = c.items[:0], c.reqs[:0], nil
-		bytesIn := 0
-		for len(c.items) < chunkLines && bytesIn < chunkBytes {
-			line, n, err := r.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil && n == 0 {
-				c.err = err
-				break
-			}
-			bytesIn += len(line)
-			it := item{n: n, req: -1, err: err}
-			if err == nil {
-				it.err = decodeInto(line, c, routed)
-				if it.err == nil {
-					it.req = len(c.reqs) - 1
-				}
-			}
-			c.items = append(c.items, it)
-			if !r.Buffered() {
-				break
-			}
-		}
-		if len(c.items) == 0 && c.err == nil {
-			return // end of input
-		}
-		select {
-		case out <- c:
-		case <-ctx.Done():
-			return
-		}
-		if c.err != nil {
-			return
-		}
-	}
-}
-
-// decodeInto decodes line as the next request of c, reusing the slices of
-// the request that stood there in an earlier use of the chunk.
-func decodeInto(line []byte, c *chunk, routed bool) error {
-	if len(c.reqs) < cap(c.reqs) {
-		c.reqs = c.reqs[:len(c.reqs)+1]
-	} else {
-		c.reqs = append(c.reqs, core.Request{})
-	}
-	req := &c.reqs[len(c.reqs)-1]
-	decode := jsonl.DecodeRequest
-	if routed {
-		decode = jsonl.DecodeRoutedRequest
-	}
-	if err := decode(line, req); err != nil {
-		c.reqs = c.reqs[:len(c.reqs)-1]
-		return err
-	}
-	return nil
-}
-
-// dispatchStream answers every request line of in on out, in order, and
-// returns how many lines were refused. routed lets requests leave the
-// backend to the server. Lines already waiting are decided
-// together, one call per plugin for what the answer caches do not hold;
-// the answers are flushed as soon as no further input is waiting.
-func dispatchStream(ctx context.Context, d batchDispatcher, in io.Reader, out io.Writer, maxLine int, routed bool) (int, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	chunks := make(chan *chunk, pipelineDepth)
-	free := make(chan *chunk, pipelineDepth+1)
-	go readChunks(ctx, jsonl.NewReader(in, maxLine), routed, chunks, free)
-
-	w := bufio.NewWriterSize(out, 256<<10)
-	refused, answered := 0, 0
-	// stopped is the error of a stream that ends before its input does:
-	// it says how many lines were answered (their answers are written)
-	// and from which line on none was, so that a caller can resume.
-	stopped := func(c *chunk, err error) error {
-		w.Flush()
-		if c == nil || len(c.items) == 0 {
-			return fmt.Errorf("dispatch: %w (%d request lines answered)", err, answered)
-		}
-		return fmt.Errorf("dispatch: %w (%d request lines answered; none from line %d on)", err, answered, c.items[0].n)
-	}
-	var buf []byte
-	for {
-		var c *chunk
-		var ok bool
-		select {
-		case c, ok = <-chunks:
-		case <-ctx.Done():
-			return refused, stopped(nil, ctx.Err())
-		}
-		if !ok {
-			break
-		}
-		if cap(c.out) < len(c.reqs) {
-			c.out = make([]registry.BatchAnswer, len(c.reqs))
-		}
-		c.out = c.out[:len(c.reqs)]
-		if err := d.DispatchBatch(ctx, c.reqs, c.out); err != nil {
-			return refused, stopped(c, err)
-		}
-		buf = buf[:0]
-		for _, it := range c.items {
-			err := it.err
-			if err == nil {
-				res := c.out[it.req]
-				if err = res.Err; err == nil {
-					buf = jsonl.AppendAnswer(buf, res.Answer)
-					continue
-				}
-			}
-			refused++
-			buf = jsonl.AppendError(buf, it.n, err)
-		}
-		if _, err := w.Write(buf); err != nil {
-			return refused, fmt.Errorf("dispatch: write answers: %w", err)
-		}
-		answered += len(c.items)
-		readErr := c.err
-		select {
-		case free <- c:
-		default:
-		}
-		if readErr != nil {
-			w.Flush()
-			return refused, fmt.Errorf("dispatch: read requests: %w", readErr)
-		}
-		if len(chunks) == 0 {
-			if err := w.Flush(); err != nil {
-				return refused, fmt.Errorf("dispatch: write answers: %w", err)
-			}
-		}
-	}
-	if err := w.Flush(); err != nil {
-		return refused, fmt.Errorf("dispatch: write answers: %w", err)
-	}
-	return refused, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/detect"
 	"github.com/attnplug/attnplug/internal/reference"
 	"github.com/attnplug/attnplug/registry"
 	"github.com/hashicorp/go-hclog"
@@ -229,7 +230,7 @@ func TestOneRequestOneAnswerOnEveryAPI(t *testing.T) {
 	}
 
 	reg, err := registry.New(ctx, registry.Config{
-		PluginDirs: []string{bins.PluginDir}, Platform: detectPlatform(ctx),
+		PluginDirs: []string{bins.PluginDir}, Platform: detect.FilePlatform(ctx, "/"),
 		Logger: hclog.New(&hclog.LoggerOptions{Output: &bytes.Buffer{}}),
 	})
 	if err != nil {

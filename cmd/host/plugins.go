@@ -212,3 +212,110 @@ func nameDeviceCode(ctx context.Context, reg *registry.Registry, name string, de
 	}
 	return out
 }
+
+// kernelsTable writes the kernel catalogs of the plugins' names, one line
+// per kernel (attnplug plugins --kernels).
+func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInfo) error {
+	type row struct {
+		Plugin, Name string
+		Kernel       []core.Kernel
+	}
+	var rows []row
+	for _, p := range list {
+		for _, n := range p.Names {
+			h, _, _ := reg.Handler(n)
+			rows = append(rows, row{Plugin: p.Name, Name: n, Kernel: h.Kernels})
+		}
+	}
+	rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernel: core.TritonKernels()})
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-8s %s\n", "PLUGIN", "NAME", "METHOD", "KERNEL", "LIBRARY", "DTYPES", "HEAD_DIMS", "GRAPH", "HARDWARE")
+	for _, r := range rows {
+		if len(r.Kernel) == 0 {
+			fmt.Fprintf(&sb, "%-10s %-15s (no kernel catalog: decides methods, runs no kernels)\n", r.Plugin, r.Name)
+		}
+		for _, k := range r.Kernel {
+			dims := make([]string, len(k.HeadDims))
+			for i, d := range k.HeadDims {
+				dims[i] = fmt.Sprint(d)
+			}
+			graph := "no"
+			if k.CUDAGraph {
+				graph = "yes"
+			}
+			name := k.Name
+			if k.Sparse {
+				name += " (sparse)"
+			}
+			fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-8s %s\n", r.Plugin, r.Name, k.Method, name, k.Library,
+				strings.Join(k.DTypes, ","), strings.Join(dims, "/"), graph, hardwareString(k.Hardware))
+		}
+	}
+	_, err := io.WriteString(w, sb.String())
+	return err
+}
+
+// kernelJSON is a catalog entry in attnplug plugins --kernels --json.
+type kernelJSON struct {
+	Name      string         `json:"name"`
+	Library   string         `json:"library"`
+	Method    string         `json:"method"`
+	DTypes    []string       `json:"dtypes"`
+	HeadDims  []int          `json:"head_dims"`
+	PageSizes []int          `json:"page_sizes"`
+	CUDAGraph bool           `json:"cuda_graph"`
+	Sparse    bool           `json:"sparse"`
+	Hardware  []hardwareJSON `json:"hardware"` // empty: any
+}
+
+// hardwareJSON is one core.Hardware entry, platforms by name.
+type hardwareJSON struct {
+	Platforms     []string `json:"platforms"`
+	MinCapability int      `json:"min_capability,omitempty"`
+	MaxCapability int      `json:"max_capability,omitempty"`
+	Archs         []string `json:"archs,omitempty"`
+	NeedsAMX      bool     `json:"needs_amx,omitempty"`
+}
+
+func kernelToJSON(k core.Kernel) kernelJSON {
+	out := kernelJSON{Name: k.Name, Library: k.Library, Method: k.Method.String(), DTypes: k.DTypes, HeadDims: k.HeadDims,
+		PageSizes: k.PageSizes, CUDAGraph: k.CUDAGraph, Sparse: k.Sparse, Hardware: []hardwareJSON{}}
+	for _, h := range k.Hardware {
+		hj := hardwareJSON{Platforms: []string{}, MinCapability: h.MinCapability, MaxCapability: h.MaxCapability, Archs: h.Archs, NeedsAMX: h.NeedsAMX}
+		for _, p := range h.Platforms {
+			hj.Platforms = append(hj.Platforms, p.String())
+		}
+		out.Hardware = append(out.Hardware, hj)
+	}
+	return out
+}
+
+func hardwareString(hw []core.Hardware) string {
+	if len(hw) == 0 {
+		return "any"
+	}
+	var parts []string
+	for _, h := range hw {
+		var p []string
+		for _, pl := range h.Platforms {
+			p = append(p, pl.String())
+		}
+		s := strings.Join(p, "|")
+		switch {
+		case h.MinCapability > 0 && h.MaxCapability > 0:
+			s += fmt.Sprintf(" sm%d-sm%d", h.MinCapability, h.MaxCapability)
+		case h.MinCapability > 0:
+			s += fmt.Sprintf(" sm%d+", h.MinCapability)
+		case h.MaxCapability > 0:
+			s += fmt.Sprintf(" up to sm%d", h.MaxCapability)
+		}
+		if len(h.Archs) > 0 {
+			s += " " + strings.Join(h.Archs, "|")
+		}
+		if h.NeedsAMX {
+			s += " amx"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, " or ")
+}

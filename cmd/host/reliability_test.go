@@ -64,8 +64,7 @@ func addFault(t *testing.T, tree *testbin.Bins) string {
 // spec, so that one plugin directory can hold several faults.
 func faultScript(t *testing.T, tree *testbin.Bins, family, spec string) {
 	t.Helper()
-	script := fmt.Sprintf("#!/bin/sh\nATTNPLUG_FAULT=%s exec %s \"$@\"\n", spec, faultPlugin(t))
-	if err := os.WriteFile(filepath.Join(tree.PluginDir, "attnplug-backend-"+family), []byte(script), 0o755); err != nil {
+	if err := testbin.FaultScript(tree.PluginDir, faultPlugin(t), family, spec); err != nil {
 		t.Fatal(err)
 	}
 }

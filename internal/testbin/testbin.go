@@ -212,6 +212,14 @@ func isZombie(stat []byte) bool {
 // attnplug-backend-fault and returns its path.
 func BuildFault(dir string) (string, error) { return BuildTestPlugin(dir, "fault") }
 
+// FaultScript writes into dir a plugin named family that runs the fault
+// plugin fault with ATTNPLUG_FAULT=spec, so that one plugin directory can
+// hold several faults.
+func FaultScript(dir, fault, family, spec string) error {
+	script := fmt.Sprintf("#!/bin/sh\nATTNPLUG_FAULT=%s exec %s \"$@\"\n", spec, fault)
+	return os.WriteFile(filepath.Join(dir, "attnplug-backend-"+family), []byte(script), 0o755)
+}
+
 // BuildTestPlugin builds the test plugin internal/testplugins/<name> into
 // dir as attnplug-backend-<name> and returns its path: "fault" misbehaves
 // on command, "liar" hands device code whose plans lie on command, "lab" reads

@@ -1,4 +1,4 @@
-package main
+package hostbench
 
 import (
 	"math"

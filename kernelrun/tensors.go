@@ -1,4 +1,4 @@
-package main
+package kernelrun
 
 import (
 	"encoding/json"
@@ -12,12 +12,13 @@ import (
 	"github.com/attnplug/attnplug/kernels"
 )
 
-// tensorSpec is a line's "tensors" object: dimensions that replace the
-// flags', and either a seed ("random") or every input given inline. The
+// TensorSpec is a line's "tensors" object: dimensions that replace the
+// Options', and either a seed ("random") or every input given inline. The
 // inline arrays stay as they were written, slices of the line, until
 // their lengths have been checked against the shapes the dimensions and
-// the batch declare: only then is memory allocated for them.
-type tensorSpec struct {
+// the batch declare: only then is memory allocated for them. A Go caller
+// of Run gives a seed: &TensorSpec{Random: &seed}.
+type TensorSpec struct {
 	Random        *uint64
 	Heads         *int
 	KVLoraRank    *int
@@ -44,7 +45,7 @@ func inputNames() []string {
 	return []string{"q_nope", "q_pe", "positions", "c_kv", "k_pe", "w_kc", "w_vc", "topk_indices"}
 }
 
-func (s *tensorSpec) inline() bool { return len(s.arrays) > 0 }
+func (s *TensorSpec) inline() bool { return len(s.arrays) > 0 }
 
 // splitTensors takes the "tensors" object out of line (jsonl.CutMember);
 // the rest is a dispatch request, every other member kept as it was
@@ -52,7 +53,7 @@ func (s *tensorSpec) inline() bool { return len(s.arrays) > 0 }
 // refuses. A line without "tensors" is returned as it is; "tensors" given
 // twice, or a field of it given twice, is refused. Nothing of the size of
 // the arrays is allocated.
-func splitTensors(line []byte) ([]byte, *tensorSpec, error) {
+func splitTensors(line []byte) ([]byte, *TensorSpec, error) {
 	rest, raw, err := jsonl.CutMember(line, "tensors")
 	if err != nil || raw == nil || string(raw) == "null" {
 		return rest, nil, err
@@ -66,7 +67,7 @@ func splitTensors(line []byte) ([]byte, *tensorSpec, error) {
 
 // parseTensorSpec reads the "tensors" object raw: its scalars decoded,
 // its arrays counted but not decoded.
-func parseTensorSpec(raw []byte) (*tensorSpec, error) {
+func parseTensorSpec(raw []byte) (*TensorSpec, error) {
 	if raw[0] != '{' {
 		return nil, core.NewFieldError("tensors", "want an object, got "+jsonl.Kind(raw))
 	}
@@ -74,7 +75,7 @@ func parseTensorSpec(raw []byte) (*tensorSpec, error) {
 	if err != nil {
 		return nil, core.NewFieldError("tensors", err.Error())
 	}
-	spec := &tensorSpec{}
+	spec := &TensorSpec{}
 	ints := map[string]**int{"heads": &spec.Heads, "kv_lora_rank": &spec.KVLoraRank, "qk_nope_head_dim": &spec.QKNopeHeadDim,
 		"qk_rope_head_dim": &spec.QKRopeHeadDim, "v_head_dim": &spec.VHeadDim, "top_k": &spec.TopK}
 	floats := map[string]**float64{"softmax_scale": &spec.SoftmaxScale, "rope_base": &spec.RopeBase}
@@ -138,7 +139,7 @@ func isInputName(key string) bool {
 // or the inline arrays. Each inline array must have the length of its
 // tensor in the layout, checked before anything is allocated for it;
 // positions, when not given, are each request's prefix length onwards.
-func inputs(cfg kernels.Config, b kernels.BatchShape, spec *tensorSpec) (kernels.Tensors, error) {
+func inputs(cfg kernels.Config, b kernels.BatchShape, spec *TensorSpec) (kernels.Tensors, error) {
 	if !spec.inline() {
 		var seed uint64
 		if spec.Random != nil {

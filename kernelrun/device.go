@@ -1,4 +1,4 @@
-package main
+package kernelrun
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 	"github.com/attnplug/attnplug/registry"
 )
 
-// deviceRunner is attnplug run --device cuda: the GPU, opened on the first
-// line that needs it, with the modules each backend's plugin handed over.
-type deviceRunner struct {
+// Device is attnplug run --device cuda: the GPU, opened on the first line
+// that needs it, with the modules each backend's plugin handed over. It
+// serves one Stream or one goroutine's Run calls at a time.
+type Device struct {
 	pageSize int
 
 	once   sync.Once
@@ -23,7 +24,12 @@ type deviceRunner struct {
 	loaded map[string]error // by backend name
 }
 
-func (d *deviceRunner) open() (*gpucheck.Env, error) {
+// NewDevice returns a Device whose MLA decode runs with a KV cache of
+// pageSize tokens a page; the GPU is opened on first use. The caller
+// closes it.
+func NewDevice(pageSize int) *Device { return &Device{pageSize: pageSize} }
+
+func (d *Device) open() (*gpucheck.Env, error) {
 	d.once.Do(func() {
 		d.env, d.why = gpucheck.OpenDevice()
 		d.loaded = map[string]error{}
@@ -31,14 +37,15 @@ func (d *deviceRunner) open() (*gpucheck.Env, error) {
 	return d.env, d.why
 }
 
-func (d *deviceRunner) close() {
+// Close releases the GPU, when it was opened.
+func (d *Device) Close() {
 	if d.env != nil {
 		d.env.Close()
 	}
 }
 
 // modules loads backend's device code into the host's executor, once.
-func (d *deviceRunner) modules(ctx context.Context, reg *registry.Registry, backend string) error {
+func (d *Device) modules(ctx context.Context, reg *registry.Registry, backend string) error {
 	if err, ok := d.loaded[backend]; ok {
 		return err
 	}
@@ -56,7 +63,7 @@ func (d *deviceRunner) modules(ctx context.Context, reg *registry.Registry, back
 // is compared with the float64 reference on sampled rows. It returns no
 // answer and the reason when the method cannot run on the device here;
 // the caller then runs the CPU kernels and says why.
-func (d *deviceRunner) run(ctx context.Context, reg *registry.Registry, heads int, req *core.Request, ans core.Answer, seed uint64) (*runAnswer, string, error) {
+func (d *Device) run(ctx context.Context, reg *registry.Registry, heads int, req *core.Request, ans core.Answer, seed uint64) (*Answer, string, error) {
 	env, err := d.open()
 	if err != nil {
 		return nil, "no CUDA device: " + err.Error(), nil
@@ -72,7 +79,7 @@ func (d *deviceRunner) run(ctx context.Context, reg *registry.Registry, heads in
 			qlens[i] = n - b.ExtendPrefixLens[i]
 		}
 	}
-	a := &runAnswer{Method: ans.Method.String(), Handler: ans.Handler, Plugin: ans.Plugin, Fallback: ans.Fallback,
+	a := &Answer{Method: ans.Method.String(), Handler: ans.Handler, Plugin: ans.Plugin, Fallback: ans.Fallback,
 		KernelPlugin: ans.Plugin, Device: env.Dev.Info().Name}
 	plan := func(pr *core.PlanRequest) (*cudaexec.Prepared, string, error) {
 		pr.Backend = ans.Handler

@@ -1,0 +1,14 @@
+// Package kernelrun is what attnplug run does with one request line:
+// decide it through a registry, make its tensors (from a seed, or given
+// inline in the line's "tensors" object, whose lengths are checked
+// against the shapes before anything is decoded), run the chosen kernel
+// where the registry sends it (a plugin over shared memory, or the host)
+// or, with a Device, the plugin's device code on the GPU, and compare the
+// output with the float64 reference.
+//
+// Stream answers a JSON Lines stream, one Answer (or error) a line; Run
+// does one request for a Go caller. This package is the kernel side of
+// the host: it imports the kernel stack (kernels, backendkit, shm,
+// launch/cudaexec through internal/gpucheck), and nothing on the dispatch
+// path (registry, core, wire, engine) imports it.
+package kernelrun
