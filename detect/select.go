@@ -8,6 +8,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/attnplug/attnplug/core"
 )
 
 // Attention kinds of DeepSeek models.
@@ -173,6 +175,18 @@ func Backends() []string {
 	return out
 }
 
+// knownBackends is Backends and the names of served, sorted.
+func knownBackends(served map[string][]core.Hardware) []string {
+	out := Backends()
+	for name := range served {
+		if _, known := backendRequirements()[name]; !known {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // RequirementFor returns the hardware requirement of a backend, accepting
 // deprecated aliases ("nsa" for "dsa").
 func RequirementFor(backend string) (Requirement, bool) {
@@ -239,6 +253,13 @@ type SelectOptions struct {
 	// AllowFallback turns a backend this hardware cannot run into triton
 	// plus a warning instead of an error.
 	AllowFallback bool
+	// Served lists the names the host's plugins serve, with the hardware
+	// their descriptions declare (core.HandlerInfo.Hardware), so that a
+	// vendor's name (acme_mla) can be selected: a name of sglang's table
+	// keeps the table's requirement; any other name in Served is checked
+	// against the report as the host checks plugins (core.SupportsAny on
+	// Report.HostInfo), and taken exactly as the plugin spells it.
+	Served map[string][]core.Hardware
 }
 
 // Selection is the backend pair the host will load.
@@ -304,7 +325,13 @@ func Select(r *Report, sel SelectOptions) (Selection, error) {
 	pick := func(layers []layer) (string, string) {
 		for _, l := range layers {
 			for _, v := range []string{l.phase, l.common} {
-				if strings.TrimSpace(v) != "" {
+				v = strings.TrimSpace(v)
+				if _, served := sel.Served[v]; served {
+					if _, known := backendRequirements()[v]; !known {
+						return v, l.source
+					}
+				}
+				if v != "" {
 					return normalizeBackend(v), l.source
 				}
 			}
@@ -317,11 +344,18 @@ func Select(r *Report, sel SelectOptions) (Selection, error) {
 	s.PrefillSource, s.DecodeSource = psrc, dsrc
 
 	check := func(phase string, name, source *string) error {
-		q, ok := backendRequirements()[*name]
-		if !ok {
-			return fmt.Errorf("detect: %s backend %q (from %s): %w; known: %s", phase, *name, *source, ErrUnknownBackend, strings.Join(Backends(), ", "))
+		var good bool
+		var why string
+		q, known := backendRequirements()[*name]
+		hw, served := sel.Served[*name]
+		switch {
+		case known:
+			good, why = q.Satisfied(rep)
+		case served:
+			good, why = core.SupportsAny(hw, rep.HostInfo())
+		default:
+			return fmt.Errorf("detect: %s backend %q (from %s): %w; known: %s", phase, *name, *source, ErrUnknownBackend, strings.Join(knownBackends(sel.Served), ", "))
 		}
-		good, why := q.Satisfied(rep)
 		if good && phase == "prefill" && *name == "intel_xpu" {
 			good, why = false, "intel_xpu runs decode only for MLA models (sglang rejects it for prefill); use triton for prefill"
 		}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/attnplug/attnplug/core"
 )
 
 func TestSelectOverrides(t *testing.T) {
@@ -273,5 +275,37 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if _, err := LoadConfig(filepath.Join(dir, "missing.json")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: got %v, want fs.ErrNotExist", err)
+	}
+}
+
+// TestSelectServedNames: a name the host's plugins serve beyond sglang's
+// (a vendor's) is selected, exactly as spelled, and held to the hardware
+// its description declares; sglang's names keep the table's requirement.
+func TestSelectServedNames(t *testing.T) {
+	h200 := detectFixture(t, "h200", Options{})
+	served := map[string][]core.Hardware{
+		"Acme_MLA": {{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 90}},
+		"acme_npu": {{Platforms: []core.Platform{core.PlatformNPU}}},
+		// A plugin may not loosen an sglang name: the table decides.
+		"fa4": nil,
+	}
+	sel, err := Select(h200, SelectOptions{Backend: " Acme_MLA ", Served: served})
+	if err != nil || sel.Prefill != "Acme_MLA" || sel.Decode != "Acme_MLA" || sel.PrefillSource != SourceFlag {
+		t.Fatalf("Acme_MLA on an H200: got %+v, %v", sel, err)
+	}
+	_, err = Select(h200, SelectOptions{DecodeBackend: "acme_npu", Served: served})
+	if !errors.Is(err, ErrUnsupportedBackend) || !strings.Contains(err.Error(), "acme_npu") || !strings.Contains(err.Error(), "npu") {
+		t.Errorf("acme_npu on an H200: got %v, want unsupported, saying why", err)
+	}
+	sel, err = Select(h200, SelectOptions{DecodeBackend: "acme_npu", Served: served, AllowFallback: true})
+	if err != nil || sel.Decode != fallbackBackend || len(sel.Warnings) != 1 {
+		t.Errorf("acme_npu with fallback: got %+v, %v", sel, err)
+	}
+	if _, err := Select(h200, SelectOptions{Backend: "fa4", Served: served}); !errors.Is(err, ErrUnsupportedBackend) {
+		t.Errorf("fa4 served with no hardware on an H200: got %v, want the table's refusal", err)
+	}
+	_, err = Select(h200, SelectOptions{Backend: "acme_gpu", Served: served})
+	if !errors.Is(err, ErrUnknownBackend) || !strings.Contains(err.Error(), "Acme_MLA") {
+		t.Errorf("unknown name: got %v, want ErrUnknownBackend listing the served names", err)
 	}
 }

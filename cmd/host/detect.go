@@ -37,13 +37,6 @@ func runDetect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	sel, err := selectBackends(r, &sf)
-	if err != nil {
-		return err
-	}
-	for _, w := range sel.Warnings {
-		logger.Warn("attention backend falls back", "reason", w)
-	}
 	cfg, err := h.config(ctx, logger)
 	if err != nil {
 		return err
@@ -58,6 +51,13 @@ func runDetect(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer reg.Close()
+	sel, err := selectBackends(r, &sf, servedHardware(reg))
+	if err != nil {
+		return err
+	}
+	for _, w := range sel.Warnings {
+		logger.Warn("attention backend falls back", "reason", w)
+	}
 	r.Plugins = pluginsServed(reg, r.HostInfo())
 	r.NamePlatforms(declaredHardware(reg))
 	if *asJSON {

@@ -352,23 +352,23 @@ func TestSelectBackends(t *testing.T) {
 	}
 	t.Setenv(detect.EnvBackend, "")
 	sf := selectFlags{attention: detect.AttentionDSA}
-	sel, err := selectBackends(r, &sf)
+	sel, err := selectBackends(r, &sf, nil)
 	if err != nil || sel.Prefill != "dsa" || sel.Decode != "dsa" || sel.TPSize != 1 {
 		t.Errorf("dsa default on mi355x: got %+v, %v", sel, err)
 	}
 	sf = selectFlags{backend: "fa3"}
-	_, err = selectBackends(r, &sf)
+	_, err = selectBackends(r, &sf, nil)
 	if !errors.Is(err, detect.ErrUnsupportedBackend) {
 		t.Errorf("fa3 on mi355x: got %v, want ErrUnsupportedBackend", err)
 	}
 	sf.allowFallback = true
-	sel, err = selectBackends(r, &sf)
+	sel, err = selectBackends(r, &sf, nil)
 	if err != nil || sel.Prefill != "triton" || len(sel.Warnings) != 2 {
 		t.Errorf("fa3 on mi355x with fallback: got %+v, %v", sel, err)
 	}
 	sf = selectFlags{config: filepath.Join(t.TempDir(), "missing.json")}
 	var ue *usageError
-	if _, err := selectBackends(r, &sf); !errors.As(err, &ue) {
+	if _, err := selectBackends(r, &sf, nil); !errors.As(err, &ue) {
 		t.Errorf("missing config: got %v, want a usage error", err)
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/detect"
+	"github.com/attnplug/attnplug/registry"
 )
 
 // selectFlags are the backend selection overrides of the commands that
@@ -19,7 +21,7 @@ import (
 //	// parse, then:
 //	tp, err := sf.tp()
 //	r, err := detect.Detect(ctx, detect.Options{Root: root, TPSize: tp})
-//	sel, err := selectBackends(r, &sf) // exit status 1 on error
+//	sel, err := selectBackends(r, &sf, servedHardware(reg)) // exit status 1 on error
 //	for _, w := range sel.Warnings { logger.Warn(w) }
 //
 // Precedence, per phase: --prefill-backend/--decode-backend, then
@@ -113,7 +115,10 @@ func (s *selectFlags) tp() (int, error) {
 // too (detect.ErrUnknownBackend); an unreadable config file is a usage
 // error, and so are an unknown backend name and an unknown attention
 // kind: the user typed them.
-func selectBackends(r *detect.Report, f *selectFlags) (detect.Selection, error) {
+//
+// served is what the host's plugins serve (servedHardware), so that a
+// vendor's name can be selected; nil knows sglang's names only.
+func selectBackends(r *detect.Report, f *selectFlags, served map[string][]core.Hardware) (detect.Selection, error) {
 	c, err := f.loadConfig()
 	if err != nil {
 		return detect.Selection{}, err
@@ -131,10 +136,23 @@ func selectBackends(r *detect.Report, f *selectFlags) (detect.Selection, error) 
 		Config:         c,
 		TPSize:         tp,
 		AllowFallback:  f.allowFallback,
+		Served:         served,
 	}
 	sel, err := detect.Select(r, opts)
 	if errors.Is(err, detect.ErrUnknownBackend) || errors.Is(err, detect.ErrUnknownAttention) {
 		return sel, &usageError{err.Error()}
 	}
 	return sel, err
+}
+
+// servedHardware is every name reg's plugins serve, with the hardware its
+// description declares: the names a selection may pick beyond sglang's.
+func servedHardware(reg *registry.Registry) map[string][]core.Hardware {
+	served := map[string][]core.Hardware{}
+	for _, name := range reg.Names() {
+		if h, _, ok := reg.Handler(name); ok {
+			served[name] = h.Hardware
+		}
+	}
+	return served
 }

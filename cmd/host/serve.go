@@ -78,7 +78,18 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	cfg.NoAnswerCache = *noAnswerCache
 	ecfg := engine.Config{SpeculativeDecode: *specMode == "decode", Logger: logger.Named("serve")}
 	if *matchHW {
-		sel, err := selectBackends(report, &sf)
+		info := report.HostInfo()
+		cfg.Host = &info
+	} else if ecfg.Prefill, ecfg.Decode, err = unmatchedSelection(&sf); err != nil {
+		return err
+	}
+	reg, err := registry.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	if *matchHW {
+		sel, err := selectBackends(report, &sf, servedHardware(reg))
 		if err != nil {
 			return err
 		}
@@ -86,18 +97,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			logger.Warn("backend selection", "warning", w)
 		}
 		ecfg.Prefill, ecfg.Decode = sel.Prefill, sel.Decode
-		info := report.HostInfo()
-		cfg.Host = &info
-	} else {
-		if ecfg.Prefill, ecfg.Decode, err = unmatchedSelection(&sf); err != nil {
-			return err
-		}
 	}
-	reg, err := registry.New(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer reg.Close()
 	if _, err := reg.Start(ctx); err != nil {
 		logger.Warn("not every plugin started", "error", err)
 	}

@@ -219,6 +219,17 @@ func TestVendorHardwareDetected(t *testing.T) {
 		t.Errorf("detect table:\n%s", table.stdout)
 	}
 
+	// The vendor's name is selected where its hardware is usable, and
+	// refused, saying why, where it is not.
+	pick := host(t, "", nil, "detect", "--root", detecttest.Fixture(t, "acme"), "--plugin-dir", dir, "--backend", "acme_mla")
+	if pick.code != 0 || !strings.Contains(pick.stdout, "prefill=acme_mla (flag)  decode=acme_mla (flag)") {
+		t.Errorf("detect --backend acme_mla: exit %d\n%s\n%s", pick.code, pick.stdout, pick.stderr)
+	}
+	pick = host(t, "", nil, "detect", "--root", detecttest.Fixture(t, "acme_no_node"), "--plugin-dir", dir, "--backend", "acme_mla")
+	if pick.code != 1 || !strings.Contains(pick.stderr, `backend "acme_mla" (from flag) cannot run`) || !strings.Contains(pick.stderr, "acce:0001") {
+		t.Errorf("detect --backend acme_mla without a usable device: exit %d\n%s", pick.code, pick.stderr)
+	}
+
 	r = host(t, "", nil, "detect", "--json", "--root", detecttest.Fixture(t, "acme_no_node"), "--plugin-dir", dir)
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 {
 		t.Fatalf("detect: exit %d, %v\n%s", r.code, err, r.stderr)
