@@ -81,7 +81,6 @@ func (l callLimit) context(ctx context.Context, cfg *Config) (context.Context, c
 type inProcess struct {
 	desc        *core.Description
 	conn        conn
-	cfg         *Config
 	unsupported string
 }
 
@@ -94,7 +93,7 @@ func newInProcess(ctx context.Context, b core.Backend, cfg *Config) (*inProcess,
 	if err := validateDescription(d); err != nil {
 		return nil, fmt.Errorf("in-process backend %q: %w", d.Name, err)
 	}
-	ip := &inProcess{desc: d, conn: inProcessConn{b, cfg}, cfg: cfg}
+	ip := &inProcess{desc: d, conn: inProcessConn{b, cfg}}
 	if cfg.Host != nil {
 		ip.unsupported = unsupportedReason(d, *cfg.Host)
 		if c, ok := b.(core.Configurer); ok && ip.unsupported == "" {
@@ -115,15 +114,16 @@ func (b *inProcess) cacheable() bool        { return true }
 func (b *inProcess) unsupportedWhy() string { return b.unsupported }
 func (b *inProcess) succeeded()             {}
 
-func (b *inProcess) call(ctx context.Context, limit callLimit, f func(context.Context, conn) error) (err error) {
-	cctx, cancel := limit.context(ctx, b.cfg)
-	defer cancel()
+// call runs f in the caller's goroutine under the caller's ctx: a backend
+// in process must return promptly when ctx is done (core.Backend), and no
+// deadline of the registry's can stop one that does not.
+func (b *inProcess) call(ctx context.Context, _ callLimit, f func(context.Context, conn) error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &failure{reason: ReasonCrashed, err: fmt.Errorf("in-process backend %s panicked: %v", b.family(), v)}
 		}
 	}()
-	err = f(cctx, b.conn)
+	err = f(ctx, b.conn)
 	if err, done := settled(ctx, err); done {
 		return err
 	}

@@ -63,9 +63,17 @@ func TestCachedAnswersEqualPluginAnswers(t *testing.T) {
 // production path: once the cache knows the answer, a layer costs no
 // allocation.
 func TestPassDispatchDoesNotAllocate(t *testing.T) {
+	// A plugin's name, answered from the cache, and names the triton rules
+	// answer in process: "triton" itself, and a name no backend serves.
+	for _, tc := range []struct{ name, plugin string }{{"fa3", "fa3"}, {"triton", core.PluginCore}, {"torch_native", core.PluginCore}} {
+		t.Run(tc.name, func(t *testing.T) { passDoesNotAllocate(t, tc.name, tc.plugin) })
+	}
+}
+
+func passDoesNotAllocate(t *testing.T, name, plugin string) {
 	r, _ := open(t, registry.Config{})
 	ctx := testContext(t)
-	d := r.Resolve("fa3")
+	d := r.Resolve(name)
 	batch := core.Batch{Mode: core.ModeDecode, ExtendPrefixLens: []int64{100, 200}, SeqLens: []int64{101, 201}, MaxChunkCapacity: 131072}
 	rt := core.Runtime{Platform: core.PlatformCUDA}
 	layer := core.Layer{ChunkedPrefixCacheThreshold: 8192, FusedQKVAProjWithMQA: true}
@@ -73,7 +81,7 @@ func TestPassDispatchDoesNotAllocate(t *testing.T) {
 	if err := d.BeginInto(&pass, &batch, &rt); err != nil {
 		t.Fatal(err)
 	}
-	if a, err := pass.Dispatch(ctx, &layer); err != nil || a.Plugin != "fa3" {
+	if a, err := pass.Dispatch(ctx, &layer); err != nil || a.Plugin != plugin {
 		t.Fatalf("warm-up: %+v, %v", a, err)
 	}
 	allocs := testing.AllocsPerRun(100, func() {

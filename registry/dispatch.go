@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -108,9 +109,31 @@ func (d *Dispatcher) Name() string { return d.name }
 
 func (d *Dispatcher) bind() *binding {
 	t := d.r.table.Load()
-	b := &binding{table: t, rt: t.route(d.name)}
+	b := &binding{table: t, rt: d.r.bound(t, d.name)}
 	d.cur.Store(b)
 	return b
+}
+
+// bound returns the route a Dispatcher of name holds while t is in force:
+// t's route of the name or, for a name of the default route, one of its
+// own. Whether such a name falls back, is refused, or is the triton rules'
+// silently (unserved) depends on t alone, so it is settled here, once per
+// table, and the name's own route caches the triton rules' answers: a
+// forward pass over "triton" costs a cache lookup per layer, as one over a
+// plugin's name does.
+func (r *Registry) bound(t *routeTable, name string) *route {
+	rt := t.route(name)
+	if !rt.unknown {
+		return rt
+	}
+	var why *failure
+	if errors.As(r.unserved(t, name), &why) {
+		own := *rt
+		own.unknown, own.down = false, why
+		return &own
+	}
+	r.noteUnknown(name)
+	return newRoute(r.triton.desc.Handlers[0], r.triton, !r.cfg.NoAnswerCache)
 }
 
 func (d *Dispatcher) route() *route {

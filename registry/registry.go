@@ -69,8 +69,10 @@ type Config struct {
 	Kernels InProcessKernels
 	// Backends are backends in the host's process, served as a plugin's
 	// are: each name they describe routes to them, with the same answer
-	// cache, call deadlines, hardware match and fallback; a call that
-	// fails or panics falls back to the triton rules for that request. A
+	// cache, hardware match and fallback; a call that fails or panics
+	// falls back to the triton rules for that request. They are called in
+	// the caller's goroutine under the caller's context, which they must
+	// honour (core.Backend): no registry deadline can stop them. A
 	// name that a plugin also serves is the plugin's (a plugin directory
 	// replaces a linked backend without a rebuild), and logged. The triton
 	// rules are always in process, as the fallback: a backend here may not
