@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/attnplug/attnplug/core"
@@ -23,17 +24,26 @@ type backend interface {
 	// the reason a fallback reports: no process could be had, or the call
 	// failed and the process was retired.
 	call(ctx context.Context, limit callLimit, f func(context.Context, conn) error) error
-	// serving reports that answers cached from the backend may be served:
-	// false from a failure until its next good answer, and once it ended.
-	serving() bool
-	// cacheable reports that its answers may be cached: false when it
-	// describes itself otherwise than the description its routes follow.
-	cacheable() bool
+	// health is the backend's state that its routes read on every answer.
+	health() *health
 	// unsupportedWhy says why the backend does not run on the host's
 	// hardware; "" when it does.
 	unsupportedWhy() string
 	// succeeded notes a good answer.
 	succeeded()
+}
+
+// health is what the routes of a backend read on every answer, with two
+// atomic loads and no call: whether answers cached from it may be served,
+// and whether its answers may be cached at all.
+type health struct {
+	// degraded is set from a failure until the next good answer, and once
+	// the backend ended: its cached answers are not served meanwhile.
+	degraded atomic.Bool
+	// staleDesc is set when the running process describes itself otherwise
+	// than the description the routes were built from (a cached one): its
+	// answers are then never cached.
+	staleDesc atomic.Bool
 }
 
 // conn is what the registry asks of a backend: every ability. Over the
@@ -82,6 +92,7 @@ type inProcess struct {
 	desc        *core.Description
 	conn        conn
 	unsupported string
+	state       health // always serving, as described
 }
 
 // newInProcess describes b and wraps it for the registry.
@@ -109,8 +120,7 @@ func newInProcess(ctx context.Context, b core.Backend, cfg *Config) (*inProcess,
 }
 
 func (b *inProcess) family() string         { return b.desc.Name }
-func (b *inProcess) serving() bool          { return true }
-func (b *inProcess) cacheable() bool        { return true }
+func (b *inProcess) health() *health        { return &b.state }
 func (b *inProcess) unsupportedWhy() string { return b.unsupported }
 func (b *inProcess) succeeded()             {}
 

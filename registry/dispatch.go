@@ -13,12 +13,16 @@ import (
 // backend that serves it, what its handler declared, and the cache of its
 // answers.
 type route struct {
-	name    string
+	// What every answer from the cache reads comes first, together.
+	name   string
+	family string        // be.family(), for the answers
+	health *health       // be.health(), read on every answer
+	cache  *answerCache  // nil: the handler's reads cannot be cached
+	keys   *core.KeyPlan // with cache: how requests are keyed
+
 	be      backend // what serves the name: a plugin, or a backend in process
 	handler core.HandlerInfo
-	methods uint32        // bit m set: method m declared
-	cache   *answerCache  // nil: the handler's reads cannot be cached
-	keys    *core.KeyPlan // with cache: how requests are keyed
+	methods uint32 // bit m set: method m declared
 	// down is set for a name a plugin should serve but none does (missing,
 	// refused by the lock file): its requests fall back for this reason.
 	down *failure
@@ -30,7 +34,7 @@ type route struct {
 }
 
 func newRoute(h core.HandlerInfo, be backend, cache bool) *route {
-	rt := &route{name: h.Name, be: be, handler: h}
+	rt := &route{name: h.Name, be: be, family: be.family(), health: be.health(), handler: h}
 	for _, m := range h.Methods {
 		if m.Valid() {
 			rt.methods |= 1 << m
@@ -47,7 +51,7 @@ func newRoute(h core.HandlerInfo, be backend, cache bool) *route {
 // or a plugin whose running description differs from the one the route
 // was built from.
 func (rt *route) cached() *answerCache {
-	if rt.cache == nil || !rt.be.cacheable() {
+	if rt.cache == nil || rt.health.staleDesc.Load() {
 		return nil
 	}
 	return rt.cache
@@ -60,7 +64,7 @@ func (rt *route) cached() *answerCache {
 // the same reason: a cached answer is never served for a plugin that is
 // not serving.
 func (rt *route) answers() *answerCache {
-	if c := rt.cached(); c != nil && rt.be.serving() {
+	if c := rt.cached(); c != nil && !rt.health.degraded.Load() {
 		return c
 	}
 	return nil
@@ -68,7 +72,7 @@ func (rt *route) answers() *answerCache {
 
 // answer is rt's answer m.
 func (rt *route) answer(m core.Method) core.Answer {
-	return core.Answer{Method: m, Handler: rt.name, Plugin: rt.be.family()}
+	return core.Answer{Method: m, Handler: rt.name, Plugin: rt.family}
 }
 
 func (rt *route) declares(m core.Method) bool { return m.Valid() && rt.methods&(1<<m) != 0 }

@@ -35,13 +35,10 @@ type plugin struct {
 	logger hclog.Logger
 	proc   process
 
-	// staleDesc is set when the running process describes itself otherwise
-	// than the description the routes were built from (a cached one): its
-	// answers are then never cached.
-	staleDesc atomic.Bool
-	// degraded is set from a failure until the next good answer, and once
-	// the plugin ended: its cached answers are not served meanwhile.
-	degraded atomic.Bool
+	// state is what the plugin's routes read of it (health): degraded from
+	// a failure until the next good answer, staleDesc when its process
+	// describes itself otherwise than its routes' description.
+	state health
 	// refusedHost is set when the plugin refused the host's hardware.
 	refusedHost atomic.Pointer[string]
 	// rejected says why the last reload refused the binary now at path;
@@ -54,8 +51,7 @@ type plugin struct {
 }
 
 func (p *plugin) family() string  { return p.name }
-func (p *plugin) serving() bool   { return !p.degraded.Load() }
-func (p *plugin) cacheable() bool { return !p.staleDesc.Load() }
+func (p *plugin) health() *health { return &p.state }
 
 // call runs f on a running process of p, starting one when needed, under
 // the deadline of limit: every call to a plugin goes through it. A call
@@ -196,11 +192,11 @@ func (p *plugin) check(ctx context.Context, inst *instance) error {
 	if d.Name != p.desc.Name {
 		return fmt.Errorf("%w: plugin now calls itself %q, was %q", core.ErrProtocol, d.Name, p.desc.Name)
 	}
-	if !reflect.DeepEqual(d.Handlers, p.desc.Handlers) && !p.staleDesc.Load() {
+	if !reflect.DeepEqual(d.Handlers, p.desc.Handlers) && !p.state.staleDesc.Load() {
 		// The description came from the cache, and this process says
 		// otherwise: trust the process for the cache's next reader, and
 		// cache no answer of this run, whose routes follow the old one.
-		p.staleDesc.Store(true)
+		p.state.staleDesc.Store(true)
 		p.logger.Warn("plugin describes itself otherwise than its cached description; its answers are not cached in this run", "path", p.path)
 		if err := (descCache{dir: p.cfg.CacheDir}).put(p.cacheKey, d, false); err != nil {
 			p.logger.Debug("description cache not written", "error", err)
@@ -214,7 +210,7 @@ func (p *plugin) check(ctx context.Context, inst *instance) error {
 // held.
 func (p *plugin) failLocked(reason Reason, err error) {
 	p.proc.failures++
-	p.degraded.Store(true)
+	p.state.degraded.Store(true)
 	p.proc.lastErr, p.proc.lastReason = err, reason
 	backoff := p.cfg.RestartBackoff << min(p.proc.failures-1, 16)
 	if backoff > p.cfg.MaxRestartBackoff || backoff <= 0 {
@@ -247,12 +243,12 @@ func (p *plugin) fail(inst *instance, reason Reason, err error) {
 
 // succeeded resets the failure count after a good answer.
 func (p *plugin) succeeded() {
-	if !p.degraded.Load() {
+	if !p.state.degraded.Load() {
 		return
 	}
 	p.proc.mu.Lock()
 	if !p.proc.closed {
-		p.degraded.Store(false)
+		p.state.degraded.Store(false)
 	}
 	if p.proc.failures > 0 {
 		p.logger.Info("plugin recovered", "after_failures", p.proc.failures)
@@ -274,7 +270,7 @@ func (p *plugin) retireAll() { p.end(true) }
 func (p *plugin) end(graceful bool) {
 	p.proc.mu.Lock()
 	p.proc.closed = true
-	p.degraded.Store(true)
+	p.state.degraded.Store(true)
 	inst := p.proc.running.Swap(nil)
 	wait := p.proc.starting
 	p.proc.mu.Unlock()

@@ -92,7 +92,7 @@ func (p *plugin) selfCheck(ctx context.Context, inst *instance) error {
 		p.logger.Error("plugin refused by the kernel self-check", "error", refusal)
 		return refusal
 	}
-	if !p.staleDesc.Load() {
+	if !p.state.staleDesc.Load() {
 		if err := (descCache{dir: p.cfg.CacheDir}).put(p.cacheKey, p.desc, true); err != nil {
 			p.logger.Debug("description cache not written", "error", err)
 		}
