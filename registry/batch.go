@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/attnplug/attnplug/core"
@@ -31,13 +30,13 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 	if len(out) != len(reqs) {
 		return fmt.Errorf("dispatch batch: %d results for %d requests", len(out), len(reqs))
 	}
-	reqs = r.withPlatform(reqs)
 	t := r.table.Load()
 	var groups []*batchGroup
 	var open map[backend]*batchGroup // the group of each backend still taking requests
 	var hits map[backend][]int       // the requests answered from each backend's cache
+	var filled core.Request          // a request of reqs with the platform filled in
 	for i := range reqs {
-		req := &reqs[i]
+		req := r.withPlatform(&reqs[i], &filled)
 		if err := req.Validate(); err != nil {
 			out[i] = BatchAnswer{Err: err}
 			continue
@@ -75,6 +74,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		}
 		g.bytes += size
 		g.idx = append(g.idx, i)
+		g.reqs = append(g.reqs, *req)
 		g.routes = append(g.routes, rt)
 		g.keys = append(g.keys, k)
 	}
@@ -83,7 +83,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g.failed = r.batchCall(ctx, g, reqs, out)
+			g.failed = r.batchCall(ctx, g, out)
 		}()
 	}
 	wg.Wait()
@@ -98,7 +98,8 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 			continue
 		}
 		for _, i := range hits[be] {
-			a, err := r.fallback(&reqs[i], t.route(reqs[i].Backend), g.failed)
+			req := r.withPlatform(&reqs[i], &filled)
+			a, err := r.fallback(req, t.route(req.Backend), g.failed)
 			out[i] = BatchAnswer{a, err}
 		}
 		delete(hits, be)
@@ -106,27 +107,23 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 	return nil
 }
 
-// withPlatform returns reqs with every unset platform set to the
-// registry's: reqs itself when none is unset, else a copy.
-func (r *Registry) withPlatform(reqs []core.Request) []core.Request {
-	copied := false
-	for i := range reqs {
-		if reqs[i].Runtime.Platform != core.PlatformUnset {
-			continue
-		}
-		if !copied {
-			reqs, copied = slices.Clone(reqs), true
-		}
-		reqs[i].Runtime.Platform = r.cfg.Platform
+// withPlatform returns req when its platform is set, else req copied into
+// *buf with the registry's platform: the caller's request is not changed.
+func (r *Registry) withPlatform(req, buf *core.Request) *core.Request {
+	if req.Runtime.Platform != core.PlatformUnset {
+		return req
 	}
-	return reqs
+	*buf = *req
+	buf.Runtime.Platform = r.cfg.Platform
+	return buf
 }
 
 // batchGroup is requests of one batch that go to one backend in one call:
 // at most wire.BatchBytes of them, so that no message nears a gRPC limit.
 type batchGroup struct {
 	bytes  int
-	idx    []int
+	idx    []int          // the requests' places in the batch
+	reqs   []core.Request // the requests, platform filled in
 	routes []*route
 	keys   []core.Key
 	failed error // set when the backend failed the call
@@ -136,12 +133,8 @@ type batchGroup struct {
 // call fails, each request falls back on its own, and batchCall returns
 // the failure when the backend failed (not when it refused the batch as
 // invalid).
-func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Request, out []BatchAnswer) (failed error) {
-	first := g.routes[0]
-	sub := make([]core.Request, len(g.idx))
-	for j, i := range g.idx {
-		sub[j] = reqs[i]
-	}
+func (r *Registry) batchCall(ctx context.Context, g *batchGroup, out []BatchAnswer) (failed error) {
+	first, sub := g.routes[0], g.reqs
 	res := make([]core.Result, len(sub))
 	callErr := first.be.call(ctx, dispatchCall, func(ctx context.Context, c conn) error {
 		return c.DispatchBatch(ctx, sub, res)
@@ -161,20 +154,20 @@ func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Req
 				out[i] = BatchAnswer{Err: ctx.Err()}
 				continue
 			}
-			a, err := r.fallback(&reqs[i], rt, callErr)
+			a, err := r.fallback(&sub[j], rt, callErr)
 			out[i] = BatchAnswer{a, err}
 			continue
 		}
 		m, err := res[j].Method, res[j].Err
 		if err == nil && !rt.declares(m) {
-			err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, reqs[i].Backend)
+			err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, sub[j].Backend)
 		}
 		if err != nil {
 			reason := ReasonRefused
 			if !errors.Is(err, core.ErrInvalidRequest) {
 				reason = classify(err)
 			}
-			a, ferr := r.fallback(&reqs[i], rt, &failure{reason: reason, err: fmt.Errorf("plugin %s: %w", rt.be.family(), err)})
+			a, ferr := r.fallback(&sub[j], rt, &failure{reason: reason, err: fmt.Errorf("plugin %s: %w", rt.be.family(), err)})
 			out[i] = BatchAnswer{a, ferr}
 			continue
 		}
