@@ -104,7 +104,7 @@ func newInProcess(ctx context.Context, b core.Backend, cfg *Config) (*inProcess,
 	if err := validateDescription(d); err != nil {
 		return nil, fmt.Errorf("in-process backend %q: %w", d.Name, err)
 	}
-	ip := &inProcess{desc: d, conn: inProcessConn{b, cfg}}
+	ip := &inProcess{desc: d, conn: inProcessConn{b, d, cfg}}
 	if cfg.Host != nil {
 		ip.unsupported = unsupportedReason(d, *cfg.Host)
 		if c, ok := b.(core.Configurer); ok && ip.unsupported == "" {
@@ -146,7 +146,8 @@ func (b *inProcess) call(ctx context.Context, _ callLimit, f func(context.Contex
 // math by Config.Kernels.
 type inProcessConn struct {
 	core.Backend
-	cfg *Config
+	desc *core.Description // what Describe said at New
+	cfg  *Config
 }
 
 func (c inProcessConn) DispatchBatch(ctx context.Context, reqs []core.Request, out []core.Result) error {
@@ -174,22 +175,15 @@ func (c inProcessConn) RunKernel(ctx context.Context, req *core.KernelRequest) (
 	if b, ok := c.Backend.(core.KernelRunner); ok {
 		return b.RunKernel(ctx, req)
 	}
-	d, err := c.Describe(ctx)
-	if err != nil {
-		return nil, err
-	}
-	h, ok := d.Handler(req.Backend)
+	h, ok := c.desc.Handler(req.Backend)
 	if !ok {
-		h = d.Handlers[0] // the triton rules answer every name
+		h = c.desc.Handlers[0] // the triton rules answer every name
 	}
 	k, ok := h.Kernel(req.Method)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s's kernel catalog has no kernel for %s", core.ErrNoKernel, h.Name, req.Method)
 	}
-	if c.cfg.Kernels == nil {
-		return nil, fmt.Errorf("%w: this host runs no kernels in process (registry.Config.Kernels is unset)", core.ErrNoKernel)
-	}
-	return c.cfg.Kernels(ctx, k, req, c.cfg.Host)
+	return c.cfg.runKernel(ctx, k, req)
 }
 
 func (c inProcessConn) KernelModules(ctx context.Context, dev core.DeviceInfo) ([]core.KernelModule, error) {

@@ -89,14 +89,21 @@ func (r *Registry) runInProcess(ctx context.Context, req *core.KernelRequest, ca
 	if !ok {
 		k = core.Kernel{Name: "reference", Library: "attnplug kernels", Method: req.Method}
 	}
-	if r.cfg.Kernels == nil {
-		return nil, fmt.Errorf("%w: this host runs no kernels in process (registry.Config.Kernels is unset)", core.ErrNoKernel)
-	}
-	res, err := r.cfg.Kernels(ctx, k, req, r.cfg.Host)
+	res, err := r.cfg.runKernel(ctx, k, req)
 	if err != nil {
 		return nil, err
 	}
 	return &KernelAnswer{KernelResult: *res, Plugin: core.PluginCore, Fallback: fallback}, nil
+}
+
+// runKernel runs kernel k of a catalog on req's tensors in this process
+// (Config.Kernels), for the host's own fallback and for in-process
+// backends without a KernelRunner alike.
+func (c *Config) runKernel(ctx context.Context, k core.Kernel, req *core.KernelRequest) (*core.KernelResult, error) {
+	if c.Kernels == nil {
+		return nil, fmt.Errorf("%w: this host runs no kernels in process (registry.Config.Kernels is unset)", core.ErrNoKernel)
+	}
+	return c.Kernels(ctx, k, req, c.Host)
 }
 
 func findKernel(ks []core.Kernel, m core.Method) (core.Kernel, bool) {
