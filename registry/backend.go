@@ -37,8 +37,10 @@ type backend interface {
 // atomic loads and no call: whether answers cached from it may be served,
 // and whether its answers may be cached at all.
 type health struct {
-	// degraded is set from a failure until the next good answer, and once
-	// the backend ended: its cached answers are not served meanwhile.
+	// degraded is set once the backend cannot serve again by itself:
+	// quarantined, its binary's bytes gone, or ended. Its cached answers
+	// are not served then. Through a crash, a timeout or a restart they
+	// are: they are the answers of the same binary, whose rules are pure.
 	degraded atomic.Bool
 	// staleDesc is set when the running process describes itself otherwise
 	// than the description the routes were built from (a cached one): its

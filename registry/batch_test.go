@@ -1,6 +1,8 @@
 package registry_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/testbin"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -57,90 +60,163 @@ func TestHostHardwareFiltersPlugins(t *testing.T) {
 	}
 }
 
-// TestCachedAnswersFollowThePluginsState kills fa3 and puts garbage in
-// place of its binary: from the failure until fa3 answers again, every
-// request of its names falls back, whether its answer is cached or not,
-// and the lines of one batch get the same kind of answer; once the binary
-// is back, cached and new requests are fa3's again.
-func TestCachedAnswersFollowThePluginsState(t *testing.T) {
+// cacheScene is a registry over a copy of the plugin tree whose fa3 has
+// answered one request (cached, now in its answer cache) and a Pass over
+// it, with batch sending the cached request and a new one together.
+type cacheScene struct {
+	tree   *testbin.Bins
+	r      *registry.Registry
+	cached core.Request
+	pass   *registry.Pass
+}
+
+func newCacheScene(t *testing.T) *cacheScene {
 	tree, err := bins.CopyTree(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	r, _ := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}, RestartBackoff: 50 * time.Millisecond, QuarantineAfter: -1})
-	ctx := testContext(t)
-	cached := *decode("fa3")
-	fresh := func(i int) core.Request {
-		req := core.NewRequest("fa3", core.ModeExtend)
-		req.Batch.ExtendPrefixLens = []int64{int64(i)}
-		req.Batch.SeqLens = []int64{int64(i) + 100}
-		req.Batch.MaxChunkCapacity = int64(1000 + i) // a key not cached yet
-		return req
-	}
-	if a, err := r.Dispatch(ctx, &cached); err != nil || a.Plugin != "fa3" {
+	sc := &cacheScene{tree: tree, r: r, cached: *decode("fa3")}
+	if a, err := r.Dispatch(testContext(t), &sc.cached); err != nil || a.Plugin != "fa3" {
 		t.Fatalf("fa3: %+v, %v", a, err)
 	}
-	pass, err := r.Resolve("fa3").Begin(&cached.Batch, &cached.Runtime)
+	if sc.pass, err = r.Resolve("fa3").Begin(&sc.cached.Batch, &sc.cached.Runtime); err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// fresh is a request of fa3 whose key is not cached yet.
+func fresh(i int) core.Request {
+	req := core.NewRequest("fa3", core.ModeExtend)
+	req.Batch.ExtendPrefixLens = []int64{int64(i)}
+	req.Batch.SeqLens = []int64{int64(i) + 100}
+	req.Batch.MaxChunkCapacity = int64(1000 + i)
+	return req
+}
+
+// answers sends the cached request and a new one in one batch, and each
+// alone, and the cached one's layer through the Pass: it returns what
+// answered each, as plugin/fallback reason.
+func (sc *cacheScene) answers(t *testing.T, i int) []string {
+	t.Helper()
+	ctx := testContext(t)
+	reqs := []core.Request{sc.cached, fresh(i), sc.cached}
+	out := make([]registry.BatchAnswer, len(reqs))
+	if err := sc.r.DispatchBatch(ctx, reqs, out); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	note := func(a core.Answer, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		reason, _, _ := strings.Cut(a.Fallback, ":")
+		got = append(got, a.Plugin+"/"+reason)
+	}
+	for _, res := range out {
+		note(res.Answer, res.Err)
+	}
+	note(sc.pass.Dispatch(ctx, &sc.cached.Layer))
+	note(sc.r.Dispatch(ctx, &sc.cached))
+	f := fresh(i + 1)
+	note(sc.r.Dispatch(ctx, &f))
+	return got
+}
+
+// killFa3 SIGKILLs fa3's process and waits until it is gone.
+func (sc *cacheScene) killFa3(t *testing.T) {
+	t.Helper()
+	pid := pidOf(t, sc.r, "fa3")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for syscall.Kill(pid, 0) == nil {
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil || strings.Contains(string(st), ") Z ") {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestARestartRunsTheVerifiedBytesAndKeepsTheCache kills fa3 and renames
+// garbage into the place of its binary, with no reload: the restart runs
+// the bytes that were verified (from the descriptor held since), so every
+// request, cached or new, alone, in a batch or through a Pass, is fa3's,
+// with no fallback; the listing keeps the verified hash.
+func TestARestartRunsTheVerifiedBytesAndKeepsTheCache(t *testing.T) {
+	sc := newCacheScene(t)
+	before := listing(sc.r)["fa3"]
+	sc.killFa3(t)
+	if err := os.WriteFile(sc.tree.Plugin("fa3")+".new", []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(sc.tree.Plugin("fa3")+".new", sc.tree.Plugin("fa3")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		for j, got := range sc.answers(t, 100*i) {
+			if got != "fa3/" {
+				t.Errorf("round %d, answer %d: %s; want fa3's with no fallback", i, j, got)
+			}
+		}
+	}
+	after := listing(sc.r)["fa3"]
+	if after.Restarts != 1 || after.SHA256 != before.SHA256 || after.PID == before.PID || after.Status != registry.StatusRunning {
+		t.Errorf("listing after the restart %+v; want one restart of the binary %s", after, before.SHA256)
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", after.PID))
+	if err != nil || !strings.HasSuffix(exe, "(deleted)") {
+		t.Errorf("the restarted process runs %q (%v); want the verified binary, unlinked since", exe, err)
+	}
+}
+
+// TestABinaryChangedInPlaceIsBroken kills fa3 and writes garbage into its
+// binary in place: the verified bytes are gone, so fa3 is not started
+// again; every request of it, cached or not, falls back as plugin_broken,
+// and a reload after the good bytes are back serves it again.
+func TestABinaryChangedInPlaceIsBroken(t *testing.T) {
+	sc := newCacheScene(t)
+	good, err := os.ReadFile(sc.tree.Plugin("fa3"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(pidOf(t, r, "fa3"), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tree.Plugin("fa3")+".new", []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tree.Plugin("fa3")+".new", tree.Plugin("fa3")); err != nil {
-		t.Fatal(err)
-	}
-
-	// batch sends the cached request and a new one in one batch; all must
-	// be answered the same way, and the Pass too.
-	batch := func(i int) (reasons []string) {
-		t.Helper()
-		reqs := []core.Request{cached, fresh(i), cached}
-		out := make([]registry.BatchAnswer, len(reqs))
-		if err := r.DispatchBatch(ctx, reqs, out); err != nil {
+	sc.killFa3(t)
+	ctx := testContext(t)
+	// The same inode, truncated and written, once the kernel lets go of
+	// the dead process's image (ETXTBSY until then).
+	for {
+		err := os.WriteFile(sc.tree.Plugin("fa3"), []byte("#!/bin/sh\nexit 3\n"), 0o755)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.ETXTBSY) || ctx.Err() != nil {
 			t.Fatal(err)
 		}
-		for _, res := range out {
-			if res.Err != nil {
-				t.Fatal(res.Err)
+		time.Sleep(10 * time.Millisecond)
+	}
+	want := "core/" + string(registry.ReasonPluginBroken)
+	for i := range 2 {
+		for j, got := range sc.answers(t, 100*i) {
+			if got != want {
+				t.Errorf("round %d, answer %d: %s; want %s", i, j, got, want)
 			}
-			reason, _, _ := strings.Cut(res.Answer.Fallback, ":")
-			reasons = append(reasons, res.Answer.Plugin+"/"+reason)
 		}
-		if reasons[0] != reasons[1] || reasons[1] != reasons[2] {
-			t.Errorf("batch %d: the lines were answered %v; want one kind of answer", i, reasons)
-		}
-		return reasons
 	}
-	seen := map[string]bool{}
-	for i := 0; !seen["core/"+string(registry.ReasonStartFailed)]; i++ {
-		if ctx.Err() != nil {
-			t.Fatalf("no start failure seen; saw %v", seen)
-		}
-		seen[batch(i)[0]] = true
-		if a, err := pass.Dispatch(ctx, &cached.Layer); err != nil || a.Plugin == "fa3" {
-			t.Errorf("the pass of a failed plugin answered %+v, %v; want a fallback", a, err)
-		}
-		if a, err := r.Dispatch(ctx, &cached); err != nil || a.Plugin == "fa3" {
-			t.Errorf("Dispatch of a failed plugin answered %+v, %v from its cache; want a fallback", a, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if p := listing(sc.r)["fa3"]; p.Status != registry.StatusBroken || !strings.Contains(p.Reason, "changed in place") {
+		t.Errorf("listing %+v; want broken, changed in place", p)
 	}
-	if !seen["core/"+string(registry.ReasonCrashed)] || seen["fa3/"] {
-		t.Errorf("answers seen while fa3 was down: %v; want plugin_crashed first, never fa3's", seen)
+	if err := os.WriteFile(sc.tree.Plugin("fa3")+".new", good, 0o755); err != nil {
+		t.Fatal(err)
 	}
-
-	rebuild(t, bins.Plugin("fa3"), tree.Plugin("fa3"))
-	for i := 1000; batch(i)[0] != "fa3/"; i++ {
-		if ctx.Err() != nil {
-			t.Fatal("fa3 never answered again")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := os.Rename(sc.tree.Plugin("fa3")+".new", sc.tree.Plugin("fa3")); err != nil {
+		t.Fatal(err)
 	}
-	if a, err := pass.Dispatch(ctx, &cached.Layer); err != nil || a.Plugin != "fa3" || a.Fallback != "" {
-		t.Errorf("the pass after fa3 recovered: %+v, %v", a, err)
+	if _, err := sc.r.Reload(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	f := fresh(7)
+	if a, err := sc.r.Dispatch(testContext(t), &f); err != nil || a.Plugin != "fa3" || a.Fallback != "" {
+		t.Errorf("after the good binary is back and a reload: %+v, %v", a, err)
 	}
 }

@@ -85,38 +85,6 @@ type hashEntry struct {
 // the same to skip rehashing.
 func statIdentity(st os.FileInfo) string { return fileIdentity(st) }
 
-// fileSHA256 returns the SHA-256 of the binary at path: from the hash
-// index when the file has not changed since it was hashed, else by reading
-// it, and then the index learns it. Discovery thus reads no binary it
-// hashed before; go-plugin hashes a binary again at every start when a
-// lock file pins it.
-func (c descCache) fileSHA256(path string) (string, error) {
-	if c.dir == "" {
-		return FileSHA256(path)
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	id := statIdentity(st)
-	file := c.hashFile(path)
-	if data, err := os.ReadFile(file); err == nil && id != "" {
-		var e hashEntry
-		if json.Unmarshal(data, &e) == nil && e.Path == path && e.Stat == id && len(e.SHA256) == 64 {
-			return e.SHA256, nil
-		}
-	}
-	sum, err := FileSHA256(path)
-	if err != nil {
-		return "", err
-	}
-	if after, err := os.Stat(path); err == nil && id != "" && statIdentity(after) == id {
-		// Unchanged while it was read: the hash is the file's.
-		c.write(file, hashEntry{Path: path, Stat: id, SHA256: sum})
-	}
-	return sum, nil
-}
-
 func (c descCache) hashFile(path string) string {
 	h := sha256.Sum256([]byte(path))
 	return filepath.Join(c.dir, "sum-"+cacheFormat+"-"+hex.EncodeToString(h[:12])+".json")

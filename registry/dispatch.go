@@ -57,12 +57,12 @@ func (rt *route) cached() *answerCache {
 	return rt.cache
 }
 
-// answers returns the cache to answer from: the route's cache while its
-// backend is serving, nil otherwise. From a plugin's failure until it
-// answers again (or once it has ended), every request of its names goes
-// the way of a request that the cache does not hold, and falls back with
-// the same reason: a cached answer is never served for a plugin that is
-// not serving.
+// answers returns the cache to answer from: the route's cache unless its
+// backend is degraded (it cannot serve again by itself: quarantined, its
+// binary gone, ended). Through a crash and the restart that follows, the
+// cached answers stay: they are the same binary's (same SHA-256), whose
+// rules are pure. A degraded backend's names go the way of a request the
+// cache does not hold, and fall back with the same reason.
 func (rt *route) answers() *answerCache {
 	if c := rt.cached(); c != nil && !rt.health.degraded.Load() {
 		return c

@@ -138,11 +138,11 @@ func TestLockRefusesATamperedBinary(t *testing.T) {
 		// not silently become triton's.
 		a, err := r.Dispatch(testContext(t), faultReq(1))
 		if strict {
-			if !errors.Is(err, core.ErrRefused) || !strings.Contains(err.Error(), string(registry.ReasonPluginMissing)) {
-				t.Errorf("strict: %+v, %v; want refused with %s", a, err, registry.ReasonPluginMissing)
+			if !errors.Is(err, core.ErrRefused) || !strings.Contains(err.Error(), string(registry.ReasonPluginBroken)) {
+				t.Errorf("strict: %+v, %v; want refused with %s", a, err, registry.ReasonPluginBroken)
 			}
-		} else if err != nil || !strings.HasPrefix(a.Fallback, string(registry.ReasonPluginMissing)) {
-			t.Errorf("tampered plugin's name: %+v, %v; want a %s fallback", a, err, registry.ReasonPluginMissing)
+		} else if err != nil || !strings.HasPrefix(a.Fallback, string(registry.ReasonPluginBroken)) {
+			t.Errorf("tampered plugin's name: %+v, %v; want a %s fallback", a, err, registry.ReasonPluginBroken)
 		}
 		if a, err := r.Dispatch(testContext(t), decode("fa4")); err != nil || a.Plugin != "fa3" {
 			t.Errorf("the other plugins still serve: %+v, %v", a, err)
@@ -172,15 +172,22 @@ func TestLockRefusesAnUnknownBinaryAndReportsAMissingOne(t *testing.T) {
 		t.Errorf("missing pinned binary: %+v", p)
 	}
 	ctx := testContext(t)
-	for _, name := range []string{"dsa", "nsa", "aiter"} {
-		if a, err := r.Dispatch(ctx, decode(name)); err != nil || !strings.HasPrefix(a.Fallback, string(registry.ReasonPluginMissing)) {
-			t.Errorf("%s: %+v, %v; want a %s fallback", name, a, err, registry.ReasonPluginMissing)
+	// dsa's binary is there but refused: broken. aiter's is not there, and
+	// nothing says which binary serves nsa: missing, naming the refused
+	// binary that may.
+	for name, want := range map[string]registry.Reason{"dsa": registry.ReasonPluginBroken, "nsa": registry.ReasonPluginMissing, "aiter": registry.ReasonPluginMissing} {
+		if a, err := r.Dispatch(ctx, decode(name)); err != nil || !strings.HasPrefix(a.Fallback, string(want)) {
+			t.Errorf("%s: %+v, %v; want a %s fallback", name, a, err, want)
 		}
+	}
+	if a, _ := r.Dispatch(ctx, decode("nsa")); !strings.Contains(a.Fallback, unknown) {
+		t.Errorf("nsa's fallback %q does not name the refused binary %s", a.Fallback, unknown)
 	}
 }
 
-// TestLockChecksTheBinaryAgainAtStart replaces a binary after the registry
-// verified it: go-plugin's SecureConfig refuses to start it.
+// TestLockChecksTheBinaryAgainAtStart changes a binary in place after the
+// registry verified it: its start is refused, naming both hashes, and its
+// names fall back as broken.
 func TestLockChecksTheBinaryAgainAtStart(t *testing.T) {
 	dir, lock := lockTree(t)
 	r, _ := open(t, registry.Config{PluginDirs: []string{dir}, Lock: lock, NoAnswerCache: true})
@@ -188,10 +195,10 @@ func TestLockChecksTheBinaryAgainAtStart(t *testing.T) {
 	pinned, _ := lock.Entry("attnplug-backend-fa3")
 	tamper(t, bin)
 	a, err := r.Dispatch(testContext(t), decode("fa3"))
-	if err != nil || !strings.HasPrefix(a.Fallback, string(registry.ReasonStartFailed)) {
-		t.Fatalf("got %+v, %v; want a %s fallback", a, err, registry.ReasonStartFailed)
+	if err != nil || !strings.HasPrefix(a.Fallback, string(registry.ReasonPluginBroken)) {
+		t.Fatalf("got %+v, %v; want a %s fallback", a, err, registry.ReasonPluginBroken)
 	}
-	for _, want := range []string{"refused by the lock file", bin, pinned.SHA256, sha256Of(t, bin)} {
+	for _, want := range []string{"changed in place", bin, pinned.SHA256, sha256Of(t, bin)} {
 		if !strings.Contains(a.Fallback, want) {
 			t.Errorf("fallback %q lacks %q", a.Fallback, want)
 		}

@@ -18,6 +18,7 @@ type pluginBinary struct {
 	name     string // the family name, from the description
 	path     string
 	sha256   string
+	exe      *verifiedBinary // what every start runs
 	cacheKey string // the description cache's key: sha256 and environment
 	desc     *core.Description
 	// unsupported says why none of the binary's names runs on the host's
@@ -35,8 +36,8 @@ type plugin struct {
 	logger hclog.Logger
 	proc   process
 
-	// state is what the plugin's routes read of it (health): degraded from
-	// a failure until the next good answer, staleDesc when its process
+	// state is what the plugin's routes read of it (health): degraded once
+	// it cannot serve again by itself (quarantined, broken, ended), staleDesc when its process
 	// describes itself otherwise than its routes' description.
 	state health
 	// refusedHost is set when the plugin refused the host's hardware.
@@ -51,16 +52,29 @@ type plugin struct {
 }
 
 func (p *plugin) family() string  { return p.name }
+func (p *plugin) binary() *verifiedBinary { return p.exe }
+
+// closeBinary closes the binary's descriptor once the plugin has ended.
+func (p *plugin) closeBinary() {
+	if p.exe != nil {
+		p.exe.close()
+	}
+}
 func (p *plugin) health() *health { return &p.state }
 
 // call runs f on a running process of p, starting one when needed, under
 // the deadline of limit: every call to a plugin goes through it. A call
 // that fails (not the caller's ctx ending, not the plugin's own answer)
-// retires the process, which restarts after the backoff; see backend.call
-// for what it returns.
+// retires the process, which restarts after the backoff. A call whose
+// process died under it (ReasonCrashed) is sent once more, to the
+// restarted process: the binary's rules are pure, and the restart is
+// waited for within the call deadline. See backend.call for what it
+// returns.
 func (p *plugin) call(ctx context.Context, limit callLimit, f func(context.Context, conn) error) error {
+	var restartBy time.Time // the deadline of waiting for a restart, once one is waited for
+	retried := false
 	for {
-		inst, err := p.acquire(ctx)
+		inst, err := p.acquire(ctx, &restartBy)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -84,13 +98,30 @@ func (p *plugin) call(ctx context.Context, limit callLimit, f func(context.Conte
 			err = fmt.Errorf("no answer within the call deadline of %s: %w", limit.timeout(p.cfg), err)
 		}
 		p.fail(inst, reason, err)
+		if reason == ReasonCrashed && !retried {
+			retried = true
+			restartBy = time.Now().Add(p.cfg.CallTimeout)
+			continue
+		}
 		return &failure{reason: reason, err: fmt.Errorf("plugin %s: %w", p.name, err), retired: true}
 	}
 }
 
+// startAttempt is a start of the plugin's process in progress; done is
+// closed when it ends, err is then its outcome.
+type startAttempt struct {
+	done chan struct{}
+	err  error
+}
+
 // acquire returns the running instance, starting the process when none
-// runs and the plugin may be started now.
-func (p *plugin) acquire(ctx context.Context) (*instance, error) {
+// runs and the plugin may be started now. The first start of the plugin
+// is waited for as long as ctx allows (it is bounded by
+// Config.StartTimeout); a restart, and the backoff before it, only until
+// *restartBy, which acquire sets to Config.CallTimeout from now (or ctx's
+// deadline, when sooner) when it is zero: past it the call fails with
+// ReasonBackoff.
+func (p *plugin) acquire(ctx context.Context, restartBy *time.Time) (*instance, error) {
 	if inst := p.proc.running.Load(); inst != nil {
 		return inst, nil
 	}
@@ -100,83 +131,140 @@ func (p *plugin) acquire(ctx context.Context) (*instance, error) {
 			p.proc.mu.Unlock()
 			return inst, nil
 		}
-		switch {
-		case p.proc.closed:
+		if err := p.unstartable(); err != nil {
 			p.proc.mu.Unlock()
-			return nil, &failure{reason: ReasonClosed, err: fmt.Errorf("plugin %s: %w: registry closed", p.name, core.ErrUnavailable)}
-		case p.selfCheckRefusal() != nil:
-			err := p.selfCheckRefusal()
-			p.proc.mu.Unlock()
-			return nil, &failure{reason: ReasonStartFailed, err: fmt.Errorf("plugin %s: %w", p.name, err)}
-		case p.proc.quarantined:
+			return nil, err
+		}
+		restart := p.proc.starts > 0 || p.proc.failures > 0
+		if restart && restartBy.IsZero() {
+			*restartBy = time.Now().Add(p.cfg.CallTimeout)
+			if dl, ok := ctx.Deadline(); ok && dl.Before(*restartBy) {
+				*restartBy = dl
+			}
+		}
+		if at := p.proc.retryAt; p.proc.starting == nil && time.Now().Before(at) {
 			err := p.proc.lastErr
 			p.proc.mu.Unlock()
-			return nil, &failure{reason: ReasonQuarantined, err: fmt.Errorf("plugin %s quarantined after %d failures, last: %w", p.name, p.cfg.QuarantineAfter, err)}
-		case time.Now().Before(p.proc.retryAt):
-			err, at := p.proc.lastErr, p.proc.retryAt
-			p.proc.mu.Unlock()
-			return nil, &failure{reason: ReasonBackoff, err: fmt.Errorf("plugin %s restarts in %s after: %w", p.name, time.Until(at).Round(time.Millisecond), err)}
-		}
-		if wait := p.proc.starting; wait != nil {
-			p.proc.mu.Unlock()
-			select {
-			case <-wait:
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			if !restart || at.After(*restartBy) {
+				return nil, &failure{reason: ReasonBackoff, err: fmt.Errorf("plugin %s restarts in %s after: %w", p.name, time.Until(at).Round(time.Millisecond), err)}
 			}
+			if err := sleepUntil(ctx, at); err != nil {
+				return nil, err
+			}
+			continue
 		}
-		wait := make(chan struct{})
-		p.proc.starting = wait
+		a := p.proc.starting
+		if a == nil {
+			a = &startAttempt{done: make(chan struct{})}
+			p.proc.starting = a
+			go p.start(a)
+		}
 		p.proc.mu.Unlock()
-
-		sctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
-		inst, err := spawn(sctx, p.cfg, p.path, p.sha256, p.logger)
-		cancel()
-		if err == nil {
-			err = p.check(ctx, inst)
+		var late <-chan time.Time
+		if restart {
+			t := time.NewTimer(time.Until(*restartBy))
+			defer t.Stop()
+			late = t.C
 		}
-		if err == nil {
-			err = p.selfCheck(ctx, inst) // selfcheck.go: the kernel catalog
+		select {
+		case <-a.done:
+			if a.err != nil {
+				return nil, a.err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-late:
+			return nil, &failure{reason: ReasonBackoff, err: fmt.Errorf("plugin %s is restarting and was not back within the call deadline", p.name)}
 		}
+	}
+}
 
-		p.proc.mu.Lock()
+// unstartable returns the failure of a plugin that may not start now for
+// good (closed, broken, quarantined), or nil. p.proc.mu is held.
+func (p *plugin) unstartable() error {
+	switch {
+	case p.proc.closed:
+		return &failure{reason: ReasonClosed, err: fmt.Errorf("plugin %s: %w: registry closed", p.name, core.ErrUnavailable)}
+	case p.selfCheckRefusal() != nil:
+		return &failure{reason: ReasonStartFailed, err: fmt.Errorf("plugin %s: %w", p.name, p.selfCheckRefusal())}
+	case p.proc.broken != nil:
+		return &failure{reason: ReasonPluginBroken, err: fmt.Errorf("plugin %s: %w", p.name, p.proc.broken)}
+	case p.proc.quarantined:
+		return &failure{reason: ReasonQuarantined, err: fmt.Errorf("plugin %s quarantined after %d failures, last: %w", p.name, p.cfg.QuarantineAfter, p.proc.lastErr)}
+	}
+	return nil
+}
+
+// sleepUntil waits until t, or returns ctx's error when it ends first.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// start starts the plugin's process for attempt a, detached from the
+// calls that wait for it: it is bounded by Config.StartTimeout and ends
+// with the registry.
+func (p *plugin) start(a *startAttempt) {
+	life := p.cfg.life
+	if life == nil {
+		life = context.Background()
+	}
+	ctx, cancel := p.cfg.startContext(life)
+	defer cancel()
+	inst, err := spawn(ctx, p.cfg, p.binary(), p.logger)
+	if err == nil {
+		err = p.check(ctx, inst)
+	}
+	if err == nil {
+		err = p.selfCheck(ctx, inst) // selfcheck.go: the kernel catalog
+	}
+
+	p.proc.mu.Lock()
+	defer func() {
 		p.proc.starting = nil
-		close(wait)
-		if p.proc.closed {
-			if inst != nil {
-				inst.kill()
-			}
-			p.proc.mu.Unlock()
-			return nil, &failure{reason: ReasonClosed, err: fmt.Errorf("plugin %s: %w: registry closed", p.name, core.ErrUnavailable)}
+		p.proc.mu.Unlock()
+		close(a.done)
+	}()
+	switch {
+	case p.proc.closed:
+		if inst != nil {
+			inst.kill()
 		}
-		if err != nil {
-			if inst != nil {
-				inst.kill()
-			}
-			if ctx.Err() != nil {
-				p.proc.mu.Unlock()
-				return nil, ctx.Err()
-			}
-			if errors.Is(err, core.ErrRefused) {
-				// The plugin refused this host's hardware (Configure): it
-				// is not restarted, and its names fall back.
-				why := err.Error()
-				p.refusedHost.Store(&why)
-				p.proc.lastErr = err
-				p.proc.mu.Unlock()
-				p.logger.Warn("plugin refused this host's hardware", "error", err)
-				return nil, &failure{reason: ReasonUnsupportedHardware, err: fmt.Errorf("plugin %s: %w", p.name, err)}
-			}
+		a.err = &failure{reason: ReasonClosed, err: fmt.Errorf("plugin %s: %w: registry closed", p.name, core.ErrUnavailable)}
+	case err != nil:
+		if inst != nil {
+			inst.kill()
+		}
+		switch {
+		case errors.Is(err, core.ErrRefused):
+			// The plugin refused this host's hardware (Configure): it is
+			// not restarted, and its names fall back.
+			why := err.Error()
+			p.refusedHost.Store(&why)
+			p.proc.lastErr = err
+			p.logger.Warn("plugin refused this host's hardware", "error", err)
+			a.err = &failure{reason: ReasonUnsupportedHardware, err: fmt.Errorf("plugin %s: %w", p.name, err)}
+		case errors.Is(err, ErrBinaryChanged):
+			// The accepted bytes are gone: no start can succeed until a
+			// reload reads the new file.
+			p.proc.broken, p.proc.lastErr = err, err
+			p.state.degraded.Store(true)
+			p.logger.Error("plugin binary changed in place; not started again until a reload", "error", err)
+			a.err = &failure{reason: ReasonPluginBroken, err: fmt.Errorf("plugin %s: %w", p.name, err)}
+		default:
 			p.failLocked(ReasonStartFailed, err)
-			p.proc.mu.Unlock()
-			return nil, &failure{reason: ReasonStartFailed, err: fmt.Errorf("plugin %s (%s): start: %w", p.name, p.path, err)}
+			a.err = &failure{reason: ReasonStartFailed, err: fmt.Errorf("plugin %s (%s): start: %w", p.name, p.path, err)}
 		}
+	default:
 		p.proc.starts++
 		p.proc.running.Store(inst)
-		p.proc.mu.Unlock()
 		p.logger.Debug("plugin started", "pid", inst.pid, "path", p.path)
-		return inst, nil
 	}
 }
 
@@ -210,8 +298,8 @@ func (p *plugin) check(ctx context.Context, inst *instance) error {
 // held.
 func (p *plugin) failLocked(reason Reason, err error) {
 	p.proc.failures++
-	p.state.degraded.Store(true)
-	p.proc.lastErr, p.proc.lastReason = err, reason
+	p.proc.failing.Store(true)
+	p.proc.lastErr = err
 	backoff := p.cfg.RestartBackoff << min(p.proc.failures-1, 16)
 	if backoff > p.cfg.MaxRestartBackoff || backoff <= 0 {
 		backoff = p.cfg.MaxRestartBackoff
@@ -219,6 +307,7 @@ func (p *plugin) failLocked(reason Reason, err error) {
 	p.proc.retryAt = time.Now().Add(backoff)
 	if p.cfg.QuarantineAfter > 0 && p.proc.failures >= p.cfg.QuarantineAfter {
 		p.proc.quarantined = true
+		p.state.degraded.Store(true) // its cached answers are served no more
 		p.logger.Error("plugin quarantined", "failures", p.proc.failures, "error", err)
 	} else {
 		p.logger.Warn("plugin failed; restarting after backoff", "reason", string(reason), "backoff", backoff, "error", err)
@@ -234,26 +323,33 @@ func (p *plugin) fail(inst *instance, reason Reason, err error) {
 		return
 	}
 	p.proc.retiring.Add(1)
+	if p.proc.dying == nil {
+		p.proc.dying = map[*instance]struct{}{}
+	}
+	p.proc.dying[inst] = struct{}{}
 	go func() {
 		defer p.proc.retiring.Done()
-		inst.retire()
+		// A failed process is not asked to exit: it is killed once the
+		// calls that were still in flight on it have ended.
+		inst.retire(0)
+		p.proc.mu.Lock()
+		delete(p.proc.dying, inst)
+		p.proc.mu.Unlock()
 	}()
 	p.failLocked(reason, err)
 }
 
 // succeeded resets the failure count after a good answer.
 func (p *plugin) succeeded() {
-	if !p.state.degraded.Load() {
+	if !p.proc.failing.Load() {
 		return
 	}
 	p.proc.mu.Lock()
-	if !p.proc.closed {
-		p.state.degraded.Store(false)
-	}
 	if p.proc.failures > 0 {
 		p.logger.Info("plugin recovered", "after_failures", p.proc.failures)
 		p.proc.failures = 0
 	}
+	p.proc.failing.Store(false)
 	p.proc.mu.Unlock()
 }
 
@@ -264,25 +360,35 @@ func (p *plugin) stop() { p.end(false) }
 // calls in flight have finished.
 func (p *plugin) retireAll() { p.end(true) }
 
-// end refuses new starts and ends the running process: at once, or, when
-// graceful, after the calls in flight on it. It waits for every process of
-// the plugin to be gone.
+// end refuses new starts and ends the running process: when graceful,
+// after the calls in flight on it (a reload's swap), else at once (Close);
+// either way it is let go within the registry's grace, then killed
+// (Config.StopGrace). The processes retired after failures are killed at
+// once. end waits for every process of the plugin to be gone, which takes
+// a bounded time whatever state they are in.
 func (p *plugin) end(graceful bool) {
 	p.proc.mu.Lock()
 	p.proc.closed = true
 	p.state.degraded.Store(true)
 	inst := p.proc.running.Swap(nil)
 	wait := p.proc.starting
+	dying := make([]*instance, 0, len(p.proc.dying))
+	for i := range p.proc.dying {
+		dying = append(dying, i)
+	}
 	p.proc.mu.Unlock()
+	for _, i := range dying {
+		i.kill()
+	}
 	finish := func(i *instance) {
 		if graceful {
-			i.retire()
+			i.retire(p.cfg.StopGrace)
 		} else {
-			i.kill()
+			i.proc.Stop(p.cfg.StopGrace)
 		}
 	}
 	if wait != nil {
-		<-wait
+		<-wait.done
 		if late := p.proc.running.Swap(nil); late != nil {
 			finish(late)
 		}
@@ -291,6 +397,7 @@ func (p *plugin) end(graceful bool) {
 		finish(inst)
 	}
 	p.proc.retiring.Wait()
+	p.closeBinary()
 }
 
 // ended reports that the plugin was stopped or retired: it starts no
@@ -299,6 +406,14 @@ func (p *plugin) ended() bool {
 	p.proc.mu.Lock()
 	defer p.proc.mu.Unlock()
 	return p.proc.closed
+}
+
+// keepable reports that a reload may keep the plugin as it is: it has not
+// ended and its binary's bytes are still there.
+func (p *plugin) keepable() bool {
+	p.proc.mu.Lock()
+	defer p.proc.mu.Unlock()
+	return !p.proc.closed && p.proc.broken == nil
 }
 
 // info fills the run-time fields of a listing entry.
@@ -317,6 +432,8 @@ func (p *plugin) info(pi *PluginInfo) {
 	switch inst := p.proc.running.Load(); {
 	case p.selfCheckRefusal() != nil:
 		pi.Status, pi.Reason = StatusBroken, p.selfCheckRefusal().Error()
+	case p.proc.broken != nil:
+		pi.Status, pi.Reason = StatusBroken, p.proc.broken.Error()
 	case inst != nil:
 		pi.Status, pi.PID = StatusRunning, inst.pid
 	case p.proc.quarantined:

@@ -32,15 +32,18 @@ func (i *instance) enter() bool {
 
 func (i *instance) leave() { i.calls.RUnlock() }
 
-// retire waits for the calls in flight, then ends the process.
-func (i *instance) retire() {
+// retire waits for the calls in flight, then ends the process: within
+// grace in good order, else by SIGKILL (wire.Process.Stop). A call in
+// flight ends at its deadline at the latest.
+func (i *instance) retire(grace time.Duration) {
 	i.calls.Lock()
 	i.retired = true
 	i.calls.Unlock()
-	i.kill()
+	i.proc.Stop(grace)
 }
 
-// kill ends the process at once.
+// kill ends the process at once, by SIGKILL of its process group, whatever
+// its calls in flight (they fail).
 func (i *instance) kill() {
 	i.proc.Kill()
 }
@@ -54,17 +57,25 @@ func (i *instance) kill() {
 // lock on every call; everything else is guarded by mu.
 type process struct {
 	running atomic.Pointer[instance]
+	// failing is set from a failure until the next good answer: a good
+	// answer then resets the failure count.
+	failing atomic.Bool
 	// retiring counts the instances retired after a failure whose process
 	// has not ended yet; end waits for them.
 	retiring sync.WaitGroup
+	// dying are those instances, guarded by mu: end kills them at once
+	// rather than wait for their calls in flight.
+	dying map[*instance]struct{}
 
 	mu          sync.Mutex
-	starting    chan struct{} // closed when the start in progress ends
+	starting    *startAttempt // the start in progress, if any
 	closed      bool
 	failures    int // consecutive failures
 	starts      int
 	retryAt     time.Time
 	lastErr     error
-	lastReason  Reason
 	quarantined bool
+	// broken is set when the binary's accepted bytes are gone
+	// (ErrBinaryChanged): the plugin does not start again.
+	broken error
 }

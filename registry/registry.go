@@ -41,6 +41,11 @@ type Config struct {
 	RestartBackoff time.Duration
 	// MaxRestartBackoff caps the wait. Default: 30s.
 	MaxRestartBackoff time.Duration
+	// StopGrace is how long Close (and a reload, for the process it
+	// replaces) lets a plugin process exit in good order before its
+	// process group gets SIGKILL: a plugin that hangs or is stopped
+	// (SIGSTOP) cannot hold the host. Default: wire.DefaultStopGrace (2s).
+	StopGrace time.Duration
 	// QuarantineAfter is how many failures in a row quarantine a plugin;
 	// negative never does. Default: 8.
 	QuarantineAfter int
@@ -103,6 +108,9 @@ type Config struct {
 	SocketDir string
 
 	sockets *socketDir // made by New
+	// life ends at Close: starts in progress end with it (made by New).
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 func (c *Config) setDefaults() {
@@ -124,6 +132,9 @@ func (c *Config) setDefaults() {
 	if c.MaxRestartBackoff <= 0 {
 		c.MaxRestartBackoff = 30 * time.Second
 	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = wire.DefaultStopGrace
+	}
 	if c.QuarantineAfter == 0 {
 		c.QuarantineAfter = 8
 	}
@@ -138,6 +149,17 @@ func (c *Config) setDefaults() {
 			}
 		}
 	}
+}
+
+// startContext bounds a plugin's start: by StartTimeout, ctx, and the
+// registry's life (Close ends a start in progress).
+func (c *Config) startContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithTimeout(ctx, c.StartTimeout)
+	if c.life == nil {
+		return sctx, cancel
+	}
+	stop := context.AfterFunc(c.life, cancel)
+	return sctx, func() { stop(); cancel() }
 }
 
 func (c *Config) pluginLogLevel() string {
@@ -240,6 +262,8 @@ type Registry struct {
 type routeTable struct {
 	plugins []*plugin
 	broken  []PluginInfo
+	// unfound are the binaries the lock file pins that are not there.
+	unfound []PluginInfo
 	routes  map[string]*route
 	// deflt is the route of every name not in routes: the triton rules.
 	deflt *route
@@ -283,6 +307,7 @@ func New(ctx context.Context, cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	r.table.Store(t)
+	r.cfg.life, r.cfg.endLife = context.WithCancel(context.Background())
 	return r, nil
 }
 
@@ -302,7 +327,7 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 	kept := map[string]*plugin{}
 	if prev != nil {
 		for _, p := range prev.plugins {
-			if !p.ended() { // a plugin a reload retired is never served again
+			if p.keepable() { // a plugin a reload retired, or broken, is never served again
 				kept[p.path+"\x00"+p.sha256] = p
 			}
 		}
@@ -341,26 +366,34 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 		r.addPlugin(t, res.p)
 	}
 	r.addLinked(t.routes)
-	// The names of a refused binary fall back, as a missing plugin's do,
-	// rather than go silently to the triton rules.
+	// The names of a binary the lock refused fall back as broken, rather
+	// than go silently to the triton rules.
 	for n, why := range refused {
 		if _, ok := t.routes[n]; !ok && n != core.TritonName {
-			t.routes[n] = r.missingRoute(n, why)
+			t.routes[n] = r.missingRoute(n, why, true)
 		}
 	}
 	if l := r.lock.Load(); l != nil {
 		for _, m := range l.missing(found) {
-			t.broken = append(t.broken, m)
+			// Listed as broken, but nothing was found: its names are
+			// missing, unless a binary that was found but refused may
+			// serve them.
+			t.unfound = append(t.unfound, m)
 			for _, n := range m.Names {
 				if _, ok := t.routes[n]; !ok {
-					t.routes[n] = r.missingRoute(n, brokenWhy(n, t.broken))
+					why, named := brokenWhy(n, t.broken)
+					if !named {
+						why = fmt.Errorf("%s %s", m.Path, m.Reason)
+					}
+					t.routes[n] = r.missingRoute(n, why, named)
 				}
 			}
 		}
 	}
 	for _, n := range r.cfg.ExpectedNames {
 		if _, ok := t.routes[n]; !ok {
-			t.routes[n] = r.missingRoute(n, brokenWhy(n, t.broken))
+			why, named := brokenWhy(n, t.broken)
+			t.routes[n] = r.missingRoute(n, why, named)
 		}
 	}
 	return t, nil
@@ -378,20 +411,31 @@ func (r *Registry) defaultRoute() *route {
 // missingRoute is the route of name, which a plugin should serve but none
 // does: its requests fall back with ReasonPluginMissing, saying why (what
 // was refused that may serve it) when why is not nil.
-func (r *Registry) missingRoute(name string, why error) *route {
-	err := fmt.Errorf("no plugin in %s serves %q (missing)", strings.Join(r.cfg.PluginDirs, ":"), name)
-	if why != nil {
-		err = fmt.Errorf("%w; %w", err, why)
+//
+// When broken, a binary that may serve name was found but refused (by the
+// lock file, or as truncated, unreadable, writable by others, not
+// starting): the reason is then ReasonPluginBroken, as docs/dispatch.md
+// says, and the message is why. Otherwise why, when not nil, adds to the
+// message (a binary the lock pins but that is not there).
+func (r *Registry) missingRoute(name string, why error, broken bool) *route {
+	f := &failure{reason: ReasonPluginMissing, err: fmt.Errorf("no plugin in %s serves %q (missing)", strings.Join(r.cfg.PluginDirs, ":"), name)}
+	switch {
+	case why != nil && !broken:
+		f.err = fmt.Errorf("%w: %w", f.err, why)
+	case why != nil:
+		f = &failure{reason: ReasonPluginBroken, err: fmt.Errorf("no usable plugin in %s serves %q: %w", strings.Join(r.cfg.PluginDirs, ":"), name, why)}
 	}
 	rt := newRoute(r.triton.desc.Handlers[0], r.triton, false)
-	rt.name, rt.down = name, &failure{reason: ReasonPluginMissing, err: err}
+	rt.name, rt.down = name, f
 	return rt
 }
 
 // brokenWhy says which plugin binaries or directories that were refused
-// may serve name: the binary named for the name when there is one, else
-// every one (up to a few); nil when none was refused.
-func brokenWhy(name string, broken []PluginInfo) error {
+// may serve name: the binary named for it, or that served it (named: the
+// name's plugin is broken), when there is one; else every one, up to a
+// few (they may serve it: named is false, and the name is missing). It
+// returns nil when none was refused.
+func brokenWhy(name string, broken []PluginInfo) (why error, named bool) {
 	var all []string
 	for _, b := range broken {
 		if b.Status != StatusBroken {
@@ -401,19 +445,19 @@ func brokenWhy(name string, broken []PluginInfo) error {
 		if !strings.Contains(why, b.Path) {
 			why = b.Path + ": " + why
 		}
-		if b.Name == name {
-			return fmt.Errorf("found but not usable: %s", why)
+		if b.Name == name || slices.Contains(b.Names, name) {
+			return fmt.Errorf("found but not usable: %s", why), true
 		}
 		all = append(all, why)
 	}
 	const shown = 3
 	switch {
 	case len(all) > shown:
-		return fmt.Errorf("found but not usable: %s; and %d more (attnplug plugins lists them)", strings.Join(all[:shown], "; "), len(all)-shown)
+		return fmt.Errorf("found but not usable: %s; and %d more (attnplug plugins lists them)", strings.Join(all[:shown], "; "), len(all)-shown), false
 	case len(all) > 0:
-		return fmt.Errorf("found but not usable: %s", strings.Join(all, "; "))
+		return fmt.Errorf("found but not usable: %s", strings.Join(all, "; ")), false
 	}
-	return nil
+	return nil, false
 }
 
 // pinned returns the lock entry of the binary at path, if a lock is in use
@@ -430,15 +474,22 @@ func (r *Registry) pinned(path string) (LockEntry, bool) {
 // cache, unless the entry fails the checks a fresh description passes
 // (a damaged or hand-edited entry), in which case the binary is asked
 // again and the entry replaced.
-func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*plugin) (*plugin, error) {
+func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*plugin) (_ *plugin, err error) {
 	cache := descCache{dir: r.cfg.CacheDir}
-	sum, err := cache.fileSHA256(c.path)
+	bin, err := cache.openBinary(c.path)
 	if err != nil {
 		return nil, err
 	}
+	sum := bin.sha256
 	if p := kept[c.path+"\x00"+sum]; p != nil {
+		bin.close() // the kept plugin runs its own descriptor of these bytes
 		return p, nil
 	}
+	defer func() {
+		if err != nil {
+			bin.close()
+		}
+	}()
 	if l := r.lock.Load(); l != nil {
 		if err := l.verify(c.path, sum); err != nil {
 			return nil, err
@@ -456,7 +507,7 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 	var refusal error // the kernel self-check's, when it ran here
 	if !ok {
 		e = cachedDescription{Key: key}
-		d, checked, err := r.describeBinary(ctx, c, sum, logger)
+		d, checked, err := r.describeBinary(ctx, c, bin, logger)
 		if err != nil {
 			return nil, err
 		}
@@ -473,7 +524,7 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 		}
 	}
 	d := &e.Description
-	p := &plugin{pluginBinary: pluginBinary{name: d.Name, path: c.path, sha256: sum, cacheKey: key, desc: d}, logger: logger, cfg: &r.cfg}
+	p := &plugin{pluginBinary: pluginBinary{name: d.Name, path: c.path, sha256: sum, exe: bin, cacheKey: key, desc: d}, logger: logger, cfg: &r.cfg}
 	if e.SelfCheckPassed || refusal != nil {
 		p.selfChecked.finish(refusal)
 	}
@@ -488,12 +539,12 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 // the kernel self-check runs too, on the same process, so that its result
 // is cached with the description and no later start pays for it; checked
 // is then its refusal (nil: passed), and nil without a cache or a catalog.
-func (r *Registry) describeBinary(ctx context.Context, c candidate, sum string, logger hclog.Logger) (d *core.Description, checked *error, err error) {
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+func (r *Registry) describeBinary(ctx context.Context, c candidate, bin *verifiedBinary, logger hclog.Logger) (d *core.Description, checked *error, err error) {
+	sctx, cancel := r.cfg.startContext(ctx)
 	defer cancel()
 	cfg := r.cfg
 	cfg.Host = nil // describing needs no hardware
-	inst, err := spawn(sctx, &cfg, c.path, sum, logger)
+	inst, err := spawn(sctx, &cfg, bin, logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start: %w", err)
 	}
@@ -612,7 +663,7 @@ func (r *Registry) addLinked(routes map[string]*route) {
 // Plugins lists every plugin found, usable or not, sorted by name.
 func (r *Registry) Plugins() []PluginInfo {
 	t := r.table.Load()
-	out := make([]PluginInfo, 0, len(t.plugins)+len(t.broken))
+	out := make([]PluginInfo, 0, len(t.plugins)+len(t.broken)+len(t.unfound))
 	for _, p := range t.plugins {
 		pi := PluginInfo{
 			Name: p.name, Path: p.path, Version: p.desc.Version,
@@ -633,6 +684,7 @@ func (r *Registry) Plugins() []PluginInfo {
 		out = append(out, pi)
 	}
 	out = append(out, t.broken...)
+	out = append(out, t.unfound...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
@@ -681,7 +733,7 @@ func (r *Registry) Start(ctx context.Context) (map[string]time.Duration, error) 
 		go func() {
 			defer wg.Done()
 			t0 := time.Now()
-			_, err := p.acquire(ctx)
+			_, err := p.acquire(ctx, new(time.Time))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -704,6 +756,7 @@ func (r *Registry) Close() error {
 		r.reloadMu.Lock()
 		defer r.reloadMu.Unlock()
 		r.closed.Store(true)
+		r.cfg.endLife() // starts in progress end now
 		t := r.table.Load()
 		var wg sync.WaitGroup
 		for _, p := range t.plugins {

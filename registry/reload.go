@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/attnplug/attnplug/core"
 )
@@ -162,7 +163,8 @@ func (r *Registry) rebuildRoutes(next, old *routeTable) {
 	}
 	for _, n := range r.cfg.ExpectedNames {
 		if routes[n] == nil {
-			routes[n] = r.missingRoute(n, brokenWhy(n, next.broken))
+			why, named := brokenWhy(n, next.broken)
+			routes[n] = r.missingRoute(n, why, named)
 		}
 	}
 	next.routes = routes
@@ -180,11 +182,11 @@ func (r *Registry) selfTest(ctx context.Context, old, next *plugin) string {
 			return fmt.Sprintf("the new binary no longer serves %q", h.Name)
 		}
 	}
-	newInst, err := next.acquire(ctx)
+	newInst, err := next.acquire(ctx, new(time.Time))
 	if err != nil {
 		return fmt.Sprintf("the new binary did not start: %v", err)
 	}
-	oldInst, err := old.acquire(ctx)
+	oldInst, err := old.acquire(ctx, new(time.Time))
 	if err != nil {
 		// Nothing to compare with: the new binary only has to answer.
 		oldInst = nil

@@ -12,14 +12,19 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 )
 
-// spawn starts the plugin binary at path, whose SHA-256 is sum, with the
-// host's launcher (wire.Launch), and returns the connected instance,
+// spawn starts the verified plugin binary bin with the host's launcher
+// (wire.Launch), from its descriptor, and returns the connected instance,
 // configured with the host's hardware; on any error the process is killed.
-func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logger) (*instance, error) {
+func spawn(ctx context.Context, cfg *Config, bin *verifiedBinary, logger hclog.Logger) (*instance, error) {
+	path, sum := bin.path, bin.sha256
+	file, err := bin.file()
+	if err != nil {
+		return nil, err
+	}
 	env, private := pluginEnv(cfg)
 	plog := newPluginLogger(logger)
 	lc := wire.LaunchConfig{
-		Path: path, Env: env, Logger: plog, StartTimeout: cfg.StartTimeout,
+		Path: path, File: file, Env: env, Logger: plog, StartTimeout: cfg.StartTimeout,
 		// A socket in the registry's private directory (mode 0700) is
 		// reachable by the host's user alone, who could read the plugin's
 		// memory anyway: mutual TLS then adds nothing but time.
@@ -34,7 +39,7 @@ func spawn(ctx context.Context, cfg *Config, path, sum string, logger hclog.Logg
 	}
 	proc, err := wire.Launch(ctx, lc)
 	if err != nil {
-		return nil, notPinned(err, cfg, path, sum)
+		return nil, notPinned(err, cfg, path, sum, file)
 	}
 	plog.started.Store(true)
 	inst := &instance{proc: proc, backend: proc.Client(), pid: proc.PID()}
@@ -71,13 +76,18 @@ func pluginEnv(cfg *Config) (env []string, private bool) {
 // notPinned explains a binary that no longer matches its lock pin: the
 // launcher refuses it with go-plugin's bare checksum error. Other errors
 // are returned as they are.
-func notPinned(err error, cfg *Config, path, sum string) error {
+func notPinned(err error, cfg *Config, path, sum string, file *os.File) error {
 	if !errors.Is(err, goplugin.ErrChecksumsDoNotMatch) {
 		return err
 	}
 	actual, herr := FileSHA256(path)
 	if herr != nil {
 		actual = "unreadable (" + herr.Error() + ")"
+	}
+	if file != nil {
+		if s, herr := hashFD(file); herr == nil {
+			actual = s
+		}
 	}
 	lockPath := ""
 	if cfg.Lock != nil {

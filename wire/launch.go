@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,10 +32,18 @@ type LaunchConfig struct {
 	Logger hclog.Logger
 	// StartTimeout bounds the start and the handshake. Default: 10s.
 	StartTimeout time.Duration
-	// SecureConfig, when set, has go-plugin check the binary's hash before
-	// it runs it; a binary that does not match fails with an error wrapping
-	// plugin.ErrChecksumsDoNotMatch, and nothing is run.
+	// SecureConfig, when set, checks the binary's hash before it runs; a
+	// binary that does not match fails with an error wrapping
+	// plugin.ErrChecksumsDoNotMatch, and nothing is run. With File, the
+	// bytes of File are checked, else go-plugin checks the file at Path.
 	SecureConfig *plugin.SecureConfig
+	// File, when set, is an open descriptor of the binary at Path: on
+	// Linux the process runs exactly its bytes (execve of /proc/self/fd,
+	// the plugin holding the binary as descriptor ExecFD), so that a file
+	// put at Path since the descriptor was opened (a refused hot swap, a
+	// binary replaced without a reload) is never what runs. Path still
+	// names the process (argv[0]) and the errors. Elsewhere Path is run.
+	File *os.File
 	// PrivateSocket says that the plugin's socket lies in a directory only
 	// the host's user can reach ($PLUGIN_UNIX_SOCKET_DIR in Env, mode
 	// 0700): mutual TLS then adds nothing but time (go-plugin's P-521 keys,
@@ -46,6 +55,27 @@ type LaunchConfig struct {
 	// Stderr receives the plugin's stderr as it comes, besides Logger and
 	// the tail that explains a failed start; nil: none.
 	Stderr io.Writer
+}
+
+// ExecFD is the descriptor of its own binary that a plugin started from
+// LaunchConfig.File holds (EnvParentPipe's descriptor 3 comes before it).
+const ExecFD = 4
+
+// checkFile checks the SHA-256 of f's bytes against secure's checksum, as
+// go-plugin checks a path.
+func checkFile(f *os.File, secure *plugin.SecureConfig) error {
+	if secure.Hash == nil || len(secure.Checksum) == 0 {
+		return plugin.ErrSecureConfigNoChecksum
+	}
+	h := secure.Hash
+	h.Reset()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<62)); err != nil {
+		return fmt.Errorf("hash: %w", err)
+	}
+	if sum := h.Sum(nil); !bytes.Equal(sum, secure.Checksum) {
+		return plugin.ErrChecksumsDoNotMatch
+	}
+	return nil
 }
 
 // DefaultStartTimeout is LaunchConfig.StartTimeout's default.
@@ -77,6 +107,14 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 	// go-plugin's Kill waits for a start in progress to end, which takes up
 	// to StartTimeout for a binary that never shakes hands: ending ctx
 	// cancels kill instead, and exec kills the process group at once.
+	secure := cfg.SecureConfig
+	if cfg.File != nil && execByFD && secure != nil {
+		// go-plugin would hash the file at Path, which may be another.
+		if err := checkFile(cfg.File, secure); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		}
+		secure = nil
+	}
 	kill, cancelKill := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(kill, cfg.Path)
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -87,6 +125,10 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 		return nil, fmt.Errorf("parent-death pipe: %w", err)
 	}
 	cmd.ExtraFiles = []*os.File{pr}
+	if cfg.File != nil && execByFD {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, cfg.File) // ExecFD in the child
+		cmd.Path = fmt.Sprintf("/proc/self/fd/%d", ExecFD)
+	}
 	cmd.Env = append(append([]string(nil), cfg.Env...), EnvParentPipe+"=3")
 	logger := cfg.Logger
 	if logger == nil {
@@ -113,7 +155,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 		SyncStdout:       cfg.Stdout,
 		SkipHostEnv:      true, // cfg.Env is the whole environment
 		AutoMTLS:         !cfg.PrivateSocket,
-		SecureConfig:     cfg.SecureConfig,
+		SecureConfig:     secure,
 	})
 	p := &Process{client: client, pipe: pw, cancel: cancelKill}
 	type result struct {
@@ -136,8 +178,16 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 	case res = <-done:
 	case <-ctx.Done():
 		cancelKill()
-		<-done
-		p.Kill()
+		// go-plugin's start ends once the process is gone and its pipes
+		// closed, which a descendant that left the process group can put
+		// off for as long as it lives: wait for it a moment at most, and
+		// let the rest of the cleanup finish in the background.
+		select {
+		case <-done:
+			p.Kill()
+		case <-time.After(killWait):
+			go func() { <-done; p.Kill() }()
+		}
 		return nil, ctx.Err()
 	}
 	if res.err != nil {
@@ -147,7 +197,11 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 			// go-plugin waits on.
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
-		p.Kill() // waits for go-plugin's stderr reader: the tail is whole
+		// Kill waits for go-plugin's stderr reader, so that the tail is
+		// whole, unless a descendant outside the process group holds the
+		// pipe: then for a moment only, so that the start timeout bounds
+		// the whole start.
+		p.stop(0, failedStartWait)
 		if errors.Is(res.err, plugin.ErrChecksumsDoNotMatch) {
 			return nil, res.err
 		}
@@ -178,16 +232,59 @@ func (p *Process) ProtocolVersion() int { return p.client.NegotiatedVersion() }
 // Exited reports whether the process has ended.
 func (p *Process) Exited() bool { return p.client.Exited() }
 
-// Kill ends the process at once (go-plugin closes the connection and waits
-// a moment for a clean exit first) and closes the parent-death pipe. It
-// may be called more than once, and from any goroutine.
-func (p *Process) Kill() {
-	p.client.Kill()
+// Kill ends the process at once: Stop with no grace.
+func (p *Process) Kill() { p.Stop(0) }
+
+// Stop ends the process within a bounded time, whatever state it is in
+// (hung, stopped by SIGSTOP, a child of it holding its pipes): go-plugin
+// asks the plugin to shut down and, once grace has passed without its
+// exit, the process group gets SIGKILL and the parent-death pipe closes.
+// Stop returns when the process is gone, or killWait after the SIGKILL
+// at the latest (go-plugin's goroutines then finish in the background):
+// it never blocks for longer than grace plus killWait. It may be called
+// more than once, and from any goroutine.
+func (p *Process) Stop(grace time.Duration) { p.stop(grace, killWait) }
+
+// stop is Stop, waiting at most wait after the SIGKILL.
+func (p *Process) stop(grace, wait time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		// go-plugin's Kill sends a Shutdown RPC that has no deadline of
+		// its own: it returns once the process is gone.
+		p.client.Kill()
+		close(done)
+	}()
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	p.once.Do(func() {
-		p.cancel()
+		p.cancel() // exec's Cancel: SIGKILL to the process group
 		p.pipe.Close()
 	})
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
+
+// killWait bounds how long Stop waits after the SIGKILL: a process group
+// is gone at once, but a descendant that left it may keep the pipes that
+// go-plugin reads open for as long as it lives.
+const killWait = 2 * time.Second
+
+// failedStartWait is killWait for a process that failed to start.
+const failedStartWait = 250 * time.Millisecond
+
+// DefaultStopGrace is how long a host lets a plugin exit on its own when
+// it ends it in good order (Process.Stop), before the SIGKILL.
+const DefaultStopGrace = 2 * time.Second
 
 // startError makes go-plugin's start errors say what happened, in one
 // line: go-plugin's handshake errors run over many lines of generic advice.

@@ -10,3 +10,7 @@ import "syscall"
 func procAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 }
+
+// execByFD says that a process can be run from an open descriptor of its
+// binary (LaunchConfig.File).
+const execByFD = true

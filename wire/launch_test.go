@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,6 +177,50 @@ func TestLaunch(t *testing.T) {
 		}
 		if pids := testbin.ProcessesUnder(dir); len(pids) != 0 {
 			t.Errorf("processes left after the context ended: %v", pids)
+		}
+	})
+
+	t.Run("stop_is_bounded_for_a_stopped_plugin", func(t *testing.T) {
+		// A plugin stopped by SIGSTOP never answers go-plugin's Shutdown:
+		// Stop still ends it, by SIGKILL after the grace.
+		p, err := launch(t, context.Background(), fault)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(p.PID(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped := make(chan struct{})
+		go func() { p.Stop(100 * time.Millisecond); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(30 * time.Second):
+			syscall.Kill(p.PID(), syscall.SIGCONT)
+			t.Fatal("Stop did not return for a stopped plugin")
+		}
+		if pids := testbin.ProcessesUnder(dir); len(pids) != 0 {
+			t.Errorf("processes left after Stop: %v", pids)
+		}
+	})
+
+	t.Run("start_timeout_bounds_a_start_whose_orphan_holds_the_pipes", func(t *testing.T) {
+		// The plugin exits at once, but a child of it in a session of its
+		// own keeps its stdout open for two minutes: go-plugin never sees
+		// the exit, and the start timeout must bound the whole start.
+		defer func() {
+			for _, pid := range testbin.ProcessesUnder(dir) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}()
+		start := time.Now()
+		_, err := wire.Launch(context.Background(), wire.LaunchConfig{
+			Path: fault, Env: append(os.Environ(), "ATTNPLUG_FAULT=orphan_child"), StartTimeout: time.Second,
+		})
+		if err == nil {
+			t.Fatal("a plugin that exits at start started")
+		}
+		if took := time.Since(start); took > 30*time.Second {
+			t.Errorf("the start took %s with a start timeout of 1s", took)
 		}
 	})
 }

@@ -6,6 +6,10 @@
 // The faults come from $ATTNPLUG_FAULT, a comma-separated list:
 //
 //	crash_at_start   exit with status 3 before the handshake
+//	hang_at_start    never shake hands (sleep forever before serving)
+//	orphan_child     start a copy of itself that sleeps two minutes, in a
+//	                 session of its own, holding the plugin's stdout and
+//	                 stderr; then exit with status 5
 //	crash_after=N    exit with status 2 on the Nth dispatch (1-based)
 //	hang_after=N     from the Nth dispatch on, never answer
 //	sleep=DURATION   sleep that long in every dispatch

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/attnplug/attnplug/backendkit"
@@ -20,7 +22,7 @@ import (
 
 type faults struct {
 	crashAtStart, garbage, undeclared, refuse, badCookie, stdoutNoise bool
-	kernels, kernelCrash, parentPipe                                  bool
+	kernels, kernelCrash, parentPipe, hangAtStart, orphanChild        bool
 	crashAfter, hangAfter, protocol, describePad                      int
 	sleep                                                             time.Duration
 	version, rules, name                                              string
@@ -68,6 +70,10 @@ func parse(spec string) (faults, error) {
 			f.names = strings.Split(val, "+")
 		case "parent_pipe":
 			f.parentPipe = true
+		case "hang_at_start":
+			f.hangAtStart = true
+		case "orphan_child":
+			f.orphanChild = true
 		case "describe_pad":
 			f.describePad, err = strconv.Atoi(val)
 		default:
@@ -170,10 +176,33 @@ func (b *backend) Dispatch(ctx context.Context, req *core.Request) (core.Method,
 }
 
 func main() {
+	if os.Getenv("ATTNPLUG_FAULT_ORPHAN") == "1" {
+		time.Sleep(2 * time.Minute) // the orphan of orphan_child
+		os.Exit(0)
+	}
 	f, err := parse(os.Getenv("ATTNPLUG_FAULT"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	if f.orphanChild {
+		// A child in a session of its own (out of the plugin's process
+		// group) that keeps the plugin's stdout and stderr open.
+		self, _ := os.Executable()
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), "ATTNPLUG_FAULT_ORPHAN=1")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "fault: orphan child:", err)
+		} else {
+			fmt.Fprintf(os.Stderr, "fault: orphan child %d holds stdout\n", cmd.Process.Pid)
+		}
+		os.Exit(5)
+	}
+	if f.hangAtStart {
+		fmt.Fprintln(os.Stderr, "fault: hanging at start, as asked")
+		select {}
 	}
 	if f.crashAtStart {
 		fmt.Fprintln(os.Stderr, "fault: crashing at start, as asked")
