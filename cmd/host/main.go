@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
@@ -56,7 +57,7 @@ type refusedError struct{ n int }
 func (e *refusedError) Error() string { return fmt.Sprintf("%d requests refused", e.n) }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := shutdownContext(stderr, os.Exit)
 	defer stop()
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
 	if len(args) == 0 {
@@ -106,4 +107,44 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.usage)
 	}
 	fmt.Fprintf(w, "\nRun \"attnplug <command> -h\" for a command's flags; \"attnplug --version\" (-v) for the version.\n")
+}
+
+// shutdownContext returns a context that SIGINT or SIGTERM ends: the
+// command then shuts down in good order (every wait in it is bounded). A
+// second signal ends the process at once through exit, with 128 plus the
+// signal's number, as a shell reports a process the signal killed; the
+// plugins die with it (wire.Launch's parent-death signal and pipe). stop
+// releases the signals.
+func shutdownContext(stderr io.Writer, exit func(int)) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(stderr, "attnplug: %s: shutting down; a second signal ends it at once\n", s)
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(stderr, "attnplug: %s again: ending at once\n", s)
+			code := 128 + 15
+			if n, ok := s.(syscall.Signal); ok {
+				code = 128 + int(n)
+			}
+			exit(code)
+		case <-done:
+		}
+	}()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			signal.Stop(sigs)
+			close(done)
+			cancel()
+		})
+	}
 }

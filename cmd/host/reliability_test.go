@@ -135,23 +135,17 @@ func pluginPIDs(tree *testbin.Bins, host int) []int {
 
 // TestReliabilityKillPluginsMidStream SIGKILLs every plugin process several
 // times during a 100 000-line dispatch stream: every line still gets its
-// answer, in order, from its plugin or, with a fallback, from the triton
-// rules.
+// plugin's answer, in order, with no fallback and the same method as a run
+// that nobody disturbed (a crashed call is retried on the restarted
+// process, new keys wait for the restart, cached answers stay valid).
 func TestReliabilityKillPluginsMidStream(t *testing.T) {
 	const n = 100_000
 	rng := rand.New(rand.NewPCG(3, 5))
 	lines := make([][]byte, n)
-	backends := make([]string, n)
 	for i := range lines {
 		lines[i] = reference.Generate(rng)
-		var req struct {
-			Backend string `json:"backend"`
-		}
-		if err := json.Unmarshal(lines[i], &req); err != nil {
-			t.Fatal(err)
-		}
-		backends[i] = req.Backend
 	}
+	want := cleanAnswers(t, lines)
 	tree, err := bins.CopyTree(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -167,8 +161,7 @@ func TestReliabilityKillPluginsMidStream(t *testing.T) {
 		h.stdin.Close()
 	}()
 	kills := map[int]bool{10_000: true, 30_000: true, 50_000: true, 70_000: true, 90_000: true}
-	killed := 0
-	reasons := map[string]int{}
+	killed, fallbacks, wrong := 0, 0, 0
 	sc := bufio.NewScanner(h.stdout)
 	sc.Buffer(nil, 1<<20)
 	got := 0
@@ -184,16 +177,15 @@ func TestReliabilityKillPluginsMidStream(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &a); err != nil {
 			t.Fatalf("answer %d: %v: %s", got+1, err, sc.Text())
 		}
-		want, plugin := backends[got], served[backends[got]]
-		if plugin == "" || a.Fallback != "" {
-			want, plugin = "triton", "core"
-		}
-		if a.Error != "" || a.Method == "" || a.Handler != want || a.Plugin != plugin {
-			t.Fatalf("answer %d for backend %q: %+v, want a method by %s from %s", got+1, backends[got], a, want, plugin)
-		}
 		if a.Fallback != "" {
-			reason, _, _ := strings.Cut(a.Fallback, ":")
-			reasons[reason]++
+			if fallbacks++; fallbacks <= 3 {
+				t.Errorf("answer %d: fallback %q", got+1, a.Fallback)
+			}
+		}
+		if a != want[got] {
+			if wrong++; wrong <= 3 {
+				t.Errorf("answer %d: %+v, want %+v as undisturbed", got+1, a, want[got])
+			}
 		}
 		got++
 	}
@@ -209,12 +201,10 @@ func TestReliabilityKillPluginsMidStream(t *testing.T) {
 	if killed == 0 {
 		t.Fatal("no plugin process was killed")
 	}
-	for r := range reasons {
-		if r != "plugin_crashed" && r != "plugin_restarting" {
-			t.Errorf("fallback reason %q, want only plugin_crashed or plugin_restarting", r)
-		}
+	if fallbacks != 0 || wrong != 0 {
+		t.Errorf("%d fallbacks and %d answers unlike the undisturbed run's, want 0 and 0", fallbacks, wrong)
 	}
-	t.Logf("%d answers, %d plugin processes killed, fallbacks: %v", got, killed, reasons)
+	t.Logf("%d answers, %d plugin processes killed", got, killed)
 }
 
 // TestOrphansNoneOneSecondAfterHostKill9 SIGKILLs the host while every
