@@ -19,7 +19,7 @@ type pluginBinary struct {
 	path     string
 	sha256   string
 	exe      *verifiedBinary // what every start runs
-	cacheKey string // the description cache's key: sha256 and environment
+	cacheKey string          // the description cache's key: sha256 and environment
 	desc     *core.Description
 	// unsupported says why none of the binary's names runs on the host's
 	// hardware (Config.Host); such a plugin is never started.
@@ -51,7 +51,7 @@ type plugin struct {
 	device deviceState
 }
 
-func (p *plugin) family() string  { return p.name }
+func (p *plugin) family() string          { return p.name }
 func (p *plugin) binary() *verifiedBinary { return p.exe }
 
 // closeBinary closes the binary's descriptor once the plugin has ended.
