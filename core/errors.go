@@ -25,6 +25,10 @@ var (
 	// ErrRefused marks a request the host was not allowed to decide by the
 	// fallback rules, for instance under strict mode.
 	ErrRefused = errors.New("refused")
+
+	// ErrOverloaded marks a request a server could not take now, for lack
+	// of room in the memory it gives requests in flight: retry it later.
+	ErrOverloaded = errors.New("overloaded")
 )
 
 // invalidValue is the error of a parser: the message names the value, and

@@ -32,6 +32,16 @@ type Config struct {
 	SpeculativeDecode bool
 	// Logger is where reloads are logged; nil: nowhere.
 	Logger hclog.Logger
+	// MaxInflightBytes bounds the memory of the Dispatch and DispatchBatch
+	// requests the server holds at once (budget.go): a request is decoded
+	// once 16 times its wire size fits, and a request that finds no room
+	// within MaxInflightWait is refused with RESOURCE_EXHAUSTED. Default
+	// (0): DefaultMaxInflightBytes; negative: no bound. The options that
+	// put it in force are Server.ServerOptions.
+	MaxInflightBytes int64
+	// MaxInflightWait is how long a request waits for room in
+	// MaxInflightBytes. Default: DefaultMaxInflightWait.
+	MaxInflightWait time.Duration
 }
 
 // Server serves the engine API (package dispatchv1) over a registry: the
@@ -40,6 +50,7 @@ type Config struct {
 // concurrent use.
 type Server struct {
 	ds       *dispatchServer
+	budget   *budget // nil: no bound
 	health   *health.Server
 	stopOnce sync.Once
 }
@@ -51,7 +62,19 @@ func NewServer(reg *registry.Registry, cfg Config) *Server {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
+	var b *budget
+	if cfg.MaxInflightBytes >= 0 {
+		limit, wait := cfg.MaxInflightBytes, cfg.MaxInflightWait
+		if limit == 0 {
+			limit = DefaultMaxInflightBytes
+		}
+		if wait <= 0 {
+			wait = DefaultMaxInflightWait
+		}
+		b = newBudget(limit, wait)
+	}
 	return &Server{
+		budget: b,
 		ds: &dispatchServer{
 			reg:     reg,
 			hybrid:  hybrid{prefill: cfg.Prefill, decode: cfg.Decode, specDecode: cfg.SpeculativeDecode},
@@ -61,6 +84,18 @@ func NewServer(reg *registry.Registry, cfg Config) *Server {
 		},
 		health: health.NewServer(),
 	}
+}
+
+// ServerOptions are the options of the gRPC server that s registers on:
+// the message-size limits of wire.ServerOptions and the bound of
+// Config.MaxInflightBytes. Pass them to grpc.NewServer, with any of the
+// caller's own.
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	opts := wire.ServerOptions()
+	if s.budget != nil {
+		opts = append(opts, s.budget.options()...)
+	}
+	return opts
 }
 
 // Register registers the Dispatcher and Admin services on g, with gRPC

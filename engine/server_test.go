@@ -11,7 +11,6 @@ import (
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/registry"
-	"github.com/attnplug/attnplug/wire"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -35,8 +34,8 @@ func serve(t *testing.T, strict bool, cfg Config) (*Client, *grpc.ClientConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(wire.ServerOptions()...)
 	s := NewServer(reg, cfg)
+	g := grpc.NewServer(s.ServerOptions()...)
 	s.Register(g)
 	go g.Serve(lis)
 	t.Cleanup(func() { s.Stop(); g.Stop() })

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 )
 
 // verifiedBinary is an open descriptor of a plugin binary and the SHA-256
@@ -55,6 +56,7 @@ func (c descCache) openBinary(path string) (*verifiedBinary, error) {
 		if data, err := os.ReadFile(index); err == nil {
 			var e hashEntry
 			if json.Unmarshal(data, &e) == nil && e.Path == path && e.Stat == id && len(e.SHA256) == 64 {
+				c.touch(index, time.Now())
 				return &verifiedBinary{path: path, sha256: e.SHA256, f: f, id: id}, nil
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/attnplug/attnplug/core"
 )
@@ -104,6 +105,7 @@ func (c descCache) get(key string) (cachedDescription, bool) {
 	if err := json.Unmarshal(data, &e); err != nil || e.Key != key {
 		return cachedDescription{}, false
 	}
+	c.touch(c.file(key), time.Now())
 	return e, true
 }
 
@@ -152,4 +154,96 @@ const cacheFormat = "v4" // v2: kernel catalogs, max_seq_len_at_most; v4: device
 
 func (c descCache) file(key string) string {
 	return filepath.Join(c.dir, "desc-"+cacheFormat+"-"+key+".json")
+}
+
+// startFailure is the file format of a failed start remembered for a
+// binary: a binary that did not start (or describe itself) is not started
+// again, by this host or the next one, before RetryAt. A binary with other
+// bytes has another key, so a fixed build is tried at once.
+type startFailure struct {
+	Key     string    `json:"key"`
+	Error   string    `json:"error"`
+	Count   int       `json:"count"`
+	At      time.Time `json:"at"`
+	RetryAt time.Time `json:"retry_at"`
+}
+
+// The backoff of remembered start failures: it doubles with each failure
+// in a row, from startFailureBackoff to maxStartFailureBackoff.
+const (
+	startFailureBackoff    = 30 * time.Second
+	maxStartFailureBackoff = 10 * time.Minute
+)
+
+func (c descCache) failureFile(key string) string {
+	return filepath.Join(c.dir, "fail-"+cacheFormat+"-"+key+".json")
+}
+
+// failed returns the failed start remembered under key, when its backoff
+// has not passed yet.
+func (c descCache) failed(key string, now time.Time) (startFailure, bool) {
+	var f startFailure
+	if c.dir == "" {
+		return f, false
+	}
+	data, err := os.ReadFile(c.failureFile(key))
+	if err != nil || json.Unmarshal(data, &f) != nil || f.Key != key {
+		return startFailure{}, false
+	}
+	return f, now.Before(f.RetryAt)
+}
+
+// fail remembers a failed start under key, with a backoff that doubles
+// with each failure in a row.
+func (c descCache) fail(key string, err error, now time.Time) startFailure {
+	prev, _ := c.failed(key, now)
+	f := startFailure{Key: key, Error: err.Error(), Count: prev.Count + 1, At: now}
+	backoff := startFailureBackoff << min(f.Count-1, 16)
+	if backoff > maxStartFailureBackoff || backoff <= 0 {
+		backoff = maxStartFailureBackoff
+	}
+	f.RetryAt = now.Add(backoff)
+	c.write(c.failureFile(key), f)
+	return f
+}
+
+// started forgets a failed start under key.
+func (c descCache) started(key string) {
+	if c.dir != "" {
+		os.Remove(c.failureFile(key))
+	}
+}
+
+// cacheMaxAge is how long an entry of a binary no host has read lives:
+// every read of an entry renews it, and writing one prunes the others
+// past it, so that the cache holds the binaries in use and not every
+// build ever seen.
+const cacheMaxAge = 30 * 24 * time.Hour
+
+// touch renews the entry in file, as read now.
+func (c descCache) touch(file string, now time.Time) {
+	if st, err := os.Stat(file); err == nil && now.Sub(st.ModTime()) > time.Hour {
+		os.Chtimes(file, now, now)
+	}
+}
+
+// prune removes the entries of the cache's formats that no host has read
+// for cacheMaxAge, and the temporary files of writes that died.
+func (c descCache) prune(now time.Time) {
+	entries, err := os.ReadDir(c.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".entry-") {
+			continue
+		}
+		if !strings.HasPrefix(name, "desc-") && !strings.HasPrefix(name, "sum-") && !strings.HasPrefix(name, "fail-") && !strings.HasPrefix(name, ".entry-") {
+			continue
+		}
+		if info, err := e.Info(); err == nil && now.Sub(info.ModTime()) > cacheMaxAge {
+			os.Remove(filepath.Join(c.dir, name))
+		}
+	}
 }

@@ -403,3 +403,36 @@ func TestFaultCrashMidBatchFallsBackEveryRequest(t *testing.T) {
 		}
 	})
 }
+
+// TestAFailedStartIsRememberedByTheCache: a plugin that hangs at start
+// costs the start timeout once; the next registry sharing the description
+// cache does not start it again before the backoff, and says why; a new
+// build of it (other bytes) is tried at once.
+func TestAFailedStartIsRememberedByTheCache(t *testing.T) {
+	dir := faultDir(t)
+	t.Setenv("ATTNPLUG_FAULT", "hang_at_start")
+	cfg := registry.Config{PluginDirs: []string{dir}, CacheDir: t.TempDir(), StartTimeout: 300 * time.Millisecond}
+	first, _ := open(t, cfg)
+	if p := faultInfo(t, first); p.Status != registry.StatusBroken || !strings.Contains(p.Reason, "start") {
+		t.Fatalf("the hung plugin: %+v, want broken for its start", p)
+	}
+	first.Close()
+
+	second, logs := open(t, cfg)
+	p := faultInfo(t, second)
+	if p.Status != registry.StatusBroken || !strings.Contains(p.Reason, "not tried again before") || !strings.Contains(p.Reason, "start failed 1 time") {
+		t.Errorf("the hung plugin in the next registry: %+v, want broken, remembered", p)
+	}
+	if strings.Contains(logs.String(), "hanging at start") {
+		t.Errorf("the next registry started the plugin again:\n%s", logs)
+	}
+	if len(testbin.ProcessesUnder(dir)) != 0 {
+		t.Errorf("fault processes left: %v", testbin.ProcessesUnder(dir))
+	}
+
+	tamper(t, filepath.Join(dir, "attnplug-backend-fault"))
+	third, logs := open(t, cfg)
+	if p := faultInfo(t, third); strings.Contains(p.Reason, "not tried again") || !strings.Contains(logs.String(), "hanging at start") {
+		t.Errorf("a new build was not tried: %+v\n%s", p, logs)
+	}
+}

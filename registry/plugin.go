@@ -234,12 +234,12 @@ func (p *plugin) start(a *startAttempt) {
 	switch {
 	case p.proc.closed:
 		if inst != nil {
-			inst.kill()
+			inst.stop(p.cfg.StopGrace)
 		}
 		a.err = &failure{reason: ReasonClosed, err: fmt.Errorf("plugin %s: %w: registry closed", p.name, core.ErrUnavailable)}
 	case err != nil:
 		if inst != nil {
-			inst.kill()
+			inst.stop(p.cfg.StopGrace)
 		}
 		switch {
 		case errors.Is(err, core.ErrRefused):
@@ -384,7 +384,7 @@ func (p *plugin) end(graceful bool) {
 		if graceful {
 			i.retire(p.cfg.StopGrace)
 		} else {
-			i.proc.Stop(p.cfg.StopGrace)
+			i.stop(p.cfg.StopGrace)
 		}
 	}
 	if wait != nil {

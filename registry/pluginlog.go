@@ -1,9 +1,11 @@
 package registry
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/wire"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -21,22 +23,44 @@ const (
 // the process has not completed the handshake, go-plugin's complaints
 // about how it ended: a binary that never started did not fail to exit
 // gracefully, and the registry logs why it is not usable.
+//
+// go-plugin names the process by what it executed, which is the
+// descriptor of the verified binary (wire.LaunchConfig.File): the lines
+// name the binary's path instead. The end of a process the registry
+// killed on purpose (stopping) is logged at Debug: the registry says why
+// it killed it.
 type pluginLogger struct {
 	hclog.Logger
-	started *atomic.Bool
+	started  *atomic.Bool
+	stopping *atomic.Bool
+	path     string
 }
 
-func newPluginLogger(l hclog.Logger) pluginLogger {
-	return pluginLogger{Logger: l, started: new(atomic.Bool)}
+func newPluginLogger(l hclog.Logger, path string) pluginLogger {
+	return pluginLogger{Logger: l, started: new(atomic.Bool), stopping: new(atomic.Bool), path: path}
 }
 
 // Log logs msg at level, rewritten as the type's comment says.
 func (l pluginLogger) Log(level hclog.Level, msg string, args ...any) {
-	if level > hclog.Debug && (msg == core.MsgDeprecatedName || !l.started.Load() && (msg == msgNotGraceful || msg == msgExited)) {
+	quiet := msg == core.MsgDeprecatedName ||
+		!l.started.Load() && (msg == msgNotGraceful || msg == msgExited) ||
+		l.stopping.Load() && msg == msgExited
+	if level > hclog.Debug && quiet {
 		level = hclog.Debug
 	}
-	l.Logger.Log(level, msg, dropKeys(args)...)
+	args = dropKeys(args)
+	for i := 1; i < len(args); i += 2 {
+		if v, ok := args[i].(string); ok && v == execPath {
+			args = append([]any(nil), args...)
+			args[i] = l.path
+		}
+	}
+	l.Logger.Log(level, msg, args...)
 }
+
+// execPath is what go-plugin calls a process started from its binary's
+// descriptor.
+var execPath = fmt.Sprintf("/proc/self/fd/%d", wire.ExecFD)
 
 // Trace logs at Trace through Log.
 func (l pluginLogger) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
@@ -55,17 +79,17 @@ func (l pluginLogger) Error(msg string, args ...any) { l.Log(hclog.Error, msg, a
 
 // With returns a pluginLogger with args added.
 func (l pluginLogger) With(args ...any) hclog.Logger {
-	return pluginLogger{Logger: l.Logger.With(args...), started: l.started}
+	return pluginLogger{Logger: l.Logger.With(args...), started: l.started, stopping: l.stopping, path: l.path}
 }
 
 // Named returns a pluginLogger named after l's name and name.
 func (l pluginLogger) Named(name string) hclog.Logger {
-	return pluginLogger{Logger: l.Logger.Named(name), started: l.started}
+	return pluginLogger{Logger: l.Logger.Named(name), started: l.started, stopping: l.stopping, path: l.path}
 }
 
 // ResetNamed returns a pluginLogger named name.
 func (l pluginLogger) ResetNamed(name string) hclog.Logger {
-	return pluginLogger{Logger: l.Logger.ResetNamed(name), started: l.started}
+	return pluginLogger{Logger: l.Logger.ResetNamed(name), started: l.started, stopping: l.stopping, path: l.path}
 }
 
 // dropKeys returns key-value args without the "timestamp" and "@module"

@@ -13,6 +13,9 @@ type instance struct {
 	proc    *wire.Process
 	backend conn
 	pid     int
+	// stopping is set when the registry ends the process on purpose: its
+	// end is then no news for the log (pluginLogger).
+	stopping *atomic.Bool
 
 	// calls are held shared by every call in flight; retire takes it
 	// exclusively, so that the process ends only after they finish.
@@ -33,20 +36,27 @@ func (i *instance) enter() bool {
 func (i *instance) leave() { i.calls.RUnlock() }
 
 // retire waits for the calls in flight, then ends the process: within
-// grace in good order, else by SIGKILL (wire.Process.Stop). A call in
-// flight ends at its deadline at the latest.
+// grace in good order, else by SIGKILL (stop). A call in flight ends at
+// its deadline at the latest.
 func (i *instance) retire(grace time.Duration) {
 	i.calls.Lock()
 	i.retired = true
 	i.calls.Unlock()
+	i.stop(grace)
+}
+
+// stop ends the process: in good order within grace, else by SIGKILL of
+// its process group (wire.Process.Stop).
+func (i *instance) stop(grace time.Duration) {
+	if i.stopping != nil {
+		i.stopping.Store(true)
+	}
 	i.proc.Stop(grace)
 }
 
 // kill ends the process at once, by SIGKILL of its process group, whatever
-// its calls in flight (they fail).
-func (i *instance) kill() {
-	i.proc.Kill()
-}
+// its calls in flight (they fail): for a process known to be bad.
+func (i *instance) kill() { i.stop(0) }
 
 // process is the lifecycle of the process that runs one plugin binary: at
 // most one instance runs at a time; a start in progress is shared by its

@@ -507,10 +507,21 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 	var refusal error // the kernel self-check's, when it ran here
 	if !ok {
 		e = cachedDescription{Key: key}
+		now := time.Now()
+		if f, recent := cache.failed(key, now); recent {
+			// It failed to start a moment ago, here or in another host:
+			// no run pays its start timeout again before the backoff.
+			return nil, fmt.Errorf("start failed %d time(s) in a row, last at %s (not tried again before %s; a new build is tried at once): %s",
+				f.Count, f.At.Format(time.RFC3339), f.RetryAt.Format(time.RFC3339), f.Error)
+		}
 		d, checked, err := r.describeBinary(ctx, c, bin, logger)
 		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, ErrNotPinned) {
+				cache.fail(key, err, now)
+			}
 			return nil, err
 		}
+		cache.started(key)
 		e.Description = *d
 		if checked != nil {
 			refusal = *checked
@@ -518,6 +529,8 @@ func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*p
 		}
 		if err := cache.write(cache.file(key), e); err != nil {
 			r.log.Debug("description cache not written", "error", err)
+		} else {
+			cache.prune(now)
 		}
 		if err := checkFamily(c.family, d); err != nil {
 			return nil, err
@@ -548,7 +561,7 @@ func (r *Registry) describeBinary(ctx context.Context, c candidate, bin *verifie
 	if err != nil {
 		return nil, nil, fmt.Errorf("start: %w", err)
 	}
-	defer inst.kill()
+	defer inst.stop(cfg.StopGrace)
 	if d, err = inst.backend.Describe(sctx); err != nil {
 		return nil, nil, err
 	}

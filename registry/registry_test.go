@@ -493,3 +493,37 @@ func TestCacheFollowsBinaryChanges(t *testing.T) {
 		t.Errorf("fa4: %+v, %v", a, err)
 	}
 }
+
+// TestDescriptionCacheIsPruned: writing an entry removes the entries no
+// host read for 30 days, and keeps the others and files not its own.
+func TestDescriptionCacheIsPruned(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	files := map[string]bool{ // name: kept
+		"desc-v4-" + strings.Repeat("a", 64) + "-0.json": false,
+		"sum-v4-" + strings.Repeat("b", 24) + ".json":    false,
+		"fail-v4-" + strings.Repeat("c", 64) + "-0.json": false,
+		"notes.txt": true,
+	}
+	for name := range files {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := filepath.Join(dir, "desc-v4-"+strings.Repeat("d", 64)+"-0.json")
+	if err := os.WriteFile(fresh, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files[filepath.Base(fresh)] = true
+	open(t, registry.Config{CacheDir: dir})
+	for name, kept := range files {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if (err == nil) != kept {
+			t.Errorf("%s: present %v, want %v", name, err == nil, kept)
+		}
+	}
+}

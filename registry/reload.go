@@ -3,8 +3,11 @@ package registry
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,7 +48,10 @@ type Change struct {
 // The lock file in use, if any, is read again first, so that a binary
 // pinned since is accepted. Plugins whose binaries did not change keep
 // running, with their answer caches. A plugin whose binary is gone is removed: its names fall back.
-// Reload returns what changed; it fails only when ctx ends.
+// Reload returns what changed. It fails when ctx ends, and refuses (an
+// error wrapping ErrReloadRefused, nothing changed) when a plugin
+// directory that holds running plugins is gone or no directory: a
+// directory unmounted or moved aside must not empty a server.
 func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
@@ -62,6 +68,10 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 		}
 	}
 	old := r.table.Load()
+	if err := r.dirsGone(old); err != nil {
+		r.log.Error("reload refused; the plugins read before keep serving", "error", err)
+		return nil, err
+	}
 	next, err := r.load(ctx, old)
 	if err != nil {
 		return nil, err
@@ -137,6 +147,35 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 	wg.Wait()
 	sort.Slice(changes, func(i, j int) bool { return changes[i].Plugin < changes[j].Plugin })
 	return changes, nil
+}
+
+// ErrReloadRefused marks a reload that was not done: the plugins read
+// before keep serving. It wraps core.ErrRefused.
+var ErrReloadRefused = fmt.Errorf("%w: reload", core.ErrRefused)
+
+// dirsGone refuses a reload when a plugin directory that held plugins of
+// t cannot be read as a directory now.
+func (r *Registry) dirsGone(t *routeTable) error {
+	for _, dir := range r.cfg.PluginDirs {
+		st, err := os.Stat(dir)
+		if err == nil && st.IsDir() {
+			continue
+		}
+		if err == nil {
+			err = fmt.Errorf("not a directory (%s)", st.Mode().Type())
+		}
+		var held []string
+		for _, p := range t.plugins {
+			if filepath.Clean(filepath.Dir(p.path)) == filepath.Clean(dir) {
+				held = append(held, p.name)
+			}
+		}
+		if len(held) > 0 {
+			sort.Strings(held)
+			return fmt.Errorf("%w: plugin directory %s: %v; it held %s, which keep serving", ErrReloadRefused, dir, err, strings.Join(held, ", "))
+		}
+	}
+	return nil
 }
 
 // rebuildRoutes makes next's routes from its plugins, keeping the routes

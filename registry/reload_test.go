@@ -1,11 +1,14 @@
 package registry_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -104,5 +107,44 @@ func TestReloadRereadsTheLock(t *testing.T) {
 	}
 	if len(ch) != 1 || ch[0].Action != "swapped" {
 		t.Fatalf("reload after pinning: %+v, want fa3 swapped", ch)
+	}
+}
+
+// TestReloadWithTheDirectoryGoneIsRefused moves the plugin directory away
+// and reloads: the reload is refused, naming the directory, and every
+// plugin keeps serving (even a restart, from the descriptor held); with
+// the directory back, a reload changes nothing.
+func TestReloadWithTheDirectoryGoneIsRefused(t *testing.T) {
+	tree, err := bins.CopyTree(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, logs := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}, NoAnswerCache: true})
+	ctx := testContext(t)
+	if a, err := r.Dispatch(ctx, decode("aiter")); err != nil || a.Plugin != "aiter" {
+		t.Fatalf("aiter: %+v, %v", a, err)
+	}
+	aside := tree.PluginDir + ".aside"
+	if err := os.Rename(tree.PluginDir, aside); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := r.Reload(ctx)
+	if !errors.Is(err, registry.ErrReloadRefused) || !errors.Is(err, core.ErrRefused) || !strings.Contains(err.Error(), tree.PluginDir) || len(ch) != 0 {
+		t.Fatalf("reload with the directory gone: %v, %v; want ErrReloadRefused naming %s", ch, err, tree.PluginDir)
+	}
+	if !strings.Contains(logs.String(), "reload refused") {
+		t.Errorf("the refusal was not logged:\n%s", logs)
+	}
+	syscall.Kill(pidOf(t, r, "aiter"), syscall.SIGKILL)
+	for _, name := range []string{"aiter", "fa3", "dsa"} {
+		if a, err := r.Dispatch(ctx, decode(name)); err != nil || a.Fallback != "" || a.Plugin == "core" {
+			t.Errorf("%s after the refused reload: %+v, %v; want its plugin's answer", name, a, err)
+		}
+	}
+	if err := os.Rename(aside, tree.PluginDir); err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := r.Reload(ctx); err != nil || len(ch) != 0 {
+		t.Errorf("reload with the directory back: %v, %v; want no change", ch, err)
 	}
 }

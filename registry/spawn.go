@@ -22,7 +22,7 @@ func spawn(ctx context.Context, cfg *Config, bin *verifiedBinary, logger hclog.L
 		return nil, err
 	}
 	env, private := pluginEnv(cfg)
-	plog := newPluginLogger(logger)
+	plog := newPluginLogger(logger, path)
 	lc := wire.LaunchConfig{
 		Path: path, File: file, Env: env, Logger: plog, StartTimeout: cfg.StartTimeout,
 		// A socket in the registry's private directory (mode 0700) is
@@ -42,10 +42,10 @@ func spawn(ctx context.Context, cfg *Config, bin *verifiedBinary, logger hclog.L
 		return nil, notPinned(err, cfg, path, sum, file)
 	}
 	plog.started.Store(true)
-	inst := &instance{proc: proc, backend: proc.Client(), pid: proc.PID()}
+	inst := &instance{proc: proc, backend: proc.Client(), pid: proc.PID(), stopping: plog.stopping}
 	if cfg.Host != nil {
 		if err := inst.backend.Configure(ctx, *cfg.Host); err != nil {
-			inst.kill()
+			inst.stop(cfg.StopGrace)
 			return nil, err
 		}
 	}

@@ -37,6 +37,8 @@ func codeOf(err error) codes.Code {
 		return codes.Unavailable
 	case errors.Is(err, core.ErrRefused):
 		return codes.FailedPrecondition
+	case errors.Is(err, core.ErrOverloaded):
+		return codes.ResourceExhausted
 	case errors.Is(err, core.ErrProtocol):
 		return codes.Internal
 	case errors.Is(err, core.ErrNoKernel), errors.Is(err, core.ErrNoPlan):
@@ -69,6 +71,8 @@ func FromStatus(err error) error {
 		base = core.ErrUnavailable
 	case codes.FailedPrecondition:
 		base = core.ErrRefused
+	case codes.ResourceExhausted:
+		base = core.ErrOverloaded
 	case codes.Internal, codes.Unimplemented:
 		base = core.ErrProtocol
 	case codes.DeadlineExceeded:

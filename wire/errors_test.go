@@ -22,6 +22,7 @@ func TestStatusRoundTrip(t *testing.T) {
 		{"unknown_backend", core.ErrUnknownBackend, codes.NotFound},
 		{"unavailable", core.ErrUnavailable, codes.Unavailable},
 		{"refused", core.ErrRefused, codes.FailedPrecondition},
+		{"overloaded", core.ErrOverloaded, codes.ResourceExhausted},
 		{"protocol", core.ErrProtocol, codes.Internal},
 		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded},
 		{"canceled", context.Canceled, codes.Canceled},

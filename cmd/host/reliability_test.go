@@ -447,7 +447,10 @@ func TestInsecurePluginDir(t *testing.T) {
 				t.Errorf("plugins lacks %q and the flag:\n%s", want, res.stdout)
 			}
 			res = host(t, tree, req, "dispatch")
-			if got := parseAnswers(t, res.stdout); len(got) != 1 || !strings.HasPrefix(got[0].Fallback, "plugin_missing") {
+			// A refused binary named for fa3 is fa3's broken plugin; a
+			// refused directory leaves fa3 missing, saying why.
+			reason := map[bool]string{true: "plugin_broken", false: "plugin_missing"}[strings.Contains(tc.name, "binary")]
+			if got := parseAnswers(t, res.stdout); len(got) != 1 || !strings.HasPrefix(got[0].Fallback, reason) {
 				t.Errorf("fa3 from a refused plugin dir: %s", res.stdout)
 			}
 			res = host(t, tree, req, "dispatch", "--insecure-plugin-dir")
@@ -537,8 +540,8 @@ func TestLockCommandPinsAndRefusesTampering(t *testing.T) {
 		t.Fatalf("dispatch: exit %d:\n%s%s", res.code, res.stdout, res.stderr)
 	}
 	for i, name := range []string{"fault", "dsa"} {
-		if got[i].Handler != "triton" || !strings.HasPrefix(got[i].Fallback, "plugin_missing") {
-			t.Errorf("%s from a refused binary: %+v, want a plugin_missing fallback", name, got[i])
+		if got[i].Handler != "triton" || !strings.HasPrefix(got[i].Fallback, "plugin_broken") {
+			t.Errorf("%s from a refused binary: %+v, want a plugin_broken fallback", name, got[i])
 		}
 	}
 	if got[2].Plugin != "fa3" {
@@ -548,7 +551,7 @@ func TestLockCommandPinsAndRefusesTampering(t *testing.T) {
 		t.Errorf("the refusal is not logged with the hash:\n%s", res.stderr)
 	}
 	res = host(t, tree, in, "dispatch", "--strict")
-	if got := parseAnswers(t, res.stdout); res.code != 1 || len(got) != 3 || !strings.HasPrefix(got[0].Error, "line 1: refused: plugin_missing") {
+	if got := parseAnswers(t, res.stdout); res.code != 1 || len(got) != 3 || !strings.HasPrefix(got[0].Error, "line 1: refused: plugin_broken") {
 		t.Errorf("strict: exit %d:\n%s", res.code, res.stdout)
 	}
 

@@ -17,7 +17,6 @@ import (
 	"github.com/attnplug/attnplug/detect"
 	"github.com/attnplug/attnplug/engine"
 	"github.com/attnplug/attnplug/registry"
-	"github.com/attnplug/attnplug/wire"
 	"google.golang.org/grpc"
 )
 
@@ -41,6 +40,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	specMode := fs.String("speculative-attention-mode", "prefill", "which backend answers target-verify and draft-extend batches: prefill or decode")
 	matchHW := fs.Bool("match-hardware", true, "start only the plugins whose hardware this host has, and check forced backends against it")
 	noAnswerCache := fs.Bool("no-answer-cache", false, "ask the plugin for every request instead of caching answers by the facts its rules read")
+	maxInflight := fs.Int64("max-inflight-bytes", engine.DefaultMaxInflightBytes, "bound of the memory of the requests served at once: a request is decoded once 16 times its wire size fits, and refused with RESOURCE_EXHAUSTED when no room comes within 5s; -1: no bound")
 	var tf serveTLSFlags
 	tf.register(fs)
 	logger, err := h.parse(fs, e, args, "attnplug serve [flags]", "")
@@ -76,7 +76,10 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	cfg.NoAnswerCache = *noAnswerCache
-	ecfg := engine.Config{SpeculativeDecode: *specMode == "decode", Logger: logger.Named("serve")}
+	if *maxInflight == 0 || *maxInflight < -1 {
+		return &usageError{fmt.Sprintf("--max-inflight-bytes: %d (want a positive number of bytes, or -1 for no bound)", *maxInflight)}
+	}
+	ecfg := engine.Config{SpeculativeDecode: *specMode == "decode", Logger: logger.Named("serve"), MaxInflightBytes: *maxInflight}
 	if *matchHW {
 		info := report.HostInfo()
 		cfg.Host = &info
@@ -98,16 +101,21 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		}
 		ecfg.Prefill, ecfg.Decode = sel.Prefill, sel.Decode
 	}
-	if _, err := reg.Start(ctx); err != nil {
-		logger.Warn("not every plugin started", "error", err)
-	}
+	// The plugins start in the background, each on its own: one that hangs
+	// at start delays neither the others nor the server, and a request for
+	// a plugin still starting waits for it.
+	go func() {
+		if _, err := reg.Start(ctx); err != nil {
+			logger.Warn("not every plugin started", "error", err)
+		}
+	}()
 
-	opts := wire.ServerOptions()
+	es := engine.NewServer(reg, ecfg)
+	opts := es.ServerOptions()
 	if creds != nil {
 		opts = append(opts, creds)
 	}
 	srv := grpc.NewServer(opts...)
-	es := engine.NewServer(reg, ecfg)
 	es.Register(srv)
 
 	if network == "unix" {
