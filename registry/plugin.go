@@ -92,6 +92,7 @@ func (p *plugin) call(ctx context.Context, limit callLimit, f func(context.Conte
 			return err
 		}
 		reason := classify(err)
+		err = redactSockets(err)
 		if reason == ReasonTimeout {
 			// gRPC reports a call it cancelled at the deadline in terms of
 			// its stream.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,3 +105,27 @@ func removeDeadHosts(base string) {
 		}
 	}
 }
+
+// socketPath matches the path of a plugin's socket in an error of gRPC
+// (go-plugin names them plugin<digits>, in the socket directory).
+var socketPath = regexp.MustCompile(`(unix:)?/[^\s"']*/plugin[0-9]+`)
+
+// redactSockets returns err with the paths of plugin sockets in its text
+// replaced by "[plugin socket]": a failure's text reaches the clients of
+// attnplug serve, to whom the host's private paths are none of their
+// business. errors.Is and errors.As see err as before.
+func redactSockets(err error) error {
+	msg := err.Error()
+	if !socketPath.MatchString(msg) {
+		return err
+	}
+	return &redacted{msg: socketPath.ReplaceAllString(msg, "[plugin socket]"), err: err}
+}
+
+type redacted struct {
+	msg string
+	err error
+}
+
+func (r *redacted) Error() string { return r.msg }
+func (r *redacted) Unwrap() error { return r.err }
