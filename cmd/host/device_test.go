@@ -121,6 +121,11 @@ func TestPluginsKernelsShowsDeviceCode(t *testing.T) {
 	if !gpuHere(t) && !strings.Contains(r.stdout, "DEVICE CODE for example sm_90 device (compute 90): no GPU here") {
 		t.Errorf("without a GPU, the example device is not the sm_90 one:\n%s", r.stdout)
 	}
+	// Where fa3 cannot build its device code here, it says why once for
+	// its two names.
+	if n := strings.Count(r.stdout, "(here: "); n > 1 || n == 1 && !hasRow(r.stdout, "fa3", "fa3,fa4", "device", "code:", "built") {
+		t.Errorf("fa3's device-code error, %d times:\n%s", n, r.stdout)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
