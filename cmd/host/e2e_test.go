@@ -392,6 +392,15 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, res.stdout)
 		}
 	}
+	if strings.Contains(res.stdout, "refused") {
+		t.Errorf("demo refused answers without --strict:\n%s", res.stdout)
+	}
+	// --strict refuses the names nobody serves (FA3, torch_native): the
+	// table says so, and, as dispatch, the exit status is 1.
+	res = host(t, bins, "", "demo", "--strict")
+	if res.code != 1 || !hasRow(res.stdout, "FA3", "refused") || !strings.Contains(res.stdout, "\nrefused:\n  FA3: refused: backend_unknown") {
+		t.Errorf("demo --strict: exit %d, want 1 and the refused answers:\n%s\n%s", res.code, res.stdout, res.stderr)
+	}
 }
 
 func TestUsageErrors(t *testing.T) {
