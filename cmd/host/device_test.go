@@ -197,6 +197,27 @@ func TestConformChecksPlans(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "PASS  device-code       modules liar_mla (ptx for compute_100) for example sm_100 device pass the host's check") {
 		t.Errorf("conform on the honest liar: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
+	// No device code for the device: not checked, saying why, in text
+	// and JSON, and no failure.
+	t.Setenv("ATTNPLUG_LIE", "no_modules")
+	r = host(t, tree, "", "conform", "--max-requests", "50", liar)
+	if r.code != 0 || !strings.Contains(r.stdout, "\nNOT CHECKED  device-code       not checked: no device code for ") ||
+		!strings.Contains(r.stdout, "; not checked here: device-code)") || strings.Contains(r.stdout, "PASS         device-code") {
+		t.Errorf("conform without device code for the device: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = host(t, tree, "", "conform", "--max-requests", "50", "--json", liar)
+	var rep struct {
+		Passed bool `json:"passed"`
+		Checks []struct{ Name, Status, Detail string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 || !rep.Passed {
+		t.Fatalf("conform --json: exit %d, %v\n%s", r.code, err, r.stderr)
+	}
+	for _, c := range rep.Checks {
+		if c.Name == "device-code" && (c.Status != "not-checked" || !strings.HasPrefix(c.Detail, "not checked: ")) {
+			t.Errorf("conform --json: device-code %s: %s, want not-checked, saying why", c.Status, c.Detail)
+		}
+	}
 	t.Setenv("ATTNPLUG_LIE", "unknown_entry")
 	r = host(t, tree, "", "conform", "--max-requests", "50", liar)
 	if r.code != 1 || !strings.Contains(r.stdout, `FAIL  device-code`) || !strings.Contains(r.stdout, `has no entry "liar_mla_split_v2"`) ||
