@@ -79,6 +79,13 @@ func TestBackendsInProcess(t *testing.T) {
 				if c.Status == conformance.Skip && !skippable {
 					t.Errorf("check %s skipped: %s", c.Name, c.Detail)
 				}
+				// Device code that could not be checked here, or that the
+				// backend does not declare, is not checked, and says so:
+				// never a pass, never a plain skip.
+				if c.Name == conformance.CheckDeviceCode && (c.Status == conformance.Skip ||
+					name == "aiter" && (c.Status != conformance.NotChecked || c.Detail != "not checked: the plugin declares no device code")) {
+					t.Errorf("%s: device-code %s: %s", name, c.Status, c.Detail)
+				}
 			}
 			if !strings.Contains(text(r), "in process") {
 				t.Errorf("the text report does not say the backend ran in process:\n%s", text(r))

@@ -41,8 +41,15 @@ func TestDeviceCodeCatchesLies(t *testing.T) {
 	}
 	t.Run("no_device_code_for_the_device", func(t *testing.T) {
 		r := run(t, conformance.Options{Binary: liar, MaxRequests: 50, Env: []string{"ATTNPLUG_LIE=no_modules"}})
-		if c, _ := r.Check(conformance.CheckDeviceCode); !r.Passed || c.Status != conformance.Skip || !strings.Contains(c.Detail, "no device code, as asked") {
-			t.Errorf("want a pass with device-code skipped saying why:\n%s", text(r))
+		c, _ := r.Check(conformance.CheckDeviceCode)
+		if !r.Passed || c.Status != conformance.NotChecked || !strings.HasPrefix(c.Detail, "not checked: ") || !strings.Contains(c.Detail, "no device code, as asked") {
+			t.Errorf("want a pass with device-code not checked, saying why:\n%s", text(r))
+		}
+		if s := r.Summary(); !strings.HasPrefix(s, "PASS: liar conforms (") || !strings.Contains(s, "; not checked here: device-code)") {
+			t.Errorf("summary %q does not say device-code was not checked", s)
+		}
+		if !strings.Contains(text(r), "\nNOT CHECKED  device-code ") {
+			t.Errorf("the text report does not say NOT CHECKED:\n%s", text(r))
 		}
 	})
 	t.Run("crash", func(t *testing.T) {

@@ -270,7 +270,7 @@ func randomRequest(name string, rng *rand.Rand, plain bool) core.Request {
 	}
 	switch ps := r.Batch.PrefixSum(); rng.IntN(3) {
 	case 0:
-		r.Layer.ChunkedPrefixCacheThreshold = ps + rng.Int64N(3) - 1
+		r.Layer.ChunkedPrefixCacheThreshold = max(0, ps+rng.Int64N(3)-1)
 	case 1:
 		r.Layer.ChunkedPrefixCacheThreshold = logUniform(rng, 18)
 	}

@@ -19,6 +19,12 @@ const (
 	Fail Status = "fail"
 	// Skip means the check did not run; Detail says why.
 	Skip Status = "skip"
+	// NotChecked means the check could not run here, though nothing
+	// failed: the device-code check without a GPU or NVRTC to build the
+	// device code for, or on a plugin that declares none. Detail says
+	// why. It is neither a pass nor a failure: Report.Passed holds, and
+	// the summary names it.
+	NotChecked Status = "not-checked"
 )
 
 // The names of the checks, in the order Run runs them. RunBackend runs
@@ -65,7 +71,8 @@ const (
 	// CheckKernels: kernel outputs against the reference, when declared.
 	CheckKernels = "kernels"
 	// CheckDeviceCode: kernel modules and launch plans pass the host's
-	// checks, when device code is declared.
+	// checks, when device code is declared; NotChecked when none is
+	// declared or none can be built here.
 	CheckDeviceCode = "device-code"
 	// CheckStdout: nothing was written to stdout after the handshake.
 	CheckStdout = "stdout"
@@ -102,7 +109,7 @@ const maxProblems = 5
 type Check struct {
 	// Name is the check's name, one of CheckNames.
 	Name string `json:"name"`
-	// Status is pass, fail or skip.
+	// Status is pass, fail, skip or not-checked.
 	Status Status `json:"status"`
 	// Detail says what was checked, or what went wrong.
 	Detail string `json:"detail"`
@@ -160,7 +167,8 @@ type Report struct {
 	Seed uint64 `json:"seed"`
 	// Checks are the checks, in the order they ran.
 	Checks []Check `json:"checks"`
-	// Passed is true when no check failed.
+	// Passed is true when no check failed; a check not checked is no
+	// failure.
 	Passed bool `json:"passed"`
 	// Duration is how long the whole suite took.
 	Duration time.Duration `json:"duration_ns"`
@@ -177,31 +185,41 @@ func (r *Report) Check(name string) (Check, bool) {
 }
 
 // Failed returns the checks that failed.
-func (r *Report) Failed() []Check {
+func (r *Report) Failed() []Check { return r.withStatus(Fail) }
+
+// withStatus returns the checks of status s.
+func (r *Report) withStatus(s Status) []Check {
 	var out []Check
 	for _, c := range r.Checks {
-		if c.Status == Fail {
+		if c.Status == s {
 			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// Summary is one line: whether the plugin conforms and what failed.
+// Summary is one line: whether the plugin conforms and what failed, or
+// what could not be checked here.
 func (r *Report) Summary() string {
 	name := r.Plugin
 	if name == "" {
 		name = r.Binary
 	}
+	checkNames := func(cs []Check) string {
+		names := make([]string, len(cs))
+		for i, c := range cs {
+			names[i] = c.Name
+		}
+		return strings.Join(names, ", ")
+	}
 	failed := r.Failed()
 	if len(failed) == 0 {
+		if nc := r.withStatus(NotChecked); len(nc) > 0 {
+			return fmt.Sprintf("PASS: %s conforms (%d checks, %d requests; not checked here: %s)", name, len(r.Checks), r.Requests, checkNames(nc))
+		}
 		return fmt.Sprintf("PASS: %s conforms (%d checks, %d requests)", name, len(r.Checks), r.Requests)
 	}
-	names := make([]string, len(failed))
-	for i, c := range failed {
-		names[i] = c.Name
-	}
-	return fmt.Sprintf("FAIL: %s: %d of %d checks failed: %s", name, len(failed), len(r.Checks), strings.Join(names, ", "))
+	return fmt.Sprintf("FAIL: %s: %d of %d checks failed: %s", name, len(failed), len(r.Checks), checkNames(failed))
 }
 
 // WriteText writes the report for a person: a header, one line per check
@@ -222,7 +240,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	sb.WriteString("\n")
 	tw := tabwriter.NewWriter(&sb, 2, 4, 2, ' ', 0)
 	for _, c := range r.Checks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.ToUpper(string(c.Status)), c.Name, c.Detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.ToUpper(strings.ReplaceAll(string(c.Status), "-", " ")), c.Name, c.Detail)
 		for _, p := range c.Problems {
 			fmt.Fprintf(tw, "\t\t  - %s\n", p)
 		}

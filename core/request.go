@@ -25,7 +25,8 @@ const DefaultChunkedPrefixCacheThreshold = 8192
 // Layer holds the facts of the attention layer being dispatched.
 type Layer struct {
 	// ChunkedPrefixCacheThreshold is the sum of prefix lengths from which
-	// chunked-prefix MHA is used.
+	// chunked-prefix MHA is used; not negative (sglang compares it with a
+	// sum of lengths, so a negative one would mean what 0 means).
 	ChunkedPrefixCacheThreshold int64
 	// DisableChunkedPrefixCache turns the chunked prefix cache off.
 	DisableChunkedPrefixCache bool
@@ -167,9 +168,10 @@ func sum(v []int64) int64 {
 }
 
 // Validate checks what a decoder cannot: the mode and platform are known,
-// the lengths and max_chunk_capacity are within limits and not negative, both arrays have the same
-// length, and no prefix is longer than its sequence. The error wraps
-// ErrInvalidRequest and names the field and the value.
+// the lengths, max_chunk_capacity and the layer's
+// chunked_prefix_cache_threshold are within limits and not negative, both
+// arrays have the same length, and no prefix is longer than its sequence.
+// The error wraps ErrInvalidRequest and names the field and the value.
 func (r *Request) Validate() error {
 	if r.Backend == "" {
 		return invalid("backend", "must not be empty")
@@ -191,6 +193,9 @@ func (r *Request) Validate() error {
 	}
 	if c := r.Batch.MaxChunkCapacity; c < 0 {
 		return invalid("max_chunk_capacity", fmt.Sprintf("%d is negative", c))
+	}
+	if t := r.Layer.ChunkedPrefixCacheThreshold; t < 0 {
+		return invalid("layer.chunked_prefix_cache_threshold", fmt.Sprintf("%d is negative", t))
 	}
 	if err := checkLens("extend_prefix_lens", r.Batch.ExtendPrefixLens); err != nil {
 		return err

@@ -89,6 +89,8 @@ func TestRequestValidate(t *testing.T) {
 			"seq_lens: has 65537 entries, more than the limit of 65536"},
 		{"negative_capacity_names_value", valid(capacity(-1)), "max_chunk_capacity: -1 is negative"},
 		{"valid_zero_capacity", valid(capacity(0)), ""},
+		{"negative_threshold_names_value", valid(func(r *core.Request) { r.Layer.ChunkedPrefixCacheThreshold = -1 }), "layer.chunked_prefix_cache_threshold: -1 is negative"},
+		{"valid_zero_threshold", valid(func(r *core.Request) { r.Layer.ChunkedPrefixCacheThreshold = 0 }), ""},
 		{"different_lengths", valid(prefix(0, 0), seq(1, 2, 3)), "extend_prefix_lens: has 2 entries but seq_lens has 3"},
 		{"different_lengths_empty_prefix", valid(func(r *core.Request) { r.Batch.ExtendPrefixLens = []int64{} }, seq(1)), "extend_prefix_lens: has 0 entries but seq_lens has 1"},
 		{"prefix_longer_than_seq_names_both", valid(prefix(0, 11), seq(10, 10)), "extend_prefix_lens[1]: prefix 11 is longer than seq_lens[1] = 10"},

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"unsafe"
 
+	"github.com/attnplug/attnplug/internal/dynlib"
 	"github.com/ebitengine/purego"
 )
 
@@ -68,7 +69,7 @@ func loadDriver() (*driver, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	if drv.launchAddr, err = purego.Dlsym(lib, "cuLaunchKernel"); err != nil {
+	if drv.launchAddr, err = dynlib.Symbol(lib, "cuLaunchKernel"); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return drv, nil
@@ -89,10 +90,10 @@ func loadNVRTCLib(name string) (*nvrtc, error) {
 	if filepath.IsAbs(name) {
 		builtins, _ := filepath.Glob(filepath.Join(filepath.Dir(name), "libnvrtc-builtins.so*"))
 		for _, b := range builtins {
-			purego.Dlopen(b, purego.RTLD_NOW|purego.RTLD_GLOBAL) // best effort
+			dynlib.Open(b, purego.RTLD_NOW|purego.RTLD_GLOBAL) // best effort
 		}
 	}
-	lib, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	lib, err := dynlib.Open(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +124,7 @@ func loadNVRTCLib(name string) (*nvrtc, error) {
 func dlopenFirst(names []string) (uintptr, string, error) {
 	var errs []error
 	for _, name := range names {
-		lib, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		lib, err := dynlib.Open(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err == nil {
 			return lib, name, nil
 		}
@@ -140,7 +141,7 @@ func bind(lib uintptr, fptr any, names ...string) (err error) {
 		}
 	}()
 	for _, name := range names {
-		sym, e := purego.Dlsym(lib, name)
+		sym, e := dynlib.Symbol(lib, name)
 		if e != nil {
 			err = fmt.Errorf("missing symbol %s: %w", name, e)
 			continue

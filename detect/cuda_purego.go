@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/attnplug/attnplug/internal/dynlib"
 	"github.com/ebitengine/purego"
 )
 
@@ -50,7 +51,7 @@ func queryCUDASync() (devs []cudaDevice, err error) {
 	}()
 	var lib uintptr
 	for _, name := range []string{"libcuda.so.1", "libcuda.so"} {
-		if lib, err = purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
+		if lib, err = dynlib.Open(name, purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
 			break
 		}
 	}
@@ -73,7 +74,7 @@ func queryCUDASync() (devs []cudaDevice, err error) {
 		"cuDeviceGetPCIBusId":  &cuDeviceGetPCIBusId,
 		"cuDeviceGetName":      &cuDeviceGetName,
 	} {
-		sym, err := purego.Dlsym(lib, name)
+		sym, err := dynlib.Symbol(lib, name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", errNoLibcuda, name, err)
 		}

@@ -12,9 +12,9 @@ import (
 	"github.com/attnplug/attnplug/registry"
 )
 
-// Device is attnplug run --device cuda: the GPU, opened on the first line
-// that needs it, with the modules each backend's plugin handed over. It
-// serves one Stream or one goroutine's Run calls at a time.
+// Device is attnplug run --device cuda: the GPU, opened by Open or on the
+// first line that needs it, with the modules each backend's plugin handed
+// over. It serves one Stream or one goroutine's Run calls at a time.
 type Device struct {
 	pageSize int
 
@@ -35,6 +35,15 @@ func (d *Device) open() (*gpucheck.Env, error) {
 		d.loaded = map[string]error{}
 	})
 	return d.env, d.why
+}
+
+// Open opens the GPU now, unless it is open already, and returns why
+// there is none (nil: there is one). A caller that must not run kernels
+// on the CPU instead, as attnplug run --device cuda without --allow-cpu,
+// calls it before the first line.
+func (d *Device) Open() error {
+	_, err := d.open()
+	return err
 }
 
 // Close releases the GPU, when it was opened.

@@ -80,13 +80,15 @@ func Stream(ctx context.Context, reg *registry.Registry, in io.Reader, out io.Wr
 			w.Flush()
 			return refused, fmt.Errorf("run: %w", ctx.Err())
 		}
+		var b []byte
+		if err == nil {
+			b, err = appendAnswer(nil, a)
+		}
 		if err != nil {
 			refused++
-			w.Write(jsonl.AppendError(nil, n, err))
-		} else {
-			b, _ := json.Marshal(a)
-			w.Write(append(b, '\n'))
+			b = jsonl.AppendError(nil, n, err)
 		}
+		w.Write(b)
 		if !r.Buffered() {
 			if err := w.Flush(); err != nil {
 				return refused, fmt.Errorf("run: write answers: %w", err)
@@ -94,6 +96,17 @@ func Stream(ctx context.Context, reg *registry.Registry, in io.Reader, out io.Wr
 		}
 	}
 	return refused, w.Flush()
+}
+
+// appendAnswer appends the answer line of a (with its newline) to dst, or
+// returns the error that keeps a from being written as JSON: the caller
+// then writes an error line in its place, never an empty one.
+func appendAnswer(dst []byte, a *Answer) ([]byte, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return dst, fmt.Errorf("answer: %w", err)
+	}
+	return append(append(dst, b...), '\n'), nil
 }
 
 // Answer is one answer line of attnplug run: a dispatch answer and what
@@ -207,8 +220,14 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 			seed = *spec.Random
 		}
 		a, why, err := o.Device.run(ctx, reg, cfg.Heads, req, ans, seed)
-		if err != nil || a != nil {
-			return a, err
+		if err != nil {
+			return nil, err
+		}
+		if a != nil {
+			if what := nonFinite(a.Kernel, nil, nil, a.RelError, a.LSEError); what != "" {
+				return nil, core.NewFieldError("tensors", fmt.Sprintf("result not finite on %s: %s", a.Device, what))
+			}
+			return a, nil
 		}
 		deviceNote = "not on the GPU: " + why
 	}
@@ -269,6 +288,10 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 		RelError: kernels.RelError(out, want), KernelPlugin: ka.Plugin, KernelFallback: ka.Fallback,
 		Sparse: ka.Sparse, Note: ka.Note, out: slices.Clone(out),
 	}
+	if what := nonFinite(ka.Kernel, out, want, a.RelError, 0); what != "" {
+		return nil, core.NewFieldError("tensors", fmt.Sprintf("result not finite: %s: softmax_scale %g or the inputs are too large for the arithmetic",
+			what, cfg.SoftmaxScale))
+	}
 	if deviceNote != "" {
 		a.Note = strings.TrimPrefix(a.Note+"; "+deviceNote, "; ")
 	}
@@ -290,6 +313,28 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 			a.Method, longest, topK, forced, kernels.RelError(toFloat32(want), sparse))
 	}
 	return a, nil
+}
+
+// nonFinite says which numbers of a run of kernel are NaN or infinite:
+// the first such element of the output and of the float64 reference, and
+// the errors; "" when every one is finite. JSON has no such numbers, so
+// an answer that held one could not be written.
+func nonFinite(kernel string, out []float32, want []float64, relErr, lseErr float64) string {
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	var what []string
+	if i := slices.IndexFunc(out, func(x float32) bool { return !finite(float64(x)) }); i >= 0 {
+		what = append(what, fmt.Sprintf("the output of %s holds %v at element %d of %d", kernel, out[i], i, len(out)))
+	}
+	if i := slices.IndexFunc(want, func(x float64) bool { return !finite(x) }); i >= 0 {
+		what = append(what, fmt.Sprintf("the float64 reference holds %v at element %d", want[i], i))
+	}
+	if !finite(relErr) {
+		what = append(what, fmt.Sprintf("rel_error of %s is %v", kernel, relErr))
+	}
+	if !finite(lseErr) {
+		what = append(what, fmt.Sprintf("lse_error of %s is %v", kernel, lseErr))
+	}
+	return strings.Join(what, ", ")
 }
 
 // toFloat32 converts v to float32.

@@ -221,7 +221,15 @@ func (l *Lock) Write(path string) error {
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("lock file: %w", err)
+		// Name the file asked for, not the temporary one beside it.
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("lock file %s: directory %s: %w", path, filepath.Dir(path), err)
+		}
+		return fmt.Errorf("lock file %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)

@@ -45,8 +45,16 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := hostbench.Run(ctx, cfg, hostbench.Options{Backend: *backend, Passes: *passes, RPCPasses: *rpcPasses, MinTime: *minTime,
-		Stream: *stream, Host: exe, HostArgs: hostArgs, Logger: logger})
+	o := hostbench.Options{Backend: *backend, Passes: *passes, RPCPasses: *rpcPasses, MinTime: *minTime,
+		Stream: *stream, Host: exe, HostArgs: hostArgs, Logger: logger}
+	// A progress line on a terminal; nothing when stderr is piped or the
+	// output is JSON. It is cleared before anything else is written.
+	p := newProgress(e, "attnplug bench", *asJSON)
+	if p != nil {
+		o.Progress = p.step
+	}
+	res, err := hostbench.Run(ctx, cfg, o)
+	p.done()
 	if err != nil {
 		return err
 	}

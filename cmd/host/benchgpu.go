@@ -37,7 +37,10 @@ func runBenchGPU(ctx context.Context, e *env, python, only string, asJSON bool) 
 	if len(cases)+len(prefill) == 0 {
 		return &usageError{fmt.Sprintf("bench: --only %q matches no shape", only)}
 	}
+	p := newProgress(e, "attnplug bench --gpu", asJSON)
+	p.step(fmt.Sprintf("%d decode and %d prefill shapes, checked and timed on the GPU", len(cases), len(prefill)))
 	rep, err := gpucheck.RunBench(ctx, python, cases, prefill)
+	p.done()
 	if err != nil {
 		return fmt.Errorf("bench --gpu: %w", err)
 	}

@@ -301,3 +301,16 @@ func TestLogsSayEachThingOnce(t *testing.T) {
 		t.Errorf("%d lines say a plugin is not usable, want 2:\n%s", n, res.stderr)
 	}
 }
+
+// TestLockNamesTheLockFile: a lock file in a directory that does not exist
+// is an error naming the file given and its missing directory, not the
+// temporary file written beside it.
+func TestLockNamesTheLockFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing", "dir")
+	path := filepath.Join(dir, "x.lock")
+	r := host(t, bins, "", "lock", "--plugin-dir", bins.PluginDir, "--lock", path)
+	want := "attnplug: lock file " + path + ": directory " + dir + ": no such file or directory"
+	if r.code != 1 || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, ".tmp") {
+		t.Errorf("exit %d, stderr %q; want 1 and %q", r.code, r.stderr, want)
+	}
+}

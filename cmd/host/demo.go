@@ -86,7 +86,8 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		header = append(header, fmt.Sprintf("B%d", i+1))
 	}
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	var notes []string
+	var notes, refusals []string
+	refused := 0
 	for _, name := range names {
 		row := []string{name, ""}
 		var answeredBy []string
@@ -96,7 +97,8 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 			a, err := reg.Dispatch(ctx, &req)
 			if err != nil {
 				row = append(row, "refused")
-				notes = append(notes, fmt.Sprintf("%s: %v", name, err))
+				refusals = append(refusals, fmt.Sprintf("%s: %v", name, err))
+				refused++
 				continue
 			}
 			who := a.Plugin
@@ -118,13 +120,23 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	slices.Sort(notes)
-	notes = slices.Compact(notes)
-	if len(notes) > 0 {
-		fmt.Fprintln(e.stdout, "\nfallbacks:")
-		for _, n := range notes {
-			fmt.Fprintf(e.stdout, "  %s\n", n)
+	for _, sec := range []struct {
+		title string
+		lines []string
+	}{{"fallbacks", notes}, {"refused", refusals}} {
+		slices.Sort(sec.lines)
+		sec.lines = slices.Compact(sec.lines)
+		if len(sec.lines) > 0 {
+			fmt.Fprintf(e.stdout, "\n%s:\n", sec.title)
+			for _, n := range sec.lines {
+				fmt.Fprintf(e.stdout, "  %s\n", n)
+			}
 		}
+	}
+	if refused > 0 {
+		// As dispatch: exit status 1 when any request was refused
+		// (--strict refuses every fallback).
+		return &refusedError{refused}
 	}
 	return nil
 }

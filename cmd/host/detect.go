@@ -146,7 +146,8 @@ func declaredHardware(reg *registry.Registry) []core.Hardware {
 }
 
 // pluginServed reports whether the host serves plugin p on info, and why
-// not.
+// not: every name the plugin serves, an alias (tokenspeed_mla, nsa)
+// too, with what its hardware needs.
 func pluginServed(reg *registry.Registry, p registry.PluginInfo, info core.HostInfo) (bool, string) {
 	if p.Status == registry.StatusBroken || p.Status == registry.StatusShadowed {
 		return false, fmt.Sprintf("%s: %s", p.Status, p.Reason)
@@ -162,9 +163,6 @@ func pluginServed(reg *registry.Registry, p registry.PluginInfo, info core.HostI
 		ok, reason := core.SupportsAny(hi.Hardware, info)
 		if ok {
 			return true, ""
-		}
-		if hi.AliasOf != "" {
-			continue
 		}
 		if _, seen := names[reason]; !seen {
 			reasons = append(reasons, reason)

@@ -209,6 +209,32 @@ func TestDetectPluginReasons(t *testing.T) {
 	}
 }
 
+// TestDetectReasonNamesEveryName: the reason a plugin is not served names
+// every name the plugin serves, from its description: tokenspeed_mla of
+// flashinfer and nsa of dsa, which share another name's rules, too.
+func TestDetectReasonNamesEveryName(t *testing.T) {
+	res := host(t, bins, "", "detect", "--json", "--root", detecttest.Fixture(t, "cpu_noamx"))
+	var got detectJSON
+	if err := json.Unmarshal([]byte(res.stdout), &got); err != nil || res.code != 0 {
+		t.Fatalf("exit %d, %v:\n%s", res.code, err, res.stderr)
+	}
+	var flashinfer bool
+	for _, p := range got.Plugins {
+		if p.Served {
+			continue
+		}
+		for _, n := range p.Names {
+			if !slices.Contains(strings.FieldsFunc(p.Reason, func(r rune) bool { return r == ',' || r == ':' || r == ';' || r == ' ' }), n) {
+				t.Errorf("plugin %s: reason %q does not name %s", p.Name, p.Reason, n)
+			}
+		}
+		flashinfer = flashinfer || p.Name == "flashinfer" && slices.Contains(p.Names, "tokenspeed_mla")
+	}
+	if !flashinfer {
+		t.Errorf("flashinfer, serving tokenspeed_mla, is served on a CPU host, or missing: %+v", got.Plugins)
+	}
+}
+
 func TestDetectTable(t *testing.T) {
 	res := host(t, bins, "", "detect", "--root", detecttest.Fixture(t, "h200"))
 	if res.code != 0 {

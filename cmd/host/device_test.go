@@ -121,6 +121,11 @@ func TestPluginsKernelsShowsDeviceCode(t *testing.T) {
 	if !gpuHere(t) && !strings.Contains(r.stdout, "DEVICE CODE for example sm_90 device (compute 90): no GPU here") {
 		t.Errorf("without a GPU, the example device is not the sm_90 one:\n%s", r.stdout)
 	}
+	// Where fa3 cannot build its device code here, it says why once for
+	// its two names.
+	if n := strings.Count(r.stdout, "(here: "); n > 1 || n == 1 && !hasRow(r.stdout, "fa3", "fa3,fa4", "device", "code:", "built") {
+		t.Errorf("fa3's device-code error, %d times:\n%s", n, r.stdout)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -191,6 +196,27 @@ func TestConformChecksPlans(t *testing.T) {
 	r := host(t, tree, "", "conform", "--max-requests", "50", "--arch", "sm_100", liar)
 	if r.code != 0 || !strings.Contains(r.stdout, "PASS  device-code       modules liar_mla (ptx for compute_100) for example sm_100 device pass the host's check") {
 		t.Errorf("conform on the honest liar: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	// No device code for the device: not checked, saying why, in text
+	// and JSON, and no failure.
+	t.Setenv("ATTNPLUG_LIE", "no_modules")
+	r = host(t, tree, "", "conform", "--max-requests", "50", liar)
+	if r.code != 0 || !strings.Contains(r.stdout, "\nNOT CHECKED  device-code       not checked: no device code for ") ||
+		!strings.Contains(r.stdout, "; not checked here: device-code)") || strings.Contains(r.stdout, "PASS         device-code") {
+		t.Errorf("conform without device code for the device: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = host(t, tree, "", "conform", "--max-requests", "50", "--json", liar)
+	var rep struct {
+		Passed bool `json:"passed"`
+		Checks []struct{ Name, Status, Detail string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 || !rep.Passed {
+		t.Fatalf("conform --json: exit %d, %v\n%s", r.code, err, r.stderr)
+	}
+	for _, c := range rep.Checks {
+		if c.Name == "device-code" && (c.Status != "not-checked" || !strings.HasPrefix(c.Detail, "not checked: ")) {
+			t.Errorf("conform --json: device-code %s: %s, want not-checked, saying why", c.Status, c.Detail)
+		}
 	}
 	t.Setenv("ATTNPLUG_LIE", "unknown_entry")
 	r = host(t, tree, "", "conform", "--max-requests", "50", liar)

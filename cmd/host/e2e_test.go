@@ -196,6 +196,7 @@ func TestDispatchRefusesBadLinesAndGoesOn(t *testing.T) {
 		`{"backend":"fa3","forward_mode":"EXTEND","seq_lens":[9223372036854775808]}`,
 		`{"backend":"fa4","forward_mode":"DECODE"}`,
 		`{"backend":"fa3","forward_mode":"EXTEND","max_chunk_capacity":-1}`,
+		`{"backend":"fa3","forward_mode":"EXTEND","layer":{"chunked_prefix_cache_threshold":-5}}`,
 	}, "\n") + "\n"
 	// A byte order mark and blank lines (line 4, and after the last) are
 	// skipped; the line numbers still count them.
@@ -214,6 +215,7 @@ func TestDispatchRefusesBadLinesAndGoesOn(t *testing.T) {
 		"line 8: seq_lens[0]: 9223372036854775808 is out of the int64 range",
 		"MHA_CHUNKED_KV",
 		"line 10: max_chunk_capacity: -1 is negative",
+		"line 11: layer.chunked_prefix_cache_threshold: -5 is negative",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d answers, want %d:\n%s", len(got), len(want), res.stdout)
@@ -391,6 +393,15 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(res.stdout, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, res.stdout)
 		}
+	}
+	if strings.Contains(res.stdout, "refused") {
+		t.Errorf("demo refused answers without --strict:\n%s", res.stdout)
+	}
+	// --strict refuses the names nobody serves (FA3, torch_native): the
+	// table says so, and, as dispatch, the exit status is 1.
+	res = host(t, bins, "", "demo", "--strict")
+	if res.code != 1 || !hasRow(res.stdout, "FA3", "refused") || !strings.Contains(res.stdout, "\nrefused:\n  FA3: refused: backend_unknown") {
+		t.Errorf("demo --strict: exit %d, want 1 and the refused answers:\n%s\n%s", res.code, res.stdout, res.stderr)
 	}
 }
 

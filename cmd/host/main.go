@@ -27,6 +27,9 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// isTerminal reports whether a writer is a terminal, which may show
+	// a progress line (isTerminal; tests give their own).
+	isTerminal func(io.Writer) bool
 }
 
 // commands is every subcommand, in the order help lists them.
@@ -59,7 +62,7 @@ func (e *refusedError) Error() string { return fmt.Sprintf("%d requests refused"
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := shutdownContext(stderr, os.Exit)
 	defer stop()
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, isTerminal: isTerminal}
 	if len(args) == 0 {
 		printUsage(stderr)
 		return 2

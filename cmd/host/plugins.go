@@ -89,6 +89,26 @@ type deviceCodeListing struct {
 	Modules []moduleListing `json:"modules,omitempty"`
 	// Note says why no module is listed.
 	Note string `json:"note,omitempty"`
+
+	// what and why are Note's two parts: what happens to the device code,
+	// and the error that says why, as the registry gave it.
+	what, why string
+}
+
+// What happens to a name's device code that plugins --kernels cannot
+// list.
+const (
+	deviceCodeAtStart = "device code: built at start for the host's GPU"
+	deviceCodeRefused = "device code refused"
+)
+
+// noteOf is the note of a name's device code: what happens to it, and
+// why.
+func noteOf(what, why string) string {
+	if what == deviceCodeAtStart {
+		return what + " (here: " + why + ")"
+	}
+	return what + ": " + why
 }
 
 // moduleListing is one kernel module in plugins --kernels.
@@ -159,9 +179,64 @@ func kernelsListing(ctx context.Context, w io.Writer, reg *registry.Registry, li
 		return err
 	}
 	fmt.Fprintf(w, "\nDEVICE CODE for %s (compute %d): %s\n", device.Name, device.ComputeCapability, source)
+	return deviceCodeTable(w, list, codes)
+}
+
+// deviceCodeTable writes the device code of plugins --kernels: the
+// modules of each name, a line each. A plugin whose names all have the
+// same note (no NVRTC here, say) gets one line that lists its names; when
+// every such plugin's note has the same cause, as a cause of this host
+// has, the cause is written once, above the table.
+func deviceCodeTable(w io.Writer, list []registry.PluginInfo, codes map[string]*deviceCodeListing) error {
+	// A plugin's note, its error less the "plugin NAME: " the registry
+	// puts before it, when every name of the plugin has it.
+	type pluginNote struct{ what, why string }
+	notes := map[string]*pluginNote{}
+	for _, p := range list {
+		var pn *pluginNote
+		for i, n := range p.Names {
+			c := codes[n]
+			if c == nil || c.Note == "" {
+				pn = nil
+				break
+			}
+			why := strings.TrimPrefix(c.why, "plugin "+p.Name+": ")
+			if i == 0 {
+				pn = &pluginNote{c.what, why}
+			} else if pn == nil || *pn != (pluginNote{c.what, why}) {
+				pn = nil
+				break
+			}
+		}
+		if pn != nil {
+			notes[p.Name] = pn
+		}
+	}
+	var shared *pluginNote
+	for _, pn := range notes {
+		if shared == nil {
+			shared = pn
+		} else if *shared != *pn {
+			shared = nil
+			break
+		}
+	}
+	if shared != nil && len(notes) > 1 {
+		fmt.Fprintf(w, "every plugin below: %s\n", noteOf(shared.what, shared.why))
+	} else {
+		shared = nil
+	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PLUGIN\tNAME\tMODULE\tARCH\tFORMAT\tBYTES\tSHA256\tENTRIES")
 	for _, p := range list {
+		if pn := notes[p.Name]; pn != nil {
+			note := noteOf(pn.what, pn.why)
+			if shared != nil {
+				note = pn.what + " (the reason above)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, strings.Join(p.Names, ","), note)
+			continue
+		}
 		for _, n := range p.Names {
 			c := codes[n]
 			switch {
@@ -186,10 +261,12 @@ func nameDeviceCode(ctx context.Context, reg *registry.Registry, name string, de
 	mods, err := reg.KernelModules(ctx, name, device)
 	switch {
 	case errors.Is(err, core.ErrNoPlan) && !errors.Is(err, registry.ErrNotPinned):
-		out.Note = "device code: built at start for the host's GPU (here: " + err.Error() + ")"
+		out.what, out.why = deviceCodeAtStart, err.Error()
+		out.Note = noteOf(out.what, out.why)
 		return out
 	case err != nil:
-		out.Note = "device code refused: " + err.Error()
+		out.what, out.why = deviceCodeRefused, err.Error()
+		out.Note = noteOf(out.what, out.why)
 		return out
 	}
 	h, _, _ := reg.Handler(name)

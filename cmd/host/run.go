@@ -29,18 +29,20 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	maxLine := maxLineFlag(fs, o.MaxLine)
 	device := fs.String("device", "cpu", "where kernels run: cpu (the plugins' reference kernels over shared memory) or cuda (the plugins' device code, launched by this process on tensors it generates on the GPU; docs/device.md)")
 	pageSize := fs.Int("page-size", 64, "with --device cuda: the KV cache page size of MLA decode")
+	allowCPU := fs.Bool("allow-cpu", false, "with --device cuda: when there is no usable CUDA device, warn and run the kernels on the CPU instead of failing")
 	logger, err := h.parse(fs, e, args, "attnplug run [flags] < requests.jsonl > answers.jsonl", "requests come on stdin")
 	if err != nil {
 		return err
 	}
 	switch *device {
 	case "cpu":
+		if *allowCPU {
+			return &usageError{"run: --allow-cpu needs --device cuda"}
+		}
 	case "cuda":
 		if *pageSize < 1 || *pageSize > 4096 {
 			return &usageError{fmt.Sprintf("run: --page-size=%d is outside [1, 4096]", *pageSize)}
 		}
-		o.Device = kernelrun.NewDevice(*pageSize)
-		defer o.Device.Close()
 	default:
 		return &usageError{fmt.Sprintf("run: --device=%q: want cpu or cuda", *device)}
 	}
@@ -64,6 +66,16 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return &usageError{"run: " + err.Error()}
 	}
 	o.MaxLine = *maxLine
+	if *device == "cuda" {
+		o.Device = kernelrun.NewDevice(*pageSize)
+		defer o.Device.Close()
+		if err := o.Device.Open(); err != nil {
+			if !*allowCPU {
+				return fmt.Errorf("run: --device cuda: no usable CUDA device: %w (--allow-cpu runs the kernels on the CPU instead)", err)
+			}
+			logger.Warn("no usable CUDA device: the kernels run on the CPU (--device cuda --allow-cpu)", "error", err)
+		}
+	}
 	reg, err := h.open(ctx, logger)
 	if err != nil {
 		return err

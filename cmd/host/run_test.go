@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/kernelrun"
 	"github.com/attnplug/attnplug/kernels"
 )
 
@@ -221,7 +222,8 @@ func TestRunChecksShapesBeforeDecoding(t *testing.T) {
 // TestRunDeviceCUDA: run --device cuda runs MLA decode and the MHA methods
 // with the plugins' device code when a GPU and NVRTC are there, answering
 // the device, the plan and an error within the bf16 tolerance; without
-// them every line is answered on the CPU with a note that says why.
+// them, with --allow-cpu, every line is answered on the CPU with a note
+// that says why.
 func TestRunDeviceCUDA(t *testing.T) {
 	in := strings.Join([]string{
 		`{"backend":"fa3","forward_mode":"DECODE","seq_lens":[300,4000,17]}`,
@@ -230,7 +232,7 @@ func TestRunDeviceCUDA(t *testing.T) {
 		`{"backend":"fa3","forward_mode":"EXTEND","extend_prefix_lens":[9000,100],"seq_lens":[9200,300],"max_chunk_capacity":4096}`,
 		`{"backend":"triton","forward_mode":"DECODE","seq_lens":[64]}`,
 	}, "\n") + "\n"
-	r := host(t, bins, in, "run", "--device", "cuda", "--heads", "16", "--page-size", "1", "--random-tensors", "--plugin-dir", bins.PluginDir)
+	r := host(t, bins, in, "run", "--device", "cuda", "--allow-cpu", "--heads", "16", "--page-size", "1", "--random-tensors", "--plugin-dir", bins.PluginDir)
 	if r.code != 0 {
 		t.Fatalf("exit status %d; stderr: %s\n%s", r.code, r.stderr, r.stdout)
 	}
@@ -261,5 +263,36 @@ func TestRunDeviceCUDA(t *testing.T) {
 				t.Errorf("answer %d: want the CPU kernels and why not the GPU, got %s", i+1, line)
 			}
 		}
+	}
+}
+
+// TestRunDeviceCUDAWithoutGPU: run --device cuda on a machine without a
+// usable GPU fails before reading a line, saying why and naming
+// --allow-cpu; with --allow-cpu it warns on stderr and answers on the CPU.
+// --allow-cpu without --device cuda is a usage error.
+func TestRunDeviceCUDAWithoutGPU(t *testing.T) {
+	d := kernelrun.NewDevice(64)
+	err := d.Open()
+	d.Close()
+	if err == nil {
+		t.Skip("a usable CUDA device is here")
+	}
+	const line = `{"backend":"fa3","forward_mode":"DECODE","seq_lens":[4],"tensors":{"random":1}}` + "\n"
+	r := host(t, bins, line, "run", "--device", "cuda", "--plugin-dir", bins.PluginDir)
+	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "run: --device cuda: no usable CUDA device: ") || !strings.Contains(r.stderr, "--allow-cpu") {
+		t.Errorf("--device cuda without a GPU: exit %d, stdout %q, stderr %q; want exit 1, no answer, the reason and --allow-cpu", r.code, r.stdout, r.stderr)
+	}
+	r = host(t, bins, line, "run", "--device", "cuda", "--allow-cpu", "--plugin-dir", bins.PluginDir)
+	var a struct {
+		Kernel   string
+		Emulated bool
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &a); err != nil || r.code != 0 || a.Kernel == "" || !a.Emulated ||
+		!strings.Contains(r.stderr, "[WARN]  attnplug: no usable CUDA device: the kernels run on the CPU") {
+		t.Errorf("--device cuda --allow-cpu without a GPU: exit %d, %v, stdout %q, stderr %q; want the CPU's answer and a warning", r.code, err, r.stdout, r.stderr)
+	}
+	r = host(t, bins, line, "run", "--allow-cpu", "--plugin-dir", bins.PluginDir)
+	if r.code != 2 || !strings.Contains(r.stderr, "--allow-cpu needs --device cuda") {
+		t.Errorf("--allow-cpu alone: exit %d, stderr %q; want a usage error", r.code, r.stderr)
 	}
 }

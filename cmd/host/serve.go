@@ -17,6 +17,7 @@ import (
 	"github.com/attnplug/attnplug/detect"
 	"github.com/attnplug/attnplug/engine"
 	"github.com/attnplug/attnplug/registry"
+	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 )
 
@@ -36,7 +37,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	var sf selectFlags
 	sf.register(fs)
 	listen := fs.String("listen", defaultSocket(), "where to serve gRPC: unix:///path/to.sock (or a path starting with / or .), or host:port for TCP (an address that is not loopback needs --tls-cert or --insecure)")
-	metricsAddr := fs.String("metrics-listen", "127.0.0.1:9464", "HTTP address of the Prometheus metrics (/metrics); empty turns them off")
+	metricsAddr := fs.String("metrics-listen", "127.0.0.1:9464", "HTTP address of the Prometheus metrics (/metrics); empty turns them off (an address that is not loopback needs --metrics-insecure)")
+	metricsInsecure := fs.Bool("metrics-insecure", false, "serve the metrics, plain HTTP without authentication, on a --metrics-listen address that is not loopback (refused otherwise); a warning is logged")
 	specMode := fs.String("speculative-attention-mode", "prefill", "which backend answers target-verify and draft-extend batches: prefill or decode")
 	matchHW := fs.Bool("match-hardware", true, "start only the plugins whose hardware this host has, and check forced backends against it")
 	noAnswerCache := fs.Bool("no-answer-cache", false, "ask the plugin for every request instead of caching answers by the facts its rules read")
@@ -55,6 +57,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	if *metricsAddr != "" {
 		if err := checkAddr("--metrics-listen", *metricsAddr, false); err != nil {
+			return err
+		}
+		if err := checkMetricsExposure(ctx, *metricsAddr, *metricsInsecure, logger.Named("serve")); err != nil {
 			return err
 		}
 	}
@@ -225,6 +230,26 @@ func unmatchedSelection(sf *selectFlags) (prefill, decode string, err error) {
 	}
 	env := os.Getenv(detect.EnvBackend)
 	return first(sf.prefillBackend, sf.backend, env, cp, cb), first(sf.decodeBackend, sf.backend, env, cd, cb), nil
+}
+
+// checkMetricsExposure refuses, as a usage error, metrics on a TCP
+// address that is not loopback unless insecure (--metrics-insecure) is
+// set, and then logs a warning: /metrics is plain HTTP without
+// authentication, and it tells whoever reaches it which backends and
+// plugins run and how busy they are. It mirrors --listen and --insecure.
+func checkMetricsExposure(ctx context.Context, addr string, insecure bool, log hclog.Logger) error {
+	loopback, err := isLoopback(ctx, addr)
+	switch {
+	case err != nil:
+		return &usageError{fmt.Sprintf("serve: --metrics-listen %s: %v", addr, err)}
+	case loopback:
+		return nil
+	case insecure:
+		log.Warn("serving metrics over plain HTTP without authentication on an address that is not loopback (--metrics-insecure): whoever reaches it can read them", "address", addr)
+		return nil
+	}
+	return &usageError{fmt.Sprintf("serve: --metrics-listen %s is not a loopback address, and the metrics are plain HTTP without authentication: "+
+		"serve them on loopback (the default, 127.0.0.1:9464) for a local scraper or proxy, or pass --metrics-insecure to serve them there anyway", addr)}
 }
 
 // checkAddr refuses, as a usage error, an address that names no socket

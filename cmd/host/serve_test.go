@@ -152,6 +152,20 @@ func TestServeHybridHealthReflectionMetrics(t *testing.T) {
 		t.Errorf("batch answers: %v", got)
 	}
 
+	// A negative chunked_prefix_cache_threshold is an invalid request
+	// naming the field, as in dispatch.
+	negative := pbRequest("fa3", core.ModeExtend)
+	threshold := int64(-1)
+	negative.Layer = &dispatchv1.Layer{ChunkedPrefixCacheThreshold: &threshold}
+	one, err := client.Dispatch(ctx, &dispatchv1.DispatchRequest{Request: negative})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := one.GetAnswer(); a.GetErrorCode() != dispatchv1.ErrorCode_ERROR_CODE_INVALID_REQUEST ||
+		a.GetErrorField() != "layer.chunked_prefix_cache_threshold" || !strings.Contains(a.GetError(), "-1 is negative") {
+		t.Errorf("a negative threshold: %v, want an invalid request naming the field and value", a)
+	}
+
 	hc, err := healthpb.NewHealthClient(s.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "attnplug.dispatch.v1.Dispatcher"})
 	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health: %v, %v", hc, err)
@@ -182,8 +196,10 @@ func TestServeHybridHealthReflectionMetrics(t *testing.T) {
 		t.Errorf("dispatch --connect: exit %d, %s %s", res.code, res.stdout, res.stderr)
 	}
 
+	// Two invalid requests: the negative seq_lens and the negative
+	// threshold.
 	body := httpGet(t, s.metrics)
-	for _, want := range []string{`attnplug_dispatches_total{backend="fa3",method="MHA_ONE_SHOT",plugin="fa3"}`, `attnplug_rpc_duration_seconds_bucket{rpc="DispatchBatch"`, `attnplug_plugin_up{plugin="fa3",status="running"} 1`, `attnplug_refused_total{kind="invalid"} 1`, `attnplug_dispatches_total{backend="other"`} {
+	for _, want := range []string{`attnplug_dispatches_total{backend="fa3",method="MHA_ONE_SHOT",plugin="fa3"}`, `attnplug_rpc_duration_seconds_bucket{rpc="DispatchBatch"`, `attnplug_plugin_up{plugin="fa3",status="running"} 1`, `attnplug_refused_total{kind="invalid"} 2`, `attnplug_dispatches_total{backend="other"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -281,3 +281,31 @@ func TestServeRefusesPlaintextBeyondLoopback(t *testing.T) {
 		t.Errorf("--tls-ca without --connect: exit %d %s", res.code, res.stderr)
 	}
 }
+
+// TestServeRefusesMetricsBeyondLoopback: metrics on an address that is
+// not loopback are refused (exit status 2) unless --metrics-insecure is
+// given, which serves them and logs a warning; loopback needs nothing.
+func TestServeRefusesMetricsBeyondLoopback(t *testing.T) {
+	tree, err := bins.CopyTree(t.TempDir(), "flashinfer", "aiter", "ascend", "dsa", "intel_xpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		port, code, stderr := serveTCP(t, tree, "--listen", "127.0.0.1:0", "--metrics-listen", addr)
+		if port != "" || code != 2 || !strings.Contains(stderr.String(), "--metrics-listen "+addr+" is not a loopback address") ||
+			!strings.Contains(stderr.String(), "--metrics-insecure") {
+			t.Errorf("--metrics-listen %s: port %q, exit %d, want exit 2 naming the address and --metrics-insecure:\n%s", addr, port, code, stderr)
+		}
+	}
+	port, code, stderr := serveTCP(t, tree, "--listen", "127.0.0.1:0", "--metrics-listen", "0.0.0.0:0", "--metrics-insecure")
+	if port == "" {
+		t.Fatalf("--metrics-insecure: exit %d:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr.String(), "[WARN]  attnplug.serve: serving metrics over plain HTTP without authentication") {
+		t.Errorf("--metrics-insecure: no warning:\n%s", stderr)
+	}
+	port, code, stderr = serveTCP(t, tree, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	if port == "" || strings.Contains(stderr.String(), "[WARN]") {
+		t.Errorf("metrics on loopback: exit %d, or a warning:\n%s", code, stderr)
+	}
+}

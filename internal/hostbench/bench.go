@@ -155,6 +155,17 @@ type Options struct {
 	HostArgs []string
 	// Logger says which plugins did not start.
 	Logger hclog.Logger
+	// Progress, when set, is called as each measurement starts, with what
+	// it measures ("(b) one gRPC call per layer, 40 passes"), from the
+	// goroutine of Run; nil says nothing.
+	Progress func(step string)
+}
+
+// step tells o.Progress that the measurement what starts.
+func (o *Options) step(format string, args ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, args...))
+	}
 }
 
 // Run measures dispatch through the plugins of cfg: a DeepSeek-V3 trace
@@ -171,6 +182,7 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 	// Cold start: a registry whose descriptions come from the cache, so
 	// that New starts nothing, then every plugin at once.
 	cfg.QuietDeprecated = true // every name is asked on purpose
+	o.step("cold start of the plugins")
 	warm, err := registry.New(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -210,6 +222,7 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 	}
 	layer := benchLayer()
 	want := make([]core.Method, len(trace))
+	o.step("(a) the rules in process, %d passes", len(trace))
 	inProc := measure(o.MinTime, func() {
 		for i := range trace {
 			p := &trace[i]
@@ -222,6 +235,8 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 	res.InProcessNsPerPass = inProc / float64(len(trace))
 
 	// (b) one gRPC call per layer.
+	rpcTrace := trace[:min(o.RPCPasses, len(trace))]
+	o.step("(b) one gRPC call per layer, %d passes", len(rpcTrace))
 	rpcCfg := cfg
 	rpcCfg.NoAnswerCache = true
 	rpcReg, err := registry.New(ctx, rpcCfg)
@@ -229,7 +244,6 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer rpcReg.Close()
-	rpcTrace := trace[:min(o.RPCPasses, len(trace))]
 	for l := 0; l < 3; l++ { // start the plugin and warm the connection
 		req := core.Request{Backend: o.Backend, Layer: layer, Batch: rpcTrace[0].batch, Runtime: rpcTrace[0].runtime}
 		if _, err := rpcReg.Dispatch(ctx, &req); err != nil {
@@ -254,6 +268,7 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 
 	// (c) the production path: resolve once, begin a pass, one cache
 	// lookup per layer; warm-up fills the cache through the plugin.
+	o.step("(c) the production path, %d passes", len(trace))
 	d := reg.Resolve(o.Backend)
 	var pass registry.Pass
 	production := func(check bool) error {
@@ -421,6 +436,7 @@ func benchFirstAnswer(ctx context.Context, o *Options, res *Result) error {
 		sort.Float64s(runs)
 		return runs[len(runs)/2], runs[0], nil
 	}
+	o.step("the first answer of a new attnplug dispatch process, %d runs", firstAnswerRuns)
 	var err error
 	if res.FirstAnswerMs, res.FirstAnswerMinMs, err = median(append([]string{"dispatch"}, o.HostArgs...), []byte(line+"\n")); err != nil {
 		return err
@@ -443,11 +459,13 @@ func benchStream(ctx context.Context, reg *registry.Registry, o *Options, res *R
 		in.WriteByte('\n')
 	}
 	res.StreamRequests = n
+	o.step("a stream of %d requests through the dispatch pipeline", n)
 	t0 := time.Now()
 	if _, err := engine.Stream(ctx, reg, bytes.NewReader(in.Bytes()), io.Discard, engine.StreamOptions{}); err != nil {
 		return err
 	}
 	res.StreamRequestsPerSecond = float64(n) / time.Since(t0).Seconds()
+	o.step("the stream through a new attnplug dispatch process")
 	took, err := hostProcess(ctx, o.Host, append([]string{"dispatch"}, o.HostArgs...), in.Bytes())
 	if err != nil {
 		return err
@@ -463,6 +481,7 @@ func benchStream(ctx context.Context, reg *registry.Registry, o *Options, res *R
 		res.PythonSkipped = err.Error()
 		return nil
 	}
+	o.step("the stream through sglang's Python code")
 	t0 = time.Now()
 	out, err := py.Output(ctx, in.Bytes(), reg.Platform().String())
 	if err != nil {

@@ -2,9 +2,17 @@ package hostbench
 
 import (
 	"bytes"
+	"context"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/inproc"
+	"github.com/attnplug/attnplug/registry"
+	"github.com/hashicorp/go-hclog"
 )
 
 // TestTraceMix: the trace is a function of its seed, holds every kind of
@@ -57,5 +65,36 @@ func TestWriteTextListsPlugins(t *testing.T) {
 	}
 	if !strings.Contains(s, "Python reference skipped: no python3") || strings.Contains(s, "Python process") {
 		t.Errorf("Python reference:\n%s", s)
+	}
+}
+
+// TestRunReportsProgress: Run tells Options.Progress as each measurement
+// starts, in order, over backends in process (no plugin binary; the
+// process timed is /bin/true).
+func TestRunReportsProgress(t *testing.T) {
+	exe, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip(err)
+	}
+	backends, err := inproc.Backends(hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var steps []string
+	res, err := Run(ctx, registry.Config{Backends: backends, Platform: core.PlatformCUDA, SocketDir: t.TempDir()},
+		Options{Backend: "fa3", Passes: 4, RPCPasses: 2, MinTime: time.Millisecond, Host: exe, Logger: hclog.NewNullLogger(),
+			Progress: func(s string) { steps = append(steps, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"cold start of the plugins", "(a) the rules in process, 4 passes", "(b) one gRPC call per layer, 2 passes",
+		"(c) the production path, 4 passes", "the first answer of a new attnplug dispatch process, 15 runs"}
+	if !reflect.DeepEqual(steps, want) {
+		t.Errorf("steps:\n%q\nwant\n%q", steps, want)
+	}
+	if res.Mismatches != 0 {
+		t.Errorf("%d answers differ from the rules in process", res.Mismatches)
 	}
 }

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/attnplug/attnplug/registry"
+)
+
+// TestDeviceCodeTableSaysACauseOnce: plugins --kernels says a device-code
+// error once per plugin, not once per name, and once in all when every
+// plugin has the same cause (this host has no NVRTC); the modules of a
+// plugin that hands them are listed per name, and a plugin whose names
+// differ keeps a line per name.
+func TestDeviceCodeTableSaysACauseOnce(t *testing.T) {
+	const nvrtc = "kernel modules: example sm_90 device (compute 90): no device plan: compiling mla_decode for compute_90: cuda: NVRTC unavailable: libnvrtc.so.13: cannot open shared object file"
+	atStart := func(plugin, cause string) *deviceCodeListing {
+		c := &deviceCodeListing{what: deviceCodeAtStart, why: "plugin " + plugin + ": " + cause}
+		c.Note = noteOf(c.what, c.why)
+		return c
+	}
+	list := []registry.PluginInfo{
+		{Name: "aiter", Names: []string{"aiter"}},
+		{Name: "fa3", Names: []string{"fa3", "fa4"}, DeviceCode: true},
+		{Name: "flashinfer", Names: []string{"flashinfer", "flashmla", "cutlass_mla", "trtllm_mla", "tokenspeed_mla"}, DeviceCode: true},
+	}
+	codes := map[string]*deviceCodeListing{}
+	for _, p := range list[1:] {
+		for _, n := range p.Names {
+			codes[n] = atStart(p.Name, nvrtc)
+		}
+	}
+	var out bytes.Buffer
+	if err := deviceCodeTable(&out, list, codes); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if n := strings.Count(got, "NVRTC unavailable"); n != 1 {
+		t.Errorf("the cause is written %d times, want once:\n%s", n, got)
+	}
+	for _, row := range [][]string{
+		{"fa3", "fa3,fa4", "device", "code:", "built"},
+		{"flashinfer", "flashinfer,flashmla,cutlass_mla,trtllm_mla,tokenspeed_mla", "device", "code:", "built"},
+	} {
+		if !hasRow(got, row...) {
+			t.Errorf("no row %v:\n%s", row, got)
+		}
+	}
+	if strings.Contains(got, "aiter") || strings.Contains(got, "plugin fa3:") {
+		t.Errorf("aiter has no device code, and the shared cause names no plugin:\n%s", got)
+	}
+
+	// Different causes: one line per plugin, each with its own cause.
+	for _, n := range list[2].Names {
+		codes[n] = atStart("flashinfer", "kernel modules: compile error in mla_decode.cu")
+	}
+	out.Reset()
+	if err := deviceCodeTable(&out, list, codes); err != nil {
+		t.Fatal(err)
+	}
+	got = out.String()
+	if strings.Count(got, "NVRTC unavailable") != 1 || strings.Count(got, "compile error") != 1 || strings.Contains(got, "every plugin") {
+		t.Errorf("two plugins with their own causes: want each once, in its plugin's line:\n%s", got)
+	}
+
+	// A plugin that hands modules for one name and not for another keeps
+	// a line per name.
+	codes["fa3"] = &deviceCodeListing{Modules: []moduleListing{{Name: "mla_decode", Arch: "compute_90", Format: "ptx", Bytes: 10, SHA256: strings.Repeat("ab", 32), Entries: []string{"split"}}}}
+	out.Reset()
+	if err := deviceCodeTable(&out, list, codes); err != nil {
+		t.Fatal(err)
+	}
+	got = out.String()
+	if !hasRow(got, "fa3", "fa3", "mla_decode", "compute_90") || !hasRow(got, "fa3", "fa4", "device", "code:") {
+		t.Errorf("fa3 with modules for fa3 only:\n%s", got)
+	}
+}

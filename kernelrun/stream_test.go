@@ -1,0 +1,99 @@
+package kernelrun
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/attnplug/attnplug/kernels"
+)
+
+// inlineLine is a request line of fa3 on one fresh sequence of seq tokens
+// whose float inputs are all given inline as v (positions left out).
+func inlineLine(t *testing.T, seq int, v float64) string {
+	t.Helper()
+	cfg := kernels.Config{Heads: 1, KVLoraRank: 4, QKNopeHeadDim: 2, QKRopeHeadDim: 2, VHeadDim: 2, SoftmaxScale: 0.5, RopeBase: 10000, ChunkCapacity: 1 << 17}
+	l, err := kernels.Layout(cfg, kernels.BatchShape{SeqLens: []int{seq}, PrefixLens: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors := map[string]any{"heads": 1, "kv_lora_rank": 4, "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2, "softmax_scale": 0.5}
+	for _, f := range []kernels.Field{l.QNope, l.QPe, l.CKV, l.KPe, l.WKC, l.WVC} {
+		vals := make([]float64, f.Len)
+		for i := range vals {
+			vals[i] = v
+		}
+		tensors[f.Name] = vals
+	}
+	req := map[string]any{"backend": "fa3", "forward_mode": "EXTEND", "extend_prefix_lens": []int{0}, "seq_lens": []int{seq},
+		"max_chunk_capacity": 131072, "tensors": tensors}
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestStreamNonFiniteIsAnError: a line whose kernel output, reference or
+// error is NaN or infinite (a softmax_scale of 1e308, inputs of 1e30) is
+// answered with an error line that says so, and refused; no line is left
+// empty and the lines around it are answered.
+func TestStreamNonFiniteIsAnError(t *testing.T) {
+	reg := openTestRegistry(t, bins.PluginDir)
+	lines := []struct{ line, err string }{
+		{`{"backend":"flashinfer","forward_mode":"DECODE","seq_lens":[40],"tensors":{"random":3,"softmax_scale":1e308}}`,
+			"line 1: tensors: result not finite: the output of "},
+		{`{"backend":"fa3","forward_mode":"DECODE","seq_lens":[4],"tensors":{"random":1}}`, ""},
+		{inlineLine(t, 3, 1e30), "line 3: tensors: result not finite: "},
+		{inlineLine(t, 3, 0.5), ""},
+	}
+	var in strings.Builder
+	for _, l := range lines {
+		in.WriteString(l.line + "\n")
+	}
+	var out bytes.Buffer
+	o := DefaultOptions()
+	refused, err := Stream(testContext(t), reg, strings.NewReader(in.String()), &out, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refused != 2 {
+		t.Errorf("%d lines refused, want 2", refused)
+	}
+	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(got) != len(lines) {
+		t.Fatalf("%d answer lines for %d requests:\n%s", len(got), len(lines), out.String())
+	}
+	for i, line := range got {
+		var a struct {
+			Kernel, Error string
+			RelError      *float64 `json:"rel_error"`
+		}
+		if err := json.Unmarshal([]byte(line), &a); err != nil {
+			t.Fatalf("answer %d: %v: %q", i+1, err, line)
+		}
+		switch want := lines[i].err; {
+		case want == "" && (a.Error != "" || a.Kernel == "" || a.RelError == nil):
+			t.Errorf("answer %d: %s, want a kernel's answer", i+1, line)
+		case want != "" && (!strings.HasPrefix(a.Error, want) || !strings.Contains(a.Error, "too large for the arithmetic")):
+			t.Errorf("answer %d: %s, want an error starting %q that says why", i+1, line, want)
+		}
+	}
+}
+
+// TestAppendAnswerRefusesNaN: an answer JSON cannot hold gives an error,
+// which Stream writes as the line's error, and nothing is appended.
+func TestAppendAnswerRefusesNaN(t *testing.T) {
+	for _, x := range []float64{math.NaN(), math.Inf(1)} {
+		got, err := appendAnswer([]byte("x"), &Answer{Method: "MLA", RelError: x})
+		if err == nil || string(got) != "x" || !strings.HasPrefix(err.Error(), "answer: json: unsupported value") {
+			t.Errorf("rel_error %v: got %q, %v; want nothing appended and the JSON error", x, got, err)
+		}
+	}
+	got, err := appendAnswer(nil, &Answer{Method: "MLA", RelError: 1e-8})
+	if err != nil || !strings.HasPrefix(string(got), `{"method":"MLA"`) || !strings.HasSuffix(string(got), "}\n") {
+		t.Errorf("a finite answer: %q, %v", got, err)
+	}
+}
