@@ -563,8 +563,10 @@ class AttentionBackendRegistry:
         b.max_chunk_capacity = int(fb.get_max_chunk_capacity())
         b.mla_prefill_cp = bool(rt.mla_use_prefill_cp(fb))
         lay = r.layer
-        lay.chunked_prefix_cache_threshold = int(getattr(attn, "chunked_prefix_cache_threshold",
-                                                         _client.DEFAULT_CHUNKED_PREFIX_CACHE_THRESHOLD))
+        # sglang compares sum(prefix) >= threshold, so a negative threshold
+        # decides as 0 does; the server refuses negative thresholds.
+        lay.chunked_prefix_cache_threshold = max(0, int(getattr(attn, "chunked_prefix_cache_threshold",
+                                                                _client.DEFAULT_CHUNKED_PREFIX_CACHE_THRESHOLD)))
         lay.disable_chunked_prefix_cache = bool(getattr(attn, "disable_chunked_prefix_cache", False))
         lay.flashinfer_mla_disable_ragged = bool(getattr(attn, "flashinfer_mla_disable_ragged", False))
         lay.rocm_fused_decode_mla = bool(getattr(attn, "rocm_fused_decode_mla", False))

@@ -111,6 +111,27 @@ class FidelityTest(unittest.TestCase):
                 if want is not None:
                     self.assertEqual(again[0].name, want, "%s %s" % (backend, mode))
 
+    def test_negative_threshold_decides_as_sglang(self):
+        # sglang compares the prefix sum with the threshold, so a negative
+        # one decides as 0 does; the server refuses negative thresholds, and
+        # the handler must still give sglang's answer, with no fallback.
+        logs = record_logs(self)
+        reg = self.module.AttentionBackendRegistry
+        rng = __import__("random").Random(11)
+        for threshold in (-1, -8192):
+            for backend in ("fa3", "flashinfer", "cutlass_mla"):
+                req = standins.generate(rng)
+                req["backend"], req["forward_mode"] = backend, "EXTEND"
+                req["layer"]["chunked_prefix_cache_threshold"] = threshold
+                name, attn, fb = standins.apply(req, self.module)
+                got = reg.get_handler(name)(attn, fb)
+                req["layer"]["chunked_prefix_cache_threshold"] = 0
+                cli = serve.dispatch_cli(standins.jsonl([req]))
+                self.assertEqual(got.name, cli[0].get("method"), "%s, threshold %d" % (backend, threshold))
+                if self.reference:
+                    self.assertEqual(got.name, standins.sglang_answer(self.module, name, attn, fb))
+        self.assertEqual(logs.warnings(""), [])
+
     def test_handlers_read_only_the_declared_facts(self):
         # fa4's rules read nothing: its handler touches neither the layer nor
         # the batch once warm.
