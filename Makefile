@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: all build plugins run test test-short test-go test-python test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
+.PHONY: device-code all build plugins run test test-short test-go test-python test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
 
 all: build
 
@@ -54,11 +54,18 @@ bench-python: build
 test-gpu:
 	ATTNPLUG_REQUIRE_GPU=1 $(GO) test -count=1 -v -timeout 30m ./cuda/ ./internal/gpucheck/
 
+## device-code: build the device code of devkernels ahead of time (PTX and
+## cubins, devkernels/images); needs nvcc, not a GPU. Commit the result:
+## go test ./devkernels fails while the images are stale
+device-code:
+	$(GO) run ./devkernels/gen -out devkernels/images
+
 ## gpu-bins: the GPU test binaries, for a GPU machine without Go:
 ## copy .device/ there and run .device/gpucheck.test -test.v
 gpu-bins:
 	CGO_ENABLED=0 $(GO) test -c -o .device/gpucheck.test ./internal/gpucheck
 	CGO_ENABLED=0 $(GO) test -c -o .device/cuda.test ./cuda
+	CGO_ENABLED=0 $(GO) build -o .device/gen ./devkernels/gen
 
 test-short:
 	$(GO) test -short ./...

@@ -154,6 +154,13 @@ type PlanShape struct {
 	// get_max_chunk_capacity()): each prefix chunk holds ChunkCapacity /
 	// batch size keys of every request.
 	ChunkCapacity int
+	// MaxSeqLen, when set, is a bound the host declares on every request's
+	// keys over the plan's life (a serving loop's longest context): no
+	// SeqLens[i] exceeds it, now or in a later step the plan serves. A plan
+	// asked with Graph depends on it instead of on SeqLens (the page table
+	// holds ceil(MaxSeqLen/PageSize) pages per request), so that one plan
+	// serves every step of a batch size. 0: none declared.
+	MaxSeqLen int64
 }
 
 // PlanDims are the model dimensions a plan is for.
@@ -186,11 +193,66 @@ type PlanRequest struct {
 	Shape PlanShape
 	// Device is the device the plan runs on.
 	Device DeviceInfo
-	// Graph asks for a plan whose launches (grids, blocks, arguments)
-	// depend on the batch size and not on the lengths, so that one CUDA
-	// graph captured for a batch size serves any lengths: only the
-	// metadata changes.
+	// Graph asks for a plan that holds for a batch size: its launches
+	// (grids, blocks, arguments) do not depend on the lengths, so that one
+	// CUDA graph captured for a batch size serves every step. Where the
+	// kernels can read the lengths from the host's device tensors
+	// (seq_lens, the page table) and Shape.MaxSeqLen is declared, the plan
+	// has no metadata at all and declares so in Plan.Reads; otherwise only
+	// its metadata changes with the lengths (launch's Prepared.Update).
 	Graph bool
+}
+
+// PlanReads names the quantities of a plan request's shape that a plan
+// depends on, besides what every plan depends on: the backend, method,
+// dtype, dims and device, Graph, the batch size, the page size, the number
+// of pages and MaxSeqLen. It is to plans what Reads is to answers: the
+// host keeps a plan for every request that agrees with the one it answered
+// on what it reads, and attnplug conform checks that the plan does not
+// change within that key.
+type PlanReads uint8
+
+// The quantities a plan may read.
+const (
+	// PlanReadsDeclared marks a plan that declares what it reads: a plan
+	// whose Reads lacks it (an older plugin's) reads everything.
+	PlanReadsDeclared PlanReads = 1 << iota
+	// PlanReadsSeqLens: the key lengths themselves.
+	PlanReadsSeqLens
+	// PlanReadsQLens: the query lengths (a target-verify plan's tensors
+	// have sum(QLens) rows).
+	PlanReadsQLens
+	// PlanReadsChunkCapacity: the chunk capacity of MHA_CHUNKED_KV.
+	PlanReadsChunkCapacity
+	// PlanReadsAll is everything: what a plan that declares nothing reads.
+	PlanReadsAll = PlanReadsDeclared | PlanReadsSeqLens | PlanReadsQLens | PlanReadsChunkCapacity
+)
+
+// Effective returns what r reads: r itself when declared, else everything.
+func (r PlanReads) Effective() PlanReads {
+	if r&PlanReadsDeclared == 0 {
+		return PlanReadsAll
+	}
+	return r
+}
+
+// String lists the quantities r reads, as the keys of a plan cache: "all",
+// or "batch" followed by those of seq_lens, q_lens and chunk_capacity.
+func (r PlanReads) String() string {
+	r = r.Effective()
+	if r == PlanReadsAll {
+		return "all"
+	}
+	out := "batch"
+	for _, q := range []struct {
+		bit  PlanReads
+		name string
+	}{{PlanReadsSeqLens, "seq_lens"}, {PlanReadsQLens, "q_lens"}, {PlanReadsChunkCapacity, "chunk_capacity"}} {
+		if r&q.bit != 0 {
+			out += "+" + q.name
+		}
+	}
+	return out
 }
 
 // ArgKind says where a launch argument's value comes from.
@@ -237,11 +299,20 @@ type Launch struct {
 	SharedBytes uint32
 	// Args bind every parameter of the entry, by name.
 	Args []Arg
+	// PerBatch marks a launch whose work depends on the batch and not on
+	// a layer (a scheduler that reads seq_lens and writes the work items
+	// into the workspace): a host that runs one batch through many layers
+	// may run it once per batch, before the layers' launches (launch's
+	// Prepared.LaunchBatch and LaunchLayer); running it again per layer is
+	// correct too. It reads only tensors that every layer shares.
+	PerBatch bool
 }
 
 // TensorSpec is a tensor the host binds to a plan.
 type TensorSpec struct {
-	// Name is the tensor's name: q, kv_cache, page_table, out, lse.
+	// Name is the tensor's name, one of the layout's (launch.Tensors): q,
+	// kv_cache, kv_indptr, kv_indices, seq_lens, qo_indptr, out, lse for
+	// MLA; q, k, v (k_prefix, v_prefix), out, lse for the MHA methods.
 	Name string
 	// DType is its element type: bf16, f32 or i32.
 	DType string
@@ -321,6 +392,11 @@ type Plan struct {
 	WorkspaceBytes int64
 	// Launches run in order on one stream.
 	Launches []Launch
+	// Reads says what of the request's shape the plan depends on; zero
+	// (undeclared) is everything. A plan that holds for a batch size
+	// declares PlanReadsDeclared (with PlanReadsQLens where its tensors'
+	// shapes follow the query lengths).
+	Reads PlanReads
 	// Note describes the plan's choices (tile, splits), for people.
 	Note string
 }

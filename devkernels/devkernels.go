@@ -27,6 +27,7 @@ var TileHeader string
 const (
 	ModuleMLADecode = "mla_decode"
 	EntryCombine    = "mla_combine"
+	EntrySchedule   = "mla_schedule"
 )
 
 // Tile constants of mla_decode.cu (keep in step with its #defines).
@@ -78,15 +79,28 @@ func decodeParams() []core.Param {
 	}
 }
 
+func scheduleParams() []core.Param {
+	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
+	i := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamI32} }
+	return []core.Param{p("seq_lens"), p("qo_indptr"), p("schedule"), p("requests"), p("counts"), p("slots"),
+		i("batch"), i("heads"), i("capacity"), i("nslots")}
+}
+
 func combineParams() []core.Param {
 	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
 	return []core.Param{p("out"), p("lse"), p("requests"), p("part_o"), p("part_lse"),
 		{Name: "heads", Kind: core.ParamI32}, {Name: "batch", Kind: core.ParamI32}}
 }
 
-// Builder compiles the modules once per architecture and keeps them. The
-// zero value is ready; it is safe for concurrent use.
+// Builder hands the modules for a device: the images built ahead of time
+// (images.go) when they cover it, else compiled by NVRTC once per
+// architecture and kept. The zero value is ready; it is safe for
+// concurrent use.
 type Builder struct {
+	// Log, when set, is told when NVRTC compiles because no image built
+	// ahead of time serves the device, and why.
+	Log func(msg string)
+
 	mu    sync.Mutex
 	built map[string]result
 }
@@ -96,10 +110,11 @@ type result struct {
 	err  error
 }
 
-// Modules returns the device code for dev, compiled by NVRTC for its
-// compute capability on the first call for that capability. It wraps
-// core.ErrNoPlan for a device that is not CUDA sm_80 or newer, and when no
-// NVRTC library can be loaded.
+// Modules returns the device code for dev: the images built ahead of time
+// for its architecture, or, where none serves it, PTX that NVRTC compiles
+// for its compute capability on the first call for that capability. It
+// wraps core.ErrNoPlan for a device that is not CUDA sm_80 or newer, and
+// when NVRTC is needed and cannot be loaded.
 func (b *Builder) Modules(dev core.DeviceInfo) ([]core.KernelModule, error) {
 	if dev.Platform != core.PlatformCUDA {
 		return nil, fmt.Errorf("%w: device code is CUDA, the device is %s", core.ErrNoPlan, dev.Platform)
@@ -108,13 +123,23 @@ func (b *Builder) Modules(dev core.DeviceInfo) ([]core.KernelModule, error) {
 		return nil, fmt.Errorf("%w: the kernels need compute capability 8.0 or newer, the device has %d.%d",
 			core.ErrNoPlan, dev.ComputeCapability/10, dev.ComputeCapability%10)
 	}
+	mods, why := aheadOfTime(dev.ComputeCapability)
+	if why == "" {
+		return mods, nil
+	}
 	arch := fmt.Sprintf("compute_%d", dev.ComputeCapability)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r, ok := b.built[arch]; ok {
 		return r.mods, r.err
 	}
+	if b.Log != nil {
+		b.Log(fmt.Sprintf("compiling the device code for %s with NVRTC: %s", arch, why))
+	}
 	mods, err := build(arch)
+	if err != nil {
+		err = fmt.Errorf("%w (and %s)", err, why)
+	}
 	if b.built == nil {
 		b.built = map[string]result{}
 	}
@@ -125,9 +150,9 @@ func (b *Builder) Modules(dev core.DeviceInfo) ([]core.KernelModule, error) {
 // build compiles every module for the virtual architecture arch.
 func build(arch string) ([]core.KernelModule, error) {
 	mods := Spec()
-	sources := map[string]string{ModuleMLADecode: MLADecodeSource, ModuleMHAPrefill: MHAPrefillSource}
+	sources := Sources()
 	for i := range mods {
-		ptx, err := cuda.CompilePTX(TileHeader+"\n"+sources[mods[i].Name], mods[i].Name+".cu", "--gpu-architecture="+arch, "-std=c++17", "-lineinfo")
+		ptx, err := cuda.CompilePTX(sources[mods[i].Name], mods[i].Name+".cu", append([]string{"--gpu-architecture=" + arch}, Flags...)...)
 		if err != nil {
 			return nil, fmt.Errorf("%w: compiling %s for %s: %w", core.ErrNoPlan, mods[i].Name, arch, err)
 		}
@@ -147,7 +172,7 @@ func Spec() []core.KernelModule {
 	for _, v := range decodeVariants {
 		entries = append(entries, core.Entry{Name: v.entry, Params: decodeParams()})
 	}
-	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()})
+	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()}, core.Entry{Name: EntrySchedule, Params: scheduleParams()})
 	return []core.KernelModule{{
 		Name: ModuleMLADecode, Platform: core.PlatformCUDA, Entries: entries, Kernels: slices.Clone(mlaKernelNames),
 	}, prefillSpec()}
@@ -192,10 +217,112 @@ func Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) {
 	case len(k.PageSizes) > 0 && !slices.Contains(k.PageSizes, req.Shape.PageSize):
 		return nil, fmt.Errorf("%w: %s takes page sizes %v, not %d", core.ErrNoPlan, k.Name, k.PageSizes, req.Shape.PageSize)
 	}
-	p := planDecode(req)
+	var p *core.Plan
+	if onDevice(req) {
+		p = planDecodeGraph(req)
+	} else {
+		p = planDecode(req)
+	}
 	p.Kernel = k.Name
 	p.Tensors = tensors
 	return p, nil
+}
+
+// onDevice reports whether req's decode is scheduled on the device: a
+// graph request with a declared bound on the lengths. Its plan holds for
+// the batch size (and query lengths): no metadata, the schedule computed
+// by mla_schedule from seq_lens and qo_indptr at each step.
+func onDevice(req *core.PlanRequest) bool { return req.Graph && req.Shape.MaxSeqLen > 0 }
+
+// decodeShape is what a decode plan's launches follow: the variant for the
+// rows of a request's queries, its head blocks, the slots that fit the GPU
+// at once and the items the grid has room for.
+type decodeShape struct {
+	v                  decodeVariant
+	maxRows, hb, slots int
+	capacity, batch    int
+}
+
+func shapeOf(req *core.PlanRequest) decodeShape {
+	s, d := req.Shape, req.Dims
+	var maxQ int64
+	for _, q := range s.QLens {
+		maxQ = max(maxQ, q)
+	}
+	ds := decodeShape{maxRows: int(maxQ) * d.Heads, batch: len(s.SeqLens), v: decodeVariants[len(decodeVariants)-1]}
+	for _, c := range decodeVariants {
+		if ds.maxRows <= c.rows {
+			ds.v = c
+			break
+		}
+	}
+	ds.hb = (ds.maxRows + ds.v.rows - 1) / ds.v.rows
+	ds.slots = max(max(req.Device.SMs, 1)*ds.v.perSM/ds.hb, 1)
+	ds.capacity = ds.batch + ds.slots
+	return ds
+}
+
+// planDecodeGraph is planDecode for a plan that holds for a batch size:
+// the same kernels over a grid of capacity items, with the schedule, the
+// per-request metadata, the item count and the slot starts written into
+// the workspace by mla_schedule at each step (a PerBatch launch), from the
+// host's seq_lens and qo_indptr, exactly as planDecode cuts them.
+func planDecodeGraph(req *core.PlanRequest) *core.Plan {
+	ds := shapeOf(req)
+	d, s := req.Dims, req.Shape
+	align := func(n int64) int64 { return (n + 255) &^ 255 }
+	partRows := int64(ds.capacity) * int64(ds.maxRows)
+	partO := partRows * mlaDV * 4
+	offLSE := align(partO)
+	offSched := align(offLSE + partRows*4)
+	offReqs := align(offSched + int64(ds.capacity)*16)
+	offCounts := align(offReqs + int64(ds.batch)*32)
+	offSlots := align(offCounts + 16)
+	total := align(offSlots + int64(ds.capacity+1)*4)
+	pageShift := 0
+	for 1<<pageShift < s.PageSize {
+		pageShift++
+	}
+	ptr := func(param, tensor string) core.Arg { return core.Arg{Param: param, Kind: core.ArgTensor, Name: tensor} }
+	ws := func(param string, off int64) core.Arg {
+		return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off}
+	}
+	i32 := func(param string, v int) core.Arg { return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)} }
+	return &core.Plan{
+		WorkspaceBytes: total,
+		Reads:          core.PlanReadsDeclared | core.PlanReadsQLens,
+		Launches: []core.Launch{{
+			Module: ModuleMLADecode, Entry: EntrySchedule, PerBatch: true,
+			Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1024, 1, 1},
+			Args: []core.Arg{
+				ptr("seq_lens", "seq_lens"), ptr("qo_indptr", "qo_indptr"),
+				ws("schedule", offSched), ws("requests", offReqs), ws("counts", offCounts), ws("slots", offSlots),
+				i32("batch", ds.batch), i32("heads", d.Heads), i32("capacity", ds.capacity), i32("nslots", ds.slots),
+			},
+		}, {
+			Module: ModuleMLADecode, Entry: ds.v.entry,
+			Grid: [3]uint32{uint32(ds.capacity * ds.hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
+			SharedBytes: uint32(ds.v.shared()),
+			Args: []core.Arg{
+				ptr("q", "q"), ptr("kv_cache", "kv_cache"), ptr("kv_indptr", "kv_indptr"), ptr("kv_indices", "kv_indices"),
+				ptr("out", "out"), ptr("lse", "lse"),
+				ws("schedule", offSched), ws("requests", offReqs), ws("counts", offCounts), ws("slots", offSlots),
+				ws("part_o", 0), ws("part_lse", offLSE),
+				i32("heads", d.Heads), i32("page_shift", pageShift),
+				{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E},
+				i32("head_blocks", ds.hb),
+			},
+		}, {
+			Module: ModuleMLADecode, Entry: EntryCombine,
+			Grid: [3]uint32{uint32(ds.batch), uint32(ds.maxRows), 1}, Block: [3]uint32{256, 1, 1},
+			Args: []core.Arg{
+				ptr("out", "out"), ptr("lse", "lse"), ws("requests", offReqs),
+				ws("part_o", 0), ws("part_lse", offLSE), i32("heads", d.Heads), i32("batch", ds.batch),
+			},
+		}},
+		Note: fmt.Sprintf("mla decode, scheduled on the device: %d rows per block, %d head block(s), %d item slots, %d stages",
+			ds.v.rows, ds.hb, ds.capacity, ds.v.stages),
+	}
 }
 
 // planDecode cuts the batch into work items of balanced cost (FlashMLA's
@@ -205,22 +332,9 @@ func Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) {
 // results that mla_combine merges.
 func planDecode(req *core.PlanRequest) *core.Plan {
 	s, d := req.Shape, req.Dims
-	b := len(s.SeqLens)
-	var maxQ int64
-	for _, q := range s.QLens {
-		maxQ = max(maxQ, q)
-	}
-	maxRows := int(maxQ) * d.Heads
-	v := decodeVariants[len(decodeVariants)-1]
-	for _, c := range decodeVariants {
-		if maxRows <= c.rows {
-			v = c
-			break
-		}
-	}
+	ds := shapeOf(req)
+	b, maxRows, v, hb, slots := ds.batch, ds.maxRows, ds.v, ds.hb, ds.slots
 	m := v.rows
-	hb := (maxRows + m - 1) / m
-	sms := max(req.Device.SMs, 1)
 
 	// Cost of a request: its key tiles plus a fixed cost per item (the
 	// query load and the epilogue), in tiles.
@@ -239,13 +353,12 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 	// (The kernels also take several items per block in a slot, FlashMLA's
 	// way; measured on an H200 it lost to one item per block, whose start
 	// overlaps another block's work.)
-	slots := max(sms*v.perSM/hb, 1)
 	target := max((total+slots-1)/slots, minTiles+itemCost)
 	capacity := math.MaxInt
 	if req.Graph {
 		// One graph per batch size: the grid is fixed at the most items
 		// any lengths can produce, and the kernel skips the empty ones.
-		capacity = b + slots
+		capacity = ds.capacity
 	}
 	var sched []core.WorkItem
 	for {

@@ -652,3 +652,134 @@ extern "C" __global__ void __launch_bounds__(256)
     *(u32*)(dst + c) = pack_bf16(a * inv, b * inv);
     if (tid == 0) lse[(long long)rq.q_start * heads + row] = ws > 0.f ? mx + __logf(ws) : NEG_INF;
 }
+
+// The split-KV schedule of a batch, computed on the device (FlashMLA's
+// get_mla_metadata), for plans that hold for a batch size: one block reads
+// seq_lens and qo_indptr and writes, into the workspace, the work items,
+// the per-request metadata, the item count and the slot starts that the
+// host's planner (planDecode in devkernels.go) computes on the CPU, cutting
+// the batch exactly as it does: every request into chunks of about
+// `target` key tiles (its tiles plus one for the item), target being an
+// even share of the batch over `nslots` blocks, grown by a quarter until
+// the items fit the `capacity` the grid was sized for. Slot k runs item k.
+#define SCHED_THREADS 1024
+
+__device__ __forceinline__ long long sched_block_sum(long long v, long long* red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads(); // red is free
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    long long s = 0;
+#pragma unroll
+    for (int w = 0; w < SCHED_THREADS / 32; w++) s += red[w];
+    return s;
+}
+
+// Items of a request of seq keys at target tiles per item; per is the
+// tiles of each but the last.
+__device__ __forceinline__ int sched_items(int seq, long long target, int* per) {
+    const int tiles = (seq + BN - 1) / BN;
+    if (tiles == 0) {
+        *per = 1;
+        return 0;
+    }
+    const long long want = (tiles + 1 + target - 1) / target;
+    const int chunks = (int)max(1LL, min(want, (long long)tiles));
+    *per = (tiles + chunks - 1) / chunks;
+    return (tiles + *per - 1) / *per;
+}
+
+extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
+    mla_schedule(const int* __restrict__ seq_lens, const int* __restrict__ qo_indptr, int* __restrict__ schedule,
+                 int* __restrict__ requests, int* __restrict__ counts, int* __restrict__ slots, int batch, int heads,
+                 int capacity, int nslots) {
+    __shared__ long long red[SCHED_THREADS / 32];
+    __shared__ long long scan_items[65], scan_rows[64];
+    const int tid = threadIdx.x;
+    const int per_thread = (batch + SCHED_THREADS - 1) / SCHED_THREADS;
+    const int lo = min(tid * per_thread, batch), hi = min(lo + per_thread, batch);
+
+    long long cost = 0;
+    for (int i = lo; i < hi; i++) cost += (seq_lens[i] + BN - 1) / BN + 1;
+    const long long total = sched_block_sum(cost, red);
+    long long target = max((total + nslots - 1) / nslots, 2LL);
+    for (;;) {
+        long long n = 0;
+        int per;
+        for (int i = lo; i < hi; i++) n += sched_items(seq_lens[i], target, &per);
+        if (sched_block_sum(n, red) <= capacity) break;
+        target += target / 4 + 1;
+    }
+
+    // Each thread's items and partial rows, then an exclusive scan over the
+    // threads (their requests are contiguous and in order).
+    long long my_items = 0, my_rows = 0;
+    for (int i = lo; i < hi; i++) {
+        int per;
+        const int n = sched_items(seq_lens[i], target, &per);
+        my_items += n;
+        if (n > 1) my_rows += (long long)n * (qo_indptr[i + 1] - qo_indptr[i]) * heads;
+    }
+    const int warp = tid >> 5, lane = tid & 31;
+    long long inc_items = my_items, inc_rows = my_rows; // inclusive within the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const long long a = __shfl_up_sync(0xffffffff, inc_items, o), b = __shfl_up_sync(0xffffffff, inc_rows, o);
+        if (lane >= o) {
+            inc_items += a;
+            inc_rows += b;
+        }
+    }
+    if (lane == 31) {
+        scan_items[warp] = inc_items;
+        scan_rows[warp] = inc_rows;
+    }
+    __syncthreads();
+    if (warp == 0) { // exclusive scan of the warps' totals
+        long long wi = lane < SCHED_THREADS / 32 ? scan_items[lane] : 0, wr = lane < SCHED_THREADS / 32 ? scan_rows[lane] : 0;
+        long long ii = wi, ir = wr;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const long long a = __shfl_up_sync(0xffffffff, ii, o), b = __shfl_up_sync(0xffffffff, ir, o);
+            if (lane >= o) {
+                ii += a;
+                ir += b;
+            }
+        }
+        scan_items[32 + lane] = ii - wi;
+        scan_rows[32 + lane] = ir - wr;
+        if (lane == 31) scan_items[64] = ii;
+    }
+    __syncthreads();
+    long long item = scan_items[32 + warp] + inc_items - my_items, part = scan_rows[32 + warp] + inc_rows - my_rows;
+    const int count = (int)scan_items[64];
+    for (int i = lo; i < hi; i++) {
+        int per;
+        const int seq = seq_lens[i];
+        const int n = sched_items(seq, target, &per);
+        const int q0 = qo_indptr[i], ql = qo_indptr[i + 1] - q0;
+        for (int c = 0; c < n; c++, item++) {
+            int* it = schedule + 4 * item;
+            it[0] = i;
+            it[1] = c * per * BN;
+            it[2] = min((c + 1) * per * BN, seq);
+            it[3] = c;
+        }
+        int* rq = requests + 8 * i;
+        rq[0] = q0;
+        rq[1] = ql;
+        rq[2] = seq;
+        rq[3] = n;
+        rq[4] = (int)part;
+        rq[5] = rq[6] = rq[7] = 0;
+        if (n > 1) part += (long long)n * ql * heads;
+    }
+    for (int k = count + tid; k < capacity; k += SCHED_THREADS) {
+        int* it = schedule + 4 * k;
+        it[0] = it[1] = it[2] = it[3] = 0;
+    }
+    for (int k = tid; k <= capacity; k += SCHED_THREADS) slots[k] = min(k, count);
+    if (tid == 0) counts[0] = count;
+}

@@ -72,6 +72,17 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 	if err := checkSchedule(p, req, meta); err != nil {
 		return err
 	}
+	if r := p.Reads.Effective(); r&core.PlanReadsSeqLens == 0 && (len(p.Schedule) > 0 || len(p.Metadata) > 0) {
+		return refuse(-1, "the plan declares it does not read the lengths (reads %s), yet carries metadata or a schedule of them", r)
+	}
+	if r := p.Reads.Effective(); r&core.PlanReadsSeqLens == 0 && PagesPerRequest(req) == 0 {
+		// The tensors' shapes follow the lengths (the keys of the ragged
+		// layout, the pages of a page table without a declared bound).
+		return refuse(-1, "the plan declares it does not read the lengths (reads %s), but its tensors' shapes follow them: only an MLA graph request with shape.max_seq_len has shapes that do not", r)
+	}
+	if r := p.Reads.Effective(); r&core.PlanReadsQLens == 0 {
+		return refuse(-1, "the plan declares it does not read the query lengths (reads %s), but its tensors have a row per query token", r)
+	}
 	tensors := map[string]bool{}
 	for _, t := range p.Tensors {
 		tensors[t.Name] = true

@@ -82,7 +82,34 @@ func CheckRequest(req *core.PlanRequest) error {
 	if keys > maxTotalKeys {
 		return bad("shape.seq_lens add up to %d keys, more than %d", keys, int64(maxTotalKeys))
 	}
+	if m := s.MaxSeqLen; m != 0 {
+		var longest int64
+		for _, n := range s.SeqLens {
+			longest = max(longest, n)
+		}
+		switch {
+		case m < 1 || m > MaxSeqLen:
+			return bad("shape.max_seq_len %d is outside [1, %d]", m, MaxSeqLen)
+		case m < longest:
+			return bad("shape.max_seq_len %d is below the longest of shape.seq_lens, %d", m, longest)
+		case paged && (m+int64(s.PageSize)-1)/int64(s.PageSize) > int64(s.NumPages):
+			return bad("shape.max_seq_len %d needs %d pages of %d tokens, the cache has %d", m, (m+int64(s.PageSize)-1)/int64(s.PageSize), s.PageSize, s.NumPages)
+		case paged && int64(len(s.SeqLens))*m > maxTotalKeys:
+			return bad("shape.max_seq_len %d for %d requests is more than %d keys", m, len(s.SeqLens), int64(maxTotalKeys))
+		}
+	}
 	return nil
+}
+
+// PagesPerRequest is the page-table room a graph plan gives each request
+// (kv_indices holds batch times as many): ceil(MaxSeqLen/PageSize). 0 when
+// req is not a graph request with a declared MaxSeqLen.
+func PagesPerRequest(req *core.PlanRequest) int64 {
+	s := req.Shape
+	if !req.Graph || s.MaxSeqLen == 0 || s.PageSize < 1 {
+		return 0
+	}
+	return (s.MaxSeqLen + int64(s.PageSize) - 1) / int64(s.PageSize)
 }
 
 // Tensors returns the tensors the host binds for req, with their shapes:
@@ -91,13 +118,22 @@ func CheckRequest(req *core.PlanRequest) error {
 //	q          [tokens, heads, head_dim_qk]    dtype   queries (absorbed, rotated)
 //	kv_cache   [num_pages, page_size, head_dim_qk] dtype the latent cache
 //	kv_indptr  [batch+1]                       i32     request i's pages are
-//	kv_indices [kv_indptr[batch]]              i32     kv_indices[kv_indptr[i]:kv_indptr[i+1]]
+//	kv_indices [pages]                         i32     kv_indices[kv_indptr[i]:kv_indptr[i+1]]
+//	seq_lens   [batch]                         i32     request i's keys (its prefix and new tokens)
+//	qo_indptr  [batch+1]                       i32     request i's queries are rows
+//	                                                   qo_indptr[i]:qo_indptr[i+1] of q, out, lse
 //	out        [tokens, heads, head_dim_v]     dtype   output
 //	lse        [tokens, heads]                 f32     natural log-sum-exp of the scaled scores
 //
 // tokens is the sum of the query lengths; kv_indptr[i+1]-kv_indptr[i] is
 // ceil(seq_lens[i]/page_size), the layout of sglang's triton and
-// flashinfer backends (with page size 1, one index per token).
+// flashinfer backends (with page size 1, one index per token). pages is
+// kv_indptr[batch], the sum of those; for a graph request with a declared
+// Shape.MaxSeqLen it is the room of the page table, batch times
+// PagesPerRequest, which the host fills up to kv_indptr[batch] at each
+// step. seq_lens and qo_indptr are what a kernel needs to know each
+// request's keys and queries: every paged kernel reads them from there
+// rather than from metadata of its own.
 func Tensors(req *core.PlanRequest) ([]core.TensorSpec, error) {
 	if err := CheckRequest(req); err != nil {
 		return nil, err
@@ -117,11 +153,16 @@ func Tensors(req *core.PlanRequest) ([]core.TensorSpec, error) {
 	}
 	b := int64(len(s.SeqLens))
 	h := int64(d.Heads)
+	if per := PagesPerRequest(req); per > 0 {
+		pages = b * per
+	}
 	return []core.TensorSpec{
 		{Name: "q", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimQK)}},
 		{Name: "kv_cache", DType: req.DType, Shape: []int64{int64(s.NumPages), int64(s.PageSize), int64(d.HeadDimQK)}},
 		{Name: "kv_indptr", DType: "i32", Shape: []int64{b + 1}},
 		{Name: "kv_indices", DType: "i32", Shape: []int64{pages}},
+		{Name: "seq_lens", DType: "i32", Shape: []int64{b}},
+		{Name: "qo_indptr", DType: "i32", Shape: []int64{b + 1}},
 		{Name: "out", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimV)}, Output: true},
 		{Name: "lse", DType: "f32", Shape: []int64{tokens, h}, Output: true},
 	}, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/hashicorp/go-hclog"
 )
 
 // backend is what serves the names of a route: the supervised process of a
@@ -31,6 +32,15 @@ type backend interface {
 	unsupportedWhy() string
 	// succeeded notes a good answer.
 	succeeded()
+	// description is what the backend described, which its routes follow.
+	description() *core.Description
+	// deviceCode is the device code learnt from the backend (device.go).
+	deviceCode() *deviceState
+	// log is the backend's logger.
+	log() hclog.Logger
+	// lockName is the file name the lock file pins the backend's modules
+	// under; "" for a backend in process, which has no binary to pin.
+	lockName() string
 }
 
 // health is what the routes of a backend read on every answer, with two
@@ -95,6 +105,8 @@ type inProcess struct {
 	conn        conn
 	unsupported string
 	state       health // always serving, as described
+	device      deviceState
+	logger      hclog.Logger
 }
 
 // newInProcess describes b and wraps it for the registry.
@@ -106,7 +118,7 @@ func newInProcess(ctx context.Context, b core.Backend, cfg *Config) (*inProcess,
 	if err := validateDescription(d); err != nil {
 		return nil, fmt.Errorf("in-process backend %q: %w", d.Name, err)
 	}
-	ip := &inProcess{desc: d, conn: inProcessConn{b, d, cfg}}
+	ip := &inProcess{desc: d, conn: inProcessConn{b, d, cfg}, logger: cfg.Logger.Named(d.Name)}
 	if cfg.Host != nil {
 		ip.unsupported = unsupportedReason(d, *cfg.Host)
 		if c, ok := b.(core.Configurer); ok && ip.unsupported == "" {
@@ -125,6 +137,11 @@ func (b *inProcess) family() string         { return b.desc.Name }
 func (b *inProcess) health() *health        { return &b.state }
 func (b *inProcess) unsupportedWhy() string { return b.unsupported }
 func (b *inProcess) succeeded()             {}
+
+func (b *inProcess) description() *core.Description { return b.desc }
+func (b *inProcess) deviceCode() *deviceState       { return &b.device }
+func (b *inProcess) log() hclog.Logger              { return b.logger }
+func (b *inProcess) lockName() string               { return "" }
 
 // call runs f in the caller's goroutine under the caller's ctx: a backend
 // in process must return promptly when ctx is done (core.Backend), and no

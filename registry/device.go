@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path/filepath"
 	"sync"
 
 	"github.com/attnplug/attnplug/core"
@@ -81,41 +80,42 @@ type moduleFetch struct {
 // (which retires its process, as a failed dispatch does). It wraps
 // ErrNotPinned too for an image the lock file does not pin.
 func (r *Registry) KernelModules(ctx context.Context, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
-	p, err := r.devicePlugin(backend)
+	be, err := r.deviceBackend(backend)
 	if err != nil {
 		return nil, err
 	}
-	return r.modules(ctx, p, backend, dev)
+	return r.modules(ctx, be, backend, dev)
 }
 
-// devicePlugin returns the plugin serving name when it may have device
-// code; otherwise an error wrapping core.ErrNoPlan says why not.
-func (r *Registry) devicePlugin(name string) (*plugin, error) {
+// deviceBackend returns the backend serving name, a plugin or a backend
+// in process, when it may have device code; otherwise an error wrapping
+// core.ErrNoPlan says why not.
+func (r *Registry) deviceBackend(name string) (backend, error) {
 	rt := r.table.Load().route(name)
-	if rt.down != nil {
-		return nil, fmt.Errorf("%w: %w", core.ErrNoPlan, rt.down.err)
-	}
-	p, ok := rt.be.(*plugin)
 	switch {
-	case ok:
-	case rt.unknown:
+	case rt.down != nil:
+		return nil, fmt.Errorf("%w: %w", core.ErrNoPlan, rt.down.err)
+	case rt.unknown || rt.be == backend(r.triton):
 		return nil, fmt.Errorf("%w: %q is decided by the triton rules in this process, which have no device code", core.ErrNoPlan, name)
-	default:
-		return nil, fmt.Errorf("%w: %q is decided by the in-process backend %s, which hands the host no device code", core.ErrNoPlan, name, rt.be.family())
 	}
-	if why := p.unsupportedWhy(); why != "" {
-		return nil, fmt.Errorf("%w: plugin %s does not run on this host: %s", core.ErrNoPlan, p.name, why)
+	be := rt.be
+	what := "plugin " + be.family()
+	if be.lockName() == "" {
+		what = "the in-process backend " + be.family()
 	}
-	if !p.desc.DeviceCode {
-		return nil, fmt.Errorf("%w: plugin %s declares no device code", core.ErrNoPlan, p.name)
+	if why := be.unsupportedWhy(); why != "" {
+		return nil, fmt.Errorf("%w: %s does not run on this host: %s", core.ErrNoPlan, what, why)
 	}
-	return p, nil
+	if !be.description().DeviceCode {
+		return nil, fmt.Errorf("%w: %s declares no device code", core.ErrNoPlan, what)
+	}
+	return be, nil
 }
 
 // modules returns p's modules for dev, fetched once, checked against the
 // lock file in force.
-func (r *Registry) modules(ctx context.Context, p *plugin, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
-	s := &p.device
+func (r *Registry) modules(ctx context.Context, p backend, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	s := p.deviceCode()
 	for {
 		s.mu.Lock()
 		f := s.modules[dev]
@@ -161,7 +161,7 @@ func (r *Registry) modules(ctx context.Context, p *plugin, backend string, dev c
 // fetchModules asks p for its modules for dev and checks them; keep says
 // whether the outcome stands for p's binary (modules, or the plugin's own
 // refusal) rather than for this call (no process, a failure, ctx).
-func (r *Registry) fetchModules(ctx context.Context, p *plugin, backend string, dev core.DeviceInfo) (mods []core.KernelModule, keep bool, err error) {
+func (r *Registry) fetchModules(ctx context.Context, p backend, backend string, dev core.DeviceInfo) (mods []core.KernelModule, keep bool, err error) {
 	err = p.call(ctx, longCall, func(ctx context.Context, c conn) (err error) {
 		mods, err = c.KernelModules(ctx, dev)
 		return err
@@ -172,16 +172,16 @@ func (r *Registry) fetchModules(ctx context.Context, p *plugin, backend string, 
 		return nil, false, ctx.Err()
 	case isAnswer(err):
 		// The plugin has no device code for dev: an expected answer.
-		p.logger.Info("plugin has no device code for this device", "device", dev.Name, "compute_capability", dev.ComputeCapability, "error", err)
+		p.log().Info("no device code for this device", "device", dev.Name, "compute_capability", dev.ComputeCapability, "error", err)
 		return nil, true, pluginNoPlan(p, err)
 	default:
-		return nil, false, r.noPlan(backend, p.name, err)
+		return nil, false, r.noPlan(backend, p.family(), err)
 	}
 	r.succeeded(p)
 	if err := CheckModules(mods); err != nil {
-		return nil, true, r.noPlan(backend, p.name, &failure{reason: ReasonBadModules, err: fmt.Errorf("plugin %s: %w", p.name, err)})
+		return nil, true, r.noPlan(backend, p.family(), &failure{reason: ReasonBadModules, err: fmt.Errorf("%s: %w", p.family(), err)})
 	}
-	p.logger.Info("kernel modules received", "device", dev.Name, "compute_capability", dev.ComputeCapability, "modules", len(mods))
+	p.log().Info("kernel modules received", "device", dev.Name, "compute_capability", dev.ComputeCapability, "modules", len(mods))
 	return mods, true, nil
 }
 
@@ -210,24 +210,24 @@ func CheckModules(mods []core.KernelModule) error {
 
 // pinnedModules returns mods when the lock file in force pins them (or
 // pins no modules of p).
-func (r *Registry) pinnedModules(p *plugin, backend string, mods []core.KernelModule) ([]core.KernelModule, error) {
+func (r *Registry) pinnedModules(p backend, backend string, mods []core.KernelModule) ([]core.KernelModule, error) {
 	l := r.lock.Load()
-	if l == nil {
+	if l == nil || p.lockName() == "" {
 		return mods, nil
 	}
-	if err := l.verifyModules(filepath.Base(p.path), mods); err != nil {
-		return nil, r.noPlan(backend, p.name, &failure{reason: ReasonBadModules, err: fmt.Errorf("plugin %s: %w", p.name, err)})
+	if err := l.verifyModules(p.lockName(), mods); err != nil {
+		return nil, r.noPlan(backend, p.family(), &failure{reason: ReasonBadModules, err: fmt.Errorf("plugin %s: %w", p.family(), err)})
 	}
 	return mods, nil
 }
 
 // pluginNoPlan is p's own answer err, "no plan" or "invalid request", as an
 // error wrapping core.ErrNoPlan.
-func pluginNoPlan(p *plugin, err error) error {
+func pluginNoPlan(p backend, err error) error {
 	if errors.Is(err, core.ErrNoPlan) {
-		return fmt.Errorf("plugin %s: %w", p.name, err)
+		return fmt.Errorf("%s: %w", p.family(), err)
 	}
-	return fmt.Errorf("%w: plugin %s: %w", core.ErrNoPlan, p.name, err)
+	return fmt.Errorf("%w: %s: %w", core.ErrNoPlan, p.family(), err)
 }
 
 // noDeviceCode is what a device-code fallback does, in the fallback log.
@@ -252,8 +252,11 @@ func (r *Registry) noPlan(backend, plugin string, err error) error {
 // refused when it runs another kernel than the handler's catalog names for
 // the method.
 //
-// Plans are kept by the whole request: the same request again (every
-// field equal) is answered without a call to the plugin, as is a refusal.
+// Plans are kept by what they depend on: every field of the request but
+// the per-batch quantities a plan declares it does not read
+// (core.Plan.Reads), so that a plan that holds for a batch size (a graph
+// request with a bound on the lengths) is asked for once per batch size
+// for the life of a serving loop; a refusal is kept by the whole request.
 // The plan is shared: callers must not modify it.
 //
 // Errors: core.ErrInvalidRequest for a malformed request
@@ -264,20 +267,21 @@ func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 	if err := launch.CheckRequest(req); err != nil {
 		return nil, err
 	}
-	p, err := r.devicePlugin(req.Backend)
+	p, err := r.deviceBackend(req.Backend)
 	if err != nil {
 		return nil, err
 	}
+	plans := &p.deviceCode().plans
 	// The modules first, kept after the first call: a plan is only as good
 	// as the modules the lock file in force lets the host load.
 	mods, err := r.modules(ctx, p, req.Backend, req.Device)
 	if err != nil {
 		return nil, err
 	}
-	key := planKey(req)
-	if e, ok := p.device.plans.get(key); ok {
+	key := plans.keyOf(req)
+	if e, ok := plans.get(key); ok {
 		if e.reason != "" {
-			r.fallbacks.record(req.Backend, p.name, e.reason, e.err.Error(), noDeviceCode, false)
+			r.fallbacks.record(req.Backend, p.family(), e.reason, e.err.Error(), noDeviceCode, false)
 		}
 		return e.plan, e.err
 	}
@@ -292,28 +296,28 @@ func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 		return nil, ctx.Err()
 	case isAnswer(err):
 		// The plugin has no plan for this request: an expected answer.
-		p.logger.Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", err)
+		p.log().Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", err)
 		err = pluginNoPlan(p, err)
-		p.device.plans.put(key, planOutcome{err: err})
+		plans.put(key, planOutcome{err: err})
 		return nil, err
 	default:
-		return nil, r.noPlan(req.Backend, p.name, err)
+		return nil, r.noPlan(req.Backend, p.family(), err)
 	}
 	r.succeeded(p)
 	if err := r.checkPlan(plan, req, p, mods); err != nil {
-		f := &failure{reason: ReasonBadPlan, err: fmt.Errorf("plugin %s: %w", p.name, err)}
-		p.logger.Warn("launch plan refused", "backend", req.Backend, "method", req.Method.String(), "error", err)
-		err := r.noPlan(req.Backend, p.name, f)
-		p.device.plans.put(key, planOutcome{err: err, reason: ReasonBadPlan})
+		f := &failure{reason: ReasonBadPlan, err: fmt.Errorf("%s: %w", p.family(), err)}
+		p.log().Warn("launch plan refused", "backend", req.Backend, "method", req.Method.String(), "error", err)
+		err := r.noPlan(req.Backend, p.family(), f)
+		plans.put(key, planOutcome{err: err, reason: ReasonBadPlan})
 		return nil, err
 	}
-	p.device.plans.put(key, planOutcome{plan: plan})
+	plans.putPlan(req, plan)
 	return plan, nil
 }
 
 // checkPlan checks plan, p's answer to req, against p's modules.
-func (r *Registry) checkPlan(plan *core.Plan, req *core.PlanRequest, p *plugin, mods []core.KernelModule) error {
-	h, _ := p.desc.Handler(req.Backend)
+func (r *Registry) checkPlan(plan *core.Plan, req *core.PlanRequest, p backend, mods []core.KernelModule) error {
+	h, _ := p.description().Handler(req.Backend)
 	return CheckPlan(plan, req, h, mods)
 }
 
@@ -343,12 +347,43 @@ type planOutcome struct {
 	reason Reason
 }
 
-// planCache keeps the last planCapacity plan outcomes of a plugin by
-// request.
+// planCache keeps the last planCapacity plan outcomes of a plugin, each by
+// what it depends on: a plan by the quantities it declares it reads
+// (core.Plan.Reads), so that a plan that holds for a batch size answers
+// every step of that size; a refusal by the whole request. reads keeps,
+// for the part of a request every plan depends on (its base), what the
+// last plan for it read, which is how a new request of that base is keyed.
 type planCache struct {
 	mu    sync.Mutex
 	order list.List // of planKeyed, most recent first
 	byKey map[[32]byte]*list.Element
+	reads map[[32]byte]core.PlanReads // by base key; bounded with the plans
+}
+
+// keyOf is the key of req in c: by what the plans of its base read, or by
+// the whole request.
+func (c *planCache) keyOf(req *core.PlanRequest) [32]byte {
+	base := planKey(req, 0)
+	c.mu.Lock()
+	r, ok := c.reads[base]
+	c.mu.Unlock()
+	if !ok {
+		r = core.PlanReadsAll
+	}
+	return planKey(req, r)
+}
+
+// putPlan keeps plan, answered for req, by what it reads.
+func (c *planCache) putPlan(req *core.PlanRequest, plan *core.Plan) {
+	r := plan.Reads.Effective()
+	base := planKey(req, 0)
+	c.mu.Lock()
+	if c.reads == nil || len(c.reads) >= planCapacity {
+		c.reads = map[[32]byte]core.PlanReads{}
+	}
+	c.reads[base] = r
+	c.mu.Unlock()
+	c.put(planKey(req, r), planOutcome{plan: plan})
 }
 
 type planKeyed struct {
@@ -386,9 +421,13 @@ func (c *planCache) put(k [32]byte, o planOutcome) {
 	}
 }
 
-// planKey is the SHA-256 of every field of req, each length-prefixed, so
-// that two requests share a key only when they are equal.
-func planKey(req *core.PlanRequest) [32]byte {
+// planKey is the SHA-256 of the fields of req that every plan depends on
+// (backend, method, dtype, dims, device, graph, the batch size, page size,
+// number of pages and max_seq_len) and of those reads names, each
+// length-prefixed, so that two requests share a key only when they agree
+// on all of them. reads 0 is the base key: none of the per-batch
+// quantities.
+func planKey(req *core.PlanRequest, reads core.PlanReads) [32]byte {
 	b := make([]byte, 0, 256+16*len(req.Shape.SeqLens))
 	str := func(s string) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
@@ -408,9 +447,7 @@ func planKey(req *core.PlanRequest) [32]byte {
 	num(int64(req.Method))
 	str(req.DType)
 	num(int64(d.Heads), int64(d.HeadDimQK), int64(d.HeadDimV), int64(math.Float64bits(d.SoftmaxScale)))
-	lens(s.SeqLens)
-	lens(s.QLens)
-	num(int64(s.PageSize), int64(s.NumPages), int64(s.ChunkCapacity))
+	num(int64(len(s.SeqLens)), int64(s.PageSize), int64(s.NumPages), s.MaxSeqLen)
 	num(int64(dev.Platform))
 	str(dev.Name)
 	num(int64(dev.ComputeCapability), int64(dev.SMs), int64(dev.MaxThreadsPerBlock), int64(dev.MaxSharedPerBlock),
@@ -419,6 +456,16 @@ func planKey(req *core.PlanRequest) [32]byte {
 		num(1)
 	} else {
 		num(0)
+	}
+	num(int64(reads))
+	if reads&core.PlanReadsSeqLens != 0 {
+		lens(s.SeqLens)
+	}
+	if reads&core.PlanReadsQLens != 0 {
+		lens(s.QLens)
+	}
+	if reads&core.PlanReadsChunkCapacity != 0 {
+		num(int64(s.ChunkCapacity))
 	}
 	return sha256.Sum256(b)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/devkernels"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -175,5 +176,98 @@ func TestDispatchBatchLeavesTheRequestsAlone(t *testing.T) {
 		if req.Runtime.Platform != core.PlatformUnset {
 			t.Errorf("%s: the caller's request now has platform %s", req.Backend, req.Runtime.Platform)
 		}
+	}
+}
+
+// planner is a backend in process with device code: the MLA decode of
+// package devkernels (its module's entries, a stand-in image: nothing is
+// launched here), planned by devkernels.Plan, counting the plan requests.
+type planner struct{ plans atomic.Int64 }
+
+var plannerKernel = core.Kernel{Name: "flash_attn_with_kvcache", Library: "fa3", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1, 64}}
+
+func (p *planner) Describe(context.Context) (*core.Description, error) {
+	return &core.Description{Name: "acme_gpu", Version: "1.0.0", DeviceCode: true, Handlers: []core.HandlerInfo{{
+		Name: "acme_gpu", Reads: core.Reads{Facts: core.FactMode}, Methods: []core.Method{core.MLA},
+		Kernels: []core.Kernel{plannerKernel},
+	}}}, nil
+}
+
+func (p *planner) Dispatch(context.Context, *core.Request) (core.Method, error) { return core.MLA, nil }
+
+func (p *planner) KernelModules(_ context.Context, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	mods := devkernels.Spec()
+	for i := range mods {
+		mods[i].Arch, mods[i].Format, mods[i].Image = "compute_90", core.FormatPTX, []byte("stand-in for "+mods[i].Name)
+		mods[i].SHA256 = core.ImageSHA256(mods[i].Image)
+	}
+	return mods, nil
+}
+
+func (p *planner) PlanKernel(_ context.Context, req *core.PlanRequest) (*core.Plan, error) {
+	p.plans.Add(1)
+	return devkernels.Plan(plannerKernel, req)
+}
+
+// TestInProcessBackendHandsDeviceCode: a backend a Go host links hands
+// modules and plans through the registry as a plugin does, checked the same
+// way; a graph plan that holds for a batch size (declared by its Reads) is
+// asked for once for a serving loop of growing lengths, and a new batch
+// size or query length asks again.
+func TestInProcessBackendHandsDeviceCode(t *testing.T) {
+	be := &planner{}
+	r, _ := open(t, registry.Config{Backends: []core.Backend{be}})
+	ctx := testContext(t)
+	mods, err := r.KernelModules(ctx, "acme_gpu", h200())
+	if err != nil || len(mods) != 2 {
+		t.Fatalf("modules: %v, %v", mods, err)
+	}
+	step := func(b int, seq, q int64) *core.PlanRequest {
+		req := &core.PlanRequest{Backend: "acme_gpu", Method: core.MLA, DType: "bf16", Graph: true,
+			Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+			Shape:  core.PlanShape{PageSize: 64, NumPages: 4096, MaxSeqLen: 8192},
+			Device: h200()}
+		for i := range b {
+			req.Shape.SeqLens = append(req.Shape.SeqLens, seq+int64(i))
+			req.Shape.QLens = append(req.Shape.QLens, q)
+		}
+		return req
+	}
+	var first *core.Plan
+	for s := range 1000 {
+		p, err := r.PlanKernel(ctx, step(16, int64(100+s), 1))
+		if err != nil {
+			t.Fatalf("step %d: %v", s, err)
+		}
+		if first == nil {
+			first = p
+		}
+		if p != first {
+			t.Fatalf("step %d got another plan", s)
+		}
+	}
+	if n := be.plans.Load(); n != 1 {
+		t.Errorf("%d plan requests for 1000 steps of batch 16, want 1", n)
+	}
+	if first.Reads != core.PlanReadsDeclared|core.PlanReadsQLens || len(first.Metadata) != 0 || !first.Launches[0].PerBatch {
+		t.Errorf("the graph plan reads %s, has %d metadata buffers, first launch per batch %v; want batch+q_lens, none, true",
+			first.Reads, len(first.Metadata), first.Launches[0].PerBatch)
+	}
+	for _, req := range []*core.PlanRequest{step(64, 100, 1), step(16, 100, 2)} {
+		if _, err := r.PlanKernel(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := be.plans.Load(); n != 3 {
+		t.Errorf("%d plan requests after a new batch size and a new query length, want 3", n)
+	}
+	// Without a bound on the lengths, a plan reads them: each step asks.
+	req := step(16, 100, 1)
+	req.Shape.MaxSeqLen = 0
+	r.PlanKernel(ctx, req)
+	req.Shape.SeqLens[0]++
+	r.PlanKernel(ctx, req)
+	if n := be.plans.Load(); n != 5 {
+		t.Errorf("%d plan requests after two steps without a bound, want 5", n)
 	}
 }

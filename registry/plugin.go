@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,11 @@ type plugin struct {
 
 func (p *plugin) family() string          { return p.name }
 func (p *plugin) binary() *verifiedBinary { return p.exe }
+
+func (p *plugin) description() *core.Description { return p.desc }
+func (p *plugin) deviceCode() *deviceState       { return &p.device }
+func (p *plugin) log() hclog.Logger              { return p.logger }
+func (p *plugin) lockName() string               { return filepath.Base(p.path) }
 
 // closeBinary closes the binary's descriptor once the plugin has ended.
 func (p *plugin) closeBinary() {

@@ -135,6 +135,7 @@ func planRequestToProto(r *core.PlanRequest) *pb.PlanKernelRequest {
 		Shape: &pb.PlanShape{
 			SeqLens: r.Shape.SeqLens, QLens: r.Shape.QLens,
 			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages), ChunkCapacity: int64(r.Shape.ChunkCapacity),
+			MaxSeqLen: r.Shape.MaxSeqLen,
 		},
 		Device: deviceToProto(r.Device),
 		Graph:  r.Graph,
@@ -177,6 +178,7 @@ func planRequestFromProto(r *pb.PlanKernelRequest) (core.PlanRequest, error) {
 		Shape: core.PlanShape{
 			SeqLens: s.GetSeqLens(), QLens: s.GetQLens(),
 			PageSize: int(s.GetPageSize()), NumPages: int(s.GetNumPages()), ChunkCapacity: int(s.GetChunkCapacity()),
+			MaxSeqLen: s.GetMaxSeqLen(),
 		},
 		Device: dev,
 		Graph:  r.GetGraph(),
@@ -184,7 +186,7 @@ func planRequestFromProto(r *pb.PlanKernelRequest) (core.PlanRequest, error) {
 }
 
 func planToProto(p *core.Plan) *pb.Plan {
-	out := &pb.Plan{Kernel: p.Kernel, WorkspaceBytes: p.WorkspaceBytes, Note: p.Note}
+	out := &pb.Plan{Kernel: p.Kernel, WorkspaceBytes: p.WorkspaceBytes, Note: p.Note, Reads: uint32(p.Reads)}
 	for _, t := range p.Tensors {
 		out.Tensors = append(out.Tensors, &pb.TensorSpec{Name: t.Name, Dtype: t.DType, Shape: t.Shape, Output: t.Output})
 	}
@@ -196,7 +198,7 @@ func planToProto(p *core.Plan) *pb.Plan {
 	}
 	for _, l := range p.Launches {
 		pl := &pb.Launch{
-			Module: l.Module, Entry: l.Entry, SharedBytes: l.SharedBytes,
+			Module: l.Module, Entry: l.Entry, SharedBytes: l.SharedBytes, PerBatch: l.PerBatch,
 			Grid: l.Grid[:], Block: l.Block[:],
 		}
 		for _, a := range l.Args {
@@ -216,7 +218,7 @@ func planFromProto(p *pb.Plan) (*core.Plan, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: plan kernel: no plan in the answer", core.ErrProtocol)
 	}
-	out := &core.Plan{Kernel: p.GetKernel(), WorkspaceBytes: p.GetWorkspaceBytes(), Note: p.GetNote()}
+	out := &core.Plan{Kernel: p.GetKernel(), WorkspaceBytes: p.GetWorkspaceBytes(), Note: p.GetNote(), Reads: core.PlanReads(p.GetReads())}
 	for _, t := range p.GetTensors() {
 		out.Tensors = append(out.Tensors, core.TensorSpec{Name: t.GetName(), DType: t.GetDtype(), Shape: t.GetShape(), Output: t.GetOutput()})
 	}
@@ -231,7 +233,7 @@ func planFromProto(p *pb.Plan) (*core.Plan, error) {
 			return nil, fmt.Errorf("%w: plan kernel: launch %d has a grid of %d and a block of %d dimensions, want 3 each",
 				core.ErrProtocol, i, len(pl.GetGrid()), len(pl.GetBlock()))
 		}
-		l := core.Launch{Module: pl.GetModule(), Entry: pl.GetEntry(), SharedBytes: pl.GetSharedBytes()}
+		l := core.Launch{Module: pl.GetModule(), Entry: pl.GetEntry(), SharedBytes: pl.GetSharedBytes(), PerBatch: pl.GetPerBatch()}
 		copy(l.Grid[:], pl.GetGrid())
 		copy(l.Block[:], pl.GetBlock())
 		for _, a := range pl.GetArgs() {

@@ -60,7 +60,7 @@ func planRequest() core.PlanRequest {
 	return core.PlanRequest{
 		Backend: "oneshot", Method: core.MLA, DType: "bf16",
 		Dims:   core.PlanDims{Heads: 128, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
-		Shape:  core.PlanShape{SeqLens: []int64{4096, 17}, QLens: []int64{1, 4}, PageSize: 64, NumPages: 1000, ChunkCapacity: 131072},
+		Shape:  core.PlanShape{SeqLens: []int64{4096, 17}, QLens: []int64{1, 4}, PageSize: 64, NumPages: 1000, ChunkCapacity: 131072, MaxSeqLen: 8192},
 		Device: h200(), Graph: true,
 	}
 }
@@ -95,7 +95,7 @@ func fullPlan() *core.Plan {
 		Schedule:       []core.WorkItem{{Request: 0, KVBegin: 0, KVEnd: 4096, Split: 0}, {Request: 1, KVBegin: -1, KVEnd: 1 << 30, Split: 7}},
 		WorkspaceBytes: 1 << 33,
 		Launches: []core.Launch{{
-			Module: "mla_decode", Entry: "mla_decode_bf16", Grid: [3]uint32{132, 2, 1<<32 - 1}, Block: [3]uint32{128, 1, 1}, SharedBytes: 200000,
+			Module: "mla_decode", Entry: "mla_decode_bf16", Grid: [3]uint32{132, 2, 1<<32 - 1}, Block: [3]uint32{128, 1, 1}, SharedBytes: 200000, PerBatch: true,
 			Args: []core.Arg{
 				{Param: "q", Kind: core.ArgTensor, Name: "q"},
 				{Param: "m", Kind: core.ArgMeta, Name: "schedule", Offset: 16},
@@ -104,7 +104,7 @@ func fullPlan() *core.Plan {
 				{Param: "scale", Kind: core.ArgFloat, Float: 0.1352},
 			},
 		}},
-		Note: "2 splits",
+		Note: "2 splits", Reads: core.PlanReadsDeclared | core.PlanReadsQLens,
 	}
 }
 

@@ -21,6 +21,10 @@ extern "C" __global__ void fill_bf16(unsigned short* p, long long n, unsigned lo
         p[i] = (unsigned short)((sign << 15) | ((126u - e) << 7) | m);
     }
 }
+extern "C" __global__ void advance_i32(int* p, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] += 1;
+}
 `
 
 func mix(z uint64) uint64 {

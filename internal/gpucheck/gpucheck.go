@@ -23,6 +23,7 @@ type Env struct {
 	Modules []core.KernelModule
 	fillMod cuda.Module
 	fill    cuda.Function
+	advance cuda.Function
 	stream  cuda.Stream
 }
 
@@ -92,6 +93,9 @@ func (e *Env) loadFill() error {
 		if e.fill, err = c.Function(m, "fill_bf16"); err != nil {
 			return err
 		}
+		if e.advance, err = c.Function(m, "advance_i32"); err != nil {
+			return err
+		}
 		e.stream, err = c.NewStream()
 		return err
 	})
@@ -136,6 +140,10 @@ type Case struct {
 	QLens    []int64
 	Seed     uint64
 	Graph    bool
+	// MaxSeqLen, with Graph, declares the bound of the lengths: the plan
+	// then holds for the batch size and schedules on the device, and the
+	// page table gives each request room for MaxSeqLen keys.
+	MaxSeqLen int64
 	// Kernel is the catalog kernel planned (default flash_attn_with_kvcache).
 	Kernel string
 }
@@ -152,10 +160,10 @@ type Batch struct {
 	Pages    []int32 // kv_indices
 	Indptr   []int32
 	NumPages int
-	// Q, KV (Copies caches), Indptr, Indices, Out, LSE.
-	Q, Indp, Ind, Out, LSE cudaexec.Buffer
-	KV                     []cudaexec.Buffer
-	qSeed, kvSeed          uint64
+	// Q, KV (Copies caches), Indptr, Indices, SeqLens, QOIndptr, Out, LSE.
+	Q, Indp, Ind, Seq, QO, Out, LSE cudaexec.Buffer
+	KV                              []cudaexec.Buffer
+	qSeed, kvSeed                   uint64
 }
 
 // Request returns the plan request of c on dev.
@@ -163,7 +171,7 @@ func (c Case) Request(dev core.DeviceInfo, numPages int) core.PlanRequest {
 	return core.PlanRequest{
 		Backend: "fa3", Method: core.MLA, DType: "bf16",
 		Dims:   core.PlanDims{Heads: c.Heads, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: Scale},
-		Shape:  core.PlanShape{SeqLens: c.SeqLens, QLens: c.QLens, PageSize: c.PageSize, NumPages: numPages},
+		Shape:  core.PlanShape{SeqLens: c.SeqLens, QLens: c.QLens, PageSize: c.PageSize, NumPages: numPages, MaxSeqLen: c.MaxSeqLen},
 		Device: dev, Graph: c.Graph,
 	}
 }
@@ -175,10 +183,19 @@ func (e *Env) Alloc(c Case, copies int) (*Batch, error) {
 	b := &Batch{Case: c, qSeed: c.Seed*2 + 1, kvSeed: c.Seed*2 + 2}
 	b.Indptr = []int32{0}
 	var need int
+	qo := []int32{0}
 	for i, n := range c.SeqLens {
 		b.Tokens += c.QLens[i]
+		if c.Graph && c.MaxSeqLen > 0 {
+			n = c.MaxSeqLen // room for every step's keys
+		}
 		need += int((n + int64(c.PageSize) - 1) / int64(c.PageSize))
 		b.Indptr = append(b.Indptr, int32(need))
+		qo = append(qo, int32(b.Tokens))
+	}
+	seq := make([]int32, len(c.SeqLens))
+	for i, n := range c.SeqLens {
+		seq[i] = int32(n)
 	}
 	b.NumPages = need + 3
 	perm := rng.Perm(b.NumPages)
@@ -223,6 +240,18 @@ func (e *Env) Alloc(c Case, copies int) (*Batch, error) {
 		if err := x.CopyIn(b.Ind.Ptr, i32bytes(b.Pages)); err != nil {
 			return err
 		}
+		if b.Seq, err = alloc(int64(4 * len(seq))); err != nil {
+			return err
+		}
+		if err := x.CopyIn(b.Seq.Ptr, i32bytes(seq)); err != nil {
+			return err
+		}
+		if b.QO, err = alloc(int64(4 * len(qo))); err != nil {
+			return err
+		}
+		if err := x.CopyIn(b.QO.Ptr, i32bytes(qo)); err != nil {
+			return err
+		}
 		if b.Out, err = alloc(b.Tokens * h * 512 * 2); err != nil {
 			return err
 		}
@@ -241,8 +270,10 @@ func (e *Env) Alloc(c Case, copies int) (*Batch, error) {
 // Free releases the batch's device memory.
 func (b *Batch) Free(e *Env) {
 	e.Dev.Do(func(x *cuda.Ctx) error {
-		for _, p := range append([]cudaexec.Buffer{b.Q, b.Indp, b.Ind, b.Out, b.LSE}, b.KV...) {
-			x.Free(p.Ptr)
+		for _, p := range append([]cudaexec.Buffer{b.Q, b.Indp, b.Ind, b.Seq, b.QO, b.Out, b.LSE}, b.KV...) {
+			if p.Ptr != 0 {
+				x.Free(p.Ptr)
+			}
 		}
 		return nil
 	})
@@ -251,7 +282,21 @@ func (b *Batch) Free(e *Env) {
 // Tensors returns the bindings of layer (KV copy) i, in launch.Tensors'
 // order.
 func (b *Batch) Tensors(i int) []cudaexec.Buffer {
-	return []cudaexec.Buffer{b.Q, b.KV[i%len(b.KV)], b.Indp, b.Ind, b.Out, b.LSE}
+	return []cudaexec.Buffer{b.Q, b.KV[i%len(b.KV)], b.Indp, b.Ind, b.Seq, b.QO, b.Out, b.LSE}
+}
+
+// Advance queues, on the Env's stream, a kernel that adds one to every
+// request's entry of seq_lens on the device: a decode step's new token,
+// with no copy from the host (it can be captured in a step's graph). The
+// host's copy, b.Case.SeqLens, is the caller's to keep in step.
+func (e *Env) Advance(x *cuda.Ctx, b *Batch) error {
+	args := [2]uint64{b.Seq.Ptr, uint64(len(b.Case.SeqLens))}
+	ptrs := [2]unsafe.Pointer{unsafe.Pointer(&args[0]), unsafe.Pointer(&args[1])}
+	var pin runtime.Pinner
+	pin.Pin(&args[0])
+	pin.Pin(&ptrs[0])
+	defer pin.Unpin()
+	return x.Launch(e.advance, [3]uint32{uint32((len(b.Case.SeqLens) + 255) / 256), 1, 1}, [3]uint32{256, 1, 1}, 0, e.stream, &ptrs[0])
 }
 
 // Poison fills the outputs with NaN and waits for the fill, which runs on

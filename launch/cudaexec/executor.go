@@ -301,10 +301,30 @@ func (p *Prepared) Update(s cuda.Stream, req *core.PlanRequest, np *core.Plan) e
 }
 
 // Launch queues the plan's launches on stream s with tensors bound in the
-// order of Tensors(). It must run inside the device's Do (c is its Ctx); it
-// makes no RPC, no host copy and no allocation, so it may be captured in a
-// CUDA graph. A buffer smaller than its tensor is refused.
+// order of Tensors(): LaunchBatch's and LaunchLayer's, in the plan's order.
+// It must run inside the device's Do (c is its Ctx); it makes no RPC, no
+// host copy and no allocation, so it may be captured in a CUDA graph. A
+// buffer smaller than its tensor is refused.
 func (p *Prepared) Launch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer) error {
+	return p.launch(c, s, tensors, func(st *step) bool { return true })
+}
+
+// LaunchBatch queues the plan's PerBatch launches (a scheduler reading the
+// batch's lengths from the tensors every layer shares): the once-per-step
+// half of Launch, for a host that runs one batch through many layers. Run
+// it before the step's LaunchLayer calls, on the same stream; a plan
+// without PerBatch launches queues nothing.
+func (p *Prepared) LaunchBatch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer) error {
+	return p.launch(c, s, tensors, func(st *step) bool { return st.l.PerBatch })
+}
+
+// LaunchLayer queues the plan's launches that are not PerBatch: the
+// per-layer half of Launch, after the step's LaunchBatch.
+func (p *Prepared) LaunchLayer(c *cuda.Ctx, s cuda.Stream, tensors []Buffer) error {
+	return p.launch(c, s, tensors, func(st *step) bool { return !st.l.PerBatch })
+}
+
+func (p *Prepared) launch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer, which func(*step) bool) error {
 	if len(tensors) != len(p.specs) {
 		return fmt.Errorf("launch: %d tensors bound, the plan has %d", len(tensors), len(p.specs))
 	}
@@ -315,6 +335,9 @@ func (p *Prepared) Launch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer) error {
 	}
 	for i := range p.steps {
 		st := &p.steps[i]
+		if !which(st) {
+			continue
+		}
 		for _, ta := range st.tensors {
 			st.slots[ta.slot] = tensors[ta.tensor].Ptr
 		}

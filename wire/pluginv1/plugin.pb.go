@@ -2931,6 +2931,9 @@ type PlanShape struct {
 	// The chunk capacity of MHA_CHUNKED_KV (sglang's
 	// get_max_chunk_capacity()); 0 for the planner's default.
 	ChunkCapacity int64 `protobuf:"varint,5,opt,name=chunk_capacity,json=chunkCapacity,proto3" json:"chunk_capacity,omitempty"`
+	// A bound the host declares on every seq_lens entry over the plan's
+	// life; 0: none. A graph plan depends on it instead of on seq_lens.
+	MaxSeqLen     int64 `protobuf:"varint,6,opt,name=max_seq_len,json=maxSeqLen,proto3" json:"max_seq_len,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2996,6 +2999,13 @@ func (x *PlanShape) GetNumPages() int64 {
 func (x *PlanShape) GetChunkCapacity() int64 {
 	if x != nil {
 		return x.ChunkCapacity
+	}
+	return 0
+}
+
+func (x *PlanShape) GetMaxSeqLen() int64 {
+	if x != nil {
+		return x.MaxSeqLen
 	}
 	return 0
 }
@@ -3451,10 +3461,13 @@ type Launch struct {
 	Module string                 `protobuf:"bytes,1,opt,name=module,proto3" json:"module,omitempty"`
 	Entry  string                 `protobuf:"bytes,2,opt,name=entry,proto3" json:"entry,omitempty"`
 	// Three dimensions each: x, y, z.
-	Grid          []uint32     `protobuf:"varint,3,rep,packed,name=grid,proto3" json:"grid,omitempty"`
-	Block         []uint32     `protobuf:"varint,4,rep,packed,name=block,proto3" json:"block,omitempty"`
-	SharedBytes   uint32       `protobuf:"varint,5,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
-	Args          []*LaunchArg `protobuf:"bytes,6,rep,name=args,proto3" json:"args,omitempty"`
+	Grid        []uint32     `protobuf:"varint,3,rep,packed,name=grid,proto3" json:"grid,omitempty"`
+	Block       []uint32     `protobuf:"varint,4,rep,packed,name=block,proto3" json:"block,omitempty"`
+	SharedBytes uint32       `protobuf:"varint,5,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
+	Args        []*LaunchArg `protobuf:"bytes,6,rep,name=args,proto3" json:"args,omitempty"`
+	// The launch depends on the batch, not on a layer: a host may run it
+	// once per batch, before the layers' launches.
+	PerBatch      bool `protobuf:"varint,7,opt,name=per_batch,json=perBatch,proto3" json:"per_batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3531,6 +3544,13 @@ func (x *Launch) GetArgs() []*LaunchArg {
 	return nil
 }
 
+func (x *Launch) GetPerBatch() bool {
+	if x != nil {
+		return x.PerBatch
+	}
+	return false
+}
+
 // Plan is the launches that run a method's kernel on one batch.
 type Plan struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3542,7 +3562,11 @@ type Plan struct {
 	WorkspaceBytes int64         `protobuf:"varint,5,opt,name=workspace_bytes,json=workspaceBytes,proto3" json:"workspace_bytes,omitempty"`
 	Launches       []*Launch     `protobuf:"bytes,6,rep,name=launches,proto3" json:"launches,omitempty"`
 	// The plan's choices, for people.
-	Note          string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
+	Note string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
+	// What of the request's shape the plan depends on (core.PlanReads:
+	// bit 0 declared, 1 seq_lens, 2 q_lens, 3 chunk_capacity); 0, as an
+	// older plugin sends, is everything.
+	Reads         uint32 `protobuf:"varint,8,opt,name=reads,proto3" json:"reads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3624,6 +3648,13 @@ func (x *Plan) GetNote() string {
 		return x.Note
 	}
 	return ""
+}
+
+func (x *Plan) GetReads() uint32 {
+	if x != nil {
+		return x.Reads
+	}
+	return 0
 }
 
 type PlanKernelResponse struct {
@@ -3861,13 +3892,14 @@ const file_plugin_proto_rawDesc = "" +
 	"\x14KernelModulesRequest\x126\n" +
 	"\x06device\x18\x01 \x01(\v2\x1e.attnplug.plugin.v1.DeviceInfoR\x06device\"S\n" +
 	"\x15KernelModulesResponse\x12:\n" +
-	"\amodules\x18\x01 \x03(\v2 .attnplug.plugin.v1.KernelModuleR\amodules\"\x9e\x01\n" +
+	"\amodules\x18\x01 \x03(\v2 .attnplug.plugin.v1.KernelModuleR\amodules\"\xbe\x01\n" +
 	"\tPlanShape\x12\x19\n" +
 	"\bseq_lens\x18\x01 \x03(\x03R\aseqLens\x12\x15\n" +
 	"\x06q_lens\x18\x02 \x03(\x03R\x05qLens\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1b\n" +
 	"\tnum_pages\x18\x04 \x01(\x03R\bnumPages\x12%\n" +
-	"\x0echunk_capacity\x18\x05 \x01(\x03R\rchunkCapacity\"\x83\x01\n" +
+	"\x0echunk_capacity\x18\x05 \x01(\x03R\rchunkCapacity\x12\x1e\n" +
+	"\vmax_seq_len\x18\x06 \x01(\x03R\tmaxSeqLen\"\x83\x01\n" +
 	"\bPlanDims\x12\x14\n" +
 	"\x05heads\x18\x01 \x01(\x05R\x05heads\x12\x1e\n" +
 	"\vhead_dim_qk\x18\x02 \x01(\x05R\theadDimQk\x12\x1c\n" +
@@ -3904,14 +3936,15 @@ const file_plugin_proto_rawDesc = "" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x1b\n" +
 	"\tint_value\x18\x05 \x01(\x03R\bintValue\x12\x1f\n" +
 	"\vfloat_value\x18\x06 \x01(\x01R\n" +
-	"floatValue\"\xb6\x01\n" +
+	"floatValue\"\xd3\x01\n" +
 	"\x06Launch\x12\x16\n" +
 	"\x06module\x18\x01 \x01(\tR\x06module\x12\x14\n" +
 	"\x05entry\x18\x02 \x01(\tR\x05entry\x12\x12\n" +
 	"\x04grid\x18\x03 \x03(\rR\x04grid\x12\x14\n" +
 	"\x05block\x18\x04 \x03(\rR\x05block\x12!\n" +
 	"\fshared_bytes\x18\x05 \x01(\rR\vsharedBytes\x121\n" +
-	"\x04args\x18\x06 \x03(\v2\x1d.attnplug.plugin.v1.LaunchArgR\x04args\"\xc3\x02\n" +
+	"\x04args\x18\x06 \x03(\v2\x1d.attnplug.plugin.v1.LaunchArgR\x04args\x12\x1b\n" +
+	"\tper_batch\x18\a \x01(\bR\bperBatch\"\xd9\x02\n" +
 	"\x04Plan\x12\x16\n" +
 	"\x06kernel\x18\x01 \x01(\tR\x06kernel\x128\n" +
 	"\atensors\x18\x02 \x03(\v2\x1e.attnplug.plugin.v1.TensorSpecR\atensors\x12:\n" +
@@ -3919,7 +3952,8 @@ const file_plugin_proto_rawDesc = "" +
 	"\bschedule\x18\x04 \x03(\v2\x1c.attnplug.plugin.v1.WorkItemR\bschedule\x12'\n" +
 	"\x0fworkspace_bytes\x18\x05 \x01(\x03R\x0eworkspaceBytes\x126\n" +
 	"\blaunches\x18\x06 \x03(\v2\x1a.attnplug.plugin.v1.LaunchR\blaunches\x12\x12\n" +
-	"\x04note\x18\a \x01(\tR\x04note\"B\n" +
+	"\x04note\x18\a \x01(\tR\x04note\x12\x14\n" +
+	"\x05reads\x18\b \x01(\rR\x05reads\"B\n" +
 	"\x12PlanKernelResponse\x12,\n" +
 	"\x04plan\x18\x01 \x01(\v2\x18.attnplug.plugin.v1.PlanR\x04plan*\xa7\x02\n" +
 	"\vForwardMode\x12\x1c\n" +

@@ -1,0 +1,86 @@
+// Command gen builds the device code of package devkernels ahead of time:
+// every module's source (devkernels.Sources) compiled by nvcc for each
+// architecture of devkernels.AheadOfTime (PTX for compute_XX, a cubin for
+// sm_XX), written with a manifest (devkernels.Manifest) into the images
+// directory that devkernels embeds. It needs nvcc (the CUDA toolkit), not
+// a GPU. Run it as `make device-code`, then commit devkernels/images.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/devkernels"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	out := flag.String("out", "devkernels/images", "directory the images and manifest.json are written to")
+	nvcc := flag.String("nvcc", "nvcc", "the nvcc to compile with")
+	flag.Parse()
+	version, err := exec.Command(*nvcc, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("%s --version: %w (gen needs the CUDA toolkit's nvcc)", *nvcc, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(version)), "\n")
+	tmp, err := os.MkdirTemp("", "devkernels-gen-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	m := devkernels.Manifest{Compiler: strings.TrimSpace(lines[len(lines)-1]), Sources: map[string]string{}}
+	sources := devkernels.Sources()
+	names := make([]string, 0, len(sources))
+	for name := range sources {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		src := filepath.Join(tmp, name+".cu")
+		if err := os.WriteFile(src, []byte(sources[name]), 0o644); err != nil {
+			return err
+		}
+		m.Sources[name] = devkernels.SourceSHA256(sources[name])
+		for _, arch := range devkernels.AheadOfTime {
+			format, mode, ext := core.FormatCUBIN, "--cubin", "cubin"
+			if strings.HasPrefix(arch, "compute_") {
+				format, mode, ext = core.FormatPTX, "--ptx", "ptx"
+			}
+			file := fmt.Sprintf("%s.%s.%s", name, arch, ext)
+			args := append([]string{"-arch=" + arch, mode}, devkernels.Flags...)
+			args = append(args, "-o", filepath.Join(*out, file), src)
+			cmd := exec.Command(*nvcc, args...)
+			cmd.Stderr = os.Stderr
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("nvcc %s: %w", strings.Join(args, " "), err)
+			}
+			image, err := os.ReadFile(filepath.Join(*out, file))
+			if err != nil {
+				return err
+			}
+			m.Images = append(m.Images, devkernels.ManifestImage{Module: name, Arch: arch, Format: format, File: file, SHA256: core.ImageSHA256(image)})
+			fmt.Fprintf(os.Stderr, "gen: %s: %d bytes\n", file, len(image))
+		}
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(*out, "manifest.json"), append(data, '\n'), 0o644)
+}
