@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/launch"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -92,8 +95,14 @@ func planBatches(name string, m core.Method, dev core.DeviceInfo) []core.PlanReq
 							used += (n + int64(page) - 1) / int64(page)
 						}
 					}
+					graph := batch == 7 && m == core.MLA
+					if graph && verify {
+						// A serving loop's request: a bound on the lengths,
+						// so that a plan may hold for the batch size.
+						s.MaxSeqLen = 16384
+					}
 					if page > 0 {
-						s.NumPages = int(used + 16)
+						s.NumPages = int(max(used, (s.MaxSeqLen+int64(page)-1)/int64(page)) + 16)
 					}
 					if m == core.MHAChunkedKV {
 						s.ChunkCapacity = 8192
@@ -101,7 +110,7 @@ func planBatches(name string, m core.Method, dev core.DeviceInfo) []core.PlanReq
 					d := dims
 					d.Heads = heads
 					out = append(out, core.PlanRequest{
-						Backend: name, Method: m, DType: "bf16", Dims: d, Shape: s, Device: dev, Graph: batch == 7 && m == core.MLA,
+						Backend: name, Method: m, DType: "bf16", Dims: d, Shape: s, Device: dev, Graph: graph,
 					})
 				}
 			}
@@ -175,6 +184,10 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 					plans++
 					if err := registry.CheckPlan(p, &req, h, mods); err != nil {
 						c.problem("%s: %s plan for %s: %v", h.Name, m, batchString(&req), err)
+						continue
+					}
+					if why := s.planHolds(ctx, kp, &req, p); why != "" {
+						c.problem("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why)
 					}
 				}
 			}
@@ -190,6 +203,48 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		archs[i] = m.Name + " (" + string(m.Format) + " for " + m.Arch + ")"
 	}
 	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(archs, ", "), dev.Name, plans, none)
+}
+
+// planHolds checks that plan p, kp's answer to req, is the answer to
+// every request that agrees with req on what p declares it reads
+// (core.Plan.Reads): a host keeps it for all of them. It plans req again
+// with what p does not read changed (other lengths under the declared
+// bound, another chunk capacity) and returns why the plans differ, or "".
+func (s *suite) planHolds(ctx context.Context, kp core.KernelPlanner, req *core.PlanRequest, p *core.Plan) string {
+	r := p.Reads.Effective()
+	if r == core.PlanReadsAll {
+		return ""
+	}
+	other := *req
+	other.Shape.SeqLens = slices.Clone(req.Shape.SeqLens)
+	other.Shape.QLens = slices.Clone(req.Shape.QLens)
+	rng := rand.New(rand.NewPCG(uint64(len(req.Shape.SeqLens)), 41))
+	var changed []string
+	if r&core.PlanReadsSeqLens == 0 {
+		hi := req.Shape.MaxSeqLen
+		if hi == 0 {
+			hi = slices.Max(req.Shape.SeqLens)
+		}
+		for i, q := range other.Shape.QLens {
+			other.Shape.SeqLens[i] = q + rng.Int64N(max(hi-q+1, 1))
+		}
+		changed = append(changed, "seq_lens")
+	}
+	if r&core.PlanReadsChunkCapacity == 0 {
+		other.Shape.ChunkCapacity = req.Shape.ChunkCapacity*2 + 4096
+		changed = append(changed, "chunk_capacity")
+	}
+	if launch.CheckRequest(&other) != nil {
+		return ""
+	}
+	p2, err := s.plan(ctx, kp, &other)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("the plan declares it reads %s, but with other %s the plugin answers %v", r, strings.Join(changed, " and "), err)
+	case !reflect.DeepEqual(p, p2):
+		return fmt.Sprintf("the plan declares it reads %s, but another plan answers the same request with other %s (a host would keep the first for both)", r, strings.Join(changed, " and "))
+	}
+	return ""
 }
 
 // plan asks kp for req's plan under the call deadline.

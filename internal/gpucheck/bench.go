@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"os/exec"
 	"runtime"
 	"time"
@@ -141,6 +142,13 @@ type BenchResult struct {
 	// over the matrix peak, in microseconds.
 	FloorUS float64 `json:"floor_us"`
 	Check   string  `json:"check"`
+	// StepUS is a decode step of StepLayers layers, graph-replayed: the
+	// plan's scheduler once, then the layers; StepOverUS is how much it
+	// takes beyond StepLayers times US, StepRatio StepUS over that.
+	StepLayers int     `json:"step_layers,omitempty"`
+	StepUS     float64 `json:"step_us,omitempty"`
+	StepOverUS float64 `json:"step_over_layers_us,omitempty"`
+	StepRatio  float64 `json:"step_vs_layers,omitempty"`
 	// TorchUS is torch's bmm-softmax-bmm on the same shapes, when torch
 	// ran; 0 otherwise.
 	TorchUS float64 `json:"torch_us,omitempty"`
@@ -152,25 +160,32 @@ type BenchResult struct {
 // DecodeShapes are the benchmark's DeepSeek-V3 decode shapes: heads 16
 // and 128 (per GPU under tensor parallelism 8, and without it), batch 1,
 // 16, 64, 128, cached 4096 and 16384 tokens, page size 64, plus a ragged
-// batch of each head count.
+// batch of each head count. Each is planned as a serving loop plans it: a
+// graph plan for the batch size with a bound on the lengths, scheduled on
+// the device.
 func DecodeShapes() []Case {
 	var cs []Case
 	for _, h := range []int{16, 128} {
 		for _, b := range []int{1, 16, 64, 128} {
 			for _, s := range []int64{4096, 16384} {
-				cs = append(cs, Case{Name: fmt.Sprintf("h%d_b%d_s%d", h, b, s), Heads: h, PageSize: 64, SeqLens: repeatLen(b, s), QLens: repeatLen(b, 1), Seed: uint64(h*1000 + b + int(s))})
+				cs = append(cs, Case{Name: fmt.Sprintf("h%d_b%d_s%d", h, b, s), Heads: h, PageSize: 64, SeqLens: repeatLen(b, s), QLens: repeatLen(b, 1), Seed: uint64(h*1000 + b + int(s)),
+					Graph: true, MaxSeqLen: s})
 			}
 		}
 		// Ragged: 64 requests from 64 to 32k tokens, log-uniform.
-		c := Case{Name: fmt.Sprintf("h%d_ragged64", h), Heads: h, PageSize: 64, Seed: uint64(h)}
+		c := Case{Name: fmt.Sprintf("h%d_ragged64", h), Heads: h, PageSize: 64, Seed: uint64(h), Graph: true}
 		for i := range 64 {
 			c.SeqLens = append(c.SeqLens, int64(64*math.Pow(512, float64((i*37)%64)/63)))
 			c.QLens = append(c.QLens, 1)
 		}
+		c.MaxSeqLen = slices.Max(c.SeqLens)
 		cs = append(cs, c)
 	}
 	return cs
 }
+
+// StepLayers is the layers of the benchmark's decode step: DeepSeek-V3's.
+const StepLayers = 61
 
 func repeatLen(n int, v int64) []int64 {
 	s := make([]int64, n)
@@ -242,6 +257,11 @@ func (e *Env) benchOne(c Case, f Floors) BenchResult {
 		return r
 	}
 	r.US, r.Spread = t.Median, t.Spread
+	if st, err := e.StepTime(b, p, StepLayers, 5); err == nil {
+		r.StepLayers, r.StepUS = StepLayers, st.Median
+		r.StepOverUS = st.Median - StepLayers*r.US
+		r.StepRatio = st.Median / (StepLayers * r.US)
+	}
 	tokens := b.Tokens * int64(c.Heads)
 	byteCount := float64(kvBytes + tokens*576*2 + tokens*512*2 + tokens*4)
 	var flops float64
@@ -397,15 +417,15 @@ func (rep *Report) WriteTable(w io.Writer) {
 	} else if rep.NoTorch != "" {
 		fmt.Fprintf(w, "torch: not run: %s\n", rep.NoTorch)
 	}
-	fmt.Fprintf(w, "\nMLA decode (bf16, 576/512, page 64)\n")
-	fmt.Fprintf(w, "%-16s %5s %5s %-20s %9s %7s %8s %7s %8s %9s %9s %8s\n", "shape", "heads", "batch", "cached", "us", "TB/s", "TFLOP/s", "%copy", "%matmul", "floor us", "torch us", "vs torch")
+	fmt.Fprintf(w, "\nMLA decode (bf16, 576/512, page 64; graph plans for the batch size, scheduled on the device)\n")
+	fmt.Fprintf(w, "%-16s %5s %5s %-20s %9s %7s %8s %7s %8s %9s %9s %8s %11s %9s\n", "shape", "heads", "batch", "cached", "us", "TB/s", "TFLOP/s", "%copy", "%matmul", "floor us", "torch us", "vs torch", "61-layer us", "over 61x")
 	for _, r := range rep.Decode {
 		if r.Error != "" {
 			fmt.Fprintf(w, "%-16s %5d %5d %-20s  not reported: %s\n", r.Name, r.Heads, r.Batch, r.Cached, r.Error)
 			continue
 		}
-		fmt.Fprintf(w, "%-16s %5d %5d %-20s %9.1f %7.2f %8.1f %6.0f%% %7.0f%% %9.1f %9.1f %7.2fx\n", r.Name, r.Heads, r.Batch, r.Cached,
-			r.US, r.TBs, r.TFLOPs, 100*r.OfCopy, 100*r.OfMatmul, r.FloorUS, r.TorchUS, r.VsTorch)
+		fmt.Fprintf(w, "%-16s %5d %5d %-20s %9.1f %7.2f %8.1f %6.0f%% %7.0f%% %9.1f %9.1f %7.2fx %11.1f %+8.1f%%\n", r.Name, r.Heads, r.Batch, r.Cached,
+			r.US, r.TBs, r.TFLOPs, 100*r.OfCopy, 100*r.OfMatmul, r.FloorUS, r.TorchUS, r.VsTorch, r.StepUS, 100*(r.StepRatio-1))
 	}
 	rep.writePrefill(w)
 }

@@ -3,6 +3,8 @@ package gpucheck
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -99,10 +101,170 @@ func TestMLADecodeRandom(t *testing.T) {
 	rng = rand.New(rand.NewPCG(seed, 2))
 	for i := range n {
 		c := RandomCase(rng, "random", []int{16, 32, 64, 128}, []int{1, 64}, []int{1, 2, 5, 16, 64, 133, 256}, 4, 16384, 1<<21)
+		if i%3 == 2 {
+			// Scheduled on the device: a graph plan for the batch size,
+			// with room in the page table for longer requests.
+			c.Graph, c.MaxSeqLen = true, slices.Max(c.SeqLens)+int64(rng.IntN(3000))
+		}
 		ch := runCase(t, e, c, 24)
 		t.Logf("random %2d %s: %v", i, c.Describe(), ch)
 	}
 }
+
+// TestScheduleOnDevice runs mla_schedule on random batches and compares
+// what it writes into the workspace (items, per-request metadata, item
+// count, slot starts) with what the host's planner computes for the same
+// batch: the device cuts every batch exactly as the CPU does.
+func TestScheduleOnDevice(t *testing.T) {
+	e := openEnv(t)
+	rng := rand.New(rand.NewPCG(31, 7))
+	for i := range 60 {
+		batches := []int{1, 2, 7, 16, 64, 133, 1024, 1500, 4096}
+		c := RandomCase(rng, "sched", []int{16, 128}, []int{1, 64}, batches, 4, 1<<17, 1<<26)
+		if i%4 == 0 { // ragged query lengths too
+			for j := range c.QLens {
+				c.QLens[j] = 1 + int64(rng.IntN(int(min(c.SeqLens[j], 4))))
+			}
+		}
+		c.Graph, c.MaxSeqLen = true, slices.Max(c.SeqLens)
+		dev := e.Exec.Device()
+		onDev := c.Request(dev, 1<<20)
+		cpu := onDev
+		cpu.Shape.MaxSeqLen = 0 // the CPU's graph plan: same grid, metadata of the lengths
+		k := c.kernel()
+		dp, err := devkernels.Plan(k, &onDev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp, err := devkernels.Plan(k, &cpu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][]int32{}
+		for _, m := range cp.Metadata {
+			want[m.Name] = m.Int32s
+		}
+		got, err := e.runSchedule(c, &onDev, dp)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Describe(), err)
+		}
+		for _, name := range []string{"schedule", "requests", "counts", "slots"} {
+			if !slices.Equal(got[name], want[name]) {
+				t.Fatalf("%s: %s on the device differs from the host's (%d values, %d on the host); first difference at %d",
+					c.Describe(), name, len(got[name]), len(want[name]), firstDiff(got[name], want[name]))
+			}
+		}
+	}
+}
+
+func firstDiff(a, b []int32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// runSchedule runs the PerBatch launch of plan p (mla_schedule) for c and
+// returns what it wrote, by the names of the host planner's metadata.
+func (e *Env) runSchedule(c Case, req *core.PlanRequest, p *core.Plan) (map[string][]int32, error) {
+	b, err := e.Alloc(c, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free(e)
+	b.Req = *req
+	pr, err := e.Exec.Prepare(req, p)
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Close()
+	sched := p.Launches[0]
+	sizes := map[string]int{"schedule": 0, "requests": 8 * len(c.SeqLens), "counts": 1, "slots": 0}
+	for _, a := range sched.Args {
+		if a.Param == "capacity" {
+			sizes["schedule"], sizes["slots"] = 4*int(a.Int), int(a.Int)+1
+		}
+	}
+	out := map[string][]int32{}
+	err = e.Dev.Do(func(x *cuda.Ctx) error {
+		if err := x.Fill32(pr.Workspace().Ptr, 0xdeadbeef, pr.Workspace().Bytes/4); err != nil {
+			return err
+		}
+		if err := x.Synchronize(); err != nil {
+			return err
+		}
+		if err := pr.LaunchBatch(x, e.Stream(), b.Tensors(0)); err != nil {
+			return err
+		}
+		if err := x.SyncStream(e.Stream()); err != nil {
+			return err
+		}
+		for _, a := range sched.Args {
+			n, ok := sizes[a.Param]
+			if !ok || a.Kind != core.ArgWorkspace {
+				continue
+			}
+			v := make([]int32, n)
+			if err := x.CopyOut(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*n), pr.Workspace().Ptr+uint64(a.Offset)); err != nil {
+				return err
+			}
+			out[a.Param] = v
+		}
+		return nil
+	})
+	return out, err
+}
+
+// TestServingLoop runs decode steps as a serving loop does, on plans that
+// hold for a batch size: for each batch size, heads and page size, one plan
+// request (counted at the backend, through a registry), one CUDA graph
+// captured for the step (seq_lens advanced by one on the device, the
+// schedule, the layers) and replayed for every step with no RPC, no host
+// copy and no allocation; the outputs are checked against the fp64
+// reference at sampled steps, and the host's time per step (the replay
+// call) is reported.
+func TestServingLoop(t *testing.T) {
+	e := openEnv(t)
+	steps := 1000
+	if testing.Short() {
+		steps = 100
+	}
+	const layers = 2
+	for _, heads := range []int{16, 128} {
+		for _, page := range []int{1, 64} {
+			for _, batch := range []int{1, 16, 64} {
+				name := fmt.Sprintf("heads %d page %d batch %d", heads, page, batch)
+				rng := rand.New(rand.NewPCG(uint64(heads*1000+page*10+batch), 5))
+				c := Case{Heads: heads, PageSize: page, Seed: uint64(batch), Graph: true, MaxSeqLen: 8192}
+				for range batch {
+					c.SeqLens = append(c.SeqLens, 1+rng.Int64N(4000))
+					c.QLens = append(c.QLens, 1)
+				}
+				fig, err := e.ServingLoop(c, steps, layers, func(step int, b *Batch) error {
+					ch, err := e.Verify(b, layers-1, 16)
+					if err != nil {
+						return err
+					}
+					if !ch.OK() {
+						return fmt.Errorf("step %d: %v", step, ch)
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if fig.Plans != 1 {
+					t.Errorf("%s: %d plan requests for %d steps, want 1", name, fig.Plans, steps)
+				}
+				t.Logf("%s: %d steps, %d plan request(s); host time per step: %.2f us asking the registry for the plan, %.2f us launching the step's graph",
+					name, steps, fig.Plans, fig.PlanUS, fig.ReplayUS)
+			}
+		}
+	}
+}
+
 
 func repeat(n int, v int64) []int64 {
 	s := make([]int64, n)

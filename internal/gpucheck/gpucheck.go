@@ -543,9 +543,14 @@ func (e *Env) Time(b *Batch, p *cudaexec.Prepared, iters, reps int) (Timing, err
 		for i := range tensors {
 			tensors[i] = b.Tensors(i)
 		}
+		// A plan with a scheduler (PerBatch launches) runs it once, before
+		// the capture: the graph times the layers' launches alone.
+		if err := p.LaunchBatch(x, e.stream, tensors[0]); err != nil {
+			return err
+		}
 		g, err := x.Capture(e.stream, func() error {
 			for i := range iters {
-				if err := p.Launch(x, e.stream, tensors[i%len(tensors)]); err != nil {
+				if err := p.LaunchLayer(x, e.stream, tensors[i%len(tensors)]); err != nil {
 					return err
 				}
 			}
@@ -562,6 +567,45 @@ func (e *Env) Time(b *Batch, p *cudaexec.Prepared, iters, reps int) (Timing, err
 			}
 			if r >= 0 {
 				ts = append(ts, ms*1000/float64(iters))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Timing{}, err
+	}
+	return median(ts), nil
+}
+
+// StepTime captures a decode step of layers layers as a serving host runs
+// it, the plan's PerBatch launches (the scheduler) once and then every
+// layer's launches (rotating over the batch's KV copies), replays it reps
+// times after a warm-up, and returns the time of a step in microseconds.
+func (e *Env) StepTime(b *Batch, p *cudaexec.Prepared, layers, reps int) (Timing, error) {
+	var ts []float64
+	err := e.Dev.Do(func(x *cuda.Ctx) error {
+		g, err := x.Capture(e.stream, func() error {
+			if err := p.LaunchBatch(x, e.stream, b.Tensors(0)); err != nil {
+				return err
+			}
+			for l := range layers {
+				if err := p.LaunchLayer(x, e.stream, b.Tensors(l)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		defer x.DestroyGraph(g)
+		for r := -1; r < reps; r++ {
+			ms, err := e.timeOnce(x, func() error { return x.LaunchGraph(g, e.stream) })
+			if err != nil {
+				return err
+			}
+			if r >= 0 {
+				ts = append(ts, ms*1000)
 			}
 		}
 		return nil

@@ -256,6 +256,9 @@ func (e *Executor) Prepare(req *core.PlanRequest, p *core.Plan) (*Prepared, erro
 // Plan returns the plan p was prepared from.
 func (p *Prepared) Plan() *core.Plan { return p.plan }
 
+// Workspace returns the plan's workspace on the device.
+func (p *Prepared) Workspace() Buffer { return p.ws }
+
 // Tensors returns the tensors Launch binds, in order, with their shapes.
 func (p *Prepared) Tensors() []core.TensorSpec { return p.specs }
 

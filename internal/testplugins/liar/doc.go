@@ -19,6 +19,8 @@
 //	no_plan         answer "no device plan" to every plan request
 //	no_modules      answer "no device code" to the modules request
 //	crash_plan      exit with status 2 in every plan request
+//	holds_for_batch a graph plan with a bound on the lengths declares it holds
+//	                for the batch size (Reads), but its grid follows the lengths
 //	image_mib=N     make the module image N MiB
 //	variant=V       build the image with V in it (a rebuilt plugin)
 //

@@ -30,7 +30,7 @@ func parse(spec, log string) (lies, error) {
 		switch key {
 		case "":
 		case "unknown_entry", "unknown_module", "grid", "block", "shared", "unbound", "schedule", "shape",
-			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan":
+			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan", "holds_for_batch":
 			l.set[key] = true
 		case "image_mib":
 			l.imageMiB, err = strconv.Atoi(val)
@@ -236,6 +236,20 @@ func (b *backend) lie(p *core.Plan, req *core.PlanRequest) {
 			for i := range p.Tensors {
 				if p.Tensors[i].Name == "out" {
 					p.Tensors[i].Shape[1]++
+				}
+			}
+		case "holds_for_batch":
+			// Claims to hold for the batch size, but its grid follows the
+			// lengths (its items): a host would replay a wrong grid.
+			if req.Graph && req.Shape.MaxSeqLen > 0 {
+				p.Reads = core.PlanReadsDeclared | core.PlanReadsQLens
+				p.Metadata, p.Schedule = nil, nil
+				for i := range p.Launches {
+					for j, a := range p.Launches[i].Args {
+						if a.Kind == core.ArgMeta {
+							p.Launches[i].Args[j] = core.Arg{Param: a.Param, Kind: core.ArgWorkspace}
+						}
+					}
 				}
 			}
 		case "wrong_kernel":
