@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"os/exec"
 	"runtime"
+	"slices"
 	"time"
 	"unsafe"
 

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -264,7 +264,6 @@ func TestServingLoop(t *testing.T) {
 		}
 	}
 }
-
 
 func repeat(n int, v int64) []int64 {
 	s := make([]int64, n)

@@ -28,7 +28,9 @@ func (b *loopBackend) Describe(context.Context) (*core.Description, error) {
 	}}}, nil
 }
 
-func (b *loopBackend) Dispatch(context.Context, *core.Request) (core.Method, error) { return core.MLA, nil }
+func (b *loopBackend) Dispatch(context.Context, *core.Request) (core.Method, error) {
+	return core.MLA, nil
+}
 
 func (b *loopBackend) KernelModules(context.Context, core.DeviceInfo) ([]core.KernelModule, error) {
 	return b.mods, nil
