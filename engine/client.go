@@ -13,7 +13,9 @@ import (
 	"github.com/attnplug/attnplug/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // callTimeout bounds one call of a Client to a server, within the
@@ -44,8 +46,9 @@ func SplitAddress(addr string) (network, address string) {
 // and errors.As finds the *core.FieldError of an invalid field. A Client
 // is safe for concurrent use.
 type Client struct {
-	conn *grpc.ClientConn
-	rpc  dispatchv1.DispatcherClient
+	conn    *grpc.ClientConn
+	rpc     dispatchv1.DispatcherClient
+	kernels dispatchv1.KernelsClient
 }
 
 // Dial returns a client of the server at addr (as SplitAddress reads it)
@@ -71,7 +74,7 @@ func Dial(addr string, creds credentials.TransportCredentials) (*Client, error) 
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	return &Client{conn: conn, rpc: dispatchv1.NewDispatcherClient(conn)}, nil
+	return &Client{conn: conn, rpc: dispatchv1.NewDispatcherClient(conn), kernels: dispatchv1.NewKernelsClient(conn)}, nil
 }
 
 // Dispatch answers req on the server. An error of the call itself (a
@@ -120,3 +123,41 @@ func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []r
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
+
+// KernelModules returns the device code of the plugin serving backend, for
+// dev, as the server's registry hands it (hashes checked, pinned by the
+// server's lock file). "No device code" is an error wrapping
+// core.ErrNoPlan.
+func (c *Client) KernelModules(ctx context.Context, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := c.kernels.KernelModules(ctx, &dispatchv1.KernelModulesRequest{Backend: backend, Device: deviceToProto(dev)})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", kernelError(err))
+	}
+	return modulesFromProto(resp.GetModules()), nil
+}
+
+// PlanKernel returns the launches that run req.Method's kernel of the
+// handler req.Backend on req's batch, checked by the server as its own
+// host checks plans (launch.Check). "No device plan" is an error wrapping
+// core.ErrNoPlan; a malformed request, core.ErrInvalidRequest.
+func (c *Client) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := c.kernels.PlanKernel(ctx, planRequestToProto(req))
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", kernelError(err))
+	}
+	return planFromProto(resp.GetPlan())
+}
+
+// kernelError is the error of a Kernels call: UNIMPLEMENTED is "no device
+// plan" (core.ErrNoPlan), with the server's message; other codes as
+// wire.FromStatus reads them.
+func kernelError(err error) error {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented {
+		return fmt.Errorf("%w: %s", core.ErrNoPlan, st.Message())
+	}
+	return wire.FromStatus(err)
+}

@@ -103,8 +103,9 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 func (s *Server) Register(g *grpc.Server) {
 	dispatchv1.RegisterDispatcherServer(g, s.ds)
 	dispatchv1.RegisterAdminServer(g, s.ds)
+	dispatchv1.RegisterKernelsServer(g, s.ds)
 	healthpb.RegisterHealthServer(g, s.health)
-	for _, name := range []string{"", dispatchv1.Dispatcher_ServiceDesc.ServiceName, dispatchv1.Admin_ServiceDesc.ServiceName} {
+	for _, name := range []string{"", dispatchv1.Dispatcher_ServiceDesc.ServiceName, dispatchv1.Admin_ServiceDesc.ServiceName, dispatchv1.Kernels_ServiceDesc.ServiceName} {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
 	reflection.Register(g)
@@ -159,6 +160,7 @@ func (h hybrid) backendFor(m core.ForwardMode) string {
 type dispatchServer struct {
 	dispatchv1.UnimplementedDispatcherServer
 	dispatchv1.UnimplementedAdminServer
+	dispatchv1.UnimplementedKernelsServer
 	reg     *registry.Registry
 	hybrid  hybrid
 	metrics *metrics
@@ -285,4 +287,42 @@ func (s *dispatchServer) ListPlugins(context.Context, *dispatchv1.ListPluginsReq
 		})
 	}
 	return out, nil
+}
+
+// KernelModules answers the modules of the plugin serving a name, for the
+// device the client describes.
+func (s *dispatchServer) KernelModules(ctx context.Context, in *dispatchv1.KernelModulesRequest) (*dispatchv1.KernelModulesResponse, error) {
+	if in.GetBackend() == "" || len(in.GetBackend()) > core.MaxBackendNameLen {
+		return nil, wire.ToStatus(core.NewFieldError("backend", "must be a name of 1 to 256 bytes"))
+	}
+	dev, err := deviceFromProto(in.GetDevice(), "device")
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	mods, err := s.reg.KernelModules(ctx, in.GetBackend(), dev)
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	var n int
+	for _, m := range mods {
+		n += len(m.Image)
+	}
+	if n > wire.MaxModulesBytes {
+		return nil, wire.ToStatus(fmt.Errorf("%w: the modules of %s are %d bytes, more than an answer carries (%d)", core.ErrNoPlan, in.GetBackend(), n, wire.MaxModulesBytes))
+	}
+	return &dispatchv1.KernelModulesResponse{Modules: modulesToProto(mods)}, nil
+}
+
+// PlanKernel answers a plan, checked by the registry (launch.Check) for the
+// device the client describes.
+func (s *dispatchServer) PlanKernel(ctx context.Context, in *dispatchv1.PlanKernelRequest) (*dispatchv1.PlanKernelResponse, error) {
+	req, err := planRequestFromProto(in)
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	p, err := s.reg.PlanKernel(ctx, &req)
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &dispatchv1.PlanKernelResponse{Plan: planToProto(p)}, nil
 }

@@ -1800,6 +1800,1202 @@ func (x *Runtime) GetDsaUseMhaSet() bool {
 	return false
 }
 
+// DeviceInfo describes the device a host launches kernels on.
+type DeviceInfo struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Platform Platform               `protobuf:"varint,1,opt,name=platform,proto3,enum=attnplug.dispatch.v1.Platform" json:"platform,omitempty"`
+	// The device's name, such as "NVIDIA H200".
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// CUDA compute capability, major*10+minor.
+	ComputeCapability int32 `protobuf:"varint,3,opt,name=compute_capability,json=computeCapability,proto3" json:"compute_capability,omitempty"`
+	// Multiprocessors.
+	Sms                int32 `protobuf:"varint,4,opt,name=sms,proto3" json:"sms,omitempty"`
+	MaxThreadsPerBlock int32 `protobuf:"varint,5,opt,name=max_threads_per_block,json=maxThreadsPerBlock,proto3" json:"max_threads_per_block,omitempty"`
+	// Dynamic shared memory a block may use after opting in, in bytes.
+	MaxSharedPerBlock int64 `protobuf:"varint,6,opt,name=max_shared_per_block,json=maxSharedPerBlock,proto3" json:"max_shared_per_block,omitempty"`
+	// The largest grid per dimension: x, y, z.
+	MaxGrid       []int64 `protobuf:"varint,7,rep,packed,name=max_grid,json=maxGrid,proto3" json:"max_grid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeviceInfo) Reset() {
+	*x = DeviceInfo{}
+	mi := &file_dispatch_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeviceInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeviceInfo) ProtoMessage() {}
+
+func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeviceInfo.ProtoReflect.Descriptor instead.
+func (*DeviceInfo) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DeviceInfo) GetPlatform() Platform {
+	if x != nil {
+		return x.Platform
+	}
+	return Platform_PLATFORM_UNSPECIFIED
+}
+
+func (x *DeviceInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeviceInfo) GetComputeCapability() int32 {
+	if x != nil {
+		return x.ComputeCapability
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetSms() int32 {
+	if x != nil {
+		return x.Sms
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetMaxThreadsPerBlock() int32 {
+	if x != nil {
+		return x.MaxThreadsPerBlock
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetMaxSharedPerBlock() int64 {
+	if x != nil {
+		return x.MaxSharedPerBlock
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetMaxGrid() []int64 {
+	if x != nil {
+		return x.MaxGrid
+	}
+	return nil
+}
+
+// KernelParam is one parameter of a kernel entry point.
+type KernelParam struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "ptr", "i32", "i64" or "f32"; a host refuses a kind it does not know.
+	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelParam) Reset() {
+	*x = KernelParam{}
+	mi := &file_dispatch_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelParam) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelParam) ProtoMessage() {}
+
+func (x *KernelParam) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelParam.ProtoReflect.Descriptor instead.
+func (*KernelParam) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *KernelParam) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KernelParam) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+// KernelEntry is one entry point of a module.
+type KernelEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The symbol the driver looks up.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its parameters, in order.
+	Params        []*KernelParam `protobuf:"bytes,2,rep,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelEntry) Reset() {
+	*x = KernelEntry{}
+	mi := &file_dispatch_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelEntry) ProtoMessage() {}
+
+func (x *KernelEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelEntry.ProtoReflect.Descriptor instead.
+func (*KernelEntry) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *KernelEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KernelEntry) GetParams() []*KernelParam {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+// KernelModule is device code: an image and its entry points.
+type KernelModule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The module's name within the plugin.
+	Name     string   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Platform Platform `protobuf:"varint,2,opt,name=platform,proto3,enum=attnplug.dispatch.v1.Platform" json:"platform,omitempty"`
+	// The architecture the image targets, such as "sm_90a" or "compute_90a".
+	Arch string `protobuf:"bytes,3,opt,name=arch,proto3" json:"arch,omitempty"`
+	// "ptx" or "cubin" on CUDA; "hsaco" and others are kept for other
+	// platforms.
+	Format string `protobuf:"bytes,4,opt,name=format,proto3" json:"format,omitempty"`
+	// The image, byte for byte.
+	Image []byte `protobuf:"bytes,5,opt,name=image,proto3" json:"image,omitempty"`
+	// The hex SHA-256 of image.
+	Sha256  string         `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Entries []*KernelEntry `protobuf:"bytes,7,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The catalog kernels (Kernel.name) the module runs.
+	Kernels       []string `protobuf:"bytes,8,rep,name=kernels,proto3" json:"kernels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelModule) Reset() {
+	*x = KernelModule{}
+	mi := &file_dispatch_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelModule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelModule) ProtoMessage() {}
+
+func (x *KernelModule) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelModule.ProtoReflect.Descriptor instead.
+func (*KernelModule) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *KernelModule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KernelModule) GetPlatform() Platform {
+	if x != nil {
+		return x.Platform
+	}
+	return Platform_PLATFORM_UNSPECIFIED
+}
+
+func (x *KernelModule) GetArch() string {
+	if x != nil {
+		return x.Arch
+	}
+	return ""
+}
+
+func (x *KernelModule) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
+func (x *KernelModule) GetImage() []byte {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+func (x *KernelModule) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *KernelModule) GetEntries() []*KernelEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *KernelModule) GetKernels() []string {
+	if x != nil {
+		return x.Kernels
+	}
+	return nil
+}
+
+type KernelModulesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend name whose plugin's modules are asked.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The device the client launches on.
+	Device        *DeviceInfo `protobuf:"bytes,2,opt,name=device,proto3" json:"device,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelModulesRequest) Reset() {
+	*x = KernelModulesRequest{}
+	mi := &file_dispatch_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelModulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelModulesRequest) ProtoMessage() {}
+
+func (x *KernelModulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelModulesRequest.ProtoReflect.Descriptor instead.
+func (*KernelModulesRequest) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *KernelModulesRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *KernelModulesRequest) GetDevice() *DeviceInfo {
+	if x != nil {
+		return x.Device
+	}
+	return nil
+}
+
+type KernelModulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Modules       []*KernelModule        `protobuf:"bytes,1,rep,name=modules,proto3" json:"modules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelModulesResponse) Reset() {
+	*x = KernelModulesResponse{}
+	mi := &file_dispatch_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelModulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelModulesResponse) ProtoMessage() {}
+
+func (x *KernelModulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelModulesResponse.ProtoReflect.Descriptor instead.
+func (*KernelModulesResponse) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *KernelModulesResponse) GetModules() []*KernelModule {
+	if x != nil {
+		return x.Modules
+	}
+	return nil
+}
+
+// PlanShape is a batch: keys and queries per request; for MLA, the
+// paging of sglang's KV cache.
+type PlanShape struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keys per request: its prefix and its new tokens.
+	SeqLens []int64 `protobuf:"varint,1,rep,packed,name=seq_lens,json=seqLens,proto3" json:"seq_lens,omitempty"`
+	// Query tokens per request, the last of its keys.
+	QLens    []int64 `protobuf:"varint,2,rep,packed,name=q_lens,json=qLens,proto3" json:"q_lens,omitempty"`
+	PageSize int32   `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	NumPages int64   `protobuf:"varint,4,opt,name=num_pages,json=numPages,proto3" json:"num_pages,omitempty"`
+	// The chunk capacity of MHA_CHUNKED_KV (sglang's
+	// get_max_chunk_capacity()); 0 for the planner's default.
+	ChunkCapacity int64 `protobuf:"varint,5,opt,name=chunk_capacity,json=chunkCapacity,proto3" json:"chunk_capacity,omitempty"`
+	// A bound the host declares on every seq_lens entry over the plan's
+	// life; 0: none. A graph plan depends on it instead of on seq_lens.
+	MaxSeqLen     int64 `protobuf:"varint,6,opt,name=max_seq_len,json=maxSeqLen,proto3" json:"max_seq_len,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanShape) Reset() {
+	*x = PlanShape{}
+	mi := &file_dispatch_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanShape) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanShape) ProtoMessage() {}
+
+func (x *PlanShape) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanShape.ProtoReflect.Descriptor instead.
+func (*PlanShape) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *PlanShape) GetSeqLens() []int64 {
+	if x != nil {
+		return x.SeqLens
+	}
+	return nil
+}
+
+func (x *PlanShape) GetQLens() []int64 {
+	if x != nil {
+		return x.QLens
+	}
+	return nil
+}
+
+func (x *PlanShape) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *PlanShape) GetNumPages() int64 {
+	if x != nil {
+		return x.NumPages
+	}
+	return 0
+}
+
+func (x *PlanShape) GetChunkCapacity() int64 {
+	if x != nil {
+		return x.ChunkCapacity
+	}
+	return 0
+}
+
+func (x *PlanShape) GetMaxSeqLen() int64 {
+	if x != nil {
+		return x.MaxSeqLen
+	}
+	return 0
+}
+
+// PlanDims are the model dimensions of a plan.
+type PlanDims struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Heads         int32                  `protobuf:"varint,1,opt,name=heads,proto3" json:"heads,omitempty"`
+	HeadDimQk     int32                  `protobuf:"varint,2,opt,name=head_dim_qk,json=headDimQk,proto3" json:"head_dim_qk,omitempty"`
+	HeadDimV      int32                  `protobuf:"varint,3,opt,name=head_dim_v,json=headDimV,proto3" json:"head_dim_v,omitempty"`
+	SoftmaxScale  float64                `protobuf:"fixed64,4,opt,name=softmax_scale,json=softmaxScale,proto3" json:"softmax_scale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanDims) Reset() {
+	*x = PlanDims{}
+	mi := &file_dispatch_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanDims) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanDims) ProtoMessage() {}
+
+func (x *PlanDims) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanDims.ProtoReflect.Descriptor instead.
+func (*PlanDims) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PlanDims) GetHeads() int32 {
+	if x != nil {
+		return x.Heads
+	}
+	return 0
+}
+
+func (x *PlanDims) GetHeadDimQk() int32 {
+	if x != nil {
+		return x.HeadDimQk
+	}
+	return 0
+}
+
+func (x *PlanDims) GetHeadDimV() int32 {
+	if x != nil {
+		return x.HeadDimV
+	}
+	return 0
+}
+
+func (x *PlanDims) GetSoftmaxScale() float64 {
+	if x != nil {
+		return x.SoftmaxScale
+	}
+	return 0
+}
+
+type PlanKernelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The handler whose kernel runs.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	Method  Method `protobuf:"varint,2,opt,name=method,proto3,enum=attnplug.dispatch.v1.Method" json:"method,omitempty"`
+	// The dtype of the queries, the KV cache and the output, such as "bf16".
+	Dtype  string      `protobuf:"bytes,3,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Dims   *PlanDims   `protobuf:"bytes,4,opt,name=dims,proto3" json:"dims,omitempty"`
+	Shape  *PlanShape  `protobuf:"bytes,5,opt,name=shape,proto3" json:"shape,omitempty"`
+	Device *DeviceInfo `protobuf:"bytes,6,opt,name=device,proto3" json:"device,omitempty"`
+	// A plan whose launches depend on the batch size only, for CUDA graphs.
+	Graph         bool `protobuf:"varint,7,opt,name=graph,proto3" json:"graph,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanKernelRequest) Reset() {
+	*x = PlanKernelRequest{}
+	mi := &file_dispatch_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanKernelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanKernelRequest) ProtoMessage() {}
+
+func (x *PlanKernelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanKernelRequest.ProtoReflect.Descriptor instead.
+func (*PlanKernelRequest) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *PlanKernelRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *PlanKernelRequest) GetMethod() Method {
+	if x != nil {
+		return x.Method
+	}
+	return Method_METHOD_UNSPECIFIED
+}
+
+func (x *PlanKernelRequest) GetDtype() string {
+	if x != nil {
+		return x.Dtype
+	}
+	return ""
+}
+
+func (x *PlanKernelRequest) GetDims() *PlanDims {
+	if x != nil {
+		return x.Dims
+	}
+	return nil
+}
+
+func (x *PlanKernelRequest) GetShape() *PlanShape {
+	if x != nil {
+		return x.Shape
+	}
+	return nil
+}
+
+func (x *PlanKernelRequest) GetDevice() *DeviceInfo {
+	if x != nil {
+		return x.Device
+	}
+	return nil
+}
+
+func (x *PlanKernelRequest) GetGraph() bool {
+	if x != nil {
+		return x.Graph
+	}
+	return false
+}
+
+// TensorSpec is a tensor the host binds to a plan.
+type TensorSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "bf16", "fp16", "f32", "i32", ...
+	Dtype string  `protobuf:"bytes,2,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Shape []int64 `protobuf:"varint,3,rep,packed,name=shape,proto3" json:"shape,omitempty"`
+	// Whether the launches write it.
+	Output        bool `protobuf:"varint,4,opt,name=output,proto3" json:"output,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TensorSpec) Reset() {
+	*x = TensorSpec{}
+	mi := &file_dispatch_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TensorSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TensorSpec) ProtoMessage() {}
+
+func (x *TensorSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TensorSpec.ProtoReflect.Descriptor instead.
+func (*TensorSpec) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *TensorSpec) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TensorSpec) GetDtype() string {
+	if x != nil {
+		return x.Dtype
+	}
+	return ""
+}
+
+func (x *TensorSpec) GetShape() []int64 {
+	if x != nil {
+		return x.Shape
+	}
+	return nil
+}
+
+func (x *TensorSpec) GetOutput() bool {
+	if x != nil {
+		return x.Output
+	}
+	return false
+}
+
+// MetaBuffer is int32 metadata the host uploads once per batch.
+type MetaBuffer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Int32S        []int32                `protobuf:"varint,2,rep,packed,name=int32s,proto3" json:"int32s,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaBuffer) Reset() {
+	*x = MetaBuffer{}
+	mi := &file_dispatch_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaBuffer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaBuffer) ProtoMessage() {}
+
+func (x *MetaBuffer) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaBuffer.ProtoReflect.Descriptor instead.
+func (*MetaBuffer) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *MetaBuffer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MetaBuffer) GetInt32S() []int32 {
+	if x != nil {
+		return x.Int32S
+	}
+	return nil
+}
+
+// WorkItem is one unit of a split-KV schedule.
+type WorkItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       int32                  `protobuf:"varint,1,opt,name=request,proto3" json:"request,omitempty"`
+	KvBegin       int32                  `protobuf:"varint,2,opt,name=kv_begin,json=kvBegin,proto3" json:"kv_begin,omitempty"`
+	KvEnd         int32                  `protobuf:"varint,3,opt,name=kv_end,json=kvEnd,proto3" json:"kv_end,omitempty"`
+	Split         int32                  `protobuf:"varint,4,opt,name=split,proto3" json:"split,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkItem) Reset() {
+	*x = WorkItem{}
+	mi := &file_dispatch_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkItem) ProtoMessage() {}
+
+func (x *WorkItem) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkItem.ProtoReflect.Descriptor instead.
+func (*WorkItem) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *WorkItem) GetRequest() int32 {
+	if x != nil {
+		return x.Request
+	}
+	return 0
+}
+
+func (x *WorkItem) GetKvBegin() int32 {
+	if x != nil {
+		return x.KvBegin
+	}
+	return 0
+}
+
+func (x *WorkItem) GetKvEnd() int32 {
+	if x != nil {
+		return x.KvEnd
+	}
+	return 0
+}
+
+func (x *WorkItem) GetSplit() int32 {
+	if x != nil {
+		return x.Split
+	}
+	return 0
+}
+
+// LaunchArg binds one parameter of a launch.
+type LaunchArg struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Param string                 `protobuf:"bytes,1,opt,name=param,proto3" json:"param,omitempty"`
+	// "tensor", "meta", "workspace", "int" or "float".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The tensor or metadata buffer, for "tensor" and "meta".
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Added to a metadata or workspace address, in bytes.
+	Offset        int64   `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	IntValue      int64   `protobuf:"varint,5,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
+	FloatValue    float64 `protobuf:"fixed64,6,opt,name=float_value,json=floatValue,proto3" json:"float_value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LaunchArg) Reset() {
+	*x = LaunchArg{}
+	mi := &file_dispatch_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LaunchArg) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LaunchArg) ProtoMessage() {}
+
+func (x *LaunchArg) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LaunchArg.ProtoReflect.Descriptor instead.
+func (*LaunchArg) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *LaunchArg) GetParam() string {
+	if x != nil {
+		return x.Param
+	}
+	return ""
+}
+
+func (x *LaunchArg) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *LaunchArg) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LaunchArg) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *LaunchArg) GetIntValue() int64 {
+	if x != nil {
+		return x.IntValue
+	}
+	return 0
+}
+
+func (x *LaunchArg) GetFloatValue() float64 {
+	if x != nil {
+		return x.FloatValue
+	}
+	return 0
+}
+
+// Launch is one kernel launch.
+type Launch struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Module string                 `protobuf:"bytes,1,opt,name=module,proto3" json:"module,omitempty"`
+	Entry  string                 `protobuf:"bytes,2,opt,name=entry,proto3" json:"entry,omitempty"`
+	// Three dimensions each: x, y, z.
+	Grid        []uint32     `protobuf:"varint,3,rep,packed,name=grid,proto3" json:"grid,omitempty"`
+	Block       []uint32     `protobuf:"varint,4,rep,packed,name=block,proto3" json:"block,omitempty"`
+	SharedBytes uint32       `protobuf:"varint,5,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
+	Args        []*LaunchArg `protobuf:"bytes,6,rep,name=args,proto3" json:"args,omitempty"`
+	// The launch depends on the batch, not on a layer: a host may run it
+	// once per batch, before the layers' launches.
+	PerBatch      bool `protobuf:"varint,7,opt,name=per_batch,json=perBatch,proto3" json:"per_batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Launch) Reset() {
+	*x = Launch{}
+	mi := &file_dispatch_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Launch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Launch) ProtoMessage() {}
+
+func (x *Launch) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Launch.ProtoReflect.Descriptor instead.
+func (*Launch) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Launch) GetModule() string {
+	if x != nil {
+		return x.Module
+	}
+	return ""
+}
+
+func (x *Launch) GetEntry() string {
+	if x != nil {
+		return x.Entry
+	}
+	return ""
+}
+
+func (x *Launch) GetGrid() []uint32 {
+	if x != nil {
+		return x.Grid
+	}
+	return nil
+}
+
+func (x *Launch) GetBlock() []uint32 {
+	if x != nil {
+		return x.Block
+	}
+	return nil
+}
+
+func (x *Launch) GetSharedBytes() uint32 {
+	if x != nil {
+		return x.SharedBytes
+	}
+	return 0
+}
+
+func (x *Launch) GetArgs() []*LaunchArg {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *Launch) GetPerBatch() bool {
+	if x != nil {
+		return x.PerBatch
+	}
+	return false
+}
+
+// Plan is the launches that run a method's kernel on one batch.
+type Plan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The catalog name of the kernel the plan runs.
+	Kernel         string        `protobuf:"bytes,1,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	Tensors        []*TensorSpec `protobuf:"bytes,2,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	Metadata       []*MetaBuffer `protobuf:"bytes,3,rep,name=metadata,proto3" json:"metadata,omitempty"`
+	Schedule       []*WorkItem   `protobuf:"bytes,4,rep,name=schedule,proto3" json:"schedule,omitempty"`
+	WorkspaceBytes int64         `protobuf:"varint,5,opt,name=workspace_bytes,json=workspaceBytes,proto3" json:"workspace_bytes,omitempty"`
+	Launches       []*Launch     `protobuf:"bytes,6,rep,name=launches,proto3" json:"launches,omitempty"`
+	// The plan's choices, for people.
+	Note string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
+	// What of the request's shape the plan depends on (core.PlanReads:
+	// bit 0 declared, 1 seq_lens, 2 q_lens, 3 chunk_capacity); 0, as an
+	// older plugin sends, is everything.
+	Reads         uint32 `protobuf:"varint,8,opt,name=reads,proto3" json:"reads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Plan) Reset() {
+	*x = Plan{}
+	mi := &file_dispatch_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Plan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Plan) ProtoMessage() {}
+
+func (x *Plan) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Plan.ProtoReflect.Descriptor instead.
+func (*Plan) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Plan) GetKernel() string {
+	if x != nil {
+		return x.Kernel
+	}
+	return ""
+}
+
+func (x *Plan) GetTensors() []*TensorSpec {
+	if x != nil {
+		return x.Tensors
+	}
+	return nil
+}
+
+func (x *Plan) GetMetadata() []*MetaBuffer {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Plan) GetSchedule() []*WorkItem {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *Plan) GetWorkspaceBytes() int64 {
+	if x != nil {
+		return x.WorkspaceBytes
+	}
+	return 0
+}
+
+func (x *Plan) GetLaunches() []*Launch {
+	if x != nil {
+		return x.Launches
+	}
+	return nil
+}
+
+func (x *Plan) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *Plan) GetReads() uint32 {
+	if x != nil {
+		return x.Reads
+	}
+	return 0
+}
+
+type PlanKernelResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanKernelResponse) Reset() {
+	*x = PlanKernelResponse{}
+	mi := &file_dispatch_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanKernelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanKernelResponse) ProtoMessage() {}
+
+func (x *PlanKernelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanKernelResponse.ProtoReflect.Descriptor instead.
+func (*PlanKernelResponse) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *PlanKernelResponse) GetPlan() *Plan {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
 var File_dispatch_proto protoreflect.FileDescriptor
 
 const file_dispatch_proto_rawDesc = "" +
@@ -1918,7 +3114,99 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x12compute_capability\x18\a \x01(\x05R\x11computeCapability\x12$\n" +
 	"\x0ekv_cache_dtype\x18\b \x01(\tR\fkvCacheDtype\x12%\n" +
 	"\x0fdsa_use_mha_set\x18\t \x01(\bR\fdsaUseMhaSetB\x0e\n" +
-	"\f_dsa_use_mha*\x88\x02\n" +
+	"\f_dsa_use_mha\"\x9c\x02\n" +
+	"\n" +
+	"DeviceInfo\x12:\n" +
+	"\bplatform\x18\x01 \x01(\x0e2\x1e.attnplug.dispatch.v1.PlatformR\bplatform\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12-\n" +
+	"\x12compute_capability\x18\x03 \x01(\x05R\x11computeCapability\x12\x10\n" +
+	"\x03sms\x18\x04 \x01(\x05R\x03sms\x121\n" +
+	"\x15max_threads_per_block\x18\x05 \x01(\x05R\x12maxThreadsPerBlock\x12/\n" +
+	"\x14max_shared_per_block\x18\x06 \x01(\x03R\x11maxSharedPerBlock\x12\x19\n" +
+	"\bmax_grid\x18\a \x03(\x03R\amaxGrid\"5\n" +
+	"\vKernelParam\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\"\\\n" +
+	"\vKernelEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x129\n" +
+	"\x06params\x18\x02 \x03(\v2!.attnplug.dispatch.v1.KernelParamR\x06params\"\x8f\x02\n" +
+	"\fKernelModule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12:\n" +
+	"\bplatform\x18\x02 \x01(\x0e2\x1e.attnplug.dispatch.v1.PlatformR\bplatform\x12\x12\n" +
+	"\x04arch\x18\x03 \x01(\tR\x04arch\x12\x16\n" +
+	"\x06format\x18\x04 \x01(\tR\x06format\x12\x14\n" +
+	"\x05image\x18\x05 \x01(\fR\x05image\x12\x16\n" +
+	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x12;\n" +
+	"\aentries\x18\a \x03(\v2!.attnplug.dispatch.v1.KernelEntryR\aentries\x12\x18\n" +
+	"\akernels\x18\b \x03(\tR\akernels\"j\n" +
+	"\x14KernelModulesRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x128\n" +
+	"\x06device\x18\x02 \x01(\v2 .attnplug.dispatch.v1.DeviceInfoR\x06device\"U\n" +
+	"\x15KernelModulesResponse\x12<\n" +
+	"\amodules\x18\x01 \x03(\v2\".attnplug.dispatch.v1.KernelModuleR\amodules\"\xbe\x01\n" +
+	"\tPlanShape\x12\x19\n" +
+	"\bseq_lens\x18\x01 \x03(\x03R\aseqLens\x12\x15\n" +
+	"\x06q_lens\x18\x02 \x03(\x03R\x05qLens\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1b\n" +
+	"\tnum_pages\x18\x04 \x01(\x03R\bnumPages\x12%\n" +
+	"\x0echunk_capacity\x18\x05 \x01(\x03R\rchunkCapacity\x12\x1e\n" +
+	"\vmax_seq_len\x18\x06 \x01(\x03R\tmaxSeqLen\"\x83\x01\n" +
+	"\bPlanDims\x12\x14\n" +
+	"\x05heads\x18\x01 \x01(\x05R\x05heads\x12\x1e\n" +
+	"\vhead_dim_qk\x18\x02 \x01(\x05R\theadDimQk\x12\x1c\n" +
+	"\n" +
+	"head_dim_v\x18\x03 \x01(\x05R\bheadDimV\x12#\n" +
+	"\rsoftmax_scale\x18\x04 \x01(\x01R\fsoftmaxScale\"\xb4\x02\n" +
+	"\x11PlanKernelRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x124\n" +
+	"\x06method\x18\x02 \x01(\x0e2\x1c.attnplug.dispatch.v1.MethodR\x06method\x12\x14\n" +
+	"\x05dtype\x18\x03 \x01(\tR\x05dtype\x122\n" +
+	"\x04dims\x18\x04 \x01(\v2\x1e.attnplug.dispatch.v1.PlanDimsR\x04dims\x125\n" +
+	"\x05shape\x18\x05 \x01(\v2\x1f.attnplug.dispatch.v1.PlanShapeR\x05shape\x128\n" +
+	"\x06device\x18\x06 \x01(\v2 .attnplug.dispatch.v1.DeviceInfoR\x06device\x12\x14\n" +
+	"\x05graph\x18\a \x01(\bR\x05graph\"d\n" +
+	"\n" +
+	"TensorSpec\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12\x14\n" +
+	"\x05shape\x18\x03 \x03(\x03R\x05shape\x12\x16\n" +
+	"\x06output\x18\x04 \x01(\bR\x06output\"8\n" +
+	"\n" +
+	"MetaBuffer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06int32s\x18\x02 \x03(\x05R\x06int32s\"l\n" +
+	"\bWorkItem\x12\x18\n" +
+	"\arequest\x18\x01 \x01(\x05R\arequest\x12\x19\n" +
+	"\bkv_begin\x18\x02 \x01(\x05R\akvBegin\x12\x15\n" +
+	"\x06kv_end\x18\x03 \x01(\x05R\x05kvEnd\x12\x14\n" +
+	"\x05split\x18\x04 \x01(\x05R\x05split\"\x9f\x01\n" +
+	"\tLaunchArg\x12\x14\n" +
+	"\x05param\x18\x01 \x01(\tR\x05param\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x1b\n" +
+	"\tint_value\x18\x05 \x01(\x03R\bintValue\x12\x1f\n" +
+	"\vfloat_value\x18\x06 \x01(\x01R\n" +
+	"floatValue\"\xd5\x01\n" +
+	"\x06Launch\x12\x16\n" +
+	"\x06module\x18\x01 \x01(\tR\x06module\x12\x14\n" +
+	"\x05entry\x18\x02 \x01(\tR\x05entry\x12\x12\n" +
+	"\x04grid\x18\x03 \x03(\rR\x04grid\x12\x14\n" +
+	"\x05block\x18\x04 \x03(\rR\x05block\x12!\n" +
+	"\fshared_bytes\x18\x05 \x01(\rR\vsharedBytes\x123\n" +
+	"\x04args\x18\x06 \x03(\v2\x1f.attnplug.dispatch.v1.LaunchArgR\x04args\x12\x1b\n" +
+	"\tper_batch\x18\a \x01(\bR\bperBatch\"\xe1\x02\n" +
+	"\x04Plan\x12\x16\n" +
+	"\x06kernel\x18\x01 \x01(\tR\x06kernel\x12:\n" +
+	"\atensors\x18\x02 \x03(\v2 .attnplug.dispatch.v1.TensorSpecR\atensors\x12<\n" +
+	"\bmetadata\x18\x03 \x03(\v2 .attnplug.dispatch.v1.MetaBufferR\bmetadata\x12:\n" +
+	"\bschedule\x18\x04 \x03(\v2\x1e.attnplug.dispatch.v1.WorkItemR\bschedule\x12'\n" +
+	"\x0fworkspace_bytes\x18\x05 \x01(\x03R\x0eworkspaceBytes\x128\n" +
+	"\blaunches\x18\x06 \x03(\v2\x1c.attnplug.dispatch.v1.LaunchR\blaunches\x12\x12\n" +
+	"\x04note\x18\a \x01(\tR\x04note\x12\x14\n" +
+	"\x05reads\x18\b \x01(\rR\x05reads\"D\n" +
+	"\x12PlanKernelResponse\x12.\n" +
+	"\x04plan\x18\x01 \x01(\v2\x1a.attnplug.dispatch.v1.PlanR\x04plan*\x88\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_CODE_INVALID_REQUEST\x10\x01\x12\x1e\n" +
@@ -1965,7 +3253,11 @@ const file_dispatch_proto_rawDesc = "" +
 	"\bDispatch\x12%.attnplug.dispatch.v1.DispatchRequest\x1a&.attnplug.dispatch.v1.DispatchResponse\x12h\n" +
 	"\rDispatchBatch\x12*.attnplug.dispatch.v1.DispatchBatchRequest\x1a+.attnplug.dispatch.v1.DispatchBatchResponse\x12Y\n" +
 	"\bDescribe\x12%.attnplug.dispatch.v1.DescribeRequest\x1a&.attnplug.dispatch.v1.DescribeResponse\x12U\n" +
-	"\x05Watch\x12\".attnplug.dispatch.v1.WatchRequest\x1a&.attnplug.dispatch.v1.DescribeResponse0\x012\xc0\x01\n" +
+	"\x05Watch\x12\".attnplug.dispatch.v1.WatchRequest\x1a&.attnplug.dispatch.v1.DescribeResponse0\x012\xd4\x01\n" +
+	"\aKernels\x12h\n" +
+	"\rKernelModules\x12*.attnplug.dispatch.v1.KernelModulesRequest\x1a+.attnplug.dispatch.v1.KernelModulesResponse\x12_\n" +
+	"\n" +
+	"PlanKernel\x12'.attnplug.dispatch.v1.PlanKernelRequest\x1a(.attnplug.dispatch.v1.PlanKernelResponse2\xc0\x01\n" +
 	"\x05Admin\x12S\n" +
 	"\x06Reload\x12#.attnplug.dispatch.v1.ReloadRequest\x1a$.attnplug.dispatch.v1.ReloadResponse\x12b\n" +
 	"\vListPlugins\x12(.attnplug.dispatch.v1.ListPluginsRequest\x1a).attnplug.dispatch.v1.ListPluginsResponseB8Z6github.com/attnplug/attnplug/api/dispatchv1;dispatchv1b\x06proto3"
@@ -1983,7 +3275,7 @@ func file_dispatch_proto_rawDescGZIP() []byte {
 }
 
 var file_dispatch_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_dispatch_proto_goTypes = []any{
 	(ErrorCode)(0),                // 0: attnplug.dispatch.v1.ErrorCode
 	(ForwardMode)(0),              // 1: attnplug.dispatch.v1.ForwardMode
@@ -2010,6 +3302,22 @@ var file_dispatch_proto_goTypes = []any{
 	(*Layer)(nil),                 // 22: attnplug.dispatch.v1.Layer
 	(*Batch)(nil),                 // 23: attnplug.dispatch.v1.Batch
 	(*Runtime)(nil),               // 24: attnplug.dispatch.v1.Runtime
+	(*DeviceInfo)(nil),            // 25: attnplug.dispatch.v1.DeviceInfo
+	(*KernelParam)(nil),           // 26: attnplug.dispatch.v1.KernelParam
+	(*KernelEntry)(nil),           // 27: attnplug.dispatch.v1.KernelEntry
+	(*KernelModule)(nil),          // 28: attnplug.dispatch.v1.KernelModule
+	(*KernelModulesRequest)(nil),  // 29: attnplug.dispatch.v1.KernelModulesRequest
+	(*KernelModulesResponse)(nil), // 30: attnplug.dispatch.v1.KernelModulesResponse
+	(*PlanShape)(nil),             // 31: attnplug.dispatch.v1.PlanShape
+	(*PlanDims)(nil),              // 32: attnplug.dispatch.v1.PlanDims
+	(*PlanKernelRequest)(nil),     // 33: attnplug.dispatch.v1.PlanKernelRequest
+	(*TensorSpec)(nil),            // 34: attnplug.dispatch.v1.TensorSpec
+	(*MetaBuffer)(nil),            // 35: attnplug.dispatch.v1.MetaBuffer
+	(*WorkItem)(nil),              // 36: attnplug.dispatch.v1.WorkItem
+	(*LaunchArg)(nil),             // 37: attnplug.dispatch.v1.LaunchArg
+	(*Launch)(nil),                // 38: attnplug.dispatch.v1.Launch
+	(*Plan)(nil),                  // 39: attnplug.dispatch.v1.Plan
+	(*PlanKernelResponse)(nil),    // 40: attnplug.dispatch.v1.PlanKernelResponse
 }
 var file_dispatch_proto_depIdxs = []int32{
 	21, // 0: attnplug.dispatch.v1.DispatchRequest.request:type_name -> attnplug.dispatch.v1.Request
@@ -2030,23 +3338,43 @@ var file_dispatch_proto_depIdxs = []int32{
 	24, // 15: attnplug.dispatch.v1.Request.runtime:type_name -> attnplug.dispatch.v1.Runtime
 	1,  // 16: attnplug.dispatch.v1.Batch.forward_mode:type_name -> attnplug.dispatch.v1.ForwardMode
 	3,  // 17: attnplug.dispatch.v1.Runtime.platform:type_name -> attnplug.dispatch.v1.Platform
-	4,  // 18: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
-	7,  // 19: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
-	9,  // 20: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
-	10, // 21: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
-	15, // 22: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
-	18, // 23: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
-	6,  // 24: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
-	8,  // 25: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
-	14, // 26: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
-	14, // 27: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
-	17, // 28: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
-	20, // 29: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	3,  // 18: attnplug.dispatch.v1.DeviceInfo.platform:type_name -> attnplug.dispatch.v1.Platform
+	26, // 19: attnplug.dispatch.v1.KernelEntry.params:type_name -> attnplug.dispatch.v1.KernelParam
+	3,  // 20: attnplug.dispatch.v1.KernelModule.platform:type_name -> attnplug.dispatch.v1.Platform
+	27, // 21: attnplug.dispatch.v1.KernelModule.entries:type_name -> attnplug.dispatch.v1.KernelEntry
+	25, // 22: attnplug.dispatch.v1.KernelModulesRequest.device:type_name -> attnplug.dispatch.v1.DeviceInfo
+	28, // 23: attnplug.dispatch.v1.KernelModulesResponse.modules:type_name -> attnplug.dispatch.v1.KernelModule
+	2,  // 24: attnplug.dispatch.v1.PlanKernelRequest.method:type_name -> attnplug.dispatch.v1.Method
+	32, // 25: attnplug.dispatch.v1.PlanKernelRequest.dims:type_name -> attnplug.dispatch.v1.PlanDims
+	31, // 26: attnplug.dispatch.v1.PlanKernelRequest.shape:type_name -> attnplug.dispatch.v1.PlanShape
+	25, // 27: attnplug.dispatch.v1.PlanKernelRequest.device:type_name -> attnplug.dispatch.v1.DeviceInfo
+	37, // 28: attnplug.dispatch.v1.Launch.args:type_name -> attnplug.dispatch.v1.LaunchArg
+	34, // 29: attnplug.dispatch.v1.Plan.tensors:type_name -> attnplug.dispatch.v1.TensorSpec
+	35, // 30: attnplug.dispatch.v1.Plan.metadata:type_name -> attnplug.dispatch.v1.MetaBuffer
+	36, // 31: attnplug.dispatch.v1.Plan.schedule:type_name -> attnplug.dispatch.v1.WorkItem
+	38, // 32: attnplug.dispatch.v1.Plan.launches:type_name -> attnplug.dispatch.v1.Launch
+	39, // 33: attnplug.dispatch.v1.PlanKernelResponse.plan:type_name -> attnplug.dispatch.v1.Plan
+	4,  // 34: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
+	7,  // 35: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
+	9,  // 36: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
+	10, // 37: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
+	29, // 38: attnplug.dispatch.v1.Kernels.KernelModules:input_type -> attnplug.dispatch.v1.KernelModulesRequest
+	33, // 39: attnplug.dispatch.v1.Kernels.PlanKernel:input_type -> attnplug.dispatch.v1.PlanKernelRequest
+	15, // 40: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
+	18, // 41: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
+	6,  // 42: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
+	8,  // 43: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
+	14, // 44: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
+	14, // 45: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
+	30, // 46: attnplug.dispatch.v1.Kernels.KernelModules:output_type -> attnplug.dispatch.v1.KernelModulesResponse
+	40, // 47: attnplug.dispatch.v1.Kernels.PlanKernel:output_type -> attnplug.dispatch.v1.PlanKernelResponse
+	17, // 48: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
+	20, // 49: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
+	42, // [42:50] is the sub-list for method output_type
+	34, // [34:42] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_dispatch_proto_init() }
@@ -2062,9 +3390,9 @@ func file_dispatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dispatch_proto_rawDesc), len(file_dispatch_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   21,
+			NumMessages:   37,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_dispatch_proto_goTypes,
 		DependencyIndexes: file_dispatch_proto_depIdxs,

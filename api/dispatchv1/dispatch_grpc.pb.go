@@ -274,6 +274,178 @@ var Dispatcher_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
+	Kernels_KernelModules_FullMethodName = "/attnplug.dispatch.v1.Kernels/KernelModules"
+	Kernels_PlanKernel_FullMethodName    = "/attnplug.dispatch.v1.Kernels/PlanKernel"
+)
+
+// KernelsClient is the client API for Kernels service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Kernels hands a client the device code of the plugin that serves a name,
+// for a device the client describes: the kernel modules (as the lock file
+// pins them, by SHA-256) and launch plans, each checked by the host's
+// checks (launch.Check) before it is answered, so that a client in any
+// language launches only checked plans. An error has the gRPC code of its
+// kind: UNIMPLEMENTED for "no device plan" (no device code, a method, dtype
+// or shape the kernels do not cover, a refused plan, a plugin that failed;
+// the message says which), INVALID_ARGUMENT for a malformed request.
+// Added after the first release of v1.
+type KernelsClient interface {
+	// KernelModules returns the modules of the plugin serving backend, for
+	// the device: load them once per device.
+	KernelModules(ctx context.Context, in *KernelModulesRequest, opts ...grpc.CallOption) (*KernelModulesResponse, error)
+	// PlanKernel returns the launches that run a method's kernel on a
+	// batch. The server keeps plans by what they declare they read (a plan
+	// asked with graph and a bound on the lengths holds for a batch size),
+	// and so may a client: Plan.reads says what.
+	PlanKernel(ctx context.Context, in *PlanKernelRequest, opts ...grpc.CallOption) (*PlanKernelResponse, error)
+}
+
+type kernelsClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewKernelsClient(cc grpc.ClientConnInterface) KernelsClient {
+	return &kernelsClient{cc}
+}
+
+func (c *kernelsClient) KernelModules(ctx context.Context, in *KernelModulesRequest, opts ...grpc.CallOption) (*KernelModulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KernelModulesResponse)
+	err := c.cc.Invoke(ctx, Kernels_KernelModules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kernelsClient) PlanKernel(ctx context.Context, in *PlanKernelRequest, opts ...grpc.CallOption) (*PlanKernelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanKernelResponse)
+	err := c.cc.Invoke(ctx, Kernels_PlanKernel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// KernelsServer is the server API for Kernels service.
+// All implementations must embed UnimplementedKernelsServer
+// for forward compatibility.
+//
+// Kernels hands a client the device code of the plugin that serves a name,
+// for a device the client describes: the kernel modules (as the lock file
+// pins them, by SHA-256) and launch plans, each checked by the host's
+// checks (launch.Check) before it is answered, so that a client in any
+// language launches only checked plans. An error has the gRPC code of its
+// kind: UNIMPLEMENTED for "no device plan" (no device code, a method, dtype
+// or shape the kernels do not cover, a refused plan, a plugin that failed;
+// the message says which), INVALID_ARGUMENT for a malformed request.
+// Added after the first release of v1.
+type KernelsServer interface {
+	// KernelModules returns the modules of the plugin serving backend, for
+	// the device: load them once per device.
+	KernelModules(context.Context, *KernelModulesRequest) (*KernelModulesResponse, error)
+	// PlanKernel returns the launches that run a method's kernel on a
+	// batch. The server keeps plans by what they declare they read (a plan
+	// asked with graph and a bound on the lengths holds for a batch size),
+	// and so may a client: Plan.reads says what.
+	PlanKernel(context.Context, *PlanKernelRequest) (*PlanKernelResponse, error)
+	mustEmbedUnimplementedKernelsServer()
+}
+
+// UnimplementedKernelsServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedKernelsServer struct{}
+
+func (UnimplementedKernelsServer) KernelModules(context.Context, *KernelModulesRequest) (*KernelModulesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method KernelModules not implemented")
+}
+func (UnimplementedKernelsServer) PlanKernel(context.Context, *PlanKernelRequest) (*PlanKernelResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PlanKernel not implemented")
+}
+func (UnimplementedKernelsServer) mustEmbedUnimplementedKernelsServer() {}
+func (UnimplementedKernelsServer) testEmbeddedByValue()                 {}
+
+// UnsafeKernelsServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to KernelsServer will
+// result in compilation errors.
+type UnsafeKernelsServer interface {
+	mustEmbedUnimplementedKernelsServer()
+}
+
+func RegisterKernelsServer(s grpc.ServiceRegistrar, srv KernelsServer) {
+	// If the following call pancis, it indicates UnimplementedKernelsServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Kernels_ServiceDesc, srv)
+}
+
+func _Kernels_KernelModules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KernelModulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KernelsServer).KernelModules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Kernels_KernelModules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KernelsServer).KernelModules(ctx, req.(*KernelModulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Kernels_PlanKernel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanKernelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KernelsServer).PlanKernel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Kernels_PlanKernel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KernelsServer).PlanKernel(ctx, req.(*PlanKernelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Kernels_ServiceDesc is the grpc.ServiceDesc for Kernels service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Kernels_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "attnplug.dispatch.v1.Kernels",
+	HandlerType: (*KernelsServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "KernelModules",
+			Handler:    _Kernels_KernelModules_Handler,
+		},
+		{
+			MethodName: "PlanKernel",
+			Handler:    _Kernels_PlanKernel_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "dispatch.proto",
+}
+
+const (
 	Admin_Reload_FullMethodName      = "/attnplug.dispatch.v1.Admin/Reload"
 	Admin_ListPlugins_FullMethodName = "/attnplug.dispatch.v1.Admin/ListPlugins"
 )

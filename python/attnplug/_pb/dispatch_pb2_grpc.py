@@ -179,6 +179,133 @@ class Dispatcher(object):
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
 
+class KernelsStub(object):
+    """Kernels hands a client the device code of the plugin that serves a name,
+    for a device the client describes: the kernel modules (as the lock file
+    pins them, by SHA-256) and launch plans, each checked by the host's
+    checks (launch.Check) before it is answered, so that a client in any
+    language launches only checked plans. An error has the gRPC code of its
+    kind: UNIMPLEMENTED for "no device plan" (no device code, a method, dtype
+    or shape the kernels do not cover, a refused plan, a plugin that failed;
+    the message says which), INVALID_ARGUMENT for a malformed request.
+    Added after the first release of v1.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.KernelModules = channel.unary_unary(
+                '/attnplug.dispatch.v1.Kernels/KernelModules',
+                request_serializer=attnplug_dot___pb_dot_dispatch__pb2.KernelModulesRequest.SerializeToString,
+                response_deserializer=attnplug_dot___pb_dot_dispatch__pb2.KernelModulesResponse.FromString,
+                )
+        self.PlanKernel = channel.unary_unary(
+                '/attnplug.dispatch.v1.Kernels/PlanKernel',
+                request_serializer=attnplug_dot___pb_dot_dispatch__pb2.PlanKernelRequest.SerializeToString,
+                response_deserializer=attnplug_dot___pb_dot_dispatch__pb2.PlanKernelResponse.FromString,
+                )
+
+
+class KernelsServicer(object):
+    """Kernels hands a client the device code of the plugin that serves a name,
+    for a device the client describes: the kernel modules (as the lock file
+    pins them, by SHA-256) and launch plans, each checked by the host's
+    checks (launch.Check) before it is answered, so that a client in any
+    language launches only checked plans. An error has the gRPC code of its
+    kind: UNIMPLEMENTED for "no device plan" (no device code, a method, dtype
+    or shape the kernels do not cover, a refused plan, a plugin that failed;
+    the message says which), INVALID_ARGUMENT for a malformed request.
+    Added after the first release of v1.
+    """
+
+    def KernelModules(self, request, context):
+        """KernelModules returns the modules of the plugin serving backend, for
+        the device: load them once per device.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanKernel(self, request, context):
+        """PlanKernel returns the launches that run a method's kernel on a
+        batch. The server keeps plans by what they declare they read (a plan
+        asked with graph and a bound on the lengths holds for a batch size),
+        and so may a client: Plan.reads says what.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_KernelsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'KernelModules': grpc.unary_unary_rpc_method_handler(
+                    servicer.KernelModules,
+                    request_deserializer=attnplug_dot___pb_dot_dispatch__pb2.KernelModulesRequest.FromString,
+                    response_serializer=attnplug_dot___pb_dot_dispatch__pb2.KernelModulesResponse.SerializeToString,
+            ),
+            'PlanKernel': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanKernel,
+                    request_deserializer=attnplug_dot___pb_dot_dispatch__pb2.PlanKernelRequest.FromString,
+                    response_serializer=attnplug_dot___pb_dot_dispatch__pb2.PlanKernelResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'attnplug.dispatch.v1.Kernels', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Kernels(object):
+    """Kernels hands a client the device code of the plugin that serves a name,
+    for a device the client describes: the kernel modules (as the lock file
+    pins them, by SHA-256) and launch plans, each checked by the host's
+    checks (launch.Check) before it is answered, so that a client in any
+    language launches only checked plans. An error has the gRPC code of its
+    kind: UNIMPLEMENTED for "no device plan" (no device code, a method, dtype
+    or shape the kernels do not cover, a refused plan, a plugin that failed;
+    the message says which), INVALID_ARGUMENT for a malformed request.
+    Added after the first release of v1.
+    """
+
+    @staticmethod
+    def KernelModules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/attnplug.dispatch.v1.Kernels/KernelModules',
+            attnplug_dot___pb_dot_dispatch__pb2.KernelModulesRequest.SerializeToString,
+            attnplug_dot___pb_dot_dispatch__pb2.KernelModulesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PlanKernel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/attnplug.dispatch.v1.Kernels/PlanKernel',
+            attnplug_dot___pb_dot_dispatch__pb2.PlanKernelRequest.SerializeToString,
+            attnplug_dot___pb_dot_dispatch__pb2.PlanKernelResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+
 class AdminStub(object):
     """Admin manages a running server.
     """

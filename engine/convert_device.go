@@ -1,0 +1,231 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/attnplug/attnplug/api/dispatchv1"
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/wire"
+)
+
+// The converters of the Kernels service: devices, kernel modules, plan
+// requests and plans, between core and the engine API's messages. They
+// mirror those of the plugin protocol (wire/convert_device.go), as the
+// request converters of convert.go mirror wire's: the engine API has
+// messages of its own, which do not move with the plugin protocol.
+
+func deviceToProto(d core.DeviceInfo) *dispatchv1.DeviceInfo {
+	return &dispatchv1.DeviceInfo{
+		Platform:           dispatchv1.Platform(d.Platform),
+		Name:               d.Name,
+		ComputeCapability:  int32(d.ComputeCapability),
+		Sms:                int32(d.SMs),
+		MaxThreadsPerBlock: int32(d.MaxThreadsPerBlock),
+		MaxSharedPerBlock:  int64(d.MaxSharedPerBlock),
+		MaxGrid:            []int64{int64(d.MaxGrid[0]), int64(d.MaxGrid[1]), int64(d.MaxGrid[2])},
+	}
+}
+
+// deviceFromProto returns the core form of d; field names the message in
+// errors.
+func deviceFromProto(d *dispatchv1.DeviceInfo, field string) (core.DeviceInfo, error) {
+	if d == nil {
+		return core.DeviceInfo{}, core.NewFieldError(field, "missing")
+	}
+	p := core.Platform(d.GetPlatform())
+	if d.GetPlatform() < 0 || d.GetPlatform() > 255 || !p.Valid() {
+		return core.DeviceInfo{}, core.NewFieldError(field+".platform", fmt.Sprintf("unknown platform %d", int32(d.GetPlatform())))
+	}
+	out := core.DeviceInfo{
+		Platform:           p,
+		Name:               d.GetName(),
+		ComputeCapability:  int(d.GetComputeCapability()),
+		SMs:                int(d.GetSms()),
+		MaxThreadsPerBlock: int(d.GetMaxThreadsPerBlock()),
+		MaxSharedPerBlock:  int(d.GetMaxSharedPerBlock()),
+	}
+	g := d.GetMaxGrid()
+	if len(g) != 0 && len(g) != 3 {
+		return core.DeviceInfo{}, core.NewFieldError(field+".max_grid", fmt.Sprintf("has %d entries, want 3", len(g)))
+	}
+	for i, x := range g {
+		if x < 0 || x > 1<<32 {
+			return core.DeviceInfo{}, core.NewFieldError(fmt.Sprintf("%s.max_grid[%d]", field, i), fmt.Sprintf("%d is out of [0, 2^32]", x))
+		}
+		out.MaxGrid[i] = int(x)
+	}
+	if out.ComputeCapability < 0 || out.SMs < 0 || out.MaxThreadsPerBlock < 0 || out.MaxSharedPerBlock < 0 {
+		return core.DeviceInfo{}, core.NewFieldError(field, "has a negative limit")
+	}
+	return out, nil
+}
+
+func modulesToProto(ms []core.KernelModule) []*dispatchv1.KernelModule {
+	out := make([]*dispatchv1.KernelModule, len(ms))
+	for i, m := range ms {
+		pm := &dispatchv1.KernelModule{
+			Name: m.Name, Platform: dispatchv1.Platform(m.Platform), Arch: m.Arch, Format: string(m.Format),
+			Image: m.Image, Sha256: m.SHA256, Kernels: m.Kernels,
+		}
+		for _, e := range m.Entries {
+			pe := &dispatchv1.KernelEntry{Name: e.Name}
+			for _, p := range e.Params {
+				pe.Params = append(pe.Params, &dispatchv1.KernelParam{Name: p.Name, Kind: string(p.Kind)})
+			}
+			pm.Entries = append(pm.Entries, pe)
+		}
+		out[i] = pm
+	}
+	return out
+}
+
+// modulesFromProto returns the core form of ms. The images are the
+// message's bytes, not copies. A platform unknown to this host becomes a
+// value no host loads, so that the module is refused rather than
+// mistaken for another platform's.
+func modulesFromProto(ms []*dispatchv1.KernelModule) []core.KernelModule {
+	out := make([]core.KernelModule, len(ms))
+	for i, pm := range ms {
+		p := core.Platform(pm.GetPlatform())
+		if pm.GetPlatform() < 0 || pm.GetPlatform() > 255 || !p.Valid() {
+			p = core.Platform(255)
+		}
+		m := core.KernelModule{
+			Name: pm.GetName(), Platform: p, Arch: pm.GetArch(), Format: core.ModuleFormat(pm.GetFormat()),
+			Image: pm.GetImage(), SHA256: pm.GetSha256(), Kernels: pm.GetKernels(),
+		}
+		for _, pe := range pm.GetEntries() {
+			e := core.Entry{Name: pe.GetName()}
+			for _, pp := range pe.GetParams() {
+				e.Params = append(e.Params, core.Param{Name: pp.GetName(), Kind: core.ParamKind(pp.GetKind())})
+			}
+			m.Entries = append(m.Entries, e)
+		}
+		out[i] = m
+	}
+	return out
+}
+
+func planRequestToProto(r *core.PlanRequest) *dispatchv1.PlanKernelRequest {
+	return &dispatchv1.PlanKernelRequest{
+		Backend: r.Backend,
+		Method:  dispatchv1.Method(r.Method),
+		Dtype:   r.DType,
+		Dims: &dispatchv1.PlanDims{
+			Heads: int32(r.Dims.Heads), HeadDimQk: int32(r.Dims.HeadDimQK), HeadDimV: int32(r.Dims.HeadDimV),
+			SoftmaxScale: r.Dims.SoftmaxScale,
+		},
+		Shape: &dispatchv1.PlanShape{
+			SeqLens: r.Shape.SeqLens, QLens: r.Shape.QLens,
+			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages), ChunkCapacity: int64(r.Shape.ChunkCapacity),
+			MaxSeqLen: r.Shape.MaxSeqLen,
+		},
+		Device: deviceToProto(r.Device),
+		Graph:  r.Graph,
+	}
+}
+
+// planRequestFromProto returns the core form of r: a named backend, a
+// method the protocol knows, as many query lengths as sequence lengths
+// and at most wire.MaxPlanBatch of them, and a device. The planner checks the
+// rest. The error wraps core.ErrInvalidRequest.
+func planRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, error) {
+	var out core.PlanRequest
+	if r == nil {
+		return out, core.NewFieldError("request", "missing")
+	}
+	m := core.Method(r.GetMethod())
+	if r.GetMethod() < 0 || r.GetMethod() > 255 || !m.Valid() {
+		return out, core.NewFieldError("method", fmt.Sprintf("unknown method %d", int32(r.GetMethod())))
+	}
+	if r.GetBackend() == "" || len(r.GetBackend()) > core.MaxBackendNameLen {
+		return out, core.NewFieldError("backend", "must be a name of 1 to 256 bytes")
+	}
+	s := r.GetShape()
+	if n := len(s.GetSeqLens()); n > wire.MaxPlanBatch || len(s.GetQLens()) != n {
+		return out, core.NewFieldError("shape.seq_lens", fmt.Sprintf("has %d entries and q_lens %d: want the same number, at most %d", n, len(s.GetQLens()), wire.MaxPlanBatch))
+	}
+	dev, err := deviceFromProto(r.GetDevice(), "device")
+	if err != nil {
+		return out, err
+	}
+	d := r.GetDims()
+	return core.PlanRequest{
+		Backend: r.GetBackend(),
+		Method:  m,
+		DType:   r.GetDtype(),
+		Dims: core.PlanDims{
+			Heads: int(d.GetHeads()), HeadDimQK: int(d.GetHeadDimQk()), HeadDimV: int(d.GetHeadDimV()),
+			SoftmaxScale: d.GetSoftmaxScale(),
+		},
+		Shape: core.PlanShape{
+			SeqLens: s.GetSeqLens(), QLens: s.GetQLens(),
+			PageSize: int(s.GetPageSize()), NumPages: int(s.GetNumPages()), ChunkCapacity: int(s.GetChunkCapacity()),
+			MaxSeqLen: s.GetMaxSeqLen(),
+		},
+		Device: dev,
+		Graph:  r.GetGraph(),
+	}, nil
+}
+
+func planToProto(p *core.Plan) *dispatchv1.Plan {
+	out := &dispatchv1.Plan{Kernel: p.Kernel, WorkspaceBytes: p.WorkspaceBytes, Note: p.Note, Reads: uint32(p.Reads)}
+	for _, t := range p.Tensors {
+		out.Tensors = append(out.Tensors, &dispatchv1.TensorSpec{Name: t.Name, Dtype: t.DType, Shape: t.Shape, Output: t.Output})
+	}
+	for _, m := range p.Metadata {
+		out.Metadata = append(out.Metadata, &dispatchv1.MetaBuffer{Name: m.Name, Int32S: m.Int32s})
+	}
+	for _, w := range p.Schedule {
+		out.Schedule = append(out.Schedule, &dispatchv1.WorkItem{Request: w.Request, KvBegin: w.KVBegin, KvEnd: w.KVEnd, Split: w.Split})
+	}
+	for _, l := range p.Launches {
+		pl := &dispatchv1.Launch{
+			Module: l.Module, Entry: l.Entry, SharedBytes: l.SharedBytes, PerBatch: l.PerBatch,
+			Grid: l.Grid[:], Block: l.Block[:],
+		}
+		for _, a := range l.Args {
+			pl.Args = append(pl.Args, &dispatchv1.LaunchArg{
+				Param: a.Param, Kind: string(a.Kind), Name: a.Name, Offset: a.Offset, IntValue: a.Int, FloatValue: a.Float,
+			})
+		}
+		out.Launches = append(out.Launches, pl)
+	}
+	return out
+}
+
+// planFromProto returns the core form of p; a launch without exactly three
+// grid and block dimensions is an error wrapping core.ErrProtocol. The
+// host checks the rest of the plan (launch.Check).
+func planFromProto(p *dispatchv1.Plan) (*core.Plan, error) {
+	if p == nil {
+		return nil, fmt.Errorf("%w: plan kernel: no plan in the answer", core.ErrProtocol)
+	}
+	out := &core.Plan{Kernel: p.GetKernel(), WorkspaceBytes: p.GetWorkspaceBytes(), Note: p.GetNote(), Reads: core.PlanReads(p.GetReads())}
+	for _, t := range p.GetTensors() {
+		out.Tensors = append(out.Tensors, core.TensorSpec{Name: t.GetName(), DType: t.GetDtype(), Shape: t.GetShape(), Output: t.GetOutput()})
+	}
+	for _, m := range p.GetMetadata() {
+		out.Metadata = append(out.Metadata, core.MetaBuffer{Name: m.GetName(), Int32s: m.GetInt32S()})
+	}
+	for _, w := range p.GetSchedule() {
+		out.Schedule = append(out.Schedule, core.WorkItem{Request: w.GetRequest(), KVBegin: w.GetKvBegin(), KVEnd: w.GetKvEnd(), Split: w.GetSplit()})
+	}
+	for i, pl := range p.GetLaunches() {
+		if len(pl.GetGrid()) != 3 || len(pl.GetBlock()) != 3 {
+			return nil, fmt.Errorf("%w: plan kernel: launch %d has a grid of %d and a block of %d dimensions, want 3 each",
+				core.ErrProtocol, i, len(pl.GetGrid()), len(pl.GetBlock()))
+		}
+		l := core.Launch{Module: pl.GetModule(), Entry: pl.GetEntry(), SharedBytes: pl.GetSharedBytes(), PerBatch: pl.GetPerBatch()}
+		copy(l.Grid[:], pl.GetGrid())
+		copy(l.Block[:], pl.GetBlock())
+		for _, a := range pl.GetArgs() {
+			l.Args = append(l.Args, core.Arg{
+				Param: a.GetParam(), Kind: core.ArgKind(a.GetKind()), Name: a.GetName(), Offset: a.GetOffset(),
+				Int: a.GetIntValue(), Float: a.GetFloatValue(),
+			})
+		}
+		out.Launches = append(out.Launches, l)
+	}
+	return out, nil
+}

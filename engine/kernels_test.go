@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/devkernels"
+	"github.com/attnplug/attnplug/registry"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+)
+
+// gpuBackend is an in-process backend with the device code of devkernels
+// (stand-in images: nothing is launched here); lie makes its plans ask for
+// a grid the device does not have.
+type gpuBackend struct{ lie bool }
+
+var gpuKernel = core.Kernel{Name: "flash_attn_with_kvcache", Library: "fa3", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1, 64}}
+
+func (b *gpuBackend) Describe(context.Context) (*core.Description, error) {
+	return &core.Description{Name: "gpu", Version: "1", DeviceCode: true, Handlers: []core.HandlerInfo{{
+		Name: "gpu_mla", Reads: core.Reads{Facts: core.FactMode}, Methods: []core.Method{core.MLA}, Kernels: []core.Kernel{gpuKernel},
+	}}}, nil
+}
+
+func (b *gpuBackend) Dispatch(context.Context, *core.Request) (core.Method, error) { return core.MLA, nil }
+
+func (b *gpuBackend) KernelModules(context.Context, core.DeviceInfo) ([]core.KernelModule, error) {
+	mods := devkernels.Spec()
+	for i := range mods {
+		mods[i].Arch, mods[i].Format, mods[i].Image = "sm_90", core.FormatCUBIN, []byte("stand-in "+mods[i].Name)
+		mods[i].SHA256 = core.ImageSHA256(mods[i].Image)
+	}
+	return mods, nil
+}
+
+func (b *gpuBackend) PlanKernel(_ context.Context, req *core.PlanRequest) (*core.Plan, error) {
+	p, err := devkernels.Plan(gpuKernel, req)
+	if err == nil && b.lie {
+		p.Launches[0].Grid[1] = 1 << 20
+	}
+	return p, err
+}
+
+func kernelServer(t *testing.T, be core.Backend) (*Client, *registry.Registry) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	reg, err := registry.New(ctx, registry.Config{PluginDirs: []string{t.TempDir()}, Platform: core.PlatformCUDA, Backends: []core.Backend{be}, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	sock := t.TempDir() + "/s.sock"
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(reg, Config{})
+	g := grpc.NewServer(s.ServerOptions()...)
+	s.Register(g)
+	go g.Serve(lis)
+	t.Cleanup(func() { s.Stop(); g.Stop() })
+	c, err := Dial("unix://"+sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, reg
+}
+
+func h200() core.DeviceInfo {
+	return core.DeviceInfo{Platform: core.PlatformCUDA, Name: "NVIDIA H200", ComputeCapability: 90, SMs: 132,
+		MaxThreadsPerBlock: 1024, MaxSharedPerBlock: 232448, MaxGrid: [3]int{1<<31 - 1, 65535, 65535}}
+}
+
+// TestKernelsOverTheEngineAPI: a client gets the modules and the checked
+// plans of a name as the server's registry has them, and the errors by
+// kind: no device code, a malformed request, a plan the host refuses.
+func TestKernelsOverTheEngineAPI(t *testing.T) {
+	c, reg := kernelServer(t, &gpuBackend{})
+	ctx := testContext(t)
+	mods, err := c.KernelModules(ctx, "gpu_mla", h200())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := reg.KernelModules(ctx, "gpu_mla", h200())
+	if !reflect.DeepEqual(mods, want) {
+		t.Errorf("modules over the API differ from the registry's")
+	}
+	req := &core.PlanRequest{Backend: "gpu_mla", Method: core.MLA, DType: "bf16", Graph: true,
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+		Shape:  core.PlanShape{SeqLens: []int64{100, 2000}, QLens: []int64{1, 1}, PageSize: 64, NumPages: 512, MaxSeqLen: 8192},
+		Device: h200()}
+	p, err := c.PlanKernel(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ := reg.PlanKernel(ctx, req)
+	if !reflect.DeepEqual(p, local) {
+		t.Errorf("the plan over the API differs from the registry's:\n%+v\n%+v", p, local)
+	}
+	if p.Reads != core.PlanReadsDeclared|core.PlanReadsQLens || !p.Launches[0].PerBatch {
+		t.Errorf("plan reads %s, first launch per batch %v", p.Reads, p.Launches[0].PerBatch)
+	}
+	if _, err := c.KernelModules(ctx, "triton", h200()); !errors.Is(err, core.ErrNoPlan) {
+		t.Errorf("modules of triton: %v, want ErrNoPlan", err)
+	}
+	bad := *req
+	bad.Dims.Heads = 0
+	if _, err := c.PlanKernel(ctx, &bad); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "heads") {
+		t.Errorf("a malformed request: %v, want ErrInvalidRequest naming heads", err)
+	}
+	bad = *req
+	bad.Shape.SeqLens = []int64{1}
+	if _, err := c.PlanKernel(ctx, &bad); !errors.Is(err, core.ErrInvalidRequest) {
+		t.Errorf("seq_lens and q_lens of different lengths: %v, want ErrInvalidRequest", err)
+	}
+
+	liar, _ := kernelServer(t, &gpuBackend{lie: true})
+	if _, err := liar.PlanKernel(ctx, req); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), "plan refused") {
+		t.Errorf("a plan the host's check refuses: %v, want ErrNoPlan saying it was refused", err)
+	}
+}
