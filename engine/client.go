@@ -12,8 +12,8 @@ import (
 	"github.com/attnplug/attnplug/registry"
 	"github.com/attnplug/attnplug/wire"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )

@@ -29,7 +29,9 @@ func (b *gpuBackend) Describe(context.Context) (*core.Description, error) {
 	}}}, nil
 }
 
-func (b *gpuBackend) Dispatch(context.Context, *core.Request) (core.Method, error) { return core.MLA, nil }
+func (b *gpuBackend) Dispatch(context.Context, *core.Request) (core.Method, error) {
+	return core.MLA, nil
+}
 
 func (b *gpuBackend) KernelModules(context.Context, core.DeviceInfo) ([]core.KernelModule, error) {
 	mods := devkernels.Spec()
