@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 
@@ -47,6 +48,11 @@ type ManifestImage struct {
 	File   string            `json:"file"`
 	SHA256 string            `json:"sha256"`
 }
+
+// EnvDeviceCode, set to "nvrtc", makes a plugin compile its device code
+// with NVRTC although images built ahead of time would serve: a way to
+// measure and check the fallback.
+const EnvDeviceCode = "ATTNPLUG_DEVICE_CODE"
 
 // Flags are the flags every image is compiled with, by nvcc ahead of
 // time and by NVRTC at run time.
@@ -126,6 +132,9 @@ func archNumber(arch string) int {
 // virtual architecture up to cc (the driver JIT-compiles it). ok is false
 // when the images cannot serve cc, with why.
 func aheadOfTime(cc int) (mods []core.KernelModule, why string) {
+	if os.Getenv(EnvDeviceCode) == "nvrtc" {
+		return nil, "$" + EnvDeviceCode + " is nvrtc"
+	}
 	m, why := embedded()
 	if why != "" {
 		return nil, why

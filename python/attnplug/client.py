@@ -18,6 +18,12 @@ from attnplug._pb import dispatch_pb2, dispatch_pb2_grpc
 __all__ = [
     "Answer",
     "Client",
+    "KernelModule",
+    "Launch",
+    "LaunchArg",
+    "NoPlan",
+    "Plan",
+    "TensorSpec",
     "Description",
     "Reads",
     "ReadsCondition",
@@ -77,6 +83,13 @@ class ServerError(Exception):
     def __init__(self, message, code=None):
         super().__init__(message)
         self.code = code
+
+
+class NoPlan(ServerError):
+    """The server has no device code or no plan for the request: no device
+    code for the name or the device, a method, dtype or shape the kernels do
+    not cover, a plan the host's checks refused, a plugin that failed. The
+    kernel runs another way; the message says why."""
 
 
 class ServerUnavailable(ServerError):
@@ -211,6 +224,7 @@ class Client:
         )
         self._dispatcher = dispatch_pb2_grpc.DispatcherStub(self._channel)
         self._admin = dispatch_pb2_grpc.AdminStub(self._channel)
+        self._kernels = dispatch_pb2_grpc.KernelsStub(self._channel)
         self._closed = threading.Event()
 
     def close(self):
@@ -274,6 +288,28 @@ class Client:
         resp = self._call(self._admin.ListPlugins, dispatch_pb2.ListPluginsRequest())
         return [_fields(p) for p in resp.plugins]
 
+    def kernel_modules(self, backend, device):
+        """The device code of the plugin serving backend, for device (a dict:
+        platform, name, compute_capability, sms, max_threads_per_block,
+        max_shared_per_block, max_grid), as the server's registry hands it
+        (hashes checked, pinned by its lock file): a list of KernelModule.
+        Raises NoPlan when there is none."""
+        resp = self._call(self._kernels.KernelModules,
+                          dispatch_pb2.KernelModulesRequest(backend=backend, device=device_to_proto(device)),
+                          timeout=max(self.timeout, 120.0))
+        return [module_from_proto(m) for m in resp.modules]
+
+    def plan_kernel(self, request):
+        """The launches that run a method's kernel on a batch (a Plan), checked
+        by the server as its own host checks plans. request is a dict:
+        backend, method (a METHODS name), dtype, dims (heads, head_dim_qk,
+        head_dim_v, softmax_scale), shape (seq_lens, q_lens, page_size,
+        num_pages, chunk_capacity, max_seq_len), device (as kernel_modules
+        takes it) and graph. Raises NoPlan when the kernel has no device plan
+        for it, ServerError (INVALID_ARGUMENT) for a malformed request."""
+        resp = self._call(self._kernels.PlanKernel, plan_request_to_proto(request), timeout=max(self.timeout, 30.0))
+        return plan_from_proto(resp.plan)
+
 
 class Watch:
     """A stream of Descriptions (see Client.watch)."""
@@ -303,6 +339,8 @@ def _server_error(exc, address):
     msg = "%s: %s: %s" % (address, code.name if code else "error", details)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return ServerUnavailable(msg, code)
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return NoPlan(msg, code)
     return ServerError(msg, code)
 
 
@@ -447,3 +485,157 @@ def request_to_proto(req):
             raise _field_error("runtime.kv_cache_dtype", "unknown dtype %r (want one of %s)" % (dtype, ", ".join(_KV_CACHE_DTYPES)))
         r.kv_cache_dtype = dtype
     return out
+
+
+# Device code: the messages of the Kernels service as plain Python values.
+
+@dataclasses.dataclass(frozen=True)
+class KernelModule:
+    """Device code of a plugin: name, platform, arch (sm_90, compute_80),
+    format (ptx, cubin), image (bytes), sha256, entries (a tuple of (name,
+    ((param, kind), ...))) and the catalog kernels it runs."""
+    name: str
+    platform: str
+    arch: str
+    format: str
+    image: bytes
+    sha256: str
+    entries: tuple
+    kernels: tuple
+
+    def entry(self, name):
+        """The parameters of entry name, ((param, kind), ...), or None."""
+        for e, params in self.entries:
+            if e == name:
+                return params
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """A tensor a plan binds: name, dtype (bf16, f32, i32...), shape, and
+    whether the launches write it."""
+    name: str
+    dtype: str
+    shape: tuple
+    output: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchArg:
+    """One parameter's value: kind is tensor (name), meta (name + offset),
+    workspace (offset), int (int_value) or float (float_value)."""
+    param: str
+    kind: str
+    name: str
+    offset: int
+    int_value: int
+    float_value: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One kernel launch: module, entry, grid, block, shared_bytes, args,
+    and per_batch (it runs once per batch, before the layers)."""
+    module: str
+    entry: str
+    grid: tuple
+    block: tuple
+    shared_bytes: int
+    args: tuple
+    per_batch: bool
+
+
+#: The bits of Plan.reads (core.PlanReads).
+PLAN_READS_DECLARED, PLAN_READS_SEQ_LENS, PLAN_READS_Q_LENS, PLAN_READS_CHUNK_CAPACITY = 1, 2, 4, 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The launches that run a kernel on a batch: kernel, tensors,
+    metadata (name -> tuple of int32), schedule, workspace_bytes,
+    launches, reads (what of the request's shape it depends on; 0 is
+    everything) and note."""
+    kernel: str
+    tensors: tuple
+    metadata: dict
+    schedule: tuple
+    workspace_bytes: int
+    launches: tuple
+    reads: int
+    note: str
+
+    def holds_for_batch(self):
+        """Whether the plan depends on the batch size and query lengths only
+        (not on the key lengths), so that one plan serves every step."""
+        return bool(self.reads & PLAN_READS_DECLARED) and not self.reads & PLAN_READS_SEQ_LENS
+
+
+def device_to_proto(d):
+    _check_keys(d, ("platform", "name", "compute_capability", "sms", "max_threads_per_block", "max_shared_per_block", "max_grid"), "device")
+    platform = d.get("platform", "cuda")
+    if platform not in PLATFORMS:
+        raise _field_error("device.platform", "%r is not one of %s" % (platform, ", ".join(PLATFORMS)))
+    grid = list(d.get("max_grid") or [])
+    if grid and len(grid) != 3:
+        raise _field_error("device.max_grid", "has %d entries, want 3" % len(grid))
+    return dispatch_pb2.DeviceInfo(
+        platform=dispatch_pb2.Platform.Value("PLATFORM_" + platform.upper()),
+        name=str(d.get("name", "")),
+        compute_capability=_int(d.get("compute_capability", 0), "device.compute_capability"),
+        sms=_int(d.get("sms", 0), "device.sms"),
+        max_threads_per_block=_int(d.get("max_threads_per_block", 0), "device.max_threads_per_block"),
+        max_shared_per_block=_int(d.get("max_shared_per_block", 0), "device.max_shared_per_block"),
+        max_grid=[_int(x, "device.max_grid") for x in grid])
+
+
+def plan_request_to_proto(r):
+    _check_keys(r, ("backend", "method", "dtype", "dims", "shape", "device", "graph"), "plan request")
+    method = r.get("method")
+    if method not in METHODS:
+        raise _field_error("method", "%r is not one of %s" % (method, ", ".join(METHODS)))
+    dims, shape = r.get("dims") or {}, r.get("shape") or {}
+    _check_keys(dims, ("heads", "head_dim_qk", "head_dim_v", "softmax_scale"), "dims")
+    _check_keys(shape, ("seq_lens", "q_lens", "page_size", "num_pages", "chunk_capacity", "max_seq_len"), "shape")
+    return dispatch_pb2.PlanKernelRequest(
+        backend=str(r.get("backend", "")),
+        method=dispatch_pb2.Method.Value("METHOD_" + method),
+        dtype=str(r.get("dtype", "bf16")),
+        dims=dispatch_pb2.PlanDims(
+            heads=_int(dims.get("heads", 0), "dims.heads"),
+            head_dim_qk=_int(dims.get("head_dim_qk", 0), "dims.head_dim_qk"),
+            head_dim_v=_int(dims.get("head_dim_v", 0), "dims.head_dim_v"),
+            softmax_scale=float(dims.get("softmax_scale", 0.0))),
+        shape=dispatch_pb2.PlanShape(
+            seq_lens=_lens(shape.get("seq_lens"), "shape.seq_lens"),
+            q_lens=_lens(shape.get("q_lens"), "shape.q_lens"),
+            page_size=_int(shape.get("page_size", 0), "shape.page_size"),
+            num_pages=_int(shape.get("num_pages", 0), "shape.num_pages"),
+            chunk_capacity=_int(shape.get("chunk_capacity", 0), "shape.chunk_capacity"),
+            max_seq_len=_int(shape.get("max_seq_len", 0), "shape.max_seq_len")),
+        device=device_to_proto(r.get("device") or {}),
+        graph=_bool(r.get("graph"), "graph"))
+
+
+def module_from_proto(m):
+    platform = dispatch_pb2.Platform.Name(m.platform) if m.platform in dispatch_pb2.Platform.values() else ""
+    return KernelModule(
+        name=m.name, platform=platform[len("PLATFORM_"):].lower(), arch=m.arch, format=m.format,
+        image=bytes(m.image), sha256=m.sha256,
+        entries=tuple((e.name, tuple((p.name, p.kind) for p in e.params)) for e in m.entries),
+        kernels=tuple(m.kernels))
+
+
+def plan_from_proto(p):
+    return Plan(
+        kernel=p.kernel,
+        tensors=tuple(TensorSpec(t.name, t.dtype, tuple(t.shape), t.output) for t in p.tensors),
+        metadata={m.name: tuple(m.int32s) for m in p.metadata},
+        schedule=tuple((w.request, w.kv_begin, w.kv_end, w.split) for w in p.schedule),
+        workspace_bytes=p.workspace_bytes,
+        launches=tuple(Launch(l.module, l.entry, tuple(l.grid), tuple(l.block), l.shared_bytes,
+                              tuple(LaunchArg(a.param, a.kind, a.name, a.offset, a.int_value, a.float_value) for a in l.args),
+                              l.per_batch)
+                       for l in p.launches),
+        reads=p.reads,
+        note=p.note)

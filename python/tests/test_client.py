@@ -106,3 +106,74 @@ class ClientTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+H200 = {"platform": "cuda", "name": "NVIDIA H200", "compute_capability": 90, "sms": 132,
+        "max_threads_per_block": 1024, "max_shared_per_block": 232448, "max_grid": [2147483647, 65535, 65535]}
+
+
+def decode_plan_request(backend="fa3", batch=16, seq=100, graph=True, max_seq_len=8192):
+    return {"backend": backend, "method": "MLA", "dtype": "bf16", "graph": graph,
+            "dims": {"heads": 16, "head_dim_qk": 576, "head_dim_v": 512, "softmax_scale": 0.1352},
+            "shape": {"seq_lens": [seq + i for i in range(batch)], "q_lens": [1] * batch, "page_size": 64,
+                      "num_pages": 4096, "max_seq_len": max_seq_len},
+            "device": H200}
+
+
+class KernelsTest(unittest.TestCase):
+    """The Kernels service through the Python client: the fa3 plugin's
+    device code, built ahead of time, for a device the client describes
+    (no GPU and no compiler here), and its checked plans."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = serve.Server().start()
+        cls.client = Client(cls.server.address)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.cleanup()
+
+    def test_modules_built_ahead_of_time(self):
+        import hashlib
+        mods = self.client.kernel_modules("fa3", H200)
+        self.assertEqual(sorted(m.name for m in mods), ["mha_prefill", "mla_decode"])
+        for m in mods:
+            self.assertEqual(hashlib.sha256(m.image).hexdigest(), m.sha256)
+            self.assertEqual((m.format, m.arch), ("cubin", "sm_90"))
+        dec = next(m for m in mods if m.name == "mla_decode")
+        self.assertEqual(dec.entry("mla_schedule")[0], ("seq_lens", "ptr"))
+        a100 = dict(H200, name="NVIDIA A100", compute_capability=80)
+        self.assertEqual({(m.format, m.arch) for m in self.client.kernel_modules("fa3", a100)}, {("cubin", "sm_80")})
+
+    def test_plans_hold_for_the_batch_size(self):
+        p = self.client.plan_kernel(decode_plan_request())
+        self.assertTrue(p.holds_for_batch(), p.reads)
+        self.assertEqual(p.metadata, {})
+        self.assertTrue(p.launches[0].per_batch)
+        self.assertEqual([t.name for t in p.tensors],
+                         ["q", "kv_cache", "kv_indptr", "kv_indices", "seq_lens", "qo_indptr", "out", "lse"])
+        self.assertEqual(dict((t.name, t.shape) for t in p.tensors)["kv_indices"], (16 * 128,))
+        # Other lengths under the same bound: the same plan.
+        self.assertEqual(self.client.plan_kernel(decode_plan_request(seq=3000)), p)
+        # Without a bound, the plan reads the lengths.
+        q = self.client.plan_kernel(decode_plan_request(max_seq_len=0))
+        self.assertFalse(q.holds_for_batch())
+        self.assertIn("schedule", q.metadata)
+
+    def test_errors(self):
+        from attnplug import NoPlan, ServerError
+        with self.assertRaises(NoPlan) as ctx:
+            self.client.kernel_modules("aiter", H200)
+        self.assertIn("no device code", str(ctx.exception))
+        with self.assertRaises(NoPlan):
+            self.client.plan_kernel(decode_plan_request(backend="triton"))
+        bad = decode_plan_request()
+        bad["dims"]["heads"] = 0
+        with self.assertRaises(ServerError) as ctx:
+            self.client.plan_kernel(bad)
+        self.assertIn("heads", str(ctx.exception))
+        self.assertNotIsInstance(ctx.exception, NoPlan)
+        with self.assertRaises(ValueError):
+            self.client.plan_kernel(dict(decode_plan_request(), method="NOT_A_METHOD"))
