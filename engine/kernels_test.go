@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"net"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/attnplug/attnplug/devkernels"
 	"github.com/attnplug/attnplug/registry"
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc"
 )
 
 // gpuBackend is an in-process backend with the device code of devkernels
@@ -59,21 +57,7 @@ func kernelServer(t *testing.T, be core.Backend) (*Client, *registry.Registry) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
-	sock := t.TempDir() + "/s.sock"
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer(reg, Config{})
-	g := grpc.NewServer(s.ServerOptions()...)
-	s.Register(g)
-	go g.Serve(lis)
-	t.Cleanup(func() { s.Stop(); g.Stop() })
-	c, err := Dial("unix://"+sock, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c, _ := serveRegistry(t, reg, Config{})
 	return c, reg
 }
 

@@ -29,6 +29,13 @@ func serve(t *testing.T, strict bool, cfg Config) (*Client, *grpc.ClientConn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
+	return serveRegistry(t, reg, cfg)
+}
+
+// serveRegistry serves reg on a unix socket and returns a Client and a
+// plain connection of it.
+func serveRegistry(t *testing.T, reg *registry.Registry, cfg Config) (*Client, *grpc.ClientConn) {
+	t.Helper()
 	sock := t.TempDir() + "/s.sock"
 	lis, err := net.Listen("unix", sock)
 	if err != nil {

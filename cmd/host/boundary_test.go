@@ -221,15 +221,7 @@ func cleanAnswers(t *testing.T, lines [][]byte) []answer {
 		t.Fatal(err)
 	}
 	h := startHost(t, tree, nil, "dispatch", "--platform", "cuda")
-	go func() {
-		w := bufio.NewWriterSize(h.stdin, 64<<10)
-		for _, l := range lines {
-			w.Write(l)
-			w.WriteByte('\n')
-		}
-		w.Flush()
-		h.stdin.Close()
-	}()
+	go h.feed(lines)
 	var out []answer
 	sc := bufio.NewScanner(h.stdout)
 	sc.Buffer(nil, 1<<20)
@@ -244,4 +236,15 @@ func cleanAnswers(t *testing.T, lines [][]byte) []answer {
 		t.Fatalf("clean run: exit %d, %d answers for %d lines; stderr:\n%s", code, len(out), len(lines), h.stderr)
 	}
 	return slices.Clip(out)
+}
+
+// feed writes lines to the host's stdin, one per line, and closes it.
+func (h *hostCmd) feed(lines [][]byte) {
+	w := bufio.NewWriterSize(h.stdin, 64<<10)
+	for _, l := range lines {
+		w.Write(l)
+		w.WriteByte('\n')
+	}
+	w.Flush()
+	h.stdin.Close()
 }

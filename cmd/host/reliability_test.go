@@ -151,15 +151,7 @@ func TestReliabilityKillPluginsMidStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := startHost(t, tree, nil, "dispatch", "--platform", "cuda")
-	go func() {
-		w := bufio.NewWriterSize(h.stdin, 64<<10)
-		for _, l := range lines {
-			w.Write(l)
-			w.WriteByte('\n')
-		}
-		w.Flush()
-		h.stdin.Close()
-	}()
+	go h.feed(lines)
 	kills := map[int]bool{10_000: true, 30_000: true, 50_000: true, 70_000: true, 90_000: true}
 	killed, fallbacks, wrong := 0, 0, 0
 	sc := bufio.NewScanner(h.stdout)

@@ -560,21 +560,29 @@ func (e *Env) Time(b *Batch, p *cudaexec.Prepared, iters, reps int) (Timing, err
 			return err
 		}
 		defer x.DestroyGraph(g)
-		for r := -1; r < reps; r++ {
-			ms, err := e.timeOnce(x, func() error { return x.LaunchGraph(g, e.stream) })
-			if err != nil {
-				return err
-			}
-			if r >= 0 {
-				ts = append(ts, ms*1000/float64(iters))
-			}
-		}
-		return nil
+		ts, err = e.repeat(x, reps, float64(iters), func() error { return x.LaunchGraph(g, e.stream) })
+		return err
 	})
 	if err != nil {
 		return Timing{}, err
 	}
 	return median(ts), nil
+}
+
+// repeat times f (work queued on the Env's stream) once to warm up and
+// then reps times, and returns each time in microseconds over per.
+func (e *Env) repeat(x *cuda.Ctx, reps int, per float64, f func() error) ([]float64, error) {
+	var ts []float64
+	for r := -1; r < reps; r++ {
+		ms, err := e.timeOnce(x, f)
+		if err != nil {
+			return nil, err
+		}
+		if r >= 0 {
+			ts = append(ts, ms*1000/per)
+		}
+	}
+	return ts, nil
 }
 
 // StepTime captures a decode step of layers layers as a serving host runs
@@ -599,16 +607,8 @@ func (e *Env) StepTime(b *Batch, p *cudaexec.Prepared, layers, reps int) (Timing
 			return err
 		}
 		defer x.DestroyGraph(g)
-		for r := -1; r < reps; r++ {
-			ms, err := e.timeOnce(x, func() error { return x.LaunchGraph(g, e.stream) })
-			if err != nil {
-				return err
-			}
-			if r >= 0 {
-				ts = append(ts, ms*1000)
-			}
-		}
-		return nil
+		ts, err = e.repeat(x, reps, 1, func() error { return x.LaunchGraph(g, e.stream) })
+		return err
 	})
 	if err != nil {
 		return Timing{}, err

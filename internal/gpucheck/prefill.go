@@ -305,16 +305,9 @@ func (e *Env) TimePrefill(b *PrefillBatch, p *cudaexec.Prepared, reps int) (Timi
 	var ts []float64
 	err := e.Dev.Do(func(x *cuda.Ctx) error {
 		t := b.Tensors()
-		for r := -1; r < reps; r++ {
-			ms, err := e.timeOnce(x, func() error { return p.Launch(x, e.stream, t) })
-			if err != nil {
-				return err
-			}
-			if r >= 0 {
-				ts = append(ts, ms*1000)
-			}
-		}
-		return nil
+		var err error
+		ts, err = e.repeat(x, reps, 1, func() error { return p.Launch(x, e.stream, t) })
+		return err
 	})
 	if err != nil {
 		return Timing{}, err
