@@ -127,8 +127,11 @@ func TestScheduleOnDevice(t *testing.T) {
 			}
 		}
 		c.Graph, c.MaxSeqLen = true, slices.Max(c.SeqLens)
-		dev := e.Exec.Device()
-		onDev := c.Request(dev, 1<<20)
+		b, err := e.Alloc(c, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDev := b.Req
 		cpu := onDev
 		cpu.Shape.MaxSeqLen = 0 // the CPU's graph plan: same grid, metadata of the lengths
 		k := c.kernel()
@@ -144,7 +147,8 @@ func TestScheduleOnDevice(t *testing.T) {
 		for _, m := range cp.Metadata {
 			want[m.Name] = m.Int32s
 		}
-		got, err := e.runSchedule(c, &onDev, dp)
+		got, err := e.runSchedule(b, &onDev, dp)
+		b.Free(e)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Describe(), err)
 		}
@@ -166,15 +170,10 @@ func firstDiff(a, b []int32) int {
 	return min(len(a), len(b))
 }
 
-// runSchedule runs the PerBatch launch of plan p (mla_schedule) for c and
+// runSchedule runs the PerBatch launch of plan p (mla_schedule) on b and
 // returns what it wrote, by the names of the host planner's metadata.
-func (e *Env) runSchedule(c Case, req *core.PlanRequest, p *core.Plan) (map[string][]int32, error) {
-	b, err := e.Alloc(c, 1)
-	if err != nil {
-		return nil, err
-	}
-	defer b.Free(e)
-	b.Req = *req
+func (e *Env) runSchedule(b *Batch, req *core.PlanRequest, p *core.Plan) (map[string][]int32, error) {
+	c := b.Case
 	pr, err := e.Exec.Prepare(req, p)
 	if err != nil {
 		return nil, err
