@@ -243,6 +243,14 @@ type decodeShape struct {
 	capacity, batch    int
 }
 
+// partialRows bounds the partial rows of any lengths of the batch size:
+// items number at most capacity = batch + slots, so the requests cut into
+// several items have at most slots extra items, and at most 2*slots items
+// in all, each of at most maxRows rows.
+func (ds decodeShape) partialRows() int64 {
+	return int64(min(ds.capacity, 2*ds.slots)) * int64(ds.maxRows)
+}
+
 func shapeOf(req *core.PlanRequest) decodeShape {
 	s, d := req.Shape, req.Dims
 	var maxQ int64
@@ -271,7 +279,7 @@ func planDecodeGraph(req *core.PlanRequest) *core.Plan {
 	ds := shapeOf(req)
 	d, s := req.Dims, req.Shape
 	align := func(n int64) int64 { return (n + 255) &^ 255 }
-	partRows := int64(ds.capacity) * int64(ds.maxRows)
+	partRows := ds.partialRows()
 	partO := partRows * mlaDV * 4
 	offLSE := align(partO)
 	offSched := align(offLSE + partRows*4)
@@ -410,7 +418,7 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 	if req.Graph {
 		// Pad the schedule with empty items, so that every buffer has the
 		// same size for any lengths of this batch size.
-		partRows = int64(capacity) * int64(maxRows)
+		partRows = ds.partialRows()
 	}
 	slotStart := make([]int32, gridSlots+1)
 	for k := range slotStart {
