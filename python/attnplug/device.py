@@ -462,14 +462,16 @@ class Launcher:
                 self._modules = loaded
             return self._modules
 
-    def plan(self, request):
+    def plan(self, request, keep=True):
         """The Prepared plan of request (a plan request without its device,
         whose backend defaults to the Launcher's): from the cache when a plan
         answered an equal request, as far as the plan reads; else asked of
         the server, checked there, and prepared here (its metadata uploaded,
-        its workspace allocated). Raises NoPlan when the kernel has no
-        device plan for it, ServerUnavailable when the server cannot be
-        reached and no cached plan answers."""
+        its workspace allocated). With keep false, a new Prepared is not
+        kept (a prefill's, whose lengths rarely come again; the plan itself
+        is). Raises NoPlan when the kernel has no device plan for it,
+        ServerUnavailable when the server cannot be reached and no cached
+        plan answers."""
         req = self.source.request(request)
         key, version = self.source.cached(req)
         if key is not None:
@@ -489,6 +491,8 @@ class Launcher:
         with self._lock:
             self._sync(version)
             self.stats["plan_requests"] = self.source.stats["plan_requests"]
+            if not keep:
+                return prepared
             if len(self._prepared) > 1024:
                 self._prepared.clear()
             self._prepared[key] = prepared

@@ -30,12 +30,14 @@ from attnplug._pb import dispatch_pb2
 
 __all__ = [
     "AttentionBackendRegistry",
+    "AttnplugMLABackend",
     "AttnForwardMethod",
     "SglangRuntime",
     "HANDLER_MODULE",
     "handler_source",
     "handler_sends",
     "install",
+    "register_backend",
     "sglang_registrations",
     "surrogate",
     "triton_method",
@@ -973,6 +975,18 @@ def _handler_module(module):
     return module if module is not None else importlib.import_module(HANDLER_MODULE)
 
 
+_BACKEND_NAMES = ("AttnplugMLABackend", "TorchMLABackend", "register_backend")
+
+
+def __getattr__(name):
+    # The attention backend (attnplug.sglang_backend) is imported when it
+    # is first asked for: the dispatch side needs neither torch nor it.
+    if name in _BACKEND_NAMES:
+        from attnplug import sglang_backend
+        return getattr(sglang_backend, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
 def sglang_registrations(module):
     """The handlers registered in the AttentionBackendRegistry of sglang's
     handler module, split in two dicts (name -> function): sglang's own (a
@@ -989,7 +1003,7 @@ def sglang_registrations(module):
     return native, custom
 
 
-def install(address=None, *, module=None, timeout=2.0, registry=None):
+def install(address=None, *, module=None, timeout=2.0, registry=None, attention_backend=False):
     """Swaps the AttentionBackendRegistry of sglang's handler module (module,
     default: imported by name) in place: its get_handler and register now
     go to an attnplug AttentionBackendRegistry (registry, default: one
@@ -1003,11 +1017,18 @@ def install(address=None, *, module=None, timeout=2.0, registry=None):
     registered after it; sglang's own handlers give way to the server,
     which runs the same rules, except for a name the server does not route,
     which sglang's own handler answers (sglang_registrations,
-    AttentionBackendRegistry.set_sglang_handlers)."""
+    AttentionBackendRegistry.set_sglang_handlers).
+
+    With attention_backend, the ``attnplug`` attention backend is
+    registered in sglang too (attnplug.sglang_backend.register_backend:
+    ``--attention-backend attnplug`` runs the plugins' kernels)."""
     mod = _handler_module(module)
     cls = mod.AttentionBackendRegistry
     if "_attnplug_saved" in cls.__dict__:
         uninstall(mod)
+    if attention_backend:
+        from attnplug import sglang_backend
+        sglang_backend.register_backend()
     reg = registry or AttentionBackendRegistry(address, runtime=SglangRuntime.from_module(mod), timeout=timeout)
     native, custom = sglang_registrations(mod)
     reg.set_sglang_handlers(native)
