@@ -760,8 +760,20 @@ class AttnplugMLABackend(_Base):
         return int(layer.head_dim) == self.kv_cache_dim and int(layer.v_head_dim) == self.kv_lora_rank
 
     def _layer_fits(self, layer):
-        return (self._is_mla_layer(layer) and int(layer.tp_q_head_num) == self.num_heads
-                and float(layer.scaling) == self.scaling and not getattr(layer, "logit_cap", 0))
+        """Whether layer is one the step's plan runs (its heads, head dims
+        and softmax scale); a layer that is not is said once."""
+        why = None
+        if not self._is_mla_layer(layer):
+            why = "head dims %s/%s" % (layer.head_dim, layer.v_head_dim)
+        elif int(layer.tp_q_head_num) != self.num_heads:
+            why = "%d heads where the plan has %d" % (layer.tp_q_head_num, self.num_heads)
+        elif abs(float(layer.scaling) - self.scaling) > 1e-6 * self.scaling:
+            why = "softmax scale %r where the plan has %r" % (layer.scaling, self.scaling)
+        elif getattr(layer, "logit_cap", 0):
+            why = "a logit cap"
+        if why is not None:
+            self._warn(("layer", why), "attnplug: layer %s has %s; the fallback runs it", layer.layer_id, why)
+        return why is None
 
     def _save_kv(self, layer, fb, k, v, k_rope, save_kv_cache):
         if save_kv_cache and k is not None:
@@ -787,10 +799,11 @@ class AttnplugMLABackend(_Base):
             if layer.layer_id == f.first_layer:
                 self._prep(f, fb)
         if q_rope is not None:
-            qq = torch.cat([q.view(tokens, heads, self.kv_lora_rank),
-                            q_rope.view(tokens, heads, self.qk_rope_head_dim)], dim=-1)
+            # DeepSeek's q nope is the transpose of a bmm: not contiguous.
+            qq = torch.cat([q.reshape(tokens, heads, self.kv_lora_rank),
+                            q_rope.reshape(tokens, heads, self.qk_rope_head_dim)], dim=-1)
         else:
-            qq = q.view(tokens, heads, self.kv_cache_dim)
+            qq = q.reshape(tokens, heads, self.kv_cache_dim)
             if not qq.is_contiguous():
                 qq = qq.contiguous()
         if qq.dtype != torch.bfloat16:

@@ -558,8 +558,10 @@ class DecodeLoop:
             for i, layer in enumerate(layers if layers is not None else self.layers):
                 q_nope, q_rope, k_nope, k_rope = inputs[i]
                 if split:
-                    outs.append(layer.forward(q_nope.reshape(q_nope.shape[0], -1), k_nope, k_nope, fb,
-                                              q_rope=q_rope, k_rope=k_rope))
+                    # q nope as DeepSeek's absorbing bmm leaves it: [tokens,
+                    # heads, 512], the transpose of a [heads, tokens, 512].
+                    q_out = q_nope.transpose(0, 1).contiguous().transpose(0, 1)
+                    outs.append(layer.forward(q_out, k_nope, k_nope, fb, q_rope=q_rope, k_rope=k_rope))
                 else:
                     q = torch.cat([q_nope, q_rope], dim=-1)
                     k = torch.cat([k_nope, k_rope], dim=-1)
