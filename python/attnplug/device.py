@@ -394,6 +394,7 @@ class PlanSource:
 
     def _follow(self):
         backoff = 0.05
+        client_closed = getattr(self.client, "_closed", None)
         while not self._closed.is_set():
             try:
                 self._watch = self.client.watch()
@@ -403,6 +404,8 @@ class PlanSource:
             except (ServerError, ValueError):
                 if self._closed.is_set():
                     return
+            if client_closed is not None and client_closed.is_set():
+                return  # the client was closed under us: nothing more to follow
             self._closed.wait(backoff)
             backoff = min(backoff * 2, 2.0)
 
