@@ -21,16 +21,23 @@ H200 = {"platform": "cuda", "name": "NVIDIA H200", "compute_capability": 90, "sm
         "max_threads_per_block": 1024, "max_shared_per_block": 232448, "max_grid": [2147483647, 65535, 65535]}
 
 
+_LIAR = []
+
+
 def liar_binary():
+    """The liar plugin: $ATTNPLUG_LIAR_BIN, else bin/test's, else built with
+    go once per process."""
     env = os.environ.get("ATTNPLUG_LIAR_BIN")
     if env:
         return env
     built = os.path.join(serve.BIN, "test", "attnplug-backend-liar")
     if os.access(built, os.X_OK):
         return built
-    out = os.path.join(tempfile.mkdtemp(prefix="ap-liar-"), "attnplug-backend-liar")
-    subprocess.run(["go", "build", "-o", out, "./internal/testplugins/liar"], cwd=serve.ROOT, check=True)
-    return out
+    if not _LIAR:
+        out = os.path.join(tempfile.mkdtemp(prefix="ap-liar-"), "attnplug-backend-liar")
+        subprocess.run(["go", "build", "-o", out, "./internal/testplugins/liar"], cwd=serve.ROOT, check=True)
+        _LIAR.append(out)
+    return _LIAR[0]
 
 
 class CountingClient(Client):
