@@ -1093,9 +1093,14 @@ def register_backend(name=BACKEND_NAME, kernel_backend=None):
     2. older sglang: ModelRunner._get_attention_backend_from_str is wrapped
        to build the backend for NAME.
 
-    It also registers a DeepSeek dispatch handler for NAME in sglang's
-    AttentionBackendRegistry, which answers as kernel_backend's rules. Safe
-    to call again; never raises."""
+    Where sglang keeps lists of the backends that run MLA models and the
+    chunked prefix cache (MLA_ATTENTION_BACKENDS and
+    CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS of model_runner or
+    server_args, in the releases that check them), NAME joins the first,
+    and the second where kernel_backend is in it (the fallback runs the
+    chunked prefix). It also registers a DeepSeek dispatch handler for NAME
+    in sglang's AttentionBackendRegistry, which answers as kernel_backend's
+    rules. Safe to call again; never raises."""
     kernel = kernel_backend or os.environ.get(ENV_KERNEL_BACKEND) or DEFAULT_KERNEL_BACKEND
     how = None
     try:
@@ -1118,6 +1123,7 @@ def register_backend(name=BACKEND_NAME, kernel_backend=None):
                 choices.append(name)
     except Exception:
         pass
+    _join_backend_lists(name, kernel)
     try:
         from attnplug import sglang as aps
         mod = __import__(aps.HANDLER_MODULE, fromlist=["AttentionBackendRegistry"])
@@ -1131,6 +1137,25 @@ def register_backend(name=BACKEND_NAME, kernel_backend=None):
     return how
 
 
+def _join_backend_lists(name, kernel):
+    lists = (("MLA_ATTENTION_BACKENDS", "add_mla_attention_backend", True),
+             ("CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS", "add_chunked_prefix_cache_attention_backend", False))
+    for modname in ("sglang.srt.model_executor.model_runner", "sglang.srt.server_args"):
+        try:
+            mod = __import__(modname, fromlist=["_"])
+        except Exception:
+            continue
+        for list_name, adder, always in lists:
+            names = getattr(mod, list_name, None)
+            if not isinstance(names, list) or name in names or not (always or kernel in names):
+                continue
+            add = getattr(mod, adder, None)
+            try:
+                add(name) if add is not None else names.append(name)
+            except Exception:
+                pass
+
+
 def _wrap_model_runner(name):
     try:
         from sglang.srt.model_executor import model_runner as mr
@@ -1140,15 +1165,18 @@ def _wrap_model_runner(name):
     orig = cls.__dict__.get("_get_attention_backend_from_str")
     if orig is None:
         return None
-    if getattr(orig, "_attnplug", False):
+    names = getattr(orig, "_attnplug_names", None)
+    if names is not None:
+        names.add(name)
         return "model_runner"
+    names = {name}
 
     def _get_attention_backend_from_str(self, backend_str, *args, **kwargs):
-        if backend_str == name:
+        if backend_str in names:
             return create_backend(self)
         return orig(self, backend_str, *args, **kwargs)
 
-    _get_attention_backend_from_str._attnplug = True
+    _get_attention_backend_from_str._attnplug_names = names
     cls._get_attention_backend_from_str = _get_attention_backend_from_str
     return "model_runner"
 

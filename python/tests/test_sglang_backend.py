@@ -167,14 +167,26 @@ class RegistrationTest(unittest.TestCase):
                 return "sglang's " + backend_str
 
         self.module("sglang.srt.model_executor.model_runner", ModelRunner=ModelRunner)
+        mla = ["flashinfer", "fa3", "triton"]
+        chunked = ["flashinfer", "fa3"]
+        sys.modules["sglang.srt.model_executor.model_runner"].__dict__.update(
+            MLA_ATTENTION_BACKENDS=mla, CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS=chunked,
+            add_mla_attention_backend=mla.append)
         self.assertEqual(sb.register_backend(), "model_runner")
         self.assertEqual(sb.register_backend(), "model_runner")
+        # sglang's checks of the backends of MLA models and of the chunked
+        # prefix cache take the name (the fallback, fa3's, runs chunks).
+        self.assertEqual((mla.count("attnplug"), chunked.count("attnplug")), (1, 1))
+        sb.register_backend("other", kernel_backend="triton")
+        self.assertEqual((mla.count("other"), chunked.count("other")), (1, 0))
         self.assertEqual(ModelRunner()._get_attention_backend_from_str("triton"), "sglang's triton")
         orig = sb.create_backend
         try:
             sb.create_backend = lambda runner: ("attnplug backend", runner)
             runner = ModelRunner()
             self.assertEqual(runner._get_attention_backend_from_str("attnplug"), ("attnplug backend", runner))
+            sb.register_backend("other", kernel_backend="triton")
+            self.assertEqual(runner._get_attention_backend_from_str("other"), ("attnplug backend", runner))
         finally:
             sb.create_backend = orig
 
