@@ -30,11 +30,23 @@ not need it.
 """
 
 import ctypes
+import logging
 import threading
+import time
 
-from attnplug.client import PLAN_READS_CHUNK_CAPACITY, PLAN_READS_Q_LENS, PLAN_READS_SEQ_LENS
+from attnplug.client import (
+    PLAN_READS_CHUNK_CAPACITY,
+    PLAN_READS_DECLARED,
+    PLAN_READS_Q_LENS,
+    PLAN_READS_SEQ_LENS,
+    NoPlan,
+    ServerError,
+    ServerUnavailable,
+)
 
-__all__ = ["CudaError", "Launcher", "Prepared", "TensorMismatch"]
+__all__ = ["CudaError", "Launcher", "PlanSource", "Prepared", "TensorMismatch"]
+
+log = logging.getLogger("attnplug.device")
 
 
 class CudaError(RuntimeError):
@@ -201,7 +213,201 @@ def _key(request, reads):
     return tuple(parts)
 
 
-_ALL = PLAN_READS_SEQ_LENS | PLAN_READS_Q_LENS | PLAN_READS_CHUNK_CAPACITY | 1
+_ALL = PLAN_READS_SEQ_LENS | PLAN_READS_Q_LENS | PLAN_READS_CHUNK_CAPACITY | PLAN_READS_DECLARED
+
+
+def _refusal_key(request):
+    """The key a refused request is remembered by: a graph request with a
+    bound on the lengths by everything but its lengths (the plans of such
+    requests do not depend on them), any other by everything."""
+    s = request.get("shape") or {}
+    if request.get("graph") and s.get("max_seq_len"):
+        return _key(request, PLAN_READS_DECLARED | PLAN_READS_Q_LENS | PLAN_READS_CHUNK_CAPACITY)
+    return _key(request, _ALL)
+
+
+def _route_key(desc, backend):
+    r = desc.route(backend)
+    return (r.handler, r.plugin, r.version, r.sha256)
+
+
+class PlanSource:
+    """The device code and plans of the plugin that serves backend, for
+    device (a dict as Client.kernel_modules takes it), asked of client (an
+    attnplug.Client): what a Launcher loads and launches, without torch.
+
+    Plans are kept by what they declare they read (one plan request per
+    batch size in a decode loop), refusals too: a request the server has no
+    plan for is not asked again, and while the server cannot be reached no
+    plan is asked for retry_s seconds (the cached plans still answer).
+
+    With follow (the default), a thread follows the server's Watch stream:
+    when the route of backend changes (another binary, version or plugin:
+    a hot swap), the modules and plans are dropped and version goes up, so
+    that the next plan asks the server and gets the new plugin's modules.
+    Safe for concurrent use; close() ends the thread."""
+
+    def __init__(self, client, backend, device, follow=True, retry_s=2.0):
+        self.client = client
+        self.backend = backend
+        self.device = dict(device)
+        self.retry_s = retry_s
+        self.version = 0  # goes up at every route change
+        self.route = None  # (handler, plugin, version, sha256) of backend, once described
+        self._lock = threading.Lock()
+        self._modules = None
+        self._modules_error = None
+        self._reads = {}  # base key -> reads of the last plan for it
+        self._plans = {}  # key -> Plan
+        self._refused = {}  # refusal key -> NoPlan
+        self._down_until = 0.0
+        self._down_error = None
+        self.stats = {"module_fetches": 0, "plan_requests": 0, "route_changes": 0}
+        self._closed = threading.Event()
+        self._watch = None
+        self._thread = None
+        if follow:
+            self._thread = threading.Thread(target=self._follow, name="attnplug-plans-%s" % backend, daemon=True)
+            self._thread.start()
+
+    def close(self):
+        """Stops following the server (the client stays open)."""
+        self._closed.set()
+        w = self._watch
+        if w is not None:
+            w.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def request(self, request):
+        """request with this source's device, and its backend by default."""
+        req = dict(request, device=self.device)
+        req.setdefault("backend", self.backend)
+        return req
+
+    def cached(self, request):
+        """(key, version) of the plan that answers request (from request())
+        without asking the server, or (None, version)."""
+        base = _key(request, 0)
+        with self._lock:
+            reads = self._reads.get(base, _ALL)
+            key = _key(request, reads)
+            return (key if key in self._plans else None), self.version
+
+    def modules(self):
+        """(modules, version): the KernelModules of backend for the device,
+        asked once per route. Raises NoPlan (kept until the route changes)
+        or ServerUnavailable."""
+        with self._lock:
+            if self._modules is not None:
+                return self._modules, self.version
+            if self._modules_error is not None:
+                raise self._modules_error
+            self._check_up()
+            version = self.version
+        try:
+            mods = self.client.kernel_modules(self.backend, self.device)
+        except NoPlan as exc:
+            with self._lock:
+                if version == self.version:
+                    self._modules_error = exc
+            raise
+        except ServerUnavailable as exc:
+            self._set_down(exc)
+            raise
+        with self._lock:
+            self.stats["module_fetches"] += 1
+            if version == self.version:
+                self._modules = mods
+            return mods, version
+
+    def plan(self, request):
+        """(plan, key, version) for request (from request()): a cached plan
+        when one answered an equal request as far as it reads, else the
+        server's. Raises NoPlan when there is none (the refusal is kept
+        until the route changes), ServerError for a malformed request,
+        ServerUnavailable when the server cannot be reached."""
+        base = _key(request, 0)
+        rkey = _refusal_key(request)
+        with self._lock:
+            reads = self._reads.get(base, _ALL)
+            key = _key(request, reads)
+            p = self._plans.get(key)
+            if p is not None:
+                return p, key, self.version
+            refused = self._refused.get(rkey)
+            if refused is not None:
+                raise refused
+            self._check_up()
+            version = self.version
+        try:
+            plan = self.client.plan_kernel(request)
+        except NoPlan as exc:
+            with self._lock:
+                if version == self.version and len(self._refused) < 4096:
+                    self._refused[rkey] = exc
+            raise
+        except ServerUnavailable as exc:
+            self._set_down(exc)
+            raise
+        reads = plan.reads if plan.reads & PLAN_READS_DECLARED else _ALL
+        key = _key(request, reads)
+        with self._lock:
+            self.stats["plan_requests"] += 1
+            if version == self.version:
+                if len(self._plans) > 1024:
+                    self._plans.clear()
+                    self._reads.clear()
+                self._reads[base] = reads
+                self._plans[key] = plan
+        return plan, key, version
+
+    def _check_up(self):
+        # _lock held
+        if self._down_error is not None and time.monotonic() < self._down_until:
+            raise self._down_error
+
+    def _set_down(self, exc):
+        with self._lock:
+            self._down_error = exc
+            self._down_until = time.monotonic() + self.retry_s
+
+    def _changed(self):
+        # _lock held: the route of backend changed
+        self.version += 1
+        self.stats["route_changes"] += 1
+        self._modules = None
+        self._modules_error = None
+        self._reads.clear()
+        self._plans.clear()
+        self._refused.clear()
+
+    def _apply(self, desc):
+        key = _route_key(desc, self.backend)
+        with self._lock:
+            self._down_error = None
+            if self.route is not None and key != self.route:
+                self._changed()
+                log.info("attnplug: the route of %s changed (%s -> %s); the next plan asks for its modules again",
+                         self.backend, "/".join(self.route[1:3]), "/".join(key[1:3]))
+            self.route = key
+
+    def _follow(self):
+        backoff = 0.05
+        client_closed = getattr(self.client, "_closed", None)
+        while not self._closed.is_set():
+            try:
+                self._watch = self.client.watch()
+                for d in self._watch:
+                    self._apply(d)
+                    backoff = 0.05
+            except (ServerError, ValueError):
+                if self._closed.is_set():
+                    return
+            if client_closed is not None and client_closed.is_set():
+                return  # the client was closed under us: nothing more to follow
+            self._closed.wait(backoff)
+            backoff = min(backoff * 2, 2.0)
 
 
 class Launcher:
@@ -210,57 +416,89 @@ class Launcher:
     ``client`` (an attnplug.Client). The modules are fetched and loaded at
     the first plan; plans are kept as the Go host keeps them, by what they
     declare they read, so a decode loop asks the server once per batch size.
-    A Launcher is safe to use from several threads; its Prepared plans are
-    not shared between threads."""
 
-    def __init__(self, client, backend, device=None):
+    The Launcher follows the server's routes (PlanSource; follow=False
+    turns it off): after a hot swap of the plugin serving backend, the next
+    plan asks the server again and loads the new plugin's modules. Modules
+    loaded before stay loaded, so that a CUDA graph captured with them
+    still replays. A Launcher is safe to use from several threads; its
+    Prepared plans are not shared between threads. close() stops following
+    the server."""
+
+    def __init__(self, client, backend, device=None, follow=True):
         torch = _import_torch()
         self.client = client
         self.backend = backend
         self.ordinal = torch.cuda.current_device() if device is None else int(device)
         self.device = device_info(self.ordinal)
+        self.source = PlanSource(client, backend, self.device, follow=follow)
         self._drv = _Driver.get()
         self._lock = threading.Lock()
+        self._version = None
         self._modules = None
-        self._reads = {}   # base key -> reads of the last plan for it
-        self._plans = {}   # key -> Prepared
-        self.stats = {"plan_requests": 0, "plans_cached": 0}
+        self._loaded = []  # every module loaded, of every version: never unloaded
+        self._prepared = {}  # key -> Prepared, for self._version
+        self.stats = {"plan_requests": 0, "plans_cached": 0, "module_loads": 0}
+
+    def close(self):
+        """Stops following the server's routes."""
+        self.source.close()
+
+    def _sync(self, version):
+        # _lock held: forget what belongs to an older route
+        if version != self._version:
+            self._version = version
+            self._modules = None
+            self._prepared = {}
 
     def modules(self):
-        """The loaded modules, fetched from the server at the first call."""
+        """The loaded modules, fetched from the server at the first call and
+        after every change of the route of backend."""
+        mods, version = self.source.modules()
         with self._lock:
+            self._sync(version)
             if self._modules is None:
-                mods = self.client.kernel_modules(self.backend, self.device)
                 self._drv.use_primary(self.ordinal)
-                self._modules = {m.name: _Module(self._drv, m) for m in mods}
+                loaded = {m.name: _Module(self._drv, m) for m in mods}
+                self._loaded.extend(loaded.values())
+                self.stats["module_loads"] += 1
+                self._modules = loaded
             return self._modules
 
-    def plan(self, request):
+    def plan(self, request, keep=True):
         """The Prepared plan of request (a plan request without its device,
         whose backend defaults to the Launcher's): from the cache when a plan
         answered an equal request, as far as the plan reads; else asked of
         the server, checked there, and prepared here (its metadata uploaded,
-        its workspace allocated). Raises NoPlan when the kernel has no
-        device plan for it."""
-        req = dict(request, device=self.device)
-        req.setdefault("backend", self.backend)
-        base = _key(req, 0)
-        with self._lock:
-            reads = self._reads.get(base, _ALL)
-            p = self._plans.get(_key(req, reads))
-        if p is not None:
-            return p
+        its workspace allocated). With keep false, a new Prepared is not
+        kept (a prefill's, whose lengths rarely come again; the plan itself
+        is). Raises NoPlan when the kernel has no device plan for it,
+        ServerUnavailable when the server cannot be reached and no cached
+        plan answers."""
+        req = self.source.request(request)
+        key, version = self.source.cached(req)
+        if key is not None:
+            with self._lock:
+                self._sync(version)
+                p = self._prepared.get(key)
+            if p is not None:
+                return p
         mods = self.modules()
-        plan = self.client.plan_kernel(req)
-        reads = plan.reads if plan.reads & 1 else _ALL
+        plan, key, version = self.source.plan(req)
+        with self._lock:
+            self._sync(version)
+            p = self._prepared.get(key)
+            if p is not None:
+                return p
         prepared = Prepared(self, plan, req, mods)
         with self._lock:
-            self.stats["plan_requests"] += 1
-            if len(self._plans) > 1024:
-                self._plans.clear()
-                self._reads.clear()
-            self._reads[base] = reads
-            self._plans[_key(req, reads)] = prepared
+            self._sync(version)
+            self.stats["plan_requests"] = self.source.stats["plan_requests"]
+            if not keep:
+                return prepared
+            if len(self._prepared) > 1024:
+                self._prepared.clear()
+            self._prepared[key] = prepared
         return prepared
 
 
@@ -319,8 +557,10 @@ class Prepared:
     allocator owns them), its launches resolved. launch_batch runs its
     PerBatch launches (a scheduler), launch_layer the others, launch both;
     each binds the tensors given by name, checked against the plan, and
-    launches on torch's current stream (or ``stream``). Not safe for
-    concurrent use."""
+    launches on torch's current stream (or ``stream``). launch_batch and
+    launch_layer check and bind only the tensors their launches read (a
+    scheduler reads seq_lens and qo_indptr, not q). Not safe for concurrent
+    use."""
 
     def __init__(self, launcher, plan, request, mods):
         torch = _import_torch()
@@ -340,18 +580,34 @@ class Prepared:
         meta = {n: t.data_ptr() for n, t in self.metadata.items()}
         self._steps = [_Step(self._drv, mods, l, self.workspace.data_ptr(), meta, self._index) for l in plan.launches]
         self._torch = torch
+        self._reads = {}
+        for which, pick in (("all", lambda l: True), ("batch", lambda l: l.per_batch),
+                            ("layer", lambda l: not l.per_batch)):
+            used = set()
+            for st in self._steps:
+                if pick(st.launch):
+                    used.update(i for _, i in st.tensor_slots)
+            self._reads[which] = (pick, used)
+
+    def tensors_read(self, which="all"):
+        """The names of the tensors the launches read: of all of them, the
+        PerBatch ones (which="batch") or the others ("layer")."""
+        return [self.specs[i].name for i in sorted(self._reads[which][1])]
 
     def holds_for_batch(self):
         """Whether the plan serves every step of its batch size."""
         return self.plan.holds_for_batch()
 
-    def check(self, tensors):
+    def check(self, tensors, only=None):
         """The device addresses of tensors (a dict by name) in the plan's
         order, after checking each against the plan: present, of its dtype,
         shape and device, contiguous. Raises TensorMismatch naming the
-        tensor."""
+        tensor. With only (a set of indexes in the plan's order), the others
+        are neither checked nor bound (address 0)."""
         ptrs = [0] * len(self.specs)
         for i, spec in enumerate(self.specs):
+            if only is not None and i not in only:
+                continue
             t = tensors.get(spec.name)
             if t is None:
                 raise TensorMismatch("tensor %s: not bound (the plan binds %s)" % (spec.name, ", ".join(s.name for s in self.specs)))
@@ -368,28 +624,29 @@ class Prepared:
         return ptrs
 
     def _run(self, tensors, stream, which):
-        ptrs = self.check(tensors)
+        pick, used = self._reads[which]
+        ptrs = self.check(tensors, None if which == "all" else used)
         if stream is None:
             stream = self._torch.cuda.current_stream(self._device).cuda_stream
         elif hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
         s = ctypes.c_void_p(stream)
         for st in self._steps:
-            if which(st.launch):
+            if pick(st.launch):
                 st.run(self._drv, ptrs, s)
 
     def launch(self, tensors, stream=None):
         """Runs every launch of the plan, in order."""
-        self._run(tensors, stream, lambda l: True)
+        self._run(tensors, stream, "all")
 
     def launch_batch(self, tensors, stream=None):
         """Runs the plan's PerBatch launches: once per step, before its
-        layers."""
-        self._run(tensors, stream, lambda l: l.per_batch)
+        layers. Only the tensors they read need be given."""
+        self._run(tensors, stream, "batch")
 
     def launch_layer(self, tensors, stream=None):
         """Runs the launches that are not PerBatch: once per layer."""
-        self._run(tensors, stream, lambda l: not l.per_batch)
+        self._run(tensors, stream, "layer")
 
     def update(self, plan):
         """Puts the metadata of plan (for the same batch size, with the same

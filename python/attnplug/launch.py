@@ -2,7 +2,9 @@
 sglang.launch_server) as ``python -m MODULE ARGS...`` would, with
 attnplug.sglang installed in this process and in every process it starts
 through multiprocessing's spawn, as sglang starts its schedulers: such a
-process imports this module first, and installs too.
+process imports this module first, and installs too. The ``attnplug``
+attention backend is registered first (attnplug.sglang_backend), so that
+``--attention-backend attnplug`` is a choice when sglang reads it.
 
 The server is $ATTNPLUG_ADDRESS, else attnplug serve's default socket. A
 process where the install fails (no sglang there) logs why and runs on
@@ -18,6 +20,14 @@ from attnplug import client, sglang
 
 
 def _install():
+    try:
+        # The attnplug attention backend, before sglang reads its arguments
+        # (--attention-backend attnplug must be a choice by then).
+        from attnplug import sglang_backend
+        sglang_backend.register_backend()
+    except Exception as exc:
+        logging.getLogger("attnplug.sglang").warning(
+            "attnplug attention backend not registered in process %d (%s: %s)", os.getpid(), type(exc).__name__, exc)
     try:
         sglang.install(client.default_address())
     except Exception as exc:  # the process runs on, with sglang's registry

@@ -22,6 +22,7 @@ AttentionBackendRegistry whose handlers ask a running ``attnplug serve``:
 import enum
 import importlib
 import logging
+import operator
 import threading
 
 from attnplug import client as _client
@@ -29,10 +30,17 @@ from attnplug._pb import dispatch_pb2
 
 __all__ = [
     "AttentionBackendRegistry",
+    "AttnplugMLABackend",
     "AttnForwardMethod",
     "SglangRuntime",
     "HANDLER_MODULE",
+    "handler_source",
+    "handler_sends",
     "install",
+    "register_backend",
+    "sglang_registrations",
+    "surrogate",
+    "triton_method",
     "uninstall",
 ]
 
@@ -219,8 +227,8 @@ _FACT_KEYS = {
 
 # What a fact's expression needs computed first.
 _FACT_NEEDS = {
-    "mode": "mode", "dsa_use_mha": "backend", "two_batch_overlap": "backend",
-    "prefix_sum_zero": "ps", "prefix_sum_at_threshold": "ps", "seq_sum_within_capacity": "ss",
+    "mode": ("mode",), "dsa_use_mha": ("backend",), "two_batch_overlap": ("backend",),
+    "prefix_sum_zero": ("ps",), "prefix_sum_at_threshold": ("ps",), "seq_sum_within_capacity": ("ss", "cap"),
 }
 
 _PRELUDES = (
@@ -230,6 +238,19 @@ _PRELUDES = (
     ("ss", ("s = fb.seq_lens_cpu", "ss = 0 if s is None else sum(s)")),
     ("mx", ("s = fb.seq_lens_cpu", "mx = max(s) if s is not None and len(s) else 0")),
 )
+
+# The request fields each need reads: a request carries the batch's lists
+# and chunk capacity only where the rules of its key read them.
+_NEED_SENDS = {"ps": "prefix", "ss": "seq", "mx": "seq", "cap": "capacity"}
+
+#: Every field of a request that the batch's lists give.
+_ALL_SENDS = frozenset(_NEED_SENDS.values())
+
+
+def _sends(needs):
+    """The batch fields a request keyed by needs carries."""
+    return frozenset(_NEED_SENDS[n] for n in needs if n in _NEED_SENDS)
+
 
 _HANDLER_HEAD = """\
 def factory(cache_get, slow, mode_get, mode_classify, is_hip, piecewise, breakable, server_args,
@@ -265,7 +286,7 @@ def _key_parts(reads):
         expr = _FACT_KEYS[fact]
         if expr is not None:
             keys.append(expr)
-            needs.add(_FACT_NEEDS.get(fact))
+            needs.update(_FACT_NEEDS.get(fact, ()))
     for c in reads.prefix_sum_at_least:
         keys.append("not ps >= %d" % c)
         needs.add("ps")
@@ -323,33 +344,154 @@ def handler_source(reads):
     condition that always holds for this client (the DSA backend's choice,
     which it always gives) leaves a handler that keys every call by that
     condition's reads, and computes nothing else."""
+    return _handler(reads)[0]
+
+
+def handler_sends(reads):
+    """The batch fields (of _ALL_SENDS: prefix, seq, capacity) that the
+    request of each key of handler_source(reads) carries: a list with one
+    set for each branch, in the order of the branch number a key starts
+    with (one set when the key has no branch number); None when
+    handler_source is None."""
+    return _handler(reads)[1]
+
+
+def _handler(reads):
     full = _key_parts(reads)
     if full is None:
-        return None
+        return None, None
     branches = _branches(reads, full)
     if len(branches) == 1:
         keys, needs = branches[0][1]
         lines = _prelude_lines(needs) + [_key_line(keys)]
-        return _HANDLER_HEAD + "".join(" " * 12 + line + "\n" for line in lines) + _HANDLER_TAIL
-    tested = {_FACT_NEEDS.get(c.when) for c in reads.conditions}
-    tested = {n for n in tested if n is not None}
+        src = _HANDLER_HEAD + "".join(" " * 12 + line + "\n" for line in lines) + _HANDLER_TAIL
+        return src, [_sends(needs)]
+    tested = set()
+    for c in reads.conditions:
+        tested.update(_FACT_NEEDS.get(c.when, ()))
     lines = [(12, line) for line in _prelude_lines(tested)]
+    sends = []
     for i, (test, (keys, needs)) in enumerate(branches):
         head = "else:" if test is None else ("if %s:" if i == 0 else "elif %s:") % test
         lines.append((12, head))
         lines += [(16, line) for line in _prelude_lines(needs, tested) + [_key_line(keys, i)]]
-    return _HANDLER_HEAD + "".join(" " * n + line + "\n" for n, line in lines) + _HANDLER_TAIL
+        sends.append(_sends(set(needs) | tested))
+    return _HANDLER_HEAD + "".join(" " * n + line + "\n" for n, line in lines) + _HANDLER_TAIL, sends
 
 
 # The most answers one name keeps; past it, new keys are asked every time
 # (as the server's own cache does).
 _CACHE_LIMIT = 4096
 
+# The server's limits on a request (core.MaxBatchSize, core.MaxLength,
+# core.MaxBackendNameLen).
+_MAX_ENTRIES = 1 << 16
+_MAX_LENGTH = 1 << 40
+_MAX_NAME_BYTES = 256
+
+
+def _split(total, most):
+    """Lengths of at most most that add up to total (one 0 for 0)."""
+    out = [most] * (total // most) if most else []
+    if total % most if most else total:
+        out.append(total % most if most else total)
+    return out or [0]
+
+
+def surrogate(reads, attn, fb, sends=_ALL_SENDS):
+    """Lists and a chunk capacity the server takes that have the facts the
+    batch has for reads (a client.Reads): a dict of the fields of sends
+    (prefix, seq, capacity; None for a list the batch does not give), or
+    None when no batch the server takes has them.
+
+    sglang's rules read the batch's lists only through these facts: the
+    prefix sum against 0, the layer's threshold and constants, the sequence
+    sum against the chunk capacity and constants, the longest sequence
+    against constants. A batch the server refuses (more prefixes than
+    sequences, a prefix longer than its sequence, a negative length or
+    capacity) is asked as the valid batch with its facts, whose answer is
+    the one sglang's rules give it, and the one the cache gives any batch
+    with its facts: an answer never depends on what the cache holds."""
+    inf = _MAX_ENTRIES * _MAX_LENGTH
+    facts = reads.facts
+    p = fb.extend_prefix_lens_cpu if "prefix" in sends else None
+    s = fb.seq_lens_cpu if "seq" in sends else None
+    box = {"P": [0, inf], "S": [0, inf], "M": [0, inf]}
+
+    def holds(var, truth, lo=None, hi=None):
+        # The fact var >= lo (or var <= hi) is truth: bound var's box.
+        b = box[var]
+        if lo is not None:
+            if truth:
+                b[0] = max(b[0], lo)
+            else:
+                b[1] = min(b[1], lo - 1)
+        elif truth:
+            b[1] = min(b[1], hi)
+        else:
+            b[0] = max(b[0], hi + 1)
+
+    if p is not None:
+        P = sum(_ints(p))
+        if "prefix_sum_zero" in facts:
+            holds("P", P == 0, hi=0)
+        if "prefix_sum_at_threshold" in facts:
+            t = int(getattr(attn, "chunked_prefix_cache_threshold", _client.DEFAULT_CHUNKED_PREFIX_CACHE_THRESHOLD))
+            holds("P", P >= t, lo=max(0, t))
+        for c in reads.prefix_sum_at_least:
+            holds("P", P >= c, lo=max(0, c))
+    lens = _ints(s) if s is not None else []
+    S, M = sum(lens), max(lens) if lens else 0
+    cap = None
+    if "capacity" in sends:
+        cap = int(fb.get_max_chunk_capacity())
+        if "seq_sum_within_capacity" in facts:
+            holds("S", S <= cap, hi=max(0, cap))
+        cap = max(0, cap)
+    if "seq" in sends:
+        for c in reads.seq_sum_at_most:
+            holds("S", S <= c, hi=max(-1, c))
+        for c in reads.max_seq_len_at_most:
+            holds("M", M <= c, hi=max(-1, c))
+    if any(lo > hi or hi < 0 for lo, hi in box.values()):
+        return None
+    out = {"prefix": None, "seq": None, "capacity": cap}
+    P = box["P"][0]
+    S = max(box["S"][0], box["M"][0])
+    send_seq = "seq" in sends and (s is not None or S > 0)
+    if send_seq and p is not None:
+        S = max(S, P)  # no prefix longer than its sequence
+    if S > box["S"][1]:
+        return None
+    seq = None
+    if send_seq:
+        if reads.max_seq_len_at_most:
+            M = min(box["M"][1], S, _MAX_LENGTH)
+            if M < box["M"][0] or (S > 0 and (M == 0 or -(-S // M) > _MAX_ENTRIES)):
+                return None
+            seq = _split(S, M) if S else [0]
+        else:
+            seq = _split(S, _MAX_LENGTH)
+        if len(seq) > _MAX_ENTRIES:
+            return None
+        out["seq"] = seq
+    if p is not None:
+        if seq is None:
+            out["prefix"] = _split(P, _MAX_LENGTH)
+        else:
+            prefix, left = [], P
+            for n in seq:
+                take = min(n, left)
+                prefix.append(take)
+                left -= take
+            out["prefix"] = prefix
+    return out
+
 
 class _Slot:
     """One backend name's handler, cache and route at one description."""
 
-    __slots__ = ("name", "route", "generation", "cache", "handle", "retired")
+    __slots__ = ("name", "route", "generation", "cache", "handle", "retired", "sends")
 
     def __init__(self, name, route, generation):
         self.name = name
@@ -358,6 +500,14 @@ class _Slot:
         self.cache = {}
         self.handle = None
         self.retired = False
+        self.sends = None  # per branch, the batch fields a request carries (handler_sends)
+
+    def sends_for(self, key):
+        """The batch fields of the request that answers key."""
+        b = self.sends
+        if not b or key is None:
+            return _ALL_SENDS
+        return b[key[0]] if len(b) > 1 else b[0]
 
     def keeps(self, answer):
         """Whether answer is the rules' own for its key (see
@@ -411,6 +561,7 @@ class AttentionBackendRegistry:
         self._handles = {}  # name -> handler function: the hot path
         self._slots = {}  # name -> _Slot
         self._local = {}  # name -> a handler registered here
+        self._native = {}  # name -> sglang's own handler (install() passes them)
         self._desc = None
         self._down = False
         self._legacy = False  # a server without Describe and Watch
@@ -440,11 +591,35 @@ class AttentionBackendRegistry:
 
     def get_handler(self, backend_name):
         """The handler of backend_name: a registered one, else one that asks
-        the server (any name: one nobody serves gets the triton rules)."""
+        the server (any name: one nobody serves gets the triton rules). As
+        sglang's registry, which answers every name it does not know with
+        its triton handler, a name that is not a non-empty string (None,
+        ""), or one longer than the server takes, gets the handler of
+        "triton"."""
         h = self._handles.get(backend_name)
         if h is None:
+            if not isinstance(backend_name, str) or not backend_name or len(backend_name) > _MAX_NAME_BYTES:
+                return self.get_handler("triton")
             h = self._slot(backend_name).handle
         return h
+
+    def set_sglang_handlers(self, handlers):
+        """Gives the registry sglang's own handlers (name -> function, those
+        of sglang's handler module; install() passes them). A name the
+        server has no route for (decided there by the triton rules, as a
+        name nobody serves) is answered by sglang's own handler of that
+        name when there is one, as sglang would; and a batch the server
+        would refuse as malformed is answered by sglang's handler of its
+        name, which is what sglang runs on it. Names the server routes are
+        answered by the server."""
+        with self._lock:
+            self._native = dict(handlers)
+            for name, s in list(self._slots.items()):
+                s.retired = True
+                s.cache.clear()
+                ns = self._new_slot(name)
+                if name not in self._local:
+                    self._handles[name] = ns.handle
 
     # Life.
 
@@ -487,11 +662,21 @@ class AttentionBackendRegistry:
         d = self._desc
         route = d.route(name) if d is not None and isinstance(name, str) else None
         s = _Slot(name, route, d.generation if d is not None else 0)
-        src = handler_source(route.reads) if route is not None and route.cacheable else None
+        native = self._native.get(name)
+        if d is not None and native is not None and name not in d.routes and name != "triton":
+            # sglang has rules of its own for a name the server does not
+            # route (it would answer it by the triton rules): sglang's answer.
+            s.route = None
+            s.cache = _NeverCache()
+            s.handle = native
+            self._slots[name] = s
+            return s
+        src, sends = _handler(route.reads) if route is not None and route.cacheable else (None, None)
         if src is None:
             # Nothing to key by: every call goes to the server.
-            src = handler_source(_client.Reads())
+            src, sends = _handler(_client.Reads())[0], None
             s.cache = _NeverCache()
+        s.sends = sends
         ns = {}
         exec(compile(src, "<attnplug handler %s>" % name, "exec"), ns)
         rt = self.runtime
@@ -519,7 +704,12 @@ class AttentionBackendRegistry:
                 return self.get_handler(slot.name)(attn, fb)
             if self._down:
                 return self._triton(attn, fb)
-            answer = self._ask(self._request(slot.name, attn, fb))
+            sends = slot.sends_for(key)
+            answer = self._ask(self._request(slot.name, attn, fb, sends))
+            if answer is not None and answer.error_code == "INVALID_REQUEST":
+                answer = self._ask_valid(slot, attn, fb, key, sends, answer)
+                if answer is not None and answer.error_code == "INVALID_REQUEST":
+                    return self._malformed(slot, attn, fb, answer.error)
             if answer is None:
                 return self._triton(attn, fb)
             if answer.error:
@@ -543,24 +733,63 @@ class AttentionBackendRegistry:
         self._local_answers += 1
         return self._members[triton_method(self.runtime, attn, fb)]
 
+    def _ask_valid(self, slot, attn, fb, key, sends, refused):
+        """The server's answer to the valid batch with the facts of a batch
+        it refused (surrogate), when the name's answers are keyed by facts;
+        else refused."""
+        r = slot.route
+        if key is None or r is None or not r.cacheable:
+            return refused
+        lists = surrogate(r.reads, attn, fb, sends)
+        if lists is None:
+            return refused
+        return self._ask(self._request(slot.name, attn, fb, sends, lists))
+
+    def _malformed(self, slot, attn, fb, why):
+        """A batch the server refuses that no valid batch stands for (a name
+        whose answers are not keyed by facts, or facts no valid batch has):
+        answered as sglang answers it, by sglang's own handler of the name
+        when the registry has it (set_sglang_handlers), else by the triton
+        rules; never cached. Never raises."""
+        native = self._native.get(slot.name)
+        self._warn_once(("malformed", slot.name), "a batch for %r is one the server refuses (%s); %s answer such "
+                        "batches", slot.name, why,
+                        "sglang's own rules" if native is not None else "the triton rules")
+        self._local_answers += 1
+        try:
+            if native is not None:
+                return native(attn, fb)
+            return self._members[triton_method(self.runtime, attn, fb)]
+        except Exception:
+            try:
+                return self._members[triton_method(self.runtime, attn, fb)]
+            except Exception:
+                return self._members["MLA"]
+
     # The server.
 
-    def _request(self, name, attn, fb):
-        """The wire request for one handler call."""
+    def _request(self, name, attn, fb, sends=_ALL_SENDS, lists=None):
+        """The wire request for one handler call. Of the batch's lists and
+        chunk capacity, it carries those in sends: what the rules of the
+        key read (handler_sends), so that the server checks only what they
+        read. lists (from surrogate) replaces them."""
         rt = self.runtime
         r = dispatch_pb2.Request(backend=name)
         b = r.batch
         m = fb.forward_mode
         b.forward_mode = self._modes.get(m) or self._modes.classify(m)
-        p = fb.extend_prefix_lens_cpu
-        if p is not None:
-            b.extend_prefix_lens.extend(_ints(p))
-            b.extend_prefix_lens_known = True
-        s = fb.seq_lens_cpu
-        if s is not None:
-            b.seq_lens.extend(_ints(s))
-            b.seq_lens_known = True
-        b.max_chunk_capacity = int(fb.get_max_chunk_capacity())
+        if "prefix" in sends:
+            p = fb.extend_prefix_lens_cpu if lists is None else lists["prefix"]
+            if p is not None:
+                b.extend_prefix_lens.extend(_ints(p))
+                b.extend_prefix_lens_known = True
+        if "seq" in sends:
+            s = fb.seq_lens_cpu if lists is None else lists["seq"]
+            if s is not None:
+                b.seq_lens.extend(_ints(s))
+                b.seq_lens_known = True
+        if "capacity" in sends:
+            b.max_chunk_capacity = int(fb.get_max_chunk_capacity() if lists is None else lists["capacity"])
         b.mla_prefill_cp = bool(rt.mla_use_prefill_cp(fb))
         lay = r.layer
         # sglang compares sum(prefix) >= threshold, so a negative threshold
@@ -746,18 +975,65 @@ def _handler_module(module):
     return module if module is not None else importlib.import_module(HANDLER_MODULE)
 
 
-def install(address=None, *, module=None, timeout=2.0, registry=None):
+_BACKEND_NAMES = ("AttnplugMLABackend", "TorchMLABackend", "register_backend")
+
+
+def __getattr__(name):
+    # The attention backend (attnplug.sglang_backend) is imported when it
+    # is first asked for: the dispatch side needs neither torch nor it.
+    if name in _BACKEND_NAMES:
+        from attnplug import sglang_backend
+        return getattr(sglang_backend, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def sglang_registrations(module):
+    """The handlers registered in the AttentionBackendRegistry of sglang's
+    handler module, split in two dicts (name -> function): sglang's own (a
+    function of the handler module, registered under its name there; the
+    server runs the same rules) and the others (registered by anyone else:
+    a platform plugin, a user), which install() keeps ahead of the server
+    as sglang would call them."""
+    handlers = dict(getattr(module.AttentionBackendRegistry, "_handlers", None) or {})
+    native, custom = {}, {}
+    for name, func in handlers.items():
+        own = (getattr(func, "__module__", None) == module.__name__
+               and getattr(module, getattr(func, "__name__", ""), None) is func)
+        (native if own else custom)[name] = func
+    return native, custom
+
+
+def install(address=None, *, module=None, timeout=2.0, registry=None, attention_backend=False):
     """Swaps the AttentionBackendRegistry of sglang's handler module (module,
     default: imported by name) in place: its get_handler and register now
     go to an attnplug AttentionBackendRegistry (registry, default: one
     connected to address that reads the module's runtime), for every module
     that imported the class. Returns that registry. Installing again
-    replaces the registry installed before."""
+    replaces the registry installed before.
+
+    Precedence, as sglang sees its registry: a handler registered before
+    install() by anyone but sglang's handler module (a platform plugin, a
+    user) keeps answering its name, ahead of the server, and so does one
+    registered after it; sglang's own handlers give way to the server,
+    which runs the same rules, except for a name the server does not route,
+    which sglang's own handler answers (sglang_registrations,
+    AttentionBackendRegistry.set_sglang_handlers).
+
+    With attention_backend, the ``attnplug`` attention backend is
+    registered in sglang too (attnplug.sglang_backend.register_backend:
+    ``--attention-backend attnplug`` runs the plugins' kernels)."""
     mod = _handler_module(module)
     cls = mod.AttentionBackendRegistry
     if "_attnplug_saved" in cls.__dict__:
         uninstall(mod)
+    if attention_backend:
+        from attnplug import sglang_backend
+        sglang_backend.register_backend()
     reg = registry or AttentionBackendRegistry(address, runtime=SglangRuntime.from_module(mod), timeout=timeout)
+    native, custom = sglang_registrations(mod)
+    reg.set_sglang_handlers(native)
+    for name, func in custom.items():
+        reg.register(name, func)
     saved = {k: cls.__dict__[k] for k in ("register", "get_handler") if k in cls.__dict__}
     original_register = cls.register
 

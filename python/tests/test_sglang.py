@@ -2,8 +2,10 @@
 sglang's own code, no RPC after warm-up, install in place, hot swap, and a
 server killed mid-stream."""
 
+import itertools
 import logging
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -178,6 +180,175 @@ class FidelityTest(unittest.TestCase):
                 self.assertEqual(got.name, standins.sglang_answer(self.module, "dsa", attn, fb))
         after = self.registry.stats()
         self.assertEqual((after["rpcs"], after["local_answers"]), (before["rpcs"], before["local_answers"]))
+
+
+def _extend_batch(module, backend, prefix, seq, threshold=8192):
+    """(attn, forward_batch) of an EXTEND batch with these lists, on CUDA,
+    with every flag off."""
+    req = {"backend": backend, "forward_mode": "EXTEND", "extend_prefix_lens": prefix, "seq_lens": seq,
+           "max_chunk_capacity": 131072, "mla_prefill_cp": False,
+           "layer": {"chunked_prefix_cache_threshold": threshold, "disable_chunked_prefix_cache": False,
+                     "flashinfer_mla_disable_ragged": False, "rocm_fused_decode_mla": False, "use_dsa": False,
+                     "fused_qkv_a_proj_with_mqa": False, "intel_amx": False},
+           "runtime": {"platform": "cuda", "piecewise_cuda_graph": False, "breakable_cuda_graph": False,
+                       "deterministic_inference": False, "dsa_use_mha": False, "two_batch_overlap": False}}
+    _, attn, fb = standins.apply(req, module)
+    return attn, fb
+
+
+class RegistryEdgesTest(unittest.TestCase):
+    """The edges where the drop-in must answer as sglang's registry does,
+    against a serve whose default backend is fa3 (a request without a
+    backend goes to fa3 there, where sglang's get_handler("") is triton's)."""
+
+    def setUp(self):
+        self.server = serve.Server(args=["--backend", "fa3"]).start()
+        self.addCleanup(self.server.cleanup)
+        self.reference = standins.reference_path()
+        self.module = standins.sglang_module(self.reference)
+
+    def install(self):
+        reg = aps.install(self.server.address, module=self.module)
+        self.addCleanup(aps.uninstall, self.module)
+        return reg, self.module.AttentionBackendRegistry
+
+    def test_empty_and_none_names_get_the_triton_handler(self):
+        reg, cls = self.install()
+        # fa3's rules give MHA_ONE_SHOT here, triton's MHA.
+        attn, fb = _extend_batch(self.module, "", [0], [100])
+        layers = [attn] * 61
+        for name in ("", None):
+            self.assertIs(cls.get_handler(name), cls.get_handler("triton"), repr(name))
+            got = [cls.get_handler(name)(a, fb) for a in layers]  # warm-up pass
+            before = reg.stats()["rpcs"]
+            again = [cls.get_handler(name)(a, fb) for a in layers]
+            self.assertEqual(reg.stats()["rpcs"], before, "%r: RPCs in a warm 61-layer pass" % (name,))
+            self.assertEqual(got, again)
+            self.assertEqual(got[0].name, "MHA", repr(name))
+            self.assertEqual(got[0].name, aps.triton_method(reg.runtime, attn, fb))
+            if self.reference:
+                self.assertEqual(got[0].name, standins.sglang_answer(self.module, name, attn, fb))
+        self.assertEqual(reg.stats()["local_answers"], 0)
+
+    def test_registrations_before_install_keep_answering(self):
+        cls = self.module.AttentionBackendRegistry
+        members = self.module.AttnForwardMethod
+
+        def mine(attn, forward_batch):
+            return members.MHA_NPU
+
+        def my_fa3(attn, forward_batch):
+            return members.DSA_NPU
+
+        cls.register("my_backend", mine)  # a platform plugin's name
+        cls.register("fa3", my_fa3)  # someone's own rules for a name sglang has
+        # A name of a newer sglang that the server does not route: sglang's
+        # own handler, defined in its handler module.
+        exec("def handle_attention_new_mla(attn, forward_batch):\n    return AttnForwardMethod.MLA_NPU\n",
+             self.module.__dict__)
+        cls.register("new_mla", self.module.handle_attention_new_mla)
+        reg, cls = self.install()
+        attn, fb = _extend_batch(self.module, "fa3", [0], [100])
+        self.assertIs(cls.get_handler("my_backend"), mine)
+        self.assertIs(cls.get_handler("fa3"), my_fa3)
+        self.assertIs(cls.get_handler("new_mla")(attn, fb), members.MLA_NPU)
+        self.assertEqual(reg.stats()["rpcs"], 0)
+        # sglang's own handlers of names the server routes give way to it.
+        self.assertIs(cls.get_handler("fa4")(attn, fb), members.MHA_CHUNKED_KV)
+        self.assertEqual(reg.stats()["rpcs"], 1)
+        if self.reference:
+            self.assertIsNot(cls.get_handler("flashinfer"), self.module.handle_attention_flashinfer)
+            self.assertEqual(cls.get_handler("flashinfer")(attn, fb).name,
+                             standins.sglang_answer(self.module, "flashinfer", attn, fb))
+        aps.uninstall(self.module)
+        self.assertIs(cls.get_handler("my_backend"), mine)
+        self.assertIs(cls.get_handler("fa3"), my_fa3)
+
+    def test_malformed_batches_answer_the_same_cold_or_warm(self):
+        # The server refuses each of these batches; sglang runs its handler
+        # on them. fa3 with a prefix sum of 0 or past the threshold:
+        # MHA_ONE_SHOT where triton says MHA or MLA; fa4 reads no length.
+        cases = [
+            ("fa3", [0, 0], [100], [0], [100]),  # more prefixes than sequences
+            ("fa3", [9000], [100], [9000], [9100]),  # a prefix longer than its sequence
+            ("flashinfer", [9000, 1], [100, 0], [9000, 1], [9100, 2]),
+            ("fa4", [0, 0], [100], [0], [100]),
+            ("fa3", [-1], [100], None, None),  # a negative length
+        ]
+        for (name, bad_p, bad_s, ok_p, ok_s), warm_first, native in itertools.product(cases, (False, True), (True, False)):
+            if True:
+                reg = aps.AttentionBackendRegistry(self.server.address, runtime=aps.SglangRuntime.from_module(self.module))
+                if native:  # as install() does; without, the server answers a valid batch with the same facts
+                    reg.set_sglang_handlers(aps.sglang_registrations(self.module)[0])
+                try:
+                    h = reg.get_handler(name)
+                    bad_attn, bad = _extend_batch(self.module, name, bad_p, bad_s)
+                    if warm_first and ok_p is not None:
+                        ok_attn, ok = _extend_batch(self.module, name, ok_p, ok_s)
+                        h(ok_attn, ok)
+                    first = h(bad_attn, bad)
+                    if not warm_first and ok_p is not None:
+                        ok_attn, ok = _extend_batch(self.module, name, ok_p, ok_s)
+                        h(ok_attn, ok)
+                    second = h(bad_attn, bad)
+                finally:
+                    reg.close()
+                what = "%s %r %r (%s, %s sglang's handlers)" % (name, bad_p, bad_s, "warm first" if warm_first else "cold first",
+                                                              "with" if native else "without")
+                self.assertEqual(first, second, what)
+                if self.reference:
+                    self.assertEqual(first.name, standins.sglang_answer(self.module, name, bad_attn, bad), what)
+                elif name == "fa4":
+                    self.assertEqual(first.name, "MHA_CHUNKED_KV", what)
+
+
+class SurrogateTest(unittest.TestCase):
+    """surrogate: a valid batch with the facts of one the server refuses."""
+
+    FACTS = ("prefix_sum_zero", "prefix_sum_at_threshold", "seq_sum_within_capacity")
+
+    @staticmethod
+    def facts(reads, threshold, p, s, cap):
+        ps = sum(p) if p is not None else 0
+        ss = sum(s) if s is not None else 0
+        mx = max(s) if s else 0
+        return (ps == 0 if "prefix_sum_zero" in reads.facts else None,
+                ps >= threshold if "prefix_sum_at_threshold" in reads.facts else None,
+                ss <= cap if "seq_sum_within_capacity" in reads.facts else None,
+                tuple(ps >= c for c in reads.prefix_sum_at_least), tuple(ss <= c for c in reads.seq_sum_at_most),
+                tuple(mx <= c for c in reads.max_seq_len_at_most))
+
+    def test_valid_batches_with_the_same_facts(self):
+        import types
+        rng = random.Random(26)
+        found = 0
+        for i in range(20000):
+            facts = frozenset(f for f in self.FACTS if rng.random() < 0.6)
+            reads = aps._client.Reads(facts, tuple(rng.choice([0, 1, 100, 8192]) for _ in range(rng.randrange(3))),
+                                      tuple(rng.choice([0, 5, 300, 10 ** 6]) for _ in range(rng.randrange(3))),
+                                      tuple(rng.choice([0, 7, 1024]) for _ in range(rng.randrange(3))))
+            length = lambda: rng.choice([0, 1, 3, 100, 5000, 9000, -1, -50, 1 << 41])
+            p = None if rng.random() < 0.2 else [length() for _ in range(rng.randrange(4))]
+            s = None if rng.random() < 0.2 else [length() for _ in range(rng.randrange(4))]
+            cap = rng.choice([0, 100, 131072, -5])
+            threshold = rng.choice([0, 1, 8192, -3])
+            attn = types.SimpleNamespace(chunked_prefix_cache_threshold=threshold)
+            fb = types.SimpleNamespace(extend_prefix_lens_cpu=p, seq_lens_cpu=s, get_max_chunk_capacity=lambda: cap)
+            sends = aps._sends({"ps", "ss", "mx", "cap"})
+            got = aps.surrogate(reads, attn, fb, sends)
+            if got is None:
+                continue
+            found += 1
+            gp, gs, gc = got["prefix"], got["seq"], got["capacity"]
+            what = "case %d: %r %r %r cap %d threshold %d -> %r" % (i, reads, p, s, cap, threshold, got)
+            for v in (gp or []) + (gs or []):
+                self.assertTrue(0 <= v <= 1 << 40, what)
+            self.assertGreaterEqual(gc, 0, what)
+            if gp is not None and gs is not None:
+                self.assertEqual(len(gp), len(gs), what)
+                self.assertTrue(all(a <= b for a, b in zip(gp, gs)), what)
+            self.assertEqual(self.facts(reads, max(0, threshold), gp, gs, gc), self.facts(reads, threshold, p, s, cap), what)
+        self.assertGreater(found, 5000)
 
 
 class HandlerSourceTest(unittest.TestCase):

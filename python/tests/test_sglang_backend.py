@@ -1,0 +1,634 @@
+"""attnplug.sglang_backend: the sglang attention backend that runs a plugin's
+kernels, driven through the stand-ins of attnplug.sglang_standins as
+sglang's model runner drives a backend.
+
+Without torch (here: the CPU suite), the parts that need none: the module
+imports, the registration in sglang's mechanisms (stand-in sglang modules),
+and the plan requests the backend makes, against a real serve and the liar
+plugin, whose plans must bind the tensors the backend binds. With torch and
+a CUDA GPU: decode, target-verify and extend against a float64 reference
+computed from the stand-in pools (16 and 128 heads, page sizes 1 and 64,
+ragged batches, both of DeepSeek's call forms); a 61-layer decode step
+captured through each protocol's CUDA-graph hooks and replayed 200 steps
+with growing lengths, no RPC after warm-up; a plugin swapped under the
+running serve; a server killed."""
+
+import importlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import types
+import unittest
+
+import serve
+from attnplug import Client
+from attnplug import sglang_backend as sb
+from attnplug import sglang_standins as st
+
+try:
+    import torch
+    HAVE_GPU = torch.cuda.is_available()
+except ImportError:  # the CPU suite runs without torch
+    torch = None
+    HAVE_GPU = False
+
+ROOT = serve.ROOT
+TOLERANCE = 1e-2  # relative Frobenius error: bf16 inputs and output
+
+
+class Recorder(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def warnings(self, needle=""):
+        return [r.getMessage() for r in self.records if r.levelno >= logging.WARNING and needle in r.getMessage()]
+
+
+def record_logs(test, name="attnplug.sglang_backend"):
+    rec = Recorder()
+    logger = logging.getLogger(name)
+    logger.addHandler(rec)
+    test.addCleanup(logger.removeHandler, rec)
+    return rec
+
+
+# ---------------------------------------------------------------- without torch
+
+
+class ShapesTest(unittest.TestCase):
+    """The batch shapes the backend asks plans for, in pure Python."""
+
+    def test_eager_bounds(self):
+        self.assertEqual(sb.eager_bound(1, 163840), 1024)
+        self.assertEqual(sb.eager_bound(1025, 163840), 2048)
+        self.assertEqual(sb.eager_bound(5000, 4096), 5000)
+        self.assertEqual(sb.eager_bound(3000, 2048), 3000)
+        self.assertEqual(sb.eager_bound(2000, 3000), 2048)
+        self.assertEqual(sb.eager_bound(2049, 3000), 3000)
+
+    def test_mla_request(self):
+        r = sb.mla_plan_request("fa3", 128, 0.1, 3, 2, 64, 1000, 4096, [1, 5000, 40])
+        self.assertEqual(r["shape"]["seq_lens"], [2, 4096, 40])  # within [q, max]
+        self.assertEqual(r["shape"]["q_lens"], [2, 2, 2])
+        self.assertTrue(r["graph"])
+        self.assertEqual(sb.pages_per_request(4096, 64), 64)
+        self.assertEqual(sb.pages_per_request(4097, 64), 65)
+        self.assertEqual(sb.pages_per_request(100, 1), 100)
+
+    def test_modes_as_sglang_main(self):
+        m = st.ForwardMode
+        self.assertTrue(m.TARGET_VERIFY.is_extend() and not m.TARGET_VERIFY.is_extend_without_speculative())
+        self.assertTrue(m.DRAFT_EXTEND_V2.is_extend(include_draft_extend_v2=True))
+        self.assertFalse(m.DRAFT_EXTEND_V2.is_extend())
+        self.assertTrue(m.IDLE.is_decode_or_idle() and m.DECODE.is_cuda_graph())
+        self.assertEqual([x.name for x in m][:6], ["EXTEND", "DECODE", "MIXED", "IDLE", "TARGET_VERIFY",
+                                                   "DRAFT_EXTEND_V2"])
+
+    def test_backend_is_exported_lazily(self):
+        import attnplug.sglang as aps
+        self.assertIs(aps.AttnplugMLABackend, sb.AttnplugMLABackend)
+        self.assertIs(aps.register_backend, sb.register_backend)
+        self.assertNotIn("torch", sys.modules if torch is None else {})
+
+
+class RegistrationTest(unittest.TestCase):
+    """register_backend() in each sglang mechanism, with stand-in sglang
+    modules (the real ones are not installed here)."""
+
+    def setUp(self):
+        # Stand-in sglang modules of other tests stay as they were; these
+        # tests start from none.
+        self.saved = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.")}
+        for k in self.saved:
+            del sys.modules[k]
+        self.addCleanup(self.restore)
+
+    def restore(self):
+        for k in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:
+            del sys.modules[k]
+        sys.modules.update(self.saved)
+
+    def module(self, name, **attrs):
+        mod = types.ModuleType(name)
+        mod.__dict__.update(attrs)
+        sys.modules[name] = mod
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            parent = ".".join(parts[:i])
+            p = sys.modules.get(parent)
+            if p is None:
+                p = sys.modules[parent] = types.ModuleType(parent)
+            setattr(p, parts[i], sys.modules.get(".".join(parts[:i + 1])))
+        return mod
+
+    def test_attention_registry_and_choices(self):
+        from attnplug import testing
+        handlers_mod = testing.sglang_module(None)
+        backends = {}
+
+        def register_attention_backend(name):
+            def deco(fn):
+                backends[name] = fn
+                return fn
+            return deco
+
+        choices = ["triton", "fa3"]
+        self.module("sglang.srt.layers.attention.attention_registry", ATTENTION_BACKENDS=backends,
+                    register_attention_backend=register_attention_backend)
+        self.module("sglang.srt.server_args", ATTENTION_BACKEND_CHOICES=choices,
+                    add_attention_backend_choices=choices.extend)
+        self.assertEqual(sb.register_backend(), "attention_registry")
+        self.assertIs(backends["attnplug"], sb.create_backend)
+        self.assertEqual(choices.count("attnplug"), 1)
+        # DeepSeek's dispatch of the name answers as the kernel backend's rules.
+        reg = handlers_mod.AttentionBackendRegistry
+        h = reg.get_handler("attnplug")
+        self.assertIsNot(h, reg.get_handler("triton"))
+        _, attn, fb = testing.apply(testing.generate(__import__("random").Random(4)), handlers_mod)
+        reg.register("fa3", lambda a, f: handlers_mod.AttnForwardMethod.MHA_NPU)
+        self.assertIs(h(attn, fb), handlers_mod.AttnForwardMethod.MHA_NPU)
+        # Again: nothing doubles.
+        sb.sglang_plugin()
+        self.assertEqual(choices.count("attnplug"), 1)
+
+    def test_older_sglang_model_runner(self):
+        made = []
+
+        class ModelRunner:
+            def _get_attention_backend_from_str(self, backend_str):
+                made.append(backend_str)
+                return "sglang's " + backend_str
+
+        self.module("sglang.srt.model_executor.model_runner", ModelRunner=ModelRunner)
+        mla = ["flashinfer", "fa3", "triton"]
+        chunked = ["flashinfer", "fa3"]
+        sys.modules["sglang.srt.model_executor.model_runner"].__dict__.update(
+            MLA_ATTENTION_BACKENDS=mla, CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS=chunked,
+            add_mla_attention_backend=mla.append)
+        self.assertEqual(sb.register_backend(), "model_runner")
+        self.assertEqual(sb.register_backend(), "model_runner")
+        # sglang's checks of the backends of MLA models and of the chunked
+        # prefix cache take the name (the fallback, fa3's, runs chunks).
+        self.assertEqual((mla.count("attnplug"), chunked.count("attnplug")), (1, 1))
+        sb.register_backend("other", kernel_backend="triton")
+        self.assertEqual((mla.count("other"), chunked.count("other")), (1, 0))
+        self.assertEqual(ModelRunner()._get_attention_backend_from_str("triton"), "sglang's triton")
+        orig = sb.create_backend
+        try:
+            sb.create_backend = lambda runner: ("attnplug backend", runner)
+            runner = ModelRunner()
+            self.assertEqual(runner._get_attention_backend_from_str("attnplug"), ("attnplug backend", runner))
+            sb.register_backend("other", kernel_backend="triton")
+            self.assertEqual(runner._get_attention_backend_from_str("other"), ("attnplug backend", runner))
+        finally:
+            sb.create_backend = orig
+
+    def test_no_sglang(self):
+        for k in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:
+            del sys.modules[k]
+        self.assertIsNone(sb.register_backend())
+
+    def test_entry_point_declared(self):
+        with open(os.path.join(ROOT, "python", "pyproject.toml")) as f:
+            text = f.read()
+        self.assertIn('[project.entry-points."sglang.srt.plugins"]', text)
+        self.assertIn('attnplug = "attnplug.sglang_backend:sglang_plugin"', text)
+        mod, fn = "attnplug.sglang_backend:sglang_plugin".split(":")
+        self.assertTrue(callable(getattr(importlib.import_module(mod), fn)))
+
+
+H200 = {"platform": "cuda", "name": "NVIDIA H200", "compute_capability": 90, "sms": 132,
+        "max_threads_per_block": 1024, "max_shared_per_block": 232448, "max_grid": [2147483647, 65535, 65535]}
+
+
+class PlanLayoutTest(unittest.TestCase):
+    """The plans of the requests the backend makes bind the tensors it
+    binds (launch.Tensors on the server), for a device the client
+    describes: the liar plugin answers without a GPU or a compiler."""
+
+    def test_backend_requests_bind_its_tensors(self):
+        from test_plans import liar_binary
+        from attnplug.device import PlanSource
+        tree = tempfile.mkdtemp(prefix="ap-layout-")
+        self.addCleanup(shutil.rmtree, tree, True)
+        host = serve.copy_tree(tree)
+        shutil.copy2(liar_binary(), os.path.join(tree, "plugins", "attnplug-backend-liar"))
+        with serve.Server(host=host) as s, Client(s.address, timeout=10) as c:
+            src = PlanSource(c, "liar", H200, follow=False)
+            for heads, page, bs, q, bound in ((16, 64, 8, 1, 4096), (128, 1, 3, 4, 1024), (16, 1, 1, 2, 163840)):
+                room = sb.pages_per_request(bound, page)
+                num_pages = 1 + bs * room
+                req = sb.mla_plan_request("liar", heads, 0.1, bs, q, page, num_pages, bound, [q + 5] * bs)
+                plan, _, _ = src.plan(src.request(req))
+                want = {"q": (bs * q, heads, 576), "kv_cache": (num_pages, page, 576), "kv_indptr": (bs + 1,),
+                        "kv_indices": (bs * room,), "seq_lens": (bs,), "qo_indptr": (bs + 1,),
+                        "out": (bs * q, heads, 512), "lse": (bs * q, heads)}
+                self.assertEqual({t.name: t.shape for t in plan.tensors}, want, (heads, page, bs, q, bound))
+
+
+# ---------------------------------------------------------------- on the GPU
+
+
+def reference(kv, req_to_token, rpi, kv_lens, q, scale, q_lens):
+    """float64 absorbed MLA over sglang's pool: request i's keys are the
+    slots req_to_token[rpi[i], :kv_lens[i]] of kv [slots, 1, 576] (values:
+    their first 512 columns); its q_lens[i] queries, rows of q [tokens,
+    heads, 576] in order, see the keys up to kv_len - q_len + t."""
+    out = torch.empty(q.shape[0], q.shape[1], 512, dtype=torch.float64, device=q.device)
+    flat = kv.reshape(-1, kv.shape[-1])
+    row = 0
+    for r, L, m in zip(rpi, kv_lens, q_lens):
+        keys = flat[req_to_token[r, :L].long()].double()
+        s = torch.einsum("thd,kd->thk", q[row:row + m].double(), keys) * scale
+        limit = L - m + torch.arange(m, device=q.device)
+        mask = torch.arange(L, device=q.device)[None, :] <= limit[:, None]
+        s = s.masked_fill(~mask[:, None, :], float("-inf"))
+        out[row:row + m] = torch.einsum("thk,kd->thd", torch.softmax(s, dim=-1), keys[:, :512])
+        row += m
+    return out
+
+
+def rel_error(got, want):
+    got = got.double().reshape(want.shape)
+    return (torch.linalg.norm(got - want) / torch.linalg.norm(want)).item()
+
+
+class CountingClient(Client):
+    """A Client that counts every call it makes of the server."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.rpcs = 0
+
+    def _call(self, rpc, message, timeout=None):
+        self.rpcs += 1
+        return super()._call(rpc, message, timeout)
+
+
+@unittest.skipUnless(HAVE_GPU, "needs torch and a CUDA GPU")
+class BackendGPUTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = serve.Server().start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.cleanup()
+
+    def backend(self, mr, **kw):
+        client = kw.pop("client", None) or CountingClient(self.server.address, timeout=120)
+        b = sb.AttnplugMLABackend(mr, kernel_backend="fa3", client=client, **kw)
+        self.addCleanup(b.close)
+        return b, client
+
+    def check_mla(self, loop, mr, fb, inputs, outs, layers, q_len, extra):
+        pool = mr.token_to_kv_pool
+        rpi = fb.req_pool_indices.tolist()
+        kv_lens = [n + extra for n in fb.seq_lens.tolist()]
+        worst = 0.0
+        for i in layers:
+            q_nope, q_rope, k_nope, k_rope = inputs[i]
+            q = torch.cat([q_nope, q_rope], dim=-1)
+            # The new tokens' KV is where sglang's MLA backends write it.
+            written = pool.get_key_buffer(i)[fb.out_cache_loc].squeeze(1)
+            self.assertTrue(torch.equal(written, torch.cat([k_nope, k_rope], dim=-1).squeeze(1)), "layer %d" % i)
+            want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, rpi, kv_lens, q,
+                             mr.model_config.scaling, [q_len] * len(rpi))
+            self.assertFalse(torch.isnan(outs[i]).any().item())
+            err = rel_error(outs[i], want)
+            self.assertLess(err, TOLERANCE, "layer %d" % i)
+            worst = max(worst, err)
+        return worst
+
+    def test_decode_and_verify_match_the_reference(self):
+        for heads, page in ((16, 64), (128, 1), (16, 1), (128, 64)):
+            mr = st.ModelRunner.make(heads=heads, layers=2, page_size=page, context_len=4096, max_requests=8)
+            b, client = self.backend(mr)
+            loop = st.DecodeLoop(mr, seed=heads + page)
+            loop.start([1, 37, 700, 2047, 64, 3000])
+            for split in (True, False):
+                fb = loop.decode_batch()
+                b.init_forward_metadata(fb)
+                inputs = [loop.inputs(fb.batch_size) for _ in loop.layers]
+                outs = loop.forward(b, fb, inputs, split=split)
+                err = self.check_mla(loop, mr, fb, inputs, outs, range(2), 1, 0)
+                loop.advance()
+                print("decode heads %d page %d %s: rel err %.2e" % (heads, page, "split" if split else "576", err))
+            for n in (2, 3, 4):
+                fb = loop.verify_batch(n)
+                b.init_forward_metadata(fb)
+                inputs = [loop.inputs(fb.batch_size * n) for _ in loop.layers]
+                outs = loop.forward(b, fb, inputs, split=(n % 2 == 0))
+                err = self.check_mla(loop, mr, fb, inputs, outs, range(2), n, n)
+                loop.advance()
+                print("verify %d heads %d page %d: rel err %.2e" % (n, heads, page, err))
+            stats = b.stats()
+            self.assertEqual(stats["fallback_layers"], 0, stats)
+            self.assertEqual(stats["plugin_layers"], 2 * 5, stats)
+
+    def test_extend_matches_the_reference(self):
+        mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=4096, max_requests=8)
+        b, _ = self.backend(mr)
+        loop = st.DecodeLoop(mr, seed=3)
+        loop.start([0, 0, 0])
+        # MHA prefill without a prefix: the plugin's MHA plan.
+        fb = loop.extend_batch([300, 17, 1000])
+        b.init_forward_metadata(fb)
+        layer = loop.mha_layers[0]
+        T, H = 1317, layer.tp_q_head_num
+        q = loop.randn(T, H, 192)
+        k = loop.randn(T, H, 192)
+        v = loop.randn(T, H, 128)
+        with st.forward_context(st.ForwardContext(b)):
+            out = layer.forward(q.reshape(T, -1), k, v, fb, save_kv_cache=False)
+        want = torch.empty(T, H, 128, dtype=torch.float64, device="cuda")
+        row = 0
+        for m in (300, 17, 1000):
+            s = torch.einsum("thd,khd->htk", q[row:row + m].double(), k[row:row + m].double()) * layer.scaling
+            mask = torch.ones(m, m, dtype=torch.bool, device="cuda").tril()
+            s = s.masked_fill(~mask, float("-inf"))
+            want[row:row + m] = torch.einsum("htk,khd->thd", torch.softmax(s, -1), v[row:row + m].double())
+            row += m
+        self.assertLess(rel_error(out, want), TOLERANCE)
+        self.assertEqual(b.stats()["plugin_layers"], 1, b.stats())
+        loop.advance()
+        # Absorbed MLA over a prefix (the dispatch's MLA for an extend with a
+        # prefix): the fallback, correct.
+        fb = loop.extend_batch([5, 60, 1])
+        b.init_forward_metadata(fb)
+        inputs = [loop.inputs(66) for _ in loop.layers]
+        outs = loop.forward(b, fb, inputs)
+        pool = mr.token_to_kv_pool
+        for i in range(2):
+            q = torch.cat(inputs[i][:2], dim=-1)
+            want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, fb.req_pool_indices.tolist(),
+                             fb.seq_lens.tolist(), q, mr.model_config.scaling, [5, 60, 1])
+            self.assertLess(rel_error(outs[i], want), TOLERANCE)
+
+    def graph_steps(self, protocol, heads=16, page=64, bs=8, layers=61, steps=200):
+        mr = st.ModelRunner.make(heads=heads, layers=layers, page_size=page, context_len=4096, max_requests=bs)
+        b, client = self.backend(mr)
+        b.init_cuda_graph_state(bs, bs)
+        loop = st.DecodeLoop(mr, seed=7)
+        loop.start([100 + 370 * i for i in range(bs)])
+        static = loop.inputs(bs)  # one set of inputs for every layer, refreshed before each replay
+
+        def run(fb):
+            return loop.forward(b, fb, [static] * layers)
+
+        runner = st.GraphRunner(b, bs, protocol=protocol)
+        runner.capture(run)
+        rpcs = None
+        checked = 0
+        for step in range(steps):
+            fb = loop.decode_batch()
+            for t, fresh in zip(static, loop.inputs(bs)):
+                t.copy_(fresh)
+            for o in runner.outputs:
+                o.fill_(float("nan"))
+            outs = runner.replay(fb)
+            if step == 0:
+                torch.cuda.synchronize()
+                rpcs = client.rpcs  # warm-up done
+            if step in (0, 1, 57, steps - 1):
+                torch.cuda.synchronize()
+                self.check_mla(loop, mr, fb, [static] * layers, outs, (0, layers // 2, layers - 1), 1, 0)
+                checked += 1
+            loop.advance()
+        torch.cuda.synchronize()
+        self.assertEqual(client.rpcs, rpcs, "RPCs after warm-up")
+        self.assertEqual(checked, 4)
+        stats = b.stats()
+        self.assertEqual(stats["fallback_layers"], 0, stats)
+        return stats
+
+    def test_61_layer_step_in_a_graph_2026_protocol(self):
+        stats = self.graph_steps("2026")
+        print("2026 protocol:", stats)
+
+    def test_61_layer_step_in_a_graph_legacy_protocol(self):
+        stats = self.graph_steps("legacy")
+        print("capture/replay protocol:", stats)
+
+    def test_128_heads_page_1_in_a_graph(self):
+        self.graph_steps("2026", heads=128, page=1, bs=4, layers=8, steps=40)
+
+    def test_swapped_plugin_gives_new_modules(self):
+        tree = tempfile.mkdtemp(prefix="ap-swap-")
+        self.addCleanup(shutil.rmtree, tree, True)
+        host = serve.copy_tree(tree)
+        s = serve.Server(host=host).start()
+        self.addCleanup(s.cleanup)
+        mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=4096, max_requests=4)
+        b, client = self.backend(mr, client=CountingClient(s.address, timeout=120))
+        loop = st.DecodeLoop(mr, seed=11)
+        loop.start([10, 200, 3000])
+
+        def step():
+            fb = loop.decode_batch()
+            b.init_forward_metadata(fb)
+            inputs = [loop.inputs(fb.batch_size) for _ in loop.layers]
+            outs = loop.forward(b, fb, inputs)
+            self.check_mla(loop, mr, fb, inputs, outs, range(2), 1, 0)
+            loop.advance()
+
+        step()
+        step()
+        self.assertEqual(b.stats()["module_fetches"], 1)
+        # A rebuilt fa3 plugin (another SHA-256) under the running serve.
+        plugin = os.path.join(tree, "plugins", "attnplug-backend-fa3")
+        shutil.copy2(plugin, plugin + ".new")
+        with open(plugin + ".new", "ab") as f:
+            f.write(b"\0rebuilt\0")
+        os.replace(plugin + ".new", plugin)
+        s.signal(signal.SIGHUP)
+        serve.wait_until(lambda: b.launcher.source.version == 1, timeout=60, what="the launcher to see the swap")
+        step()
+        stats = b.stats()
+        self.assertEqual((stats["module_fetches"], stats["module_loads"], stats["route_changes"]), (2, 2, 1), stats)
+        self.assertEqual(stats["fallback_layers"], 0, stats)
+
+    def test_server_killed_falls_back_with_one_warning(self):
+        rec = record_logs(self)
+        s = serve.Server().start()
+        self.addCleanup(s.cleanup)
+        mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=4096, max_requests=8)
+        b, client = self.backend(mr, client=CountingClient(s.address, timeout=2))
+        loop = st.DecodeLoop(mr, seed=5)
+        loop.start([10, 200, 3000])
+
+        def step():
+            fb = loop.decode_batch()
+            b.init_forward_metadata(fb)
+            inputs = [loop.inputs(fb.batch_size) for _ in loop.layers]
+            outs = loop.forward(b, fb, inputs)
+            self.check_mla(loop, mr, fb, inputs, outs, range(2), 1, 0)
+            loop.advance()
+
+        step()
+        s.kill()
+        step()  # a kept plan: the plugin still runs
+        self.assertEqual(b.stats()["fallback_layers"], 0)
+        loop.start([50])  # a new batch size: no plan, no server
+        for _ in range(3):
+            step()
+        self.assertEqual(b.stats()["fallback_layers"], 6, b.stats())
+        self.assertEqual(len(rec.warnings("unreachable")), 1, rec.warnings())
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+@unittest.skipUnless(torch is not None, "needs torch")
+class FakeKernelTest(unittest.TestCase):
+    """The backend's bookkeeping (plans asked, page tables, lengths and
+    query offsets built from sglang's tensors, KV written, the graph hooks
+    of both protocols, the fallback) with a launcher whose kernels are
+    torch code reading the tensors a plan binds (fake_kernels): on the GPU
+    where there is one, else on the CPU."""
+
+    device = "cuda" if HAVE_GPU else "cpu"
+
+    def make(self, heads=16, layers=2, page=64, context_len=1024, max_requests=8, **kw):
+        from fake_kernels import FakeLauncher
+        mr = st.ModelRunner.make(heads=heads, layers=layers, page_size=page, context_len=context_len,
+                                 max_requests=max_requests, device=self.device)
+        launcher = kw.pop("launcher", None) or FakeLauncher()
+        b = sb.AttnplugMLABackend(mr, kernel_backend="fa3", launcher=launcher, **kw)
+        return mr, b, launcher
+
+    def check(self, mr, fb, inputs, outs, q_len, extra, layers=(0, 1)):
+        pool = mr.token_to_kv_pool
+        rpi = fb.req_pool_indices.tolist()
+        kv_lens = [n + extra for n in fb.seq_lens.tolist()]
+        for i in layers:
+            q = torch.cat(inputs[i][:2], dim=-1)
+            written = pool.get_key_buffer(i)[fb.out_cache_loc].squeeze(1)
+            self.assertTrue(torch.equal(written, torch.cat(inputs[i][2:], dim=-1).squeeze(1)), "KV of layer %d" % i)
+            want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, rpi, kv_lens, q,
+                             mr.model_config.scaling, [q_len] * len(rpi))
+            self.assertLess(rel_error(outs[i], want), TOLERANCE, "layer %d" % i)
+
+    def test_eager_decode_verify_extend(self):
+        for heads, page in ((16, 64), (128, 1), (16, 16)):
+            mr, b, lch = self.make(heads=heads, page=page)
+            loop = st.DecodeLoop(mr, seed=page)
+            loop.start([1, 37, 300, 1000, 64])
+            for step, split in enumerate((True, False, True)):
+                fb = loop.decode_batch()
+                b.init_forward_metadata(fb)
+                inputs = [loop.inputs(fb.batch_size) for _ in loop.layers]
+                outs = loop.forward(b, fb, inputs, split=split)
+                self.check(mr, fb, inputs, outs, 1, 0)
+                loop.advance()
+            self.assertEqual(lch.source.stats["plan_requests"], 1, "one plan for the batch size")
+            for n in (2, 4):
+                fb = loop.verify_batch(n)
+                b.init_forward_metadata(fb)
+                inputs = [loop.inputs(fb.batch_size * n) for _ in loop.layers]
+                outs = loop.forward(b, fb, inputs, split=(n == 2))
+                self.check(mr, fb, inputs, outs, n, n)
+                loop.advance()
+            self.assertEqual(b.stats()["fallback_layers"], 0, b.stats())
+            self.assertEqual(lch.batch_launches, 5, "one scheduler launch a step")
+
+    def test_mha_prefill_and_the_fallback(self):
+        mr, b, lch = self.make()
+        loop = st.DecodeLoop(mr, seed=1)
+        loop.start([0, 0])
+        fb = loop.extend_batch([30, 7])
+        b.init_forward_metadata(fb)
+        layer = loop.mha_layers[0]
+        q, k, v = loop.randn(37, 16, 192), loop.randn(37, 16, 192), loop.randn(37, 16, 128)
+        with st.forward_context(st.ForwardContext(b)):
+            out = layer.forward(q.reshape(37, -1), k, v, fb, save_kv_cache=False)
+        fallback = b.fallback.mha(q.reshape(37, -1), k, v, layer, fb)
+        self.assertLess(rel_error(out, fallback.double()), TOLERANCE)
+        self.assertEqual(b.stats()["plugin_layers"], 1)
+        loop.advance()
+        # Absorbed MLA over a prefix: the fallback.
+        fb = loop.extend_batch([3, 9])
+        b.init_forward_metadata(fb)
+        inputs = [loop.inputs(12) for _ in loop.layers]
+        outs = loop.forward(b, fb, inputs)
+        pool = mr.token_to_kv_pool
+        for i in range(2):
+            want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, fb.req_pool_indices.tolist(),
+                             fb.seq_lens.tolist(), torch.cat(inputs[i][:2], dim=-1), mr.model_config.scaling, [3, 9])
+            self.assertLess(rel_error(outs[i], want), TOLERANCE)
+        self.assertEqual(b.stats()["fallback_layers"], 2)
+
+    def test_no_plan_and_no_server_fall_back_with_one_warning(self):
+        from fake_kernels import FakeLauncher
+        rec = record_logs(self)
+        lch = FakeLauncher(refuse=("MLA",))
+        mr, b, _ = self.make(launcher=lch)
+        loop = st.DecodeLoop(mr, seed=2)
+        loop.start([5, 500])
+        for _ in range(3):
+            fb = loop.decode_batch()
+            b.init_forward_metadata(fb)
+            inputs = [loop.inputs(2) for _ in loop.layers]
+            outs = loop.forward(b, fb, inputs)
+            self.check(mr, fb, inputs, outs, 1, 0)
+            loop.advance()
+        self.assertEqual(len(rec.warnings("no plan")), 1, rec.warnings())
+        self.assertEqual(b.stats()["fallback_layers"], 6)
+        lch.refuse.clear()
+        lch.down = True
+        mr, b, _ = self.make(launcher=lch)
+        loop = st.DecodeLoop(mr, seed=3)
+        loop.start([5, 500, 7])
+        for _ in range(3):
+            fb = loop.decode_batch()
+            b.init_forward_metadata(fb)
+            inputs = [loop.inputs(3) for _ in loop.layers]
+            outs = loop.forward(b, fb, inputs)
+            self.check(mr, fb, inputs, outs, 1, 0)
+            loop.advance()
+        self.assertEqual(len(rec.warnings("unreachable")), 1, rec.warnings())
+
+    def graph_loop(self, protocol, q=1, steps=12, layers=4):
+        mr, b, lch = self.make(layers=layers)
+        b.init_cuda_graph_state(4, 16)
+        loop = st.DecodeLoop(mr, seed=9)
+        loop.start([3, 100, 600])
+        mode = st.ForwardMode.TARGET_VERIFY if q > 1 else st.ForwardMode.DECODE
+        static = loop.inputs(4 * q)
+
+        def run(fb):
+            return loop.forward(b, fb, [static] * layers)
+
+        runner = st.GraphRunner(b, 4, mode=mode, q=q, protocol=protocol, device=self.device, dry=True)
+        runner.capture(run)
+        plans = lch.source.stats["plan_requests"]
+        self.assertEqual(plans, 1)
+        for step in range(steps):
+            fb = loop.verify_batch(q) if q > 1 else loop.decode_batch()
+            fresh = loop.inputs(3 * q)
+            for t, f in zip(static, fresh):
+                t.zero_()
+                t[:3 * q].copy_(f)
+            outs = runner.replay(fb)
+            rows = 3 * q
+            self.check(mr, fb, [[x[:rows] for x in static]] * layers, [o[:rows] for o in outs], q, q if q > 1 else 0,
+                       layers=(0, layers - 1))
+            loop.advance()
+        self.assertEqual(lch.source.stats["plan_requests"], plans, "no plan asked at replay")
+        self.assertEqual(b.stats()["fallback_layers"], 0)
+
+    def test_graph_hooks_2026_protocol(self):
+        self.graph_loop("2026")
+        self.graph_loop("2026", q=3)
+
+    def test_graph_hooks_legacy_protocol(self):
+        self.graph_loop("legacy")
+        self.graph_loop("legacy", q=2)
