@@ -9,6 +9,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/devkernels"
+	"github.com/attnplug/attnplug/internal/ptxstub"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -198,7 +199,7 @@ func (p *planner) Dispatch(context.Context, *core.Request) (core.Method, error) 
 func (p *planner) KernelModules(_ context.Context, dev core.DeviceInfo) ([]core.KernelModule, error) {
 	mods := devkernels.Spec()
 	for i := range mods {
-		mods[i].Arch, mods[i].Format, mods[i].Image = "compute_90", core.FormatPTX, []byte("stand-in for "+mods[i].Name)
+		mods[i].Arch, mods[i].Format, mods[i].Image = "compute_90", core.FormatPTX, ptxstub.Image("compute_90", "stand-in for "+mods[i].Name, mods[i].Entries)
 		mods[i].SHA256 = core.ImageSHA256(mods[i].Image)
 	}
 	return mods, nil

@@ -1,6 +1,7 @@
 // Command attnplug-backend-liar is a plugin built only for tests: it serves
 // the name "liar", declares device code, hands the host a fake PTX module
-// (bytes made up here: no NVRTC, no GPU) and plans launches of it that lie
+// (text made up here whose entries have the declared signatures and only
+// return: no NVRTC, no GPU) and plans launches of it that lie
 // on command, so that tests can show that the registry and attnplug
 // conform refuse every lie, naming it.
 //
@@ -16,6 +17,10 @@
 //	shape           the output tensor declared one head too wide
 //	wrong_kernel    the plan names a kernel its catalog does not run
 //	hash            the module declares a SHA-256 that is not its image's
+//	swapped_params  the module's Entries declare two parameters of the
+//	                combine entry swapped, partial (a pointer, first in the
+//	                kernel's signature) and items (an i32, last): the PTX
+//	                image has them the other way round
 //	no_plan         answer "no device plan" to every plan request
 //	no_modules      answer "no device code" to the modules request
 //	crash_plan      exit with status 2 in every plan request

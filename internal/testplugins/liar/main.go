@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/ptxstub"
 	"github.com/attnplug/attnplug/launch"
 	"github.com/attnplug/attnplug/wire"
 	"github.com/hashicorp/go-hclog"
@@ -30,7 +32,7 @@ func parse(spec, log string) (lies, error) {
 		switch key {
 		case "":
 		case "unknown_entry", "unknown_module", "grid", "block", "shared", "unbound", "schedule", "shape",
-			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan", "holds_for_batch":
+			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan", "holds_for_batch", "swapped_params":
 			l.set[key] = true
 		case "image_mib":
 			l.imageMiB, err = strconv.Atoi(val)
@@ -125,10 +127,9 @@ func (b *backend) KernelModules(_ context.Context, dev core.DeviceInfo) ([]core.
 	}
 	arch := fmt.Sprintf("compute_%d", dev.ComputeCapability)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "// fake PTX of the liar test plugin %s: not device code\n.version 8.0\n.target %s\n.address_size 64\n", b.l.variant, strings.Replace(arch, "compute", "sm", 1))
-	for _, e := range entries() {
-		fmt.Fprintf(&sb, ".visible .entry %s()\n{\n\tret;\n}\n", e.Name)
-	}
+	// The image declares the entries' signatures as the kernels take
+	// them; with swapped_params, Entries below swaps two of them.
+	sb.Write(ptxstub.Image(arch, "fake PTX of the liar test plugin "+b.l.variant+": its kernels only return", entries()))
 	for sb.Len() < b.l.imageMiB<<20 {
 		sb.WriteString("// padding of a large module image ......................................\n")
 	}
@@ -139,6 +140,13 @@ func (b *backend) KernelModules(_ context.Context, dev core.DeviceInfo) ([]core.
 	}
 	if b.l.set["hash"] {
 		m.SHA256 = core.ImageSHA256(append(img, '\n'))
+	}
+	if b.l.set["swapped_params"] {
+		// Entries says partial comes before items; the kernel takes a
+		// pointer and an i32 in the other order.
+		p := m.Entries[1].Params
+		i := slices.IndexFunc(p, func(x core.Param) bool { return x.Name == "items" })
+		p[0], p[i] = p[i], p[0]
 	}
 	return []core.KernelModule{m}, nil
 }
