@@ -26,6 +26,11 @@
 //	crash_plan      exit with status 2 in every plan request
 //	holds_for_batch a graph plan with a bound on the lengths declares it holds
 //	                for the batch size (Reads), but its grid follows the lengths
+//	example_plan    the plan of the docs' first device-code example: one
+//	                launch over requests x heads binding the batch size and
+//	                the scale, neither seq_lens nor qo_indptr, which cannot
+//	                know a request's keys with pages of more than one token
+//	                nor its query rows in target verify
 //	image_mib=N     make the module image N MiB
 //	variant=V       build the image with V in it (a rebuilt plugin)
 //

@@ -32,7 +32,7 @@ func parse(spec, log string) (lies, error) {
 		switch key {
 		case "":
 		case "unknown_entry", "unknown_module", "grid", "block", "shared", "unbound", "schedule", "shape",
-			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan", "holds_for_batch", "swapped_params":
+			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan", "holds_for_batch", "swapped_params", "example_plan":
 			l.set[key] = true
 		case "image_mib":
 			l.imageMiB, err = strconv.Atoi(val)
@@ -57,6 +57,9 @@ const (
 	moduleName = "liar_mla"
 	splitEntry = "liar_mla_split"
 	mergeEntry = "liar_mla_combine"
+	// simpleEntry is the kernel of the example_plan lie: one block per
+	// request and head, reading nothing of the lengths.
+	simpleEntry = "liar_mla_simple"
 	// chunk is how many keys one schedule item covers.
 	chunk = 256
 )
@@ -75,6 +78,8 @@ func entries() []core.Entry {
 		{Name: splitEntry, Params: []core.Param{ptr("q"), ptr("kv_cache"), ptr("kv_indptr"), ptr("kv_indices"), ptr("schedule"), ptr("partial"),
 			{Name: "items", Kind: core.ParamI32}, {Name: "page_size", Kind: core.ParamI32}, {Name: "scale", Kind: core.ParamF32}}},
 		{Name: mergeEntry, Params: []core.Param{ptr("partial"), ptr("schedule"), ptr("out"), ptr("lse"), {Name: "items", Kind: core.ParamI32}}},
+		{Name: simpleEntry, Params: []core.Param{ptr("q"), ptr("kv_cache"), ptr("kv_indptr"), ptr("kv_indices"), ptr("out"), ptr("lse"),
+			{Name: "batch", Kind: core.ParamI32}, {Name: "scale", Kind: core.ParamF32}}},
 	}
 }
 
@@ -262,6 +267,17 @@ func (b *backend) lie(p *core.Plan, req *core.PlanRequest) {
 			}
 		case "wrong_kernel":
 			p.Kernel = "flash_attn_with_kvcache"
+		case "example_plan":
+			// The plan of the first example of device code in the docs:
+			// one launch over requests x heads that binds the batch size
+			// and the scale, neither the lengths nor the query layout.
+			t := func(n string) core.Arg { return core.Arg{Param: n, Kind: core.ArgTensor, Name: n} }
+			p.Metadata, p.Schedule, p.WorkspaceBytes, p.Note = nil, nil, 0, "one block per request and head"
+			p.Launches = []core.Launch{{Module: moduleName, Entry: simpleEntry,
+				Grid: [3]uint32{uint32(len(req.Shape.SeqLens)), uint32(req.Dims.Heads), 1}, Block: [3]uint32{128, 1, 1},
+				Args: []core.Arg{t("q"), t("kv_cache"), t("kv_indptr"), t("kv_indices"), t("out"), t("lse"),
+					{Param: "batch", Kind: core.ArgInt, Int: int64(len(req.Shape.SeqLens))},
+					{Param: "scale", Kind: core.ArgFloat, Float: req.Dims.SoftmaxScale}}}}
 		}
 	}
 }
