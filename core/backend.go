@@ -59,6 +59,10 @@ type Description struct {
 	// DeviceCode reports that the backend hands the host device code and
 	// launch plans (KernelPlanner).
 	DeviceCode bool
+	// Vendor, optional, names who makes and supports the backend, such as
+	// "Acme Corp": attnplug plugins and attnplug conform show it. Empty
+	// says nothing (every plugin older than the field).
+	Vendor string
 }
 
 // HandlerInfo describes one name a Backend answers.

@@ -105,6 +105,38 @@ func TestRuleBackendDescribe(t *testing.T) {
 	}
 }
 
+// TestNewRuleBackendWith: the options set the vendor and declare device
+// code in the description, which NewRuleBackend leaves unset; a changed
+// answer does not change the backend's.
+func TestNewRuleBackendWith(t *testing.T) {
+	ctx := testContext(t)
+	b, err := core.NewRuleBackendWith(core.RuleBackendOptions{Name: "fam", Version: "1.2.3", Vendor: "Acme Corp", DeviceCode: true}, constRule("a", core.MLA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "fam" || d.Version != "1.2.3" || d.Vendor != "Acme Corp" || !d.DeviceCode || len(d.Handlers) != 1 {
+		t.Errorf("Describe: got %+v, want fam 1.2.3 by Acme Corp with device code", d)
+	}
+	d.DeviceCode, d.Vendor = false, ""
+	if d2, _ := b.Describe(ctx); !d2.DeviceCode || d2.Vendor != "Acme Corp" {
+		t.Errorf("Describe after changing an earlier answer: %+v", d2)
+	}
+	plain, err := core.NewRuleBackend("fam", "1.2.3", nil, constRule("a", core.MLA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := plain.Describe(ctx); d.DeviceCode || d.Vendor != "" {
+		t.Errorf("NewRuleBackend: %+v, want no vendor and no device code", d)
+	}
+	if _, err := core.NewRuleBackendWith(core.RuleBackendOptions{Name: "fam"}, constRule("a", core.MLA), constRule("a", core.MHA)); err == nil {
+		t.Error("a name registered twice: no error")
+	}
+}
+
 func TestRuleBackendDispatch(t *testing.T) {
 	ctx := testContext(t)
 	b, err := core.NewRuleBackend("fam", "1.0.0", nil, constRule("a", core.MLA), core.Rule{Name: "t", Decide: core.TritonDecide})

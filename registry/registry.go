@@ -206,6 +206,9 @@ type PluginInfo struct {
 	Path string `json:"path"`
 	// Version is the plugin's version, from its description.
 	Version string `json:"version,omitempty"`
+	// Vendor is who makes the plugin, from its description; empty when it
+	// does not say.
+	Vendor string `json:"vendor,omitempty"`
 	// ProtocolVersion is the protocol version it speaks.
 	ProtocolVersion int `json:"protocol_version,omitempty"`
 	// SHA256 is the binary's hash.
@@ -679,7 +682,7 @@ func (r *Registry) Plugins() []PluginInfo {
 	out := make([]PluginInfo, 0, len(t.plugins)+len(t.broken)+len(t.unfound))
 	for _, p := range t.plugins {
 		pi := PluginInfo{
-			Name: p.name, Path: p.path, Version: p.desc.Version,
+			Name: p.name, Path: p.path, Version: p.desc.Version, Vendor: p.desc.Vendor,
 			ProtocolVersion: p.desc.ProtocolVersion, SHA256: p.sha256, DeviceCode: p.desc.DeviceCode,
 		}
 		for _, h := range p.desc.Handlers {

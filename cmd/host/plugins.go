@@ -52,8 +52,23 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "no plugins found in %s (want files named attnplug-backend-<name>)\n", strings.Join(cfg.PluginDirs, ":"))
 		return nil
 	}
+	// The VENDOR column is there when a plugin names its vendor.
+	vendors := slices.ContainsFunc(list, func(p registry.PluginInfo) bool { return p.Vendor != "" })
+	vendor := func(p registry.PluginInfo) string {
+		switch {
+		case !vendors:
+			return ""
+		case p.Vendor == "":
+			return "-\t"
+		}
+		return p.Vendor + "\t"
+	}
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PLUGIN\tVERSION\tSTATUS\tLOCK\tNAMES\tPATH")
+	head := "PLUGIN\tVERSION\tSTATUS\tLOCK\tNAMES\tPATH"
+	if vendors {
+		head = "PLUGIN\tVERSION\tVENDOR\tSTATUS\tLOCK\tNAMES\tPATH"
+	}
+	fmt.Fprintln(tw, head)
 	for _, p := range list {
 		names := strings.Join(p.Names, ",")
 		for alias, of := range p.Aliases {
@@ -66,14 +81,18 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 		if version == "" {
 			version = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, version, p.Status, lockStatus(cfg.Lock, p), names, p.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%s\t%s\t%s\n", p.Name, version, vendor(p), p.Status, lockStatus(cfg.Lock, p), names, p.Path)
 		if p.Reason != "" {
+			pad := "\t\t\t\t\t"
+			if vendors {
+				pad += "\t"
+			}
 			for i, line := range strings.Split(strings.TrimSpace(p.Reason), "\n") {
 				label := "reason: "
 				if i > 0 {
 					label = "        "
 				}
-				fmt.Fprintf(tw, "\t\t\t\t\t%s%s\n", label, strings.TrimSpace(line))
+				fmt.Fprintf(tw, "%s%s%s\n", pad, label, strings.TrimSpace(line))
 			}
 		}
 	}
