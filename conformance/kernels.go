@@ -6,9 +6,9 @@ import (
 	"math/rand/v2"
 	"strings"
 
-	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/kernels"
+	"github.com/attnplug/attnplug/refkernels"
 	"github.com/attnplug/attnplug/shm"
 )
 
@@ -113,7 +113,7 @@ func (s *suite) runKernel(ctx context.Context, kr core.KernelRunner, name string
 		Backend: name, Method: k.Method, Dims: cfg,
 		SeqLens: []int64{7, 3}, PrefixLens: []int64{5, 0},
 		Buffer:  core.SharedBuffer{Path: seg.Path(), Size: seg.Size()},
-		Tensors: backendkit.Refs(l),
+		Tensors: refkernels.Refs(l),
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 	res, err := kr.RunKernel(cctx, req)
