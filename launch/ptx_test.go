@@ -1,6 +1,7 @@
 package launch_test
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -78,6 +79,42 @@ func TestParsePTXEntries(t *testing.T) {
 	}
 	if len(got[3].Params) != 0 {
 		t.Errorf("acme_clear has parameters %+v, want none", got[3].Params)
+	}
+}
+
+// TestParseNVCCParams: the parameters nvcc 13 gives a kernel's C types
+// (testdata/nvcc_params.ptx, its output for k1(const float* __restrict__,
+// float* __restrict__, int, float, long long) and k2(struct P {int; float;
+// void*}, const __grid_constant__ P, unsigned char, short, double)).
+func TestParseNVCCParams(t *testing.T) {
+	img, err := os.ReadFile("testdata/nvcc_params.ptx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := launch.ParsePTXEntries(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"k1": {".u64 8", ".u64 8", ".u32 4", ".f32 4", ".u64 8"},
+		"k2": {".b8 16", ".b8 16", ".u8 1", ".u16 2", ".f64 8"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("entries %+v", got)
+	}
+	for _, e := range got {
+		var ps []string
+		for _, p := range e.Params {
+			ps = append(ps, fmt.Sprintf("%s %d", p.Type, p.Size))
+		}
+		if !slices.Equal(ps, want[e.Name]) {
+			t.Errorf("%s: %v, want %v", e.Name, ps, want[e.Name])
+		}
+	}
+	k1 := []core.Param{{Name: "a", Kind: core.ParamPtr}, {Name: "b", Kind: core.ParamPtr}, {Name: "n", Kind: core.ParamI32},
+		{Name: "s", Kind: core.ParamF32}, {Name: "m", Kind: core.ParamI64}}
+	if err := launch.CheckEntries(acmeModule(t, img, []core.Entry{{Name: "k1", Params: k1}})); err != nil {
+		t.Error(err)
 	}
 }
 
