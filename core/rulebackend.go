@@ -26,8 +26,9 @@ type Rule struct {
 	Methods []Method
 	// Hardware lists what the name's kernels run on; empty: anywhere.
 	Hardware []Hardware
-	// Kernels is the name's kernel catalog, one kernel per method of
-	// Methods.
+	// Kernels is the name's kernel catalog: at most one kernel per method
+	// of Methods, those the backend runs; the host runs the others with
+	// its reference kernels (HandlerInfo.Catalog).
 	Kernels []Kernel
 }
 

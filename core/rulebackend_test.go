@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -134,6 +135,26 @@ func TestNewRuleBackendWith(t *testing.T) {
 	}
 	if _, err := core.NewRuleBackendWith(core.RuleBackendOptions{Name: "fam"}, constRule("a", core.MLA), constRule("a", core.MHA)); err == nil {
 		t.Error("a name registered twice: no error")
+	}
+}
+
+// TestHandlerCatalog: a catalog that covers a subset of the declared
+// methods is completed with the host's reference kernels, in the order of
+// the methods; a handler without a catalog has none.
+func TestHandlerCatalog(t *testing.T) {
+	own := core.Kernel{Name: "acme_decode", Library: "acme", Method: core.MLA}
+	h := core.HandlerInfo{Name: "a", Methods: []core.Method{core.MHAOneShot, core.MLA, core.MHAChunkedKV}, Kernels: []core.Kernel{own}}
+	got := h.Catalog()
+	want := []core.Kernel{own, core.HostReferenceKernel(core.MHAOneShot), core.HostReferenceKernel(core.MHAChunkedKV)}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Catalog: got %+v, want %+v", got, want)
+	}
+	if k := core.HostReferenceKernel(core.MHA); k.Name != "reference" || k.Library != "reference (host)" {
+		t.Errorf("HostReferenceKernel: %+v", k)
+	}
+	h.Kernels = nil
+	if got := h.Catalog(); got != nil {
+		t.Errorf("Catalog without a catalog: %+v, want nil", got)
 	}
 }
 

@@ -182,7 +182,7 @@ func kernelsListing(ctx context.Context, w io.Writer, reg *registry.Registry, li
 		for _, p := range list {
 			for _, n := range p.Names {
 				h, _, _ := reg.Handler(n)
-				rows = append(rows, row{p.Name, n, catalog(h.Kernels), codes[n]})
+				rows = append(rows, row{p.Name, n, catalog(h.Catalog()), codes[n]})
 			}
 		}
 		rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernels: catalog(core.TritonKernels())})
@@ -320,7 +320,9 @@ func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInf
 	for _, p := range list {
 		for _, n := range p.Names {
 			h, _, _ := reg.Handler(n)
-			rows = append(rows, row{Plugin: p.Name, Name: n, Kernel: h.Kernels})
+			// The catalog, with the host's reference kernels for the
+			// declared methods it leaves out.
+			rows = append(rows, row{Plugin: p.Name, Name: n, Kernel: h.Catalog()})
 		}
 	}
 	rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernel: core.TritonKernels()})
@@ -395,6 +397,9 @@ func hardwareString(hw []core.Hardware) string {
 		var p []string
 		for _, pl := range h.Platforms {
 			p = append(p, pl.String())
+		}
+		if h.PlatformName != "" {
+			p = append(p, h.PlatformName)
 		}
 		s := strings.Join(p, "|")
 		switch {
