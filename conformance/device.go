@@ -126,8 +126,9 @@ func planBatches(name string, m core.Method, dev core.DeviceInfo) []core.PlanReq
 // (registry.CheckPlan: known entries, limits, every tensor bound, shapes,
 // schedule), and a plan request for a method a name does not run, or a
 // malformed one, gets no plan rather than a plan or a crash. A plugin
-// that declares no device code, or has none for the device here (no
-// NVRTC to build it), is NotChecked, saying why.
+// that declares no device code, or answers that it has none for the
+// device (an architecture it does not cover, no NVRTC to build it), is
+// NotChecked, with the plugin's reason.
 func (s *suite) deviceCode(ctx context.Context, c *Check) {
 	if s.desc == nil || !s.desc.DeviceCode {
 		c.Status, c.Detail = NotChecked, "not checked: the plugin declares no device code"
@@ -150,7 +151,7 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 	switch {
 	case errors.Is(err, core.ErrNoPlan):
 		c.Status = NotChecked
-		c.Detail = fmt.Sprintf("not checked: no device code for %s here: %v; a host gets it built at start for its GPU", dev.Name, err)
+		c.Detail = fmt.Sprintf("not checked: no device code for %s (compute %d): the plugin says: %v", dev.Name, dev.ComputeCapability, err)
 		return
 	case err != nil:
 		c.problem("KernelModules for %s (compute %d): %v", dev.Name, dev.ComputeCapability, err)

@@ -117,18 +117,16 @@ type deviceCodeListing struct {
 // What happens to a name's device code that plugins --kernels cannot
 // list.
 const (
-	deviceCodeAtStart = "device code: built at start for the host's GPU"
+	// deviceCodeNone: the plugin answers that it has no device code for
+	// the device (too old a GPU, no image for its architecture and no
+	// NVRTC to build one, ...): its own reason follows.
+	deviceCodeNone    = "device code: none for this device"
 	deviceCodeRefused = "device code refused"
 )
 
 // noteOf is the note of a name's device code: what happens to it, and
 // why.
-func noteOf(what, why string) string {
-	if what == deviceCodeAtStart {
-		return what + " (here: " + why + ")"
-	}
-	return what + ": " + why
-}
+func noteOf(what, why string) string { return what + ": " + why }
 
 // moduleListing is one kernel module in plugins --kernels.
 type moduleListing struct {
@@ -144,7 +142,7 @@ type moduleListing struct {
 // kernelsListing prints plugins --kernels: the kernel catalog of every
 // name and, for the plugins that hand device code, the modules of each
 // name, asked for the device of dev. A plugin without device code for it
-// (no NVRTC here) is listed as building it at start for the host's GPU.
+// is listed with its reason.
 func kernelsListing(ctx context.Context, w io.Writer, reg *registry.Registry, list []registry.PluginInfo, dev *deviceFlags, asJSON bool) error {
 	codes := map[string]*deviceCodeListing{}
 	var device core.DeviceInfo
@@ -280,7 +278,7 @@ func nameDeviceCode(ctx context.Context, reg *registry.Registry, name string, de
 	mods, err := reg.KernelModules(ctx, name, device)
 	switch {
 	case errors.Is(err, core.ErrNoPlan) && !errors.Is(err, registry.ErrNotPinned):
-		out.what, out.why = deviceCodeAtStart, err.Error()
+		out.what, out.why = deviceCodeNone, err.Error()
 		out.Note = noteOf(out.what, out.why)
 		return out
 	case err != nil:
