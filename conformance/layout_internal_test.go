@@ -7,6 +7,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/devkernels"
+	"github.com/attnplug/attnplug/launch"
 )
 
 // TestLayoutAcceptsTheDeviceKernelsPlans: the layout checks are sound on
@@ -96,5 +97,57 @@ func TestLayoutRefusesTheExamplePlan(t *testing.T) {
 	mha := &core.PlanRequest{Method: core.MHA, Shape: core.PlanShape{SeqLens: []int64{10, 20}, QLens: []int64{10, 20}}}
 	if got := layoutProblem(&core.Plan{Launches: []core.Launch{{}}}, mha); !strings.Contains(got, "MHA layout has no per-request tensor") {
 		t.Errorf("MHA without metadata: %q", got)
+	}
+}
+
+// docsPlan is the plan of docs/writing-a-backend.md section 11: one
+// block per request and head, binding seq_lens and qo_indptr, holding for
+// the batch size where the request allows it.
+func docsPlan(req *core.PlanRequest) (*core.Plan, error) {
+	tensors, err := launch.Tensors(req)
+	if err != nil {
+		return nil, err
+	}
+	t := func(n string) core.Arg { return core.Arg{Param: n, Kind: core.ArgTensor, Name: n} }
+	p := &core.Plan{
+		Kernel: "acme_flash_mla", Tensors: tensors,
+		Launches: []core.Launch{{
+			Module: "acme_decode", Entry: "acme_decode",
+			Grid: [3]uint32{uint32(len(req.Shape.SeqLens)), uint32(req.Dims.Heads), 1}, Block: [3]uint32{128, 1, 1},
+			Args: []core.Arg{t("q"), t("kv_cache"), t("kv_indptr"), t("kv_indices"), t("seq_lens"), t("qo_indptr"), t("out"), t("lse"),
+				{Param: "heads", Kind: core.ArgInt, Int: int64(req.Dims.Heads)},
+				{Param: "page_size", Kind: core.ArgInt, Int: int64(req.Shape.PageSize)},
+				{Param: "scale", Kind: core.ArgFloat, Float: req.Dims.SoftmaxScale}},
+		}},
+	}
+	if launch.PagesPerRequest(req) > 0 {
+		p.Reads = core.PlanReadsDeclared | core.PlanReadsQLens
+	}
+	return p, nil
+}
+
+// TestTheDocsPlanPasses: the docs' example plan passes the host's check
+// and the layout checks on every MLA batch the device-code check asks.
+func TestTheDocsPlanPasses(t *testing.T) {
+	dev, err := ExampleDevice(DefaultArch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptr := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
+	mods := []core.KernelModule{{Name: "acme_decode", Entries: []core.Entry{{Name: "acme_decode", Params: []core.Param{
+		ptr("q"), ptr("kv_cache"), ptr("kv_indptr"), ptr("kv_indices"), ptr("seq_lens"), ptr("qo_indptr"), ptr("out"), ptr("lse"),
+		{Name: "heads", Kind: core.ParamI32}, {Name: "page_size", Kind: core.ParamI32}, {Name: "scale", Kind: core.ParamF32},
+	}}}}}
+	for _, req := range planBatches("acme_mla", core.MLA, dev) {
+		p, err := docsPlan(&req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := launch.Check(p, &req, mods, dev); err != nil {
+			t.Errorf("%s: %v", batchString(&req), err)
+		}
+		if why := layoutProblem(p, &req); why != "" {
+			t.Errorf("%s: %s", batchString(&req), why)
+		}
 	}
 }
