@@ -54,7 +54,9 @@ type Kernel struct {
 	// HeadDims are the head dimensions the kernel supports (192 and 128
 	// for decompressed MHA: q·k and v; 576 and 512 for absorbed MLA).
 	HeadDims []int
-	// PageSizes are the KV cache page sizes it supports.
+	// PageSizes are the KV cache page sizes it supports; empty: any page
+	// size (a kernel that reads each request's pages through kv_indptr
+	// and kv_indices, whatever their size).
 	PageSizes []int
 	// CUDAGraph reports that the kernel can be captured in a CUDA graph.
 	CUDAGraph bool
