@@ -159,10 +159,16 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 	}
 	if err := registry.CheckModules(mods); err != nil {
 		c.problem("the host refuses the modules: %v", err)
+		c.Detail = "a host refuses these modules"
 		return
 	}
 	plans, none := 0, 0
+	type layoutIssue struct {
+		first string
+		more  int
+	}
 	for _, h := range s.names {
+		layout, order := map[string]*layoutIssue{}, []string(nil)
 		if h.Deprecated != "" {
 			continue
 		}
@@ -188,13 +194,31 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 						continue
 					}
 					if why := layoutProblem(p, &req); why != "" {
-						c.problem("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why)
+						// Each kind of layout problem once per method, with
+						// the first batch that shows it and how many more do.
+						key := m.String() + ": " + why[:strings.IndexByte(why, ':')]
+						if l := layout[key]; l != nil {
+							l.more++
+						} else {
+							layout[key] = &layoutIssue{fmt.Sprintf("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why), 0}
+							order = append(order, key)
+						}
 					}
 					if why := s.planHolds(ctx, kp, &req, p); why != "" {
 						c.problem("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why)
 					}
 				}
 			}
+		}
+		for _, key := range order {
+			l := layout[key]
+			switch {
+			case l.more == 1:
+				l.first += " (and 1 more batch alike)"
+			case l.more > 1:
+				l.first += fmt.Sprintf(" (and %d more batches alike)", l.more)
+			}
+			c.problem("%s", l.first)
 		}
 		s.badPlanRequests(ctx, c, kp, h, dev)
 	}
