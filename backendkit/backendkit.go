@@ -10,12 +10,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/cuda"
 	"github.com/attnplug/attnplug/devkernels"
 	"github.com/attnplug/attnplug/kernels"
+	"github.com/attnplug/attnplug/refkernels"
 	"github.com/attnplug/attnplug/shm"
 )
 
@@ -128,15 +128,7 @@ func (b *Backend) catalogKernel(ctx context.Context, backend string, m core.Meth
 	if err != nil {
 		return core.Kernel{}, err
 	}
-	h, ok := d.Handler(backend)
-	if !ok {
-		return core.Kernel{}, fmt.Errorf("%s: %w %q", d.Name, core.ErrUnknownBackend, backend)
-	}
-	k, ok := h.Kernel(m)
-	if !ok {
-		return core.Kernel{}, fmt.Errorf("%w: %s's catalog has no kernel for %s", core.ErrNoKernel, backend, m)
-	}
-	return k, nil
+	return refkernels.CatalogKernel(d, backend, m)
 }
 
 // errDevice marks a failure of the device, not of the request.
@@ -150,8 +142,17 @@ func Run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core
 }
 
 // run is Run on gpu when it is not nil: the absorbed MLA kernel then runs
-// on the device, compiled from CUDA C by NVRTC.
+// on the device, compiled from CUDA C by NVRTC. Without gpu, or for
+// another kernel, refkernels.Run runs the math on the CPU.
 func run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core.HostInfo, gpu *cuda.Device) (*core.KernelResult, error) {
+	if gpu == nil || !onCUDA(k) {
+		res, err := refkernels.Run(ctx, k, req)
+		if err != nil {
+			return nil, err
+		}
+		res.Note = EmulatedNote(k, host)
+		return res, nil
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -168,9 +169,7 @@ func run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core
 		return nil, core.NewFieldError("buffer", fmt.Sprintf("has %d bytes, the request says %d", len(mem), req.Buffer.Size))
 	}
 	cfg := req.Dims
-	if !k.Sparse {
-		cfg.TopK = 0 // a dense kernel reads no indices
-	}
+	cfg.TopK = 0 // a dense kernel reads no indices
 	b, err := Batch(req.SeqLens, req.PrefixLens)
 	if err != nil {
 		return nil, err
@@ -179,39 +178,21 @@ func run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core
 	if err != nil {
 		return nil, err
 	}
-	if !k.Sparse {
-		in.TopKIndices = nil
-	}
-	m, err := KernelMethod(k)
-	if err != nil {
-		return nil, err
-	}
+	in.TopKIndices = nil
 	start := time.Now()
-	if m.PreRoped() {
-		// The buffer holds q_pe and k_pe before RoPE: rotate them first,
-		// as the model does before an unfused kernel.
-		if in, err = kernels.ApplyRoPE(cfg, b, in); err != nil {
-			return nil, core.NewFieldError("tensors", err.Error())
-		}
-	}
-	if gpu != nil && m == kernels.MLA {
-		if err := gpu.RunMLA(cfg, b, in, out); err != nil {
-			return nil, fmt.Errorf("%w: %w", errDevice, err)
-		}
-		return &core.KernelResult{
-			Kernel: k.Name, Library: k.Library, Emulated: false, Sparse: k.Sparse,
-			TimeNS: time.Since(start).Nanoseconds(),
-			Note: fmt.Sprintf("ran on %s (compute %d.%d): the CUDA MLA kernel of package cuda, standing for %s %s",
-				gpu.Info().Name, gpu.Info().Major, gpu.Info().Minor, k.Library, k.Name),
-		}, nil
-	}
-	if err := kernels.Run(m, cfg, b, in, out); err != nil {
+	// The buffer holds q_pe and k_pe before RoPE: rotate them first, as
+	// the model does before an unfused kernel.
+	if in, err = kernels.ApplyRoPE(cfg, b, in); err != nil {
 		return nil, core.NewFieldError("tensors", err.Error())
 	}
-	elapsed := time.Since(start)
+	if err := gpu.RunMLA(cfg, b, in, out); err != nil {
+		return nil, fmt.Errorf("%w: %w", errDevice, err)
+	}
 	return &core.KernelResult{
-		Kernel: k.Name, Library: k.Library, Emulated: true, Sparse: k.Sparse,
-		TimeNS: elapsed.Nanoseconds(), Note: EmulatedNote(k, host),
+		Kernel: k.Name, Library: k.Library, Emulated: false, Sparse: k.Sparse,
+		TimeNS: time.Since(start).Nanoseconds(),
+		Note: fmt.Sprintf("ran on %s (compute %d.%d): the CUDA MLA kernel of package cuda, standing for %s %s",
+			gpu.Info().Name, gpu.Info().Major, gpu.Info().Minor, k.Library, k.Name),
 	}, nil
 }
 
@@ -245,17 +226,9 @@ func mustMethod(k core.Kernel) kernels.Method {
 }
 
 // KernelMethod returns the reference kernel that runs k's math: the one of
-// the same method, except that a sparse kernel for MLA is DSA_MLA.
-func KernelMethod(k core.Kernel) (kernels.Method, error) {
-	if k.Sparse && k.Method == core.MLA {
-		return kernels.DSAMLA, nil
-	}
-	m, err := kernels.ParseMethod(k.Method.String())
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", core.ErrNoKernel, err)
-	}
-	return m, nil
-}
+// the same method, except that a sparse kernel for MLA is DSA_MLA. It is
+// refkernels.KernelMethod.
+func KernelMethod(k core.Kernel) (kernels.Method, error) { return refkernels.KernelMethod(k) }
 
 // Config returns d: kernels.Config is core.KernelDims.
 //
@@ -268,114 +241,19 @@ func Config(d core.KernelDims) kernels.Config { return d }
 func Dims(cfg kernels.Config) core.KernelDims { return cfg }
 
 // Batch returns the kernels.BatchShape of seq_lens and extend_prefix_lens.
-func Batch(seq, prefix []int64) (kernels.BatchShape, error) {
-	if len(seq) != len(prefix) {
-		return kernels.BatchShape{}, core.NewFieldError("prefix_lens", fmt.Sprintf("has %d entries, seq_lens %d", len(prefix), len(seq)))
-	}
-	b := kernels.BatchShape{SeqLens: make([]int, len(seq)), PrefixLens: make([]int, len(seq))}
-	for i := range seq {
-		if seq[i] < 0 || seq[i] > 1<<30 || prefix[i] < 0 || prefix[i] > 1<<30 {
-			return kernels.BatchShape{}, core.NewFieldError(fmt.Sprintf("seq_lens[%d]", i), "out of range")
-		}
-		b.SeqLens[i], b.PrefixLens[i] = int(seq[i]), int(prefix[i])
-	}
-	if err := b.Validate(); err != nil {
-		return kernels.BatchShape{}, core.NewFieldError("seq_lens", err.Error())
-	}
-	return b, nil
-}
+// It is refkernels.Batch.
+func Batch(seq, prefix []int64) (kernels.BatchShape, error) { return refkernels.Batch(seq, prefix) }
 
 // Refs returns the tensor references of l: every tensor, the output
-// included, at its offset in a buffer laid out by l.
-func Refs(l kernels.TensorLayout) []core.TensorRef {
-	var out []core.TensorRef
-	for _, f := range l.Fields() {
-		shape := make([]int64, len(f.Shape))
-		for i, x := range f.Shape {
-			shape[i] = int64(x)
-		}
-		dt := "float32"
-		if f.Int32 {
-			dt = "int32"
-		}
-		out = append(out, core.TensorRef{Name: f.Name, Offset: 4 * int64(f.Offset), Shape: shape, DType: dt})
-	}
-	return out
-}
+// included, at its offset in a buffer laid out by l. It is refkernels.Refs.
+func Refs(l kernels.TensorLayout) []core.TensorRef { return refkernels.Refs(l) }
 
 // Views cuts mem into the tensors and the output that refs locate, without
 // copying. Every ref must lie inside mem, 4-byte aligned, with the dtype of
-// its name (int32 for positions and topk_indices, else float32).
+// its name (int32 for positions and topk_indices, else float32). It is
+// refkernels.Views.
 func Views(mem []byte, refs []core.TensorRef) (kernels.Tensors, []float32, error) {
-	var t kernels.Tensors
-	var out []float32
-	seen := map[string]bool{}
-	for i, r := range refs {
-		field := fmt.Sprintf("tensors[%d]", i)
-		if seen[r.Name] {
-			return t, nil, core.NewFieldError(field, fmt.Sprintf("%q given twice", r.Name))
-		}
-		seen[r.Name] = true
-		elems := int64(1)
-		for _, x := range r.Shape {
-			if x < 0 || (x > 0 && elems > int64(len(mem))/x) {
-				return t, nil, core.NewFieldError(field+".shape", "does not fit the buffer")
-			}
-			elems *= x
-		}
-		if r.Offset < 0 || r.Offset%4 != 0 || r.Offset > int64(len(mem))-4*elems {
-			return t, nil, core.NewFieldError(field+".offset", fmt.Sprintf("%d: %d bytes at it do not fit a buffer of %d, or it is not 4-byte aligned", r.Offset, 4*elems, len(mem)))
-		}
-		wantInt := r.Name == "positions" || r.Name == "topk_indices"
-		if (r.DType == "int32") != wantInt || (r.DType != "int32" && r.DType != "float32") {
-			return t, nil, core.NewFieldError(field+".dtype", fmt.Sprintf("%q for %s", r.DType, r.Name))
-		}
-		var p unsafe.Pointer
-		if elems > 0 {
-			p = unsafe.Pointer(&mem[r.Offset])
-			if uintptr(p)%4 != 0 {
-				return t, nil, core.NewFieldError(field+".offset", "not 4-byte aligned in memory")
-			}
-		}
-		f32 := func() []float32 {
-			if elems == 0 {
-				return []float32{}
-			}
-			return unsafe.Slice((*float32)(p), elems)
-		}
-		i32 := func() []int32 {
-			if elems == 0 {
-				return []int32{}
-			}
-			return unsafe.Slice((*int32)(p), elems)
-		}
-		switch r.Name {
-		case "q_nope":
-			t.QNope = f32()
-		case "q_pe":
-			t.QPe = f32()
-		case "positions":
-			t.Positions = i32()
-		case "c_kv":
-			t.CKV = f32()
-		case "k_pe":
-			t.KPe = f32()
-		case "w_kc":
-			t.WKC = f32()
-		case "w_vc":
-			t.WVC = f32()
-		case "topk_indices":
-			t.TopKIndices = i32()
-		case "out":
-			out = f32()
-		default:
-			return t, nil, core.NewFieldError(field+".name", fmt.Sprintf("unknown tensor %q", r.Name))
-		}
-	}
-	if out == nil {
-		return t, nil, core.NewFieldError("tensors", `no "out" tensor`)
-	}
-	return t, out, nil
+	return refkernels.Views(mem, refs)
 }
 
 // FusedRoPEKernels are the kernels of the two fused-RoPE MLA methods, which

@@ -468,7 +468,7 @@ func (s *suite) description(ctx context.Context, c *Check) {
 		return
 	}
 	s.desc = d
-	s.report.Plugin, s.report.Version = d.Name, d.Version
+	s.report.Plugin, s.report.Version, s.report.Vendor = d.Name, d.Version, d.Vendor
 	for _, h := range d.Handlers {
 		s.report.Names = append(s.report.Names, h.Name)
 	}
@@ -550,7 +550,11 @@ func (s *suite) description(ctx context.Context, c *Check) {
 		c.Detail = "the description is not well-formed"
 		return
 	}
-	c.Detail = fmt.Sprintf("%s %s serves %s: %s; stable across calls", d.Name, d.Version, plural(len(d.Handlers), "name"), strings.Join(s.report.Names, ", "))
+	by := ""
+	if d.Vendor != "" {
+		by = " by " + d.Vendor
+	}
+	c.Detail = fmt.Sprintf("%s %s%s serves %s: %s; stable across calls", d.Name, d.Version, by, plural(len(d.Handlers), "name"), strings.Join(s.report.Names, ", "))
 }
 
 func (s *suite) describe(ctx context.Context) (*core.Description, error) {

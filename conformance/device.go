@@ -126,8 +126,9 @@ func planBatches(name string, m core.Method, dev core.DeviceInfo) []core.PlanReq
 // (registry.CheckPlan: known entries, limits, every tensor bound, shapes,
 // schedule), and a plan request for a method a name does not run, or a
 // malformed one, gets no plan rather than a plan or a crash. A plugin
-// that declares no device code, or has none for the device here (no
-// NVRTC to build it), is NotChecked, saying why.
+// that declares no device code, or answers that it has none for the
+// device (an architecture it does not cover, no NVRTC to build it), is
+// NotChecked, with the plugin's reason.
 func (s *suite) deviceCode(ctx context.Context, c *Check) {
 	if s.desc == nil || !s.desc.DeviceCode {
 		c.Status, c.Detail = NotChecked, "not checked: the plugin declares no device code"
@@ -150,7 +151,7 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 	switch {
 	case errors.Is(err, core.ErrNoPlan):
 		c.Status = NotChecked
-		c.Detail = fmt.Sprintf("not checked: no device code for %s here: %v; a host gets it built at start for its GPU", dev.Name, err)
+		c.Detail = fmt.Sprintf("not checked: no device code for %s (compute %d): the plugin says: %v", dev.Name, dev.ComputeCapability, err)
 		return
 	case err != nil:
 		c.problem("KernelModules for %s (compute %d): %v", dev.Name, dev.ComputeCapability, err)
@@ -158,10 +159,16 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 	}
 	if err := registry.CheckModules(mods); err != nil {
 		c.problem("the host refuses the modules: %v", err)
+		c.Detail = "a host refuses these modules"
 		return
 	}
 	plans, none := 0, 0
+	type layoutIssue struct {
+		first string
+		more  int
+	}
 	for _, h := range s.names {
+		layout, order := map[string]*layoutIssue{}, []string(nil)
 		if h.Deprecated != "" {
 			continue
 		}
@@ -186,11 +193,32 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 						c.problem("%s: %s plan for %s: %v", h.Name, m, batchString(&req), err)
 						continue
 					}
+					if why := layoutProblem(p, &req); why != "" {
+						// Each kind of layout problem once per method, with
+						// the first batch that shows it and how many more do.
+						key := m.String() + ": " + why[:strings.IndexByte(why, ':')]
+						if l := layout[key]; l != nil {
+							l.more++
+						} else {
+							layout[key] = &layoutIssue{fmt.Sprintf("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why), 0}
+							order = append(order, key)
+						}
+					}
 					if why := s.planHolds(ctx, kp, &req, p); why != "" {
 						c.problem("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why)
 					}
 				}
 			}
+		}
+		for _, key := range order {
+			l := layout[key]
+			switch {
+			case l.more == 1:
+				l.first += " (and 1 more batch alike)"
+			case l.more > 1:
+				l.first += fmt.Sprintf(" (and %d more batches alike)", l.more)
+			}
+			c.problem("%s", l.first)
 		}
 		s.badPlanRequests(ctx, c, kp, h, dev)
 	}
@@ -203,6 +231,67 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		archs[i] = m.Name + " (" + string(m.Format) + " for " + m.Arch + ")"
 	}
 	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(archs, ", "), dev.Name, plans, none)
+}
+
+// layoutProblem returns why plan p cannot run req's batch right whatever
+// its kernels do, or "": where the kernels cannot learn what they need
+// of each request from what the plan binds. Every launch of a batch of
+// more than one request needs each request's keys and query rows; the
+// checks are sound (a correct plan never fails them), so they look only
+// at where that knowledge can come from, never at how a kernel uses it:
+//
+//   - MLA, page size above 1: kv_indptr gives a request's pages, not its
+//     keys, so some launch must bind the seq_lens tensor, or metadata (a
+//     schedule, per-request data), or, where every request has the same
+//     length (a single request, say), an integer equal to it;
+//   - MLA, a request with more than one query token (target verify):
+//     request i's rows of q, out and lse start at qo_indptr[i], so some
+//     launch must bind qo_indptr, or metadata, or, where every request has
+//     the same query length, an integer equal to it or to the batch's
+//     tokens;
+//   - the MHA methods: their layout has no per-request tensor, so a batch
+//     of requests of different lengths needs metadata.
+//
+// A grid is not checked: a kernel may loop over requests, rows or work
+// items (a persistent kernel), so no grid size is wrong by itself.
+func layoutProblem(p *core.Plan, req *core.PlanRequest) string {
+	s := req.Shape
+	tensors := map[string]bool{}
+	ints := map[int64]bool{}
+	meta := false
+	for _, l := range p.Launches {
+		for _, a := range l.Args {
+			switch a.Kind {
+			case core.ArgTensor:
+				tensors[a.Name] = true
+			case core.ArgMeta:
+				meta = true
+			case core.ArgInt:
+				ints[a.Int] = true
+			}
+		}
+	}
+	if meta {
+		return ""
+	}
+	uniform := func(xs []int64) bool { return slices.Min(xs) == slices.Max(xs) }
+	var tokens int64
+	for _, q := range s.QLens {
+		tokens += q
+	}
+	if req.Method != core.MLA {
+		if len(s.SeqLens) > 1 && !(uniform(s.SeqLens) && uniform(s.QLens)) {
+			return "no launch binds metadata, and the MHA layout has no per-request tensor: the kernels cannot know where each request's queries and keys start (cumulative lengths go in Metadata, bound with ArgMeta)"
+		}
+		return ""
+	}
+	if s.PageSize > 1 && !tensors["seq_lens"] && !(uniform(s.SeqLens) && ints[s.SeqLens[0]]) {
+		return fmt.Sprintf("no launch binds seq_lens (nor metadata): with page size %d the kernels cannot know a request's keys, since kv_indptr gives its pages, not its tokens (bind the host's seq_lens tensor)", s.PageSize)
+	}
+	if slices.Max(s.QLens) > 1 && !tensors["qo_indptr"] && !(uniform(s.QLens) && (ints[s.QLens[0]] || ints[tokens])) {
+		return fmt.Sprintf("no launch binds qo_indptr (nor metadata): with %d query tokens for %d requests the kernels cannot know which rows of q, out and lse are each request's (bind the host's qo_indptr tensor)", tokens, len(s.SeqLens))
+	}
+	return ""
 }
 
 // planHolds checks that plan p, kp's answer to req, is the answer to

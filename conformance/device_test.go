@@ -20,7 +20,10 @@ func TestDeviceCodeCatchesLies(t *testing.T) {
 		{"shape", `tensor "out" declared as bf16`},
 		{"wrong_kernel", `the plan runs kernel "flash_attn_with_kvcache"`},
 		{"hash", `the host refuses the modules: protocol violation: kernel module "liar_mla" declares sha256`},
+		{"swapped_params", `the host refuses the modules: protocol violation: kernel module "liar_mla": entry liar_mla_combine: parameter 0 ("items", i32) is 4 bytes as declared, 8 bytes in the image (.u64 liar_mla_combine_param_0)`},
 		{"holds_for_batch", "the plan declares it reads batch+q_lens, but another plan answers the same request with other seq_lens"},
+		{"example_plan", "no launch binds seq_lens (nor metadata): with page size 64 the kernels cannot know a request's keys"},
+		{"example_plan", "no launch binds qo_indptr (nor metadata): with "},
 	} {
 		t.Run("lie_"+tc.lie, func(t *testing.T) {
 			r := run(t, conformance.Options{Binary: liar, MaxRequests: 50, Env: []string{"ATTNPLUG_LIE=" + tc.lie}})

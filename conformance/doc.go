@@ -65,7 +65,8 @@
 //   - kernels: kernel outputs against the CPU reference, when kernels are
 //     declared (skipped for a plugin without a kernel catalog, and in
 //     process for a backend that is no core.KernelRunner: a host runs its
-//     kernels itself);
+//     kernels itself); a catalog may cover a subset of the declared
+//     methods, whose others the host runs with its reference kernels;
 //   - device-code: when the plugin declares device code, its kernel modules
 //     for an example device (Options.Device, default sm_90) and its launch
 //     plans for generated batches of every catalog method with a device
@@ -73,11 +74,14 @@
 //     MHA_ONE_SHOT and MHA_CHUNKED_KV prefills; 16 and 128 heads, ragged
 //     lengths up to 16k, with and without CUDA graphs) pass the checks the
 //     host applies before it trusts them
-//     (registry.CheckModules, registry.CheckPlan: known entries, grids and
+//     (registry.CheckModules, registry.CheckPlan: hashes, PTX entry
+//     signatures against the declared Entries, known entries, grids and
 //     shared memory within the device's limits, every tensor bound, shapes,
-//     schedule items inside their requests), and impossible or malformed
-//     plan requests get no plan; skipped, with the reason, when the plugin
-//     has no device code for the example device (no NVRTC);
+//     schedule items inside their requests), each plan lets its kernels
+//     know every request's keys and query rows (seq_lens, qo_indptr or
+//     metadata), and impossible or malformed plan requests get no plan;
+//     not checked, with the plugin's reason, when it has no device code for
+//     the example device;
 //   - stdout: nothing was written to stdout after the handshake;
 //   - process: one process, never restarted, served the whole suite.
 //

@@ -152,6 +152,9 @@ type Report struct {
 	Plugin string `json:"plugin,omitempty"`
 	// Version is the plugin's version, from its description.
 	Version string `json:"version,omitempty"`
+	// Vendor is who makes the plugin, from its description; empty when it
+	// does not say.
+	Vendor string `json:"vendor,omitempty"`
 	// ProtocolVersion is the protocol version negotiated.
 	ProtocolVersion int `json:"protocol_version,omitempty"`
 	// PID is the plugin process that served the suite.
@@ -226,14 +229,18 @@ func (r *Report) Summary() string {
 // with its problems indented below it, and the summary line.
 func (r *Report) WriteText(w io.Writer) error {
 	var sb strings.Builder
+	by := ""
+	if r.Vendor != "" {
+		by = " by " + r.Vendor
+	}
 	switch {
 	case r.Binary == "":
-		fmt.Fprintf(&sb, "attnplug conformance: backend %s %s in process, names: %s\n", r.Plugin, r.Version, strings.Join(r.Names, ", "))
+		fmt.Fprintf(&sb, "attnplug conformance: backend %s %s%s in process, names: %s\n", r.Plugin, r.Version, by, strings.Join(r.Names, ", "))
 	default:
 		fmt.Fprintf(&sb, "attnplug conformance: %s\n", r.Binary)
 		if r.Plugin != "" {
-			fmt.Fprintf(&sb, "plugin %s %s, protocol %d, pid %d, names: %s\n",
-				r.Plugin, r.Version, r.ProtocolVersion, r.PID, strings.Join(r.Names, ", "))
+			fmt.Fprintf(&sb, "plugin %s %s%s, protocol %d, pid %d, names: %s\n",
+				r.Plugin, r.Version, by, r.ProtocolVersion, r.PID, strings.Join(r.Names, ", "))
 		}
 	}
 	fmt.Fprintf(&sb, "seed %d (run again with --seed %d to ask the same requests)\n", r.Seed, r.Seed)

@@ -59,6 +59,10 @@ type Description struct {
 	// DeviceCode reports that the backend hands the host device code and
 	// launch plans (KernelPlanner).
 	DeviceCode bool
+	// Vendor, optional, names who makes and supports the backend, such as
+	// "Acme Corp": attnplug plugins and attnplug conform show it. Empty
+	// says nothing (every plugin older than the field).
+	Vendor string
 }
 
 // HandlerInfo describes one name a Backend answers.
@@ -80,8 +84,11 @@ type HandlerInfo struct {
 	// uses this to start only the plugins its hardware can run.
 	Hardware []Hardware
 	// Kernels is the name's kernel catalog: the kernel it runs for each
-	// method of Methods (core/kernel.go). Empty for a backend that runs no
-	// kernels (a plugin older than the catalog).
+	// method of Methods that it covers, at most one per method
+	// (core/kernel.go). It may cover a subset: the host runs the declared
+	// methods it lacks with its own reference kernels (Catalog,
+	// HostReferenceKernel). Empty for a backend that runs no kernels (a
+	// plugin older than the catalog).
 	Kernels []Kernel
 }
 

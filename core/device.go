@@ -75,7 +75,13 @@ type Param struct {
 type Entry struct {
 	// Name is the symbol the driver looks up (extern "C" in CUDA C).
 	Name string
-	// Params are its parameters, in order.
+	// Params are its parameters, IN THE EXACT ORDER OF THE KERNEL'S
+	// SIGNATURE. A launch binds arguments by name, but the driver takes
+	// them by position: a parameter declared out of order makes the
+	// kernel read one argument as another. The host checks the count,
+	// sizes and order against a PTX image's .entry signature
+	// (launch.CheckEntries); two parameters of the same size swapped look
+	// alike there.
 	Params []Param
 }
 
@@ -88,9 +94,13 @@ type KernelModule struct {
 	// Arch is the architecture the image targets, such as "sm_90a"; for
 	// PTX the virtual one it was generated for ("compute_90a").
 	Arch string
-	// Format is the image's format.
+	// Format is the image's format. The entry signatures of a PTX image
+	// are checked against Entries; a cubin's are not read.
 	Format ModuleFormat
-	// Image is the device code.
+	// Image is the device code. PTX is text and need not end with a NUL
+	// byte (the host adds one to load it); its .version (PTX ISA) must be
+	// one the host's driver reads, no newer than the driver's CUDA
+	// release.
 	Image []byte
 	// SHA256 is the hex SHA-256 of Image.
 	SHA256 string

@@ -23,7 +23,19 @@ const (
 	LibIntelXPU        = "Intel XPU"
 	LibTriton          = "triton"
 	LibSGLKernel       = "sgl-kernel"
+	// LibHostReference is the library of HostReferenceKernel: the host's
+	// own reference kernels, which run a declared method that a catalog
+	// does not cover.
+	LibHostReference = "reference (host)"
 )
+
+// HostReferenceKernel is the catalog entry of a method that a handler
+// declares (HandlerInfo.Methods) and its catalog does not cover: the host
+// runs it with its own reference kernels (kernel "reference", library
+// LibHostReference), in its own process.
+func HostReferenceKernel(m Method) Kernel {
+	return Kernel{Name: "reference", Library: LibHostReference, Method: m}
+}
 
 // Kernel is one entry of a handler's kernel catalog: the kernel a backend
 // runs for one forward method, and what it stands for in sglang.
@@ -42,7 +54,9 @@ type Kernel struct {
 	// HeadDims are the head dimensions the kernel supports (192 and 128
 	// for decompressed MHA: q·k and v; 576 and 512 for absorbed MLA).
 	HeadDims []int
-	// PageSizes are the KV cache page sizes it supports.
+	// PageSizes are the KV cache page sizes it supports; empty: any page
+	// size (a kernel that reads each request's pages through kv_indptr
+	// and kv_indices, whatever their size).
 	PageSizes []int
 	// CUDAGraph reports that the kernel can be captured in a CUDA graph.
 	CUDAGraph bool
@@ -61,6 +75,24 @@ func (h *HandlerInfo) Kernel(m Method) (Kernel, bool) {
 		}
 	}
 	return Kernel{}, false
+}
+
+// Catalog returns h's kernel catalog completed for every method h
+// declares: its own kernels, then, for each declared method they do not
+// cover, HostReferenceKernel. A catalog may cover a subset of the methods;
+// the host runs the others. A handler without any catalog (a plugin that
+// runs no kernels) gets nil.
+func (h *HandlerInfo) Catalog() []Kernel {
+	if len(h.Kernels) == 0 {
+		return nil
+	}
+	out := slices.Clone(h.Kernels)
+	for _, m := range h.Methods {
+		if _, ok := h.Kernel(m); !ok {
+			out = append(out, HostReferenceKernel(m))
+		}
+	}
+	return out
 }
 
 // HasKernels reports whether any handler of d declares a kernel catalog.

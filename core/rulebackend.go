@@ -26,8 +26,9 @@ type Rule struct {
 	Methods []Method
 	// Hardware lists what the name's kernels run on; empty: anywhere.
 	Hardware []Hardware
-	// Kernels is the name's kernel catalog, one kernel per method of
-	// Methods.
+	// Kernels is the name's kernel catalog: at most one kernel per method
+	// of Methods, those the backend runs; the host runs the others with
+	// its reference kernels (HandlerInfo.Catalog).
 	Kernels []Kernel
 }
 
@@ -55,14 +56,45 @@ type ruleEntry struct {
 	once sync.Once
 }
 
+// RuleBackendOptions are the settings of a RuleBackend besides its rules
+// (NewRuleBackendWith). The zero value of each optional field is what
+// NewRuleBackend gives.
+type RuleBackendOptions struct {
+	// Name is the backend's name: for a plugin, the <name> of its binary's
+	// file name, attnplug-backend-<name> (Description.Name).
+	Name string
+	// Version is the backend's own version, semantic (Description.Version).
+	Version string
+	// Vendor, optional, names who makes and supports the backend, such as
+	// "Acme Corp" (Description.Vendor).
+	Vendor string
+	// Logger, optional, is told the first time a deprecated name is asked.
+	Logger Logger
+	// DeviceCode declares that the backend hands the host device code
+	// (Description.DeviceCode): set it when the type that embeds the
+	// RuleBackend is a KernelPlanner. A host asks a plugin for device code
+	// only when its description says it has some.
+	DeviceCode bool
+}
+
 // NewRuleBackend returns a backend named name, at version, serving rules. It
 // fails when a name is empty or repeated, a rule has no Decide, or an alias
-// points at a name it does not serve. logger may be nil.
+// points at a name it does not serve. logger may be nil. It is
+// NewRuleBackendWith with only the name, version and logger set.
 func NewRuleBackend(name, version string, logger Logger, rules ...Rule) (*RuleBackend, error) {
+	return NewRuleBackendWith(RuleBackendOptions{Name: name, Version: version, Logger: logger}, rules...)
+}
+
+// NewRuleBackendWith returns a backend serving rules, described by opts:
+// NewRuleBackend with a vendor, or with device code declared for a type
+// that embeds the RuleBackend and plans kernels. It fails as
+// NewRuleBackend does.
+func NewRuleBackendWith(opts RuleBackendOptions, rules ...Rule) (*RuleBackend, error) {
+	name := opts.Name
 	b := &RuleBackend{
-		desc:   Description{Name: name, Version: version},
+		desc:   Description{Name: name, Version: opts.Version, Vendor: opts.Vendor, DeviceCode: opts.DeviceCode},
 		rules:  make(map[string]*ruleEntry, len(rules)),
-		logger: logger,
+		logger: opts.Logger,
 	}
 	for _, r := range rules {
 		switch {

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -102,6 +103,58 @@ func TestRuleBackendDescribe(t *testing.T) {
 	d2, _ := b.Describe(ctx)
 	if d2.Handlers[0].Name != "a" {
 		t.Errorf("Describe after changing an earlier answer: got handler %q, want a", d2.Handlers[0].Name)
+	}
+}
+
+// TestNewRuleBackendWith: the options set the vendor and declare device
+// code in the description, which NewRuleBackend leaves unset; a changed
+// answer does not change the backend's.
+func TestNewRuleBackendWith(t *testing.T) {
+	ctx := testContext(t)
+	b, err := core.NewRuleBackendWith(core.RuleBackendOptions{Name: "fam", Version: "1.2.3", Vendor: "Acme Corp", DeviceCode: true}, constRule("a", core.MLA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "fam" || d.Version != "1.2.3" || d.Vendor != "Acme Corp" || !d.DeviceCode || len(d.Handlers) != 1 {
+		t.Errorf("Describe: got %+v, want fam 1.2.3 by Acme Corp with device code", d)
+	}
+	d.DeviceCode, d.Vendor = false, ""
+	if d2, _ := b.Describe(ctx); !d2.DeviceCode || d2.Vendor != "Acme Corp" {
+		t.Errorf("Describe after changing an earlier answer: %+v", d2)
+	}
+	plain, err := core.NewRuleBackend("fam", "1.2.3", nil, constRule("a", core.MLA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := plain.Describe(ctx); d.DeviceCode || d.Vendor != "" {
+		t.Errorf("NewRuleBackend: %+v, want no vendor and no device code", d)
+	}
+	if _, err := core.NewRuleBackendWith(core.RuleBackendOptions{Name: "fam"}, constRule("a", core.MLA), constRule("a", core.MHA)); err == nil {
+		t.Error("a name registered twice: no error")
+	}
+}
+
+// TestHandlerCatalog: a catalog that covers a subset of the declared
+// methods is completed with the host's reference kernels, in the order of
+// the methods; a handler without a catalog has none.
+func TestHandlerCatalog(t *testing.T) {
+	own := core.Kernel{Name: "acme_decode", Library: "acme", Method: core.MLA}
+	h := core.HandlerInfo{Name: "a", Methods: []core.Method{core.MHAOneShot, core.MLA, core.MHAChunkedKV}, Kernels: []core.Kernel{own}}
+	got := h.Catalog()
+	want := []core.Kernel{own, core.HostReferenceKernel(core.MHAOneShot), core.HostReferenceKernel(core.MHAChunkedKV)}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Catalog: got %+v, want %+v", got, want)
+	}
+	if k := core.HostReferenceKernel(core.MHA); k.Name != "reference" || k.Library != "reference (host)" {
+		t.Errorf("HostReferenceKernel: %+v", k)
+	}
+	h.Kernels = nil
+	if got := h.Catalog(); got != nil {
+		t.Errorf("Catalog without a catalog: %+v, want nil", got)
 	}
 }
 

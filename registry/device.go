@@ -187,8 +187,11 @@ func (r *Registry) fetchModules(ctx context.Context, p backend, backend string, 
 
 // CheckModules is the host's check of the kernel modules a plugin hands
 // it: it refuses a module without a name or with a name given twice, an
-// empty image, or an image that does not hash to its declared SHA-256.
-// The error wraps core.ErrProtocol. attnplug conform applies it too.
+// empty image, an image that does not hash to its declared SHA-256, and a
+// PTX image whose entry signatures differ from the declared Entries
+// (launch.CheckEntries: a missing entry, a parameter count, size or order
+// the kernel does not take; cubins are not parsed). The error wraps
+// core.ErrProtocol. attnplug conform applies it too.
 func CheckModules(mods []core.KernelModule) error {
 	seen := map[string]bool{}
 	for i, m := range mods {
@@ -203,6 +206,9 @@ func CheckModules(mods []core.KernelModule) error {
 		seen[m.Name] = true
 		if sum := core.ImageSHA256(m.Image); sum != m.SHA256 {
 			return fmt.Errorf("%w: kernel module %q declares sha256 %q, but its image of %d bytes hashes to %s", core.ErrProtocol, m.Name, m.SHA256, len(m.Image), sum)
+		}
+		if err := launch.CheckEntries(m); err != nil {
+			return fmt.Errorf("%w: %w", core.ErrProtocol, err)
 		}
 	}
 	return nil

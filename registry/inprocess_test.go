@@ -3,12 +3,16 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/devkernels"
+	"github.com/attnplug/attnplug/internal/ptxstub"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -148,6 +152,52 @@ func TestInProcessKernelRunsByConfigKernels(t *testing.T) {
 	}
 }
 
+// TestSubsetCatalogLeavesTheRestToTheHost: a catalog that covers MLA of
+// the two methods a name declares is served; MLA runs the backend's own
+// kernel, MHA the host's reference kernel in the host's process, named as
+// such, with no fallback; a method the name does not declare has no
+// kernel.
+func TestSubsetCatalogLeavesTheRestToTheHost(t *testing.T) {
+	var ran []string
+	var mu sync.Mutex
+	kernels := func(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core.HostInfo) (*core.KernelResult, error) {
+		mu.Lock()
+		ran = append(ran, k.Name+"/"+k.Library)
+		mu.Unlock()
+		return &core.KernelResult{Kernel: k.Name, Library: k.Library}, nil
+	}
+	r, _ := open(t, registry.Config{Backends: []core.Backend{&subset{}}, Kernels: kernels})
+	ctx := testContext(t)
+	if h, _, ok := r.Handler("acme_mla"); !ok || len(h.Kernels) != 1 || len(h.Catalog()) != 2 || !reflect.DeepEqual(h.Catalog()[1], core.HostReferenceKernel(core.MHA)) {
+		t.Fatalf("handler %+v: want one kernel of its own and the host's for MHA", h)
+	}
+	ka, err := r.RunKernel(ctx, &core.KernelRequest{Backend: "acme_mla", Method: core.MLA})
+	if err != nil || ka.Plugin != "acme" || ka.Kernel != "acme_decode" {
+		t.Errorf("MLA: %+v, %v; want acme's kernel", ka, err)
+	}
+	ka, err = r.RunKernel(ctx, &core.KernelRequest{Backend: "acme_mla", Method: core.MHA})
+	if err != nil || ka.Plugin != core.PluginCore || ka.Kernel != "reference" || ka.Library != core.LibHostReference || ka.Fallback != "" {
+		t.Errorf("MHA: %+v, %v; want the host's reference kernel, no fallback", ka, err)
+	}
+	if _, err := r.RunKernel(ctx, &core.KernelRequest{Backend: "acme_mla", Method: core.DSANPU}); !errors.Is(err, core.ErrNoKernel) {
+		t.Errorf("a method it does not declare: %v, want ErrNoKernel", err)
+	}
+	if want := []string{"acme_decode/acme", "reference/" + core.LibHostReference}; !slices.Equal(ran, want) {
+		t.Errorf("ran %v, want %v", ran, want)
+	}
+}
+
+// subset is acme with a catalog of its MLA kernel only.
+type subset struct{ acme }
+
+func (c *subset) Describe(ctx context.Context) (*core.Description, error) {
+	d, _ := c.acme.Describe(ctx)
+	for i := range d.Handlers {
+		d.Handlers[i].Kernels = []core.Kernel{{Name: "acme_decode", Library: "acme", Method: core.MLA, DTypes: []string{"bf16"}}}
+	}
+	return d, nil
+}
+
 // catalogued is acme with a kernel catalog.
 type catalogued struct{ acme }
 
@@ -198,7 +248,7 @@ func (p *planner) Dispatch(context.Context, *core.Request) (core.Method, error) 
 func (p *planner) KernelModules(_ context.Context, dev core.DeviceInfo) ([]core.KernelModule, error) {
 	mods := devkernels.Spec()
 	for i := range mods {
-		mods[i].Arch, mods[i].Format, mods[i].Image = "compute_90", core.FormatPTX, []byte("stand-in for "+mods[i].Name)
+		mods[i].Arch, mods[i].Format, mods[i].Image = "compute_90", core.FormatPTX, ptxstub.Image("compute_90", "stand-in for "+mods[i].Name, mods[i].Entries)
 		mods[i].SHA256 = core.ImageSHA256(mods[i].Image)
 	}
 	return mods, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/attnplug/attnplug/core"
@@ -38,7 +39,9 @@ func (r *Registry) Kernels(name string) []core.Kernel {
 // RunKernel runs req.Method's kernel of the handler req.Backend on the
 // tensors of req.Buffer (whose Mem must be the caller's mapping of Path):
 // in the plugin's process, through shared memory, when a plugin serves the
-// name; in this process for the triton rules. When the plugin fails during
+// name; in this process for the triton rules, and for a method the name
+// declares but its catalog leaves to the host (core.HostReferenceKernel:
+// Plugin core, no Fallback). When the plugin fails during
 // the call (it crashed, timed out, or runs no kernels), the host runs the
 // same kernel's math itself and Fallback says why; a crash also retires the
 // plugin, which restarts as after a failed dispatch. An error is returned
@@ -54,7 +57,11 @@ func (r *Registry) RunKernel(ctx context.Context, req *core.KernelRequest) (*Ker
 		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s does not run on this host: %s", be.family(), why))
 	}
 	if _, ok := rt.handler.Kernel(req.Method); !ok && len(rt.handler.Kernels) > 0 {
-		return nil, fmt.Errorf("%w: %s's kernel catalog has no kernel for %s", core.ErrNoKernel, req.Backend, req.Method)
+		if !slices.Contains(rt.handler.Methods, req.Method) {
+			return nil, fmt.Errorf("%w: %s's kernel catalog has no kernel for %s", core.ErrNoKernel, req.Backend, req.Method)
+		}
+		// A declared method the catalog leaves to the host.
+		return r.runInProcess(ctx, req, []core.Kernel{core.HostReferenceKernel(req.Method)}, "")
 	}
 	var res *core.KernelResult
 	err := be.call(ctx, longCall, func(ctx context.Context, c conn) (err error) {

@@ -3,21 +3,21 @@ package registry
 import (
 	"context"
 	"fmt"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/attnplug/attnplug/core"
 )
 
-// The kernel-catalog self-check. A plugin that declares a kernel catalog
-// must own a kernel for every method it can answer: statically, every
-// declared method of every name has one (checked when the description is
-// known, catalogCheck); and when it first starts, its rules answer a set of
-// sample requests, and every method answered has one (selfCheck). A plugin
-// that fails either is refused: listed as broken, with the method and the
-// name, and never used. A plugin without any catalog (older than catalogs)
-// stays usable; the registry logs once that it runs no kernels.
+// The kernel-catalog self-check. A plugin's catalog may cover a subset of
+// the methods a name declares: the host runs the others with its own
+// reference kernels (core.HandlerInfo.Catalog). When a plugin with a
+// catalog first starts, its rules answer a set of sample requests, and a
+// method answered that the name neither declares nor has a kernel for
+// refuses the plugin (selfCheck): listed as broken, with the method and
+// the name, and never used. A plugin without any catalog (older than
+// catalogs) stays usable; the registry logs once that it runs no kernels.
 
 // selfCheckState is the self-check of one plugin (plugin.selfChecked).
 type selfCheckState struct {
@@ -32,26 +32,6 @@ func (p *plugin) selfCheckRefusal() error {
 		return *err
 	}
 	return nil
-}
-
-// catalogCheck refuses a description whose catalog lacks a kernel for a
-// declared method; a description without any catalog passes.
-func catalogCheck(d *core.Description) error {
-	if !d.HasKernels() {
-		return nil
-	}
-	var missing []string
-	for _, h := range d.Handlers {
-		for _, m := range h.Methods {
-			if _, ok := h.Kernel(m); !ok {
-				missing = append(missing, fmt.Sprintf("%s can answer %s", h.Name, m))
-			}
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: kernel catalog incomplete: %s, for which it lists no kernel", core.ErrProtocol, strings.Join(missing, "; "))
 }
 
 // finish records the self-check's outcome: refusal, or nil for a pass.
@@ -121,8 +101,8 @@ func runSelfCheck(ctx context.Context, cfg *Config, d *core.Description, b conn)
 			if r.Err != nil {
 				continue
 			}
-			if _, ok := h.Kernel(r.Method); !ok {
-				return fmt.Errorf("%w: refused by the kernel self-check: %s answered %s, which its kernel catalog lacks, to %s",
+			if _, ok := h.Kernel(r.Method); !ok && !slices.Contains(h.Methods, r.Method) {
+				return fmt.Errorf("%w: refused by the kernel self-check: %s answered %s, which it does not declare and its kernel catalog lacks, to %s",
 					core.ErrProtocol, h.Name, r.Method, sampleString(&reqs[i])), nil
 			}
 		}

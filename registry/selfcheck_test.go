@@ -34,8 +34,9 @@ func specPlugin(t *testing.T, spec string) (dir string, setSpec func(string)) {
 }
 
 // TestSelfCheckRefusesAMethodWithoutKernel: a plugin with a kernel catalog
-// whose rules answer a method the catalog lacks is refused at its first
-// start, listed as broken with the name and the method, and never used.
+// whose rules answer a method it neither declares nor has a kernel for is
+// refused at its first start, listed as broken with the name and the
+// method, and never used.
 func TestSelfCheckRefusesAMethodWithoutKernel(t *testing.T) {
 	dir, setSpec := specPlugin(t, "kernels")
 	r, _ := open(t, registry.Config{PluginDirs: []string{dir}, NoAnswerCache: true})
@@ -47,12 +48,12 @@ func TestSelfCheckRefusesAMethodWithoutKernel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.Plugin != core.PluginCore || !strings.Contains(a.Fallback, "kernel catalog lacks") {
+		if a.Plugin != core.PluginCore || !strings.Contains(a.Fallback, "which it does not declare and its kernel catalog lacks") {
 			t.Errorf("answer %+v: want the triton rules, because the self-check refused the plugin", a)
 		}
 	}
 	for _, p := range r.Plugins() {
-		if p.Name == "fault" && (p.Status != registry.StatusBroken || !strings.Contains(p.Reason, "fault answered MHA_NPU, which its kernel catalog lacks")) {
+		if p.Name == "fault" && (p.Status != registry.StatusBroken || !strings.Contains(p.Reason, "fault answered MHA_NPU, which it does not declare and its kernel catalog lacks")) {
 			t.Errorf("listing %+v: want broken, naming fault and MHA_NPU", p)
 		}
 	}

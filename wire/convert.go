@@ -201,6 +201,7 @@ func descriptionToProto(d *core.Description) *pb.DescribeResponse {
 		Version:         d.Version,
 		ProtocolVersion: int32(d.ProtocolVersion),
 		DeviceCode:      d.DeviceCode,
+		Vendor:          d.Vendor,
 	}
 	for _, h := range d.Handlers {
 		ph := &pb.Handler{
@@ -233,6 +234,7 @@ func descriptionFromProto(d *pb.DescribeResponse) (*core.Description, error) {
 		Version:         d.GetVersion(),
 		ProtocolVersion: int(d.GetProtocolVersion()),
 		DeviceCode:      d.GetDeviceCode(),
+		Vendor:          d.GetVendor(),
 	}
 	for _, h := range d.GetHandlers() {
 		if h.GetName() == "" {

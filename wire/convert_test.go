@@ -424,7 +424,7 @@ func TestFactsFromProtoUnknown(t *testing.T) {
 
 func sampleDescription() *core.Description {
 	return &core.Description{
-		Name: "sample", Version: "1.2.3", ProtocolVersion: ProtocolVersion,
+		Name: "sample", Version: "1.2.3", ProtocolVersion: ProtocolVersion, Vendor: "Acme Corp", DeviceCode: true,
 		Handlers: []core.HandlerInfo{
 			{Name: "a", Reads: core.Reads{Facts: core.AllFacts, PrefixSumAtLeast: []int64{1, 8192}, SeqSumAtMost: []int64{131072}},
 				Methods: core.Methods()},

@@ -95,7 +95,8 @@ func gpuHere(t *testing.T) bool {
 
 // TestPluginsKernelsShowsDeviceCode checks plugins --kernels: the modules
 // and architectures of each name with device code, for --arch or the
-// example device; "built at start" where the plugin cannot build here;
+// example device; "none for this device", with the plugin's reason, where
+// it has none;
 // nothing for names without device code.
 func TestPluginsKernelsShowsDeviceCode(t *testing.T) {
 	tree := liarTree(t)
@@ -104,14 +105,14 @@ func TestPluginsKernelsShowsDeviceCode(t *testing.T) {
 		liar := rows["liar"].DeviceCode
 		want := strings.Replace(arch, "sm_", "compute_", 1)
 		if liar == nil || liar.Note != "" || len(liar.Modules) != 1 || liar.Modules[0].Arch != want || liar.Modules[0].Format != "ptx" ||
-			len(liar.Modules[0].SHA256) != 64 || strings.Join(liar.Modules[0].Entries, ",") != "liar_mla_split,liar_mla_combine" {
+			len(liar.Modules[0].SHA256) != 64 || strings.Join(liar.Modules[0].Entries, ",") != "liar_mla_split,liar_mla_combine,liar_mla_simple" {
 			t.Errorf("--arch %s: liar's device code: %+v, want its module for %s", arch, liar, want)
 		}
 		if rows["aiter"].DeviceCode != nil || rows["triton"].DeviceCode != nil {
 			t.Errorf("--arch %s: device code listed for aiter or triton: %+v %+v", arch, rows["aiter"].DeviceCode, rows["triton"].DeviceCode)
 		}
-		if fa3 := rows["fa3"].DeviceCode; fa3 == nil || (len(fa3.Modules) == 0 && !strings.Contains(fa3.Note, "device code: built at start for the host's GPU")) {
-			t.Errorf("--arch %s: fa3's device code: %+v, want its modules or built at start", arch, fa3)
+		if fa3 := rows["fa3"].DeviceCode; fa3 == nil || (len(fa3.Modules) == 0 && !strings.Contains(fa3.Note, "device code: none for this device: ")) {
+			t.Errorf("--arch %s: fa3's device code: %+v, want its modules or none, with the reason", arch, fa3)
 		}
 	}
 	r := host(t, tree, "", "plugins", "--kernels", "--plugin-dir", tree.PluginDir)
@@ -123,7 +124,7 @@ func TestPluginsKernelsShowsDeviceCode(t *testing.T) {
 	}
 	// Where fa3 cannot build its device code here, it says why once for
 	// its two names.
-	if n := strings.Count(r.stdout, "(here: "); n > 1 || n == 1 && !hasRow(r.stdout, "fa3", "fa3,fa4", "device", "code:", "built") {
+	if n := strings.Count(r.stdout, "none for this device: "); n > 1 || n == 1 && !hasRow(r.stdout, "fa3", "fa3,fa4", "device", "code:", "none") {
 		t.Errorf("fa3's device-code error, %d times:\n%s", n, r.stdout)
 	}
 	for _, tc := range []struct {

@@ -52,8 +52,23 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "no plugins found in %s (want files named attnplug-backend-<name>)\n", strings.Join(cfg.PluginDirs, ":"))
 		return nil
 	}
+	// The VENDOR column is there when a plugin names its vendor.
+	vendors := slices.ContainsFunc(list, func(p registry.PluginInfo) bool { return p.Vendor != "" })
+	vendor := func(p registry.PluginInfo) string {
+		switch {
+		case !vendors:
+			return ""
+		case p.Vendor == "":
+			return "-\t"
+		}
+		return p.Vendor + "\t"
+	}
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PLUGIN\tVERSION\tSTATUS\tLOCK\tNAMES\tPATH")
+	head := "PLUGIN\tVERSION\tSTATUS\tLOCK\tNAMES\tPATH"
+	if vendors {
+		head = "PLUGIN\tVERSION\tVENDOR\tSTATUS\tLOCK\tNAMES\tPATH"
+	}
+	fmt.Fprintln(tw, head)
 	for _, p := range list {
 		names := strings.Join(p.Names, ",")
 		for alias, of := range p.Aliases {
@@ -66,14 +81,18 @@ func runPlugins(ctx context.Context, e *env, args []string) error {
 		if version == "" {
 			version = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, version, p.Status, lockStatus(cfg.Lock, p), names, p.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%s\t%s\t%s\n", p.Name, version, vendor(p), p.Status, lockStatus(cfg.Lock, p), names, p.Path)
 		if p.Reason != "" {
+			pad := "\t\t\t\t\t"
+			if vendors {
+				pad += "\t"
+			}
 			for i, line := range strings.Split(strings.TrimSpace(p.Reason), "\n") {
 				label := "reason: "
 				if i > 0 {
 					label = "        "
 				}
-				fmt.Fprintf(tw, "\t\t\t\t\t%s%s\n", label, strings.TrimSpace(line))
+				fmt.Fprintf(tw, "%s%s%s\n", pad, label, strings.TrimSpace(line))
 			}
 		}
 	}
@@ -98,18 +117,16 @@ type deviceCodeListing struct {
 // What happens to a name's device code that plugins --kernels cannot
 // list.
 const (
-	deviceCodeAtStart = "device code: built at start for the host's GPU"
+	// deviceCodeNone: the plugin answers that it has no device code for
+	// the device (too old a GPU, no image for its architecture and no
+	// NVRTC to build one, ...): its own reason follows.
+	deviceCodeNone    = "device code: none for this device"
 	deviceCodeRefused = "device code refused"
 )
 
 // noteOf is the note of a name's device code: what happens to it, and
 // why.
-func noteOf(what, why string) string {
-	if what == deviceCodeAtStart {
-		return what + " (here: " + why + ")"
-	}
-	return what + ": " + why
-}
+func noteOf(what, why string) string { return what + ": " + why }
 
 // moduleListing is one kernel module in plugins --kernels.
 type moduleListing struct {
@@ -125,7 +142,7 @@ type moduleListing struct {
 // kernelsListing prints plugins --kernels: the kernel catalog of every
 // name and, for the plugins that hand device code, the modules of each
 // name, asked for the device of dev. A plugin without device code for it
-// (no NVRTC here) is listed as building it at start for the host's GPU.
+// is listed with its reason.
 func kernelsListing(ctx context.Context, w io.Writer, reg *registry.Registry, list []registry.PluginInfo, dev *deviceFlags, asJSON bool) error {
 	codes := map[string]*deviceCodeListing{}
 	var device core.DeviceInfo
@@ -163,7 +180,7 @@ func kernelsListing(ctx context.Context, w io.Writer, reg *registry.Registry, li
 		for _, p := range list {
 			for _, n := range p.Names {
 				h, _, _ := reg.Handler(n)
-				rows = append(rows, row{p.Name, n, catalog(h.Kernels), codes[n]})
+				rows = append(rows, row{p.Name, n, catalog(h.Catalog()), codes[n]})
 			}
 		}
 		rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernels: catalog(core.TritonKernels())})
@@ -261,7 +278,7 @@ func nameDeviceCode(ctx context.Context, reg *registry.Registry, name string, de
 	mods, err := reg.KernelModules(ctx, name, device)
 	switch {
 	case errors.Is(err, core.ErrNoPlan) && !errors.Is(err, registry.ErrNotPinned):
-		out.what, out.why = deviceCodeAtStart, err.Error()
+		out.what, out.why = deviceCodeNone, err.Error()
 		out.Note = noteOf(out.what, out.why)
 		return out
 	case err != nil:
@@ -301,7 +318,9 @@ func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInf
 	for _, p := range list {
 		for _, n := range p.Names {
 			h, _, _ := reg.Handler(n)
-			rows = append(rows, row{Plugin: p.Name, Name: n, Kernel: h.Kernels})
+			// The catalog, with the host's reference kernels for the
+			// declared methods it leaves out.
+			rows = append(rows, row{Plugin: p.Name, Name: n, Kernel: h.Catalog()})
 		}
 	}
 	rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernel: core.TritonKernels()})
@@ -376,6 +395,9 @@ func hardwareString(hw []core.Hardware) string {
 		var p []string
 		for _, pl := range h.Platforms {
 			p = append(p, pl.String())
+		}
+		if h.PlatformName != "" {
+			p = append(p, h.PlatformName)
 		}
 		s := strings.Join(p, "|")
 		switch {

@@ -29,7 +29,7 @@ const exceptFile = "except.txt"
 // module imports.
 func sdkPackages() []string {
 	const mod = "github.com/attnplug/attnplug/"
-	return []string{mod + "core", mod + "wire", mod + "backendkit", mod + "conformance", mod + "launch"}
+	return []string{mod + "core", mod + "wire", mod + "refkernels", mod + "backendkit", mod + "conformance", mod + "launch"}
 }
 
 // features returns the exported API of pkgs, one feature a line, sorted,

@@ -2,10 +2,12 @@ package vendortest
 
 import (
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +52,7 @@ func TestVendorBackendServed(t *testing.T) {
 	var list []struct {
 		Name            string   `json:"name"`
 		Version         string   `json:"version"`
+		Vendor          string   `json:"vendor"`
 		ProtocolVersion int      `json:"protocol_version"`
 		Names           []string `json:"names"`
 		Status          string   `json:"status"`
@@ -58,8 +61,19 @@ func TestVendorBackendServed(t *testing.T) {
 		t.Fatalf("plugins --json: %v\n%s", err, r.stdout)
 	}
 	if len(list) != 1 || list[0].Name != "acme_mla" || list[0].Version != "1.0.0" || list[0].ProtocolVersion != 1 ||
-		len(list[0].Names) != 1 || list[0].Names[0] != "acme_mla" {
+		len(list[0].Names) != 1 || list[0].Names[0] != "acme_mla" || list[0].Vendor != "Acme (an example)" {
 		t.Fatalf("plugins: %s", r.stdout)
+	}
+	r = host(t, "", nil, "plugins", "--plugin-dir", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "VENDOR") || !strings.Contains(r.stdout, "Acme (an example)") {
+		t.Errorf("plugins: exit %d, want a VENDOR column naming acme's vendor\n%s", r.code, r.stdout)
+	}
+	// The catalog covers MLA; the host's reference kernel runs
+	// MHA_CHUNKED_KV, and says so.
+	r = host(t, "", nil, "plugins", "--kernels", "--plugin-dir", dir)
+	if r.code != 0 || !regexp.MustCompile(`acme_mla +acme_mla +MLA +acme_mla_decode +acme `).MatchString(r.stdout) ||
+		!regexp.MustCompile(`acme_mla +acme_mla +MHA_CHUNKED_KV +reference +reference \(host\)`).MatchString(r.stdout) {
+		t.Errorf("plugins --kernels: exit %d\n%s", r.code, r.stdout)
 	}
 
 	reqs := []struct {
@@ -95,6 +109,22 @@ func TestVendorBackendServed(t *testing.T) {
 	}
 }
 
+// TestVendorBackendIsStatic: built with CGO_ENABLED=0 on the SDK's pure-Go
+// packages (core, wire, refkernels), acme's plugin is a static binary: no
+// program interpreter, no dynamic section.
+func TestVendorBackendIsStatic(t *testing.T) {
+	f, err := elf.Open(acmeBin)
+	if err != nil {
+		t.Skipf("not an ELF binary here: %v", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("acme's plugin has a %s program header: it is dynamically linked", p.Type)
+		}
+	}
+}
+
 // TestVendorBackendConforms runs `attnplug conform` on the vendor's binary,
 // as the vendor's CI does.
 func TestVendorBackendConforms(t *testing.T) {
@@ -103,7 +133,14 @@ func TestVendorBackendConforms(t *testing.T) {
 		t.Fatalf("conform: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 	// acme's own constant is part of the generated requests.
-	if !strings.Contains(r.stdout, "PASS  reads") || !strings.Contains(r.stdout, "declared constants") {
+	if !regexp.MustCompile(`PASS +reads `).MatchString(r.stdout) || !strings.Contains(r.stdout, "declared constants") {
+		t.Errorf("report:\n%s", r.stdout)
+	}
+	// Its one kernel runs by the SDK's reference package; the host runs
+	// the method its catalog leaves out.
+	if !regexp.MustCompile(`PASS +kernels +1 kernels ran over shared memory`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "the host's reference kernels run what the catalog leaves out: acme_mla MHA_CHUNKED_KV") ||
+		!strings.Contains(r.stdout, "plugin acme_mla 1.0.0 by Acme (an example), protocol 1") {
 		t.Errorf("report:\n%s", r.stdout)
 	}
 	// Flags before and after the binary, as a vendor types them.
@@ -144,7 +181,7 @@ func TestConformCommandFails(t *testing.T) {
 	if r.code != 1 {
 		t.Fatalf("conform on a faulty plugin: exit %d, want 1\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	if !strings.Contains(r.stdout, "FAIL  catalog") || !strings.Contains(r.stdout, "answered MHA_NPU, which it does not declare") ||
+	if !regexp.MustCompile(`FAIL +catalog `).MatchString(r.stdout) || !strings.Contains(r.stdout, "answered MHA_NPU, which it does not declare") ||
 		!strings.Contains(r.stderr, "1 of 18 checks failed: catalog") {
 		t.Errorf("report:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	}

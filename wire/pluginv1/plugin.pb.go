@@ -641,7 +641,10 @@ type DescribeResponse struct {
 	// Whether the plugin hands the host device code and launch plans
 	// (KernelModules, PlanKernel). A plugin older than the field sends
 	// false: it has none.
-	DeviceCode    bool `protobuf:"varint,5,opt,name=device_code,json=deviceCode,proto3" json:"device_code,omitempty"`
+	DeviceCode bool `protobuf:"varint,5,opt,name=device_code,json=deviceCode,proto3" json:"device_code,omitempty"`
+	// Who makes and supports the plugin, such as "Acme Corp"; empty says
+	// nothing (every plugin older than the field).
+	Vendor        string `protobuf:"bytes,6,opt,name=vendor,proto3" json:"vendor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,6 +712,13 @@ func (x *DescribeResponse) GetDeviceCode() bool {
 		return x.DeviceCode
 	}
 	return false
+}
+
+func (x *DescribeResponse) GetVendor() string {
+	if x != nil {
+		return x.Vendor
+	}
+	return ""
 }
 
 // Handler describes one name a plugin answers.
@@ -3709,14 +3719,15 @@ const file_plugin_proto_rawDesc = "" +
 	"\fQuantityRead\x128\n" +
 	"\bquantity\x18\x01 \x01(\x0e2\x1c.attnplug.plugin.v1.QuantityR\bquantity\x12\x0e\n" +
 	"\x02at\x18\x02 \x03(\x03R\x02at\"\x11\n" +
-	"\x0fDescribeRequest\"\xc5\x01\n" +
+	"\x0fDescribeRequest\"\xdd\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12)\n" +
 	"\x10protocol_version\x18\x03 \x01(\x05R\x0fprotocolVersion\x127\n" +
 	"\bhandlers\x18\x04 \x03(\v2\x1b.attnplug.plugin.v1.HandlerR\bhandlers\x12\x1f\n" +
 	"\vdevice_code\x18\x05 \x01(\bR\n" +
-	"deviceCode\"\xaf\x02\n" +
+	"deviceCode\x12\x16\n" +
+	"\x06vendor\x18\x06 \x01(\tR\x06vendor\"\xaf\x02\n" +
 	"\aHandler\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\balias_of\x18\x02 \x01(\tR\aaliasOf\x12\x1e\n" +

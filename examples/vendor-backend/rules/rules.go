@@ -5,11 +5,15 @@ package rules
 
 import (
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/refkernels"
 	"github.com/hashicorp/go-hclog"
 )
 
 // Version is the version of the acme_mla plugin.
 const Version = "1.0.0"
+
+// Vendor is who makes acme_mla (Description.Vendor).
+const Vendor = "Acme (an example)"
 
 // Name is the backend name acme_mla serves, and the plugin's family name:
 // the binary is called attnplug-backend-acme_mla.
@@ -54,10 +58,21 @@ func Hardware() []core.Hardware {
 	}}
 }
 
+// DecodeKernel is acme_mla's one kernel: its absorbed-MLA decode on acme's
+// accelerator.
+func DecodeKernel() core.Kernel {
+	return core.Kernel{
+		Name: "acme_mla_decode", Library: "acme", Method: core.MLA, DTypes: []string{"bf16"},
+		HeadDims: []int{576, 512}, PageSizes: []int{1, 64}, Hardware: Hardware(),
+	}
+}
+
 // Rules returns acme_mla's rules. Reads declares exactly what Decide reads
 // (the host caches answers by it): the forward mode, the piecewise-graph
-// flag, and the prefix sum against acme's own threshold. Methods is
-// acme_mla's catalog: every method Decide can answer.
+// flag, and the prefix sum against acme's own threshold. Methods is every
+// method Decide can answer. Kernels, the catalog, covers MLA only: acme
+// has no MHA_CHUNKED_KV kernel of its own, which the host then runs with
+// its reference kernels.
 func Rules() []core.Rule {
 	return []core.Rule{{
 		Name:   Name,
@@ -69,10 +84,19 @@ func Rules() []core.Rule {
 		}},
 		Methods:  []core.Method{core.MLA, core.MHAChunkedKV},
 		Hardware: Hardware(),
+		Kernels:  []core.Kernel{DecodeKernel()},
 	}}
 }
 
-// New returns the acme_mla backend; it is the plugin's wire.Factory.
+// New returns the acme_mla backend; it is the plugin's wire.Factory. It
+// runs its catalog's kernel (RunKernel) with the SDK's reference kernels
+// (package refkernels: the float64-checked math of the kernel on the CPU,
+// not acme's device kernel), so the binary stays static and passes
+// attnplug conform's kernels check with no emulation of its own.
 func New(logger hclog.Logger) (core.Backend, error) {
-	return core.NewRuleBackend(Name, Version, logger, Rules()...)
+	rb, err := core.NewRuleBackendWith(core.RuleBackendOptions{Name: Name, Version: Version, Vendor: Vendor, Logger: logger}, Rules()...)
+	if err != nil {
+		return nil, err
+	}
+	return refkernels.New(rb), nil
 }

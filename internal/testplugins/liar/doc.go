@@ -1,6 +1,7 @@
 // Command attnplug-backend-liar is a plugin built only for tests: it serves
 // the name "liar", declares device code, hands the host a fake PTX module
-// (bytes made up here: no NVRTC, no GPU) and plans launches of it that lie
+// (text made up here whose entries have the declared signatures and only
+// return: no NVRTC, no GPU) and plans launches of it that lie
 // on command, so that tests can show that the registry and attnplug
 // conform refuse every lie, naming it.
 //
@@ -16,11 +17,20 @@
 //	shape           the output tensor declared one head too wide
 //	wrong_kernel    the plan names a kernel its catalog does not run
 //	hash            the module declares a SHA-256 that is not its image's
+//	swapped_params  the module's Entries declare two parameters of the
+//	                combine entry swapped, partial (a pointer, first in the
+//	                kernel's signature) and items (an i32, last): the PTX
+//	                image has them the other way round
 //	no_plan         answer "no device plan" to every plan request
 //	no_modules      answer "no device code" to the modules request
 //	crash_plan      exit with status 2 in every plan request
 //	holds_for_batch a graph plan with a bound on the lengths declares it holds
 //	                for the batch size (Reads), but its grid follows the lengths
+//	example_plan    the plan of the docs' first device-code example: one
+//	                launch over requests x heads binding the batch size and
+//	                the scale, neither seq_lens nor qo_indptr, which cannot
+//	                know a request's keys with pages of more than one token
+//	                nor its query rows in target verify
 //	image_mib=N     make the module image N MiB
 //	variant=V       build the image with V in it (a rebuilt plugin)
 //

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/ptxstub"
 	"github.com/attnplug/attnplug/launch"
 	"github.com/attnplug/attnplug/wire"
 	"github.com/hashicorp/go-hclog"
@@ -30,7 +32,7 @@ func parse(spec, log string) (lies, error) {
 		switch key {
 		case "":
 		case "unknown_entry", "unknown_module", "grid", "block", "shared", "unbound", "schedule", "shape",
-			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan", "holds_for_batch":
+			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan", "holds_for_batch", "swapped_params", "example_plan":
 			l.set[key] = true
 		case "image_mib":
 			l.imageMiB, err = strconv.Atoi(val)
@@ -55,6 +57,9 @@ const (
 	moduleName = "liar_mla"
 	splitEntry = "liar_mla_split"
 	mergeEntry = "liar_mla_combine"
+	// simpleEntry is the kernel of the example_plan lie: one block per
+	// request and head, reading nothing of the lengths.
+	simpleEntry = "liar_mla_simple"
 	// chunk is how many keys one schedule item covers.
 	chunk = 256
 )
@@ -73,6 +78,8 @@ func entries() []core.Entry {
 		{Name: splitEntry, Params: []core.Param{ptr("q"), ptr("kv_cache"), ptr("kv_indptr"), ptr("kv_indices"), ptr("schedule"), ptr("partial"),
 			{Name: "items", Kind: core.ParamI32}, {Name: "page_size", Kind: core.ParamI32}, {Name: "scale", Kind: core.ParamF32}}},
 		{Name: mergeEntry, Params: []core.Param{ptr("partial"), ptr("schedule"), ptr("out"), ptr("lse"), {Name: "items", Kind: core.ParamI32}}},
+		{Name: simpleEntry, Params: []core.Param{ptr("q"), ptr("kv_cache"), ptr("kv_indptr"), ptr("kv_indices"), ptr("out"), ptr("lse"),
+			{Name: "batch", Kind: core.ParamI32}, {Name: "scale", Kind: core.ParamF32}}},
 	}
 }
 
@@ -125,10 +132,9 @@ func (b *backend) KernelModules(_ context.Context, dev core.DeviceInfo) ([]core.
 	}
 	arch := fmt.Sprintf("compute_%d", dev.ComputeCapability)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "// fake PTX of the liar test plugin %s: not device code\n.version 8.0\n.target %s\n.address_size 64\n", b.l.variant, strings.Replace(arch, "compute", "sm", 1))
-	for _, e := range entries() {
-		fmt.Fprintf(&sb, ".visible .entry %s()\n{\n\tret;\n}\n", e.Name)
-	}
+	// The image declares the entries' signatures as the kernels take
+	// them; with swapped_params, Entries below swaps two of them.
+	sb.Write(ptxstub.Image(arch, "fake PTX of the liar test plugin "+b.l.variant+": its kernels only return", entries()))
 	for sb.Len() < b.l.imageMiB<<20 {
 		sb.WriteString("// padding of a large module image ......................................\n")
 	}
@@ -139,6 +145,13 @@ func (b *backend) KernelModules(_ context.Context, dev core.DeviceInfo) ([]core.
 	}
 	if b.l.set["hash"] {
 		m.SHA256 = core.ImageSHA256(append(img, '\n'))
+	}
+	if b.l.set["swapped_params"] {
+		// Entries says partial comes before items; the kernel takes a
+		// pointer and an i32 in the other order.
+		p := m.Entries[1].Params
+		i := slices.IndexFunc(p, func(x core.Param) bool { return x.Name == "items" })
+		p[0], p[i] = p[i], p[0]
 	}
 	return []core.KernelModule{m}, nil
 }
@@ -254,6 +267,17 @@ func (b *backend) lie(p *core.Plan, req *core.PlanRequest) {
 			}
 		case "wrong_kernel":
 			p.Kernel = "flash_attn_with_kvcache"
+		case "example_plan":
+			// The plan of the first example of device code in the docs:
+			// one launch over requests x heads that binds the batch size
+			// and the scale, neither the lengths nor the query layout.
+			t := func(n string) core.Arg { return core.Arg{Param: n, Kind: core.ArgTensor, Name: n} }
+			p.Metadata, p.Schedule, p.WorkspaceBytes, p.Note = nil, nil, 0, "one block per request and head"
+			p.Launches = []core.Launch{{Module: moduleName, Entry: simpleEntry,
+				Grid: [3]uint32{uint32(len(req.Shape.SeqLens)), uint32(req.Dims.Heads), 1}, Block: [3]uint32{128, 1, 1},
+				Args: []core.Arg{t("q"), t("kv_cache"), t("kv_indptr"), t("kv_indices"), t("out"), t("lse"),
+					{Param: "batch", Kind: core.ArgInt, Int: int64(len(req.Shape.SeqLens))},
+					{Param: "scale", Kind: core.ArgFloat, Float: req.Dims.SoftmaxScale}}}}
 		}
 	}
 }
