@@ -30,8 +30,23 @@ func refuse(launch int, format string, args ...any) error {
 // MaxMetadataInt32s bounds the metadata of one plan (64 MiB).
 const MaxMetadataInt32s = 16 << 20
 
-// MaxWorkspaceBytes bounds the workspace of one plan (4 GiB).
+// MaxWorkspaceBytes bounds the workspace of one plan (4 GiB), unless its
+// outputs are larger: a plan may always have four times the bytes of its
+// output tensors (partial results of a split, the chunks of a prefix), so
+// that the bound grows with the batch and not past what the batch itself
+// holds.
 const MaxWorkspaceBytes = 4 << 30
+
+// workspaceLimit is the most workspace p may ask for.
+func workspaceLimit(p *core.Plan) int64 {
+	var outputs int64
+	for _, t := range p.Tensors {
+		if n := t.Bytes(); t.Output && n > 0 {
+			outputs += n
+		}
+	}
+	return max(int64(MaxWorkspaceBytes), 4*outputs)
+}
 
 // Check verifies plan p, answered for req, against the modules it may
 // launch and the device: every launch names a known entry and binds each
@@ -66,8 +81,8 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 		}
 		meta[m.Name] = 4 * int64(len(m.Int32s))
 	}
-	if p.WorkspaceBytes < 0 || p.WorkspaceBytes > MaxWorkspaceBytes {
-		return refuse(-1, "workspace of %d bytes is outside [0, %d]", p.WorkspaceBytes, int64(MaxWorkspaceBytes))
+	if limit := workspaceLimit(p); p.WorkspaceBytes < 0 || p.WorkspaceBytes > limit {
+		return refuse(-1, "workspace of %d bytes is outside [0, %d] (%d bytes, or four times the plan's outputs)", p.WorkspaceBytes, limit, int64(MaxWorkspaceBytes))
 	}
 	if err := checkSchedule(p, req, meta); err != nil {
 		return err
