@@ -41,6 +41,7 @@ PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import grpc, goo
 test-python: build
 	@test -n "$(PYTHON)" || { echo "test-python: no python3 imports grpc and google.protobuf (apt-get install python3-grpcio python3-protobuf)"; exit 1; }
 	$(GO) build -o $(BIN)/test/attnplug-backend-fault ./internal/testplugins/fault
+	$(GO) build -o $(BIN)/test/attnplug-backend-liar ./internal/testplugins/liar
 	cd python && ATTNPLUG_BIN="$(CURDIR)/$(BIN)" ATTNPLUG_FAULT_BIN="$(CURDIR)/$(BIN)/test/attnplug-backend-fault" \
 		$(PYTHON) -m unittest discover -s tests -v
 
