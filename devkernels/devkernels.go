@@ -123,15 +123,19 @@ func (b *Builder) Modules(dev core.DeviceInfo) ([]core.KernelModule, error) {
 		return nil, fmt.Errorf("%w: the kernels need compute capability 8.0 or newer, the device has %d.%d",
 			core.ErrNoPlan, dev.ComputeCapability/10, dev.ComputeCapability%10)
 	}
-	mods, why := aheadOfTime(dev.ComputeCapability)
-	if why == "" {
-		return mods, nil
-	}
 	arch := fmt.Sprintf("compute_%d", dev.ComputeCapability)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r, ok := b.built[arch]; ok {
 		return r.mods, r.err
+	}
+	if b.built == nil {
+		b.built = map[string]result{}
+	}
+	mods, why := aheadOfTime(dev.ComputeCapability)
+	if why == "" {
+		b.built[arch] = result{mods: mods}
+		return mods, nil
 	}
 	if b.Log != nil {
 		b.Log(fmt.Sprintf("compiling the device code for %s with NVRTC: %s", arch, why))
@@ -139,9 +143,6 @@ func (b *Builder) Modules(dev core.DeviceInfo) ([]core.KernelModule, error) {
 	mods, err := build(arch)
 	if err != nil {
 		err = fmt.Errorf("%w (and %s)", err, why)
-	}
-	if b.built == nil {
-		b.built = map[string]result{}
 	}
 	b.built[arch] = result{mods, err}
 	return mods, err

@@ -1,6 +1,8 @@
 """python -m attnplug.bench: the cost of one handler call of attnplug.sglang
 after warm-up, next to sglang's own handler in the same run, and the RPCs
-of a 61-layer forward pass.
+of a 61-layer forward pass. With --gpu: the plugin's MLA decode launched
+from Python (attnplug.device) on torch tensors, next to torch's
+bmm-softmax-bmm on the same tensors (gpu_main).
 
 Both registries answer the same stand-in layers and batches in one process:
 sglang's own attention_backend_handler.py (the reference file, or the one
@@ -78,6 +80,101 @@ def _time_pass(get_handler, backend, attns, fb, passes):
     return (time.perf_counter_ns() - t0) / (passes * len(attns))
 
 
+#: The decode shapes of --gpu: (heads, batch, cached tokens), page size 64;
+#: attnplug bench --gpu has rows of the same names.
+GPU_SHAPES = ((16, 1, 4096), (16, 16, 4096), (16, 64, 4096), (128, 1, 4096), (128, 16, 4096), (128, 64, 4096))
+
+
+def gpu_main(address, reps=20):
+    """Times, per shape, from Python through attnplug.device: the layer's
+    launches replayed in a CUDA graph of 61 layers (the device's time per
+    layer, by CUDA events), the host's time of a step's graph replay call,
+    and of one layer's launch_layer call without a graph; and torch's
+    bmm-softmax-bmm on the same tensors (pages gathered), in a CUDA graph
+    too. Prints a table; returns its rows."""
+    import torch
+    from attnplug import Client
+    from attnplug.device import Launcher
+    client = Client(address, timeout=120)
+    launcher = Launcher(client, "fa3")
+    scale, page, rows = 0.1352337788608801, 64, []
+    print("attnplug.bench --gpu: fa3's MLA decode through attnplug.device on %s, page size %d" % (torch.cuda.get_device_name(), page))
+    print("%-16s %9s %12s %14s %12s %9s %8s" % ("shape", "layer us", "61-layer us", "replay call us", "launch us", "torch us", "vs torch"))
+    for heads, b, s in GPU_SHAPES:
+        per = s // page
+        n_pages = b * per
+        table = torch.randperm(n_pages, device="cuda", dtype=torch.int32).reshape(b, per)
+        t = {"q": torch.randn(b, heads, 576, device="cuda").to(torch.bfloat16),
+             "kv_cache": torch.randn(n_pages, page, 576, device="cuda").to(torch.bfloat16),
+             "kv_indptr": torch.arange(0, (b + 1) * per, per, dtype=torch.int32, device="cuda"),
+             "kv_indices": table.reshape(-1).contiguous(),
+             "seq_lens": torch.full((b,), s, dtype=torch.int32, device="cuda"),
+             "qo_indptr": torch.arange(b + 1, dtype=torch.int32, device="cuda"),
+             "out": torch.empty(b, heads, 512, dtype=torch.bfloat16, device="cuda"),
+             "lse": torch.empty(b, heads, dtype=torch.float32, device="cuda")}
+        step = launcher.plan({"method": "MLA", "dtype": "bf16", "graph": True,
+                              "dims": {"heads": heads, "head_dim_qk": 576, "head_dim_v": 512, "softmax_scale": scale},
+                              "shape": {"seq_lens": [s] * b, "q_lens": [1] * b, "page_size": page,
+                                        "num_pages": n_pages, "max_seq_len": s}})
+        step.launch(t)
+        torch.cuda.synchronize()
+        # Host time of one layer's launches without a graph.
+        t0 = time.perf_counter_ns()
+        for _ in range(100):
+            step.launch_layer(t)
+        launch_us = (time.perf_counter_ns() - t0) / 100 / 1000
+        torch.cuda.synchronize()
+
+        def graph_of(body):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                body()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                body()
+            return g
+
+        def timed(g, n):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            g.replay()
+            ts = []
+            for _ in range(reps):
+                start.record()
+                g.replay()
+                end.record()
+                end.synchronize()
+                ts.append(start.elapsed_time(end) * 1000 / n)
+            return sorted(ts)[len(ts) // 2]
+
+        layers = graph_of(lambda: [step.launch_layer(t) for _ in range(LAYERS)])
+        layer_us = timed(layers, LAYERS)
+        whole = graph_of(lambda: (step.launch_batch(t), [step.launch_layer(t) for _ in range(LAYERS)]))
+        step_us = timed(whole, 1)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        for _ in range(20):
+            whole.replay()
+        replay_us = (time.perf_counter_ns() - t0) / 20 / 1000
+        torch.cuda.synchronize()
+
+        k = t["kv_cache"][table.long()].reshape(b, s, 576)
+
+        def torch_layer():
+            sc = torch.bmm(t["q"].float(), k.float().transpose(1, 2)) * scale
+            return torch.bmm(torch.softmax(sc, dim=-1), k[:, :, :512].float()).to(torch.bfloat16)
+
+        torch_us = timed(graph_of(lambda: [torch_layer() for _ in range(4)]), 4)
+        name = "h%d_b%d_s%d" % (heads, b, s)
+        rows.append({"name": name, "layer_us": layer_us, "step_us": step_us, "replay_call_us": replay_us,
+                     "launch_layer_us": launch_us, "torch_us": torch_us})
+        print("%-16s %9.1f %12.1f %14.1f %12.1f %9.1f %7.2fx" % (name, layer_us, step_us, replay_us, launch_us, torch_us, torch_us / layer_us))
+    print("plan requests: %d for %d shapes" % (launcher.stats["plan_requests"], len(GPU_SHAPES)))
+    client.close()
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m attnplug.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--address", help="a running attnplug serve (default: start one from --attnplug)")
@@ -87,9 +184,25 @@ def main(argv=None):
                                        "../shared/reference, or the installed sglang's)")
     p.add_argument("--passes", type=int, default=400, help="61-layer passes per measurement (default 400)")
     p.add_argument("--repeat", type=int, default=5, help="measurements per row; the fastest counts (default 5)")
+    p.add_argument("--gpu", action="store_true", help="time the plugin's MLA decode launched from Python on this GPU (needs torch)")
     args = p.parse_args(argv)
     if args.passes < 1 or args.repeat < 1:
         p.error("--passes and --repeat must be at least 1")
+    if args.gpu:
+        proc = tmp = None
+        address = args.address
+        if address is None:
+            if not os.access(args.attnplug, os.X_OK):
+                p.error("no attnplug binary at %s: give --address or --attnplug" % args.attnplug)
+            proc, tmp, address = _start_server(args.attnplug)
+        try:
+            gpu_main(address)
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(15)
+                shutil.rmtree(tmp, ignore_errors=True)
+        return 0
     ref = _reference(args.reference)
     if ref is None:
         p.error("no sglang handler code to compare with: give --reference or set $ATTNPLUG_REFERENCE")
