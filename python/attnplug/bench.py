@@ -161,9 +161,9 @@ def gpu_main(address, reps=20):
 
         k = t["kv_cache"][table.long()].reshape(b, s, 576)
 
-        def torch_layer():
-            sc = torch.bmm(t["q"].float(), k.float().transpose(1, 2)) * scale
-            return torch.bmm(torch.softmax(sc, dim=-1), k[:, :, :512].float()).to(torch.bfloat16)
+        def torch_layer():  # bf16 matmuls, scores and softmax in fp32, as attnplug bench --gpu's torch rows
+            sc = torch.bmm(t["q"], k.transpose(1, 2)).float() * scale
+            return torch.bmm(torch.softmax(sc, dim=-1).to(torch.bfloat16), k[:, :, :512])
 
         torch_us = timed(graph_of(lambda: [torch_layer() for _ in range(4)]), 4)
         name = "h%d_b%d_s%d" % (heads, b, s)
