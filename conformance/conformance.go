@@ -61,7 +61,24 @@ type Options struct {
 	// varies one quantity at a time. Default 24; negative: none (the fixed
 	// requests and the random ones are still asked).
 	Probes int
+	// Launch, when set (a host with a GPU: attnplug conform sets it where
+	// one is present), runs the device code the device-code check checked:
+	// for a plan request, it allocates and fills the request's tensors on
+	// the GPU, asks plan for the plan of the batch it allocated, poisons
+	// the outputs, launches the plan with mods loaded, and compares the
+	// outputs with a float64 reference within the catalog's tolerance. It
+	// returns ErrLaunchNotCovered for a request it has no reference for;
+	// any other error fails the check, naming the batch. Nil: plans are
+	// checked, not run.
+	Launch LaunchFunc
 }
+
+// LaunchFunc runs the plans of a plan request on a GPU (Options.Launch).
+type LaunchFunc func(ctx context.Context, mods []core.KernelModule, req *core.PlanRequest, plan func(*core.PlanRequest) (*core.Plan, error)) error
+
+// ErrLaunchNotCovered is what a LaunchFunc returns for a request it has no
+// reference for (a method or layout it does not cover).
+var ErrLaunchNotCovered = errors.New("no reference for this request")
 
 // DefaultLatencyBudget is the default Options.LatencyBudget.
 const DefaultLatencyBudget = time.Millisecond

@@ -163,6 +163,7 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		return
 	}
 	plans, none := 0, 0
+	var launched launchCount
 	type layoutIssue struct {
 		first string
 		more  int
@@ -206,6 +207,10 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 					}
 					if why := s.planHolds(ctx, kp, &req, p); why != "" {
 						c.problem("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why)
+						continue
+					}
+					if s.opts.Launch != nil {
+						s.launchPlan(ctx, c, kp, h, mods, &req, &launched)
 					}
 				}
 			}
@@ -231,6 +236,36 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		archs[i] = m.Name + " (" + string(m.Format) + " for " + m.Arch + ")"
 	}
 	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(archs, ", "), dev.Name, plans, none)
+	if s.opts.Launch != nil {
+		c.Detail += fmt.Sprintf("; %d plans ran on %s within the tolerance against the float64 reference (outputs poisoned first), %d had no reference here", launched.ran, dev.Name, launched.uncovered)
+	} else {
+		c.Detail += "; no plan ran (no GPU here)"
+	}
+}
+
+// launchCount counts the plans the device-code check ran.
+type launchCount struct{ ran, uncovered int }
+
+// launchPlan runs the plans of req on the GPU (Options.Launch) and
+// records a problem naming the batch when the outputs are wrong or the
+// launch fails.
+func (s *suite) launchPlan(ctx context.Context, c *Check, kp core.KernelPlanner, h core.HandlerInfo, mods []core.KernelModule, req *core.PlanRequest, n *launchCount) {
+	plan := func(r *core.PlanRequest) (*core.Plan, error) {
+		p, err := s.plan(ctx, kp, r)
+		if err == nil {
+			err = registry.CheckPlan(p, r, h, mods)
+		}
+		return p, err
+	}
+	err := s.opts.Launch(ctx, mods, req, plan)
+	switch {
+	case err == nil:
+		n.ran++
+	case errors.Is(err, ErrLaunchNotCovered):
+		n.uncovered++
+	default:
+		c.problem("%s: %s plan for %s, run on the GPU: %v", h.Name, req.Method, batchString(req), err)
+	}
 }
 
 // layoutProblem returns why plan p cannot run req's batch right whatever

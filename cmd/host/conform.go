@@ -43,9 +43,20 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	} else if !st.Mode().IsRegular() {
 		return &usageError{fmt.Sprintf("conform: plugin binary %s is not a regular file", pos[0])}
 	}
-	device, _, err := dev.device()
+	device, which, err := dev.device()
 	if err != nil {
 		return err
+	}
+	var launch conformance.LaunchFunc
+	if which == deviceHere {
+		// The device code checked runs here too, against the reference.
+		l, release, err := gpuLaunch()
+		if err != nil {
+			fmt.Fprintf(e.stderr, "attnplug conform: the plans will not run on this GPU: %v\n", err)
+		} else {
+			defer release()
+			launch = l
+		}
 	}
 	opts := conformance.Options{
 		Binary:        pos[0],
@@ -57,6 +68,7 @@ func runConform(ctx context.Context, e *env, args []string) error {
 		Seed:          *seed,
 		Probes:        *probes,
 		Device:        &device,
+		Launch:        launch,
 	}
 	if *budget == 0 {
 		opts.LatencyBudget = -1 // no budget

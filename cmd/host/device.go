@@ -20,6 +20,9 @@ func (f *deviceFlags) register(fs *flag.FlagSet) {
 		"(default: this machine's GPU, else an example "+conformance.DefaultArch+" device)")
 }
 
+// deviceHere is what device says of this machine's GPU.
+const deviceHere = "this machine's GPU"
+
 // device returns the device to ask for, and says which it is, for
 // people: the example device of --arch; else this machine's GPU; else the
 // example device of conformance.DefaultArch.
@@ -34,7 +37,7 @@ func (f *deviceFlags) device() (core.DeviceInfo, string, error) {
 	if d, err := cuda.Open(); err == nil {
 		info := d.Info()
 		d.Close()
-		return cudaexec.DeviceInfo(info), "this machine's GPU", nil
+		return cudaexec.DeviceInfo(info), deviceHere, nil
 	}
 	d, _ := conformance.ExampleDevice(conformance.DefaultArch)
 	return d, "no GPU here; --arch picks another architecture", nil

@@ -285,6 +285,22 @@ func (b *Batch) Tensors(i int) []cudaexec.Buffer {
 	return []cudaexec.Buffer{b.Q, b.KV[i%len(b.KV)], b.Indp, b.Ind, b.Seq, b.QO, b.Out, b.LSE}
 }
 
+// TensorsFor returns the bindings of layer i in the order of specs (a
+// plan's tensors, by name), whatever order the plan lists them in.
+func (b *Batch) TensorsFor(specs []core.TensorSpec, i int) ([]cudaexec.Buffer, error) {
+	by := map[string]cudaexec.Buffer{"q": b.Q, "kv_cache": b.KV[i%len(b.KV)], "kv_indptr": b.Indp, "kv_indices": b.Ind,
+		"seq_lens": b.Seq, "qo_indptr": b.QO, "out": b.Out, "lse": b.LSE}
+	out := make([]cudaexec.Buffer, len(specs))
+	for j, t := range specs {
+		buf, ok := by[t.Name]
+		if !ok {
+			return nil, fmt.Errorf("the plan binds a tensor %q the MLA layout does not have", t.Name)
+		}
+		out[j] = buf
+	}
+	return out, nil
+}
+
 // Advance queues, on the Env's stream, a kernel that adds one to every
 // request's entry of seq_lens on the device: a decode step's new token,
 // with no copy from the host (it can be captured in a step's graph). The
