@@ -45,10 +45,16 @@ func setup(m *testing.M) (int, error) {
 	if buildRoot, err = os.MkdirTemp("", "attnplug-vendortest-"); err != nil {
 		return 1, err
 	}
-	if err := testbin.GoBuild(root, buildRoot, []string{"./cmd/host"}, "attnplug-"); err != nil {
+	// Copies of the binaries the tests share across packages (testbin's
+	// cache), each built there only when its inputs changed.
+	c, err := testbin.Cached()
+	if err != nil {
 		return 1, err
 	}
 	hostBin = filepath.Join(buildRoot, "attnplug-host")
+	if err := testbin.CopyFile(c.Host, hostBin); err != nil {
+		return 1, err
+	}
 	acmeBin = filepath.Join(buildRoot, "acme", "attnplug-backend-acme_mla")
 	if err := buildModule(filepath.Join(root, "examples", "vendor-backend"), acmeBin); err != nil {
 		return 1, err
@@ -63,16 +69,18 @@ func setup(m *testing.M) (int, error) {
 	return m.Run(), nil
 }
 
-// buildModule builds the main package of the separate module in dir to out,
-// with go build run in that directory, as its vendor would.
+// buildModule puts at out the binary of the main package of the separate
+// module in dir, built with go build run in that directory, as its vendor
+// would (testbin.CachedModule).
 func buildModule(dir, out string) error {
-	cmd := exec.Command("go", "build", "-o", out, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod -buildvcs=false")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build in %s: %v\n%s", dir, err, strings.TrimSpace(string(msg)))
+	bin, err := testbin.CachedModule(dir)
+	if err != nil {
+		return err
 	}
-	return nil
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	return testbin.CopyFile(bin, out)
 }
 
 // pluginDir returns a fresh plugin directory holding copies of bins.
