@@ -53,7 +53,9 @@ func text(r *conformance.Report) string {
 }
 
 // TestOurPlugins runs the whole suite, every generated request, on every
-// plugin of the repository.
+// plugin of the repository, with 8 probes of each name (a third of the
+// default: TestBackendsInProcess asks the default number of the same rules
+// in process, where a call costs no round trip).
 func TestOurPlugins(t *testing.T) {
 	if len(bins.Plugins) != 6 {
 		t.Fatalf("built %d plugins (%v), want 6", len(bins.Plugins), bins.Plugins)
@@ -64,7 +66,7 @@ func TestOurPlugins(t *testing.T) {
 			t.Parallel()
 			mu.Lock()
 			defer mu.Unlock()
-			r := run(t, conformance.Options{Binary: bins.Plugin(p)})
+			r := run(t, conformance.Options{Binary: bins.Plugin(p), Probes: 8})
 			if !r.Passed {
 				t.Fatalf("%s does not conform:\n%s", p, text(r))
 			}
@@ -157,7 +159,7 @@ func TestStartedAsByTheHost(t *testing.T) {
 
 // TestReportJSON checks the JSON form of a report.
 func TestReportJSON(t *testing.T) {
-	r := run(t, conformance.Options{Binary: bins.Plugin("dsa"), MaxRequests: 50})
+	r := run(t, conformance.Options{Binary: bins.Plugin("dsa"), MaxRequests: 50, Probes: -1})
 	data, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
