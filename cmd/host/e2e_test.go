@@ -58,7 +58,7 @@ func hostEnv(t *testing.T, tree *testbin.Bins, env []string, stdin string, args 
 	t.Helper()
 	cmd := exec.CommandContext(testContext(t), tree.Host, args...)
 	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Env = append(append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir(), "ATTNPLUG_PLUGIN_DIR="), env...)
+	cmd.Env = append(append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t), "ATTNPLUG_PLUGIN_DIR="), env...)
 	var out capped
 	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -233,7 +233,7 @@ func TestDispatchRefusesBadLinesAndGoesOn(t *testing.T) {
 
 func TestDispatchStreams(t *testing.T) {
 	cmd := exec.CommandContext(testContext(t), bins.Host, "dispatch")
-	cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -322,7 +322,7 @@ func TestNoPluginOutlivesTheHost(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := exec.CommandContext(testContext(t), tree.Host, "dispatch")
-			cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir())
+			cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t))
 			stdin, _ := cmd.StdinPipe()
 			stdout, _ := cmd.StdoutPipe()
 			if err := cmd.Start(); err != nil {

@@ -97,7 +97,7 @@ func (s *syncBuf) String() string {
 func startHost(t *testing.T, tree *testbin.Bins, env []string, args ...string) *hostCmd {
 	t.Helper()
 	cmd := exec.CommandContext(testContext(t), tree.Host, args...)
-	cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir(), "ATTNPLUG_PLUGIN_DIR=")
+	cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t), "ATTNPLUG_PLUGIN_DIR=")
 	cmd.Env = append(cmd.Env, env...)
 	h := &hostCmd{cmd: cmd, stderr: &syncBuf{}}
 	var err error

@@ -69,7 +69,7 @@ func startServer(t *testing.T, tree *testbin.Bins, env []string, args ...string)
 	sock := filepath.Join(dir, "s.sock")
 	args = append([]string{"serve", "--listen", "unix://" + sock, "--metrics-listen", "127.0.0.1:0", "--match-hardware=false", "--log-level", "info"}, args...)
 	cmd := exec.Command(tree.Host, args...)
-	cmd.Env = append(append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir()), env...)
+	cmd.Env = append(append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t)), env...)
 	pr, pw := io.Pipe()
 	s := &server{cmd: cmd, stderr: &syncWriter{}}
 	cmd.Stderr = pw
