@@ -57,6 +57,9 @@ func text(r *conformance.Report) string {
 // default: TestBackendsInProcess asks the default number of the same rules
 // in process, where a call costs no round trip).
 func TestOurPlugins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the whole suite on every plugin binary, every generated request; TestBackendsInProcess runs it on the same rules in process (make test runs it)")
+	}
 	if len(bins.Plugins) != 6 {
 		t.Fatalf("built %d plugins (%v), want 6", len(bins.Plugins), bins.Plugins)
 	}
@@ -97,6 +100,9 @@ func TestOurPlugins(t *testing.T) {
 // fail the report, naming the check that caught it, with a detail that says
 // what went wrong.
 func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the suite on eleven faults of the fault plugin (make test runs it)")
+	}
 	for _, tc := range []struct {
 		fault  string
 		failed []string // checks that must fail
@@ -149,6 +155,9 @@ func TestFaults(t *testing.T) {
 // launcher: the fault plugin exits at start without the parent-death pipe,
 // and its description is over gRPC's default limit of 4 MiB.
 func TestStartedAsByTheHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the suite on the fault plugin with a 5 MB description (make test runs it)")
+	}
 	r := run(t, conformance.Options{
 		Binary: fault, Env: []string{"ATTNPLUG_FAULT=parent_pipe,describe_pad=5000000"}, MaxRequests: 100, Probes: 4,
 	})

@@ -11,6 +11,9 @@ import (
 // TestLabConforms: the lab plugin reads one quantity of each kind and
 // declares them all; it passes every check, kernels included.
 func TestLabConforms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the suite with every probe on the lab plugin (make test runs it)")
+	}
 	r := run(t, conformance.Options{Binary: lab, MaxRequests: 500, Seed: 7})
 	if !r.Passed || r.Seed != 7 {
 		t.Fatalf("lab does not conform (seed %d):\n%s", r.Seed, text(r))
@@ -31,6 +34,9 @@ func TestLabConforms(t *testing.T) {
 // and asks the fixed and random requests alone where they do: the probes
 // are most of the suite's calls.
 func TestLabBreaks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the suite on twenty-one breaks of the lab plugin (make test runs it)")
+	}
 	variantsOnly := map[string]bool{
 		"undeclared=prefix_sum": true, "undeclared=seq_max": true, "undeclared=max_chunk_capacity": true,
 		"undeclared=prefix_max": true, "off_by_one": true,
@@ -90,6 +96,9 @@ func TestLabBreaks(t *testing.T) {
 // TestSlowPluginAskedSamples: a plugin over its latency budget is asked a
 // sample of each name only, once the suite has seen its first calls.
 func TestSlowPluginAskedSamples(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the suite on a plugin that sleeps in every call (make test runs it)")
+	}
 	r := run(t, conformance.Options{Binary: lab, Env: []string{"ATTNPLUG_LAB=sleep=2ms"}, Seed: 3})
 	cov, _ := r.Check(conformance.CheckCoverage)
 	if r.Requests > 2*64 || !strings.Contains(cov.Detail, "asked 64 requests only") {
@@ -103,6 +112,9 @@ func TestSlowPluginAskedSamples(t *testing.T) {
 // TestSeedReproduces: the same seed asks the same probes, so a failure
 // found once is found again, with the same words.
 func TestSeedReproduces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the suite three times on the lab plugin (make test runs it)")
+	}
 	// The fixed and random requests find this break (TestLabBreaks): the
 	// random ones are drawn from the seed as the probes are.
 	opts := conformance.Options{Binary: lab, Env: []string{"ATTNPLUG_LAB=undeclared=compute_capability"}, MaxRequests: 100, Probes: -1, Seed: 99}

@@ -139,6 +139,9 @@ func pluginPIDs(tree *testbin.Bins, host int) []int {
 // that nobody disturbed (a crashed call is retried on the restarted
 // process, new keys wait for the restart, cached answers stay valid).
 func TestReliabilityKillPluginsMidStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: streams 30 000 lines twice, SIGKILLing every plugin five times (make test runs it)")
+	}
 	const n = 30_000
 	rng := rand.New(rand.NewPCG(3, 5))
 	lines := make([][]byte, n)
@@ -210,6 +213,9 @@ func TestReliabilityKillPluginsMidStream(t *testing.T) {
 // TestOrphansNoneOneSecondAfterHostKill9 SIGKILLs the host while every
 // plugin runs, one of them hung in a call: none survives a second.
 func TestOrphansNoneOneSecondAfterHostKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits a second after SIGKILL for orphans (make test runs it)")
+	}
 	tree, err := bins.CopyTree(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -476,6 +482,9 @@ func TestInsecurePluginDir(t *testing.T) {
 // TestLockCommandPinsAndRefusesTampering runs attnplug lock, then tampers
 // with a pinned binary and adds an unpinned one.
 func TestLockCommandPinsAndRefusesTampering(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: pins, tampers with and re-reads every plugin binary (make test runs it)")
+	}
 	tree, err := bins.CopyTree(t.TempDir(), "flashinfer", "ascend", "dsa", "intel_xpu")
 	if err != nil {
 		t.Fatal(err)

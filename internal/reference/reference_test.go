@@ -80,6 +80,9 @@ func TestRulesMatchGolden(t *testing.T) {
 // TestGoldenIsCurrent: with the reference at hand, the golden file was
 // made from this very file, and sglang's code still gives its answers.
 func TestGoldenIsCurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs sglang's code on the 40 000 requests of the golden file (make test runs it)")
+	}
 	o := oracle(t)
 	g, err := reference.LoadGolden(".")
 	if err != nil {
@@ -122,11 +125,11 @@ func TestGoldenIsCurrent(t *testing.T) {
 // TestRulesMatchReference compares the rules of core and of every plugin
 // with sglang's own code, run live, on requests generated afresh.
 func TestRulesMatchReference(t *testing.T) {
-	o := oracle(t)
-	n := 40000
 	if testing.Short() {
-		n = 4000
+		t.Skip("long: runs sglang's code on 40 000 fresh requests, which it takes to reach every method; TestRulesMatchGolden compares with its recorded answers (make test runs it)")
 	}
+	o := oracle(t)
+	const n = 40000
 	rng := rand.New(rand.NewPCG(1, 2))
 	var in bytes.Buffer
 	lines := make([][]byte, n)
