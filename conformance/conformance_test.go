@@ -122,10 +122,16 @@ func TestFaults(t *testing.T) {
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			t.Parallel()
+			// The faults that hang or sleep are caught by a short deadline;
+			// the others get one that a loaded machine does not pass.
+			deadline := 5 * time.Second
+			if strings.HasPrefix(tc.fault, "hang_after=") || strings.HasPrefix(tc.fault, "sleep=") {
+				deadline = 300 * time.Millisecond
+			}
 			r := run(t, conformance.Options{
 				Binary:      fault,
 				Env:         []string{"ATTNPLUG_FAULT=" + tc.fault},
-				CallTimeout: 300 * time.Millisecond,
+				CallTimeout: deadline,
 				MaxRequests: 200,
 				Probes:      4,
 			})
