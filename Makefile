@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: all build plugins run test test-short test-go test-python test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
+.PHONY: all build plugins run test test-short test-go test-python test-python-install test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
 
 all: build
 
@@ -27,8 +27,9 @@ plugins:
 run: build
 	$(BIN)/attnplug demo
 
-## test: vet, format check, the race-enabled Go tests and the Python package's tests
-test: lint test-go test-python
+## test: vet, format check, the race-enabled Go tests, the Python package's
+## tests and its offline install
+test: lint test-go test-python test-python-install
 
 test-go:
 	$(GO) test -race -timeout 12m ./...
@@ -43,6 +44,23 @@ test-python: build
 	$(GO) build -o $(BIN)/test/attnplug-backend-fault ./internal/testplugins/fault
 	cd python && ATTNPLUG_BIN="$(CURDIR)/$(BIN)" ATTNPLUG_FAULT_BIN="$(CURDIR)/$(BIN)/test/attnplug-backend-fault" \
 		$(PYTHON) -m unittest discover -s tests -v
+
+## test-python-install: the offline install of the README on Debian's
+## python3 (PEP 668): a new venv with --system-site-packages, the package
+## installed from python/ with no index and no build isolation, and
+## attnplug and attnplug.sglang imported from the venv, outside the tree
+## (needs python3-venv and python3-wheel besides grpcio and protobuf)
+test-python-install:
+	@test -n "$(PYTHON)" || { echo "test-python-install: no python3 imports grpc and google.protobuf (apt-get install python3-grpcio python3-protobuf)"; exit 1; }
+	@$(PYTHON) -c 'import ensurepip, wheel' 2>/dev/null || { echo "test-python-install: $(PYTHON) cannot make a venv or build a wheel (apt-get install python3-venv python3-wheel)"; exit 1; }
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	cp -R python "$$tmp/src" && rm -rf "$$tmp/src/build" "$$tmp/src"/*.egg-info && \
+	$(PYTHON) -m venv --system-site-packages "$$tmp/venv" && \
+	cd "$$tmp" && env -u PYTHONPATH "$$tmp/venv/bin/pip" --isolated install --quiet --no-build-isolation --no-index ./src && \
+	rm -rf "$$tmp/src" && \
+	env -u PYTHONPATH "$$tmp/venv/bin/python" -c 'import sys, attnplug, attnplug.sglang; \
+		assert attnplug.__file__.startswith(sys.prefix + "/"), attnplug.__file__; \
+		print("test-python-install: attnplug and attnplug.sglang import from", sys.prefix)'
 
 ## bench-python: python -m attnplug.bench against bin/attnplug
 bench-python: build
