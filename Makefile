@@ -31,8 +31,13 @@ run: build
 ## tests and its offline install
 test: lint test-go test-python test-python-install
 
+# test-go: every package under the race detector, then, without it, the
+# tests it would slow most and that check no concurrency of their own: the
+# conformance suite run many times, the comparisons of tens of thousands of
+# requests with sglang's answers (they skip under -race, saying so)
 test-go:
 	$(GO) test -race -timeout 12m ./...
+	$(GO) test -timeout 12m ./conformance/ ./internal/reference/
 
 # PYTHON is a python3 that imports grpc and google.protobuf: the first on
 # PATH, else Debian's (python3-grpcio, python3-protobuf).

@@ -35,6 +35,22 @@ func TestMain(m *testing.M) {
 	})
 }
 
+// skipHeavy skips a test that runs the whole suite many times, saying
+// what it runs (what), under -short and under the race detector: these
+// runs are CPU-bound, and the suite's own concurrency (a goroutine per
+// call in process, the plugin's output read as it comes) is what the
+// smaller runs of this package check under it. make test runs them
+// without it (go test ./conformance/).
+func skipHeavy(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long: " + what + " (make test runs it)")
+	}
+	if raceDetector {
+		t.Skip("CPU-bound: " + what + "; make test runs it without the race detector (go test ./conformance/)")
+	}
+}
+
 func run(t *testing.T, opts conformance.Options) *conformance.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -53,13 +69,9 @@ func text(r *conformance.Report) string {
 }
 
 // TestOurPlugins runs the whole suite, every generated request, on every
-// plugin of the repository, with 8 probes of each name (a third of the
-// default: TestBackendsInProcess asks the default number of the same rules
-// in process, where a call costs no round trip).
+// plugin of the repository.
 func TestOurPlugins(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long: the whole suite on every plugin binary, every generated request; TestBackendsInProcess runs it on the same rules in process (make test runs it)")
-	}
+	skipHeavy(t, "the whole suite on every plugin binary, every generated request")
 	if len(bins.Plugins) != 6 {
 		t.Fatalf("built %d plugins (%v), want 6", len(bins.Plugins), bins.Plugins)
 	}
@@ -69,7 +81,7 @@ func TestOurPlugins(t *testing.T) {
 			t.Parallel()
 			mu.Lock()
 			defer mu.Unlock()
-			r := run(t, conformance.Options{Binary: bins.Plugin(p), Probes: 8})
+			r := run(t, conformance.Options{Binary: bins.Plugin(p)})
 			if !r.Passed {
 				t.Fatalf("%s does not conform:\n%s", p, text(r))
 			}

@@ -12,9 +12,7 @@ import (
 // the lie, and nothing else does. The device code does not depend on the
 // requests asked: the suite asks no probes.
 func TestDeviceCodeCatchesLies(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long: the suite on ten lies of the liar plugin (make test runs it)")
-	}
+	skipHeavy(t, "the suite on ten lies of the liar plugin")
 	for _, tc := range []struct{ lie, want string }{
 		{"", ""},
 		{"unknown_entry", `module "liar_mla" has no entry "liar_mla_split_v2"`},

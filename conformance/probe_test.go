@@ -11,9 +11,7 @@ import (
 // TestLabConforms: the lab plugin reads one quantity of each kind and
 // declares them all; it passes every check, kernels included.
 func TestLabConforms(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long: the suite with every probe on the lab plugin (make test runs it)")
-	}
+	skipHeavy(t, "the suite with every probe on the lab plugin")
 	r := run(t, conformance.Options{Binary: lab, MaxRequests: 500, Seed: 7})
 	if !r.Passed || r.Seed != 7 {
 		t.Fatalf("lab does not conform (seed %d):\n%s", r.Seed, text(r))
@@ -34,9 +32,7 @@ func TestLabConforms(t *testing.T) {
 // and asks the fixed and random requests alone where they do: the probes
 // are most of the suite's calls.
 func TestLabBreaks(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long: the suite on twenty-one breaks of the lab plugin (make test runs it)")
-	}
+	skipHeavy(t, "the suite on twenty-one breaks of the lab plugin")
 	variantsOnly := map[string]bool{
 		"undeclared=prefix_sum": true, "undeclared=seq_max": true, "undeclared=max_chunk_capacity": true,
 		"undeclared=prefix_max": true, "off_by_one": true,
@@ -112,9 +108,7 @@ func TestSlowPluginAskedSamples(t *testing.T) {
 // TestSeedReproduces: the same seed asks the same probes, so a failure
 // found once is found again, with the same words.
 func TestSeedReproduces(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long: the suite three times on the lab plugin (make test runs it)")
-	}
+	skipHeavy(t, "the suite three times on the lab plugin")
 	// The fixed and random requests find this break (TestLabBreaks): the
 	// random ones are drawn from the seed as the probes are.
 	opts := conformance.Options{Binary: lab, Env: []string{"ATTNPLUG_LAB=undeclared=compute_capability"}, MaxRequests: 100, Probes: -1, Seed: 99}
