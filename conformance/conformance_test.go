@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,12 +74,9 @@ func TestOurPlugins(t *testing.T) {
 	if len(bins.Plugins) != 6 {
 		t.Fatalf("built %d plugins (%v), want 6", len(bins.Plugins), bins.Plugins)
 	}
-	var mu sync.Mutex // one plugin at a time: the machine has few cores
 	for _, p := range bins.Plugins {
 		t.Run(p, func(t *testing.T) {
-			t.Parallel()
-			mu.Lock()
-			defer mu.Unlock()
+			t.Parallel() // as many at once as -parallel, GOMAXPROCS by default
 			r := run(t, conformance.Options{Binary: bins.Plugin(p)})
 			if !r.Passed {
 				t.Fatalf("%s does not conform:\n%s", p, text(r))

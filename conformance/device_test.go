@@ -24,6 +24,7 @@ func TestDeviceCodeCatchesLies(t *testing.T) {
 		{"hash", `the host refuses the modules: protocol violation: kernel module "liar_mla" declares sha256`},
 	} {
 		t.Run("lie_"+tc.lie, func(t *testing.T) {
+			t.Parallel()
 			r := run(t, conformance.Options{Binary: liar, MaxRequests: 50, Probes: -1, Env: []string{"ATTNPLUG_LIE=" + tc.lie}})
 			c, ok := r.Check(conformance.CheckDeviceCode)
 			if !ok {
@@ -42,6 +43,7 @@ func TestDeviceCodeCatchesLies(t *testing.T) {
 		})
 	}
 	t.Run("no_device_code_for_the_device", func(t *testing.T) {
+		t.Parallel()
 		r := run(t, conformance.Options{Binary: liar, MaxRequests: 50, Probes: -1, Env: []string{"ATTNPLUG_LIE=no_modules"}})
 		c, _ := r.Check(conformance.CheckDeviceCode)
 		if !r.Passed || c.Status != conformance.NotChecked || !strings.HasPrefix(c.Detail, "not checked: ") || !strings.Contains(c.Detail, "no device code, as asked") {
@@ -55,6 +57,7 @@ func TestDeviceCodeCatchesLies(t *testing.T) {
 		}
 	})
 	t.Run("crash", func(t *testing.T) {
+		t.Parallel()
 		r := run(t, conformance.Options{Binary: liar, MaxRequests: 50, Probes: -1, Env: []string{"ATTNPLUG_LIE=crash_plan"}})
 		c, _ := r.Check(conformance.CheckDeviceCode)
 		if r.Passed || c.Status != conformance.Fail || !strings.Contains(strings.Join(c.Problems, "\n"), "exited") {

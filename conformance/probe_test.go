@@ -12,6 +12,7 @@ import (
 // declares them all; it passes every check, kernels included.
 func TestLabConforms(t *testing.T) {
 	skipHeavy(t, "the suite with every probe on the lab plugin")
+	t.Parallel()
 	r := run(t, conformance.Options{Binary: lab, MaxRequests: 500, Seed: 7})
 	if !r.Passed || r.Seed != 7 {
 		t.Fatalf("lab does not conform (seed %d):\n%s", r.Seed, text(r))
@@ -109,6 +110,7 @@ func TestSlowPluginAskedSamples(t *testing.T) {
 // found once is found again, with the same words.
 func TestSeedReproduces(t *testing.T) {
 	skipHeavy(t, "the suite three times on the lab plugin")
+	t.Parallel()
 	// The fixed and random requests find this break (TestLabBreaks): the
 	// random ones are drawn from the seed as the probes are.
 	opts := conformance.Options{Binary: lab, Env: []string{"ATTNPLUG_LAB=undeclared=compute_capability"}, MaxRequests: 100, Probes: -1, Seed: 99}
