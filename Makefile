@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: all build plugins run test test-short test-go test-python test-python-install test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
+.PHONY: all build plugins run check test test-short test-go test-python test-python-install test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
 
 all: build
 
@@ -25,6 +25,15 @@ plugins:
 
 ## run: build everything and replay the sample batches through every backend
 run: build
+	$(BIN)/attnplug demo
+
+## check: a first try, under a minute on a warm build cache: go vet, the
+## short tests of the contract, the plugins' rules, the registry, the wire,
+## the engine and the JSON Lines stream, and attnplug demo through the real
+## host and plugins; make test is the full suite
+check: build
+	$(GO) vet ./...
+	$(GO) test -short ./core/... ./plugins/... ./registry/... ./wire/... ./engine/... ./jsonl/...
 	$(BIN)/attnplug demo
 
 ## test: vet, format check, the race-enabled Go tests, the Python package's
