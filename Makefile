@@ -36,8 +36,9 @@ check: build
 	$(GO) test -short ./core/... ./plugins/... ./registry/... ./wire/... ./engine/... ./jsonl/...
 	$(BIN)/attnplug demo
 
-## test: vet, format check, the race-enabled Go tests, the Python package's
-## tests and its offline install
+## test: the full suite: vet, format check, the Go tests (under the race
+## detector, and the CPU-bound ones it would slow most without it), the
+## Python package's tests and its offline install
 test: lint test-go test-python test-python-install
 
 # test-go: every package under the race detector, then, without it, the
@@ -92,6 +93,8 @@ gpu-bins:
 	CGO_ENABLED=0 $(GO) test -c -o .device/gpucheck.test ./internal/gpucheck
 	CGO_ENABLED=0 $(GO) test -c -o .device/cuda.test ./cuda
 
+## test-short: every package's tests but the long system tests, which
+## skip, each saying why
 test-short:
 	$(GO) test -short ./...
 
