@@ -33,6 +33,23 @@ func (c *Cache) Plugin(family string) string {
 	return filepath.Join(c.Dir, "plugins", family)
 }
 
+// Copy copies files of the cache, each pair a source in the cache and its
+// destination, under the cache's lock: a test process bringing the cache
+// up to date at the same time never hands a half-written binary.
+func (c *Cache) Copy(pairs ...[2]string) error {
+	unlock, err := lockDir(c.Dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	for _, p := range pairs {
+		if err := copyFile(p[0], p[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 var (
 	cacheOnce sync.Once
 	cache     *Cache
@@ -102,35 +119,40 @@ func buildCache() (*Cache, error) {
 	return c, nil
 }
 
-// CachedModule returns the binary of the main package of the separate
-// module in moduleDir (examples/vendor-backend, a protocol fixture), built
-// in the cache with go build run in that directory, as its vendor would,
-// and linked again only when its inputs changed. As the cache's other
-// files it is to be copied, not run.
-func CachedModule(moduleDir string) (string, error) {
+// BuildModule puts at out the binary of the main package of the separate
+// module in moduleDir (examples/vendor-backend, a protocol fixture): a
+// copy of the one in the cache, built there with go build run in that
+// directory, as its vendor would, and linked again only when its inputs
+// changed.
+func BuildModule(moduleDir, out string) error {
 	root, err := ModuleRoot(".")
 	if err != nil {
-		return "", err
+		return err
 	}
 	dir, err := cacheDir(root)
 	if err != nil {
-		return "", err
+		return err
 	}
 	moduleDir, err = filepath.Abs(moduleDir)
 	if err != nil {
-		return "", err
+		return err
 	}
 	unlock, err := lockDir(dir)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer unlock()
 	sum := sha256.Sum256([]byte(moduleDir))
-	out := filepath.Join(dir, "modules", hex.EncodeToString(sum[:8]), filepath.Base(moduleDir))
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return "", err
+	bin := filepath.Join(dir, "modules", hex.EncodeToString(sum[:8]), filepath.Base(moduleDir))
+	for _, d := range []string{filepath.Dir(bin), filepath.Dir(out)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
 	}
-	return out, goBuild(moduleDir, []string{"GOWORK=off", "GOFLAGS=-mod=mod -buildvcs=false"}, out, ".")
+	if err := goBuild(moduleDir, []string{"GOWORK=off", "GOFLAGS=-mod=mod -buildvcs=false"}, bin, "."); err != nil {
+		return err
+	}
+	return copyFile(bin, out)
 }
 
 // mains returns ./under/NAME for every directory under root/under with a

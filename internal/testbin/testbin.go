@@ -53,17 +53,14 @@ func Build(dir string, withHost bool) (*Bins, error) {
 	if err := os.MkdirAll(b.PluginDir, 0o755); err != nil {
 		return nil, err
 	}
+	var files [][2]string
 	for _, p := range c.Plugins {
-		if err := copyFile(c.Plugin(p), b.Plugin(p)); err != nil {
-			return nil, err
-		}
+		files = append(files, [2]string{c.Plugin(p), b.Plugin(p)})
 	}
 	if withHost {
-		if err := copyFile(c.Host, b.Host); err != nil {
-			return nil, err
-		}
+		files = append(files, [2]string{c.Host, b.Host})
 	}
-	return b, nil
+	return b, c.Copy(files...)
 }
 
 // Main is the TestMain of a package whose tests run the real binaries: it
@@ -134,9 +131,6 @@ func (b *Bins) CopyTree(dir string, without ...string) (*Bins, error) {
 	}
 	return c, nil
 }
-
-// CopyFile copies the binary src to dst, executable.
-func CopyFile(src, dst string) error { return copyFile(src, dst) }
 
 func copyFile(src, dst string) error {
 	data, err := os.ReadFile(src)
@@ -210,7 +204,7 @@ func BuildTestPlugin(dir, name string) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, "attnplug-backend-"+name)
-	return out, copyFile(src, out)
+	return out, c.Copy([2]string{src, out})
 }
 
 // Served is which plugin family the tests expect to answer each backend

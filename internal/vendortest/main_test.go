@@ -52,35 +52,21 @@ func setup(m *testing.M) (int, error) {
 		return 1, err
 	}
 	hostBin = filepath.Join(buildRoot, "attnplug-host")
-	if err := testbin.CopyFile(c.Host, hostBin); err != nil {
+	if err := c.Copy([2]string{c.Host, hostBin}); err != nil {
 		return 1, err
 	}
 	acmeBin = filepath.Join(buildRoot, "acme", "attnplug-backend-acme_mla")
-	if err := buildModule(filepath.Join(root, "examples", "vendor-backend"), acmeBin); err != nil {
+	if err := testbin.BuildModule(filepath.Join(root, "examples", "vendor-backend"), acmeBin); err != nil {
 		return 1, err
 	}
 	v1Bin = filepath.Join(buildRoot, "v1", "attnplug-backend-v1fixture")
-	if err := buildModule(filepath.Join(root, "testdata", "protocol", "v1fixture"), v1Bin); err != nil {
+	if err := testbin.BuildModule(filepath.Join(root, "testdata", "protocol", "v1fixture"), v1Bin); err != nil {
 		return 1, err
 	}
 	if faultBin, err = testbin.BuildFault(filepath.Join(buildRoot, "fault")); err != nil {
 		return 1, err
 	}
 	return m.Run(), nil
-}
-
-// buildModule puts at out the binary of the main package of the separate
-// module in dir, built with go build run in that directory, as its vendor
-// would (testbin.CachedModule).
-func buildModule(dir, out string) error {
-	bin, err := testbin.CachedModule(dir)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	return testbin.CopyFile(bin, out)
 }
 
 // pluginDir returns a fresh plugin directory holding copies of bins.
