@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: device-code all build plugins run test test-short test-go test-python test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
+.PHONY: device-code all build plugins run check test test-short test-go test-python test-python-install test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
 
 all: build
 
@@ -27,11 +27,27 @@ plugins:
 run: build
 	$(BIN)/attnplug demo
 
-## test: vet, format check, the race-enabled Go tests and the Python package's tests
-test: lint test-go test-python
+## check: a first try, under a minute on a warm build cache: go vet, the
+## short tests of the contract, the plugins' rules, the registry, the wire,
+## the engine and the JSON Lines stream, and attnplug demo through the real
+## host and plugins; make test is the full suite
+check: build
+	$(GO) vet ./...
+	$(GO) test -short ./core/... ./plugins/... ./registry/... ./wire/... ./engine/... ./jsonl/...
+	$(BIN)/attnplug demo
 
+## test: the full suite: vet, format check, the Go tests (under the race
+## detector, and the CPU-bound ones it would slow most without it), the
+## Python package's tests and its offline install
+test: lint test-go test-python test-python-install
+
+# test-go: every package under the race detector, then, without it, the
+# tests it would slow most and that check no concurrency of their own: the
+# conformance suite run many times, the comparisons of tens of thousands of
+# requests with sglang's answers (they skip under -race, saying so)
 test-go:
 	$(GO) test -race -timeout 12m ./...
+	$(GO) test -timeout 12m ./conformance/ ./internal/reference/
 
 # PYTHON is a python3 that imports grpc and google.protobuf: the first on
 # PATH, else Debian's (python3-grpcio, python3-protobuf).
@@ -44,6 +60,23 @@ test-python: build
 	$(GO) build -o $(BIN)/test/attnplug-backend-liar ./internal/testplugins/liar
 	cd python && ATTNPLUG_BIN="$(CURDIR)/$(BIN)" ATTNPLUG_FAULT_BIN="$(CURDIR)/$(BIN)/test/attnplug-backend-fault" \
 		$(PYTHON) -m unittest discover -s tests -v
+
+## test-python-install: the offline install of the README on Debian's
+## python3 (PEP 668): a new venv with --system-site-packages, the package
+## installed from python/ with no index and no build isolation, and
+## attnplug and attnplug.sglang imported from the venv, outside the tree
+## (needs python3-venv and python3-wheel besides grpcio and protobuf)
+test-python-install:
+	@test -n "$(PYTHON)" || { echo "test-python-install: no python3 imports grpc and google.protobuf (apt-get install python3-grpcio python3-protobuf)"; exit 1; }
+	@$(PYTHON) -c 'import ensurepip, wheel' 2>/dev/null || { echo "test-python-install: $(PYTHON) cannot make a venv or build a wheel (apt-get install python3-venv python3-wheel)"; exit 1; }
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	cp -R python "$$tmp/src" && rm -rf "$$tmp/src/build" "$$tmp/src"/*.egg-info && \
+	$(PYTHON) -m venv --system-site-packages "$$tmp/venv" && \
+	cd "$$tmp" && env -u PYTHONPATH "$$tmp/venv/bin/pip" --isolated install --quiet --no-build-isolation --no-index ./src && \
+	rm -rf "$$tmp/src" && \
+	env -u PYTHONPATH "$$tmp/venv/bin/python" -c 'import sys, attnplug, attnplug.sglang; \
+		assert attnplug.__file__.startswith(sys.prefix + "/"), attnplug.__file__; \
+		print("test-python-install: attnplug and attnplug.sglang import from", sys.prefix)'
 
 ## bench-python: python -m attnplug.bench against bin/attnplug
 bench-python: build
@@ -68,6 +101,8 @@ gpu-bins:
 	CGO_ENABLED=0 $(GO) test -c -o .device/cuda.test ./cuda
 	CGO_ENABLED=0 $(GO) build -o .device/gen ./devkernels/gen
 
+## test-short: every package's tests but the long system tests, which
+## skip, each saying why
 test-short:
 	$(GO) test -short ./...
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +34,22 @@ func TestMain(m *testing.M) {
 	})
 }
 
+// skipHeavy skips a test that runs the whole suite many times, saying
+// what it runs (what), under -short and under the race detector: these
+// runs are CPU-bound, and the suite's own concurrency (a goroutine per
+// call in process, the plugin's output read as it comes) is what the
+// smaller runs of this package check under it. make test runs them
+// without it (go test ./conformance/).
+func skipHeavy(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long: " + what + " (make test runs it)")
+	}
+	if raceDetector {
+		t.Skip("CPU-bound: " + what + "; make test runs it without the race detector (go test ./conformance/)")
+	}
+}
+
 func run(t *testing.T, opts conformance.Options) *conformance.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -55,15 +70,13 @@ func text(r *conformance.Report) string {
 // TestOurPlugins runs the whole suite, every generated request, on every
 // plugin of the repository.
 func TestOurPlugins(t *testing.T) {
+	skipHeavy(t, "the whole suite on every plugin binary, every generated request")
 	if len(bins.Plugins) != 6 {
 		t.Fatalf("built %d plugins (%v), want 6", len(bins.Plugins), bins.Plugins)
 	}
-	var mu sync.Mutex // one plugin at a time: the machine has few cores
 	for _, p := range bins.Plugins {
 		t.Run(p, func(t *testing.T) {
-			t.Parallel()
-			mu.Lock()
-			defer mu.Unlock()
+			t.Parallel() // as many at once as -parallel, GOMAXPROCS by default
 			r := run(t, conformance.Options{Binary: bins.Plugin(p)})
 			if !r.Passed {
 				t.Fatalf("%s does not conform:\n%s", p, text(r))
@@ -95,6 +108,9 @@ func TestOurPlugins(t *testing.T) {
 // fail the report, naming the check that caught it, with a detail that says
 // what went wrong.
 func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the suite on eleven faults of the fault plugin (make test runs it)")
+	}
 	for _, tc := range []struct {
 		fault  string
 		failed []string // checks that must fail
@@ -114,10 +130,16 @@ func TestFaults(t *testing.T) {
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			t.Parallel()
+			// The faults that hang or sleep are caught by a short deadline;
+			// the others get one that a loaded machine does not pass.
+			deadline := 5 * time.Second
+			if strings.HasPrefix(tc.fault, "hang_after=") || strings.HasPrefix(tc.fault, "sleep=") {
+				deadline = 300 * time.Millisecond
+			}
 			r := run(t, conformance.Options{
 				Binary:      fault,
 				Env:         []string{"ATTNPLUG_FAULT=" + tc.fault},
-				CallTimeout: 300 * time.Millisecond,
+				CallTimeout: deadline,
 				MaxRequests: 200,
 				Probes:      4,
 			})
@@ -147,6 +169,9 @@ func TestFaults(t *testing.T) {
 // launcher: the fault plugin exits at start without the parent-death pipe,
 // and its description is over gRPC's default limit of 4 MiB.
 func TestStartedAsByTheHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the suite on the fault plugin with a 5 MB description (make test runs it)")
+	}
 	r := run(t, conformance.Options{
 		Binary: fault, Env: []string{"ATTNPLUG_FAULT=parent_pipe,describe_pad=5000000"}, MaxRequests: 100, Probes: 4,
 	})
@@ -157,7 +182,7 @@ func TestStartedAsByTheHost(t *testing.T) {
 
 // TestReportJSON checks the JSON form of a report.
 func TestReportJSON(t *testing.T) {
-	r := run(t, conformance.Options{Binary: bins.Plugin("dsa"), MaxRequests: 50})
+	r := run(t, conformance.Options{Binary: bins.Plugin("dsa"), MaxRequests: 50, Probes: -1})
 	data, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)

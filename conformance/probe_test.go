@@ -11,6 +11,8 @@ import (
 // TestLabConforms: the lab plugin reads one quantity of each kind and
 // declares them all; it passes every check, kernels included.
 func TestLabConforms(t *testing.T) {
+	skipHeavy(t, "the suite with every probe on the lab plugin")
+	t.Parallel()
 	r := run(t, conformance.Options{Binary: lab, MaxRequests: 500, Seed: 7})
 	if !r.Passed || r.Seed != 7 {
 		t.Fatalf("lab does not conform (seed %d):\n%s", r.Seed, text(r))
@@ -26,8 +28,16 @@ func TestLabConforms(t *testing.T) {
 }
 
 // TestLabBreaks: each way the lab plugin breaks fails the check that must
-// catch it, with a message that names the problem.
+// catch it, with a message that names the problem. The suite varies 12
+// base requests (probes) where only its variants of a base find the break,
+// and asks the fixed and random requests alone where they do: the probes
+// are most of the suite's calls.
 func TestLabBreaks(t *testing.T) {
+	skipHeavy(t, "the suite on twenty-one breaks of the lab plugin")
+	variantsOnly := map[string]bool{
+		"undeclared=prefix_sum": true, "undeclared=seq_max": true, "undeclared=max_chunk_capacity": true,
+		"undeclared=prefix_max": true, "off_by_one": true,
+	}
 	for _, tc := range []struct {
 		breaks string
 		check  string
@@ -57,7 +67,11 @@ func TestLabBreaks(t *testing.T) {
 	} {
 		t.Run(tc.breaks, func(t *testing.T) {
 			t.Parallel()
-			r := run(t, conformance.Options{Binary: lab, Env: []string{"ATTNPLUG_LAB=" + tc.breaks}, MaxRequests: 100, Probes: 12, Seed: 11})
+			probes := -1 // none
+			if variantsOnly[tc.breaks] {
+				probes = 12
+			}
+			r := run(t, conformance.Options{Binary: lab, Env: []string{"ATTNPLUG_LAB=" + tc.breaks}, MaxRequests: 100, Probes: probes, Seed: 11})
 			out := text(r)
 			c, _ := r.Check(tc.check)
 			if r.Passed || c.Status != conformance.Fail {
@@ -79,6 +93,9 @@ func TestLabBreaks(t *testing.T) {
 // TestSlowPluginAskedSamples: a plugin over its latency budget is asked a
 // sample of each name only, once the suite has seen its first calls.
 func TestSlowPluginAskedSamples(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the suite on a plugin that sleeps in every call (make test runs it)")
+	}
 	r := run(t, conformance.Options{Binary: lab, Env: []string{"ATTNPLUG_LAB=sleep=2ms"}, Seed: 3})
 	cov, _ := r.Check(conformance.CheckCoverage)
 	if r.Requests > 2*64 || !strings.Contains(cov.Detail, "asked 64 requests only") {
@@ -92,10 +109,17 @@ func TestSlowPluginAskedSamples(t *testing.T) {
 // TestSeedReproduces: the same seed asks the same probes, so a failure
 // found once is found again, with the same words.
 func TestSeedReproduces(t *testing.T) {
-	opts := conformance.Options{Binary: lab, Env: []string{"ATTNPLUG_LAB=undeclared=compute_capability"}, MaxRequests: 100, Seed: 99}
+	skipHeavy(t, "the suite three times on the lab plugin")
+	t.Parallel()
+	// The fixed and random requests find this break (TestLabBreaks): the
+	// random ones are drawn from the seed as the probes are.
+	opts := conformance.Options{Binary: lab, Env: []string{"ATTNPLUG_LAB=undeclared=compute_capability"}, MaxRequests: 100, Probes: -1, Seed: 99}
 	a, b := run(t, opts), run(t, opts)
 	ca, _ := a.Check(conformance.CheckReads)
 	cb, _ := b.Check(conformance.CheckReads)
+	if len(ca.Problems) == 0 {
+		t.Fatalf("seed 99 found no problem:\n%s", text(a))
+	}
 	if strings.Join(ca.Problems, "\n") != strings.Join(cb.Problems, "\n") || a.Requests != b.Requests {
 		t.Errorf("seed 99 twice:\n%s\n---\n%s", strings.Join(ca.Problems, "\n"), strings.Join(cb.Problems, "\n"))
 	}

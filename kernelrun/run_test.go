@@ -93,6 +93,9 @@ func randomSmallConfig(rng *rand.Rand) kernels.Config {
 // through shared memory), matches the float64 reference attention within
 // 1e-5; and every method of every name's catalog is run at least once.
 func TestRunInvariant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs every kernel on many random shapes (make test runs it)")
+	}
 	reg := openTestRegistry(t, bins.PluginDir)
 	names := append(reg.Names(), core.TritonName, "FA3")
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -258,7 +261,7 @@ func fillFast(v []float32, seed uint32) {
 // in this process, while the gRPC request stays a few hundred bytes.
 func TestShm256MB(t *testing.T) {
 	if testing.Short() {
-		t.Skip("256 MiB round trip: skipped with -short")
+		t.Skip("long: a 256 MiB round trip over shared memory (make test runs it)")
 	}
 	reg := openTestRegistry(t, bins.PluginDir)
 	cfg := kernels.Config{Heads: 1, KVLoraRank: 512, QKNopeHeadDim: 16, QKRopeHeadDim: 64, VHeadDim: 16,

@@ -340,6 +340,9 @@ func TestConcurrentDispatch(t *testing.T) {
 // description passes is not trusted; the binary is asked again, fa3 is
 // served, and the entry is replaced.
 func TestHandEditedCacheEntryIsDescribedAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: describes every plugin again for each damaged cache entry (make test runs it)")
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(d map[string]any)

@@ -6,6 +6,9 @@ import (
 )
 
 func TestBenchJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs attnplug bench, which measures for seconds (make test runs it)")
+	}
 	res := host(t, bins, "", "bench", "--json", "--passes", "40", "--rpc-passes", "2", "--min-time", "1ms", "--stream", "2000")
 	if res.code != 0 {
 		t.Fatalf("exit %d: %s", res.code, res.stderr)

@@ -66,6 +66,9 @@ func stopAll(t *testing.T, tree *testbin.Bins, host int) []int {
 // its bounded shutdown, killing the stopped processes; the same holds when
 // every answer after the stop came from the cache.
 func TestDispatchEndsWithAStoppedPlugin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out call deadlines and the bounded shutdown of stopped plugins (make test runs it)")
+	}
 	for _, fresh := range []bool{true, false} {
 		name := map[bool]string{true: "new_keys_time_out", false: "answers_from_the_cache"}[fresh]
 		t.Run(name, func(t *testing.T) {
@@ -120,6 +123,9 @@ func TestDispatchEndsWithAStoppedPlugin(t *testing.T) {
 // SIGSTOP: SIGTERM ends serve within its bounded shutdown, and a second
 // SIGTERM ends it at once with status 143; no plugin outlives it.
 func TestServeEndsWithAStoppedPlugin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out the bounded shutdown of stopped plugins (make test runs it)")
+	}
 	for _, twice := range []bool{false, true} {
 		t.Run(map[bool]string{false: "one_sigterm", true: "two_sigterms"}[twice], func(t *testing.T) {
 			tree, err := bins.CopyTree(t.TempDir())

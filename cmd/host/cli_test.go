@@ -68,6 +68,9 @@ func TestMaxLineBytesAnyLimitIsSafe(t *testing.T) {
 // that does not exist, or is not a directory, is a usage error naming it,
 // in every command that loads plugins, from the flag or the environment.
 func TestMissingPluginDirIsAUsageError(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs every command that loads plugins, twice each (make test runs it)")
+	}
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -250,6 +253,9 @@ func TestHelpLists(t *testing.T) {
 // are reported once, without go-plugin's "failed to exit gracefully", and
 // one that forks a child holding its pipes does not hold the host.
 func TestLogsSayEachThingOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs a dozen hosts, a hot swap and plugins that never start (make test runs it)")
+	}
 	tree, err := bins.CopyTree(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -62,6 +62,9 @@ type detectJSON struct {
 }
 
 func TestDetectFixturesJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs attnplug detect --json on every hardware fixture (make test runs it)")
+	}
 	type dev struct {
 		addr   string
 		usable bool

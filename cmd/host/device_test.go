@@ -99,6 +99,9 @@ func gpuHere(t *testing.T) bool {
 // it has none;
 // nothing for names without device code.
 func TestPluginsKernelsShowsDeviceCode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: builds the device code of every plugin for several architectures (make test runs it)")
+	}
 	tree := liarTree(t)
 	for _, arch := range []string{"sm_90", "sm_100"} {
 		rows := kernelRows(t, tree, "--arch", arch)
@@ -192,6 +195,9 @@ func TestLockModules(t *testing.T) {
 // TestConformChecksPlans runs attnplug conform on the liar plugin, honest
 // and lying.
 func TestConformChecksPlans(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs attnplug conform on the liar plugin four times (make test runs it)")
+	}
 	tree := liarTree(t)
 	liar := filepath.Join(tree.PluginDir, "attnplug-backend-liar")
 	r := host(t, tree, "", "conform", "--max-requests", "50", "--arch", "sm_100", liar)

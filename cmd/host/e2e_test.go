@@ -58,7 +58,7 @@ func hostEnv(t *testing.T, tree *testbin.Bins, env []string, stdin string, args 
 	t.Helper()
 	cmd := exec.CommandContext(testContext(t), tree.Host, args...)
 	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Env = append(append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir(), "ATTNPLUG_PLUGIN_DIR="), env...)
+	cmd.Env = append(append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t), "ATTNPLUG_PLUGIN_DIR="), env...)
 	var out capped
 	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -128,6 +128,9 @@ func TestDispatchMatchesGolden(t *testing.T) {
 // run live; it skips, saying why, where python3 or the reference is
 // missing.
 func TestDispatchMatchesReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs sglang's code live; TestDispatchMatchesGolden compares with its recorded answers (make test runs it)")
+	}
 	o, err := reference.Find(".", t.TempDir())
 	if errors.Is(err, reference.ErrNotAvailable) {
 		t.Skipf("not compared with sglang's code run live (TestDispatchMatchesGolden compares with its answers): %v", err)
@@ -135,10 +138,7 @@ func TestDispatchMatchesReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 20000
-	if testing.Short() {
-		n = 2000
-	}
+	const n = 20000
 	rng := rand.New(rand.NewPCG(7, 11))
 	var in bytes.Buffer
 	for i := 0; i < n; i++ {
@@ -233,7 +233,7 @@ func TestDispatchRefusesBadLinesAndGoesOn(t *testing.T) {
 
 func TestDispatchStreams(t *testing.T) {
 	cmd := exec.CommandContext(testContext(t), bins.Host, "dispatch")
-	cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -303,6 +303,9 @@ func TestDeletedPluginFallsBackOrIsRefusedUnderStrict(t *testing.T) {
 // TestNoPluginOutlivesTheHost ends the host by every path and checks that
 // none of its plugin processes is left.
 func TestNoPluginOutlivesTheHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: ends the host and its plugins by every path, waiting for each (make test runs it)")
+	}
 	var all strings.Builder
 	for name := range served {
 		all.WriteString(`{"backend":"` + name + `","forward_mode":"DECODE"}` + "\n")
@@ -322,7 +325,7 @@ func TestNoPluginOutlivesTheHost(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := exec.CommandContext(testContext(t), tree.Host, "dispatch")
-			cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir())
+			cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t))
 			stdin, _ := cmd.StdinPipe()
 			stdout, _ := cmd.StdoutPipe()
 			if err := cmd.Start(); err != nil {
@@ -361,6 +364,9 @@ func TestNoPluginOutlivesTheHost(t *testing.T) {
 }
 
 func TestPluginsCommandListsBrokenOnes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: starts broken plugins and waits for each to fail (make test runs it)")
+	}
 	tree, err := bins.CopyTree(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -406,6 +412,9 @@ func TestDemo(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs the host once per usage error of every command (make test runs it)")
+	}
 	for _, tc := range []struct {
 		args []string
 		code int

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/attnplug/attnplug/internal/testbin"
@@ -10,5 +11,9 @@ import (
 var bins *testbin.Bins
 
 func TestMain(m *testing.M) {
-	testbin.Main(m, true, func(b *testbin.Bins) error { bins = b; return nil })
+	testbin.Main(m, true, func(b *testbin.Bins) error {
+		bins = b
+		warmCache = filepath.Join(filepath.Dir(b.Dir), "cache")
+		return describeAll(b.Host, b.PluginDir, warmCache)
+	})
 }

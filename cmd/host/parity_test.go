@@ -180,6 +180,9 @@ func sameAnswer(method, handler, plugin, fallback, errText string) string {
 // and the Go API (registry.Registry.Dispatch): every answer must be the
 // same.
 func TestOneRequestOneAnswerOnEveryAPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: starts a server and sends the requests through five entry points (make test runs it)")
+	}
 	lines := parityLines(3000)
 	stdin := strings.Join(lines, "\n") + "\n"
 	s := startServer(t, bins, nil)

@@ -15,6 +15,9 @@ import (
 // answer (not only the log) says why, and that the safe layouts and
 // --insecure-plugin-dir are accepted.
 func TestPluginPathChecksFollowLinks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs the host on seven copies of the plugin tree (make test runs it)")
+	}
 	const req = `{"backend":"fa3","forward_mode":"DECODE"}` + "\n" + `{"backend":"fa4","forward_mode":"DECODE"}` + "\n"
 	// mkdir makes a directory with mode (chmod: the umask does not apply).
 	mkdir := func(t *testing.T, path string, mode os.FileMode) string {

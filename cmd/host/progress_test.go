@@ -79,6 +79,9 @@ func TestIsTerminal(t *testing.T) {
 // TestBenchQuietWhenPiped: attnplug bench with its stderr piped draws no
 // progress line, as text or JSON.
 func TestBenchQuietWhenPiped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs attnplug bench twice, which measures for seconds (make test runs it)")
+	}
 	res := host(t, bins, "", "bench", "--passes", "20", "--rpc-passes", "2", "--min-time", "1ms", "--stream", "0")
 	if res.code != 0 || !strings.Contains(res.stdout, "(c) production") {
 		t.Fatalf("exit %d:\n%s\n%s", res.code, res.stdout, res.stderr)

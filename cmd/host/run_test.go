@@ -171,6 +171,9 @@ func TestRunPluginsKernels(t *testing.T) {
 // attnplug dispatch's does to read the same line and refuse it (decoding
 // the arrays first took 461 MB).
 func TestRunChecksShapesBeforeDecoding(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: sends two 50 MB lines and measures peak memory (make test runs it)")
+	}
 	const elems = 10 << 20
 	var big bytes.Buffer
 	big.WriteString(`{"backend":"fa3","forward_mode":"DECODE","seq_lens":[4],"tensors":{"q_nope":[`)
@@ -225,6 +228,9 @@ func TestRunChecksShapesBeforeDecoding(t *testing.T) {
 // them, with --allow-cpu, every line is answered on the CPU with a note
 // that says why.
 func TestRunDeviceCUDA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs every method's kernels, on the CPU where there is no GPU (make test runs it)")
+	}
 	in := strings.Join([]string{
 		`{"backend":"fa3","forward_mode":"DECODE","seq_lens":[300,4000,17]}`,
 		`{"backend":"flashinfer","forward_mode":"DECODE","seq_lens":[1000]}`,

@@ -69,7 +69,7 @@ func startServer(t *testing.T, tree *testbin.Bins, env []string, args ...string)
 	sock := filepath.Join(dir, "s.sock")
 	args = append([]string{"serve", "--listen", "unix://" + sock, "--metrics-listen", "127.0.0.1:0", "--match-hardware=false", "--log-level", "info"}, args...)
 	cmd := exec.Command(tree.Host, args...)
-	cmd.Env = append(append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir()), env...)
+	cmd.Env = append(append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t)), env...)
 	pr, pw := io.Pipe()
 	s := &server{cmd: cmd, stderr: &syncWriter{}}
 	cmd.Stderr = pw
@@ -240,6 +240,9 @@ func replaceBinary(t *testing.T, src, dst string, extra []byte) {
 // binary whose answers differ under the same version (refused, the old one
 // keeps serving). No request may fail or fall back.
 func TestHotSwapUnderLoadFailsNoRequest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: swaps a plugin twice under load from concurrent clients (make test runs it)")
+	}
 	tree, err := bins.CopyTree(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

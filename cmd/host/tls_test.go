@@ -90,7 +90,7 @@ func serveTCP(t *testing.T, tree *testbin.Bins, args ...string) (port string, co
 	t.Helper()
 	args = append([]string{"serve", "--metrics-listen", "", "--match-hardware=false", "--log-level", "info"}, args...)
 	cmd := exec.Command(tree.Host, args...)
-	cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+t.TempDir(), "ATTNPLUG_PLUGIN_DIR=")
+	cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t), "ATTNPLUG_PLUGIN_DIR=")
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	stderr = &syncBuf{}

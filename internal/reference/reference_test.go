@@ -16,6 +16,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
+// skipUnderRace skips a comparison of tens of thousands of requests under
+// the race detector: decided one by one, CPU-bound, it is slow there and
+// checks no concurrency (the registry's tests do, under it). make test
+// runs it without the race detector (go test ./internal/reference/).
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("CPU-bound comparison of tens of thousands of requests: make test runs it without the race detector (go test ./internal/reference/)")
+	}
+}
+
 // inProcess decides requests by a registry that serves every plugin's
 // backend in this process (registry.Config.Backends): the same routes,
 // answer cache and triton fallback as the plugin processes get, so that
@@ -62,6 +73,7 @@ func oracle(t *testing.T) *reference.Oracle {
 // without python3 or the reference file, so every make test checks
 // fidelity.
 func TestRulesMatchGolden(t *testing.T) {
+	skipUnderRace(t)
 	g, err := reference.LoadGolden(".")
 	if err != nil {
 		t.Fatalf("%v (make golden writes it when the reference is present)", err)
@@ -80,6 +92,10 @@ func TestRulesMatchGolden(t *testing.T) {
 // TestGoldenIsCurrent: with the reference at hand, the golden file was
 // made from this very file, and sglang's code still gives its answers.
 func TestGoldenIsCurrent(t *testing.T) {
+	skipUnderRace(t)
+	if testing.Short() {
+		t.Skip("long: runs sglang's code on the 40 000 requests of the golden file (make test runs it)")
+	}
 	o := oracle(t)
 	g, err := reference.LoadGolden(".")
 	if err != nil {
@@ -122,11 +138,12 @@ func TestGoldenIsCurrent(t *testing.T) {
 // TestRulesMatchReference compares the rules of core and of every plugin
 // with sglang's own code, run live, on requests generated afresh.
 func TestRulesMatchReference(t *testing.T) {
-	o := oracle(t)
-	n := 40000
+	skipUnderRace(t)
 	if testing.Short() {
-		n = 4000
+		t.Skip("long: runs sglang's code on 40 000 fresh requests, which it takes to reach every method; TestRulesMatchGolden compares with its recorded answers (make test runs it)")
 	}
+	o := oracle(t)
+	const n = 40000
 	rng := rand.New(rand.NewPCG(1, 2))
 	var in bytes.Buffer
 	lines := make([][]byte, n)

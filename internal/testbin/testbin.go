@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -40,43 +39,35 @@ func ModuleRoot(dir string) (string, error) {
 	}
 }
 
-// Build builds the host (when withHost) and the plugins into dir/bin. The
-// builds run one at a time: the go command parallelises inside each.
+// Build puts the host (when withHost) and the plugins into dir/bin, laid
+// out as make build lays out bin/: copies of the binaries of the cache
+// (Cached), built there first when they are not current.
 func Build(dir string, withHost bool) (*Bins, error) {
-	root, err := ModuleRoot(".")
+	c, err := Cached()
 	if err != nil {
 		return nil, err
 	}
-	b := &Bins{Dir: filepath.Join(dir, "bin")}
+	b := &Bins{Dir: filepath.Join(dir, "bin"), Plugins: c.Plugins}
 	b.Host = filepath.Join(b.Dir, "attnplug")
 	b.PluginDir = filepath.Join(b.Dir, "plugins")
-	entries, err := os.ReadDir(filepath.Join(root, "plugins"))
-	if err != nil {
+	if err := os.MkdirAll(b.PluginDir, 0o755); err != nil {
 		return nil, err
 	}
-	var pkgs []string
-	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join(root, "plugins", e.Name(), "main.go")); e.IsDir() && err == nil {
-			b.Plugins = append(b.Plugins, e.Name())
-			pkgs = append(pkgs, "./plugins/"+e.Name())
-		}
-	}
-	if err := GoBuild(root, b.PluginDir, pkgs, "attnplug-backend-"); err != nil {
-		return nil, err
+	var files [][2]string
+	for _, p := range c.Plugins {
+		files = append(files, [2]string{c.Plugin(p), b.Plugin(p)})
 	}
 	if withHost {
-		if err := goBuildOne(root, "./cmd/host", b.Host); err != nil {
-			return nil, err
-		}
+		files = append(files, [2]string{c.Host, b.Host})
 	}
-	return b, nil
+	return b, c.Copy(files...)
 }
 
 // Main is the TestMain of a package whose tests run the real binaries: it
-// builds the plugins (and the host when withHost) into a new temporary
-// directory, hands them to set, runs the tests, removes the directory and
-// exits with the tests' status. When the build or set fails it says why on
-// stderr and exits with status 1 before any test runs.
+// puts the plugins (and the host when withHost) into a new temporary
+// directory (Build), hands them to set, runs the tests, removes the
+// directory and exits with the tests' status. When the build or set fails
+// it says why on stderr and exits with status 1 before any test runs.
 func Main(m *testing.M, withHost bool, set func(*Bins) error) {
 	os.Exit(mainCode(m, withHost, set))
 }
@@ -99,39 +90,14 @@ func mainCode(m *testing.M, withHost bool, set func(*Bins) error) int {
 	return m.Run()
 }
 
-// GoBuild builds each package of pkgs (paths relative to root) into dir,
-// naming the binary prefix+<last path element>.
-func GoBuild(root, dir string, pkgs []string, prefix string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(pkgs))
-	sem := make(chan struct{}, 2)
-	for i, pkg := range pkgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			errs[i] = goBuildOne(root, pkg, filepath.Join(dir, prefix+filepath.Base(pkg)))
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func goBuildOne(root, pkg, out string) error {
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+// goBuild runs go build -o out pkgs... in dir, without cgo, with env over
+// the caller's environment. With several packages out is a directory.
+func goBuild(dir string, env []string, out string, pkgs ...string) error {
+	cmd := exec.Command("go", append([]string{"build", "-o", out}, pkgs...)...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", pkg, err, strings.TrimSpace(string(msg)))
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, strings.TrimSpace(string(msg)))
 	}
 	return nil
 }
@@ -220,20 +186,25 @@ func FaultScript(dir, fault, family, spec string) error {
 	return os.WriteFile(filepath.Join(dir, "attnplug-backend-"+family), []byte(script), 0o755)
 }
 
-// BuildTestPlugin builds the test plugin internal/testplugins/<name> into
-// dir as attnplug-backend-<name> and returns its path: "fault" misbehaves
-// on command, "liar" hands device code whose plans lie on command, "lab" reads
-// every kind of quantity and breaks on command.
+// BuildTestPlugin puts the test plugin internal/testplugins/<name> into
+// dir as attnplug-backend-<name>, a copy of the cache's (Cached), and
+// returns its path: "fault" misbehaves on command, "liar" hands device code
+// whose plans lie on command, "lab" reads every kind of quantity and breaks
+// on command.
 func BuildTestPlugin(dir, name string) (string, error) {
-	root, err := ModuleRoot(".")
+	c, err := Cached()
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, "attnplug-backend-"+name)
+	src, ok := c.TestPlugins[name]
+	if !ok {
+		return "", fmt.Errorf("testbin: no test plugin %q under internal/testplugins", name)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	return out, goBuildOne(root, "./internal/testplugins/"+name, out)
+	out := filepath.Join(dir, "attnplug-backend-"+name)
+	return out, c.Copy([2]string{src, out})
 }
 
 // Served is which plugin family the tests expect to answer each backend

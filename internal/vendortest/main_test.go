@@ -45,34 +45,28 @@ func setup(m *testing.M) (int, error) {
 	if buildRoot, err = os.MkdirTemp("", "attnplug-vendortest-"); err != nil {
 		return 1, err
 	}
-	if err := testbin.GoBuild(root, buildRoot, []string{"./cmd/host"}, "attnplug-"); err != nil {
+	// Copies of the binaries the tests share across packages (testbin's
+	// cache), each built there only when its inputs changed.
+	c, err := testbin.Cached()
+	if err != nil {
 		return 1, err
 	}
 	hostBin = filepath.Join(buildRoot, "attnplug-host")
+	if err := c.Copy([2]string{c.Host, hostBin}); err != nil {
+		return 1, err
+	}
 	acmeBin = filepath.Join(buildRoot, "acme", "attnplug-backend-acme_mla")
-	if err := buildModule(filepath.Join(root, "examples", "vendor-backend"), acmeBin); err != nil {
+	if err := testbin.BuildModule(filepath.Join(root, "examples", "vendor-backend"), acmeBin); err != nil {
 		return 1, err
 	}
 	v1Bin = filepath.Join(buildRoot, "v1", "attnplug-backend-v1fixture")
-	if err := buildModule(filepath.Join(root, "testdata", "protocol", "v1fixture"), v1Bin); err != nil {
+	if err := testbin.BuildModule(filepath.Join(root, "testdata", "protocol", "v1fixture"), v1Bin); err != nil {
 		return 1, err
 	}
 	if faultBin, err = testbin.BuildFault(filepath.Join(buildRoot, "fault")); err != nil {
 		return 1, err
 	}
 	return m.Run(), nil
-}
-
-// buildModule builds the main package of the separate module in dir to out,
-// with go build run in that directory, as its vendor would.
-func buildModule(dir, out string) error {
-	cmd := exec.Command("go", "build", "-o", out, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod -buildvcs=false")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build in %s: %v\n%s", dir, err, strings.TrimSpace(string(msg)))
-	}
-	return nil
 }
 
 // pluginDir returns a fresh plugin directory holding copies of bins.

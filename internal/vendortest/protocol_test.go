@@ -30,6 +30,9 @@ import (
 // from the pinned v1 protocol alone, dispatches through it, and that it
 // passes the current conformance suite.
 func TestV1FixtureLoads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs the conformance suite on the v1 protocol fixture (make test runs it)")
+	}
 	dir := pluginDir(t, v1Bin)
 	r := host(t, "", nil, "plugins", "--json", "--plugin-dir", dir)
 	var list []struct {

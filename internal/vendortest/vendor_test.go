@@ -128,6 +128,9 @@ func TestVendorBackendIsStatic(t *testing.T) {
 // TestVendorBackendConforms runs `attnplug conform` on the vendor's binary,
 // as the vendor's CI does.
 func TestVendorBackendConforms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs attnplug conform on the vendor's plugin five times (make test runs it)")
+	}
 	r := host(t, "", nil, "conform", acmeBin)
 	if r.code != 0 || !strings.Contains(r.stdout, "PASS: acme_mla conforms") {
 		t.Fatalf("conform: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
@@ -177,6 +180,9 @@ func TestVendorBackendConforms(t *testing.T) {
 // `attnplug conform` on a plugin that breaks its catalog, and its usage
 // errors.
 func TestConformCommandFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs attnplug conform on a failing plugin and on every usage error (make test runs it)")
+	}
 	r := host(t, "", []string{"ATTNPLUG_FAULT=undeclared"}, "conform", "--timeout", "500ms", "--max-requests", "50", faultBin)
 	if r.code != 1 {
 		t.Fatalf("conform on a faulty plugin: exit %d, want 1\n%s\n%s", r.code, r.stdout, r.stderr)

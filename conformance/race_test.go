@@ -1,0 +1,6 @@
+//go:build race
+
+package conformance_test
+
+// raceDetector is whether the tests run under the race detector.
+const raceDetector = true
