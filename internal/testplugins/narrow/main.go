@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"strings"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/plugins/fa3/rules"
@@ -29,15 +31,41 @@ func (n *narrow) DispatchBatch(ctx context.Context, reqs []core.Request, out []c
 	return n.Backend.(core.BatchBackend).DispatchBatch(ctx, reqs, out)
 }
 
+// KernelModules hands fa3's modules; with ATTNPLUG_NARROW=swap, the
+// declared parameters "q" and "out" of the decode entries are swapped, a
+// pair of pointers no signature check can tell apart.
 func (n *narrow) KernelModules(ctx context.Context, dev core.DeviceInfo) ([]core.KernelModule, error) {
-	return n.kp.KernelModules(ctx, dev)
+	mods, err := n.kp.KernelModules(ctx, dev)
+	if err != nil || os.Getenv("ATTNPLUG_NARROW") != "swap" {
+		return mods, err
+	}
+	out := make([]core.KernelModule, len(mods))
+	for i, m := range mods {
+		out[i] = m
+		out[i].Entries = nil
+		for _, e := range m.Entries {
+			ps := append([]core.Param(nil), e.Params...)
+			if strings.HasPrefix(e.Name, "mla_decode_") {
+				for j := range ps {
+					switch ps[j].Name {
+					case "q":
+						ps[j].Name = "out"
+					case "out":
+						ps[j].Name = "q"
+					}
+				}
+			}
+			out[i].Entries = append(out[i].Entries, core.Entry{Name: e.Name, Params: ps})
+		}
+	}
+	return out, nil
 }
 
 // PlanKernel plans as fa3 does, then sizes the decode launch's head blocks
 // for one query token of each request: heads rows, not q_len * heads.
 func (n *narrow) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
 	p, err := n.kp.PlanKernel(ctx, req)
-	if err != nil || req.Method != core.MLA {
+	if err != nil || req.Method != core.MLA || os.Getenv("ATTNPLUG_NARROW") == "swap" {
 		return p, err
 	}
 	for i := range p.Launches {
