@@ -14,7 +14,8 @@ import (
 // device code it checks against the float64 reference: fa3 passes, and a
 // copy of it whose decode grid covers one query token per request (the
 // narrow test plugin, installed as attnplug-backend-fa3) fails, naming a
-// target-verify batch and the outputs it never wrote. Without a GPU the
+// target-verify batch and the outputs it never wrote, and so does the copy
+// whose entries declare the pointers q and out swapped. Without a GPU the
 // plans cannot run and the test skips, saying so.
 func TestConformRunsPlansOnTheGPU(t *testing.T) {
 	d, err := cuda.Open()
@@ -46,5 +47,11 @@ func TestConformRunsPlansOnTheGPU(t *testing.T) {
 	res = host(t, bins, "", "conform", bad)
 	if res.code != 1 || !strings.Contains(res.stdout, "run on the GPU: the outputs differ from the float64 reference") || !strings.Contains(res.stdout, "unwritten") {
 		t.Errorf("conform of the narrow copy on the GPU: exit %d, want a failure naming the unwritten outputs:\n%s", res.code, res.stdout)
+	}
+	// Two pointer parameters swapped in the declared entries: no static
+	// check sees it, running the plans does.
+	res = hostEnv(t, bins, []string{"ATTNPLUG_NARROW=swap"}, "", "conform", bad)
+	if res.code != 1 || !strings.Contains(res.stdout, "run on the GPU: the outputs differ from the float64 reference") {
+		t.Errorf("conform of the copy with q and out swapped on the GPU: exit %d, want a failure:\n%s", res.code, res.stdout)
 	}
 }
