@@ -43,14 +43,10 @@ type Device struct {
 	closeErr error
 
 	// Owned by the worker goroutine.
-	drv           *driver
-	dev           int32
-	ctx           uintptr
-	forceEmbedded bool // skip NVRTC (tests)
-	mla           module
-	arena         uint64
-	arenaSize     uintptr
-	fault         error // the sticky error that corrupted the context
+	drv   *driver
+	dev   int32
+	ctx   uintptr
+	fault error // the sticky error that corrupted the context
 }
 
 // Open opens CUDA device 0; see OpenOrdinal.
@@ -156,14 +152,6 @@ func (d *Device) teardown() error {
 			first = err
 		}
 	}
-	if d.arena != 0 {
-		keep(drv.check("cuMemFree_v2", drv.cuMemFree(d.arena)))
-		d.arena, d.arenaSize = 0, 0
-	}
-	if d.mla.mod != 0 {
-		keep(drv.check("cuModuleUnload", drv.cuModuleUnload(d.mla.mod)))
-		d.mla = module{}
-	}
 	keep(drv.check("cuDevicePrimaryCtxRelease", drv.cuDevicePrimaryCtxRelease(d.dev)))
 	return first
 }
@@ -204,25 +192,4 @@ func (d *Device) Close() error {
 	d.mu.Unlock()
 	<-d.exited
 	return d.closeErr
-}
-
-// ensureArena makes the device scratch buffer at least n bytes (worker only).
-func (d *Device) ensureArena(n uintptr) error {
-	if n <= d.arenaSize {
-		return nil
-	}
-	if d.arena != 0 {
-		if err := d.drv.check("cuMemFree_v2", d.drv.cuMemFree(d.arena)); err != nil {
-			return err
-		}
-		d.arena, d.arenaSize = 0, 0
-	}
-	const grain = 2 << 20
-	n = (n + n/8 + grain - 1) / grain * grain
-	var p uint64
-	if err := d.drv.check("cuMemAlloc_v2", d.drv.cuMemAlloc(&p, n)); err != nil {
-		return fmt.Errorf("%w (%d bytes)", err, n)
-	}
-	d.arena, d.arenaSize = p, n
-	return nil
 }
