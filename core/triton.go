@@ -9,6 +9,17 @@ import (
 // every name that no backend serves.
 const TritonName = "triton"
 
+// ReferenceNames returns the backend names that sglang's registry
+// registers (the handlers of attention_backend_handler.py), in its order:
+// the one list of them that the registry, the engine's metrics, the demo
+// and the reference comparisons read.
+func ReferenceNames() []string {
+	return []string{
+		"ascend", "flashinfer", "fa3", "flashmla", "cutlass_mla", "fa4",
+		"trtllm_mla", "tokenspeed_mla", "aiter", "dsa", "nsa", TritonName, "intel_xpu",
+	}
+}
+
 // TritonDecide is sglang's handle_attention_triton:
 //
 //  1. inside a piecewise CUDA graph: MLA;

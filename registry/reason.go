@@ -35,16 +35,11 @@ const (
 )
 
 // ReferenceNames returns the backend names that sglang's registry
-// registers. A name of this list that no plugin serves still gets the
+// registers (core.ReferenceNames). A name of this list that no plugin serves still gets the
 // triton rules, but as a fallback, with ReasonPluginMissing: a backend the
 // host was expected to have is not there. Which plugin serves a name is
 // never assumed; it comes from the plugins' descriptions.
-func ReferenceNames() []string {
-	return []string{
-		"ascend", "flashinfer", "fa3", "flashmla", "cutlass_mla", "fa4",
-		"trtllm_mla", "tokenspeed_mla", "aiter", "dsa", "nsa", "triton", "intel_xpu",
-	}
-}
+func ReferenceNames() []string { return core.ReferenceNames() }
 
 // ReasonRefused: the plugin refused the request as invalid for its rules.
 const ReasonRefused Reason = "plugin_refused"

@@ -11,11 +11,7 @@ import (
 // that fall back (a case-different one, torch_native, an unknown one), and
 // the deprecated nsa.
 func Names() []string {
-	return []string{
-		"ascend", "flashinfer", "fa3", "flashmla", "cutlass_mla", "fa4",
-		"trtllm_mla", "tokenspeed_mla", "aiter", "dsa", "nsa", "triton", "intel_xpu",
-		"FA3", "torch_native", "no_such_backend", "Flashinfer",
-	}
+	return append(core.ReferenceNames(), "FA3", "torch_native", "no_such_backend", "Flashinfer")
 }
 
 // modeNames is the forward modes Generate picks from: every mode, in
