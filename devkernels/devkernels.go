@@ -288,15 +288,11 @@ func planDecodeGraph(req *core.PlanRequest) *core.Plan {
 	offCounts := align(offReqs + int64(ds.batch)*32)
 	offSlots := align(offCounts + 16)
 	total := align(offSlots + int64(ds.capacity+1)*4)
-	pageShift := 0
-	for 1<<pageShift < s.PageSize {
-		pageShift++
+	buf := decodeBuffers{
+		schedule: wsArg("schedule", offSched), requests: wsArg("requests", offReqs),
+		counts: wsArg("counts", offCounts), slots: wsArg("slots", offSlots),
+		partO: wsArg("part_o", 0), partLSE: wsArg("part_lse", offLSE),
 	}
-	ptr := func(param, tensor string) core.Arg { return core.Arg{Param: param, Kind: core.ArgTensor, Name: tensor} }
-	ws := func(param string, off int64) core.Arg {
-		return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off}
-	}
-	i32 := func(param string, v int) core.Arg { return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)} }
 	return &core.Plan{
 		WorkspaceBytes: total,
 		Reads:          core.PlanReadsDeclared | core.PlanReadsQLens,
@@ -304,33 +300,60 @@ func planDecodeGraph(req *core.PlanRequest) *core.Plan {
 			Module: ModuleMLADecode, Entry: EntrySchedule, PerBatch: true,
 			Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1024, 1, 1},
 			Args: []core.Arg{
-				ptr("seq_lens", "seq_lens"), ptr("qo_indptr", "qo_indptr"),
-				ws("schedule", offSched), ws("requests", offReqs), ws("counts", offCounts), ws("slots", offSlots),
-				i32("batch", ds.batch), i32("heads", d.Heads), i32("capacity", ds.capacity), i32("nslots", ds.slots),
+				tensorArg("seq_lens"), tensorArg("qo_indptr"),
+				buf.schedule, buf.requests, buf.counts, buf.slots,
+				intArg("batch", ds.batch), intArg("heads", d.Heads), intArg("capacity", ds.capacity), intArg("nslots", ds.slots),
 			},
-		}, {
-			Module: ModuleMLADecode, Entry: ds.v.entry,
-			Grid: [3]uint32{uint32(ds.capacity * ds.hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
-			SharedBytes: uint32(ds.v.shared()),
-			Args: []core.Arg{
-				ptr("q", "q"), ptr("kv_cache", "kv_cache"), ptr("kv_indptr", "kv_indptr"), ptr("kv_indices", "kv_indices"),
-				ptr("out", "out"), ptr("lse", "lse"),
-				ws("schedule", offSched), ws("requests", offReqs), ws("counts", offCounts), ws("slots", offSlots),
-				ws("part_o", 0), ws("part_lse", offLSE),
-				i32("heads", d.Heads), i32("page_shift", pageShift),
-				{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E},
-				i32("head_blocks", ds.hb),
-			},
-		}, {
-			Module: ModuleMLADecode, Entry: EntryCombine,
-			Grid: [3]uint32{uint32(ds.batch), uint32(ds.maxRows), 1}, Block: [3]uint32{256, 1, 1},
-			Args: []core.Arg{
-				ptr("out", "out"), ptr("lse", "lse"), ws("requests", offReqs),
-				ws("part_o", 0), ws("part_lse", offLSE), i32("heads", d.Heads), i32("batch", ds.batch),
-			},
-		}},
+		}, decodeLaunch(ds, ds.capacity, d, s.PageSize, buf), combineLaunch(ds, d, buf)},
 		Note: fmt.Sprintf("mla decode, scheduled on the device: %d rows per block, %d head block(s), %d item slots, %d stages",
 			ds.v.rows, ds.hb, ds.capacity, ds.v.stages),
+	}
+}
+
+// decodeBuffers are where a decode plan's launches find the schedule, the
+// per-request metadata, the item count, the slot starts (metadata the host
+// uploads, or the workspace mla_schedule writes) and the partial results.
+type decodeBuffers struct{ schedule, requests, counts, slots, partO, partLSE core.Arg }
+
+func tensorArg(name string) core.Arg { return core.Arg{Param: name, Kind: core.ArgTensor, Name: name} }
+func wsArg(param string, off int64) core.Arg {
+	return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off}
+}
+func intArg(param string, v int) core.Arg {
+	return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)}
+}
+
+// decodeLaunch is the launch of ds's decode variant over slots item slots
+// of ds.hb head blocks each.
+func decodeLaunch(ds decodeShape, slots int, d core.PlanDims, pageSize int, buf decodeBuffers) core.Launch {
+	pageShift := 0
+	for 1<<pageShift < pageSize {
+		pageShift++
+	}
+	return core.Launch{
+		Module: ModuleMLADecode, Entry: ds.v.entry,
+		Grid: [3]uint32{uint32(slots * ds.hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
+		SharedBytes: uint32(ds.v.shared()),
+		Args: []core.Arg{
+			tensorArg("q"), tensorArg("kv_cache"), tensorArg("kv_indptr"), tensorArg("kv_indices"),
+			tensorArg("out"), tensorArg("lse"),
+			buf.schedule, buf.requests, buf.counts, buf.slots, buf.partO, buf.partLSE,
+			intArg("heads", d.Heads), intArg("page_shift", pageShift),
+			{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E},
+			intArg("head_blocks", ds.hb),
+		},
+	}
+}
+
+// combineLaunch is mla_combine over every query row of the batch.
+func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers) core.Launch {
+	return core.Launch{
+		Module: ModuleMLADecode, Entry: EntryCombine,
+		Grid: [3]uint32{uint32(ds.batch), uint32(ds.maxRows), 1}, Block: [3]uint32{256, 1, 1},
+		Args: []core.Arg{
+			tensorArg("out"), tensorArg("lse"), buf.requests, buf.partO, buf.partLSE,
+			intArg("heads", d.Heads), intArg("batch", ds.batch),
+		},
 	}
 }
 
@@ -342,7 +365,7 @@ func planDecodeGraph(req *core.PlanRequest) *core.Plan {
 func planDecode(req *core.PlanRequest) *core.Plan {
 	s, d := req.Shape, req.Dims
 	ds := shapeOf(req)
-	b, maxRows, v, hb, slots := ds.batch, ds.maxRows, ds.v, ds.hb, ds.slots
+	b, v, hb, slots := ds.batch, ds.v, ds.hb, ds.slots
 	m := v.rows
 
 	// Cost of a request: its key tiles plus a fixed cost per item (the
@@ -444,16 +467,11 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		schedule = append(schedule, w.Request, w.KVBegin, w.KVEnd, w.Split)
 	}
 	partO := partRows * mlaDV * 4
-	pageShift := 0
-	for 1<<pageShift < s.PageSize {
-		pageShift++
+	meta := func(param string) core.Arg { return core.Arg{Param: param, Kind: core.ArgMeta, Name: param} }
+	buf := decodeBuffers{
+		schedule: meta("schedule"), requests: meta("requests"), counts: meta("counts"), slots: meta("slots"),
+		partO: wsArg("part_o", 0), partLSE: wsArg("part_lse", partO),
 	}
-	ptr := func(param, tensor string) core.Arg { return core.Arg{Param: param, Kind: core.ArgTensor, Name: tensor} }
-	meta := func(param, name string) core.Arg { return core.Arg{Param: param, Kind: core.ArgMeta, Name: name} }
-	ws := func(param string, off int64) core.Arg {
-		return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off}
-	}
-	i32 := func(param string, v int) core.Arg { return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)} }
 	p := &core.Plan{
 		Metadata: []core.MetaBuffer{
 			{Name: "schedule", Int32s: schedule},
@@ -463,32 +481,12 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		},
 		Schedule:       sched,
 		WorkspaceBytes: partO + partRows*4,
-		Launches: []core.Launch{{
-			Module: ModuleMLADecode, Entry: v.entry,
-			Grid: [3]uint32{uint32(gridSlots * hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
-			SharedBytes: uint32(v.shared()),
-			Args: []core.Arg{
-				ptr("q", "q"), ptr("kv_cache", "kv_cache"), ptr("kv_indptr", "kv_indptr"), ptr("kv_indices", "kv_indices"),
-				ptr("out", "out"), ptr("lse", "lse"),
-				meta("schedule", "schedule"), meta("requests", "requests"), meta("counts", "counts"), meta("slots", "slots"),
-				ws("part_o", 0), ws("part_lse", partO),
-				i32("heads", d.Heads), i32("page_shift", pageShift),
-				{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E},
-				i32("head_blocks", hb),
-			},
-		}},
+		Launches:       []core.Launch{decodeLaunch(ds, gridSlots, d, s.PageSize, buf)},
 		Note: fmt.Sprintf("mla decode: %d rows per block, %d head block(s), %d block(s) of ~%d key tiles of %d, %d item(s), %d stages",
 			m, hb, gridSlots, target, mlaBN, count, v.stages),
 	}
 	if combine || req.Graph {
-		p.Launches = append(p.Launches, core.Launch{
-			Module: ModuleMLADecode, Entry: EntryCombine,
-			Grid: [3]uint32{uint32(b), uint32(maxRows), 1}, Block: [3]uint32{256, 1, 1},
-			Args: []core.Arg{
-				ptr("out", "out"), ptr("lse", "lse"), meta("requests", "requests"),
-				ws("part_o", 0), ws("part_lse", partO), i32("heads", d.Heads), i32("batch", b),
-			},
-		})
+		p.Launches = append(p.Launches, combineLaunch(ds, d, buf))
 	}
 	return p
 }
