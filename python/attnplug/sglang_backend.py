@@ -49,6 +49,7 @@ import os
 import threading
 
 from attnplug import client as _client
+from attnplug.device import _import_torch
 
 __all__ = [
     "AttnplugMLABackend",
@@ -74,15 +75,6 @@ MAX_QUERY_TOKENS = 4
 # The smallest bound of an eager plan (eager_bound).
 _MIN_EAGER_BOUND = 1024
 
-_torch = None
-
-
-def _import_torch():
-    global _torch
-    if _torch is None:
-        import torch
-        _torch = torch
-    return _torch
 
 
 def _sglang_base():
