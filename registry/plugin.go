@@ -167,22 +167,29 @@ func (p *plugin) acquire(ctx context.Context, restartBy *time.Time) (*instance, 
 			go p.start(a)
 		}
 		p.proc.mu.Unlock()
-		var late <-chan time.Time
-		if restart {
-			t := time.NewTimer(time.Until(*restartBy))
-			defer t.Stop()
-			late = t.C
+		if err := waitStart(ctx, a, restart, *restartBy, p.name); err != nil {
+			return nil, err
 		}
-		select {
-		case <-a.done:
-			if a.err != nil {
-				return nil, a.err
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-late:
-			return nil, &failure{reason: ReasonBackoff, err: fmt.Errorf("plugin %s is restarting and was not back within the call deadline", p.name)}
-		}
+	}
+}
+
+// waitStart waits for the start attempt a to end, for ctx, and, for a
+// restart, until restartBy; it returns a's failure, ctx's error, or a
+// ReasonBackoff failure past restartBy.
+func waitStart(ctx context.Context, a *startAttempt, restart bool, restartBy time.Time, name string) error {
+	var late <-chan time.Time
+	if restart {
+		t := time.NewTimer(time.Until(restartBy))
+		defer t.Stop()
+		late = t.C
+	}
+	select {
+	case <-a.done:
+		return a.err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-late:
+		return &failure{reason: ReasonBackoff, err: fmt.Errorf("plugin %s is restarting and was not back within the call deadline", name)}
 	}
 }
 
