@@ -185,6 +185,11 @@ type PlanDims struct {
 	HeadDimV int
 	// SoftmaxScale multiplies q·k before the softmax.
 	SoftmaxScale float64
+	// TopK, for a sparse kernel (DeepSeek sparse attention), is how many
+	// keys each query token attends to: the width of the indexer's top-k
+	// (index_topk, 2048 for DeepSeek-V3.2). The plan's topk_indices tensor
+	// has a row of TopK cache slots per query token. 0 for a dense kernel.
+	TopK int
 }
 
 // PlanRequest asks a backend for the launches that run a method's kernel
@@ -194,9 +199,14 @@ type PlanRequest struct {
 	Backend string
 	// Method is the forward method.
 	Method Method
-	// DType is the dtype of the queries, the KV cache and the output
-	// ("bf16").
+	// DType is the dtype of the queries and the output, and of the KV
+	// cache unless KVDType says otherwise ("bf16").
 	DType string
+	// KVDType is the KV cache's dtype when it differs from DType:
+	// "fp8_e4m3" for sglang's --kv-cache-dtype fp8_e4m3 (the MLA pool's
+	// 576 e4m3 values per token with the layer's scale; for a sparse
+	// kernel, the NSA pool's 656-byte tokens). Empty: DType.
+	KVDType string
 	// Dims are the model dimensions.
 	Dims PlanDims
 	// Shape is the batch.
@@ -211,6 +221,15 @@ type PlanRequest struct {
 	// has no metadata at all and declares so in Plan.Reads; otherwise only
 	// its metadata changes with the lengths (launch's Prepared.Update).
 	Graph bool
+}
+
+// CacheDType returns the KV cache's dtype: KVDType, or DType when it is
+// empty.
+func (r *PlanRequest) CacheDType() string {
+	if r.KVDType != "" {
+		return r.KVDType
+	}
+	return r.DType
 }
 
 // PlanReads names the quantities of a plan request's shape that a plan
@@ -321,8 +340,10 @@ type Launch struct {
 // TensorSpec is a tensor the host binds to a plan.
 type TensorSpec struct {
 	// Name is the tensor's name, one of the layout's (launch.Tensors): q,
-	// kv_cache, kv_indptr, kv_indices, seq_lens, qo_indptr, out, lse for
-	// MLA; q, k, v (k_prefix, v_prefix), out, lse for the MHA methods.
+	// kv_cache, kv_indptr, kv_indices, seq_lens, qo_indptr, out, lse (and
+	// kv_scale for an FP8 cache) for MLA; q, kv_cache, topk_indices, out,
+	// lse for sparse MLA; q, k, v (k_prefix, v_prefix), out, lse for the
+	// MHA methods.
 	Name string
 	// DType is its element type: bf16, f32 or i32.
 	DType string

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/attnplug/attnplug/core"
@@ -12,8 +13,9 @@ import (
 	"github.com/attnplug/attnplug/launch"
 )
 
-// MLADecodeSource is the CUDA C source of the paged absorbed-MLA decode
-// kernels and their combine kernel (after TileHeader).
+// MLADecodeSource is the CUDA C source of the absorbed-MLA decode kernels
+// (dense and sparse, bf16 and FP8 caches) and their combine kernel (after
+// TileHeader).
 //
 //go:embed mla_decode.cu
 var MLADecodeSource string
@@ -40,43 +42,104 @@ const (
 	pStride    = mlaBN + 8
 )
 
-// decodeVariant is one decode entry: rows per block, pipeline stages and
-// blocks per multiprocessor (keep in step with MLA_DECODE_ENTRY).
+// decodeVariant is one decode body: rows per block, pipeline stages and
+// blocks per multiprocessor (keep in step with the entries of
+// mla_decode.cu), in each of the four forms.
 type decodeVariant struct {
-	entry               string
+	suffix              string
 	rows, stages, perSM int
 	wide                bool // mla_decode_wide: 64-key tiles, swizzled, unpadded
 }
 
 var decodeVariants = [...]decodeVariant{
-	{"mla_decode_m16", 16, 2, 2, false},
-	{"mla_decode_m32", 32, 4, 1, false},
-	{"mla_decode_m64", 64, 2, 1, true},
+	{"m16", 16, 2, 2, false},
+	{"m32", 32, 4, 1, false},
+	{"m64", 64, 2, 1, true},
 }
 
-// shared is the dynamic shared memory of the variant's entry.
-func (v decodeVariant) shared() int {
+// decodeForm is the key source and cache format of a decode entry.
+type decodeForm int
+
+// The forms: dense over the paged cache, or sparse over each query token's
+// top-k slots; a bf16 cache, or an FP8 one (dense: 576 e4m3 per token and
+// the layer's scale; sparse: DeepSeek-V3.2's 656-byte tokens).
+const (
+	formDense decodeForm = iota
+	formDenseFP8
+	formSparse
+	formSparseFP8
+	numForms
+)
+
+var formPrefixes = [numForms]string{"mla_decode_", "mla_decode_fp8_", "mla_sparse_", "mla_sparse_fp8_"}
+
+func (f decodeForm) sparse() bool { return f == formSparse || f == formSparseFP8 }
+func (f decodeForm) fp8() bool    { return f == formDenseFP8 || f == formSparseFP8 }
+
+// rowBytes is the size of one cached token in the form's cache (row_bytes
+// in mla_decode.cu).
+func (f decodeForm) rowBytes() int {
+	switch f {
+	case formDenseFP8:
+		return mlaDQK
+	case formSparseFP8:
+		return DSARowBytes
+	}
+	return 2 * mlaDQK
+}
+
+// DSARowBytes is the size of a token of DeepSeek-V3.2's FP8 latent cache
+// (sglang's NSA pool in fp8_e4m3, FlashMLA's sparse FP8 layout): 512 e4m3
+// values, 4 float32 scales (one per 128 of them) and the 64 rope values in
+// bf16.
+const DSARowBytes = mlaDV + 4*(mlaDV/128) + 2*(mlaDQK-mlaDV)
+
+func (v decodeVariant) entry(f decodeForm) string { return formPrefixes[f] + v.suffix }
+
+// shared is the dynamic shared memory of the variant's entry in form f: the
+// queries, the bf16 key tiles (the stages, or the one an FP8 tile is
+// dequantised into), P and the reductions, and the staged FP8 tiles.
+func (v decodeVariant) shared(f decodeForm) int {
 	m := v.rows
 	if v.wide {
 		const wbn = 64
-		return 2*(m*mlaDQK+v.stages*wbn*mlaDQK+m*wbn) + 4*(2*m+2*m+m)
+		tiles, staged := 2, 0
+		if f.fp8() {
+			tiles, staged = 1, wbn*f.rowBytes()
+		}
+		return 2*(m*mlaDQK+tiles*wbn*mlaDQK+m*wbn) + 4*(2*m+2*m+m) + staged
 	}
 	cgq := mlaBN / max(8, mlaBN/(8/(m/16)))
-	return 2*(m*qStride+v.stages*mlaBN*qStride+m*pStride) + 4*2*cgq*m
+	tiles, staged := v.stages, 0
+	if f.fp8() {
+		tiles, staged = 1, v.stages*mlaBN*f.rowBytes()
+	}
+	return 2*(m*qStride+tiles*mlaBN*qStride+m*pStride) + 4*2*cgq*m + staged
 }
 
 // mlaKernelNames are the catalog kernels the MLA decode module runs: the
-// absorbed MLA decode of FlashAttention 3, FlashInfer and FlashMLA.
+// absorbed MLA decode of FlashAttention 3, FlashInfer and FlashMLA (dense),
+// and FlashMLA's sparse MLA of DeepSeek sparse attention (dsa).
 var mlaKernelNames = []string{"flash_attn_with_kvcache", "BatchMLAPagedAttentionWrapper", "flash_mla_with_kvcache"}
 
-func decodeParams() []core.Param {
+// sparseKernelNames are the sparse catalog kernels the module runs.
+var sparseKernelNames = []string{"flash_mla_sparse_fwd"}
+
+func decodeParams(f decodeForm) []core.Param {
 	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
-	return []core.Param{
-		p("q"), p("kv_cache"), p("kv_indptr"), p("kv_indices"), p("out"), p("lse"),
-		p("schedule"), p("requests"), p("counts"), p("slots"), p("part_o"), p("part_lse"),
-		{Name: "heads", Kind: core.ParamI32}, {Name: "page_shift", Kind: core.ParamI32},
-		{Name: "scale_log2", Kind: core.ParamF32}, {Name: "head_blocks", Kind: core.ParamI32},
+	i32 := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamI32} }
+	common := []core.Param{p("out"), p("lse"), p("schedule"), p("requests"), p("counts"), p("slots"), p("part_o"), p("part_lse"), i32("heads")}
+	f32 := core.Param{Name: "scale_log2", Kind: core.ParamF32}
+	if f.sparse() {
+		ps := append([]core.Param{p("q"), p("kv_cache"), p("topk_indices")}, common...)
+		return append(ps, i32("topk"), core.Param{Name: "num_slots", Kind: core.ParamI64}, f32, i32("head_blocks"))
 	}
+	ps := []core.Param{p("q"), p("kv_cache"), p("kv_indptr"), p("kv_indices")}
+	if f == formDenseFP8 {
+		ps = append(ps, p("kv_scale"))
+	}
+	ps = append(ps, common...)
+	return append(ps, i32("page_shift"), f32, i32("head_blocks"))
 }
 
 func scheduleParams() []core.Param {
@@ -169,13 +232,16 @@ func build(arch string) ([]core.KernelModule, error) {
 // names, entries and parameters a plan refers to (for checking plans
 // where nothing is compiled).
 func Spec() []core.KernelModule {
-	entries := make([]core.Entry, 0, len(decodeVariants)+1)
-	for _, v := range decodeVariants {
-		entries = append(entries, core.Entry{Name: v.entry, Params: decodeParams()})
+	entries := make([]core.Entry, 0, int(numForms)*len(decodeVariants)+2)
+	for f := range numForms {
+		for _, v := range decodeVariants {
+			entries = append(entries, core.Entry{Name: v.entry(f), Params: decodeParams(f)})
+		}
 	}
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()}, core.Entry{Name: EntrySchedule, Params: scheduleParams()})
 	return []core.KernelModule{{
-		Name: ModuleMLADecode, Platform: core.PlatformCUDA, Entries: entries, Kernels: slices.Clone(mlaKernelNames),
+		Name: ModuleMLADecode, Platform: core.PlatformCUDA, Entries: entries,
+		Kernels: slices.Concat(mlaKernelNames, sparseKernelNames),
 	}, prefillSpec()}
 }
 
@@ -184,12 +250,15 @@ func Spec() []core.KernelModule {
 // dtype, page size or dimensions without device code, and
 // core.ErrInvalidRequest for a malformed request.
 func Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) {
-	if k.Method != req.Method || k.Sparse {
-		return nil, fmt.Errorf("%w: kernel %s (%s) has no device code for %s", core.ErrNoPlan, k.Name, k.Method, req.Method)
+	if k.Method != req.Method {
+		return nil, fmt.Errorf("%w: kernel %s runs %s, not %s", core.ErrNoPlan, k.Name, k.Method, req.Method)
 	}
 	names := mlaKernelNames
 	qk, v := mlaDQK, mlaDV
-	if req.Method != core.MLA {
+	switch {
+	case k.Sparse:
+		names = sparseKernelNames
+	case req.Method != core.MLA:
 		names, qk, v = mhaKernelNames, prefillDQK, prefillDV
 	}
 	if !slices.Contains(names, k.Name) {
@@ -199,47 +268,104 @@ func Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case req.DType != "bf16":
-		return nil, fmt.Errorf("%w: dtype %s (the device kernels take bf16)", core.ErrNoPlan, req.DType)
-	case req.Dims.HeadDimQK != qk || req.Dims.HeadDimV != v:
-		return nil, fmt.Errorf("%w: head dims %d/%d (the device kernels of %s take %d/%d)", core.ErrNoPlan, req.Dims.HeadDimQK, req.Dims.HeadDimV, req.Method, qk, v)
-	case req.Device.Platform != core.PlatformCUDA || req.Device.ComputeCapability < 80:
-		return nil, fmt.Errorf("%w: the device kernels need CUDA compute capability 8.0 or newer", core.ErrNoPlan)
+	if err := covers(k, req, qk, v); err != nil {
+		return nil, err
 	}
 	if req.Method != core.MLA {
 		p := planPrefill(req, tensors)
 		p.Kernel = k.Name
 		return p, nil
 	}
-	switch {
-	case req.Shape.PageSize&(req.Shape.PageSize-1) != 0:
-		return nil, fmt.Errorf("%w: page size %d is not a power of two", core.ErrNoPlan, req.Shape.PageSize)
-	case len(k.PageSizes) > 0 && !slices.Contains(k.PageSizes, req.Shape.PageSize):
-		return nil, fmt.Errorf("%w: %s takes page sizes %v, not %d", core.ErrNoPlan, k.Name, k.PageSizes, req.Shape.PageSize)
+	form := formDense
+	if req.CacheDType() == "fp8_e4m3" {
+		form = formDenseFP8
 	}
 	var p *core.Plan
-	if onDevice(req) {
-		p = planDecodeGraph(req)
-	} else {
-		p = planDecode(req)
+	switch {
+	case k.Sparse:
+		p = planSparse(req, form+formSparse)
+	case onDevice(req):
+		p = planDecodeGraph(req, form)
+	default:
+		p = planDecode(req, form)
 	}
 	p.Kernel = k.Name
 	p.Tensors = tensors
 	return p, nil
 }
 
+// covers checks what of req kernel k's device code serves: the dtypes, the
+// head dims, the device, the page size, a top-k for a sparse kernel and
+// none for a dense one. The error wraps core.ErrNoPlan and names what is
+// missing.
+func covers(k core.Kernel, req *core.PlanRequest, qk, v int) error {
+	kvd := req.CacheDType()
+	fp8OK := req.Method == core.MLA
+	switch {
+	case req.DType != "bf16":
+		return fmt.Errorf("%w: dtype %s (the device kernels take bf16 queries and outputs)", core.ErrNoPlan, req.DType)
+	case kvd != "bf16" && !(kvd == "fp8_e4m3" && fp8OK):
+		what := "bf16 or fp8_e4m3 caches"
+		if !fp8OK {
+			what = "bf16 keys and values"
+		}
+		return fmt.Errorf("%w: KV cache dtype %s (the device kernels of %s take %s)", core.ErrNoPlan, kvd, req.Method, what)
+	case len(k.DTypes) > 0 && !slices.Contains(k.DTypes, kvd):
+		return fmt.Errorf("%w: %s takes KV caches of %v, not %s", core.ErrNoPlan, k.Name, k.DTypes, kvd)
+	case req.Dims.HeadDimQK != qk || req.Dims.HeadDimV != v:
+		return fmt.Errorf("%w: head dims %d/%d (the device kernels of %s take %d/%d)", core.ErrNoPlan, req.Dims.HeadDimQK, req.Dims.HeadDimV, req.Method, qk, v)
+	case req.Device.Platform != core.PlatformCUDA || req.Device.ComputeCapability < 80:
+		return fmt.Errorf("%w: the device kernels need CUDA compute capability 8.0 or newer", core.ErrNoPlan)
+	case k.Sparse && req.Dims.TopK < 1:
+		return fmt.Errorf("%w: %s is sparse and the request gives no dims.top_k", core.ErrNoPlan, k.Name)
+	case !k.Sparse && req.Dims.TopK > 0:
+		return fmt.Errorf("%w: %s is dense and the request gives dims.top_k %d (a sparse layer)", core.ErrNoPlan, k.Name, req.Dims.TopK)
+	}
+	if req.Method != core.MLA {
+		return nil
+	}
+	switch ps := req.Shape.PageSize; {
+	case !k.Sparse && ps&(ps-1) != 0:
+		return fmt.Errorf("%w: page size %d is not a power of two", core.ErrNoPlan, ps)
+	case len(k.PageSizes) > 0 && !slices.Contains(k.PageSizes, ps):
+		return fmt.Errorf("%w: %s takes page sizes %v, not %d", core.ErrNoPlan, k.Name, k.PageSizes, ps)
+	}
+	return nil
+}
+
+// planSparse plans the sparse decode (and sparse prefill: the same math,
+// each new token over its own top-k): every query token is one request of
+// TopK keys (its topk_indices row), cut into items as planDecode cuts a
+// dense batch. The plan depends only on the number of query tokens, so it
+// holds for a batch size and, with Graph, for every step of it.
+func planSparse(req *core.PlanRequest, form decodeForm) *core.Plan {
+	var tokens int64
+	for _, q := range req.Shape.QLens {
+		tokens += q
+	}
+	sub := *req
+	sub.Shape.SeqLens = slices.Repeat([]int64{int64(req.Dims.TopK)}, int(tokens))
+	sub.Shape.QLens = slices.Repeat([]int64{1}, int(tokens))
+	p := planDecode(&sub, form)
+	p.Reads = core.PlanReadsDeclared | core.PlanReadsQLens
+	p.Note = fmt.Sprintf("sparse over top-%d, %d token(s): %s", req.Dims.TopK, tokens, strings.TrimPrefix(p.Note, "mla decode: "))
+	return p
+}
+
 // onDevice reports whether req's decode is scheduled on the device: a
 // graph request with a declared bound on the lengths. Its plan holds for
 // the batch size (and query lengths): no metadata, the schedule computed
 // by mla_schedule from seq_lens and qo_indptr at each step.
-func onDevice(req *core.PlanRequest) bool { return req.Graph && req.Shape.MaxSeqLen > 0 }
+func onDevice(req *core.PlanRequest) bool {
+	return req.Graph && req.Shape.MaxSeqLen > 0 && req.Dims.TopK == 0
+}
 
 // decodeShape is what a decode plan's launches follow: the variant for the
 // rows of a request's queries, its head blocks, the slots that fit the GPU
 // at once and the items the grid has room for.
 type decodeShape struct {
 	v                  decodeVariant
+	form               decodeForm
 	maxRows, hb, slots int
 	capacity, batch    int
 }
@@ -252,13 +378,13 @@ func (ds decodeShape) partialRows() int64 {
 	return int64(min(ds.capacity, 2*ds.slots)) * int64(ds.maxRows)
 }
 
-func shapeOf(req *core.PlanRequest) decodeShape {
+func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 	s, d := req.Shape, req.Dims
 	var maxQ int64
 	for _, q := range s.QLens {
 		maxQ = max(maxQ, q)
 	}
-	ds := decodeShape{maxRows: int(maxQ) * d.Heads, batch: len(s.SeqLens), v: decodeVariants[len(decodeVariants)-1]}
+	ds := decodeShape{maxRows: int(maxQ) * d.Heads, batch: len(s.SeqLens), v: decodeVariants[len(decodeVariants)-1], form: form}
 	for _, c := range decodeVariants {
 		if ds.maxRows <= c.rows {
 			ds.v = c
@@ -276,9 +402,9 @@ func shapeOf(req *core.PlanRequest) decodeShape {
 // per-request metadata, the item count and the slot starts written into
 // the workspace by mla_schedule at each step (a PerBatch launch), from the
 // host's seq_lens and qo_indptr, exactly as planDecode cuts them.
-func planDecodeGraph(req *core.PlanRequest) *core.Plan {
-	ds := shapeOf(req)
-	d, s := req.Dims, req.Shape
+func planDecodeGraph(req *core.PlanRequest, form decodeForm) *core.Plan {
+	ds := shapeOf(req, form)
+	d := req.Dims
 	align := func(n int64) int64 { return (n + 255) &^ 255 }
 	partRows := ds.partialRows()
 	partO := partRows * mlaDV * 4
@@ -304,7 +430,7 @@ func planDecodeGraph(req *core.PlanRequest) *core.Plan {
 				buf.schedule, buf.requests, buf.counts, buf.slots,
 				intArg("batch", ds.batch), intArg("heads", d.Heads), intArg("capacity", ds.capacity), intArg("nslots", ds.slots),
 			},
-		}, decodeLaunch(ds, ds.capacity, d, s.PageSize, buf), combineLaunch(ds, d, buf)},
+		}, decodeLaunch(ds, ds.capacity, req, buf), combineLaunch(ds, d, buf)},
 		Note: fmt.Sprintf("mla decode, scheduled on the device: %d rows per block, %d head block(s), %d item slots, %d stages",
 			ds.v.rows, ds.hb, ds.capacity, ds.v.stages),
 	}
@@ -323,25 +449,36 @@ func intArg(param string, v int) core.Arg {
 	return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)}
 }
 
-// decodeLaunch is the launch of ds's decode variant over slots item slots
-// of ds.hb head blocks each.
-func decodeLaunch(ds decodeShape, slots int, d core.PlanDims, pageSize int, buf decodeBuffers) core.Launch {
-	pageShift := 0
-	for 1<<pageShift < pageSize {
-		pageShift++
+// decodeLaunch is the launch of ds's decode variant, in its form, over
+// slots item slots of ds.hb head blocks each.
+func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBuffers) core.Launch {
+	d, s := req.Dims, req.Shape
+	args := []core.Arg{tensorArg("q"), tensorArg("kv_cache")}
+	if ds.form.sparse() {
+		args = append(args, tensorArg("topk_indices"))
+	} else {
+		args = append(args, tensorArg("kv_indptr"), tensorArg("kv_indices"))
 	}
+	if ds.form == formDenseFP8 {
+		args = append(args, tensorArg("kv_scale"))
+	}
+	args = append(args, tensorArg("out"), tensorArg("lse"),
+		buf.schedule, buf.requests, buf.counts, buf.slots, buf.partO, buf.partLSE, intArg("heads", d.Heads))
+	if ds.form.sparse() {
+		args = append(args, intArg("topk", d.TopK), intArg("num_slots", s.NumPages*s.PageSize))
+	} else {
+		pageShift := 0
+		for 1<<pageShift < s.PageSize {
+			pageShift++
+		}
+		args = append(args, intArg("page_shift", pageShift))
+	}
+	args = append(args, core.Arg{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}, intArg("head_blocks", ds.hb))
 	return core.Launch{
-		Module: ModuleMLADecode, Entry: ds.v.entry,
+		Module: ModuleMLADecode, Entry: ds.v.entry(ds.form),
 		Grid: [3]uint32{uint32(slots * ds.hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
-		SharedBytes: uint32(ds.v.shared()),
-		Args: []core.Arg{
-			tensorArg("q"), tensorArg("kv_cache"), tensorArg("kv_indptr"), tensorArg("kv_indices"),
-			tensorArg("out"), tensorArg("lse"),
-			buf.schedule, buf.requests, buf.counts, buf.slots, buf.partO, buf.partLSE,
-			intArg("heads", d.Heads), intArg("page_shift", pageShift),
-			{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E},
-			intArg("head_blocks", ds.hb),
-		},
+		SharedBytes: uint32(ds.v.shared(ds.form)),
+		Args:        args,
 	}
 }
 
@@ -362,9 +499,9 @@ func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers) core.Laun
 // thread block, one block per multiprocessor, so the items are sized to
 // fill the GPU once. A request whose keys span several items gets partial
 // results that mla_combine merges.
-func planDecode(req *core.PlanRequest) *core.Plan {
+func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
 	s, d := req.Shape, req.Dims
-	ds := shapeOf(req)
+	ds := shapeOf(req, form)
 	b, v, hb, slots := ds.batch, ds.v, ds.hb, ds.slots
 	m := v.rows
 
@@ -481,7 +618,7 @@ func planDecode(req *core.PlanRequest) *core.Plan {
 		},
 		Schedule:       sched,
 		WorkspaceBytes: partO + partRows*4,
-		Launches:       []core.Launch{decodeLaunch(ds, gridSlots, d, s.PageSize, buf)},
+		Launches:       []core.Launch{decodeLaunch(ds, gridSlots, req, buf)},
 		Note: fmt.Sprintf("mla decode: %d rows per block, %d head block(s), %d block(s) of ~%d key tiles of %d, %d item(s), %d stages",
 			m, hb, gridSlots, target, mlaBN, count, v.stages),
 	}

@@ -1,23 +1,36 @@
-// Paged absorbed-MLA decode for sglang's latent KV cache (bf16), with
-// split-KV and a combine kernel. Compiled by NVRTC at plugin start for the
-// host's GPU (sm_80 and newer: mma.sync, ldmatrix, cp.async).
+// Absorbed-MLA decode for sglang's latent KV cache, with split-KV and a
+// combine kernel: the paged dense decode (bf16 or FP8 cache) and DeepSeek
+// sparse attention over each query token's top-k (bf16 or DeepSeek-V3.2's
+// FP8 cache). Built ahead of time (images/) or by NVRTC for the host's GPU
+// (sm_80 and newer: mma.sync, ldmatrix, cp.async).
 //
-// Layout (see launch.Tensors): q [tokens, heads, 576], kv_cache
-// [pages*page_size, 576] (the first 512 columns are also the values),
-// kv_indptr/kv_indices the pages of each request, out [tokens, heads, 512],
-// lse [tokens, heads] (natural log of the sum of exp(scale * q.k)).
+// Layout (see launch.Tensors): q [tokens, heads, 576], out [tokens, heads,
+// 512], lse [tokens, heads] (natural log of the sum of exp(scale * q.k)),
+// and the cache kv_cache [pages*page_size, row] in one of three formats:
+//   FMT_BF16  576 bf16 (the first 512 columns are also the values);
+//   FMT_FP8   576 e4m3, the value stored times the layer's kv_scale (sglang's
+//             --kv-cache-dtype fp8_e4m3 for the MLA pool);
+//   FMT_DSA   656 bytes: 512 e4m3, 4 f32 scales (one per 128 columns), 64
+//             bf16 rope values (sglang's NSA pool in fp8_e4m3, FlashMLA's
+//             sparse FP8 layout).
+// Dense kernels find request i's keys through kv_indptr/kv_indices (its
+// pages); sparse kernels read, for query token t, topk_indices[t, :]: slots
+// of the cache (page * page_size + offset, sglang's page_table_1), -1 pads.
 //
 // Work: the plan's schedule cuts each request's keys into chunks (items);
 // one block runs one item for M query rows of its request (rows are token-
 // major: row = t*heads + h), so every head of a head block shares each key
 // tile read from memory, and the head blocks of one item are adjacent in
-// the grid, so they read each tile while it is in L2. A block holds its M
-// query rows in shared memory and streams key tiles of BN rows through a
+// the grid, so they read each tile while it is in L2. (For a sparse kernel
+// every query token is a request of topk keys.) A block holds its M query
+// rows in shared memory and streams key tiles of BN rows through a
 // STAGES-deep cp.async pipeline; 8 warps compute S = QK^T on tensor cores
 // (mma.sync m16n8k16, bf16 in, fp32 out), an online softmax in fp32 with the
 // row maxima exchanged through shared memory, and O += PV with P through
-// shared memory in bf16. A request cut into several chunks writes fp32
-// partial outputs and their LSE to the workspace; mla_combine merges them.
+// shared memory in bf16. An FP8 tile lands in a staging buffer and is
+// dequantised into a bf16 tile in shared memory before the MMAs. A request
+// cut into several chunks writes fp32 partial outputs and their LSE to the
+// workspace; mla_combine merges them.
 
 #define DQK 576
 #define DV 512
@@ -25,7 +38,16 @@
 #define NTHREADS 256
 #define QSTRIDE (DQK + 8)   /* shared row stride in elements: 1168 bytes, 16 mod 128 */
 #define PSTRIDE (BN + 8)    /* 80 bytes, conflict-free for ldmatrix */
-#define KV_ITERS ((BN * (DQK / 8)) / NTHREADS) /* 16-byte copies per thread per key tile */
+
+// Cache formats.
+#define FMT_BF16 0
+#define FMT_FP8 1
+#define FMT_DSA 2
+
+// Bytes of one cached token in format fmt.
+__host__ __device__ constexpr int row_bytes(int fmt) {
+    return fmt == FMT_BF16 ? DQK * 2 : fmt == FMT_FP8 ? DQK : DV + 4 * (DV / 128) + 2 * (DQK - DV);
+}
 
 // Per-request metadata (the plan's "requests" buffer), 8 int32 each.
 struct ReqInfo {
@@ -42,44 +64,129 @@ struct Item {
     int req, kv_begin, kv_end, split;
 };
 
-// Reads the page of each key row this thread copies in key tile j0 (-1
-// past kv_end): done a tile ahead, so the copies never wait for it.
-__device__ __forceinline__ void fetch_pages(int* pg, const int* __restrict__ pages, int page_shift, int j0, int kv_end,
-                                            int tid) {
+// Where a block finds its keys.
+struct Keys {
+    const unsigned char* kv; // the cache
+    const int* kv_indptr;    // dense: request i's pages are kv_indices[kv_indptr[i]:]
+    const int* kv_indices;   // dense: the page table; sparse: topk_indices
+    int page_shift;          // dense: log2 of the page size
+    int topk;                // sparse: indices per query token
+    long long num_slots;     // sparse: rows of the cache (a slot outside reads as padding)
+    float kv_scale;          // FMT_FP8: a key or value is the stored e4m3 times kv_scale
+};
+
+// The key rows of one request (dense) or query token (sparse): page numbers
+// or slots.
+template <bool SPARSE>
+__device__ __forceinline__ const int* key_rows(const Keys& ks, int req) {
+    return SPARSE ? ks.kv_indices + (long long)req * ks.topk : ks.kv_indices + ks.kv_indptr[req];
+}
+
+// Whether key j (below kv_end) of a sparse token is a slot of the cache.
+__device__ __forceinline__ bool sparse_valid(const Keys& ks, const int* rows, int j) {
+    const int x = __ldg(rows + j);
+    return x >= 0 && x < ks.num_slots;
+}
+
+// Reads what each 16-byte copy of this thread in key tile j0 (BNR rows of
+// CH chunks) comes from: the page (dense) or the slot (sparse) of its key,
+// -1 past kv_end or for padding. Done a tile ahead, so the copies never
+// wait for it.
+template <bool SPARSE, int BNR, int CH, int ITERS>
+__device__ __forceinline__ void fetch_rows(int* pg, const Keys& ks, const int* rows, int j0, int kv_end, int tid) {
 #pragma unroll
-    for (int i = 0; i < KV_ITERS; i++) {
-        int j = j0 + (tid + i * NTHREADS) / (DQK / 8);
-        pg[i] = j < kv_end ? pages[j >> page_shift] : -1;
+    for (int i = 0; i < ITERS; i++) {
+        const int c = tid + i * NTHREADS;
+        const int j = j0 + c / CH;
+        int v = -1;
+        if (c < BNR * CH && j < kv_end) {
+            if (SPARSE) {
+                v = rows[j];
+                if (v >= ks.num_slots) v = -1;
+            } else {
+                v = rows[j >> ks.page_shift];
+            }
+        }
+        pg[i] = v < 0 ? -1 : v;
     }
 }
 
-// Issues the cp.async copies of key tile j0 into sk (BN rows of QSTRIDE
-// elements), with the pages fetch_pages read; keys past kv_end are zeroed.
-__device__ __forceinline__ void issue_tile(bf16* sk, const bf16* __restrict__ kv, const int* pg, int page_shift, int j0,
-                                           int tid) {
-    const u32 base = smem_addr(sk);
+// Issues the cp.async copies of key tile j0 (what fetch_rows read) to
+// shared memory at base: chunk ch of row r goes to base + dst(r, ch).
+// Rows past kv_end and padding are zeroed.
+template <bool SPARSE, int BNR, int CH, int ITERS, class Dst>
+__device__ __forceinline__ void issue_rows(u32 base, Dst dst, const Keys& ks, const int* pg, int j0, int tid) {
 #pragma unroll
-    for (int i = 0; i < KV_ITERS; i++) {
-        int c = tid + i * NTHREADS;
-        int r = c / (DQK / 8), ch = c - r * (DQK / 8);
-        const bf16* src = kv;
+    for (int i = 0; i < ITERS; i++) {
+        const int c = tid + i * NTHREADS;
+        if (c >= BNR * CH) break;
+        const int r = c / CH, ch = c - r * CH;
+        const unsigned char* src = ks.kv;
         int bytes = 0;
         if (pg[i] >= 0) {
-            long long row = ((long long)pg[i] << page_shift) | ((j0 + r) & ((1 << page_shift) - 1));
-            src = kv + row * DQK + ch * 8;
+            const long long row =
+                SPARSE ? (long long)pg[i]
+                       : ((long long)pg[i] << ks.page_shift) | ((j0 + r) & ((1 << ks.page_shift) - 1));
+            src = ks.kv + row * (CH * 16) + ch * 16;
             bytes = 16;
         }
-        cp_async16(base + (r * QSTRIDE + ch * 8) * 2, src, bytes);
+        cp_async16(base + dst(r, ch), src, bytes);
     }
 }
 
-template <int M, int STAGES>
-__device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, const bf16* __restrict__ kv,
-                                                const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-                                                bf16* __restrict__ out, float* __restrict__ lse,
-                                                const Item* __restrict__ schedule, const ReqInfo* __restrict__ reqs,
-                                                const int* __restrict__ counts, float* __restrict__ part_o,
-                                                float* __restrict__ part_lse, int heads, int page_shift,
+// Dequantises 16 e4m3 values times mul into 16 bf16 (lo: the first 8).
+// Each byte goes to the high bits of an f16 (an e4m3 value times 2^-8,
+// exactly, subnormals included), f16 to f32 exactly, then times mul
+// (256 x the scale) and rounded to bf16: exact when mul is 256, since
+// every e4m3 value is a bf16. The NaN codes (0x7f, 0xff) read as 480.
+__device__ __forceinline__ u32 e4m3x2_bf16(u32 pair, float mul) {
+    const u32 h = ((pair & 0x007f007fu) << 7) | ((pair & 0x00800080u) << 8);
+    float lo, hi;
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(lo), "=f"(hi) : "r"(h));
+    return pack_bf16(lo * mul, hi * mul);
+}
+__device__ __forceinline__ void e4m3x16_bf16(uint4 v, float mul, uint4& lo, uint4& hi) {
+    lo.x = e4m3x2_bf16(__byte_perm(v.x, 0, 0x4140), mul);
+    lo.y = e4m3x2_bf16(__byte_perm(v.x, 0, 0x4342), mul);
+    lo.z = e4m3x2_bf16(__byte_perm(v.y, 0, 0x4140), mul);
+    lo.w = e4m3x2_bf16(__byte_perm(v.y, 0, 0x4342), mul);
+    hi.x = e4m3x2_bf16(__byte_perm(v.z, 0, 0x4140), mul);
+    hi.y = e4m3x2_bf16(__byte_perm(v.z, 0, 0x4342), mul);
+    hi.z = e4m3x2_bf16(__byte_perm(v.w, 0, 0x4140), mul);
+    hi.w = e4m3x2_bf16(__byte_perm(v.w, 0, 0x4342), mul);
+}
+
+// Dequantises BNR staged FP8 rows (raw, row_bytes(FMT) each) into the bf16
+// key tile at tile: chunk ch (8 values) of row r at tile + dst(r, ch). The
+// layer scale of FMT_FP8 is applied to the scores and the output instead,
+// so its tile is exact; FMT_DSA's block scales are applied here, rounding
+// each value to bf16 (as sglang's dequantize_k_cache does).
+template <int FMT, int BNR, class Dst>
+__device__ __forceinline__ void dequant_tile(const unsigned char* raw, unsigned char* tile, Dst dst, int tid) {
+    constexpr int RB = row_bytes(FMT);
+    constexpr int UNITS = FMT == FMT_FP8 ? DQK / 16 : DV / 16 + (DQK - DV) / 8; // per row: 36, or 32 + 8
+    for (int u = tid; u < BNR * UNITS; u += NTHREADS) {
+        const int r = u / UNITS, k = u - r * UNITS;
+        const unsigned char* row = raw + r * RB;
+        if (FMT == FMT_DSA && k >= DV / 16) { // rope: 8 bf16 as they are
+            const int c = k - DV / 16;
+            *(uint4*)(tile + dst(r, DV / 8 + c)) = *(const uint4*)(row + DV + 4 * (DV / 128) + c * 16);
+            continue;
+        }
+        float mul = 256.f;
+        if (FMT == FMT_DSA) mul *= ((const float*)(row + DV))[k >> 3];
+        uint4 lo, hi;
+        e4m3x16_bf16(*(const uint4*)(row + k * 16), mul, lo, hi);
+        *(uint4*)(tile + dst(r, 2 * k)) = lo;
+        *(uint4*)(tile + dst(r, 2 * k + 1)) = hi;
+    }
+}
+
+template <int M, int STAGES, int FMT, bool SPARSE>
+__device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
+                                                float* __restrict__ lse, const Item* __restrict__ schedule,
+                                                const ReqInfo* __restrict__ reqs, const int* __restrict__ counts,
+                                                float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
                                                 float scale_log2, int item_idx, int hb) {
     constexpr int RG = M / 16;                   // row groups of 16
     constexpr int CG = 8 / RG;                   // column groups
@@ -88,13 +195,17 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
     constexpr int NTQ = NQ / 8;
     constexpr int VC = DV / CG;                  // output columns per warp
     constexpr int NTV = VC / 8;
+    constexpr int RB = row_bytes(FMT), CH = RB / 16;    // cached bytes and 16-byte chunks per key
+    constexpr int ITERS = (BN * CH + NTHREADS - 1) / NTHREADS;
+    constexpr int NT = FMT == FMT_BF16 ? STAGES : 1;    // bf16 key tiles: the stages, or the one dequantised
 
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* sq = (bf16*)smem;                              // M x QSTRIDE
-    bf16* skv = sq + M * QSTRIDE;                        // STAGES x BN x QSTRIDE
-    bf16* sp = skv + STAGES * BN * QSTRIDE;              // M x PSTRIDE
+    bf16* skv = sq + M * QSTRIDE;                        // NT x BN x QSTRIDE
+    bf16* sp = skv + NT * BN * QSTRIDE;                  // M x PSTRIDE
     float* red_max = (float*)(sp + M * PSTRIDE);         // CGQ x M
     float* red_sum = red_max + CGQ * M;                  // CGQ x M (reused for l at the end: CG x M)
+    unsigned char* sraw = (unsigned char*)(red_sum + CGQ * M); // FP8: STAGES x BN x RB staged
 
     if (item_idx >= counts[0]) return;
     const Item it = schedule[item_idx];
@@ -105,7 +216,16 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int rg = warp / CG, cg = warp - rg * CG;
-    const int* pages = kv_indices + kv_indptr[it.req];
+    const int* krows = key_rows<SPARSE>(ks, it.req);
+    // FMT_FP8: the layer scale multiplies every score and the output.
+    const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f;
+    scale_log2 *= kv_mul;
+    // Stage s of the pipeline, and where chunk ch of key r lands in it.
+    auto stage = [&](int s) -> u32 {
+        return FMT == FMT_BF16 ? smem_addr(skv + s * BN * QSTRIDE) : smem_addr(sraw + s * BN * RB);
+    };
+    auto stage_dst = [](int r, int ch) -> u32 { return FMT == FMT_BF16 ? (r * QSTRIDE + ch * 8) * 2 : r * RB + ch * 16; };
+    auto tile_dst = [](int r, int ch) -> u32 { return (r * QSTRIDE + ch * 8) * 2; };
 
     // Queries: M rows starting at row0 (zero past the request's rows).
     {
@@ -121,16 +241,17 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
         }
     }
     const int ntiles = (it.kv_end - it.kv_begin + BN - 1) / BN;
-    int pg[KV_ITERS];
+    int pg[ITERS];
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < ntiles) {
-            fetch_pages(pg, pages, page_shift, it.kv_begin + s * BN, it.kv_end, tid);
-            issue_tile(skv + s * BN * QSTRIDE, kv, pg, page_shift, it.kv_begin + s * BN, tid);
+            fetch_rows<SPARSE, BN, CH, ITERS>(pg, ks, krows, it.kv_begin + s * BN, it.kv_end, tid);
+            issue_rows<SPARSE, BN, CH, ITERS>(stage(s), stage_dst, ks, pg, it.kv_begin + s * BN, tid);
         }
         cp_commit(); // the queries ride in the first group
     }
-    if (STAGES - 1 < ntiles) fetch_pages(pg, pages, page_shift, it.kv_begin + (STAGES - 1) * BN, it.kv_end, tid);
+    if (STAGES - 1 < ntiles)
+        fetch_rows<SPARSE, BN, CH, ITERS>(pg, ks, krows, it.kv_begin + (STAGES - 1) * BN, it.kv_end, tid);
 
     // This thread's two rows (within the block) and their causal limits.
     const int lr0 = rg * 16 + (lane >> 2), lr1 = lr0 + 8;
@@ -146,13 +267,16 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
     for (int t = 0; t < ntiles; t++) {
         cp_wait<STAGES - 2>();
         __syncthreads();
+        if (FMT != FMT_BF16) dequant_tile<FMT, BN>(sraw + (t % STAGES) * BN * RB, (unsigned char*)skv, tile_dst, tid);
         {
             int nt = t + STAGES - 1;
-            if (nt < ntiles) issue_tile(skv + (nt % STAGES) * BN * QSTRIDE, kv, pg, page_shift, it.kv_begin + nt * BN, tid);
+            if (nt < ntiles) issue_rows<SPARSE, BN, CH, ITERS>(stage(nt % STAGES), stage_dst, ks, pg, it.kv_begin + nt * BN, tid);
             cp_commit();
-            if (nt + 1 < ntiles) fetch_pages(pg, pages, page_shift, it.kv_begin + (nt + 1) * BN, it.kv_end, tid);
+            if (nt + 1 < ntiles)
+                fetch_rows<SPARSE, BN, CH, ITERS>(pg, ks, krows, it.kv_begin + (nt + 1) * BN, it.kv_end, tid);
         }
-        const bf16* sk = skv + (t % STAGES) * BN * QSTRIDE;
+        if (FMT != FMT_BF16) __syncthreads(); // the dequantised tile is whole
+        const bf16* sk = FMT == FMT_BF16 ? skv + (t % STAGES) * BN * QSTRIDE : skv;
         const u32 sk_a = smem_addr(sk);
         const int j0 = it.kv_begin + t * BN;
 
@@ -199,7 +323,7 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     int j = j0 + cg * NQ + n * 8 + (lane & 3) * 2 + e;
-                    bool in = j < it.kv_end;
+                    bool in = j < it.kv_end && (!SPARSE || sparse_valid(ks, krows, j));
                     s[n][e] = (in && j <= causal0) ? s[n][e] * scale_log2 : NEG_INF;
                     s[n][2 + e] = (in && j <= causal1) ? s[n][2 + e] * scale_log2 : NEG_INF;
                     mx0 = fmaxf(mx0, s[n][e]);
@@ -282,7 +406,7 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
     cp_wait<0>();
 
     // Epilogue: normalise, then the final output or a partial one.
-    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const float inv0 = l0 > 0.f ? kv_mul / l0 : 0.f, inv1 = l1 > 0.f ? kv_mul / l1 : 0.f;
     const float lse0 = l0 > 0.f ? (m0 + __log2f(l0)) * 0.6931471805599453f : NEG_INF;
     const float lse1 = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
     const int gr0 = row0 + lr0, gr1 = row0 + lr1; // rows within the request
@@ -325,51 +449,27 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
 // O += PV as 2 row halves x 4 column quarters (32 x 128 per warp), which
 // reads less shared memory per MMA than a 16 x 256 split.
 #define WBN 64
-#define WKV_ITERS ((WBN * (DQK / 8)) / NTHREADS) /* 18 */
 
-__device__ __forceinline__ void wide_fetch(int* pg, const int* __restrict__ pages, int page_shift, int j0, int kv_end,
-                                           int tid) {
-#pragma unroll
-    for (int i = 0; i < WKV_ITERS; i++) {
-        int j = j0 + (tid + i * NTHREADS) / (DQK / 8);
-        pg[i] = j < kv_end ? pages[j >> page_shift] : -1;
-    }
-}
-
-__device__ __forceinline__ void wide_issue(u32 base, const bf16* __restrict__ kv, const int* pg, int page_shift, int j0,
-                                           int tid) {
-#pragma unroll
-    for (int i = 0; i < WKV_ITERS; i++) {
-        int c = tid + i * NTHREADS;
-        int r = c / (DQK / 8), ch = c - r * (DQK / 8);
-        const bf16* src = kv;
-        int bytes = 0;
-        if (pg[i] >= 0) {
-            long long row = ((long long)pg[i] << page_shift) | ((j0 + r) & ((1 << page_shift) - 1));
-            src = kv + row * DQK + ch * 8;
-            bytes = 16;
-        }
-        cp_async16(base + swz(r, ch, DQK * 2), src, bytes);
-    }
-}
-
-__device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, const bf16* __restrict__ kv,
-                                                const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-                                                bf16* __restrict__ out, float* __restrict__ lse,
-                                                const Item* __restrict__ schedule, const ReqInfo* __restrict__ reqs,
-                                                const int* __restrict__ counts, float* __restrict__ part_o,
-                                                float* __restrict__ part_lse, int heads, int page_shift,
+template <int FMT, bool SPARSE>
+__device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
+                                                float* __restrict__ lse, const Item* __restrict__ schedule,
+                                                const ReqInfo* __restrict__ reqs, const int* __restrict__ counts,
+                                                float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
                                                 float scale_log2, int item_idx, int hb) {
     constexpr int M = 64;
     constexpr int RB = DQK * 2;       // bytes per Q/K row: 1152 = 9 lines
     constexpr int PB = WBN * 2;       // bytes per P row: 128 = 1 line
+    constexpr int KB = row_bytes(FMT), CH = KB / 16; // cached bytes and 16-byte chunks per key
+    constexpr int ITERS = (WBN * CH + NTHREADS - 1) / NTHREADS;
+    constexpr int NT = FMT == FMT_BF16 ? 2 : 1;      // bf16 key tiles: two stages, or the one dequantised
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char* sq = smem;                          // 64 rows
-    unsigned char* skv = sq + M * RB;                  // 2 stages x 64 rows
-    unsigned char* sp = skv + 2 * WBN * RB;            // 64 x 64 bf16
+    unsigned char* skv = sq + M * RB;                  // NT x 64 rows
+    unsigned char* sp = skv + NT * WBN * RB;           // 64 x 64 bf16
     float* red_max = (float*)(sp + M * PB);            // 2 x 64
     float* red_sum = red_max + 2 * M;                  // 2 x 64
     float* m_row = red_sum + 2 * M;                    // 64: the running row maxima
+    unsigned char* sraw = (unsigned char*)(m_row + M); // FP8: one staged tile of 64 x KB (the next)
 
     if (item_idx >= counts[0]) return;
     const Item it = schedule[item_idx];
@@ -379,8 +479,14 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
     if (row0 >= rows) return;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int* pages = kv_indices + kv_indptr[it.req];
+    const int* krows = key_rows<SPARSE>(ks, it.req);
     const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
+    const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f; // FMT_FP8: scales every score and the output
+    scale_log2 *= kv_mul;
+    // Where tile t lands: a bf16 stage (swizzled), or the FP8 staging tile.
+    auto stage = [&](int t) -> u32 { return FMT == FMT_BF16 ? skv_a + (t & 1) * WBN * RB : smem_addr(sraw); };
+    auto stage_dst = [](int r, int ch) -> u32 { return FMT == FMT_BF16 ? swz(r, ch, RB) : r * KB + ch * 16; };
+    auto tile_dst = [](int r, int ch) -> u32 { return swz(r, ch, RB); };
 
     {
         const bf16* qsrc = q + ((long long)rq.q_start * heads + row0) * DQK;
@@ -394,11 +500,11 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
     }
     if (tid < M) m_row[tid] = NEG_INF;
     const int ntiles = (it.kv_end - it.kv_begin + WBN - 1) / WBN;
-    int pg[WKV_ITERS];
-    wide_fetch(pg, pages, page_shift, it.kv_begin, it.kv_end, tid);
-    wide_issue(skv_a, kv, pg, page_shift, it.kv_begin, tid);
+    int pg[ITERS];
+    fetch_rows<SPARSE, WBN, CH, ITERS>(pg, ks, krows, it.kv_begin, it.kv_end, tid);
+    issue_rows<SPARSE, WBN, CH, ITERS>(stage(0), stage_dst, ks, pg, it.kv_begin, tid);
     cp_commit();
-    if (ntiles > 1) wide_fetch(pg, pages, page_shift, it.kv_begin + WBN, it.kv_end, tid);
+    if (ntiles > 1) fetch_rows<SPARSE, WBN, CH, ITERS>(pg, ks, krows, it.kv_begin + WBN, it.kv_end, tid);
 
     // S layout: warp = 4 row groups x 2 key halves.
     const int qr = warp & 3, qc = warp >> 2;
@@ -421,12 +527,16 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
     for (int t = 0; t < ntiles; t++) {
         cp_wait<0>();
         __syncthreads();
-        if (t + 1 < ntiles) {
-            wide_issue(skv_a + ((t + 1) & 1) * WBN * RB, kv, pg, page_shift, it.kv_begin + (t + 1) * WBN, tid);
-            cp_commit();
-            if (t + 2 < ntiles) wide_fetch(pg, pages, page_shift, it.kv_begin + (t + 2) * WBN, it.kv_end, tid);
+        if (FMT != FMT_BF16) {
+            dequant_tile<FMT, WBN>(sraw, skv, tile_dst, tid);
+            __syncthreads(); // the tile is whole, the staging tile free
         }
-        const u32 sk_a = skv_a + (t & 1) * WBN * RB;
+        if (t + 1 < ntiles) {
+            issue_rows<SPARSE, WBN, CH, ITERS>(stage(t + 1), stage_dst, ks, pg, it.kv_begin + (t + 1) * WBN, tid);
+            cp_commit();
+            if (t + 2 < ntiles) fetch_rows<SPARSE, WBN, CH, ITERS>(pg, ks, krows, it.kv_begin + (t + 2) * WBN, it.kv_end, tid);
+        }
+        const u32 sk_a = FMT == FMT_BF16 ? skv_a + (t & 1) * WBN * RB : skv_a;
         const int j0 = it.kv_begin + t * WBN;
 
         // S (16 rows x 32 keys), four independent accumulators.
@@ -452,7 +562,7 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int j = j0 + qc * 32 + n * 8 + (lane & 3) * 2 + e;
-                bool in = j < it.kv_end;
+                bool in = j < it.kv_end && (!SPARSE || sparse_valid(ks, krows, j));
                 s[n][e] = (in && j <= causal_s0) ? s[n][e] * scale_log2 : NEG_INF;
                 s[n][2 + e] = (in && j <= causal_s1) ? s[n][2 + e] * scale_log2 : NEG_INF;
                 mx0 = fmaxf(mx0, s[n][e]);
@@ -540,7 +650,7 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
     for (int k = 0; k < 4; k++) {
         const int gr = row0 + pr[k];
         if (gr >= rows) continue;
-        const float inv = l[k] > 0.f ? 1.f / l[k] : 0.f;
+        const float inv = l[k] > 0.f ? kv_mul / l[k] : 0.f;
         const float ls = l[k] > 0.f ? (mo[k] + __log2f(l[k])) * 0.6931471805599453f : NEG_INF;
         const int mt = k >> 1, h = (k & 1) * 2;
         if (rq.num_splits == 1) {
@@ -561,29 +671,67 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
 // A block runs the items of its slot, one after the other: the plan gives
 // every slot about the same number of key tiles, FlashMLA's way of balancing
 // a ragged batch. blockIdx.x = slot * head_blocks + head block.
+#define MLA_ITEMS(BODY, KS)                                                                                     \
+    const int slot = blockIdx.x / head_blocks, hb = blockIdx.x - slot * head_blocks;                          \
+    const int first = slots[slot], last = slots[slot + 1];                                                     \
+    for (int idx = first; idx < last; idx++) {                                                                 \
+        if (idx > first) __syncthreads(); /* the previous item is done with shared memory */                  \
+        BODY(q, KS, out, lse, (const Item*)schedule, (const ReqInfo*)requests, counts, part_o, part_lse, heads,  \
+             scale_log2, idx, hb);                                                                              \
+    }
+
+#define MLA_COMMON_PARAMS                                                                                      \
+    bf16 *__restrict__ out, float *__restrict__ lse, const int *__restrict__ schedule,                        \
+        const int *__restrict__ requests, const int *__restrict__ counts, const int *__restrict__ slots,       \
+        float *__restrict__ part_o, float *__restrict__ part_lse, int heads
+
+// The dense decode over the paged bf16 cache.
 #define MLA_DECODE_ENTRY(NAME, BLOCKS, BODY)                                                                   \
     extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
-        NAME(const bf16* __restrict__ q, const bf16* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
-             const int* __restrict__ kv_indices, bf16* __restrict__ out, float* __restrict__ lse,               \
-             const int* __restrict__ schedule, const int* __restrict__ requests, const int* __restrict__ counts, \
-             const int* __restrict__ slots, float* __restrict__ part_o, float* __restrict__ part_lse, int heads, \
+        NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
+             const int* __restrict__ kv_indices, MLA_COMMON_PARAMS, int page_shift, float scale_log2,           \
+             int head_blocks) {                                                                                 \
+        const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, 1.f};        \
+        MLA_ITEMS(BODY, ks)                                                                                     \
+    }
+
+// The dense decode over the paged FP8 cache, with the layer's scale.
+#define MLA_DECODE_FP8_ENTRY(NAME, BLOCKS, BODY)                                                               \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
+        NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
+             const int* __restrict__ kv_indices, const float* __restrict__ kv_scale, MLA_COMMON_PARAMS,         \
              int page_shift, float scale_log2, int head_blocks) {                                               \
-        const int slot = blockIdx.x / head_blocks, hb = blockIdx.x - slot * head_blocks;                      \
-        const int first = slots[slot], last = slots[slot + 1];                                                 \
-        for (int idx = first; idx < last; idx++) {                                                             \
-            if (idx > first) __syncthreads(); /* the previous item is done with shared memory */              \
-            BODY(q, kv_cache, kv_indptr, kv_indices, out, lse, (const Item*)schedule, (const ReqInfo*)requests, \
-                 counts, part_o, part_lse, heads, page_shift, scale_log2, idx, hb);                             \
-        }                                                                                                       \
+        const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, kv_scale[0]}; \
+        MLA_ITEMS(BODY, ks)                                                                                     \
+    }
+
+// The sparse decode: query token t attends to the slots topk_indices[t, :].
+#define MLA_SPARSE_ENTRY(NAME, BLOCKS, BODY)                                                                   \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
+        NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache,                                    \
+             const int* __restrict__ topk_indices, MLA_COMMON_PARAMS, int topk, long long num_slots,           \
+             float scale_log2, int head_blocks) {                                                               \
+        const Keys ks = {(const unsigned char*)kv_cache, nullptr, topk_indices, 0, topk, num_slots, 1.f};      \
+        MLA_ITEMS(BODY, ks)                                                                                     \
     }
 
 // Blocks per multiprocessor and body: 16 rows fit two blocks of two stages
 // on a multiprocessor (the memory-bound shapes; measured on an H200 against
 // one block of four stages, 1.0-1.6x faster from batch 16 up); 32 rows take
-// one block of four stages; 64 rows are the wide variant.
-MLA_DECODE_ENTRY(mla_decode_m16, 2, (mla_decode_body<16, 2>))
-MLA_DECODE_ENTRY(mla_decode_m32, 1, (mla_decode_body<32, 4>))
-MLA_DECODE_ENTRY(mla_decode_m64, 1, mla_decode_wide)
+// one block of four stages; 64 rows are the wide variant. Each in the four
+// forms: dense bf16, dense FP8, sparse bf16, sparse FP8 (FMT_DSA).
+MLA_DECODE_ENTRY(mla_decode_m16, 2, (mla_decode_body<16, 2, FMT_BF16, false>))
+MLA_DECODE_ENTRY(mla_decode_m32, 1, (mla_decode_body<32, 4, FMT_BF16, false>))
+MLA_DECODE_ENTRY(mla_decode_m64, 1, (mla_decode_wide<FMT_BF16, false>))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m16, 2, (mla_decode_body<16, 2, FMT_FP8, false>))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m32, 1, (mla_decode_body<32, 4, FMT_FP8, false>))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m64, 1, (mla_decode_wide<FMT_FP8, false>))
+MLA_SPARSE_ENTRY(mla_sparse_m16, 2, (mla_decode_body<16, 2, FMT_BF16, true>))
+MLA_SPARSE_ENTRY(mla_sparse_m32, 1, (mla_decode_body<32, 4, FMT_BF16, true>))
+MLA_SPARSE_ENTRY(mla_sparse_m64, 1, (mla_decode_wide<FMT_BF16, true>))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_m16, 2, (mla_decode_body<16, 2, FMT_DSA, true>))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_m32, 1, (mla_decode_body<32, 4, FMT_DSA, true>))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_m64, 1, (mla_decode_wide<FMT_DSA, true>))
 
 // Merges the partial outputs of every request cut into several chunks:
 // one block per query row (blockIdx.x the request, blockIdx.y the row); its

@@ -87,10 +87,11 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 	if err := checkSchedule(p, req, meta); err != nil {
 		return err
 	}
-	if r := p.Reads.Effective(); r&core.PlanReadsSeqLens == 0 && (len(p.Schedule) > 0 || len(p.Metadata) > 0) {
+	sparse := req.Dims.TopK > 0 // the keys of each query token are its top-k, whatever the lengths
+	if r := p.Reads.Effective(); r&core.PlanReadsSeqLens == 0 && !sparse && (len(p.Schedule) > 0 || len(p.Metadata) > 0) {
 		return refuse(-1, "the plan declares it does not read the lengths (reads %s), yet carries metadata or a schedule of them", r)
 	}
-	if r := p.Reads.Effective(); r&core.PlanReadsSeqLens == 0 && PagesPerRequest(req) == 0 {
+	if r := p.Reads.Effective(); r&core.PlanReadsSeqLens == 0 && !sparse && PagesPerRequest(req) == 0 {
 		// The tensors' shapes follow the lengths (the keys of the ragged
 		// layout, the pages of a page table without a declared bound).
 		return refuse(-1, "the plan declares it does not read the lengths (reads %s), but its tensors' shapes follow them: only an MLA graph request with shape.max_seq_len has shapes that do not", r)
@@ -273,12 +274,22 @@ func checkSchedule(p *core.Plan, req *core.PlanRequest, meta map[string]int64) e
 	if len(buf) != 4*len(p.Schedule) {
 		return refuse(-1, "metadata \"schedule\" holds %d values, the schedule has %d items of 4", len(buf), len(p.Schedule))
 	}
+	// The keys of each request: its length, or, for a sparse request,
+	// whose items are query tokens, the top-k of each.
 	n := int32(len(req.Shape.SeqLens))
+	keys := func(r int32) int64 { return req.Shape.SeqLens[r] }
+	if k := req.Dims.TopK; k > 0 {
+		var tokens int64
+		for _, q := range req.Shape.QLens {
+			tokens += q
+		}
+		n, keys = int32(tokens), func(int32) int64 { return int64(k) }
+	}
 	for i, w := range p.Schedule {
 		if w.Request < 0 || w.Request >= n {
 			return refuse(-1, "schedule item %d: request %d, the batch has %d", i, w.Request, n)
 		}
-		seq := req.Shape.SeqLens[w.Request]
+		seq := keys(w.Request)
 		if w.KVBegin < 0 || w.KVBegin > w.KVEnd || int64(w.KVEnd) > seq {
 			return refuse(-1, "schedule item %d: keys [%d, %d) of request %d, which has %d", i, w.KVBegin, w.KVEnd, w.Request, seq)
 		}

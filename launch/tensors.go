@@ -16,6 +16,7 @@ const (
 	MaxHeadDim   = 1024
 	MaxPageSize  = 4096
 	MaxNumPages  = 1 << 28
+	MaxTopK      = 1 << 16 // keys per query token of a sparse plan
 	maxTotalKeys = 1 << 30
 )
 
@@ -39,6 +40,12 @@ func CheckRequest(req *core.PlanRequest) error {
 		return bad("dims.softmax_scale %v is not in (0, 1e6]", d.SoftmaxScale)
 	case core.DTypeSize(req.DType) == 0:
 		return bad("dtype %q is unknown", req.DType)
+	case req.KVDType != "" && core.DTypeSize(req.KVDType) == 0:
+		return bad("kv_dtype %q is unknown", req.KVDType)
+	case d.TopK < 0 || d.TopK > MaxTopK:
+		return bad("dims.top_k %d is outside [0, %d]", d.TopK, MaxTopK)
+	case d.TopK > 0 && req.Method != core.MLA:
+		return bad("dims.top_k %d: sparse attention is MLA, the method is %s", d.TopK, req.Method)
 	case len(s.SeqLens) < 1 || len(s.SeqLens) > MaxBatch:
 		return bad("shape.seq_lens has %d requests, want 1..%d", len(s.SeqLens), MaxBatch)
 	case len(s.QLens) != len(s.SeqLens):
@@ -56,7 +63,9 @@ func CheckRequest(req *core.PlanRequest) error {
 		}
 	}
 	maxQ := int64(MaxQLen)
-	if !paged {
+	if !paged || d.TopK > 0 {
+		// Ragged prefills, and sparse MLA (decode or an extend), whose
+		// query tokens each have their own keys.
 		maxQ = MaxSeqLen
 	}
 	var keys int64
@@ -81,6 +90,15 @@ func CheckRequest(req *core.PlanRequest) error {
 	}
 	if keys > maxTotalKeys {
 		return bad("shape.seq_lens add up to %d keys, more than %d", keys, int64(maxTotalKeys))
+	}
+	if d.TopK > 0 {
+		var tokens int64
+		for _, q := range s.QLens {
+			tokens += q
+		}
+		if tokens > MaxBatch*MaxQLen || tokens*int64(d.TopK) > maxTotalKeys {
+			return bad("shape.q_lens add up to %d query tokens of dims.top_k %d keys: more than %d tokens or %d keys", tokens, d.TopK, MaxBatch*MaxQLen, int64(maxTotalKeys))
+		}
 	}
 	if m := s.MaxSeqLen; m != 0 {
 		var longest int64
@@ -116,7 +134,7 @@ func PagesPerRequest(req *core.PlanRequest) int64 {
 // the paged absorbed-MLA layout of sglang.
 //
 //	q          [tokens, heads, head_dim_qk]    dtype   queries (absorbed, rotated)
-//	kv_cache   [num_pages, page_size, head_dim_qk] dtype the latent cache
+//	kv_cache   [num_pages, page_size, head_dim_qk] kv_dtype the latent cache
 //	kv_indptr  [batch+1]                       i32     request i's pages are
 //	kv_indices [pages]                         i32     kv_indices[kv_indptr[i]:kv_indptr[i+1]]
 //	seq_lens   [batch]                         i32     request i's keys (its prefix and new tokens)
@@ -133,7 +151,24 @@ func PagesPerRequest(req *core.PlanRequest) int64 {
 // PagesPerRequest, which the host fills up to kv_indptr[batch] at each
 // step. seq_lens and qo_indptr are what a kernel needs to know each
 // request's keys and queries: every paged kernel reads them from there
-// rather than from metadata of its own.
+// rather than from metadata of its own. An FP8 cache (kv_dtype fp8_e4m3)
+// adds
+//
+//	kv_scale   [1]                             f32     the layer's scale: a cached
+//	                                                   value is the e4m3 times kv_scale
+//
+// A sparse request (dims.top_k > 0: DeepSeek sparse attention) binds
+//
+//	q, out, lse                                        as above
+//	kv_cache   [num_pages, page_size, row]     kv_dtype row: head_dim_qk for bf16;
+//	                                                   SparseFP8RowBytes for fp8_e4m3
+//	topk_indices [tokens, top_k]               i32     query token t attends to the
+//	                                                   cache slots topk_indices[t, :]
+//	                                                   (page * page_size + offset,
+//	                                                   sglang's page_table_1), -1 pads
+//
+// and reads neither the page table nor the lengths: the indexer chose each
+// token's keys.
 func Tensors(req *core.PlanRequest) ([]core.TensorSpec, error) {
 	if err := CheckRequest(req); err != nil {
 		return nil, err
@@ -156,16 +191,37 @@ func Tensors(req *core.PlanRequest) ([]core.TensorSpec, error) {
 	if per := PagesPerRequest(req); per > 0 {
 		pages = b * per
 	}
-	return []core.TensorSpec{
-		{Name: "q", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimQK)}},
-		{Name: "kv_cache", DType: req.DType, Shape: []int64{int64(s.NumPages), int64(s.PageSize), int64(d.HeadDimQK)}},
+	kvd := req.CacheDType()
+	cache := core.TensorSpec{Name: "kv_cache", DType: kvd, Shape: []int64{int64(s.NumPages), int64(s.PageSize), int64(d.HeadDimQK)}}
+	q := core.TensorSpec{Name: "q", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimQK)}}
+	outs := []core.TensorSpec{
+		{Name: "out", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimV)}, Output: true},
+		{Name: "lse", DType: "f32", Shape: []int64{tokens, h}, Output: true},
+	}
+	if d.TopK > 0 {
+		if core.DTypeSize(kvd) == 1 {
+			cache.Shape[2] = SparseFP8RowBytes(d)
+		}
+		return append([]core.TensorSpec{q, cache, {Name: "topk_indices", DType: "i32", Shape: []int64{tokens, int64(d.TopK)}}}, outs...), nil
+	}
+	ts := []core.TensorSpec{q, cache,
 		{Name: "kv_indptr", DType: "i32", Shape: []int64{b + 1}},
 		{Name: "kv_indices", DType: "i32", Shape: []int64{pages}},
 		{Name: "seq_lens", DType: "i32", Shape: []int64{b}},
 		{Name: "qo_indptr", DType: "i32", Shape: []int64{b + 1}},
-		{Name: "out", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimV)}, Output: true},
-		{Name: "lse", DType: "f32", Shape: []int64{tokens, h}, Output: true},
-	}, nil
+	}
+	if core.DTypeSize(kvd) == 1 {
+		ts = append(ts, core.TensorSpec{Name: "kv_scale", DType: "f32", Shape: []int64{1}})
+	}
+	return append(ts, outs...), nil
+}
+
+// SparseFP8RowBytes is the size of one token of a sparse plan's FP8 cache,
+// DeepSeek-V3.2's layout (sglang's NSA pool in fp8_e4m3, FlashMLA's sparse
+// FP8 cache): head_dim_v e4m3 values, a float32 scale per 128 of them, and
+// the head_dim_qk-head_dim_v rope values in bf16: 656 bytes at 576/512.
+func SparseFP8RowBytes(d core.PlanDims) int64 {
+	return int64(d.HeadDimV) + 4*int64((d.HeadDimV+127)/128) + 2*int64(d.HeadDimQK-d.HeadDimV)
 }
 
 // raggedTensors is the layout of the MHA methods, sglang's ragged prefill:

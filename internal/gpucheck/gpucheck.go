@@ -25,6 +25,9 @@ type Env struct {
 	fill    cuda.Function
 	advance cuda.Function
 	stream  cuda.Stream
+	// The FP8 cache fills (sparse.go), loaded at first use.
+	quantMod          cuda.Module
+	fillE4M3, fillDSA cuda.Function
 }
 
 // Open opens CUDA device 0, compiles the device kernels for it and loads
@@ -106,6 +109,9 @@ func (e *Env) Close() error {
 	e.Dev.Do(func(c *cuda.Ctx) error {
 		if e.stream != 0 {
 			c.DestroyStream(e.stream)
+		}
+		if e.quantMod != 0 {
+			c.UnloadModule(e.quantMod)
 		}
 		if e.fillMod != 0 {
 			return c.UnloadModule(e.fillMod)
