@@ -10,15 +10,10 @@ import (
 	"github.com/attnplug/attnplug/wire"
 )
 
-// BatchAnswer is the answer to one request of Registry.DispatchBatch: the
-// host's answer (method, handler, plugin, fallback) or why there is none.
-// (core.Result is a backend's answer, a method alone.)
-type BatchAnswer struct {
-	// Answer is valid when Err is nil.
-	Answer core.Answer
-	// Err is why the request was not decided.
-	Err error
-}
+// BatchAnswer is the answer to one request of Registry.DispatchBatch:
+// core.BatchAnswer, which a client of attnplug serve shares without
+// linking the registry.
+type BatchAnswer = core.BatchAnswer
 
 // DispatchBatch answers reqs[i] into out[i] for every i, as Dispatch
 // would, with one call per backend (per wire.BatchBytes of requests) for

@@ -16,6 +16,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/detect"
 	"github.com/attnplug/attnplug/engine"
+	"github.com/attnplug/attnplug/engine/client"
 	"github.com/attnplug/attnplug/registry"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -63,7 +64,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	network, address := engine.SplitAddress(*listen)
+	network, address := client.SplitAddress(*listen)
 	creds, err := tf.serverOption(ctx, network, address, logger.Named("serve"))
 	if err != nil {
 		return err
@@ -256,7 +257,7 @@ func checkMetricsExposure(ctx context.Context, addr string, insecure bool, log h
 // path or no valid host:port; unix says whether a unix socket may be
 // given. flagName names the flag in the message.
 func checkAddr(flagName, addr string, unix bool) error {
-	network, address := engine.SplitAddress(addr)
+	network, address := client.SplitAddress(addr)
 	if network == "unix" {
 		if !unix {
 			return &usageError{fmt.Sprintf("%s %q: want host:port (a TCP address)", flagName, addr)}
