@@ -1,4 +1,4 @@
-package gpucheck
+package devicehost
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -595,7 +596,7 @@ func (e *Env) BenchMerge(rows int64, f Floors) MergeResult {
 		var num, den, lerr float64
 		for i := range int64(len(got)) {
 			want := (hashValue(31, i) + wb*hashValue(32, i)) / (1 + wb)
-			num += (bf16(got[i]) - want) * (bf16(got[i]) - want)
+			num += (BF16(got[i]) - want) * (BF16(got[i]) - want)
 			den += want * want
 		}
 		for _, v := range gl {
@@ -647,4 +648,22 @@ func (rep *Report) writePrefill(w io.Writer) {
 			fmt.Fprintf(w, "merge_state, %d rows of 128: %.1f us, %.2f TB/s, %.0f%% of the copy bandwidth (%s)\n", m.Rows, m.US, m.TBs, 100*m.OfCopy, m.Check)
 		}
 	}
+}
+
+// Shapes returns the decode and prefill shapes of the benchmark whose
+// names contain only (all of them for "").
+func Shapes(only string) ([]Case, []PrefillCase) {
+	var cases []Case
+	for _, c := range DecodeShapes() {
+		if strings.Contains(c.Name, only) {
+			cases = append(cases, c)
+		}
+	}
+	var prefill []PrefillCase
+	for _, c := range PrefillShapes() {
+		if strings.Contains(c.Name, only) {
+			prefill = append(prefill, c)
+		}
+	}
+	return cases, prefill
 }
