@@ -523,16 +523,23 @@ type MergeResult struct {
 	Error  string  `json:"error,omitempty"`
 }
 
+// moduleImage is the image of the loaded module name (the last loaded of
+// that name), or nil.
+func (e *Env) moduleImage(name string) []byte {
+	var image []byte
+	for _, m := range e.Modules {
+		if m.Name == name {
+			image = m.Image
+		}
+	}
+	return image
+}
+
 // BenchMerge checks merge_state on rows rows of 128 (16k tokens x 128
 // heads is 2M) against the float64 merge, then times it.
 func (e *Env) BenchMerge(rows int64, f Floors) MergeResult {
 	r := MergeResult{Rows: rows}
-	var image []byte
-	for _, m := range e.Modules {
-		if m.Name == devkernels.ModuleMHAPrefill {
-			image = m.Image
-		}
-	}
+	image := e.moduleImage(devkernels.ModuleMHAPrefill)
 	if image == nil {
 		r.Error = "no prefill module"
 		return r

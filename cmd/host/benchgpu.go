@@ -26,9 +26,9 @@ func runBenchGPU(ctx context.Context, e *env, python, only string, asJSON bool) 
 		return &usageError{fmt.Sprintf("bench: --only %q matches no shape", only)}
 	}
 	p := newProgress(e, "attnplug bench --gpu", asJSON)
-	p.step(fmt.Sprintf("%d decode and %d prefill shapes, checked and timed on the GPU", len(cases), len(prefill)))
+	p.Step(fmt.Sprintf("%d decode and %d prefill shapes, checked and timed on the GPU", len(cases), len(prefill)))
 	rep, err := devicehost.RunBench(ctx, python, cases, prefill)
-	p.done()
+	p.Done()
 	if err != nil {
 		return fmt.Errorf("bench --gpu: %w", err)
 	}
