@@ -641,7 +641,6 @@ func (e *Env) StepTime(b *Batch, p *cudaexec.Prepared, layers, reps int) (Timing
 	return median(ts), nil
 }
 
-
 // ErrCheckFailed marks a case whose outputs are outside the tolerances.
 var ErrCheckFailed = errors.New("outputs differ from the fp64 reference")
 

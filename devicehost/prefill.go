@@ -288,7 +288,6 @@ func (e *Env) VerifyPrefill(b *PrefillBatch, out []uint16, lse []float32, maxRow
 	})
 }
 
-
 // TimePrefill times p's launches on b (median of reps), in microseconds.
 func (e *Env) TimePrefill(b *PrefillBatch, p *cudaexec.Prepared, reps int) (Timing, error) {
 	var ts []float64
