@@ -40,7 +40,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		r.noteDeprecated(rt)
 		if rt.down != nil || rt.unknown || rt.be.unsupportedWhy() != "" {
 			a, err := r.decide(ctx, rt, req)
-			out[i] = BatchAnswer{a, err}
+			out[i] = BatchAnswer{Answer: a, Err: err}
 			continue
 		}
 		var k core.Key
@@ -95,7 +95,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		for _, i := range hits[be] {
 			req := r.withPlatform(&reqs[i], &filled)
 			a, err := r.fallback(req, t.route(req.Backend), g.failed)
-			out[i] = BatchAnswer{a, err}
+			out[i] = BatchAnswer{Answer: a, Err: err}
 		}
 		delete(hits, be)
 	}
@@ -150,7 +150,7 @@ func (r *Registry) batchCall(ctx context.Context, g *batchGroup, out []BatchAnsw
 				continue
 			}
 			a, err := r.fallback(&sub[j], rt, callErr)
-			out[i] = BatchAnswer{a, err}
+			out[i] = BatchAnswer{Answer: a, Err: err}
 			continue
 		}
 		m, err := res[j].Method, res[j].Err
@@ -163,7 +163,7 @@ func (r *Registry) batchCall(ctx context.Context, g *batchGroup, out []BatchAnsw
 				reason = classify(err)
 			}
 			a, ferr := r.fallback(&sub[j], rt, &failure{reason: reason, err: fmt.Errorf("plugin %s: %w", rt.be.family(), err)})
-			out[i] = BatchAnswer{a, ferr}
+			out[i] = BatchAnswer{Answer: a, Err: ferr}
 			continue
 		}
 		ok = true
