@@ -122,16 +122,6 @@ func mustMethod(k core.Kernel) kernels.Method {
 // refkernels.KernelMethod.
 func KernelMethod(k core.Kernel) (kernels.Method, error) { return refkernels.KernelMethod(k) }
 
-// Config returns d: kernels.Config is core.KernelDims.
-//
-// Deprecated: use d itself; kept for plugins written against v0.1.0.
-func Config(d core.KernelDims) kernels.Config { return d }
-
-// Dims returns cfg: kernels.Config is core.KernelDims.
-//
-// Deprecated: use cfg itself; kept for plugins written against v0.1.0.
-func Dims(cfg kernels.Config) core.KernelDims { return cfg }
-
 // Batch returns the kernels.BatchShape of seq_lens and extend_prefix_lens.
 // It is refkernels.Batch.
 func Batch(seq, prefix []int64) (kernels.BatchShape, error) { return refkernels.Batch(seq, prefix) }

@@ -117,5 +117,16 @@ type Answer struct {
 	Fallback string
 }
 
+// BatchAnswer is the answer to one request of a batch (a host's
+// DispatchBatch, in process or over the engine API): the host's answer
+// (method, handler, plugin, fallback) or why there is none. (Result is a
+// backend's answer, a method alone.)
+type BatchAnswer struct {
+	// Answer is valid when Err is nil.
+	Answer Answer
+	// Err is why the request was not decided.
+	Err error
+}
+
 // PluginCore is the Answer.Plugin of the in-process triton fallback.
 const PluginCore = "core"

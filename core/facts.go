@@ -8,7 +8,7 @@ import "strings"
 //
 // Adding a fact (or a field of Request it reads) touches, beside this
 // file: request.go, jsonl/decode.go, wire/convert.go with
-// wire/pluginv1/plugin.proto, engine/convert.go with
+// wire/pluginv1/plugin.proto, engine/internal/convert/convert.go with
 // api/dispatchv1/dispatch.proto, python/attnplug (client.py, sglang.py)
 // and conformance/probe.go; docs/architecture.md ("Adding a request
 // fact") names the tests that fail when one is missed.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/registry"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -99,7 +98,7 @@ func TestServerBoundsTheRequestsItHolds(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := c.DispatchBatch(testContext(t), big, make([]registry.BatchAnswer, len(big)))
+			err := c.DispatchBatch(testContext(t), big, make([]core.BatchAnswer, len(big)))
 			code := codes.OK
 			switch {
 			case errors.Is(err, core.ErrOverloaded):
@@ -122,7 +121,7 @@ func TestServerBoundsTheRequestsItHolds(t *testing.T) {
 	if outcomes[codes.OK] == 0 {
 		t.Errorf("outcomes %v: no batch was answered", outcomes)
 	}
-	if err := c.DispatchBatch(testContext(t), big[:1], make([]registry.BatchAnswer, 1)); err != nil {
+	if err := c.DispatchBatch(testContext(t), big[:1], make([]core.BatchAnswer, 1)); err != nil {
 		t.Errorf("after the burst: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/engine/internal/convert"
 	"github.com/attnplug/attnplug/registry"
 	"github.com/attnplug/attnplug/wire"
 	"github.com/hashicorp/go-hclog"
@@ -179,7 +180,7 @@ func (s *dispatchServer) convert(in *dispatchv1.Request) (core.Request, error) {
 			in.Backend = s.hybrid.backendFor(mode)
 		}
 	}
-	return requestFromProto(in)
+	return convert.RequestFromProto(in)
 }
 
 func (s *dispatchServer) Dispatch(ctx context.Context, in *dispatchv1.DispatchRequest) (*dispatchv1.DispatchResponse, error) {
@@ -219,7 +220,7 @@ func (s *dispatchServer) DispatchBatch(ctx context.Context, in *dispatchv1.Dispa
 		idx[i] = len(reqs)
 		reqs = append(reqs, req)
 	}
-	res := make([]registry.BatchAnswer, len(reqs))
+	res := make([]core.BatchAnswer, len(reqs))
 	if err := s.reg.DispatchBatch(ctx, reqs, res); err != nil {
 		return nil, wire.ToStatus(err)
 	}
@@ -237,10 +238,10 @@ func (s *dispatchServer) DispatchBatch(ctx context.Context, in *dispatchv1.Dispa
 func (s *dispatchServer) answer(backend string, a core.Answer, err error) *dispatchv1.Answer {
 	if err != nil {
 		s.metrics.refused(err)
-		return errorToAnswer(err)
+		return convert.ErrorToAnswer(err)
 	}
 	s.metrics.dispatched(backend, a)
-	return answerToProto(a)
+	return convert.AnswerToProto(a)
 }
 
 func (s *dispatchServer) reload(ctx context.Context) ([]registry.Change, error) {
@@ -295,7 +296,7 @@ func (s *dispatchServer) KernelModules(ctx context.Context, in *dispatchv1.Kerne
 	if in.GetBackend() == "" || len(in.GetBackend()) > core.MaxBackendNameLen {
 		return nil, wire.ToStatus(core.NewFieldError("backend", "must be a name of 1 to 256 bytes"))
 	}
-	dev, err := deviceFromProto(in.GetDevice(), "device")
+	dev, err := convert.DeviceFromProto(in.GetDevice(), "device")
 	if err != nil {
 		return nil, wire.ToStatus(err)
 	}
@@ -310,13 +311,13 @@ func (s *dispatchServer) KernelModules(ctx context.Context, in *dispatchv1.Kerne
 	if n > wire.MaxModulesBytes {
 		return nil, wire.ToStatus(fmt.Errorf("%w: the modules of %s are %d bytes, more than an answer carries (%d)", core.ErrNoPlan, in.GetBackend(), n, wire.MaxModulesBytes))
 	}
-	return &dispatchv1.KernelModulesResponse{Modules: modulesToProto(mods)}, nil
+	return &dispatchv1.KernelModulesResponse{Modules: convert.ModulesToProto(mods)}, nil
 }
 
 // PlanKernel answers a plan, checked by the registry (launch.Check) for the
 // device the client describes.
 func (s *dispatchServer) PlanKernel(ctx context.Context, in *dispatchv1.PlanKernelRequest) (*dispatchv1.PlanKernelResponse, error) {
-	req, err := planRequestFromProto(in)
+	req, err := convert.PlanRequestFromProto(in)
 	if err != nil {
 		return nil, wire.ToStatus(err)
 	}
@@ -324,5 +325,5 @@ func (s *dispatchServer) PlanKernel(ctx context.Context, in *dispatchv1.PlanKern
 	if err != nil {
 		return nil, wire.ToStatus(err)
 	}
-	return &dispatchv1.PlanKernelResponse{Plan: planToProto(p)}, nil
+	return &dispatchv1.PlanKernelResponse{Plan: convert.PlanToProto(p)}, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/engine/client"
 	"github.com/attnplug/attnplug/registry"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -46,7 +47,7 @@ func serveRegistry(t *testing.T, reg *registry.Registry, cfg Config) (*Client, *
 	s.Register(g)
 	go g.Serve(lis)
 	t.Cleanup(func() { s.Stop(); g.Stop() })
-	c, err := Dial("unix://"+sock, nil)
+	c, err := client.Dial("unix://"+sock, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestClientKeepsErrorIdentity(t *testing.T) {
 	bad.Batch.SeqLens = []int64{-5}
 	unknown := core.NewRequest("no_such_backend", core.ModeDecode)
 	reqs := []core.Request{ok, bad, unknown}
-	out := make([]registry.BatchAnswer, len(reqs))
+	out := make([]core.BatchAnswer, len(reqs))
 	if err := c.DispatchBatch(ctx, reqs, out); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestBatchLimitAndHealth(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = core.NewRequest("triton", core.ModeDecode)
 	}
-	err := c.DispatchBatch(testContext(t), reqs, make([]registry.BatchAnswer, len(reqs)))
+	err := c.DispatchBatch(testContext(t), reqs, make([]core.BatchAnswer, len(reqs)))
 	if !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("batch of %d: %v, want core.ErrInvalidRequest", len(reqs), err)
 	}

@@ -9,13 +9,13 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/jsonl"
-	"github.com/attnplug/attnplug/registry"
 )
 
 // Batcher answers batches of requests: a *registry.Registry in process,
-// or a *Client of a running attnplug serve.
+// or a *client.Client (package engine/client) of a running attnplug
+// serve.
 type Batcher interface {
-	DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.BatchAnswer) error
+	DispatchBatch(ctx context.Context, reqs []core.Request, out []core.BatchAnswer) error
 }
 
 // Chunks bound what the pipeline holds: a chunk is at most chunkLines
@@ -32,7 +32,7 @@ type chunk struct {
 	first int // line number of items[0]
 	items []item
 	reqs  []core.Request // the valid requests, in order
-	out   []registry.BatchAnswer
+	out   []core.BatchAnswer
 	err   error // a read error after the items: the stream ends
 }
 
@@ -165,7 +165,7 @@ func Stream(ctx context.Context, d Batcher, in io.Reader, out io.Writer, o Strea
 			break
 		}
 		if cap(c.out) < len(c.reqs) {
-			c.out = make([]registry.BatchAnswer, len(c.reqs))
+			c.out = make([]core.BatchAnswer, len(c.reqs))
 		}
 		c.out = c.out[:len(c.reqs)]
 		if err := d.DispatchBatch(ctx, c.reqs, c.out); err != nil {

@@ -137,7 +137,7 @@ type failingBatcher struct {
 
 var errGone = errors.New("server gone")
 
-func (f *failingBatcher) DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.BatchAnswer) error {
+func (f *failingBatcher) DispatchBatch(ctx context.Context, reqs []core.Request, out []core.BatchAnswer) error {
 	if f.calls == 0 {
 		return errGone
 	}

@@ -7,21 +7,22 @@ import (
 	"sync"
 
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/internal/gpucheck"
+	"github.com/attnplug/attnplug/devicehost"
 	"github.com/attnplug/attnplug/launch/cudaexec"
 	"github.com/attnplug/attnplug/registry"
 )
 
 // Device is attnplug run --device cuda: the GPU, opened by Open or on the
-// first line that needs it, with the modules each backend's plugin handed
-// over. It serves one Stream or one goroutine's Run calls at a time.
+// first line that needs it, as a devicehost.Host whose modules and plans
+// come from the registry of the line being run. It serves one Stream or
+// one goroutine's Run calls at a time.
 type Device struct {
 	pageSize int
 
-	once   sync.Once
-	env    *gpucheck.Env
-	why    error            // why there is no GPU
-	loaded map[string]error // by backend name
+	once sync.Once
+	env  *devicehost.Env
+	why  error              // why there is no GPU
+	reg  *registry.Registry // the registry of the line being run
 }
 
 // NewDevice returns a Device whose MLA decode runs with a KV cache of
@@ -29,12 +30,23 @@ type Device struct {
 // closes it.
 func NewDevice(pageSize int) *Device { return &Device{pageSize: pageSize} }
 
-func (d *Device) open() (*gpucheck.Env, error) {
+func (d *Device) open() (*devicehost.Env, error) {
 	d.once.Do(func() {
-		d.env, d.why = gpucheck.OpenDevice()
-		d.loaded = map[string]error{}
+		d.env, d.why = devicehost.OpenWith(source{d})
 	})
 	return d.env, d.why
+}
+
+// source is the Device's devicehost.Source: the registry of the line
+// being run, which hashes, pins and checks what it hands.
+type source struct{ d *Device }
+
+func (s source) KernelModules(ctx context.Context, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	return s.d.reg.KernelModules(ctx, backend, dev)
+}
+
+func (s source) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
+	return s.d.reg.PlanKernel(ctx, req)
 }
 
 // Open opens the GPU now, unless it is open already, and returns why
@@ -53,19 +65,6 @@ func (d *Device) Close() {
 	}
 }
 
-// modules loads backend's device code into the host's executor, once.
-func (d *Device) modules(ctx context.Context, reg *registry.Registry, backend string) error {
-	if err, ok := d.loaded[backend]; ok {
-		return err
-	}
-	mods, err := reg.KernelModules(ctx, backend, d.env.Exec.Device())
-	if err == nil {
-		err = d.env.Load(mods)
-	}
-	d.loaded[backend] = err
-	return err
-}
-
 // run runs the method the dispatch chose on the GPU as a host does: the
 // modules and the plan come from the plugin, the tensors are generated on
 // the device (seeded by seed), the plan is launched on them, and the output
@@ -77,7 +76,8 @@ func (d *Device) run(ctx context.Context, reg *registry.Registry, heads int, req
 	if err != nil {
 		return nil, "no CUDA device: " + err.Error(), nil
 	}
-	if err := d.modules(ctx, reg, ans.Handler); err != nil {
+	d.reg = reg
+	if err := env.Host.Load(ctx, ans.Handler); err != nil {
 		return nil, fmt.Sprintf("no device code from %s: %v", ans.Handler, err), nil
 	}
 	b := req.Batch
@@ -92,17 +92,14 @@ func (d *Device) run(ctx context.Context, reg *registry.Registry, heads int, req
 		KernelPlugin: ans.Plugin, Device: env.Dev.Info().Name}
 	plan := func(pr *core.PlanRequest) (*cudaexec.Prepared, string, error) {
 		pr.Backend = ans.Handler
-		p, err := reg.PlanKernel(ctx, pr)
+		prep, err := env.Host.Plan(ctx, pr)
 		if errors.Is(err, core.ErrNoPlan) {
 			return nil, err.Error(), nil
 		}
 		if err != nil {
 			return nil, "", err
 		}
-		prep, err := env.Exec.Prepare(pr, p)
-		if err != nil {
-			return nil, "", err
-		}
+		p := prep.Plan()
 		a.Kernel, a.Plan = p.Kernel, p.Note
 		for _, k := range reg.Kernels(ans.Handler) {
 			if k.Name == p.Kernel {
@@ -111,11 +108,11 @@ func (d *Device) run(ctx context.Context, reg *registry.Registry, heads int, req
 		}
 		return prep, "", nil
 	}
-	var ch gpucheck.Check
-	var t gpucheck.Timing
+	var ch devicehost.Check
+	var t devicehost.Timing
 	switch ans.Method {
 	case core.MLA:
-		bt, err := env.Alloc(gpucheck.Case{Heads: heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, Seed: seed}, 1)
+		bt, err := env.Alloc(devicehost.Case{Heads: heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, Seed: seed}, 1)
 		if err != nil {
 			return nil, "", core.NewFieldError("seq_lens", err.Error())
 		}
@@ -135,7 +132,7 @@ func (d *Device) run(ctx context.Context, reg *registry.Registry, heads int, req
 			return nil, "", err
 		}
 	case core.MHA, core.MHAOneShot, core.MHAChunkedKV:
-		c := gpucheck.PrefillCase{Method: ans.Method, Heads: heads, SeqLens: b.SeqLens, QLens: qlens,
+		c := devicehost.PrefillCase{Method: ans.Method, Heads: heads, SeqLens: b.SeqLens, QLens: qlens,
 			ChunkCapacity: int(min(b.MaxChunkCapacity, 1<<30)), Seed: seed}
 		bt, err := env.AllocPrefill(c)
 		if err != nil {
@@ -164,7 +161,7 @@ func (d *Device) run(ctx context.Context, reg *registry.Registry, heads int, req
 	a.TimeNS = int64(t.Median * 1000)
 	a.RelError, a.LSEError = ch.RelErr, ch.LSEErr
 	a.Note = fmt.Sprintf("on %s, bf16, tensors generated on the device; rel_error is ||out-ref||/||ref|| over %d sampled rows against float64 (tolerance %.0e)",
-		a.Device, ch.Rows, gpucheck.MaxRelErr)
+		a.Device, ch.Rows, devicehost.MaxRelErr)
 	if ch.Unwritten > 0 {
 		return nil, "", fmt.Errorf("run: the kernel left %d output elements unwritten", ch.Unwritten)
 	}

@@ -10,15 +10,10 @@ import (
 	"github.com/attnplug/attnplug/wire"
 )
 
-// BatchAnswer is the answer to one request of Registry.DispatchBatch: the
-// host's answer (method, handler, plugin, fallback) or why there is none.
-// (core.Result is a backend's answer, a method alone.)
-type BatchAnswer struct {
-	// Answer is valid when Err is nil.
-	Answer core.Answer
-	// Err is why the request was not decided.
-	Err error
-}
+// BatchAnswer is the answer to one request of Registry.DispatchBatch:
+// core.BatchAnswer, which a client of attnplug serve shares without
+// linking the registry.
+type BatchAnswer = core.BatchAnswer
 
 // DispatchBatch answers reqs[i] into out[i] for every i, as Dispatch
 // would, with one call per backend (per wire.BatchBytes of requests) for
@@ -45,7 +40,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		r.noteDeprecated(rt)
 		if rt.down != nil || rt.unknown || rt.be.unsupportedWhy() != "" {
 			a, err := r.decide(ctx, rt, req)
-			out[i] = BatchAnswer{a, err}
+			out[i] = BatchAnswer{Answer: a, Err: err}
 			continue
 		}
 		var k core.Key
@@ -100,7 +95,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		for _, i := range hits[be] {
 			req := r.withPlatform(&reqs[i], &filled)
 			a, err := r.fallback(req, t.route(req.Backend), g.failed)
-			out[i] = BatchAnswer{a, err}
+			out[i] = BatchAnswer{Answer: a, Err: err}
 		}
 		delete(hits, be)
 	}
@@ -155,7 +150,7 @@ func (r *Registry) batchCall(ctx context.Context, g *batchGroup, out []BatchAnsw
 				continue
 			}
 			a, err := r.fallback(&sub[j], rt, callErr)
-			out[i] = BatchAnswer{a, err}
+			out[i] = BatchAnswer{Answer: a, Err: err}
 			continue
 		}
 		m, err := res[j].Method, res[j].Err
@@ -168,7 +163,7 @@ func (r *Registry) batchCall(ctx context.Context, g *batchGroup, out []BatchAnsw
 				reason = classify(err)
 			}
 			a, ferr := r.fallback(&sub[j], rt, &failure{reason: reason, err: fmt.Errorf("plugin %s: %w", rt.be.family(), err)})
-			out[i] = BatchAnswer{a, ferr}
+			out[i] = BatchAnswer{Answer: a, Err: ferr}
 			continue
 		}
 		ok = true

@@ -51,10 +51,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	// output is JSON. It is cleared before anything else is written.
 	p := newProgress(e, "attnplug bench", *asJSON)
 	if p != nil {
-		o.Progress = p.step
+		o.Progress = p.Step
 	}
 	res, err := hostbench.Run(ctx, cfg, o)
-	p.done()
+	p.Done()
 	if err != nil {
 		return err
 	}
@@ -64,4 +64,13 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return enc.Encode(res)
 	}
 	return res.WriteText(e.stdout)
+}
+
+// newProgress returns the progress line of the command name on e's stderr
+// when stderr is a terminal and quiet is not set (--json), else nil.
+func newProgress(e *env, name string, quiet bool) *hostbench.Progress {
+	if quiet || e.isTerminal == nil || !e.isTerminal(e.stderr) {
+		return nil
+	}
+	return hostbench.NewProgress(e.stderr, name)
 }

@@ -5,9 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"strings"
 
-	"github.com/attnplug/attnplug/internal/gpucheck"
+	"github.com/attnplug/attnplug/devicehost"
 )
 
 // runBenchGPU is attnplug bench --gpu: every decode shape checked against
@@ -22,25 +21,14 @@ func runBenchGPU(ctx context.Context, e *env, python, only string, asJSON bool) 
 			python = ""
 		}
 	}
-	var cases []gpucheck.Case
-	for _, c := range gpucheck.DecodeShapes() {
-		if strings.Contains(c.Name, only) {
-			cases = append(cases, c)
-		}
-	}
-	var prefill []gpucheck.PrefillCase
-	for _, c := range gpucheck.PrefillShapes() {
-		if strings.Contains(c.Name, only) {
-			prefill = append(prefill, c)
-		}
-	}
+	cases, prefill := devicehost.Shapes(only)
 	if len(cases)+len(prefill) == 0 {
 		return &usageError{fmt.Sprintf("bench: --only %q matches no shape", only)}
 	}
 	p := newProgress(e, "attnplug bench --gpu", asJSON)
-	p.step(fmt.Sprintf("%d decode and %d prefill shapes, checked and timed on the GPU", len(cases), len(prefill)))
-	rep, err := gpucheck.RunBench(ctx, python, cases, prefill)
-	p.done()
+	p.Step(fmt.Sprintf("%d decode and %d prefill shapes, checked and timed on the GPU", len(cases), len(prefill)))
+	rep, err := devicehost.RunBench(ctx, python, cases, prefill)
+	p.Done()
 	if err != nil {
 		return fmt.Errorf("bench --gpu: %w", err)
 	}

@@ -6,8 +6,7 @@ import (
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/engine"
-	"github.com/attnplug/attnplug/registry"
+	"github.com/attnplug/attnplug/engine/client"
 )
 
 // TestConnectKeepsErrorIdentity: the Go client of dispatch --connect,
@@ -17,7 +16,7 @@ import (
 func TestConnectKeepsErrorIdentity(t *testing.T) {
 	s := startServer(t, bins, nil, "--plugin-dir", bins.PluginDir, "--strict")
 	ctx := testContext(t)
-	c, err := engine.Dial("unix://"+s.socket, nil)
+	c, err := client.Dial("unix://"+s.socket, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +27,7 @@ func TestConnectKeepsErrorIdentity(t *testing.T) {
 	bad.Batch.ExtendPrefixLens, bad.Batch.SeqLens = []int64{10}, []int64{5}
 	unknown := core.NewRequest("no_such_backend", core.ModeDecode)
 	reqs := []core.Request{good, bad, unknown}
-	out := make([]registry.BatchAnswer, len(reqs))
+	out := make([]core.BatchAnswer, len(reqs))
 	if err := c.DispatchBatch(ctx, reqs, out); err != nil {
 		t.Fatal(err)
 	}

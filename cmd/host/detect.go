@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/detect"
+	"github.com/attnplug/attnplug/inventory"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -51,15 +51,15 @@ func runDetect(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer reg.Close()
-	sel, err := selectBackends(r, &sf, servedHardware(reg))
+	sel, err := selectBackends(r, &sf, inventory.ServedHardware(reg))
 	if err != nil {
 		return err
 	}
 	for _, w := range sel.Warnings {
 		logger.Warn("attention backend falls back", "reason", w)
 	}
-	r.Plugins = pluginsServed(reg, r.HostInfo())
-	r.NamePlatforms(declaredHardware(reg))
+	r.Plugins = inventory.PluginsServed(reg, r.HostInfo())
+	r.NamePlatforms(inventory.DeclaredHardware(reg))
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -115,66 +115,4 @@ func detectRoot(ctx context.Context, root string, tp int) (*detect.Report, error
 		return nil, err
 	}
 	return r, nil
-}
-
-// pluginsServed lists every plugin of reg with whether this host serves
-// it: a usable plugin is served when the hardware of any of its names
-// matches info; otherwise the reason says what each name needs.
-func pluginsServed(reg *registry.Registry, info core.HostInfo) []detect.PluginInfo {
-	out := []detect.PluginInfo{}
-	for _, p := range reg.Plugins() {
-		pi := detect.PluginInfo{Name: p.Name, Path: p.Path, Names: p.Names, Status: string(p.Status)}
-		if pi.Names == nil {
-			pi.Names = []string{}
-		}
-		pi.Served, pi.Reason = pluginServed(reg, p, info)
-		out = append(out, pi)
-	}
-	return out
-}
-
-// declaredHardware is the hardware every name served by a plugin of reg
-// declares.
-func declaredHardware(reg *registry.Registry) []core.Hardware {
-	var hw []core.Hardware
-	for _, name := range reg.Names() {
-		if h, _, ok := reg.Handler(name); ok {
-			hw = append(hw, h.Hardware...)
-		}
-	}
-	return hw
-}
-
-// pluginServed reports whether the host serves plugin p on info, and why
-// not: every name the plugin serves, an alias (tokenspeed_mla, nsa)
-// too, with what its hardware needs.
-func pluginServed(reg *registry.Registry, p registry.PluginInfo, info core.HostInfo) (bool, string) {
-	if p.Status == registry.StatusBroken || p.Status == registry.StatusShadowed {
-		return false, fmt.Sprintf("%s: %s", p.Status, p.Reason)
-	}
-	// Names with the same reason share it: "flashinfer, flashmla: needs ...".
-	var reasons []string
-	names := map[string][]string{}
-	for _, name := range p.Names {
-		hi, _, ok := reg.Handler(name)
-		if !ok {
-			continue
-		}
-		ok, reason := core.SupportsAny(hi.Hardware, info)
-		if ok {
-			return true, ""
-		}
-		if _, seen := names[reason]; !seen {
-			reasons = append(reasons, reason)
-		}
-		names[reason] = append(names[reason], name)
-	}
-	if len(reasons) == 0 {
-		return false, "serves no backend name here"
-	}
-	why := make([]string, len(reasons))
-	for i, r := range reasons {
-		why[i] = strings.Join(names[r], ", ") + ": " + r
-	}
-	return false, strings.Join(why, "; ")
 }

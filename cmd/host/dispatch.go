@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/attnplug/attnplug/engine"
+	"github.com/attnplug/attnplug/engine/client"
 	"github.com/attnplug/attnplug/jsonl"
 )
 
@@ -46,7 +47,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		if err := checkAddr("--connect", *connect, true); err != nil {
 			return err
 		}
-		c, err := engine.Dial(*connect, creds)
+		c, err := client.Dial(*connect, creds)
 		if err != nil {
 			return fmt.Errorf("--connect: %w", err)
 		}

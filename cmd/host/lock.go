@@ -5,9 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 
+	"github.com/attnplug/attnplug/inventory"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -62,101 +61,20 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	lock := registry.LockOf(infos)
 	for _, p := range infos {
 		if p.SHA256 == "" {
-			fmt.Fprintf(e.stderr, "attnplug lock: not pinned: %s (%s): %s\n", p.Name, p.Status, firstLine(p.Reason))
+			fmt.Fprintf(e.stderr, "attnplug lock: not pinned: %s (%s): %s\n", p.Name, p.Status, inventory.FirstLine(p.Reason))
 		}
 	}
 	for _, file := range lock.KeepModules(old) {
 		fmt.Fprintf(e.stderr, "attnplug lock: %s changed: its module pins are dropped (attnplug lock --modules pins its new ones)\n", file)
 	}
 	if *modules {
-		if err := pinModules(ctx, e, reg, infos, lock, &dev); err != nil {
+		if err := inventory.PinModules(ctx, e.stderr, reg, infos, lock, dev.device); err != nil {
 			return err
 		}
 	}
 	if err := lock.Write(path); err != nil {
 		return err
 	}
-	for _, p := range lock.Plugins {
-		fmt.Fprintf(e.stdout, "pinned %s  sha256 %s  version %s  names %s\n", p.File, p.SHA256, p.Version, strings.Join(p.Names, ","))
-		for _, m := range p.Modules {
-			fmt.Fprintf(e.stdout, "  module %s  sha256 %s  %s for %s (%s)\n", m.Name, m.SHA256, m.Format, m.Arch, m.Device)
-		}
-	}
-	fmt.Fprintf(e.stdout, "wrote %s: %d plugins pinned\n", path, len(lock.Plugins))
+	inventory.WriteLock(e.stdout, lock, path)
 	return nil
-}
-
-// pinModules adds to lock the modules that every plugin of infos with
-// device code hands for the device of dev. It fails, naming them, when
-// some plugin has none to pin.
-func pinModules(ctx context.Context, e *env, reg *registry.Registry, infos []registry.PluginInfo, lock *registry.Lock, dev *deviceFlags) error {
-	device, source, err := dev.device()
-	if err != nil {
-		return err
-	}
-	var failed []string
-	n := 0
-	for _, p := range infos {
-		if !p.DeviceCode || p.SHA256 == "" || len(p.Names) == 0 {
-			continue
-		}
-		n++
-		mods, err := reg.KernelModules(ctx, p.Names[0], device)
-		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", p.Name, err))
-			continue
-		}
-		lock.AddModules(filepath.Base(p.Path), registry.ModulePins(mods, device))
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("lock --modules: no module pinned for %s (compute %d, %s), nothing written:\n  %s",
-			device.Name, device.ComputeCapability, source, strings.Join(failed, "\n  "))
-	}
-	if n == 0 {
-		fmt.Fprintln(e.stderr, "attnplug lock: --modules: no plugin hands device code")
-	}
-	return nil
-}
-
-// Lock status of a plugin in the listing of attnplug plugins.
-const (
-	lockPinned    = "pinned"     // in the lock file, same hash
-	lockNotPinned = "not pinned" // no lock file, or the binary is not in it
-	lockMismatch  = "mismatch"   // in the lock file with another hash
-	lockMissing   = "missing"    // in the lock file, not found
-)
-
-// lockStatus says how the plugin p of a listing stands with lock.
-func lockStatus(lock *registry.Lock, p registry.PluginInfo) string {
-	if lock == nil {
-		return lockNotPinned
-	}
-	e, ok := lock.Entry(filepath.Base(p.Path))
-	if !ok {
-		return lockNotPinned
-	}
-	if p.Path == filepath.Base(p.Path) {
-		// The registry lists a pinned binary it did not find by its file
-		// name alone.
-		return lockMissing
-	}
-	sum := p.SHA256
-	if sum == "" {
-		// Refused or broken before it was described: hash the file.
-		s, err := registry.FileSHA256(p.Path)
-		if err != nil {
-			return lockMissing
-		}
-		sum = s
-	}
-	if sum != e.SHA256 {
-		return lockMismatch
-	}
-	return lockPinned
-}
-
-// firstLine is the first line of a possibly multi-line message.
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return strings.TrimSpace(line)
 }

@@ -31,9 +31,9 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 			if (p != nil) != (tc.want != "") {
 				t.Fatalf("newProgress: %v, want a progress line: %v", p, tc.want != "")
 			}
-			p.step("cold start of the plugins")
-			p.step("(a) the rules in process")
-			p.done()
+			p.Step("cold start of the plugins")
+			p.Step("(a) the rules in process")
+			p.Done()
 			if got := stderr.String(); got != tc.want {
 				t.Errorf("stderr %q, want %q", got, tc.want)
 			}

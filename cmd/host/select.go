@@ -9,7 +9,6 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/detect"
-	"github.com/attnplug/attnplug/registry"
 )
 
 // selectFlags are the backend selection overrides of the commands that
@@ -21,7 +20,7 @@ import (
 //	// parse, then:
 //	tp, err := sf.tp()
 //	r, err := detect.Detect(ctx, detect.Options{Root: root, TPSize: tp})
-//	sel, err := selectBackends(r, &sf, servedHardware(reg)) // exit status 1 on error
+//	sel, err := selectBackends(r, &sf, inventory.ServedHardware(reg)) // exit status 1 on error
 //	for _, w := range sel.Warnings { logger.Warn(w) }
 //
 // Precedence, per phase: --prefill-backend/--decode-backend, then
@@ -116,7 +115,7 @@ func (s *selectFlags) tp() (int, error) {
 // error, and so are an unknown backend name and an unknown attention
 // kind: the user typed them.
 //
-// served is what the host's plugins serve (servedHardware), so that a
+// served is what the host's plugins serve (inventory.ServedHardware), so that a
 // vendor's name can be selected; nil knows sglang's names only.
 func selectBackends(r *detect.Report, f *selectFlags, served map[string][]core.Hardware) (detect.Selection, error) {
 	c, err := f.loadConfig()
@@ -143,16 +142,4 @@ func selectBackends(r *detect.Report, f *selectFlags, served map[string][]core.H
 		return sel, &usageError{err.Error()}
 	}
 	return sel, err
-}
-
-// servedHardware is every name reg's plugins serve, with the hardware its
-// description declares: the names a selection may pick beyond sglang's.
-func servedHardware(reg *registry.Registry) map[string][]core.Hardware {
-	served := map[string][]core.Hardware{}
-	for _, name := range reg.Names() {
-		if h, _, ok := reg.Handler(name); ok {
-			served[name] = h.Hardware
-		}
-	}
-	return served
 }

@@ -2,20 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
-	"time"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/detect"
 	"github.com/attnplug/attnplug/engine"
+	"github.com/attnplug/attnplug/engine/client"
+	"github.com/attnplug/attnplug/inventory"
 	"github.com/attnplug/attnplug/registry"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -63,7 +60,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	network, address := engine.SplitAddress(*listen)
+	network, address := client.SplitAddress(*listen)
 	creds, err := tf.serverOption(ctx, network, address, logger.Named("serve"))
 	if err != nil {
 		return err
@@ -97,7 +94,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	defer reg.Close()
 	if *matchHW {
-		sel, err := selectBackends(report, &sf, servedHardware(reg))
+		sel, err := selectBackends(report, &sf, inventory.ServedHardware(reg))
 		if err != nil {
 			return err
 		}
@@ -115,6 +112,14 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		}
 	}()
 
+	return serveOn(ctx, e, reg, ecfg, creds, *listen, *metricsAddr)
+}
+
+// serveOn serves the engine API over reg, configured by ecfg, on listen
+// with creds (nil: plaintext), and its metrics on metricsAddr (empty:
+// none), until ctx ends.
+func serveOn(ctx context.Context, e *env, reg *registry.Registry, ecfg engine.Config, creds grpc.ServerOption, listen, metricsAddr string) error {
+	network, address := client.SplitAddress(listen)
 	es := engine.NewServer(reg, ecfg)
 	opts := es.ServerOptions()
 	if creds != nil {
@@ -122,91 +127,27 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	srv := grpc.NewServer(opts...)
 	es.Register(srv)
-
-	if network == "unix" {
-		if err := removeStaleSocket(address); err != nil {
-			return err
-		}
-	}
-	lis, err := net.Listen(network, address)
+	lis, err := engine.Listen(listen)
 	if err != nil {
-		return fmt.Errorf("serve: listen %s: %w", *listen, err)
+		return err
 	}
 	if network == "unix" {
 		defer os.Remove(address)
 	}
-	var metricsSrv *http.Server
 	metricsAt := "off"
-	if *metricsAddr != "" {
-		mlis, err := net.Listen("tcp", *metricsAddr)
+	if metricsAddr != "" {
+		url, stop, err := es.ServeMetrics(metricsAddr)
 		if err != nil {
 			lis.Close()
-			return fmt.Errorf("serve: metrics listen %s: %w", *metricsAddr, err)
+			return err
 		}
-		metricsSrv = &http.Server{Handler: es.Metrics(), ReadHeaderTimeout: 5 * time.Second}
-		go metricsSrv.Serve(mlis)
-		defer metricsSrv.Close()
-		metricsAt = "http://" + mlis.Addr().String() + "/metrics"
+		defer stop()
+		metricsAt = url
 	}
-
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				es.Reload(ctx) // logged by the server
-			}
-		}
-	}()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	// The ready line on stderr tells scripts and tests where to connect.
-	fmt.Fprintf(e.stderr, "attnplug serve: listening on %s, metrics %s (prefill %s, decode %s)\n", describeAddr(network, lis.Addr().String()), metricsAt, ecfg.Prefill, ecfg.Decode)
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	es.Stop() // ends the Watch streams, which GracefulStop waits for
-	stopped := make(chan struct{})
-	go func() { srv.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		srv.Stop()
-	}
-	return nil
-}
-
-func describeAddr(network, addr string) string {
-	if network == "unix" {
-		return "unix://" + addr
-	}
-	return addr
-}
-
-// removeStaleSocket removes a unix socket left by a server that is gone,
-// and refuses to take over one that still answers.
-func removeStaleSocket(path string) error {
-	st, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if st.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("serve: %s exists and is not a socket", path)
-	}
-	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
-		c.Close()
-		return fmt.Errorf("serve: another server is listening on %s", path)
-	}
-	return os.Remove(path)
+	return es.Serve(ctx, srv, lis, func() {
+		// The ready line on stderr tells scripts and tests where to connect.
+		fmt.Fprintf(e.stderr, "attnplug serve: listening on %s, metrics %s (prefill %s, decode %s)\n", engine.DescribeAddr(network, lis.Addr().String()), metricsAt, ecfg.Prefill, ecfg.Decode)
+	})
 }
 
 // unmatchedSelection picks the backends from the flags alone, without the
@@ -256,7 +197,7 @@ func checkMetricsExposure(ctx context.Context, addr string, insecure bool, log h
 // path or no valid host:port; unix says whether a unix socket may be
 // given. flagName names the flag in the message.
 func checkAddr(flagName, addr string, unix bool) error {
-	network, address := engine.SplitAddress(addr)
+	network, address := client.SplitAddress(addr)
 	if network == "unix" {
 		if !unix {
 			return &usageError{fmt.Sprintf("%s %q: want host:port (a TCP address)", flagName, addr)}

@@ -126,7 +126,7 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 				}
 			}
 			if m == core.MHAChunkedKV {
-				return b.splitChunked(x)
+				return b.SplitChunked(x)
 			}
 			return nil
 		})
@@ -179,7 +179,7 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := devkernels.Plan(mc.kernel(), &mb.Req)
+	plan, err := devkernels.Plan(mc.CatalogKernel(), &mb.Req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,8 @@
-// Package gpucheck runs the device kernels of package devkernels on a CUDA
-// device the way a host does (plan, prepare, launch on its own tensors)
-// and checks them against a float64 reference: the GPU tests
-// (make test-gpu) and attnplug's GPU benchmark and run --device cuda use
-// it. Test tensors are generated on the device from a hash of their
-// index, so the reference recomputes any element without copying the
-// tensors back.
+// Package gpucheck is the harness of the GPU tests (make test-gpu): the
+// device kernels of package devkernels run on a CUDA device the way a host
+// runs them (plan, prepare, launch on its own tensors), through package
+// devicehost, and are checked against the float64 reference, over random
+// batches (RandomCase), a serving loop through a registry (ServingLoop)
+// and the methods' agreement (Agreement). Only tests import it: the host
+// runs the same checks through devicehost.
 package gpucheck

@@ -134,7 +134,7 @@ func TestScheduleOnDevice(t *testing.T) {
 		onDev := b.Req
 		cpu := onDev
 		cpu.Shape.MaxSeqLen = 0 // the CPU's graph plan: same grid, metadata of the lengths
-		k := c.kernel()
+		k := c.CatalogKernel()
 		dp, err := devkernels.Plan(k, &onDev)
 		if err != nil {
 			t.Fatal(err)
@@ -147,7 +147,7 @@ func TestScheduleOnDevice(t *testing.T) {
 		for _, m := range cp.Metadata {
 			want[m.Name] = m.Int32s
 		}
-		got, err := e.runSchedule(b, &onDev, dp)
+		got, err := runSchedule(e, b, &onDev, dp)
 		b.Free(e)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Describe(), err)
@@ -172,7 +172,7 @@ func firstDiff(a, b []int32) int {
 
 // runSchedule runs the PerBatch launch of plan p (mla_schedule) on b and
 // returns what it wrote, by the names of the host planner's metadata.
-func (e *Env) runSchedule(b *Batch, req *core.PlanRequest, p *core.Plan) (map[string][]int32, error) {
+func runSchedule(e *Env, b *Batch, req *core.PlanRequest, p *core.Plan) (map[string][]int32, error) {
 	c := b.Case
 	pr, err := e.Exec.Prepare(req, p)
 	if err != nil {
@@ -241,7 +241,7 @@ func TestServingLoop(t *testing.T) {
 					c.SeqLens = append(c.SeqLens, 1+rng.Int64N(4000))
 					c.QLens = append(c.QLens, 1)
 				}
-				fig, err := e.ServingLoop(c, steps, layers, func(step int, b *Batch) error {
+				fig, err := ServingLoop(e, c, steps, layers, func(step int, b *Batch) error {
 					ch, err := e.Verify(b, layers-1, 16)
 					if err != nil {
 						return err
@@ -381,7 +381,7 @@ func TestDecodeStepGraph(t *testing.T) {
 			t.Logf("heads %d: a request crossed a page boundary; re-allocating for step 2", heads)
 			continue
 		}
-		np, err := devkernels.Plan(c2.kernel(), &b.Req)
+		np, err := devkernels.Plan(c2.CatalogKernel(), &b.Req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -60,14 +60,14 @@ type LoopFigures struct {
 // no host copy and no allocation. check runs after the steps whose index
 // is 0, steps/2 and steps-1 (outputs poisoned before them), with the
 // batch's lengths as the step left them.
-func (e *Env) ServingLoop(c Case, steps, layers int, check func(step int, b *Batch) error) (LoopFigures, error) {
+func ServingLoop(e *Env, c Case, steps, layers int, check func(step int, b *Batch) error) (LoopFigures, error) {
 	var fig LoopFigures
 	if !c.Graph || c.MaxSeqLen == 0 {
 		return fig, fmt.Errorf("gpucheck: a serving loop needs a graph case with MaxSeqLen")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	be := &loopBackend{kernel: c.kernel(), mods: e.Modules}
+	be := &loopBackend{kernel: c.CatalogKernel(), mods: e.Modules}
 	reg, err := registry.New(ctx, registry.Config{PluginDirs: []string{}, Backends: []core.Backend{be}, Logger: hclog.NewNullLogger(), ExpectedNames: []string{}})
 	if err != nil {
 		return fig, err
@@ -89,15 +89,15 @@ func (e *Env) ServingLoop(c Case, steps, layers int, check func(step int, b *Bat
 	defer pr.Close()
 	var g cuda.Graph
 	err = e.Dev.Do(func(x *cuda.Ctx) error {
-		g, err = x.Capture(e.stream, func() error {
+		g, err = x.Capture(e.Stream(), func() error {
 			if err := e.Advance(x, b); err != nil {
 				return err
 			}
-			if err := pr.LaunchBatch(x, e.stream, b.Tensors(0)); err != nil {
+			if err := pr.LaunchBatch(x, e.Stream(), b.Tensors(0)); err != nil {
 				return err
 			}
 			for l := range layers {
-				if err := pr.LaunchLayer(x, e.stream, b.Tensors(l)); err != nil {
+				if err := pr.LaunchLayer(x, e.Stream(), b.Tensors(l)); err != nil {
 					return err
 				}
 			}
@@ -133,7 +133,7 @@ func (e *Env) ServingLoop(c Case, steps, layers int, check func(step int, b *Bat
 				}
 			}
 			t0 := time.Now()
-			err := x.LaunchGraph(g, e.stream)
+			err := x.LaunchGraph(g, e.Stream())
 			replayNS += time.Since(t0).Nanoseconds()
 			return err
 		})

@@ -2,6 +2,7 @@
 // Backends, for a registry that serves every name in process
 // (registry.Config.Backends, the same routes, cache and fallback as the
 // plugin processes get), and Rules, the bare rules, the baseline a
-// benchmark compares a dispatch with. The host's own command never links
-// it: plugins run as processes there.
+// benchmark compares a dispatch with. The attnplug command links it for
+// that baseline alone (attnplug bench, through internal/hostbench, path
+// (a)); everywhere else in the host, plugins run as processes.
 package inproc

@@ -1,6 +1,8 @@
 // Package reference runs sglang's own dispatch code, the Python file that
 // attnplug reproduces, on dispatch requests, so that tests can compare
 // attnplug's answers with the reference's on many generated requests.
+// attnplug bench links it too (through internal/hostbench): its varied
+// stream is Generate's, and it times the oracle (Find) on that stream.
 //
 // The oracle needs python3 and the reference file ($ATTNPLUG_REFERENCE,
 // else shared/reference beside the repository or above it). Generate

@@ -15,7 +15,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/attnplug/attnplug/internal/testbin"
+	"github.com/attnplug/attnplug/internal/modroot"
 )
 
 // GoldenName is the golden file, in this package's testdata directory:
@@ -56,7 +56,7 @@ type Case struct {
 // GoldenPath returns the path of the golden file of the repository that
 // holds dir.
 func GoldenPath(dir string) (string, error) {
-	root, err := testbin.ModuleRoot(dir)
+	root, err := modroot.Find(dir)
 	if err != nil {
 		return "", err
 	}

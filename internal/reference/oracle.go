@@ -12,7 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/attnplug/attnplug/internal/testbin"
+	"github.com/attnplug/attnplug/internal/modroot"
 )
 
 //go:embed oracle.py
@@ -65,7 +65,7 @@ func Find(dir, tmp string) (*Oracle, error) {
 	}
 	ref := os.Getenv("ATTNPLUG_REFERENCE")
 	if ref == "" {
-		root, err := testbin.ModuleRoot(dir)
+		root, err := modroot.Find(dir)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package testbin
 
 import (
 	"fmt"
+	"github.com/attnplug/attnplug/internal/modroot"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,21 +24,8 @@ func (b *Bins) Plugin(family string) string {
 	return filepath.Join(b.PluginDir, "attnplug-backend-"+family)
 }
 
-// ModuleRoot returns the repository root above dir.
-func ModuleRoot(dir string) (string, error) {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no go.mod above %s", dir)
-		}
-	}
-}
+// ModuleRoot returns the repository root above dir (modroot.Find).
+func ModuleRoot(dir string) (string, error) { return modroot.Find(dir) }
 
 // Build puts the host (when withHost) and the plugins into dir/bin, laid
 // out as make build lays out bin/: copies of the binaries of the cache

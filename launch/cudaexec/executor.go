@@ -160,97 +160,144 @@ type tensorArg struct {
 // the device, uploads its metadata and allocates its workspace: the work
 // done once per batch.
 func (e *Executor) Prepare(req *core.PlanRequest, p *core.Plan) (*Prepared, error) {
+	mods, loadedBy := e.snapshot()
+	if err := launch.Check(p, req, mods, e.Device()); err != nil {
+		return nil, err
+	}
+	return e.prepare(req, p, loadedBy)
+}
+
+// PrepareChecked is Prepare for a plan already checked by launch.Check
+// against the modules this Executor loaded and its device, as
+// registry.PlanKernel checks every plan it hands: the plan is not checked
+// a second time; only its modules and entries are looked up, and one that
+// is not loaded is an error.
+func (e *Executor) PrepareChecked(req *core.PlanRequest, p *core.Plan) (*Prepared, error) {
+	_, loadedBy := e.snapshot()
+	for i, l := range p.Launches {
+		ld := loadedBy[l.Module]
+		if ld == nil {
+			return nil, fmt.Errorf("launch: launch %d: module %s is not loaded", i, l.Module)
+		}
+		if _, ok := ld.funcs[l.Entry]; !ok {
+			return nil, fmt.Errorf("launch: launch %d: module %s has no entry %s loaded", i, l.Module, l.Entry)
+		}
+		if _, ok := ld.mod.Entry(l.Entry); !ok {
+			return nil, fmt.Errorf("launch: launch %d: module %s declares no entry %s", i, l.Module, l.Entry)
+		}
+	}
+	return e.prepare(req, p, loadedBy)
+}
+
+// snapshot returns the loaded modules, and each by name.
+func (e *Executor) snapshot() ([]core.KernelModule, map[string]*loaded) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	mods := make([]core.KernelModule, 0, len(e.modules))
 	loadedBy := map[string]*loaded{}
 	for n, l := range e.modules {
 		mods = append(mods, l.mod)
 		loadedBy[n] = l
 	}
-	e.mu.Unlock()
-	if err := launch.Check(p, req, mods, e.Device()); err != nil {
-		return nil, err
-	}
+	return mods, loadedBy
+}
+
+// prepare uploads the metadata of a checked plan, allocates its workspace
+// and binds its launches' arguments.
+func (e *Executor) prepare(req *core.PlanRequest, p *core.Plan, loadedBy map[string]*loaded) (*Prepared, error) {
 	pr := &Prepared{e: e, req: *req, plan: p, specs: p.Tensors, meta: map[string]Buffer{}}
 	index := map[string]int{}
 	for i, t := range p.Tensors {
 		index[t.Name] = i
 		pr.need = append(pr.need, t.Bytes())
 	}
-	err := e.dev.Do(func(c *cuda.Ctx) error {
-		for _, m := range p.Metadata {
-			n := int64(4 * max(len(m.Int32s), 1))
-			ptr, err := c.Alloc(n)
-			if err != nil {
-				return err
-			}
-			pr.meta[m.Name] = Buffer{ptr, n}
-			if err := c.CopyIn(ptr, int32Bytes(m.Int32s)); err != nil {
-				return err
-			}
-		}
-		if p.WorkspaceBytes > 0 {
-			ptr, err := c.Alloc(p.WorkspaceBytes)
-			if err != nil {
-				return err
-			}
-			pr.ws = Buffer{ptr, p.WorkspaceBytes}
-		}
-		for _, l := range p.Launches {
-			ld := loadedBy[l.Module]
-			fn := ld.funcs[l.Entry]
-			if int(l.SharedBytes) > 48<<10 && ld.shared[l.Entry] < int(l.SharedBytes) {
-				if err := c.SetMaxDynamicShared(fn, int(l.SharedBytes)); err != nil {
-					return err
-				}
-				ld.shared[l.Entry] = int(l.SharedBytes)
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := e.dev.Do(func(c *cuda.Ctx) error { return pr.upload(c, loadedBy) }); err != nil {
 		pr.Close()
 		return nil, fmt.Errorf("launch: preparing the plan: %w", err)
 	}
 	for _, l := range p.Launches {
-		ld := loadedBy[l.Module]
-		en, _ := ld.mod.Entry(l.Entry)
-		st := step{fn: ld.funcs[l.Entry], l: l, slots: make([]uint64, len(en.Params)), ptrs: make([]unsafe.Pointer, len(en.Params))}
-		for i, par := range en.Params {
-			var a core.Arg
-			for _, x := range l.Args {
-				if x.Param == par.Name {
-					a = x
-				}
-			}
-			switch a.Kind {
-			case core.ArgTensor:
-				st.tensors = append(st.tensors, tensorArg{slot: i, tensor: index[a.Name]})
-			case core.ArgMeta:
-				st.slots[i] = pr.meta[a.Name].Ptr + uint64(a.Offset)
-			case core.ArgWorkspace:
-				st.slots[i] = pr.ws.Ptr + uint64(a.Offset)
-			case core.ArgInt:
-				if par.Kind == core.ParamI32 {
-					st.slots[i] = uint64(uint32(int32(a.Int)))
-				} else {
-					st.slots[i] = uint64(a.Int)
-				}
-			case core.ArgFloat:
-				st.slots[i] = uint64(math.Float32bits(float32(a.Float)))
-			}
+		st, err := pr.bind(l, loadedBy[l.Module], index)
+		if err != nil {
+			return nil, err
 		}
-		if len(st.slots) == 0 {
-			return nil, fmt.Errorf("launch: entry %s has no parameters", l.Entry)
-		}
-		pr.pinner.Pin(&st.slots[0])
-		for i := range st.slots {
-			st.ptrs[i] = unsafe.Pointer(&st.slots[i])
-		}
-		pr.pinner.Pin(&st.ptrs[0])
 		pr.steps = append(pr.steps, st)
 	}
 	return pr, nil
+}
+
+// upload puts the plan's metadata on the device, allocates its workspace
+// and grants its entries the dynamic shared memory they launch with.
+func (pr *Prepared) upload(c *cuda.Ctx, loadedBy map[string]*loaded) error {
+	for _, m := range pr.plan.Metadata {
+		n := int64(4 * max(len(m.Int32s), 1))
+		ptr, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		pr.meta[m.Name] = Buffer{ptr, n}
+		if err := c.CopyIn(ptr, int32Bytes(m.Int32s)); err != nil {
+			return err
+		}
+	}
+	if pr.plan.WorkspaceBytes > 0 {
+		ptr, err := c.Alloc(pr.plan.WorkspaceBytes)
+		if err != nil {
+			return err
+		}
+		pr.ws = Buffer{ptr, pr.plan.WorkspaceBytes}
+	}
+	for _, l := range pr.plan.Launches {
+		ld := loadedBy[l.Module]
+		fn := ld.funcs[l.Entry]
+		if int(l.SharedBytes) > 48<<10 && ld.shared[l.Entry] < int(l.SharedBytes) {
+			if err := c.SetMaxDynamicShared(fn, int(l.SharedBytes)); err != nil {
+				return err
+			}
+			ld.shared[l.Entry] = int(l.SharedBytes)
+		}
+	}
+	return nil
+}
+
+// bind makes the step of launch l of module ld: its argument slots, with
+// the metadata and workspace addresses written and the tensors' left to
+// each Launch, pinned for cuLaunchKernel.
+func (pr *Prepared) bind(l core.Launch, ld *loaded, index map[string]int) (step, error) {
+	en, _ := ld.mod.Entry(l.Entry)
+	st := step{fn: ld.funcs[l.Entry], l: l, slots: make([]uint64, len(en.Params)), ptrs: make([]unsafe.Pointer, len(en.Params))}
+	for i, par := range en.Params {
+		var a core.Arg
+		for _, x := range l.Args {
+			if x.Param == par.Name {
+				a = x
+			}
+		}
+		switch a.Kind {
+		case core.ArgTensor:
+			st.tensors = append(st.tensors, tensorArg{slot: i, tensor: index[a.Name]})
+		case core.ArgMeta:
+			st.slots[i] = pr.meta[a.Name].Ptr + uint64(a.Offset)
+		case core.ArgWorkspace:
+			st.slots[i] = pr.ws.Ptr + uint64(a.Offset)
+		case core.ArgInt:
+			if par.Kind == core.ParamI32 {
+				st.slots[i] = uint64(uint32(int32(a.Int)))
+			} else {
+				st.slots[i] = uint64(a.Int)
+			}
+		case core.ArgFloat:
+			st.slots[i] = uint64(math.Float32bits(float32(a.Float)))
+		}
+	}
+	if len(st.slots) == 0 {
+		return step{}, fmt.Errorf("launch: entry %s has no parameters", l.Entry)
+	}
+	pr.pinner.Pin(&st.slots[0])
+	for i := range st.slots {
+		st.ptrs[i] = unsafe.Pointer(&st.slots[i])
+	}
+	pr.pinner.Pin(&st.ptrs[0])
+	return st, nil
 }
 
 // Plan returns the plan p was prepared from.

@@ -1,4 +1,4 @@
-package engine
+package client
 
 import (
 	"context"
@@ -9,14 +9,18 @@ import (
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/registry"
-	"github.com/attnplug/attnplug/wire"
+	"github.com/attnplug/attnplug/engine/internal/convert"
+	"github.com/attnplug/attnplug/internal/grpcstatus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
+
+// MaxMessageBytes is the largest gRPC message a Client sends or takes:
+// the server's limit (wire.MaxMessageBytes; a test checks they agree).
+const MaxMessageBytes = 64 << 20
 
 // callTimeout bounds one call of a Client to a server, within the
 // caller's deadline.
@@ -70,7 +74,8 @@ func Dial(addr string, creds credentials.TransportCredentials) (*Client, error) 
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	conn, err := grpc.NewClient(target, append(wire.DialOptions(), grpc.WithTransportCredentials(creds))...)
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -82,26 +87,26 @@ func Dial(addr string, creds credentials.TransportCredentials) (*Client, error) 
 func (c *Client) Dispatch(ctx context.Context, req *core.Request) (core.Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	resp, err := c.rpc.Dispatch(ctx, &dispatchv1.DispatchRequest{Request: requestToProto(req)})
+	resp, err := c.rpc.Dispatch(ctx, &dispatchv1.DispatchRequest{Request: convert.RequestToProto(req)})
 	if err != nil {
-		return core.Answer{}, fmt.Errorf("server: %w", wire.FromStatus(err))
+		return core.Answer{}, fmt.Errorf("server: %w", grpcstatus.FromStatus(err))
 	}
 	if resp.GetAnswer() == nil {
 		return core.Answer{}, fmt.Errorf("%w: server sent no answer", core.ErrProtocol)
 	}
-	return answerFromProto(resp.GetAnswer())
+	return convert.AnswerFromProto(resp.GetAnswer())
 }
 
 // DispatchBatch sends reqs in one call and writes the answer of reqs[i]
 // to out[i]; len(out) must be len(reqs). It returns an error only when the
 // call fails as a whole: then out holds nothing.
-func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []registry.BatchAnswer) error {
+func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []core.BatchAnswer) error {
 	if len(out) != len(reqs) {
 		return fmt.Errorf("engine: %d results for %d requests", len(out), len(reqs))
 	}
 	in := &dispatchv1.DispatchBatchRequest{Requests: make([]*dispatchv1.Request, len(reqs))}
 	for i := range reqs {
-		in.Requests[i] = requestToProto(&reqs[i])
+		in.Requests[i] = convert.RequestToProto(&reqs[i])
 	}
 	// A server that is not there fails the call at once; one that hangs
 	// fails it at the deadline.
@@ -109,14 +114,14 @@ func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []r
 	defer cancel()
 	resp, err := c.rpc.DispatchBatch(ctx, in)
 	if err != nil {
-		return fmt.Errorf("server: %w", wire.FromStatus(err))
+		return fmt.Errorf("server: %w", grpcstatus.FromStatus(err))
 	}
 	if len(resp.GetAnswers()) != len(reqs) {
 		return fmt.Errorf("%w: server answered %d of %d requests", core.ErrProtocol, len(resp.GetAnswers()), len(reqs))
 	}
 	for i, a := range resp.GetAnswers() {
-		ans, err := answerFromProto(a)
-		out[i] = registry.BatchAnswer{Answer: ans, Err: err}
+		ans, err := convert.AnswerFromProto(a)
+		out[i] = core.BatchAnswer{Answer: ans, Err: err}
 	}
 	return nil
 }
@@ -131,11 +136,11 @@ func (c *Client) Close() error { return c.conn.Close() }
 func (c *Client) KernelModules(ctx context.Context, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	resp, err := c.kernels.KernelModules(ctx, &dispatchv1.KernelModulesRequest{Backend: backend, Device: deviceToProto(dev)})
+	resp, err := c.kernels.KernelModules(ctx, &dispatchv1.KernelModulesRequest{Backend: backend, Device: convert.DeviceToProto(dev)})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", kernelError(err))
 	}
-	return modulesFromProto(resp.GetModules()), nil
+	return convert.ModulesFromProto(resp.GetModules()), nil
 }
 
 // PlanKernel returns the launches that run req.Method's kernel of the
@@ -145,19 +150,19 @@ func (c *Client) KernelModules(ctx context.Context, backend string, dev core.Dev
 func (c *Client) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	resp, err := c.kernels.PlanKernel(ctx, planRequestToProto(req))
+	resp, err := c.kernels.PlanKernel(ctx, convert.PlanRequestToProto(req))
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", kernelError(err))
 	}
-	return planFromProto(resp.GetPlan())
+	return convert.PlanFromProto(resp.GetPlan())
 }
 
 // kernelError is the error of a Kernels call: UNIMPLEMENTED is "no device
 // plan" (core.ErrNoPlan), with the server's message; other codes as
-// wire.FromStatus reads them.
+// grpcstatus.FromStatus reads them.
 func kernelError(err error) error {
 	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented {
 		return fmt.Errorf("%w: %s", core.ErrNoPlan, st.Message())
 	}
-	return wire.FromStatus(err)
+	return grpcstatus.FromStatus(err)
 }

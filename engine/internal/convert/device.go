@@ -1,12 +1,16 @@
-package engine
+package convert
 
 import (
 	"fmt"
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/wire"
 )
+
+// MaxPlanBatch is the most requests a plan request carries: the plugin
+// protocol's limit (wire.MaxPlanBatch; a test checks they agree), kept
+// here so that a client of the engine API links no plugin protocol.
+const MaxPlanBatch = 1 << 16
 
 // The converters of the Kernels service: devices, kernel modules, plan
 // requests and plans, between core and the engine API's messages. They
@@ -14,7 +18,8 @@ import (
 // request converters of convert.go mirror wire's: the engine API has
 // messages of its own, which do not move with the plugin protocol.
 
-func deviceToProto(d core.DeviceInfo) *dispatchv1.DeviceInfo {
+// DeviceToProto returns the engine API's form of d.
+func DeviceToProto(d core.DeviceInfo) *dispatchv1.DeviceInfo {
 	return &dispatchv1.DeviceInfo{
 		Platform:           dispatchv1.Platform(d.Platform),
 		Name:               d.Name,
@@ -26,9 +31,9 @@ func deviceToProto(d core.DeviceInfo) *dispatchv1.DeviceInfo {
 	}
 }
 
-// deviceFromProto returns the core form of d; field names the message in
+// DeviceFromProto returns the core form of d; field names the message in
 // errors.
-func deviceFromProto(d *dispatchv1.DeviceInfo, field string) (core.DeviceInfo, error) {
+func DeviceFromProto(d *dispatchv1.DeviceInfo, field string) (core.DeviceInfo, error) {
 	if d == nil {
 		return core.DeviceInfo{}, core.NewFieldError(field, "missing")
 	}
@@ -60,7 +65,8 @@ func deviceFromProto(d *dispatchv1.DeviceInfo, field string) (core.DeviceInfo, e
 	return out, nil
 }
 
-func modulesToProto(ms []core.KernelModule) []*dispatchv1.KernelModule {
+// ModulesToProto returns the engine API's form of ms, each image byte for byte.
+func ModulesToProto(ms []core.KernelModule) []*dispatchv1.KernelModule {
 	out := make([]*dispatchv1.KernelModule, len(ms))
 	for i, m := range ms {
 		pm := &dispatchv1.KernelModule{
@@ -79,11 +85,11 @@ func modulesToProto(ms []core.KernelModule) []*dispatchv1.KernelModule {
 	return out
 }
 
-// modulesFromProto returns the core form of ms. The images are the
+// ModulesFromProto returns the core form of ms. The images are the
 // message's bytes, not copies. A platform unknown to this host becomes a
 // value no host loads, so that the module is refused rather than
 // mistaken for another platform's.
-func modulesFromProto(ms []*dispatchv1.KernelModule) []core.KernelModule {
+func ModulesFromProto(ms []*dispatchv1.KernelModule) []core.KernelModule {
 	out := make([]core.KernelModule, len(ms))
 	for i, pm := range ms {
 		p := core.Platform(pm.GetPlatform())
@@ -106,7 +112,8 @@ func modulesFromProto(ms []*dispatchv1.KernelModule) []core.KernelModule {
 	return out
 }
 
-func planRequestToProto(r *core.PlanRequest) *dispatchv1.PlanKernelRequest {
+// PlanRequestToProto returns the engine API's form of r.
+func PlanRequestToProto(r *core.PlanRequest) *dispatchv1.PlanKernelRequest {
 	return &dispatchv1.PlanKernelRequest{
 		Backend: r.Backend,
 		Method:  dispatchv1.Method(r.Method),
@@ -120,16 +127,16 @@ func planRequestToProto(r *core.PlanRequest) *dispatchv1.PlanKernelRequest {
 			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages), ChunkCapacity: int64(r.Shape.ChunkCapacity),
 			MaxSeqLen: r.Shape.MaxSeqLen,
 		},
-		Device: deviceToProto(r.Device),
+		Device: DeviceToProto(r.Device),
 		Graph:  r.Graph,
 	}
 }
 
-// planRequestFromProto returns the core form of r: a named backend, a
+// PlanRequestFromProto returns the core form of r: a named backend, a
 // method the protocol knows, as many query lengths as sequence lengths
-// and at most wire.MaxPlanBatch of them, and a device. The planner checks the
+// and at most MaxPlanBatch of them, and a device. The planner checks the
 // rest. The error wraps core.ErrInvalidRequest.
-func planRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, error) {
+func PlanRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, error) {
 	var out core.PlanRequest
 	if r == nil {
 		return out, core.NewFieldError("request", "missing")
@@ -142,10 +149,10 @@ func planRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, er
 		return out, core.NewFieldError("backend", "must be a name of 1 to 256 bytes")
 	}
 	s := r.GetShape()
-	if n := len(s.GetSeqLens()); n > wire.MaxPlanBatch || len(s.GetQLens()) != n {
-		return out, core.NewFieldError("shape.seq_lens", fmt.Sprintf("has %d entries and q_lens %d: want the same number, at most %d", n, len(s.GetQLens()), wire.MaxPlanBatch))
+	if n := len(s.GetSeqLens()); n > MaxPlanBatch || len(s.GetQLens()) != n {
+		return out, core.NewFieldError("shape.seq_lens", fmt.Sprintf("has %d entries and q_lens %d: want the same number, at most %d", n, len(s.GetQLens()), MaxPlanBatch))
 	}
-	dev, err := deviceFromProto(r.GetDevice(), "device")
+	dev, err := DeviceFromProto(r.GetDevice(), "device")
 	if err != nil {
 		return out, err
 	}
@@ -168,7 +175,8 @@ func planRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, er
 	}, nil
 }
 
-func planToProto(p *core.Plan) *dispatchv1.Plan {
+// PlanToProto returns the engine API's form of p.
+func PlanToProto(p *core.Plan) *dispatchv1.Plan {
 	out := &dispatchv1.Plan{Kernel: p.Kernel, WorkspaceBytes: p.WorkspaceBytes, Note: p.Note, Reads: uint32(p.Reads)}
 	for _, t := range p.Tensors {
 		out.Tensors = append(out.Tensors, &dispatchv1.TensorSpec{Name: t.Name, Dtype: t.DType, Shape: t.Shape, Output: t.Output})
@@ -194,10 +202,10 @@ func planToProto(p *core.Plan) *dispatchv1.Plan {
 	return out
 }
 
-// planFromProto returns the core form of p; a launch without exactly three
+// PlanFromProto returns the core form of p; a launch without exactly three
 // grid and block dimensions is an error wrapping core.ErrProtocol. The
 // host checks the rest of the plan (launch.Check).
-func planFromProto(p *dispatchv1.Plan) (*core.Plan, error) {
+func PlanFromProto(p *dispatchv1.Plan) (*core.Plan, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: plan kernel: no plan in the answer", core.ErrProtocol)
 	}

@@ -1,4 +1,4 @@
-package gpucheck
+package devicehost
 
 import (
 	"errors"
@@ -16,8 +16,11 @@ import (
 	"github.com/attnplug/attnplug/launch/cudaexec"
 )
 
-// Env is an open CUDA device with the MLA decode modules loaded.
+// Env is a Host with what checks its kernels: kernels that fill tensors
+// from a hash of their index on the device, and a stream of its own. Dev
+// and Exec are the Host's device and executor.
 type Env struct {
+	Host    *Host
 	Dev     *cuda.Device
 	Exec    *cudaexec.Executor
 	Modules []core.KernelModule
@@ -30,9 +33,11 @@ type Env struct {
 	fillE4M3, fillDSA cuda.Function
 }
 
-// Open opens CUDA device 0, compiles the device kernels for it and loads
-// them. The error wraps cuda.ErrUnavailable on a machine without a GPU
-// and core.ErrNoPlan when no NVRTC is found.
+// Open opens CUDA device 0, compiles the device kernels of package
+// devkernels for it in this process and loads them: the kernels
+// themselves, with no plugin (attnplug bench --gpu, the GPU tests). The
+// error wraps cuda.ErrUnavailable on a machine without a GPU and
+// core.ErrNoPlan when no NVRTC is found.
 func Open() (*Env, error) {
 	e, err := OpenDevice()
 	if err != nil {
@@ -50,16 +55,21 @@ func Open() (*Env, error) {
 	return e, nil
 }
 
-// OpenDevice opens CUDA device 0 with no kernel modules loaded: a host
-// loads the ones its plugins hand over (Load).
-func OpenDevice() (*Env, error) {
-	dev, err := cuda.Open()
+// OpenDevice opens CUDA device 0 with no kernel modules loaded and no
+// Source: the caller loads the modules it has (Load).
+func OpenDevice() (*Env, error) { return OpenWith(nil) }
+
+// OpenWith opens CUDA device 0 as a Host whose modules and plans come
+// from src (Host.Plan), as attnplug run --device cuda does with its
+// registry.
+func OpenWith(src Source) (*Env, error) {
+	h, err := OpenHost(src)
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Dev: dev, Exec: cudaexec.NewExecutor(dev)}
+	e := &Env{Host: h, Dev: h.CUDA(), Exec: h.Executor()}
 	if err := e.loadFill(); err != nil {
-		dev.Close()
+		h.Close()
 		if errors.Is(err, cuda.ErrNoNVRTC) {
 			err = fmt.Errorf("%w: %w", core.ErrNoPlan, err)
 		}
@@ -118,8 +128,7 @@ func (e *Env) Close() error {
 		}
 		return nil
 	})
-	e.Exec.Close()
-	return e.Dev.Close()
+	return e.Host.Close()
 }
 
 // Stream is the Env's stream.
@@ -442,10 +451,10 @@ func compareRows(out []uint16, lse []float32, n int, ref func(k int) rowRef) Che
 	num := make([]float64, n)
 	den := make([]float64, n)
 	lerr := make([]float64, n)
-	parallel(n, func(k int) {
+	Parallel(n, func(k int) {
 		r := ref(k)
 		for d, w := range r.want {
-			diff := bf16(out[r.out+int64(d)]) - w
+			diff := BF16(out[r.out+int64(d)]) - w
 			num[k] += diff * diff
 			den[k] += w * w
 		}
@@ -467,7 +476,7 @@ func compareRows(out []uint16, lse []float32, n int, ref func(k int) rowRef) Che
 }
 
 // parallel runs f(0), ..., f(n-1) on every CPU.
-func parallel(n int, f func(i int)) {
+func Parallel(n int, f func(i int)) {
 	var wg sync.WaitGroup
 	work := make(chan int)
 	for range runtime.GOMAXPROCS(0) {
@@ -528,7 +537,7 @@ func i32bytes(v []int32) []byte {
 
 // Kernel returns the catalog entry a case plans: an MLA kernel of the
 // fa3 or flashinfer catalogs.
-func (c Case) kernel() core.Kernel {
+func (c Case) CatalogKernel() core.Kernel {
 	name := c.Kernel
 	if name == "" {
 		name = "flash_attn_with_kvcache"
@@ -539,7 +548,7 @@ func (c Case) kernel() core.Kernel {
 
 // Prepare plans b and prepares the plan.
 func (e *Env) Prepare(b *Batch) (*cudaexec.Prepared, error) {
-	p, err := devkernels.Plan(b.Case.kernel(), &b.Req)
+	p, err := devkernels.Plan(b.Case.CatalogKernel(), &b.Req)
 	if err != nil {
 		return nil, err
 	}
@@ -636,26 +645,6 @@ func (e *Env) StepTime(b *Batch, p *cudaexec.Prepared, layers, reps int) (Timing
 		return Timing{}, err
 	}
 	return median(ts), nil
-}
-
-// RandomCase draws a batch: heads, page size, batch size and query length
-// from the given choices, lengths ragged in [qlen, maxLen] with keys
-// totalling at most maxKeys.
-func RandomCase(rng *rand.Rand, name string, heads, pageSizes, batches []int, maxQ int, maxLen, maxKeys int64) Case {
-	c := Case{Name: name, Heads: heads[rng.IntN(len(heads))], PageSize: pageSizes[rng.IntN(len(pageSizes))], Seed: rng.Uint64()}
-	n := batches[rng.IntN(len(batches))]
-	q := int64(1 + rng.IntN(maxQ))
-	cap := max(maxKeys/int64(n), q)
-	for range n {
-		hi := min(maxLen, cap)
-		l := q + rng.Int64N(max(hi-q+1, 1))
-		if rng.IntN(4) == 0 {
-			l = q + rng.Int64N(min(hi-q+1, 64)) // some short ones
-		}
-		c.SeqLens = append(c.SeqLens, l)
-		c.QLens = append(c.QLens, q)
-	}
-	return c
 }
 
 // ErrCheckFailed marks a case whose outputs are outside the tolerances.

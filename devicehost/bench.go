@@ -1,4 +1,4 @@
-package gpucheck
+package devicehost
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -522,16 +523,23 @@ type MergeResult struct {
 	Error  string  `json:"error,omitempty"`
 }
 
+// moduleImage is the image of the loaded module name (the last loaded of
+// that name), or nil.
+func (e *Env) moduleImage(name string) []byte {
+	var image []byte
+	for _, m := range e.Modules {
+		if m.Name == name {
+			image = m.Image
+		}
+	}
+	return image
+}
+
 // BenchMerge checks merge_state on rows rows of 128 (16k tokens x 128
 // heads is 2M) against the float64 merge, then times it.
 func (e *Env) BenchMerge(rows int64, f Floors) MergeResult {
 	r := MergeResult{Rows: rows}
-	var image []byte
-	for _, m := range e.Modules {
-		if m.Name == devkernels.ModuleMHAPrefill {
-			image = m.Image
-		}
-	}
+	image := e.moduleImage(devkernels.ModuleMHAPrefill)
 	if image == nil {
 		r.Error = "no prefill module"
 		return r
@@ -595,7 +603,7 @@ func (e *Env) BenchMerge(rows int64, f Floors) MergeResult {
 		var num, den, lerr float64
 		for i := range int64(len(got)) {
 			want := (hashValue(31, i) + wb*hashValue(32, i)) / (1 + wb)
-			num += (bf16(got[i]) - want) * (bf16(got[i]) - want)
+			num += (BF16(got[i]) - want) * (BF16(got[i]) - want)
 			den += want * want
 		}
 		for _, v := range gl {
@@ -647,4 +655,22 @@ func (rep *Report) writePrefill(w io.Writer) {
 			fmt.Fprintf(w, "merge_state, %d rows of 128: %.1f us, %.2f TB/s, %.0f%% of the copy bandwidth (%s)\n", m.Rows, m.US, m.TBs, 100*m.OfCopy, m.Check)
 		}
 	}
+}
+
+// Shapes returns the decode and prefill shapes of the benchmark whose
+// names contain only (all of them for "").
+func Shapes(only string) ([]Case, []PrefillCase) {
+	var cases []Case
+	for _, c := range DecodeShapes() {
+		if strings.Contains(c.Name, only) {
+			cases = append(cases, c)
+		}
+	}
+	var prefill []PrefillCase
+	for _, c := range PrefillShapes() {
+		if strings.Contains(c.Name, only) {
+			prefill = append(prefill, c)
+		}
+	}
+	return cases, prefill
 }

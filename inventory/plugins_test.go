@@ -1,7 +1,8 @@
-package main
+package inventory
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,4 +76,14 @@ func TestDeviceCodeTableSaysACauseOnce(t *testing.T) {
 	if !hasRow(got, "fa3", "fa3", "mla_decode", "compute_90") || !hasRow(got, "fa3", "fa4", "device", "code:") {
 		t.Errorf("fa3 with modules for fa3 only:\n%s", got)
 	}
+}
+
+// hasRow reports whether a line of table starts with the fields want.
+func hasRow(table string, want ...string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		if f := strings.Fields(line); len(f) >= len(want) && slices.Equal(f[:len(want)], want) {
+			return true
+		}
+	}
+	return false
 }

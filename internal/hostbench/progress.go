@@ -1,4 +1,4 @@
-package main
+package hostbench
 
 import (
 	"fmt"
@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// progress is one line on a terminal that says what a long command is
+// Progress is one line on a terminal that says what a long command is
 // doing: each step replaces it, a ticker adds the seconds the step has
-// taken, and done clears it, so that the command's output is left as it
-// would be without. A nil *progress says nothing; its methods may be
+// taken, and Done clears it, so that the command's output is left as it
+// would be without. A nil *Progress says nothing; its methods may be
 // called from one goroutine.
-type progress struct {
+type Progress struct {
 	w    io.Writer
 	name string
 
@@ -24,17 +24,8 @@ type progress struct {
 	wg   sync.WaitGroup
 }
 
-// newProgress returns the progress line of the command name on e's stderr
-// when stderr is a terminal and quiet is not set (--json), else nil.
-func newProgress(e *env, name string, quiet bool) *progress {
-	if quiet || e.isTerminal == nil || !e.isTerminal(e.stderr) {
-		return nil
-	}
-	return &progress{w: e.stderr, name: name}
-}
-
-// step shows what as what the command does now.
-func (p *progress) step(what string) {
+// Step shows what as what the command does now.
+func (p *Progress) Step(what string) {
 	if p == nil {
 		return
 	}
@@ -49,8 +40,8 @@ func (p *progress) step(what string) {
 	}
 }
 
-// tick redraws the line every second until done.
-func (p *progress) tick() {
+// tick redraws the line every second until Done.
+func (p *Progress) tick() {
 	defer p.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -68,7 +59,7 @@ func (p *progress) tick() {
 
 // drawLocked writes the line over the one before: a carriage return, the
 // erase-line sequence, the text.
-func (p *progress) drawLocked() {
+func (p *Progress) drawLocked() {
 	line := fmt.Sprintf("\r\x1b[K%s: %s...", p.name, p.what)
 	if s := int(time.Since(p.start).Seconds()); s > 0 {
 		line += fmt.Sprintf(" %ds", s)
@@ -76,8 +67,8 @@ func (p *progress) drawLocked() {
 	io.WriteString(p.w, line)
 }
 
-// done stops the ticker and clears the line.
-func (p *progress) done() {
+// Done stops the ticker and clears the line.
+func (p *Progress) Done() {
 	if p == nil {
 		return
 	}
@@ -88,3 +79,7 @@ func (p *progress) done() {
 	}
 	io.WriteString(p.w, "\r\x1b[K")
 }
+
+// NewProgress returns the progress line of the command name on w, a
+// terminal: the caller decides whether there is one.
+func NewProgress(w io.Writer, name string) *Progress { return &Progress{w: w, name: name} }

@@ -1,4 +1,4 @@
-package gpucheck
+package devicehost
 
 import (
 	"fmt"
@@ -48,7 +48,7 @@ func (c PrefillCase) request(dev core.DeviceInfo) core.PlanRequest {
 	}
 }
 
-func (c PrefillCase) kernel() core.Kernel {
+func (c PrefillCase) CatalogKernel() core.Kernel {
 	name := "flash_attn_varlen_func"
 	if c.Method == core.MHAChunkedKV {
 		name += "+merge_state"
@@ -130,7 +130,7 @@ func (e *Env) AllocPrefill(c PrefillCase) (*PrefillBatch, error) {
 			return err
 		}
 		b.ownK = true
-		return b.splitChunked(x)
+		return b.SplitChunked(x)
 	})
 	if err != nil {
 		b.Free(e)
@@ -139,9 +139,9 @@ func (e *Env) AllocPrefill(c PrefillCase) (*PrefillBatch, error) {
 	return b, nil
 }
 
-// splitChunked copies KFull/VFull into the chunked layout: each request's
+// SplitChunked copies KFull/VFull into the chunked layout: each request's
 // prefix into k_prefix/v_prefix, its new tokens into k/v.
-func (b *PrefillBatch) splitChunked(x *cuda.Ctx) error {
+func (b *PrefillBatch) SplitChunked(x *cuda.Ctx) error {
 	c := b.Case
 	h := int64(c.Heads)
 	var pOff int64
@@ -190,7 +190,7 @@ func (b *PrefillBatch) Tensors() []cudaexec.Buffer {
 
 // PreparePrefill plans b and prepares the plan.
 func (e *Env) PreparePrefill(b *PrefillBatch) (*cudaexec.Prepared, error) {
-	p, err := devkernels.Plan(b.Case.kernel(), &b.Req)
+	p, err := devkernels.Plan(b.Case.CatalogKernel(), &b.Req)
 	if err != nil {
 		return nil, err
 	}
@@ -286,18 +286,6 @@ func (e *Env) VerifyPrefill(b *PrefillBatch, out []uint16, lse []float32, maxRow
 		}
 		return rowRef{out: (tok*h + r.head) * 128, lse: tok*h + r.head, want: want, wantLSE: mx + math.Log(sum)}
 	})
-}
-
-// Agreement is the relative difference between two methods' outputs on
-// the same batch, over every element.
-func Agreement(a, b []uint16) float64 {
-	var num, den float64
-	for i := range a {
-		x, y := bf16(a[i]), bf16(b[i])
-		num += (x - y) * (x - y)
-		den += y * y
-	}
-	return math.Sqrt(num / den)
 }
 
 // TimePrefill times p's launches on b (median of reps), in microseconds.

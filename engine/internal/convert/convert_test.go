@@ -1,4 +1,4 @@
-package engine
+package convert
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func TestRequestRoundTrip(t *testing.T) {
 	}
 	for name, want := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := requestFromProto(overTheWire(t, requestToProto(&want), &dispatchv1.Request{}))
+			got, err := RequestFromProto(overTheWire(t, RequestToProto(&want), &dispatchv1.Request{}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func TestRequestRoundTrip(t *testing.T) {
 // TestRequestDefaults: a message that leaves fields out means what the
 // JSON line that leaves them out means.
 func TestRequestDefaults(t *testing.T) {
-	got, err := requestFromProto(&dispatchv1.Request{Backend: "fa3", Batch: &dispatchv1.Batch{ForwardMode: dispatchv1.ForwardMode_FORWARD_MODE_DECODE}})
+	got, err := RequestFromProto(&dispatchv1.Request{Backend: "fa3", Batch: &dispatchv1.Batch{ForwardMode: dispatchv1.ForwardMode_FORWARD_MODE_DECODE}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestRequestDefaults(t *testing.T) {
 	}
 	// A client without presence on dsa_use_mha says a given false with
 	// dsa_use_mha_set.
-	got, err = requestFromProto(&dispatchv1.Request{Backend: "dsa", Batch: &dispatchv1.Batch{ForwardMode: dispatchv1.ForwardMode_FORWARD_MODE_EXTEND},
+	got, err = RequestFromProto(&dispatchv1.Request{Backend: "dsa", Batch: &dispatchv1.Batch{ForwardMode: dispatchv1.ForwardMode_FORWARD_MODE_EXTEND},
 		Runtime: &dispatchv1.Runtime{DsaUseMhaSet: true}})
 	if err != nil || !got.Runtime.DSAUseMHAGiven() || got.Runtime.DSAUseMHA {
 		t.Errorf("dsa_use_mha_set: %+v, %v", got.Runtime, err)
@@ -104,7 +104,7 @@ func TestRequestFromProtoRejects(t *testing.T) {
 		"negative_length":  {&dispatchv1.Request{Backend: "fa3", Batch: &dispatchv1.Batch{ForwardMode: 1, SeqLens: []int64{-5}}}, "seq_lens[0]"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := requestFromProto(tc.in)
+			_, err := RequestFromProto(tc.in)
 			var fe *core.FieldError
 			if !errors.Is(err, core.ErrInvalidRequest) || !errors.As(err, &fe) || fe.Field != tc.field {
 				t.Errorf("got %v, want an invalid request naming %s", err, tc.field)
@@ -128,7 +128,7 @@ func TestEnumParity(t *testing.T) {
 		if got := strings.TrimPrefix(dispatchv1.Method(m).String(), "METHOD_"); got != m.String() {
 			t.Errorf("method %d: dispatchv1 %s, core %s", int(m), got, m)
 		}
-		a, err := answerFromProto(overTheWire(t, answerToProto(core.Answer{Method: m, Handler: "h", Plugin: "p", Fallback: "f"}), &dispatchv1.Answer{}))
+		a, err := AnswerFromProto(overTheWire(t, AnswerToProto(core.Answer{Method: m, Handler: "h", Plugin: "p", Fallback: "f"}), &dispatchv1.Answer{}))
 		if err != nil || a != (core.Answer{Method: m, Handler: "h", Plugin: "p", Fallback: "f"}) {
 			t.Errorf("answer of %s: %+v, %v", m, a, err)
 		}
@@ -153,7 +153,7 @@ func TestEnumParity(t *testing.T) {
 }
 
 func TestUnknownMethodIsProtocolError(t *testing.T) {
-	_, err := answerFromProto(&dispatchv1.Answer{Method: 42})
+	_, err := AnswerFromProto(&dispatchv1.Answer{Method: 42})
 	if !errors.Is(err, core.ErrProtocol) {
 		t.Errorf("got %v, want core.ErrProtocol", err)
 	}
@@ -166,8 +166,8 @@ func TestErrorRoundTrip(t *testing.T) {
 		context.DeadlineExceeded, context.Canceled}
 	for _, s := range sentinels {
 		err := fmt.Errorf("plugin fa3: %w: why", s)
-		a := overTheWire(t, errorToAnswer(err), &dispatchv1.Answer{})
-		_, got := answerFromProto(a)
+		a := overTheWire(t, ErrorToAnswer(err), &dispatchv1.Answer{})
+		_, got := AnswerFromProto(a)
 		if !errors.Is(got, s) || got.Error() != err.Error() {
 			t.Errorf("%v: got %v (code %s)", s, got, a.GetErrorCode())
 		}
@@ -182,21 +182,21 @@ func TestErrorRoundTrip(t *testing.T) {
 	}
 
 	fe := core.NewFieldError("seq_lens[3]", "negative length -5")
-	_, got := answerFromProto(overTheWire(t, errorToAnswer(fe), &dispatchv1.Answer{}))
+	_, got := AnswerFromProto(overTheWire(t, ErrorToAnswer(fe), &dispatchv1.Answer{}))
 	var back *core.FieldError
 	if !errors.As(got, &back) || back.Field != "seq_lens[3]" || got.Error() != fe.Error() || !errors.Is(got, core.ErrInvalidRequest) {
 		t.Errorf("field error: got %#v", got)
 	}
 	// Wrapped: the message is kept whole, the identity too.
 	wrapped := fmt.Errorf("line 3: %w", fe)
-	_, got = answerFromProto(errorToAnswer(wrapped))
+	_, got = AnswerFromProto(ErrorToAnswer(wrapped))
 	if got.Error() != wrapped.Error() || !errors.Is(got, core.ErrInvalidRequest) {
 		t.Errorf("wrapped field error: got %v", got)
 	}
 
 	// An error of no sentinel: INTERNAL, the message kept.
-	a := errorToAnswer(errors.New("disk on fire"))
-	_, got = answerFromProto(a)
+	a := ErrorToAnswer(errors.New("disk on fire"))
+	_, got = AnswerFromProto(a)
 	if a.GetErrorCode() != dispatchv1.ErrorCode_ERROR_CODE_INTERNAL || got.Error() != "disk on fire" {
 		t.Errorf("other error: code %s, %v", a.GetErrorCode(), got)
 	}
@@ -207,7 +207,7 @@ func TestErrorRoundTrip(t *testing.T) {
 	}
 
 	// A server older than error codes sends the message only.
-	_, got = answerFromProto(&dispatchv1.Answer{Error: "seq_lens[0]: negative length -5"})
+	_, got = AnswerFromProto(&dispatchv1.Answer{Error: "seq_lens[0]: negative length -5"})
 	if got == nil || got.Error() != "seq_lens[0]: negative length -5" {
 		t.Errorf("message only: %v", got)
 	}

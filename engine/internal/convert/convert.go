@@ -1,4 +1,4 @@
-package engine
+package convert
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/grpcstatus"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -15,8 +16,8 @@ import (
 // messages and back. The enums of core and of dispatchv1 share their
 // numbers; convert_test.go checks it and round-trips every field.
 
-// requestToProto returns the engine API's form of r.
-func requestToProto(r *core.Request) *dispatchv1.Request {
+// RequestToProto returns the engine API's form of r.
+func RequestToProto(r *core.Request) *dispatchv1.Request {
 	var dsaUseMHA *bool
 	if r.Runtime.DSAUseMHAGiven() {
 		dsaUseMHA = proto.Bool(r.Runtime.DSAUseMHA)
@@ -55,10 +56,10 @@ func requestToProto(r *core.Request) *dispatchv1.Request {
 	}
 }
 
-// requestFromProto returns the core form of r, with the defaults of the
+// RequestFromProto returns the core form of r, with the defaults of the
 // JSON dispatch format for what r leaves out, validated: the error wraps
 // core.ErrInvalidRequest and names the field.
-func requestFromProto(r *dispatchv1.Request) (core.Request, error) {
+func RequestFromProto(r *dispatchv1.Request) (core.Request, error) {
 	var out core.Request
 	if r == nil {
 		return out, core.NewFieldError("request", "missing")
@@ -128,18 +129,18 @@ func knownLens(v []int64, known bool) []int64 {
 	return v
 }
 
-// answerToProto returns the engine API's form of a decided answer.
-func answerToProto(a core.Answer) *dispatchv1.Answer {
+// AnswerToProto returns the engine API's form of a decided answer.
+func AnswerToProto(a core.Answer) *dispatchv1.Answer {
 	return &dispatchv1.Answer{Method: dispatchv1.Method(a.Method), Handler: a.Handler, Plugin: a.Plugin, Fallback: a.Fallback}
 }
 
-// answerFromProto returns the answer of a, or its error: the error the
-// server had, for which errors.Is holds as it did there (errorFromAnswer).
+// AnswerFromProto returns the answer of a, or its error: the error the
+// server had, for which errors.Is holds as it did there (ErrorFromAnswer).
 // A method this version does not know is an error wrapping
 // core.ErrProtocol.
-func answerFromProto(a *dispatchv1.Answer) (core.Answer, error) {
+func AnswerFromProto(a *dispatchv1.Answer) (core.Answer, error) {
 	if a.GetError() != "" || a.GetErrorCode() != dispatchv1.ErrorCode_ERROR_CODE_UNSPECIFIED {
-		return core.Answer{}, errorFromAnswer(a)
+		return core.Answer{}, ErrorFromAnswer(a)
 	}
 	m := core.Method(a.GetMethod())
 	if v := a.GetMethod(); v < 0 || v > 255 || !m.Valid() {
@@ -168,10 +169,10 @@ func errorCodes() []errorCode {
 	}
 }
 
-// errorToAnswer returns the answer that carries err: its message, the code
+// ErrorToAnswer returns the answer that carries err: its message, the code
 // of the sentinel it wraps (INTERNAL for none), and the field a
 // core.FieldError names.
-func errorToAnswer(err error) *dispatchv1.Answer {
+func ErrorToAnswer(err error) *dispatchv1.Answer {
 	out := &dispatchv1.Answer{Error: err.Error(), ErrorCode: dispatchv1.ErrorCode_ERROR_CODE_INTERNAL}
 	for _, c := range errorCodes() {
 		if errors.Is(err, c.err) {
@@ -186,12 +187,12 @@ func errorToAnswer(err error) *dispatchv1.Answer {
 	return out
 }
 
-// errorFromAnswer returns the error of an answer that carries one: a
+// ErrorFromAnswer returns the error of an answer that carries one: a
 // *core.FieldError when it names a field and its message is that error's,
 // else an error with the server's message for which errors.Is finds the
 // sentinel of its code. A server older than error codes sends the
 // message only: the error then wraps no sentinel.
-func errorFromAnswer(a *dispatchv1.Answer) error {
+func ErrorFromAnswer(a *dispatchv1.Answer) error {
 	msg := a.GetError()
 	if f := a.GetErrorField(); f != "" && a.GetErrorCode() == dispatchv1.ErrorCode_ERROR_CODE_INVALID_REQUEST {
 		if rest, ok := strings.CutPrefix(msg, f+": "); ok {
@@ -200,22 +201,11 @@ func errorFromAnswer(a *dispatchv1.Answer) error {
 	}
 	for _, c := range errorCodes() {
 		if a.GetErrorCode() == c.code {
-			return &remoteError{base: c.err, msg: msg}
+			return grpcstatus.Remote(c.err, msg)
 		}
 	}
 	if msg == "" { // a code without a message
 		msg = fmt.Sprintf("server error %s", a.GetErrorCode())
 	}
-	return &remoteError{msg: msg}
+	return grpcstatus.Remote(nil, msg)
 }
-
-// remoteError is an error that came from the server: its text is the
-// server's, and errors.Is finds the sentinel of its code (none for
-// INTERNAL, or a code this version does not know).
-type remoteError struct {
-	base error
-	msg  string
-}
-
-func (e *remoteError) Error() string { return e.msg }
-func (e *remoteError) Unwrap() error { return e.base }

@@ -1,4 +1,4 @@
-package gpucheck
+package devicehost
 
 import "math"
 
@@ -43,7 +43,7 @@ func hashBF16(seed uint64, i int64) uint16 {
 }
 
 // bf16 returns the value of bf16 bits.
-func bf16(b uint16) float64 { return float64(math.Float32frombits(uint32(b) << 16)) }
+func BF16(b uint16) float64 { return float64(math.Float32frombits(uint32(b) << 16)) }
 
 // hashValue is fill_bf16's element i for seed, as a number.
-func hashValue(seed uint64, i int64) float64 { return bf16(hashBF16(seed, i)) }
+func hashValue(seed uint64, i int64) float64 { return BF16(hashBF16(seed, i)) }

@@ -1,0 +1,118 @@
+package devicehost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/launch/cudaexec"
+)
+
+// Source hands a host device code and checked plans: a
+// *registry.Registry (each image hashed and pinned by the lock file, each
+// plan checked with registry.CheckPlan against those modules and the
+// device), or a *client.Client of attnplug serve (whose registry did the
+// same). A Host checks nothing a Source checked.
+type Source interface {
+	KernelModules(ctx context.Context, backend string, dev core.DeviceInfo) ([]core.KernelModule, error)
+	PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error)
+}
+
+// Host is the device side of a Go host, FlashInfer's plan-then-run
+// object: it asks its Source for a backend's modules once per device and
+// loads them (Load), asks for a batch's plan and prepares it, checked
+// once, by the Source (Plan), and the Prepared it returns launches a
+// layer with no RPC, no host copy and no allocation. It is safe for
+// concurrent use; a Prepared is not.
+type Host struct {
+	dev  *cuda.Device
+	exec *cudaexec.Executor
+	src  Source
+
+	mu     sync.Mutex
+	loaded map[string]error // by backend: nil when its modules are loaded
+}
+
+// OpenHost opens CUDA device 0 as a Host whose device code and plans come
+// from src. The error wraps cuda.ErrUnavailable on a machine without a
+// usable GPU. The caller closes the Host.
+func OpenHost(src Source) (*Host, error) {
+	dev, err := cuda.Open()
+	if err != nil {
+		return nil, err
+	}
+	return NewHost(dev, src), nil
+}
+
+// NewHost returns a Host on dev, an open device it then owns (Close
+// closes it), whose device code and plans come from src (nil: none; the
+// caller loads modules and prepares plans it made itself).
+func NewHost(dev *cuda.Device, src Source) *Host {
+	return &Host{dev: dev, exec: cudaexec.NewExecutor(dev), src: src, loaded: map[string]error{}}
+}
+
+// CUDA is the Host's device, for the launches and the memory of its
+// caller (Device.Do).
+func (h *Host) CUDA() *cuda.Device { return h.dev }
+
+// Executor is the Host's executor: the modules loaded into the device's
+// primary context.
+func (h *Host) Executor() *cudaexec.Executor { return h.exec }
+
+// Device describes the device as plan requests name it.
+func (h *Host) Device() core.DeviceInfo { return h.exec.Device() }
+
+// Load asks the Source for the modules of the plugin serving backend, for
+// this device, and loads them, once per backend: a later call returns
+// the first call's outcome. "No device code" is an error wrapping
+// core.ErrNoPlan.
+func (h *Host) Load(ctx context.Context, backend string) error {
+	if h.src == nil {
+		return fmt.Errorf("%w: this host has no source of device code", core.ErrNoPlan)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err, ok := h.loaded[backend]; ok {
+		return err
+	}
+	mods, err := h.src.KernelModules(ctx, backend, h.Device())
+	if err == nil {
+		err = h.exec.Load(mods)
+	}
+	h.loaded[backend] = err
+	return err
+}
+
+// Plan loads the modules of req.Backend (Load), asks the Source for the
+// plan of req, which it checks, and prepares it on this device without
+// checking it again: its metadata uploaded, its workspace allocated.
+// req.Device must be this device (Device). "No device plan" is an error
+// wrapping core.ErrNoPlan. The caller closes the Prepared.
+func (h *Host) Plan(ctx context.Context, req *core.PlanRequest) (*cudaexec.Prepared, error) {
+	if req.Device != h.Device() {
+		return nil, fmt.Errorf("%w: the plan request is for %s, this host's device is %s", core.ErrInvalidRequest, req.Device.Name, h.Device().Name)
+	}
+	if err := h.Load(ctx, req.Backend); err != nil {
+		return nil, err
+	}
+	p, err := h.src.PlanKernel(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return h.exec.PrepareChecked(req, p)
+}
+
+// PreparePlan prepares a plan the caller made in this process (a
+// benchmark's, a test's), checking it once against the loaded modules and
+// the device: what Plan does for a plan no Source checked.
+func (h *Host) PreparePlan(req *core.PlanRequest, p *core.Plan) (*cudaexec.Prepared, error) {
+	return h.exec.Prepare(req, p)
+}
+
+// Close unloads the modules and closes the device.
+func (h *Host) Close() error {
+	return errors.Join(h.exec.Close(), h.dev.Close())
+}
