@@ -17,6 +17,7 @@ type (
 	Batch       = devicehost.Batch
 	Check       = devicehost.Check
 	PrefillCase = devicehost.PrefillCase
+	QuantCase   = devicehost.QuantCase
 )
 
 const (

@@ -1,4 +1,4 @@
-package gpucheck
+package devicehost
 
 import (
 	"encoding/binary"
@@ -376,7 +376,7 @@ func (b *QuantBatch) keyRow(cache []byte, slot int64) []float64 {
 	switch {
 	case !b.Case.FP8:
 		for d := range row {
-			row[d] = bf16(binary.LittleEndian.Uint16(src[2*d:]))
+			row[d] = BF16(binary.LittleEndian.Uint16(src[2*d:]))
 		}
 	case b.Case.TopK == 0:
 		for d := range row {
@@ -388,7 +388,7 @@ func (b *QuantBatch) keyRow(cache []byte, slot int64) []float64 {
 			row[d] = e4m3(src[d]) * float64(s)
 		}
 		for d := 512; d < 576; d++ {
-			row[d] = bf16(binary.LittleEndian.Uint16(src[528+2*(d-512):]))
+			row[d] = BF16(binary.LittleEndian.Uint16(src[528+2*(d-512):]))
 		}
 	}
 	return row
