@@ -57,6 +57,20 @@ var decodeVariants = [...]decodeVariant{
 	{"m64", 64, 2, 1, true},
 }
 
+// variants returns the decode variants of form f: the dense FP8 cache's
+// 16-row variant keeps three stages in flight, still two blocks per
+// multiprocessor (its tiles are half a bf16 one; measured on an H200 as
+// fast as two stages). DeepSeek-V3.2's 656-byte tokens keep two: three
+// would not fit twice, and five in one block measured 1.3x slower (keep in
+// step with the entries of mla_decode.cu).
+func variants(f decodeForm) [len(decodeVariants)]decodeVariant {
+	vs := decodeVariants
+	if f == formDenseFP8 {
+		vs[0].stages = 3
+	}
+	return vs
+}
+
 // decodeForm is the key source and cache format of a decode entry.
 type decodeForm int
 
@@ -234,7 +248,7 @@ func build(arch string) ([]core.KernelModule, error) {
 func Spec() []core.KernelModule {
 	entries := make([]core.Entry, 0, int(numForms)*len(decodeVariants)+2)
 	for f := range numForms {
-		for _, v := range decodeVariants {
+		for _, v := range variants(f) {
 			entries = append(entries, core.Entry{Name: v.entry(f), Params: decodeParams(f)})
 		}
 	}
@@ -384,8 +398,9 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 	for _, q := range s.QLens {
 		maxQ = max(maxQ, q)
 	}
-	ds := decodeShape{maxRows: int(maxQ) * d.Heads, batch: len(s.SeqLens), v: decodeVariants[len(decodeVariants)-1], form: form}
-	for _, c := range decodeVariants {
+	vs := variants(form)
+	ds := decodeShape{maxRows: int(maxQ) * d.Heads, batch: len(s.SeqLens), v: vs[len(vs)-1], form: form}
+	for _, c := range vs {
 		if ds.maxRows <= c.rows {
 			ds.v = c
 			break

@@ -28,7 +28,8 @@
 // (mma.sync m16n8k16, bf16 in, fp32 out), an online softmax in fp32 with the
 // row maxima exchanged through shared memory, and O += PV with P through
 // shared memory in bf16. An FP8 tile lands in a staging buffer and is
-// dequantised into a bf16 tile in shared memory before the MMAs. A request
+// converted into an f16 tile in shared memory before the MMAs, which then
+// take f16 (queries rounded to f16 once, P in f16). A request
 // cut into several chunks writes fp32 partial outputs and their LSE to the
 // workspace; mla_combine merges them.
 
@@ -134,33 +135,69 @@ __device__ __forceinline__ void issue_rows(u32 base, Dst dst, const Keys& ks, co
     }
 }
 
-// Dequantises 16 e4m3 values times mul into 16 bf16 (lo: the first 8).
-// Each byte goes to the high bits of an f16 (an e4m3 value times 2^-8,
-// exactly, subnormals included), f16 to f32 exactly, then times mul
-// (256 x the scale) and rounded to bf16: exact when mul is 256, since
-// every e4m3 value is a bf16. The NaN codes (0x7f, 0xff) read as 480.
-__device__ __forceinline__ u32 e4m3x2_bf16(u32 pair, float mul) {
-    const u32 h = ((pair & 0x007f007fu) << 7) | ((pair & 0x00800080u) << 8);
-    float lo, hi;
-    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(lo), "=f"(hi) : "r"(h));
-    return pack_bf16(lo * mul, hi * mul);
+// The tiles of an FP8 cache are f16: every e4m3 value is an f16 (exactly),
+// and the conversion is one instruction per two values on sm_89 and newer.
+// Its queries are rounded to f16 (11 bits, more than bf16's 8, within
+// +-65504, clamped) and P is f16; the MMAs take f16 with fp32 accumulators.
+
+// Two e4m3 (the first in the low byte) as f16x2, exactly. (Before sm_89:
+// each byte into the high bits of an f16, an e4m3 value times 2^-8
+// exactly, then times 2^8.)
+__device__ __forceinline__ u32 e4m3x2_f16(u32 pair16) {
+    u32 r;
+#if __CUDA_ARCH__ >= 890
+    asm("{ .reg .b16 p; cvt.u16.u32 p, %1; cvt.rn.f16x2.e4m3x2 %0, p; }" : "=r"(r) : "r"(pair16));
+#else
+    const u32 x = __byte_perm(pair16, 0, 0x4140);
+    const u32 h = ((x & 0x007f007fu) << 7) | ((x & 0x00800080u) << 8);
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(h), "r"(0x5c005c00u));
+#endif
+    return r;
 }
-__device__ __forceinline__ void e4m3x16_bf16(uint4 v, float mul, uint4& lo, uint4& hi) {
-    lo.x = e4m3x2_bf16(__byte_perm(v.x, 0, 0x4140), mul);
-    lo.y = e4m3x2_bf16(__byte_perm(v.x, 0, 0x4342), mul);
-    lo.z = e4m3x2_bf16(__byte_perm(v.y, 0, 0x4140), mul);
-    lo.w = e4m3x2_bf16(__byte_perm(v.y, 0, 0x4342), mul);
-    hi.x = e4m3x2_bf16(__byte_perm(v.z, 0, 0x4140), mul);
-    hi.y = e4m3x2_bf16(__byte_perm(v.z, 0, 0x4342), mul);
-    hi.z = e4m3x2_bf16(__byte_perm(v.w, 0, 0x4140), mul);
-    hi.w = e4m3x2_bf16(__byte_perm(v.w, 0, 0x4342), mul);
+__device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
+    u32 r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 pack_f16(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// Two bf16 as f16x2, clamped to the f16 range.
+__device__ __forceinline__ u32 bf16x2_f16(u32 w) {
+    const float lo = fminf(fmaxf(__int_as_float(w << 16), -65504.f), 65504.f);
+    const float hi = fminf(fmaxf(__int_as_float(w & 0xffff0000u), -65504.f), 65504.f);
+    return pack_f16(lo, hi);
+}
+__device__ __forceinline__ uint4 bf16x8_f16(uint4 v) {
+    return make_uint4(bf16x2_f16(v.x), bf16x2_f16(v.y), bf16x2_f16(v.z), bf16x2_f16(v.w));
+}
+__device__ __forceinline__ void mma16816_f16(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// The MMA and the packing of P of a body: f16 for an FP8 cache (H), bf16
+// otherwise.
+template <bool H>
+__device__ __forceinline__ void mma_(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    if constexpr (H) mma16816_f16(d, a0, a1, a2, a3, b0, b1);
+    else mma16816(d, a0, a1, a2, a3, b0, b1);
+}
+template <bool H>
+__device__ __forceinline__ u32 pack_(float lo, float hi) {
+    if constexpr (H) return pack_f16(lo, hi);
+    else return pack_bf16(lo, hi);
 }
 
-// Dequantises BNR staged FP8 rows (raw, row_bytes(FMT) each) into the bf16
+// Dequantises BNR staged FP8 rows (raw, row_bytes(FMT) each) into the f16
 // key tile at tile: chunk ch (8 values) of row r at tile + dst(r, ch). The
 // layer scale of FMT_FP8 is applied to the scores and the output instead,
-// so its tile is exact; FMT_DSA's block scales are applied here, rounding
-// each value to bf16 (as sglang's dequantize_k_cache does).
+// so its tile is exact; FMT_DSA's block scales (as f16) multiply here, in
+// f16, and its rope values are rounded to f16.
 template <int FMT, int BNR, class Dst>
 __device__ __forceinline__ void dequant_tile(const unsigned char* raw, unsigned char* tile, Dst dst, int tid) {
     constexpr int RB = row_bytes(FMT);
@@ -168,17 +205,33 @@ __device__ __forceinline__ void dequant_tile(const unsigned char* raw, unsigned 
     for (int u = tid; u < BNR * UNITS; u += NTHREADS) {
         const int r = u / UNITS, k = u - r * UNITS;
         const unsigned char* row = raw + r * RB;
-        if (FMT == FMT_DSA && k >= DV / 16) { // rope: 8 bf16 as they are
+        if (FMT == FMT_DSA && k >= DV / 16) { // rope: 8 bf16
             const int c = k - DV / 16;
-            *(uint4*)(tile + dst(r, DV / 8 + c)) = *(const uint4*)(row + DV + 4 * (DV / 128) + c * 16);
+            *(uint4*)(tile + dst(r, DV / 8 + c)) = bf16x8_f16(*(const uint4*)(row + DV + 4 * (DV / 128) + c * 16));
             continue;
         }
-        float mul = 256.f;
-        if (FMT == FMT_DSA) mul *= ((const float*)(row + DV))[k >> 3];
-        uint4 lo, hi;
-        e4m3x16_bf16(*(const uint4*)(row + k * 16), mul, lo, hi);
+        const uint4 v = *(const uint4*)(row + k * 16);
+        uint4 lo = make_uint4(e4m3x2_f16(v.x & 0xffff), e4m3x2_f16(v.x >> 16), e4m3x2_f16(v.y & 0xffff), e4m3x2_f16(v.y >> 16));
+        uint4 hi = make_uint4(e4m3x2_f16(v.z & 0xffff), e4m3x2_f16(v.z >> 16), e4m3x2_f16(v.w & 0xffff), e4m3x2_f16(v.w >> 16));
+        if (FMT == FMT_DSA) {
+            const float sc = ((const float*)(row + DV))[k >> 3];
+            const u32 s2 = pack_f16(sc, sc);
+            lo = make_uint4(hmul2(lo.x, s2), hmul2(lo.y, s2), hmul2(lo.z, s2), hmul2(lo.w, s2));
+            hi = make_uint4(hmul2(hi.x, s2), hmul2(hi.y, s2), hmul2(hi.z, s2), hmul2(hi.w, s2));
+        }
         *(uint4*)(tile + dst(r, 2 * k)) = lo;
         *(uint4*)(tile + dst(r, 2 * k + 1)) = hi;
+    }
+}
+
+// Rounds the M staged query rows at sq to f16, in place (each thread its
+// own 16-byte chunks): chunk ch of row r at sq + dst(r, ch).
+template <int M, class Dst>
+__device__ __forceinline__ void queries_f16(unsigned char* sq, Dst dst, int tid) {
+    for (int c = tid; c < M * (DQK / 8); c += NTHREADS) {
+        const int r = c / (DQK / 8), ch = c - r * (DQK / 8);
+        uint4* p = (uint4*)(sq + dst(r, ch));
+        *p = bf16x8_f16(*p);
     }
 }
 
@@ -197,7 +250,8 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
     constexpr int NTV = VC / 8;
     constexpr int RB = row_bytes(FMT), CH = RB / 16;    // cached bytes and 16-byte chunks per key
     constexpr int ITERS = (BN * CH + NTHREADS - 1) / NTHREADS;
-    constexpr int NT = FMT == FMT_BF16 ? STAGES : 1;    // bf16 key tiles: the stages, or the one dequantised
+    constexpr int NT = FMT == FMT_BF16 ? STAGES : 1;    // key tiles: the stages, or the one dequantised
+    constexpr bool H = FMT != FMT_BF16;                 // f16 tiles, queries and P
 
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* sq = (bf16*)smem;                              // M x QSTRIDE
@@ -267,7 +321,10 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
     for (int t = 0; t < ntiles; t++) {
         cp_wait<STAGES - 2>();
         __syncthreads();
-        if (FMT != FMT_BF16) dequant_tile<FMT, BN>(sraw + (t % STAGES) * BN * RB, (unsigned char*)skv, tile_dst, tid);
+        if (H) {
+            dequant_tile<FMT, BN>(sraw + (t % STAGES) * BN * RB, (unsigned char*)skv, tile_dst, tid);
+            if (t == 0) queries_f16<M>((unsigned char*)sq, tile_dst, tid); // they landed with the first tile
+        }
         {
             int nt = t + STAGES - 1;
             if (nt < ntiles) issue_rows<SPARSE, BN, CH, ITERS>(stage(nt % STAGES), stage_dst, ks, pg, it.kv_begin + nt * BN, tid);
@@ -275,7 +332,7 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
             if (nt + 1 < ntiles)
                 fetch_rows<SPARSE, BN, CH, ITERS>(pg, ks, krows, it.kv_begin + (nt + 1) * BN, it.kv_end, tid);
         }
-        if (FMT != FMT_BF16) __syncthreads(); // the dequantised tile is whole
+        if (H) __syncthreads(); // the dequantised tile (and the queries) are whole
         const bf16* sk = FMT == FMT_BF16 ? skv + (t % STAGES) * BN * QSTRIDE : skv;
         const u32 sk_a = smem_addr(sk);
         const int j0 = it.kv_begin + t * BN;
@@ -283,6 +340,18 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
         float s[NTQ][4];
         const bool qk = cg < CGQ;
         if (qk) {
+            // Sparse: which of this thread's keys are slots, read before the
+            // MMAs so that the loads overlap them.
+            u32 valid = 0;
+            if (SPARSE) {
+#pragma unroll
+                for (int n = 0; n < NTQ; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = j0 + cg * NQ + n * 8 + (lane & 3) * 2 + e;
+                        if (j < it.kv_end && sparse_valid(ks, krows, j)) valid |= 1u << (n * 2 + e);
+                    }
+            }
             float s2[NTQ][4]; // odd k-steps: two independent accumulator chains
 #pragma unroll
             for (int n = 0; n < NTQ; n++)
@@ -294,7 +363,7 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
                 if (NTQ == 1) {
                     u32 b0, b1;
                     ldsm_x2(sk_a + (((cg * NQ + (lane & 7)) * QSTRIDE + kk * 16 + ((lane >> 3) & 1) * 8) * 2), b0, b1);
-                    mma16816(acc[0], a0, a1, a2, a3, b0, b1);
+                    mma_<H>(acc[0], a0, a1, a2, a3, b0, b1);
                 } else {
 #pragma unroll
                     for (int n = 0; n < NTQ; n += 2) {
@@ -302,8 +371,8 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
                         ldsm_x4(sk_a + (((cg * NQ + n * 8 + (lane & 7) + (lane >> 4) * 8) * QSTRIDE + kk * 16 +
                                          ((lane >> 3) & 1) * 8) * 2),
                                 b0, b1, b2, b3);
-                        mma16816(acc[n], a0, a1, a2, a3, b0, b1);
-                        mma16816(acc[n + 1], a0, a1, a2, a3, b2, b3);
+                        mma_<H>(acc[n], a0, a1, a2, a3, b0, b1);
+                        mma_<H>(acc[n + 1], a0, a1, a2, a3, b2, b3);
                     }
                 }
             };
@@ -323,7 +392,7 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     int j = j0 + cg * NQ + n * 8 + (lane & 3) * 2 + e;
-                    bool in = j < it.kv_end && (!SPARSE || sparse_valid(ks, krows, j));
+                    bool in = SPARSE ? (valid >> (n * 2 + e)) & 1 : j < it.kv_end;
                     s[n][e] = (in && j <= causal0) ? s[n][e] * scale_log2 : NEG_INF;
                     s[n][2 + e] = (in && j <= causal1) ? s[n][2 + e] * scale_log2 : NEG_INF;
                     mx0 = fmaxf(mx0, s[n][e]);
@@ -365,7 +434,7 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
             for (int n = 0; n < NTQ; n++) {
                 float p0 = fast_exp2(s[n][0] - mu0), p1 = fast_exp2(s[n][1] - mu0);
                 float p2 = fast_exp2(s[n][2] - mu1), p3 = fast_exp2(s[n][3] - mu1);
-                u32 w01 = pack_bf16(p0, p1), w23 = pack_bf16(p2, p3);
+                u32 w01 = pack_<H>(p0, p1), w23 = pack_<H>(p2, p3);
                 sum0 += p0 + p1;
                 sum1 += p2 + p3;
                 int col = cg * NQ + n * 8 + (lane & 3) * 2;
@@ -398,8 +467,8 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
                 ldsm_x4_t(sk_a + (((kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * QSTRIDE + cg * VC + n * 8 +
                                    (lane >> 4) * 8) * 2),
                           b0, b1, b2, b3);
-                mma16816(o[n], a0, a1, a2, a3, b0, b1);
-                mma16816(o[n + 1], a0, a1, a2, a3, b2, b3);
+                mma_<H>(o[n], a0, a1, a2, a3, b0, b1);
+                mma_<H>(o[n + 1], a0, a1, a2, a3, b2, b3);
             }
         }
     }
@@ -461,7 +530,8 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
     constexpr int PB = WBN * 2;       // bytes per P row: 128 = 1 line
     constexpr int KB = row_bytes(FMT), CH = KB / 16; // cached bytes and 16-byte chunks per key
     constexpr int ITERS = (WBN * CH + NTHREADS - 1) / NTHREADS;
-    constexpr int NT = FMT == FMT_BF16 ? 2 : 1;      // bf16 key tiles: two stages, or the one dequantised
+    constexpr int NT = FMT == FMT_BF16 ? 2 : 1;      // key tiles: two stages, or the one dequantised
+    constexpr bool H = FMT != FMT_BF16;              // f16 tiles, queries and P
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char* sq = smem;                          // 64 rows
     unsigned char* skv = sq + M * RB;                  // NT x 64 rows
@@ -527,9 +597,10 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
     for (int t = 0; t < ntiles; t++) {
         cp_wait<0>();
         __syncthreads();
-        if (FMT != FMT_BF16) {
+        if (H) {
             dequant_tile<FMT, WBN>(sraw, skv, tile_dst, tid);
-            __syncthreads(); // the tile is whole, the staging tile free
+            if (t == 0) queries_f16<M>(sq, tile_dst, tid); // they landed with the first tile
+            __syncthreads(); // the tile (and the queries) whole, the staging tile free
         }
         if (t + 1 < ntiles) {
             issue_rows<SPARSE, WBN, CH, ITERS>(stage(t + 1), stage_dst, ks, pg, it.kv_begin + (t + 1) * WBN, tid);
@@ -539,6 +610,18 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
         const u32 sk_a = FMT == FMT_BF16 ? skv_a + (t & 1) * WBN * RB : skv_a;
         const int j0 = it.kv_begin + t * WBN;
 
+        // Sparse: which of this thread's keys are slots, read before the
+        // MMAs so that the loads overlap them.
+        u32 valid = 0;
+        if (SPARSE) {
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = j0 + qc * 32 + n * 8 + (lane & 3) * 2 + e;
+                    if (j < it.kv_end && sparse_valid(ks, krows, j)) valid |= 1u << (n * 2 + e);
+                }
+        }
         // S (16 rows x 32 keys), four independent accumulators.
         float s[4][4];
 #pragma unroll
@@ -552,8 +635,8 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
                 u32 b0, b1, b2, b3;
                 ldsm_x4(sk_a + swz(qc * 32 + n * 8 + (lane & 7) + (lane >> 4) * 8, kk * 2 + ((lane >> 3) & 1), RB), b0,
                         b1, b2, b3);
-                mma16816(s[n], a0, a1, a2, a3, b0, b1);
-                mma16816(s[n + 1], a0, a1, a2, a3, b2, b3);
+                mma_<H>(s[n], a0, a1, a2, a3, b0, b1);
+                mma_<H>(s[n + 1], a0, a1, a2, a3, b2, b3);
             }
         }
         float mx0 = NEG_INF, mx1 = NEG_INF;
@@ -562,7 +645,7 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int j = j0 + qc * 32 + n * 8 + (lane & 3) * 2 + e;
-                bool in = j < it.kv_end && (!SPARSE || sparse_valid(ks, krows, j));
+                bool in = SPARSE ? (valid >> (n * 2 + e)) & 1 : j < it.kv_end;
                 s[n][e] = (in && j <= causal_s0) ? s[n][e] * scale_log2 : NEG_INF;
                 s[n][2 + e] = (in && j <= causal_s1) ? s[n][2 + e] * scale_log2 : NEG_INF;
                 mx0 = fmaxf(mx0, s[n][e]);
@@ -591,8 +674,8 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
                 sum0 += p0 + p1;
                 sum1 += p2 + p3;
                 int col = qc * 32 + n * 8 + (lane & 3) * 2; // key within the tile
-                *(u32*)(sp + swz(sr0, col >> 3, PB) + (col & 7) * 2) = pack_bf16(p0, p1);
-                *(u32*)(sp + swz(sr1, col >> 3, PB) + (col & 7) * 2) = pack_bf16(p2, p3);
+                *(u32*)(sp + swz(sr0, col >> 3, PB) + (col & 7) * 2) = pack_<H>(p0, p1);
+                *(u32*)(sp + swz(sr1, col >> 3, PB) + (col & 7) * 2) = pack_<H>(p2, p3);
             }
             sum0 += __shfl_xor_sync(0xffffffff, sum0, 1);
             sum0 += __shfl_xor_sync(0xffffffff, sum0, 2);
@@ -638,8 +721,8 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
                           b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    mma16816(o[mt][n], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
-                    mma16816(o[mt][n + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+                    mma_<H>(o[mt][n], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+                    mma_<H>(o[mt][n + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
                 }
             }
         }
@@ -719,11 +802,13 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
 // on a multiprocessor (the memory-bound shapes; measured on an H200 against
 // one block of four stages, 1.0-1.6x faster from batch 16 up); 32 rows take
 // one block of four stages; 64 rows are the wide variant. Each in the four
-// forms: dense bf16, dense FP8, sparse bf16, sparse FP8 (FMT_DSA).
+// forms: dense bf16, dense FP8, sparse bf16, sparse FP8 (FMT_DSA); the
+// dense FP8 16-row body keeps three of its smaller tiles in flight
+// (devkernels.go's variants).
 MLA_DECODE_ENTRY(mla_decode_m16, 2, (mla_decode_body<16, 2, FMT_BF16, false>))
 MLA_DECODE_ENTRY(mla_decode_m32, 1, (mla_decode_body<32, 4, FMT_BF16, false>))
 MLA_DECODE_ENTRY(mla_decode_m64, 1, (mla_decode_wide<FMT_BF16, false>))
-MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m16, 2, (mla_decode_body<16, 2, FMT_FP8, false>))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m16, 2, (mla_decode_body<16, 3, FMT_FP8, false>))
 MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m32, 1, (mla_decode_body<32, 4, FMT_FP8, false>))
 MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m64, 1, (mla_decode_wide<FMT_FP8, false>))
 MLA_SPARSE_ENTRY(mla_sparse_m16, 2, (mla_decode_body<16, 2, FMT_BF16, true>))

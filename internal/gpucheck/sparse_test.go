@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,7 +147,11 @@ func TestQuantBench(t *testing.T) {
 		cases = append(cases, QuantCase{Name: "sparse prefill", Heads: 128, PageSize: 64, SeqLens: []int64{8192}, QLens: []int64{tokens}, TopK: 2048, Seed: 23})
 	}
 	var rows []QuantBenchRow
+	only := os.Getenv("ATTNPLUG_BENCH_ONLY") // a substring of the cases to time, for a profiler
 	for _, c := range cases {
+		if !strings.Contains(c.Name+" "+c.Describe(), only) {
+			continue
+		}
 		b, err := e.AllocQuant(c, 2)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Describe(), err)
