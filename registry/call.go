@@ -10,7 +10,9 @@ import (
 
 // call runs f on be under limit and settles what the call came to: the
 // registry's one switch over backend.Outcome, for dispatches, batches,
-// kernels, modules, plans and a reload's self-test alike. It returns
+// kernels, modules, plans and a reload's self-test alike. Each caller's f
+// is the same few lines on purpose: one method of Conn, its result kept
+// for the caller. It returns
 //
 //   - nil, nil when be answered: the fallbacks of be that were open close
 //     (fallbackLog.recovered);

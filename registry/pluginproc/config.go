@@ -9,9 +9,10 @@ import (
 )
 
 // Config is what the plugins of one registry share: the registry's
-// settings (registry.Config says what each means and its default; every
-// field here is already defaulted), and the socket directory and life
-// that Open makes and End ends.
+// settings, the fields of registry.Config of the same names (which say
+// what each means and its default; registry.New copies them here,
+// defaulted), and the socket directory and life that Open makes and End
+// ends.
 type Config struct {
 	Dirs              []string
 	Logger            hclog.Logger
