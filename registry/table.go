@@ -184,4 +184,3 @@ func (r *Registry) addLinked(routes map[string]*route) {
 		}
 	}
 }
-
