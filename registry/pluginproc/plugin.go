@@ -88,6 +88,9 @@ func (p *Plugin) Call(ctx context.Context, limit backend.Limit, f func(context.C
 	retried := false
 	for {
 		inst, down := p.acquire(ctx, &restartBy)
+		if down != nil && ctx.Err() != nil {
+			return *canceled(ctx)
+		}
 		if down != nil {
 			return *down
 		}
