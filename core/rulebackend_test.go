@@ -320,15 +320,20 @@ func TestTritonBackend(t *testing.T) {
 	if d.Handlers[0].Reads.Facts != rule.Reads.Facts || !slices.Equal(d.Handlers[0].Methods, rule.Methods) {
 		t.Errorf("Describe handler: got %+v, want TritonRule's reads and methods", d.Handlers[0])
 	}
-	for _, name := range []string{"triton", "unknown_name", "fa3"} {
+	r := req(core.ModeExtend, prefix(0), func(r *core.Request) { r.Backend = "triton" })
+	if m, err := b.Dispatch(ctx, &r); err != nil || m != core.MHA {
+		t.Errorf("Dispatch(triton): got %v, %v, want MHA, nil", m, err)
+	}
+	// core.Backend's contract: a name it does not serve is refused.
+	for _, name := range []string{"unknown_name", "fa3"} {
 		r := req(core.ModeExtend, prefix(0), func(r *core.Request) { r.Backend = name })
-		if m, err := b.Dispatch(ctx, &r); err != nil || m != core.MHA {
-			t.Errorf("Dispatch(%q): got %v, %v, want MHA, nil", name, m, err)
+		if _, err := b.Dispatch(ctx, &r); !errors.Is(err, core.ErrUnknownBackend) {
+			t.Errorf("Dispatch(%q): got %v, want ErrUnknownBackend", name, err)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	r := core.NewRequest("triton", core.ModeDecode)
+	r = core.NewRequest("triton", core.ModeDecode)
 	_, err = b.Dispatch(cctx, &r)
 	if !errors.Is(err, context.Canceled) || err.Error() != "triton: context canceled" {
 		t.Errorf("Dispatch after cancel: got %v, want triton: context canceled", err)

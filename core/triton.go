@@ -54,8 +54,9 @@ func TritonRule() Rule {
 }
 
 // Triton is the fallback Backend: the triton rules, in process, always
-// present. Its Dispatch answers every name by the triton rules, since that
-// is what a name nobody serves gets. It is safe for concurrent use.
+// present. It serves the one name "triton", as core.Backend asks; a host
+// answers a name nobody serves by asking it for "triton" (the registry's
+// default route and fallback do). It is safe for concurrent use.
 type Triton struct{}
 
 // Describe says that Triton serves the name "triton".
@@ -70,10 +71,14 @@ func (Triton) Describe(context.Context) (*Description, error) {
 	}, nil
 }
 
-// Dispatch decides req by the triton rules, whatever req.Backend says.
+// Dispatch decides req by the triton rules; a req.Backend other than
+// "triton" is refused with an error wrapping ErrUnknownBackend.
 func (Triton) Dispatch(ctx context.Context, req *Request) (Method, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("triton: %w", err)
+	}
+	if req.Backend != TritonName {
+		return 0, fmt.Errorf("%w: %q: the triton backend serves %q", ErrUnknownBackend, req.Backend, TritonName)
 	}
 	return TritonDecide(req), nil
 }

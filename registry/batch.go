@@ -2,11 +2,11 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry/backend"
 	"github.com/attnplug/attnplug/wire"
 )
 
@@ -27,9 +27,9 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 	}
 	t := r.table.Load()
 	var groups []*batchGroup
-	var open map[backend]*batchGroup // the group of each backend still taking requests
-	var hits map[backend][]int       // the requests answered from each backend's cache
-	var filled core.Request          // a request of reqs with the platform filled in
+	var open map[backend.Backend]*batchGroup // the group of each backend still taking requests
+	var hits map[backend.Backend][]int       // the requests answered from each backend's cache
+	var filled core.Request                  // a request of reqs with the platform filled in
 	for i := range reqs {
 		req := r.withPlatform(&reqs[i], &filled)
 		if err := req.Validate(); err != nil {
@@ -38,8 +38,8 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		}
 		rt := t.route(req.Backend)
 		r.noteDeprecated(rt)
-		if rt.down != nil || rt.unknown || rt.be.unsupportedWhy() != "" {
-			a, err := r.decide(ctx, rt, req)
+		if why := r.usable(rt, req.Backend); why != nil {
+			a, err := r.fallback(ctx, req, rt, *why)
 			out[i] = BatchAnswer{Answer: a, Err: err}
 			continue
 		}
@@ -51,14 +51,14 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 			if m, ok := c.get(k); ok {
 				out[i] = BatchAnswer{Answer: rt.answer(m)}
 				if hits == nil {
-					hits = map[backend][]int{}
+					hits = map[backend.Backend][]int{}
 				}
 				hits[rt.be] = append(hits[rt.be], i)
 				continue
 			}
 		}
 		if open == nil {
-			open = map[backend]*batchGroup{}
+			open = map[backend.Backend]*batchGroup{}
 		}
 		g := open[rt.be]
 		size := requestBytes(req)
@@ -70,6 +70,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		g.bytes += size
 		g.idx = append(g.idx, i)
 		g.reqs = append(g.reqs, *req)
+		g.reqs[len(g.reqs)-1].Backend = rt.handler.Name // the name its backend serves (ask)
 		g.routes = append(g.routes, rt)
 		g.keys = append(g.keys, k)
 	}
@@ -78,7 +79,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g.failed = r.batchCall(ctx, g, out)
+			g.failed = r.batchCall(ctx, g, reqs, out)
 		}()
 	}
 	wg.Wait()
@@ -94,7 +95,7 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 		}
 		for _, i := range hits[be] {
 			req := r.withPlatform(&reqs[i], &filled)
-			a, err := r.fallback(req, t.route(req.Backend), g.failed)
+			a, err := r.fallback(ctx, req, t.route(req.Backend), *g.failed)
 			out[i] = BatchAnswer{Answer: a, Err: err}
 		}
 		delete(hits, be)
@@ -121,61 +122,56 @@ type batchGroup struct {
 	reqs   []core.Request // the requests, platform filled in
 	routes []*route
 	keys   []core.Key
-	failed error // set when the backend failed the call
+	failed *backend.Outcome // set when the backend could not answer the call
 }
 
 // batchCall asks the backend of g for its requests in one call; when the
 // call fails, each request falls back on its own, and batchCall returns
-// the failure when the backend failed (not when it refused the batch as
-// invalid).
-func (r *Registry) batchCall(ctx context.Context, g *batchGroup, out []BatchAnswer) (failed error) {
-	first, sub := g.routes[0], g.reqs
+// why when the backend could not answer (not when it refused the batch as
+// invalid, its own answer).
+func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Request, out []BatchAnswer) *backend.Outcome {
+	be, sub := g.routes[0].be, g.reqs
 	res := make([]core.Result, len(sub))
-	callErr := first.be.call(ctx, dispatchCall, func(ctx context.Context, c conn) error {
+	fault, err := r.call(ctx, be, backend.DispatchCall, "the batch", func(ctx context.Context, c backend.Conn) error {
 		return c.DispatchBatch(ctx, sub, res)
 	})
-	switch {
-	case callErr == nil, ctx.Err() != nil:
-	case errors.Is(callErr, core.ErrInvalidRequest):
-		callErr = refusal(callErr, first.be, "the batch")
-	default:
-		failed = callErr
-	}
-	ok := false
 	for j, i := range g.idx {
-		rt := g.routes[j]
-		if callErr != nil {
-			if ctx.Err() != nil {
-				out[i] = BatchAnswer{Err: ctx.Err()}
-				continue
-			}
-			a, err := r.fallback(&sub[j], rt, callErr)
-			out[i] = BatchAnswer{Answer: a, Err: err}
-			continue
-		}
-		m, err := res[j].Method, res[j].Err
-		if err == nil && !rt.declares(m) {
-			err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, sub[j].Backend)
-		}
-		if err != nil {
-			reason := ReasonRefused
-			if !errors.Is(err, core.ErrInvalidRequest) {
-				reason = classify(err)
-			}
-			a, ferr := r.fallback(&sub[j], rt, &failure{reason: reason, err: fmt.Errorf("plugin %s: %w", rt.be.family(), err)})
+		req := sub[j] // the platform filled in, under the name the caller asked
+		req.Backend = reqs[i].Backend
+		switch {
+		case err != nil:
+			out[i] = BatchAnswer{Err: err}
+		case fault != nil:
+			a, ferr := r.fallback(ctx, &req, g.routes[j], *fault)
 			out[i] = BatchAnswer{Answer: a, Err: ferr}
-			continue
+		default:
+			out[i] = r.batchResult(ctx, &req, g.routes[j], g.keys[j], res[j])
 		}
-		ok = true
-		if c := rt.cached(); c != nil {
-			c.put(g.keys[j], m)
-		}
-		out[i] = BatchAnswer{Answer: rt.answer(m)}
 	}
-	if ok {
-		r.succeeded(first.be)
+	if fault != nil && !declined(fault) {
+		return fault
 	}
-	return failed
+	return nil
+}
+
+// batchResult is the answer to req, of route rt, from res, its backend's
+// answer within a batch: a method it declares, cached by key, or a
+// fallback for the backend's own refusal or its undeclared answer.
+func (r *Registry) batchResult(ctx context.Context, req *core.Request, rt *route, key core.Key, res core.Result) BatchAnswer {
+	m, err := res.Method, res.Err
+	if err == nil && !rt.declares(m) {
+		err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, rt.handler.Name)
+	}
+	if err != nil {
+		o := backend.OutcomeOf(ctx, err)
+		o.Err = fmt.Errorf("plugin %s: %w", rt.family, err)
+		a, ferr := r.fallback(ctx, req, rt, o)
+		return BatchAnswer{Answer: a, Err: ferr}
+	}
+	if c := rt.cached(); c != nil {
+		c.put(key, m)
+	}
+	return BatchAnswer{Answer: rt.answer(m)}
 }
 
 // requestBytes bounds the size of req as a protobuf message: ten bytes a

@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"sync"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/launch"
+	"github.com/attnplug/attnplug/registry/backend"
 )
 
 // Device code. A plugin that declares it (core.Description.DeviceCode)
@@ -30,19 +32,9 @@ import (
 //     the caller runs the kernel another way; a refusal that is not the
 //     plugin's expected "no plan" is logged and counted as a fallback.
 //
-// Calls go through plugin.call, as dispatches and kernel calls
-// do: a plugin that dies during one is restarted after the backoff.
-
-// Reasons of device-code fallbacks.
-const (
-	// ReasonBadModules: the plugin's kernel modules were refused (an image
-	// that does not hash to its declared SHA-256, a duplicate name), or
-	// the lock file does not pin them.
-	ReasonBadModules Reason = "plugin_bad_modules"
-	// ReasonBadPlan: the plugin's launch plan failed the host's check
-	// (launch.Check) and was refused.
-	ReasonBadPlan Reason = "plugin_bad_plan"
-)
+// Calls go through Registry.call, as dispatches and kernel calls do: a
+// plugin that dies during one is restarted after the backoff. A backend in
+// process hands device code the same way.
 
 // maxModuleDevices bounds the devices whose modules a plugin's state
 // keeps; planCapacity bounds its plans.
@@ -51,7 +43,8 @@ const (
 	planCapacity     = 1024
 )
 
-// deviceState is the device code learnt from one plugin binary.
+// deviceState is the device code learnt from one backend (one plugin
+// binary), kept by the registry (Registry.devices) for the backend's life.
 type deviceState struct {
 	mu      sync.Mutex
 	modules map[core.DeviceInfo]*moduleFetch
@@ -80,42 +73,43 @@ type moduleFetch struct {
 // (which retires its process, as a failed dispatch does). It wraps
 // ErrNotPinned too for an image the lock file does not pin.
 func (r *Registry) KernelModules(ctx context.Context, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
-	be, err := r.deviceBackend(backend)
+	rt, err := r.deviceBackend(backend)
 	if err != nil {
 		return nil, err
 	}
-	return r.modules(ctx, be, backend, dev)
+	return r.modules(ctx, rt, dev)
 }
 
-// deviceBackend returns the backend serving name, a plugin or a backend
-// in process, when it may have device code; otherwise an error wrapping
+// deviceBackend returns the route of name when its backend, a plugin or
+// a backend in process, may have device code; otherwise an error wrapping
 // core.ErrNoPlan says why not.
-func (r *Registry) deviceBackend(name string) (backend, error) {
+func (r *Registry) deviceBackend(name string) (*route, error) {
 	rt := r.table.Load().route(name)
-	switch {
-	case rt.down != nil:
-		return nil, fmt.Errorf("%w: %w", core.ErrNoPlan, rt.down.err)
-	case rt.unknown || rt.be == backend(r.triton):
-		return nil, fmt.Errorf("%w: %q is decided by the triton rules in this process, which have no device code", core.ErrNoPlan, name)
+	if why := r.usable(rt, name); why != nil {
+		return nil, fmt.Errorf("%w: %w", core.ErrNoPlan, why)
 	}
-	be := rt.be
-	what := "plugin " + be.family()
-	if be.lockName() == "" {
-		what = "the in-process backend " + be.family()
+	if !rt.be.Description().DeviceCode {
+		if path, _ := rt.be.Binary(); path != "" {
+			return nil, fmt.Errorf("%w: plugin %s declares no device code", core.ErrNoPlan, rt.family)
+		}
+		return nil, fmt.Errorf("%w: %q is decided by the %s rules in this process, which have no device code", core.ErrNoPlan, name, rt.handler.Name)
 	}
-	if why := be.unsupportedWhy(); why != "" {
-		return nil, fmt.Errorf("%w: %s does not run on this host: %s", core.ErrNoPlan, what, why)
-	}
-	if !be.description().DeviceCode {
-		return nil, fmt.Errorf("%w: %s declares no device code", core.ErrNoPlan, what)
-	}
-	return be, nil
+	return rt, nil
 }
 
-// modules returns p's modules for dev, fetched once, checked against the
-// lock file in force.
-func (r *Registry) modules(ctx context.Context, p backend, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
-	s := p.deviceCode()
+// device returns the device code learnt from be.
+func (r *Registry) device(be backend.Backend) *deviceState {
+	if s, ok := r.devices.Load(be); ok {
+		return s.(*deviceState)
+	}
+	s, _ := r.devices.LoadOrStore(be, &deviceState{})
+	return s.(*deviceState)
+}
+
+// modules returns the modules of rt's backend for dev, fetched once,
+// checked against the lock file in force.
+func (r *Registry) modules(ctx context.Context, rt *route, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	s := r.device(rt.be)
 	for {
 		s.mu.Lock()
 		f := s.modules[dev]
@@ -128,7 +122,7 @@ func (r *Registry) modules(ctx context.Context, p backend, backend string, dev c
 				s.modules[dev] = f
 			}
 			s.mu.Unlock()
-			f.mods, f.keep, f.err = r.fetchModules(ctx, p, backend, dev)
+			f.mods, f.keep, f.err = r.fetchModules(ctx, rt, dev)
 			if !f.keep {
 				s.mu.Lock()
 				if s.modules[dev] == f {
@@ -140,7 +134,7 @@ func (r *Registry) modules(ctx context.Context, p backend, backend string, dev c
 			if f.err != nil {
 				return nil, f.err
 			}
-			return r.pinnedModules(p, backend, f.mods)
+			return r.pinnedModules(rt, f.mods)
 		}
 		s.mu.Unlock()
 		select {
@@ -154,34 +148,32 @@ func (r *Registry) modules(ctx context.Context, p backend, backend string, dev c
 		if f.err != nil {
 			return nil, f.err
 		}
-		return r.pinnedModules(p, backend, f.mods)
+		return r.pinnedModules(rt, f.mods)
 	}
 }
 
-// fetchModules asks p for its modules for dev and checks them; keep says
-// whether the outcome stands for p's binary (modules, or the plugin's own
-// refusal) rather than for this call (no process, a failure, ctx).
-func (r *Registry) fetchModules(ctx context.Context, p backend, backend string, dev core.DeviceInfo) (mods []core.KernelModule, keep bool, err error) {
-	err = p.call(ctx, longCall, func(ctx context.Context, c conn) (err error) {
+// fetchModules asks rt's backend for its modules for dev and checks them;
+// keep says whether the outcome stands for the backend (modules, or its
+// own refusal) rather than for this call (no process, a failure, ctx).
+func (r *Registry) fetchModules(ctx context.Context, rt *route, dev core.DeviceInfo) (mods []core.KernelModule, keep bool, err error) {
+	fault, err := r.call(ctx, rt.be, backend.LongCall, "the kernel modules request", func(ctx context.Context, c backend.Conn) (err error) {
 		mods, err = c.KernelModules(ctx, dev)
 		return err
 	})
 	switch {
-	case err == nil:
-	case ctx.Err() != nil:
-		return nil, false, ctx.Err()
-	case isAnswer(err):
-		// The plugin has no device code for dev: an expected answer.
-		p.log().Info("no device code for this device", "device", dev.Name, "compute_capability", dev.ComputeCapability, "error", err)
-		return nil, true, pluginNoPlan(p, err)
-	default:
-		return nil, false, r.noPlan(backend, p.family(), err)
+	case err != nil:
+		return nil, false, err
+	case fault != nil && declined(fault):
+		// The backend has no device code for dev: an expected answer.
+		rt.be.Log().Info("no device code for this device", "device", dev.Name, "compute_capability", dev.ComputeCapability, "error", fault.Err)
+		return nil, true, noPlanAnswer(fault)
+	case fault != nil:
+		return nil, false, r.noPlan(rt, *fault)
 	}
-	r.succeeded(p)
 	if err := CheckModules(mods); err != nil {
-		return nil, true, r.noPlan(backend, p.family(), &failure{reason: ReasonBadModules, err: fmt.Errorf("%s: %w", p.family(), err)})
+		return nil, true, r.noPlan(rt, ReasonBadModules.Unavailable(fmt.Errorf("%s: %w", rt.family, err)))
 	}
-	p.log().Info("kernel modules received", "device", dev.Name, "compute_capability", dev.ComputeCapability, "modules", len(mods))
+	rt.be.Log().Info("kernel modules received", "device", dev.Name, "compute_capability", dev.ComputeCapability, "modules", len(mods))
 	return mods, true, nil
 }
 
@@ -215,39 +207,36 @@ func CheckModules(mods []core.KernelModule) error {
 }
 
 // pinnedModules returns mods when the lock file in force pins them (or
-// pins no modules of p).
-func (r *Registry) pinnedModules(p backend, backend string, mods []core.KernelModule) ([]core.KernelModule, error) {
+// pins no modules of rt's backend).
+func (r *Registry) pinnedModules(rt *route, mods []core.KernelModule) ([]core.KernelModule, error) {
 	l := r.lock.Load()
-	if l == nil || p.lockName() == "" {
+	path, _ := rt.be.Binary()
+	if l == nil || path == "" {
 		return mods, nil
 	}
-	if err := l.verifyModules(p.lockName(), mods); err != nil {
-		return nil, r.noPlan(backend, p.family(), &failure{reason: ReasonBadModules, err: fmt.Errorf("plugin %s: %w", p.family(), err)})
+	if err := l.VerifyModules(filepath.Base(path), mods); err != nil {
+		return nil, r.noPlan(rt, ReasonBadModules.Unavailable(fmt.Errorf("plugin %s: %w", rt.family, err)))
 	}
 	return mods, nil
 }
 
-// pluginNoPlan is p's own answer err, "no plan" or "invalid request", as an
-// error wrapping core.ErrNoPlan.
-func pluginNoPlan(p backend, err error) error {
-	if errors.Is(err, core.ErrNoPlan) {
-		return fmt.Errorf("%s: %w", p.family(), err)
+// noPlanAnswer is a backend's own answer o, "no plan" or "invalid
+// request", as an error wrapping core.ErrNoPlan.
+func noPlanAnswer(o *backend.Outcome) error {
+	if errors.Is(o.Err, core.ErrNoPlan) {
+		return o.Err
 	}
-	return fmt.Errorf("%w: %s: %w", core.ErrNoPlan, p.family(), err)
+	return fmt.Errorf("%w: %w", core.ErrNoPlan, o.Err)
 }
 
 // noDeviceCode is what a device-code fallback does, in the fallback log.
 const noDeviceCode = "no device plan: the kernel runs another way"
 
-// noPlan records a device-code fallback of backend, caused by err, and
+// noPlan records a device-code fallback of rt, because of why, and
 // returns it wrapping core.ErrNoPlan.
-func (r *Registry) noPlan(backend, plugin string, err error) error {
-	var f *failure
-	if !errors.As(err, &f) {
-		f = &failure{reason: ReasonCrashed, err: err}
-	}
-	r.fallbacks.record(backend, plugin, f.reason, f.Error(), noDeviceCode, false)
-	return fmt.Errorf("%w: %w", core.ErrNoPlan, f)
+func (r *Registry) noPlan(rt *route, why backend.Outcome) error {
+	r.fellBack(rt.name, rt, why, noDeviceCode, false)
+	return fmt.Errorf("%w: %w", core.ErrNoPlan, why)
 }
 
 // PlanKernel returns the launches that run req.Method's kernel of the
@@ -273,58 +262,51 @@ func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 	if err := launch.CheckRequest(req); err != nil {
 		return nil, err
 	}
-	p, err := r.deviceBackend(req.Backend)
+	rt, err := r.deviceBackend(req.Backend)
 	if err != nil {
 		return nil, err
 	}
-	plans := &p.deviceCode().plans
+	plans := &r.device(rt.be).plans
 	// The modules first, kept after the first call: a plan is only as good
 	// as the modules the lock file in force lets the host load.
-	mods, err := r.modules(ctx, p, req.Backend, req.Device)
+	mods, err := r.modules(ctx, rt, req.Device)
 	if err != nil {
 		return nil, err
 	}
 	key := plans.keyOf(req)
 	if e, ok := plans.get(key); ok {
-		if e.reason != "" {
-			r.fallbacks.record(req.Backend, p.family(), e.reason, e.err.Error(), noDeviceCode, false)
+		if e.why != nil {
+			r.fellBack(rt.name, rt, *e.why, noDeviceCode, false)
 		}
 		return e.plan, e.err
 	}
 	var plan *core.Plan
-	err = p.call(ctx, dispatchCall, func(ctx context.Context, c conn) (err error) {
+	fault, err := r.call(ctx, rt.be, backend.DispatchCall, "the plan request", func(ctx context.Context, c backend.Conn) (err error) {
 		plan, err = c.PlanKernel(ctx, req)
 		return err
 	})
 	switch {
-	case err == nil:
-	case ctx.Err() != nil:
-		return nil, ctx.Err()
-	case isAnswer(err):
-		// The plugin has no plan for this request: an expected answer.
-		p.log().Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", err)
-		err = pluginNoPlan(p, err)
+	case err != nil:
+		return nil, err
+	case fault != nil && declined(fault):
+		// The backend has no plan for this request: an expected answer.
+		rt.be.Log().Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", fault.Err)
+		err = noPlanAnswer(fault)
 		plans.put(key, planOutcome{err: err})
 		return nil, err
-	default:
-		return nil, r.noPlan(req.Backend, p.family(), err)
+	case fault != nil:
+		return nil, r.noPlan(rt, *fault)
 	}
-	r.succeeded(p)
-	if err := r.checkPlan(plan, req, p, mods); err != nil {
-		f := &failure{reason: ReasonBadPlan, err: fmt.Errorf("%s: %w", p.family(), err)}
-		p.log().Warn("launch plan refused", "backend", req.Backend, "method", req.Method.String(), "error", err)
-		err := r.noPlan(req.Backend, p.family(), f)
-		plans.put(key, planOutcome{err: err, reason: ReasonBadPlan})
+	h, _ := rt.be.Description().Handler(req.Backend)
+	if err := CheckPlan(plan, req, h, mods); err != nil {
+		why := ReasonBadPlan.Unavailable(fmt.Errorf("%s: %w", rt.family, err))
+		rt.be.Log().Warn("launch plan refused", "backend", req.Backend, "method", req.Method.String(), "error", err)
+		err := r.noPlan(rt, why)
+		plans.put(key, planOutcome{err: err, why: &why})
 		return nil, err
 	}
 	plans.putPlan(req, plan)
 	return plan, nil
-}
-
-// checkPlan checks plan, p's answer to req, against p's modules.
-func (r *Registry) checkPlan(plan *core.Plan, req *core.PlanRequest, p backend, mods []core.KernelModule) error {
-	h, _ := p.description().Handler(req.Backend)
-	return CheckPlan(plan, req, h, mods)
 }
 
 // CheckPlan is the host's check of plan, a plugin's answer to req for the
@@ -345,12 +327,12 @@ func CheckPlan(plan *core.Plan, req *core.PlanRequest, h core.HandlerInfo, mods 
 	return nil
 }
 
-// planOutcome is what a plan request got: a plan, or an error; reason is
+// planOutcome is what a plan request got: a plan, or an error; why is
 // set for a refusal the registry counts as a fallback.
 type planOutcome struct {
-	plan   *core.Plan
-	err    error
-	reason Reason
+	plan *core.Plan
+	err  error
+	why  *backend.Outcome
 }
 
 // planCache keeps the last planCapacity plan outcomes of a plugin, each by

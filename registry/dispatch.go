@@ -2,11 +2,10 @@ package registry
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync/atomic"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry/backend"
 )
 
 // route is what one backend name resolves to in a route table: the
@@ -15,26 +14,29 @@ import (
 type route struct {
 	// What every answer from the cache reads comes first, together.
 	name   string
-	family string        // be.family(), for the answers
-	health *health       // be.health(), read on every answer
-	cache  *answerCache  // nil: the handler's reads cannot be cached
-	keys   *core.KeyPlan // with cache: how requests are keyed
+	family string          // be.Family(), for the answers
+	health *backend.Health // be.Health(), read on every answer
+	cache  *answerCache    // nil: the handler's reads cannot be cached
+	keys   *core.KeyPlan   // with cache: how requests are keyed
 
-	be      backend // what serves the name: a plugin, or a backend in process
+	be      backend.Backend // what serves the name: a plugin, or a backend in process
 	handler core.HandlerInfo
 	methods uint32 // bit m set: method m declared
+
+	// Whether a backend serves the name, read by serves and usable alone.
 	// down is set for a name a plugin should serve but none does (missing,
-	// refused by the lock file): its requests fall back for this reason.
-	down *failure
+	// refused by the lock file): be is the fallback, and its requests
+	// fall back for this reason.
+	down *backend.Outcome
 	// unknown marks the default route, that of every name no backend
-	// serves: the triton rules answer it, as in sglang, unless the name
-	// was served before or its binary is broken (unserved.go), or
-	// Config.Strict refuses it.
+	// serves: its backend, the triton rules, answers it, as in sglang,
+	// unless the name was served before or its binary is broken
+	// (unserved.go), or Config.Strict refuses it.
 	unknown bool
 }
 
-func newRoute(h core.HandlerInfo, be backend, cache bool) *route {
-	rt := &route{name: h.Name, be: be, family: be.family(), health: be.health(), handler: h}
+func newRoute(h core.HandlerInfo, be backend.Backend, cache bool) *route {
+	rt := &route{name: h.Name, be: be, family: be.Family(), health: be.Health(), handler: h}
 	for _, m := range h.Methods {
 		if m.Valid() {
 			rt.methods |= 1 << m
@@ -51,7 +53,7 @@ func newRoute(h core.HandlerInfo, be backend, cache bool) *route {
 // or a plugin whose running description differs from the one the route
 // was built from.
 func (rt *route) cached() *answerCache {
-	if rt.cache == nil || rt.health.staleDesc.Load() {
+	if rt.cache == nil || rt.health.StaleDesc.Load() {
 		return nil
 	}
 	return rt.cache
@@ -64,7 +66,7 @@ func (rt *route) cached() *answerCache {
 // rules are pure. A degraded backend's names go the way of a request the
 // cache does not hold, and fall back with the same reason.
 func (rt *route) answers() *answerCache {
-	if c := rt.cached(); c != nil && !rt.health.degraded.Load() {
+	if c := rt.cached(); c != nil && !rt.health.Degraded.Load() {
 		return c
 	}
 	return nil
@@ -76,6 +78,10 @@ func (rt *route) answer(m core.Method) core.Answer {
 }
 
 func (rt *route) declares(m core.Method) bool { return m.Valid() && rt.methods&(1<<m) != 0 }
+
+// serves reports that a backend serves rt's name: rt is neither the
+// default route nor that of a name whose plugin is missing.
+func (rt *route) serves() bool { return rt.down == nil && !rt.unknown }
 
 // Dispatch answers req. It fills an unset platform (in a copy: req is
 // never modified), validates the request (an invalid one returns an error
@@ -130,14 +136,13 @@ func (r *Registry) bound(t *routeTable, name string) *route {
 	if !rt.unknown {
 		return rt
 	}
-	var why *failure
-	if errors.As(r.unserved(t, name), &why) {
+	if why := r.unserved(t, name); why != nil {
 		own := *rt
 		own.unknown, own.down = false, why
 		return &own
 	}
 	r.noteUnknown(name)
-	return newRoute(r.triton.desc.Handlers[0], r.triton, !r.cfg.NoAnswerCache)
+	return newRoute(rt.handler, rt.be, !r.cfg.NoAnswerCache)
 }
 
 func (d *Dispatcher) route() *route {
@@ -247,24 +252,16 @@ func (r *Registry) dispatch(ctx context.Context, rt *route, req *core.Request) (
 // decide answers a valid request by rt's backend, without the cache, and
 // fills the cache with its answer.
 func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (core.Answer, error) {
-	if err := r.usable(rt, req.Backend); err != nil {
-		return r.fallback(req, rt, err)
+	if why := r.usable(rt, req.Backend); why != nil {
+		return r.fallback(ctx, req, rt, *why)
 	}
-	var m core.Method
-	err := rt.be.call(ctx, dispatchCall, func(ctx context.Context, c conn) (err error) {
-		m, err = c.Dispatch(ctx, req)
-		if err == nil && !rt.declares(m) {
-			err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, req.Backend)
-		}
-		return err
-	})
+	m, fault, err := r.ask(ctx, rt, req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return core.Answer{}, ctx.Err()
-		}
-		return r.fallback(req, rt, refusal(err, rt.be, "the request"))
+		return core.Answer{}, err
 	}
-	r.succeeded(rt.be)
+	if fault != nil {
+		return r.fallback(ctx, req, rt, *fault)
+	}
 	if c := rt.cached(); c != nil {
 		c.put(rt.keys.Key(req), m)
 	}

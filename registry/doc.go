@@ -11,22 +11,31 @@
 // allocation once warm. Dispatcher.Dispatch is Registry.Dispatch for the
 // one name it resolved. None of them modifies the caller's requests.
 //
-// One backend abstraction: a name routes to a backend (backend.go), either
-// a plugin binary's supervised process (plugin.go, its lifecycle in
-// process.go, its start in spawn.go) or a core.Backend in the host's
-// process: the triton rules, always there as the default route and the
-// fallback, and the backends a Go host links (Config.Backends). Both are
-// cached, called and fallen back from the same way: every call goes
-// through backend.call, which returns the answer, the backend's own
-// refusal, or a failure with its Reason (reason.go); dispatch.go routes
-// and caches, unserved.go says why a name has no backend, fallback.go
-// answers by the triton rules and logs why.
+// One backend abstraction: a name routes to a backend.Backend
+// (dispatch.go's route), either a plugin binary's supervised process
+// (package pluginproc: discovery, description cache, lock, start, restart,
+// quarantine) or a core.Backend in the host's process (backend.InProcess:
+// the triton rules, the default route's backend and the fallback of every
+// name, and the backends a Go host links, Config.Backends). The registry
+// routes, caches, calls and falls back the same way for both, and no
+// route asks which kind it holds (pluginproc.Load's plugins are listed,
+// started, reloaded and ended as plugins): every call to a backend, for a dispatch, a batch, a
+// kernel, modules, a plan or a reload's self-test, goes through
+// Registry.call (call.go), the one switch over the closed set of a call's
+// outcomes (backend.Outcome: answered, declined, unavailable, failed,
+// canceled). dispatch.go routes and caches, batch.go groups a batch by
+// backend, unserved.go says why a name has no backend, fallback.go asks
+// the triton rules through the same call and records why (the one
+// recorder of fallbacks), kernel.go and device.go serve kernels, modules
+// and plans, reload.go swaps plugins. The reasons are declared once, in
+// package backend (reason.go), and exported here under the same names.
 //
 // The life of a plugin in a registry:
 //
-//  1. Discovery: every executable file named attnplug-backend-<name> in the
-//     plugin directories is a candidate, unless other users can write it or
-//     its directory, or a lock file (Config.Lock) does not pin its SHA-256.
+//  1. Discovery (pluginproc.Load): every executable file named
+//     attnplug-backend-<name> in the plugin directories is a candidate,
+//     unless other users can write it or its directory, or a lock file
+//     (Config.Lock) does not pin its SHA-256.
 //     Its description (the names it serves, the facts they read, the
 //     hardware they need) comes from a cache keyed by the binary's SHA-256,
 //     or from starting the binary once and asking (and running the kernel
@@ -42,7 +51,8 @@
 //     plugin served before a reload with ReasonPluginMissing. Under
 //     Config.Strict there is no silent fallback: every such request is
 //     refused, a name never seen with ReasonUnknownBackend; only "triton"
-//     is answered in process. Staged binaries (attnplug-backend-fa3.new,
+//     is answered in process. The default route's backend is asked for
+//     "triton", the one name core.Triton serves. Staged binaries (attnplug-backend-fa3.new,
 //     wire.StagingSuffixes) are skipped.
 //  3. Start: a plugin process starts when the first request for one of its
 //     names arrives (or at Registry.Start), and keeps running. With

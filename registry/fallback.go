@@ -2,12 +2,12 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry/backend"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -95,42 +95,43 @@ func (l *fallbackLog) summary() {
 }
 
 // fallback answers req by the fallback backend, the triton rules in
-// process, because of err, or refuses it under Config.Strict. Either way
-// it is logged, once per streak (fallbackLog). rt is the route req went
-// to; the fallback is the plugin's when a plugin serves it.
-func (r *Registry) fallback(req *core.Request, rt *route, err error) (core.Answer, error) {
-	var f *failure
-	if !errors.As(err, &f) {
-		f = &failure{reason: ReasonCrashed, err: err}
-	}
-	plugin := ""
-	if rt.down == nil && !rt.unknown {
-		plugin = rt.be.family()
-	}
-	msg := f.Error()
+// process, asked through the same call as any backend (fallbackRoute),
+// because of why, or refuses it under Config.Strict. Either way it is
+// recorded (fellBack). rt is the route req went to. When the triton rules
+// cannot answer either (ctx ended, a panic), the error says so.
+func (r *Registry) fallback(ctx context.Context, req *core.Request, rt *route, why backend.Outcome) (core.Answer, error) {
+	msg := why.Error()
 	what := "falling back to the triton rules"
 	if r.cfg.Strict {
 		what = "refusing requests (strict)"
 	}
-	r.fallbacks.record(req.Backend, plugin, f.reason, msg, what, r.cfg.Strict)
+	r.fellBack(req.Backend, rt, why, what, r.cfg.Strict)
 	if r.cfg.Strict {
 		return core.Answer{}, fmt.Errorf("%w: %s (strict: no fallback to triton)", core.ErrRefused, msg)
 	}
-	// The triton rules answer every valid request, and req is valid.
-	m, _ := r.triton.conn.Dispatch(context.Background(), req)
-	return core.Answer{Method: m, Handler: core.TritonName, Plugin: r.triton.family(), Fallback: msg}, nil
-}
-
-// refusal makes a backend's own refusal of what (the request, the batch)
-// a failure to fall back for; other errors of a call pass as they are.
-func refusal(err error, be backend, what string) error {
-	if errors.Is(err, core.ErrInvalidRequest) {
-		return &failure{reason: ReasonRefused, err: fmt.Errorf("plugin %s refused %s: %w", be.family(), what, err)}
+	fb := r.fallbackRoute
+	m, fault, err := r.ask(ctx, fb, req)
+	switch {
+	case err != nil:
+		return core.Answer{}, err
+	case fault != nil:
+		return core.Answer{}, fmt.Errorf("%w: %s; the triton rules failed too: %w", core.ErrUnavailable, msg, fault)
 	}
-	return err
+	a := fb.answer(m)
+	a.Fallback = msg
+	return a, nil
 }
 
-func (r *Registry) succeeded(be backend) {
-	r.fallbacks.recovered(be.family())
-	be.succeeded()
+// fellBack is the one recorder of fallbacks, of dispatches and of device
+// code alike: it counts a request of name that rt's backend could not
+// answer, because of why, and logs the first of a streak with instead,
+// what the host does instead; refused counts a request refused rather
+// than answered another way. The streak is the backend's when one serves
+// the name (it closes when the backend answers again), else the name's.
+func (r *Registry) fellBack(name string, rt *route, why backend.Outcome, instead string, refused bool) {
+	plugin := ""
+	if rt.serves() {
+		plugin = rt.family
+	}
+	r.fallbacks.record(name, plugin, why.Reason, why.Error(), instead, refused)
 }

@@ -5,15 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry/backend"
 )
 
 // KernelCallTimeout bounds one RunKernel call to a plugin when the caller's
 // context has no deadline of its own: kernels on large tensors take far
 // longer than a dispatch.
-const KernelCallTimeout = 5 * time.Minute
+const KernelCallTimeout = backend.KernelCallTimeout
 
 // KernelAnswer is the outcome of Registry.RunKernel.
 type KernelAnswer struct {
@@ -27,34 +27,30 @@ type KernelAnswer struct {
 	Fallback string
 }
 
-// Kernels returns the kernel catalog of the handler name: the plugin's, or
-// the triton rules' for "triton" and names no plugin serves.
+// Kernels returns the kernel catalog of the handler name: that of the
+// backend serving it, or the triton rules' for "triton" and the names no
+// plugin serves.
 func (r *Registry) Kernels(name string) []core.Kernel {
-	if h, _, ok := r.Handler(name); ok {
-		return h.Kernels
-	}
-	return core.TritonKernels()
+	return r.table.Load().route(name).handler.Kernels
 }
 
 // RunKernel runs req.Method's kernel of the handler req.Backend on the
 // tensors of req.Buffer (whose Mem must be the caller's mapping of Path):
-// in the plugin's process, through shared memory, when a plugin serves the
-// name; in this process for the triton rules, and for a method the name
+// by the backend that serves the name, a plugin in its process through
+// shared memory, or one in this process (the triton rules for "triton"
+// and the names no plugin serves); in this process for a method the name
 // declares but its catalog leaves to the host (core.HostReferenceKernel:
-// Plugin core, no Fallback). When the plugin fails during
-// the call (it crashed, timed out, or runs no kernels), the host runs the
-// same kernel's math itself and Fallback says why; a crash also retires the
-// plugin, which restarts as after a failed dispatch. An error is returned
-// for a request the kernel refuses (core.ErrInvalidRequest), a method the
-// catalog lacks everywhere, or when ctx ends.
+// Plugin core, no Fallback). When the backend cannot run it (a plugin
+// that crashed, timed out, runs no kernels, or does not run on this
+// host), the host runs the same kernel's math itself and Fallback says
+// why; a crash also retires the plugin, which restarts as after a failed
+// dispatch. An error is returned for a request the kernel refuses
+// (core.ErrInvalidRequest), a method the catalog lacks everywhere, or
+// when ctx ends.
 func (r *Registry) RunKernel(ctx context.Context, req *core.KernelRequest) (*KernelAnswer, error) {
 	rt := r.table.Load().route(req.Backend)
-	if rt.down != nil || rt.unknown {
-		return r.runInProcess(ctx, req, core.TritonKernels(), "")
-	}
-	be := rt.be
-	if why := be.unsupportedWhy(); why != "" {
-		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s does not run on this host: %s", be.family(), why))
+	if why := rt.be.Unsupported(); why != "" {
+		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s does not run on this host: %s", rt.family, why))
 	}
 	if _, ok := rt.handler.Kernel(req.Method); !ok && len(rt.handler.Kernels) > 0 {
 		if !slices.Contains(rt.handler.Methods, req.Method) {
@@ -63,35 +59,38 @@ func (r *Registry) RunKernel(ctx context.Context, req *core.KernelRequest) (*Ker
 		// A declared method the catalog leaves to the host.
 		return r.runInProcess(ctx, req, []core.Kernel{core.HostReferenceKernel(req.Method)}, "")
 	}
+	asked := req
+	if req.Backend != rt.handler.Name {
+		cp := *req
+		cp.Backend = rt.handler.Name // the name its backend serves (ask)
+		asked = &cp
+	}
 	var res *core.KernelResult
-	err := be.call(ctx, longCall, func(ctx context.Context, c conn) (err error) {
-		res, err = c.RunKernel(ctx, req)
+	fault, err := r.call(ctx, rt.be, backend.LongCall, "the kernel call", func(ctx context.Context, c backend.Conn) (err error) {
+		res, err = c.RunKernel(ctx, asked)
 		return err
 	})
-	var f *failure
 	switch {
-	case err == nil:
-		r.succeeded(be)
-		return &KernelAnswer{KernelResult: *res, Plugin: be.family()}, nil
-	case ctx.Err() != nil:
-		return nil, ctx.Err()
-	case errors.Is(err, core.ErrInvalidRequest):
-		return nil, fmt.Errorf("plugin %s refused the kernel call: %w", be.family(), err)
-	case isAnswer(err): // no kernel: the host runs it
-		return r.runInProcess(ctx, req, rt.handler.Kernels, fmt.Sprintf("plugin %s: %v", be.family(), err))
-	case errors.As(err, &f) && f.retired:
-		r.log.Warn("plugin failed during a kernel call; the host runs the kernel itself", "plugin", be.family(), "reason", string(f.reason), "error", f.err)
+	case err != nil:
+		return nil, err
+	case fault == nil:
+		return &KernelAnswer{KernelResult: *res, Plugin: rt.family}, nil
+	case declined(fault) && errors.Is(fault, core.ErrInvalidRequest):
+		return nil, fault.Err
+	case fault.Kind == backend.Failed:
+		r.log.Warn("plugin failed during a kernel call; the host runs the kernel itself", "plugin", rt.family, "reason", string(fault.Reason), "error", fault.Err)
 	}
-	return r.runInProcess(ctx, req, rt.handler.Kernels, err.Error())
+	return r.runInProcess(ctx, req, rt.handler.Kernels, fault.Error())
 }
 
 // runInProcess runs the catalog's kernel for req.Method with the reference
-// kernels in this process; a catalog without one falls back to the triton
-// rules' catalog, then to the plain reference kernel of the method.
+// kernels in this process; a catalog without one falls back to the
+// fallback's catalog (the triton rules'), then to the plain reference
+// kernel of the method.
 func (r *Registry) runInProcess(ctx context.Context, req *core.KernelRequest, catalog []core.Kernel, fallback string) (*KernelAnswer, error) {
 	k, ok := findKernel(catalog, req.Method)
 	if !ok {
-		k, ok = findKernel(core.TritonKernels(), req.Method)
+		k, ok = findKernel(r.fallbackRoute.handler.Kernels, req.Method)
 	}
 	if !ok {
 		k = core.Kernel{Name: "reference", Library: "attnplug kernels", Method: req.Method}

@@ -8,12 +8,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry/backend"
+	"github.com/attnplug/attnplug/registry/pluginproc"
 	"github.com/attnplug/attnplug/wire"
 	"github.com/hashicorp/go-hclog"
 )
@@ -106,11 +107,6 @@ type Config struct {
 	// use it. Default: $XDG_RUNTIME_DIR/attnplug, else
 	// <os.TempDir()>/attnplug-<uid>.
 	SocketDir string
-
-	sockets *socketDir // made by New
-	// life ends at Close: starts in progress end with it (made by New).
-	life    context.Context
-	endLife context.CancelFunc
 }
 
 func (c *Config) setDefaults() {
@@ -139,9 +135,8 @@ func (c *Config) setDefaults() {
 		c.QuarantineAfter = 8
 	}
 	if c.SocketDir == "" {
-		c.SocketDir = defaultSocketBase()
+		c.SocketDir = pluginproc.DefaultSocketBase()
 	}
-	c.sockets = &socketDir{base: c.SocketDir, log: c.Logger}
 	if c.ExpectedNames == nil {
 		for _, n := range ReferenceNames() {
 			if n != core.TritonName {
@@ -149,27 +144,6 @@ func (c *Config) setDefaults() {
 			}
 		}
 	}
-}
-
-// startContext bounds a plugin's start: by StartTimeout, ctx, and the
-// registry's life (Close ends a start in progress).
-func (c *Config) startContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	sctx, cancel := context.WithTimeout(ctx, c.StartTimeout)
-	if c.life == nil {
-		return sctx, cancel
-	}
-	stop := context.AfterFunc(c.life, cancel)
-	return sctx, func() { stop(); cancel() }
-}
-
-func (c *Config) pluginLogLevel() string {
-	switch {
-	case c.Logger.IsTrace():
-		return "trace"
-	case c.Logger.IsDebug():
-		return "debug"
-	}
-	return "info"
 }
 
 // DefaultPluginDir is the plugin directory beside the running executable:
@@ -185,54 +159,6 @@ func DefaultPluginDir() (string, error) {
 	return filepath.Join(filepath.Dir(exe), "plugins"), nil
 }
 
-// Status is the state of a plugin in a listing.
-type Status string
-
-// The plugin states.
-const (
-	StatusReady       Status = "ready"       // described, not running
-	StatusRunning     Status = "running"     // a process serves it
-	StatusFailed      Status = "failed"      // its last start or call failed
-	StatusQuarantined Status = "quarantined" // failed too often; not restarted
-	StatusBroken      Status = "broken"      // cannot be used at all
-	StatusShadowed    Status = "shadowed"    // the same name came first elsewhere
-)
-
-// PluginInfo is one entry of Registry.Plugins.
-type PluginInfo struct {
-	// Name is the plugin's family name.
-	Name string `json:"name"`
-	// Path is the binary's path.
-	Path string `json:"path"`
-	// Version is the plugin's version, from its description.
-	Version string `json:"version,omitempty"`
-	// Vendor is who makes the plugin, from its description; empty when it
-	// does not say.
-	Vendor string `json:"vendor,omitempty"`
-	// ProtocolVersion is the protocol version it speaks.
-	ProtocolVersion int `json:"protocol_version,omitempty"`
-	// SHA256 is the binary's hash.
-	SHA256 string `json:"sha256,omitempty"`
-	// Names are the backend names it serves.
-	Names []string `json:"names,omitempty"`
-	// Aliases maps an alias among Names to the name whose rules it shares.
-	Aliases map[string]string `json:"aliases,omitempty"`
-	// DeviceCode reports that the plugin hands the host device code and
-	// launch plans (Registry.KernelModules, Registry.PlanKernel).
-	DeviceCode bool `json:"device_code,omitempty"`
-	// Status is its state.
-	Status Status `json:"status"`
-	// Reason says why a plugin is broken, failed or shadowed; for a plugin
-	// that keeps serving, why a reload refused the binary now on disk.
-	Reason string `json:"reason,omitempty"`
-	// LastError is the last failure, even when it recovered since.
-	LastError string `json:"last_error,omitempty"`
-	// PID is the process ID while running.
-	PID int `json:"pid,omitempty"`
-	// Restarts counts starts after the first.
-	Restarts int `json:"restarts"`
-}
-
 // Registry resolves names to backends and answers requests. Build it with
 // New and end it with Close.
 type Registry struct {
@@ -240,11 +166,17 @@ type Registry struct {
 	log   hclog.Logger
 	table atomic.Pointer[routeTable]
 
-	// triton is the fallback backend, the triton rules in process: it
-	// answers the default route and every fallback.
-	triton *inProcess
+	// proc is what the plugins share: settings, sockets, life.
+	proc *pluginproc.Config
+	// fallbackRoute is the route of the fallback backend, the triton
+	// rules in process (core.Triton): the default route and the routes of
+	// missing names are copies of it, and every fallback asks it.
+	fallbackRoute *route
 	// linked are the backends of Config.Backends.
-	linked []*inProcess
+	linked []*backend.InProcess
+	// devices holds the device code learnt from each backend
+	// (*deviceState by backend.Backend; device.go).
+	devices sync.Map
 
 	fallbacks fallbackLog
 	unknown   sync.Map // names answered by triton that were logged once
@@ -260,30 +192,6 @@ type Registry struct {
 	closed    atomic.Bool
 }
 
-// routeTable is what the registry serves at one time; a reload replaces it
-// whole.
-type routeTable struct {
-	plugins []*plugin
-	broken  []PluginInfo
-	// unfound are the binaries the lock file pins that are not there.
-	unfound []PluginInfo
-	routes  map[string]*route
-	// deflt is the route of every name not in routes: the triton rules.
-	deflt *route
-	// gen is the table's generation (Registry.Generation); replaced is
-	// closed when a reload stores the next table.
-	gen      uint64
-	replaced chan struct{}
-}
-
-// route returns the route of name.
-func (t *routeTable) route(name string) *route {
-	if rt := t.routes[name]; rt != nil {
-		return rt
-	}
-	return t.deflt
-}
-
 // New discovers the plugins of cfg.PluginDirs and learns what each serves,
 // from the description cache or by starting it once. A plugin that cannot
 // be described is listed as broken and does not fail New; New fails only
@@ -293,13 +201,20 @@ func New(ctx context.Context, cfg Config) (*Registry, error) {
 	r := &Registry{cfg: cfg, log: cfg.Logger}
 	r.lock.Store(cfg.Lock)
 	r.fallbacks.log = r.log
-	triton, err := newInProcess(ctx, core.Triton{}, &r.cfg)
+	r.proc = &pluginproc.Config{
+		Dirs: cfg.PluginDirs, Logger: cfg.Logger, CallTimeout: cfg.CallTimeout, StartTimeout: cfg.StartTimeout,
+		RestartBackoff: cfg.RestartBackoff, MaxRestartBackoff: cfg.MaxRestartBackoff, StopGrace: cfg.StopGrace,
+		QuarantineAfter: cfg.QuarantineAfter, CacheDir: cfg.CacheDir, Host: cfg.Host, Lock: cfg.Lock,
+		InsecurePluginDir: cfg.InsecurePluginDir, SocketDir: cfg.SocketDir,
+	}
+	r.proc.Open()
+	triton, err := r.newInProcess(ctx, core.Triton{})
 	if err != nil {
 		return nil, err
 	}
-	r.triton = triton
+	r.fallbackRoute = newRoute(triton.Description().Handlers[0], triton, !cfg.NoAnswerCache)
 	for _, b := range cfg.Backends {
-		ip, err := newInProcess(ctx, b, &r.cfg)
+		ip, err := r.newInProcess(ctx, b)
 		if err != nil {
 			return nil, err
 		}
@@ -307,374 +222,12 @@ func New(ctx context.Context, cfg Config) (*Registry, error) {
 	}
 	t, err := r.load(ctx, nil)
 	if err != nil {
+		r.proc.End()
+		r.proc.Shut()
 		return nil, err
 	}
 	r.table.Store(t)
-	r.cfg.life, r.cfg.endLife = context.WithCancel(context.Background())
 	return r, nil
-}
-
-// load discovers and describes the plugins and builds a route table. A
-// plugin of prev whose binary did not change is kept as it is, running or
-// not.
-func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, error) {
-	t := &routeTable{routes: map[string]*route{}, gen: 1, replaced: make(chan struct{}), deflt: r.defaultRoute()}
-	if prev != nil {
-		t.gen = prev.gen + 1
-	}
-	found, broken := discover(r.cfg.PluginDirs, r.cfg.InsecurePluginDir)
-	t.broken = broken
-	for _, b := range broken {
-		r.log.Warn("plugin not usable", "path", b.Path, "reason", b.Reason)
-	}
-	kept := map[string]*plugin{}
-	if prev != nil {
-		for _, p := range prev.plugins {
-			if p.keepable() { // a plugin a reload retired, or broken, is never served again
-				kept[p.path+"\x00"+p.sha256] = p
-			}
-		}
-	}
-	type described struct {
-		p   *plugin
-		err error
-	}
-	results := make([]described, len(found))
-	var wg sync.WaitGroup
-	for i, c := range found {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p, err := r.describe(ctx, c, kept)
-			results[i] = described{p, err}
-		}()
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	refused := map[string]error{} // names pinned to binaries the lock file refused
-	for i, res := range results {
-		if res.err != nil {
-			info := PluginInfo{Name: found[i].family, Path: found[i].path, Status: StatusBroken, Reason: res.err.Error()}
-			t.broken = append(t.broken, info)
-			r.log.Warn("plugin not usable", "path", info.Path, "error", res.err)
-			if e, ok := r.pinned(found[i].path); ok && errors.Is(res.err, ErrNotPinned) {
-				for _, n := range e.Names {
-					refused[n] = res.err
-				}
-			}
-			continue
-		}
-		r.addPlugin(t, res.p)
-	}
-	r.addLinked(t.routes)
-	// The names of a binary the lock refused fall back as broken, rather
-	// than go silently to the triton rules.
-	for n, why := range refused {
-		if _, ok := t.routes[n]; !ok && n != core.TritonName {
-			t.routes[n] = r.missingRoute(n, why, true)
-		}
-	}
-	if l := r.lock.Load(); l != nil {
-		for _, m := range l.missing(found) {
-			// Listed as broken, but nothing was found: its names are
-			// missing, unless a binary that was found but refused may
-			// serve them.
-			t.unfound = append(t.unfound, m)
-			for _, n := range m.Names {
-				if _, ok := t.routes[n]; !ok {
-					why, named := brokenWhy(n, t.broken)
-					if !named {
-						why = fmt.Errorf("%s %s", m.Path, m.Reason)
-					}
-					t.routes[n] = r.missingRoute(n, why, named)
-				}
-			}
-		}
-	}
-	for _, n := range r.cfg.ExpectedNames {
-		if _, ok := t.routes[n]; !ok {
-			why, named := brokenWhy(n, t.broken)
-			t.routes[n] = r.missingRoute(n, why, named)
-		}
-	}
-	return t, nil
-}
-
-// defaultRoute is the route of every name no backend serves: the triton
-// rules in process, with no answer cache (a name never seen may have to be
-// refused, or its fallback logged: see usable).
-func (r *Registry) defaultRoute() *route {
-	rt := newRoute(r.triton.desc.Handlers[0], r.triton, false)
-	rt.unknown = true
-	return rt
-}
-
-// missingRoute is the route of name, which a plugin should serve but none
-// does: its requests fall back with ReasonPluginMissing, saying why (what
-// was refused that may serve it) when why is not nil.
-//
-// When broken, a binary that may serve name was found but refused (by the
-// lock file, or as truncated, unreadable, writable by others, not
-// starting): the reason is then ReasonPluginBroken, as docs/dispatch.md
-// says, and the message is why. Otherwise why, when not nil, adds to the
-// message (a binary the lock pins but that is not there).
-func (r *Registry) missingRoute(name string, why error, broken bool) *route {
-	f := &failure{reason: ReasonPluginMissing, err: fmt.Errorf("no plugin in %s serves %q (missing)", strings.Join(r.cfg.PluginDirs, ":"), name)}
-	switch {
-	case why != nil && !broken:
-		f.err = fmt.Errorf("%w: %w", f.err, why)
-	case why != nil:
-		f = &failure{reason: ReasonPluginBroken, err: fmt.Errorf("no usable plugin in %s serves %q: %w", strings.Join(r.cfg.PluginDirs, ":"), name, why)}
-	}
-	rt := newRoute(r.triton.desc.Handlers[0], r.triton, false)
-	rt.name, rt.down = name, f
-	return rt
-}
-
-// brokenWhy says which plugin binaries or directories that were refused
-// may serve name: the binary named for it, or that served it (named: the
-// name's plugin is broken), when there is one; else every one, up to a
-// few (they may serve it: named is false, and the name is missing). It
-// returns nil when none was refused.
-func brokenWhy(name string, broken []PluginInfo) (why error, named bool) {
-	var all []string
-	for _, b := range broken {
-		if b.Status != StatusBroken {
-			continue
-		}
-		why := b.Reason
-		if !strings.Contains(why, b.Path) {
-			why = b.Path + ": " + why
-		}
-		if b.Name == name || slices.Contains(b.Names, name) {
-			return fmt.Errorf("found but not usable: %s", why), true
-		}
-		all = append(all, why)
-	}
-	const shown = 3
-	switch {
-	case len(all) > shown:
-		return fmt.Errorf("found but not usable: %s; and %d more (attnplug plugins lists them)", strings.Join(all[:shown], "; "), len(all)-shown), false
-	case len(all) > 0:
-		return fmt.Errorf("found but not usable: %s", strings.Join(all, "; ")), false
-	}
-	return nil, false
-}
-
-// pinned returns the lock entry of the binary at path, if a lock is in use
-// and pins it.
-func (r *Registry) pinned(path string) (LockEntry, bool) {
-	l := r.lock.Load()
-	if l == nil {
-		return LockEntry{}, false
-	}
-	return l.Entry(filepath.Base(path))
-}
-
-// describe learns what the binary of c serves: from the description
-// cache, unless the entry fails the checks a fresh description passes
-// (a damaged or hand-edited entry), in which case the binary is asked
-// again and the entry replaced.
-func (r *Registry) describe(ctx context.Context, c candidate, kept map[string]*plugin) (_ *plugin, err error) {
-	cache := descCache{dir: r.cfg.CacheDir}
-	bin, err := cache.openBinary(c.path)
-	if err != nil {
-		return nil, err
-	}
-	sum := bin.sha256
-	if p := kept[c.path+"\x00"+sum]; p != nil {
-		bin.close() // the kept plugin runs its own descriptor of these bytes
-		return p, nil
-	}
-	defer func() {
-		if err != nil {
-			bin.close()
-		}
-	}()
-	if l := r.lock.Load(); l != nil {
-		if err := l.verify(c.path, sum); err != nil {
-			return nil, err
-		}
-	}
-	logger := r.log.Named(c.family)
-	key := sum + "-" + envDigest()
-	e, ok := cache.get(key)
-	if ok {
-		if err := checkDescription(c.family, &e.Description); err != nil {
-			logger.Warn("cached description refused; asking the binary again", "path", c.path, "entry", cache.file(key), "error", err)
-			ok = false
-		}
-	}
-	var refusal error // the kernel self-check's, when it ran here
-	if !ok {
-		e = cachedDescription{Key: key}
-		now := time.Now()
-		if f, recent := cache.failed(key, now); recent {
-			// It failed to start a moment ago, here or in another host:
-			// no run pays its start timeout again before the backoff.
-			return nil, fmt.Errorf("start failed %d time(s) in a row, last at %s (not tried again before %s; a new build is tried at once): %s",
-				f.Count, f.At.Format(time.RFC3339), f.RetryAt.Format(time.RFC3339), f.Error)
-		}
-		d, checked, err := r.describeBinary(ctx, c, bin, logger)
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, ErrNotPinned) {
-				cache.fail(key, err, now)
-			}
-			return nil, err
-		}
-		cache.started(key)
-		e.Description = *d
-		if checked != nil {
-			refusal = *checked
-			e.SelfCheckPassed = refusal == nil
-		}
-		if err := cache.write(cache.file(key), e); err != nil {
-			r.log.Debug("description cache not written", "error", err)
-		} else {
-			cache.prune(now)
-		}
-		if err := checkFamily(c.family, d); err != nil {
-			return nil, err
-		}
-	}
-	d := &e.Description
-	p := &plugin{pluginBinary: pluginBinary{name: d.Name, path: c.path, sha256: sum, exe: bin, cacheKey: key, desc: d}, logger: logger, cfg: &r.cfg}
-	if e.SelfCheckPassed || refusal != nil {
-		p.selfChecked.finish(refusal)
-	}
-	if r.cfg.Host != nil {
-		p.unsupported = unsupportedReason(d, *r.cfg.Host)
-	}
-	return p, nil
-}
-
-// describeBinary starts the binary of c once and asks what it serves. The
-// description must pass validateDescription. With a description cache,
-// the kernel self-check runs too, on the same process, so that its result
-// is cached with the description and no later start pays for it; checked
-// is then its refusal (nil: passed), and nil without a cache or a catalog.
-func (r *Registry) describeBinary(ctx context.Context, c candidate, bin *verifiedBinary, logger hclog.Logger) (d *core.Description, checked *error, err error) {
-	sctx, cancel := r.cfg.startContext(ctx)
-	defer cancel()
-	cfg := r.cfg
-	cfg.Host = nil // describing needs no hardware
-	inst, err := spawn(sctx, &cfg, bin, logger)
-	if err != nil {
-		return nil, nil, fmt.Errorf("start: %w", err)
-	}
-	defer inst.stop(cfg.StopGrace)
-	if d, err = inst.backend.Describe(sctx); err != nil {
-		return nil, nil, err
-	}
-	if err := validateDescription(d); err != nil {
-		return nil, nil, err
-	}
-	if r.cfg.CacheDir == "" || !d.HasKernels() || d.Name != c.family {
-		return d, nil, nil
-	}
-	refusal, err := runSelfCheck(sctx, &cfg, d, inst.backend)
-	if err != nil {
-		return d, nil, nil // checked at the first start instead
-	}
-	if refusal != nil {
-		logger.Error("plugin refused by the kernel self-check", "error", refusal)
-	}
-	return d, &refusal, nil
-}
-
-// unsupportedReason says why none of d's names runs on host; empty when
-// one does.
-func unsupportedReason(d *core.Description, host core.HostInfo) string {
-	var why []string
-	for _, h := range d.Handlers {
-		ok, reason := core.SupportsAny(h.Hardware, host)
-		if ok {
-			return ""
-		}
-		why = append(why, h.Name+": "+reason)
-	}
-	return strings.Join(why, "; ")
-}
-
-// checkDescription runs every check of a description of the binary named
-// for family.
-func checkDescription(family string, d *core.Description) error {
-	if err := validateDescription(d); err != nil {
-		return err
-	}
-	return checkFamily(family, d)
-}
-
-// checkFamily refuses a binary that calls itself otherwise than its file
-// name says: a family is one binary, and a hot swap replaces a family.
-func checkFamily(family string, d *core.Description) error {
-	if d.Name != family {
-		return fmt.Errorf("%w: binary is named for %q but the plugin calls itself %q", core.ErrProtocol, family, d.Name)
-	}
-	return nil
-}
-
-// validateDescription refuses a description that cannot be served: no
-// names, a name without methods or with an unknown one. A kernel catalog
-// may cover a subset of a name's methods (the host runs the others).
-func validateDescription(d *core.Description) error {
-	if !wire.ValidFamily(d.Name) {
-		return fmt.Errorf("%w: plugin name %q: want letters, digits, '_' or '-'", core.ErrProtocol, d.Name)
-	}
-	if len(d.Handlers) == 0 {
-		return fmt.Errorf("%w: plugin serves no names", core.ErrProtocol)
-	}
-	for _, h := range d.Handlers {
-		if h.Name == "" {
-			return fmt.Errorf("%w: a handler with an empty name", core.ErrProtocol)
-		}
-		if len(h.Methods) == 0 {
-			return fmt.Errorf("%w: name %q declares no methods", core.ErrProtocol, h.Name)
-		}
-		for _, m := range h.Methods {
-			if !m.Valid() {
-				return fmt.Errorf("%w: name %q declares an unknown method %d", core.ErrProtocol, h.Name, int(m))
-			}
-		}
-	}
-	return nil
-}
-
-func (r *Registry) addPlugin(t *routeTable, p *plugin) {
-	for _, h := range p.desc.Handlers {
-		if h.Name == core.TritonName {
-			r.log.Warn("plugin claims the triton name; the in-process triton rules keep it", "plugin", p.name)
-			continue
-		}
-		if prev, dup := t.routes[h.Name]; dup {
-			r.log.Warn("backend name served twice; the first plugin keeps it",
-				"backend", h.Name, "plugin", p.name, "kept", prev.be.family())
-			continue
-		}
-		t.routes[h.Name] = newRoute(h, p, !r.cfg.NoAnswerCache)
-		r.served.Store(h.Name, p.name)
-	}
-	t.plugins = append(t.plugins, p)
-}
-
-// addLinked routes the names of the host's in-process backends
-// (Config.Backends) that no plugin serves; a plugin's is kept, and logged.
-func (r *Registry) addLinked(routes map[string]*route) {
-	for _, b := range r.linked {
-		for _, h := range b.desc.Handlers {
-			switch prev := routes[h.Name]; {
-			case h.Name == core.TritonName:
-				r.log.Warn("in-process backend claims the triton name; the triton rules keep it", "backend", b.family())
-			case prev != nil && prev.down == nil:
-				r.log.Info("backend name served by a plugin and in process; the plugin serves it",
-					"backend", h.Name, "plugin", prev.be.family(), "in_process", b.family())
-			default:
-				routes[h.Name] = newRoute(h, b, !r.cfg.NoAnswerCache)
-			}
-		}
-	}
 }
 
 // Plugins lists every plugin found, usable or not, sorted by name.
@@ -682,12 +235,9 @@ func (r *Registry) Plugins() []PluginInfo {
 	t := r.table.Load()
 	out := make([]PluginInfo, 0, len(t.plugins)+len(t.broken)+len(t.unfound))
 	for _, p := range t.plugins {
-		pi := PluginInfo{
-			Name: p.name, Path: p.path, Version: p.desc.Version, Vendor: p.desc.Vendor,
-			ProtocolVersion: p.desc.ProtocolVersion, SHA256: p.sha256, DeviceCode: p.desc.DeviceCode,
-		}
-		for _, h := range p.desc.Handlers {
-			if rt, ok := t.routes[h.Name]; ok && rt.be == backend(p) {
+		pi := p.Info()
+		for _, h := range p.Description().Handlers {
+			if rt, ok := t.routes[h.Name]; ok && rt.be == backend.Backend(p) {
 				pi.Names = append(pi.Names, h.Name)
 				if h.AliasOf != "" {
 					if pi.Aliases == nil {
@@ -697,7 +247,6 @@ func (r *Registry) Plugins() []PluginInfo {
 				}
 			}
 		}
-		p.info(&pi)
 		out = append(out, pi)
 	}
 	out = append(out, t.broken...)
@@ -711,7 +260,7 @@ func (r *Registry) Names() []string {
 	t := r.table.Load()
 	out := make([]string, 0, len(t.routes))
 	for n, rt := range t.routes {
-		if rt.down == nil {
+		if rt.serves() {
 			out = append(out, n)
 		}
 	}
@@ -723,10 +272,10 @@ func (r *Registry) Names() []string {
 // does.
 func (r *Registry) Handler(name string) (core.HandlerInfo, string, bool) {
 	rt, ok := r.table.Load().routes[name]
-	if !ok || rt.down != nil {
+	if !ok || !rt.serves() {
 		return core.HandlerInfo{}, "", false
 	}
-	return rt.handler, rt.be.family(), true
+	return rt.handler, rt.family, true
 }
 
 // Platform returns the platform that replaces an unset one.
@@ -743,21 +292,21 @@ func (r *Registry) Start(ctx context.Context) (map[string]time.Duration, error) 
 	var errs []error
 	var wg sync.WaitGroup
 	for _, p := range t.plugins {
-		if p.unsupportedWhy() != "" {
+		if p.Unsupported() != "" {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			t0 := time.Now()
-			_, err := p.acquire(ctx, new(time.Time))
+			err := p.Start(ctx)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, err)
 				return
 			}
-			took[p.name] = time.Since(t0)
+			took[p.Family()] = time.Since(t0)
 		}()
 	}
 	wg.Wait()
@@ -773,15 +322,15 @@ func (r *Registry) Close() error {
 		r.reloadMu.Lock()
 		defer r.reloadMu.Unlock()
 		r.closed.Store(true)
-		r.cfg.endLife() // starts in progress end now
+		r.proc.End() // starts in progress end now
 		t := r.table.Load()
 		var wg sync.WaitGroup
 		for _, p := range t.plugins {
 			wg.Add(1)
-			go func() { defer wg.Done(); p.stop() }()
+			go func() { defer wg.Done(); p.Stop() }()
 		}
 		wg.Wait()
-		r.cfg.sockets.remove()
+		r.proc.Shut()
 		r.fallbacks.summary()
 	})
 	return nil

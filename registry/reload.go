@@ -9,9 +9,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry/backend"
+	"github.com/attnplug/attnplug/registry/pluginproc"
 )
 
 // Change is what a reload did to one plugin.
@@ -76,37 +77,72 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	oldBy := map[string]*plugin{}
+	oldBy := map[string]*pluginproc.Plugin{}
 	for _, p := range old.plugins {
-		oldBy[p.name] = p
+		oldBy[p.Family()] = p
 	}
-	var changes []Change
-	var retire []*plugin
-	newBy := map[string]bool{}
+	changes, retire := r.swaps(ctx, next, oldBy)
+	gone, dropped := r.gone(next, oldBy)
+	changes, retire = append(changes, gone...), append(retire, dropped...)
+	r.rebuildRoutes(next, old)
+	r.table.Store(next)
+	close(old.replaced)
+	var wg sync.WaitGroup
+	for _, p := range retire {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Retire(); r.devices.Delete(p) }()
+	}
+	wg.Wait()
+	sort.Slice(changes, func(i, j int) bool { return changes[i].Plugin < changes[j].Plugin })
+	return changes, nil
+}
+
+// swaps decides, for every plugin of next, whether it replaces the plugin
+// of its family in oldBy: a new binary that fails the self-test is
+// stopped, and the old plugin put back in next in its place. It returns
+// the changes and the old plugins to retire.
+func (r *Registry) swaps(ctx context.Context, next *routeTable, oldBy map[string]*pluginproc.Plugin) (changes []Change, retire []*pluginproc.Plugin) {
 	for i, p := range next.plugins {
-		newBy[p.name] = true
-		prev := oldBy[p.name]
+		prev := oldBy[p.Family()]
+		nd := p.Description()
+		path, sum := p.Binary()
 		switch {
 		case prev == p:
-			p.rejected.Store(nil)
+			p.Reject("")
 			continue
 		case prev == nil:
-			changes = append(changes, Change{Plugin: p.name, Action: "added", NewVersion: p.desc.Version, NewSHA256: p.sha256})
+			changes = append(changes, Change{Plugin: p.Family(), Action: "added", NewVersion: nd.Version, NewSHA256: sum})
 			continue
 		}
-		c := Change{Plugin: p.name, OldVersion: prev.desc.Version, NewVersion: p.desc.Version, OldSHA256: prev.sha256, NewSHA256: p.sha256}
+		od := prev.Description()
+		_, oldSum := prev.Binary()
+		c := Change{Plugin: p.Family(), OldVersion: od.Version, NewVersion: nd.Version, OldSHA256: oldSum, NewSHA256: sum}
 		if why := r.selfTest(ctx, prev, p); why != "" {
 			c.Action, c.Reason = "rejected", why
-			p.stop()
+			p.Stop()
+			r.devices.Delete(p)
 			next.plugins[i] = prev
-			prev.rejected.Store(&why)
-			r.log.Warn("new plugin binary rejected; the old one keeps serving", "plugin", p.name, "path", p.path, "reason", why)
+			prev.Reject(why)
+			r.log.Warn("new plugin binary rejected; the old one keeps serving", "plugin", p.Family(), "path", path, "reason", why)
 		} else {
 			c.Action = "swapped"
 			retire = append(retire, prev)
-			r.log.Info("plugin swapped", "plugin", p.name, "old_version", prev.desc.Version, "new_version", p.desc.Version, "sha256", p.sha256)
+			r.log.Info("plugin swapped", "plugin", p.Family(), "old_version", od.Version, "new_version", nd.Version, "sha256", sum)
 		}
 		changes = append(changes, c)
+	}
+	return changes, retire
+}
+
+// gone settles the plugins of oldBy whose family next has no plugin of:
+// one whose binary is there but unusable now (refused by the lock, failed
+// to start) keeps serving, put back in next and listed once, as that
+// plugin with why its new binary was refused; any other is removed, to
+// retire.
+func (r *Registry) gone(next *routeTable, oldBy map[string]*pluginproc.Plugin) (changes []Change, retire []*pluginproc.Plugin) {
+	newBy := map[string]bool{}
+	for _, p := range next.plugins {
+		newBy[p.Family()] = true
 	}
 	brokenBy := map[string]PluginInfo{}
 	for _, b := range next.broken {
@@ -114,8 +150,6 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 			brokenBy[b.Name] = b
 		}
 	}
-	// A family whose old plugin keeps serving is listed once: as that
-	// plugin, with why its new binary was refused.
 	next.broken = slices.DeleteFunc(next.broken, func(b PluginInfo) bool {
 		_, ok := brokenBy[b.Name]
 		return ok && b.Status == StatusBroken
@@ -124,29 +158,19 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 		if newBy[name] {
 			continue
 		}
+		_, sum := p.Binary()
+		version := p.Description().Version
 		if b, ok := brokenBy[name]; ok {
-			// The binary is there but unusable now (refused by the lock,
-			// failed to start): the old process keeps serving.
 			next.plugins = append(next.plugins, p)
-			p.rejected.Store(&b.Reason)
-			changes = append(changes, Change{Plugin: name, Action: "rejected", OldVersion: p.desc.Version, OldSHA256: p.sha256, Reason: b.Reason})
+			p.Reject(b.Reason)
+			changes = append(changes, Change{Plugin: name, Action: "rejected", OldVersion: version, OldSHA256: sum, Reason: b.Reason})
 			r.log.Warn("new plugin binary rejected; the old one keeps serving", "plugin", name, "path", b.Path, "reason", b.Reason)
 			continue
 		}
-		changes = append(changes, Change{Plugin: name, Action: "removed", OldVersion: p.desc.Version, OldSHA256: p.sha256})
+		changes = append(changes, Change{Plugin: name, Action: "removed", OldVersion: version, OldSHA256: sum})
 		retire = append(retire, p)
 	}
-	r.rebuildRoutes(next, old)
-	r.table.Store(next)
-	close(old.replaced)
-	var wg sync.WaitGroup
-	for _, p := range retire {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.retireAll() }()
-	}
-	wg.Wait()
-	sort.Slice(changes, func(i, j int) bool { return changes[i].Plugin < changes[j].Plugin })
-	return changes, nil
+	return changes, retire
 }
 
 // ErrReloadRefused marks a reload that was not done: the plugins read
@@ -166,8 +190,8 @@ func (r *Registry) dirsGone(t *routeTable) error {
 		}
 		var held []string
 		for _, p := range t.plugins {
-			if filepath.Clean(filepath.Dir(p.path)) == filepath.Clean(dir) {
-				held = append(held, p.name)
+			if path, _ := p.Binary(); filepath.Clean(filepath.Dir(path)) == filepath.Clean(dir) {
+				held = append(held, p.Family())
 			}
 		}
 		if len(held) > 0 {
@@ -183,11 +207,11 @@ func (r *Registry) dirsGone(t *routeTable) error {
 func (r *Registry) rebuildRoutes(next, old *routeTable) {
 	routes := map[string]*route{}
 	for _, p := range next.plugins {
-		for _, h := range p.desc.Handlers {
+		for _, h := range p.Description().Handlers {
 			if h.Name == core.TritonName || routes[h.Name] != nil {
 				continue
 			}
-			if prev := old.routes[h.Name]; prev != nil && prev.be == backend(p) {
+			if prev := old.routes[h.Name]; prev != nil && prev.be == backend.Backend(p) {
 				routes[h.Name] = prev
 				continue
 			}
@@ -196,52 +220,41 @@ func (r *Registry) rebuildRoutes(next, old *routeTable) {
 	}
 	r.addLinked(routes)
 	for name, rt := range next.routes {
-		if rt.down != nil && routes[name] == nil {
+		if !rt.serves() && routes[name] == nil {
 			routes[name] = rt
 		}
 	}
-	for _, n := range r.cfg.ExpectedNames {
-		if routes[n] == nil {
-			why, named := brokenWhy(n, next.broken)
-			routes[n] = r.missingRoute(n, why, named)
-		}
-	}
+	r.addMissing(routes, next.broken)
 	next.routes = routes
 }
 
 // selfTest compares a new plugin binary with the one it would replace, on
-// sample requests for every name the old one serves. It returns why the new
-// one must not replace the old, or "".
-func (r *Registry) selfTest(ctx context.Context, old, next *plugin) string {
-	if next.desc.Name != old.desc.Name {
-		return fmt.Sprintf("the new binary calls itself %q, not %q", next.desc.Name, old.desc.Name)
+// sample requests for every name the old one serves, each asked through
+// call as any batch is. It returns why the new one must not replace the
+// old, or "".
+func (r *Registry) selfTest(ctx context.Context, old, next *pluginproc.Plugin) string {
+	od, nd := old.Description(), next.Description()
+	if nd.Name != od.Name {
+		return fmt.Sprintf("the new binary calls itself %q, not %q", nd.Name, od.Name)
 	}
-	for _, h := range old.desc.Handlers {
-		if _, ok := next.desc.Handler(h.Name); !ok {
+	for _, h := range od.Handlers {
+		if _, ok := nd.Handler(h.Name); !ok {
 			return fmt.Sprintf("the new binary no longer serves %q", h.Name)
 		}
 	}
-	newInst, err := next.acquire(ctx, new(time.Time))
-	if err != nil {
+	if err := next.Start(ctx); err != nil {
 		return fmt.Sprintf("the new binary did not start: %v", err)
 	}
-	oldInst, err := old.acquire(ctx, new(time.Time))
-	if err != nil {
-		// Nothing to compare with: the new binary only has to answer.
-		oldInst = nil
-	}
 	var reqs []core.Request
-	for _, h := range old.desc.Handlers {
+	for _, h := range od.Handlers {
 		reqs = append(reqs, sampleRequests(h.Name, r.cfg.Platform)...)
 	}
-	newOut := make([]core.Result, len(reqs))
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-	defer cancel()
-	if err := newInst.backend.DispatchBatch(cctx, reqs, newOut); err != nil {
+	newOut, err := r.sampleAnswers(ctx, next, reqs)
+	if err != nil {
 		return fmt.Sprintf("self-test: the new binary failed: %v", err)
 	}
 	for i, res := range newOut {
-		h, _ := next.desc.Handler(reqs[i].Backend)
+		h, _ := nd.Handler(reqs[i].Backend)
 		if res.Err != nil {
 			return fmt.Sprintf("self-test: %s refused a sample request: %v", reqs[i].Backend, res.Err)
 		}
@@ -249,14 +262,9 @@ func (r *Registry) selfTest(ctx context.Context, old, next *plugin) string {
 			return fmt.Sprintf("self-test: %s answered %s, which it does not declare", reqs[i].Backend, res.Method)
 		}
 	}
-	if oldInst == nil || !oldInst.enter() {
-		return ""
-	}
-	oldOut := make([]core.Result, len(reqs))
-	err = oldInst.backend.DispatchBatch(cctx, reqs, oldOut)
-	oldInst.leave()
+	oldOut, err := r.sampleAnswers(ctx, old, reqs)
 	if err != nil {
-		return ""
+		return "" // nothing to compare with: the new binary only has to answer
 	}
 	differ := 0
 	first := ""
@@ -268,10 +276,22 @@ func (r *Registry) selfTest(ctx context.Context, old, next *plugin) string {
 			differ++
 		}
 	}
-	if differ > 0 && old.desc.Version == next.desc.Version {
-		return fmt.Sprintf("self-test: %d of %d sample answers differ from the running plugin's (first: %s) and the version is still %s", differ, len(reqs), first, next.desc.Version)
+	if differ > 0 && od.Version == nd.Version {
+		return fmt.Sprintf("self-test: %d of %d sample answers differ from the running plugin's (first: %s) and the version is still %s", differ, len(reqs), first, nd.Version)
 	}
 	return ""
+}
+
+// sampleAnswers asks p for reqs in one batch, through call.
+func (r *Registry) sampleAnswers(ctx context.Context, p *pluginproc.Plugin, reqs []core.Request) ([]core.Result, error) {
+	out := make([]core.Result, len(reqs))
+	fault, err := r.call(ctx, p, backend.DispatchCall, "the self-test", func(ctx context.Context, c backend.Conn) error {
+		return c.DispatchBatch(ctx, reqs, out)
+	})
+	if fault != nil {
+		return nil, fault
+	}
+	return out, err
 }
 
 // sampleRequests returns requests for name that reach the branches of the

@@ -20,7 +20,8 @@ type RouteInfo struct {
 	// Plugin is the plugin that answers, or core.PluginCore for the
 	// in-process triton rules.
 	Plugin string
-	// Version and SHA256 identify the plugin binary; empty for core.
+	// Version is the backend's version (core.Version for the triton
+	// rules); SHA256 identifies the plugin binary, empty in process.
 	Version string
 	SHA256  string
 	// Reads is what the rules of Handler read.
@@ -55,29 +56,24 @@ func (r *Registry) Routes() (routes []RouteInfo, generation uint64, changed <-ch
 }
 
 // routeInfo describes rt, which serves name ("" for the default route).
+// The name of a route whose backend cannot be asked (no plugin serves it,
+// or its plugin does not run on this host) is described as the fallback's
+// route, with the reason.
 func (r *Registry) routeInfo(name string, rt *route) RouteInfo {
-	triton := RouteInfo{
-		Name: name, Handler: core.TritonName, Plugin: r.triton.family(),
-		Reads: r.triton.desc.Handlers[0].Reads, Cacheable: true,
-	}
+	var fell Reason
 	switch {
-	case rt.unknown:
-		return triton
 	case rt.down != nil:
-		triton.Fallback = rt.down.reason
-		return triton
-	case rt.be.unsupportedWhy() != "":
-		triton.Fallback = ReasonUnsupportedHardware
-		return triton
+		fell = rt.down.Reason
+	case rt.be.Unsupported() != "":
+		fell = ReasonUnsupportedHardware
 	}
-	info := RouteInfo{
-		Name: name, Handler: name, Plugin: rt.be.family(),
-		Reads: rt.handler.Reads, Cacheable: rt.cached() != nil,
+	if fell != "" || rt.unknown {
+		rt = r.fallbackRoute
 	}
-	if p, ok := rt.be.(*plugin); ok {
-		info.Version, info.SHA256 = p.desc.Version, p.sha256
-	} else if ip, ok := rt.be.(*inProcess); ok {
-		info.Version = ip.desc.Version
+	_, sum := rt.be.Binary()
+	return RouteInfo{
+		Name: name, Handler: rt.handler.Name, Plugin: rt.family,
+		Version: rt.be.Description().Version, SHA256: sum,
+		Reads: rt.handler.Reads, Cacheable: rt.cached() != nil, Fallback: fell,
 	}
-	return info
 }

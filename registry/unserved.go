@@ -6,13 +6,14 @@ import (
 	"strings"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry/backend"
 )
 
-// usable returns why rt cannot ask its backend for name, a *failure, or nil
-// when it can: a name no plugin serves (missing, or never seen under
+// usable returns why rt cannot ask its backend for name (Unavailable), or
+// nil when it can: a name no plugin serves (missing, or never seen under
 // Config.Strict), a backend that does not run on this host. A name never
 // seen is logged once.
-func (r *Registry) usable(rt *route, name string) error {
+func (r *Registry) usable(rt *route, name string) *backend.Outcome {
 	switch {
 	case rt.down != nil:
 		return rt.down
@@ -22,8 +23,9 @@ func (r *Registry) usable(rt *route, name string) error {
 		}
 		r.noteUnknown(name)
 	}
-	if why := rt.be.unsupportedWhy(); why != "" {
-		return &failure{reason: ReasonUnsupportedHardware, err: fmt.Errorf("plugin %s does not run on this host: %s", rt.be.family(), why)}
+	if why := rt.be.Unsupported(); why != "" {
+		o := ReasonUnsupportedHardware.Unavailable(fmt.Errorf("plugin %s does not run on this host: %s", rt.family, why))
+		return &o
 	}
 	return nil
 }
@@ -33,24 +35,26 @@ func (r *Registry) usable(rt *route, name string) error {
 // reload and is gone, is a fallback with its reason in either mode; a name
 // never seen falls to the triton rules silently, as in sglang, except under
 // Config.Strict, which refuses it. It returns nil for a silent fallback.
-func (r *Registry) unserved(t *routeTable, name string) error {
+func (r *Registry) unserved(t *routeTable, name string) *backend.Outcome {
 	if name == core.TritonName {
 		return nil
 	}
 	for _, b := range t.broken {
 		if b.Status == StatusBroken && (b.Name == name || slices.Contains(b.Names, name)) {
-			return &failure{reason: ReasonPluginBroken, err: fmt.Errorf("plugin %s (%s), which serves %q, is broken: %s", b.Name, b.Path, name, b.Reason)}
+			o := ReasonPluginBroken.Unavailable(fmt.Errorf("plugin %s (%s), which serves %q, is broken: %s", b.Name, b.Path, name, b.Reason))
+			return &o
 		}
 	}
 	if family, ok := r.served.Load(name); ok {
-		return &failure{reason: ReasonPluginMissing, err: fmt.Errorf("%q was served by plugin %s, which is missing since the plugin directories were read again", name, family)}
+		o := ReasonPluginMissing.Unavailable(fmt.Errorf("%q was served by plugin %s, which is missing since the plugin directories were read again", name, family))
+		return &o
 	}
 	if !r.cfg.Strict {
 		return nil
 	}
 	var names []string
 	for n, rt := range t.routes {
-		if rt.down == nil {
+		if rt.serves() {
 			names = append(names, n)
 		}
 	}
@@ -59,8 +63,9 @@ func (r *Registry) unserved(t *routeTable, name string) error {
 	if len(names) > 0 {
 		served = strings.Join(names, ", ")
 	}
-	return &failure{reason: ReasonUnknownBackend, err: fmt.Errorf("%q was never seen: no plugin in %s serves it (names served: %s)",
-		name, strings.Join(r.cfg.PluginDirs, ":"), served)}
+	o := ReasonUnknownBackend.Unavailable(fmt.Errorf("%q was never seen: no plugin in %s serves it (names served: %s)",
+		name, strings.Join(r.cfg.PluginDirs, ":"), served))
+	return &o
 }
 
 // maxUnknownLogged bounds the names remembered for the once-per-name log.

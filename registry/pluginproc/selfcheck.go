@@ -1,4 +1,4 @@
-package registry
+package pluginproc
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry/backend"
 )
 
 // The kernel-catalog self-check. A plugin's catalog may cover a subset of
@@ -19,7 +20,7 @@ import (
 // the name, and never used. A plugin without any catalog (older than
 // catalogs) stays usable; the registry logs once that it runs no kernels.
 
-// selfCheckState is the self-check of one plugin (plugin.selfChecked).
+// selfCheckState is the self-check of one plugin (Plugin.selfChecked).
 type selfCheckState struct {
 	mu      sync.Mutex
 	done    bool                  // guarded by mu
@@ -27,7 +28,7 @@ type selfCheckState struct {
 }
 
 // selfCheckRefusal returns why the self-check refused p, or nil.
-func (p *plugin) selfCheckRefusal() error {
+func (p *Plugin) selfCheckRefusal() error {
 	if err := p.selfChecked.refused.Load(); err != nil {
 		return *err
 	}
@@ -50,7 +51,7 @@ func (s *selfCheckState) finish(refusal error) {
 // rules, and a method answered that the name's catalog lacks refuses the
 // plugin. It returns the refusal, now and at every later start. A pass is
 // written to the description cache, so that later hosts skip the check.
-func (p *plugin) selfCheck(ctx context.Context, inst *instance) error {
+func (p *Plugin) selfCheck(ctx context.Context, inst *instance) error {
 	s := &p.selfChecked
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -72,7 +73,7 @@ func (p *plugin) selfCheck(ctx context.Context, inst *instance) error {
 		p.logger.Error("plugin refused by the kernel self-check", "error", refusal)
 		return refusal
 	}
-	if !p.state.staleDesc.Load() {
+	if !p.health.StaleDesc.Load() {
 		if err := (descCache{dir: p.cfg.CacheDir}).put(p.cacheKey, p.desc, true); err != nil {
 			p.logger.Debug("description cache not written", "error", err)
 		}
@@ -82,7 +83,7 @@ func (p *plugin) selfCheck(ctx context.Context, inst *instance) error {
 
 // runSelfCheck returns the refusal of the plugin described by d, whose
 // process b answers, or the error of a call that failed.
-func runSelfCheck(ctx context.Context, cfg *Config, d *core.Description, b conn) (refusal, err error) {
+func runSelfCheck(ctx context.Context, cfg *Config, d *core.Description, b backend.Conn) (refusal, err error) {
 	for _, h := range d.Handlers {
 		if h.Deprecated != "" {
 			// A deprecated alias shares its target's rules, and asking it

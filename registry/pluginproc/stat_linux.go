@@ -1,6 +1,6 @@
 //go:build linux
 
-package registry
+package pluginproc
 
 import (
 	"fmt"

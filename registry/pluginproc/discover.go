@@ -1,4 +1,4 @@
-package registry
+package pluginproc
 
 import (
 	"fmt"
@@ -20,19 +20,19 @@ type candidate struct {
 // discover lists the plugin binaries of dirs, in order; a family found in
 // an earlier directory shadows the same family in a later one. Files that
 // look like plugins but cannot be one are returned as broken entries.
-func discover(dirs []string, insecure bool) (found []candidate, broken []PluginInfo) {
+func discover(dirs []string, insecure bool) (found []candidate, broken []Info) {
 	seen := map[string]string{}
 	for _, dir := range dirs {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			if !os.IsNotExist(err) {
-				broken = append(broken, PluginInfo{Path: dir, Status: StatusBroken, Reason: fmt.Sprintf("plugin directory: %v", err)})
+				broken = append(broken, Info{Path: dir, Status: StatusBroken, Reason: fmt.Sprintf("plugin directory: %v", err)})
 			}
 			continue
 		}
 		if !insecure {
 			if err := checkPath("plugin directory", dir); err != nil {
-				broken = append(broken, PluginInfo{Path: dir, Status: StatusBroken, Reason: err.Error()})
+				broken = append(broken, Info{Path: dir, Status: StatusBroken, Reason: err.Error()})
 				continue
 			}
 		}
@@ -47,7 +47,7 @@ func discover(dirs []string, insecure bool) (found []candidate, broken []PluginI
 				continue // a binary being put in place is not a plugin yet
 			}
 			path := filepath.Join(dir, name)
-			info := PluginInfo{Name: family, Path: path, Status: StatusBroken}
+			info := Info{Name: family, Path: path, Status: StatusBroken}
 			if !wire.ValidFamily(family) {
 				info.Reason = fmt.Sprintf("file name %q: want %s<name> with letters, digits, '_' or '-'", name, wire.BinaryPrefix)
 				broken = append(broken, info)

@@ -1,4 +1,4 @@
-package registry
+package pluginproc
 
 import (
 	"crypto/sha256"
@@ -125,7 +125,7 @@ func (l *Lock) KeepModules(old *Lock) (dropped []string) {
 // file, against the module pins of its entry: with pins, every image's
 // hash must be among them. An entry without pins, or no entry, pins
 // nothing.
-func (l *Lock) verifyModules(file string, mods []core.KernelModule) error {
+func (l *Lock) VerifyModules(file string, mods []core.KernelModule) error {
 	e, ok := l.Entry(file)
 	if !ok || len(e.Modules) == 0 {
 		return nil
@@ -199,7 +199,7 @@ func isSHA256(s string) bool {
 
 // LockOf returns the lock of the plugins in infos that are usable (the
 // listing of Registry.Plugins), sorted by file name.
-func LockOf(infos []PluginInfo) *Lock {
+func LockOf(infos []Info) *Lock {
 	l := &Lock{Format: lockFormat}
 	for _, p := range infos {
 		if p.SHA256 == "" {
@@ -265,15 +265,15 @@ func (l *Lock) verify(path, sum string) error {
 }
 
 // missing lists the pinned binaries that were not found.
-func (l *Lock) missing(found []candidate) []PluginInfo {
-	var out []PluginInfo
+func (l *Lock) missing(found []candidate) []Info {
+	var out []Info
 	for _, e := range l.Plugins {
 		seen := false
 		for _, c := range found {
 			seen = seen || filepath.Base(c.path) == e.File
 		}
 		if !seen {
-			out = append(out, PluginInfo{
+			out = append(out, Info{
 				Name: strings.TrimPrefix(e.File, wire.BinaryPrefix), Path: e.File, Version: e.Version, SHA256: e.SHA256, Names: e.Names,
 				Status: StatusBroken, Reason: fmt.Sprintf("pinned in %s but not found", l.Path),
 			})

@@ -1,4 +1,4 @@
-package registry
+package pluginproc
 
 import (
 	"crypto/sha256"
