@@ -11,11 +11,12 @@ import (
 )
 
 // Device code: a Backend whose catalog holds a kernel that package
-// devkernels has device code for (a dense CUDA kernel that one of its
-// modules runs: the absorbed-MLA decode of the fa3 and flashinfer
-// families, the varlen prefills of FlashAttention 3 and FlashInfer, dsa's
-// dense prefill among them) hands the host that device code and plans its
-// launches: it is a core.KernelPlanner, and its description says so
+// devkernels has device code for (a CUDA kernel that one of its modules
+// runs: the absorbed-MLA decode of the fa3 and flashinfer families over
+// bf16 and FP8 caches, dsa's sparse MLA over the indexer's top-k, the
+// varlen prefills of FlashAttention 3 and FlashInfer, dsa's dense prefill
+// among them) hands the host that device code and plans its launches: it
+// is a core.KernelPlanner, and its description says so
 // (core.Description.DeviceCode).
 
 // Describe returns the rules' description, with DeviceCode set when a
@@ -32,10 +33,10 @@ func (b *Backend) Describe(ctx context.Context) (*core.Description, error) {
 }
 
 // hasDeviceCode reports whether devkernels has device code for catalog
-// kernel k: k is dense, runs on CUDA, and a module of devkernels.Spec
-// names it among the kernels it runs.
+// kernel k: k runs on CUDA, and a module of devkernels.Spec names it among
+// the kernels it runs.
 func hasDeviceCode(k core.Kernel) bool {
-	if k.Sparse || !runsOn(k, core.PlatformCUDA) {
+	if !runsOn(k, core.PlatformCUDA) {
 		return false
 	}
 	return slices.ContainsFunc(devkernels.Spec(), func(m core.KernelModule) bool { return slices.Contains(m.Kernels, k.Name) })

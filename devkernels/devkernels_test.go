@@ -3,7 +3,9 @@ package devkernels
 import (
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
@@ -15,6 +17,9 @@ var h200 = core.DeviceInfo{Platform: core.PlatformCUDA, Name: "NVIDIA H200", Com
 	MaxThreadsPerBlock: 1024, MaxSharedPerBlock: 232448, MaxGrid: [3]int{1<<31 - 1, 65535, 65535}}
 
 var fa3MLA = core.Kernel{Name: "flash_attn_with_kvcache", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1, 16, 64}}
+
+// dsaSparse is the dsa catalog's sparse MLA.
+var dsaSparse = core.Kernel{Name: "flash_mla_sparse_fwd", Method: core.MLA, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{576, 512}, PageSizes: []int{64}, Sparse: true}
 
 func request(heads, pageSize int, seq, q []int64, graph bool) *core.PlanRequest {
 	pages := 0
@@ -168,6 +173,12 @@ func TestPlanRefusals(t *testing.T) {
 		{"turing", func(k *core.Kernel, r *core.PlanRequest) { r.Device.ComputeCapability = 75 }, core.ErrNoPlan},
 		{"hip", func(k *core.Kernel, r *core.PlanRequest) { r.Device.Platform = core.PlatformHIP }, core.ErrNoPlan},
 		{"sparse kernel", func(k *core.Kernel, r *core.PlanRequest) { k.Sparse = true }, core.ErrNoPlan},
+		{"sparse without top_k", func(k *core.Kernel, r *core.PlanRequest) { *k = dsaSparse }, core.ErrNoPlan},
+		{"dense with top_k", func(k *core.Kernel, r *core.PlanRequest) { r.Dims.TopK = 2048 }, core.ErrNoPlan},
+		{"fp8 cache outside catalog", func(k *core.Kernel, r *core.PlanRequest) { r.KVDType = "fp8_e4m3" }, core.ErrNoPlan},
+		{"fp8 e5m2 cache", func(k *core.Kernel, r *core.PlanRequest) { r.KVDType = "fp8_e5m2"; k.DTypes = nil }, core.ErrNoPlan},
+		{"unknown kv_dtype", func(k *core.Kernel, r *core.PlanRequest) { r.KVDType = "int3" }, core.ErrInvalidRequest},
+		{"negative top_k", func(k *core.Kernel, r *core.PlanRequest) { r.Dims.TopK = -1 }, core.ErrInvalidRequest},
 		{"mha method", func(k *core.Kernel, r *core.PlanRequest) { r.Method = core.MHA }, core.ErrNoPlan},
 		{"no heads", func(k *core.Kernel, r *core.PlanRequest) { r.Dims.Heads = 0 }, core.ErrInvalidRequest},
 		{"q longer than keys", func(k *core.Kernel, r *core.PlanRequest) { r.Shape.QLens[0] = 9; r.Shape.SeqLens[0] = 4 }, core.ErrInvalidRequest},
@@ -196,5 +207,69 @@ func TestModulesWithoutGPU(t *testing.T) {
 		if _, err := b.Modules(dev); !errors.Is(err, core.ErrNoPlan) {
 			t.Errorf("%+v: got %v, want ErrNoPlan", dev, err)
 		}
+	}
+}
+
+// TestSparseAndFP8Plans: a sparse plan binds the top-k and not the page
+// table, cuts every query token's top-k into items the host's check
+// accepts, reads only the query lengths (so it holds for a batch size
+// whatever the lengths), and reads DeepSeek-V3.2's 656-byte tokens from an
+// FP8 cache; a dense plan over an FP8 cache binds its scale.
+func TestSparseAndFP8Plans(t *testing.T) {
+	for _, kvd := range []string{"", "fp8_e4m3"} {
+		for _, heads := range []int{16, 128} {
+			req := request(heads, 64, []int64{9000, 70, 3000}, []int64{1, 2, 4}, true)
+			req.Backend, req.KVDType, req.Dims.TopK = "dsa", kvd, 2048
+			p, err := Plan(dsaSparse, req)
+			if err != nil {
+				t.Fatalf("kv %q heads %d: %v", kvd, heads, err)
+			}
+			if err := launch.Check(p, req, Spec(), h200); err != nil {
+				t.Fatalf("kv %q heads %d (%s): %v", kvd, heads, p.Note, err)
+			}
+			byName := map[string]core.TensorSpec{}
+			for _, ts := range p.Tensors {
+				byName[ts.Name] = ts
+			}
+			row := int64(576)
+			if kvd != "" {
+				row = DSARowBytes
+			}
+			if ti := byName["topk_indices"]; !slices.Equal(ti.Shape, []int64{7, 2048}) || byName["kv_indices"].Name != "" || byName["kv_cache"].Shape[2] != row {
+				t.Errorf("kv %q: tensors %+v", kvd, p.Tensors)
+			}
+			if p.Reads != core.PlanReadsDeclared|core.PlanReadsQLens {
+				t.Errorf("kv %q: reads %s", kvd, p.Reads)
+			}
+			items := map[int32]int32{}
+			for _, w := range p.Schedule {
+				items[w.Request] += w.KVEnd - w.KVBegin
+			}
+			for tok := range int32(7) {
+				if items[tok] != 2048 {
+					t.Errorf("kv %q: token %d has %d keys scheduled, want its 2048", kvd, tok, items[tok])
+				}
+			}
+			other := *req
+			other.Shape.SeqLens = []int64{100, 9000, 64}
+			q, err := Plan(dsaSparse, &other)
+			if err != nil || !reflect.DeepEqual(q.Launches, p.Launches) || !reflect.DeepEqual(q.Metadata, p.Metadata) {
+				t.Errorf("kv %q: the plan changed with the lengths: %v", kvd, err)
+			}
+		}
+	}
+	k := fa3MLA
+	k.DTypes = []string{"bf16", "fp8_e4m3"}
+	req := request(16, 64, []int64{4097, 33}, []int64{1, 1}, false)
+	req.KVDType = "fp8_e4m3"
+	p, err := Plan(k, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := launch.Check(p, req, Spec(), h200); err != nil {
+		t.Fatalf("%s: %v", p.Note, err)
+	}
+	if !strings.HasPrefix(p.Launches[0].Entry, "mla_decode_fp8_") || !slices.ContainsFunc(p.Tensors, func(ts core.TensorSpec) bool { return ts.Name == "kv_scale" }) {
+		t.Errorf("dense FP8 plan: entry %s, tensors %+v", p.Launches[0].Entry, p.Tensors)
 	}
 }

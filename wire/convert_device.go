@@ -130,15 +130,16 @@ func planRequestToProto(r *core.PlanRequest) *pb.PlanKernelRequest {
 		Dtype:   r.DType,
 		Dims: &pb.PlanDims{
 			Heads: int32(r.Dims.Heads), HeadDimQk: int32(r.Dims.HeadDimQK), HeadDimV: int32(r.Dims.HeadDimV),
-			SoftmaxScale: r.Dims.SoftmaxScale,
+			SoftmaxScale: r.Dims.SoftmaxScale, TopK: int32(r.Dims.TopK),
 		},
 		Shape: &pb.PlanShape{
 			SeqLens: r.Shape.SeqLens, QLens: r.Shape.QLens,
 			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages), ChunkCapacity: int64(r.Shape.ChunkCapacity),
 			MaxSeqLen: r.Shape.MaxSeqLen,
 		},
-		Device: deviceToProto(r.Device),
-		Graph:  r.Graph,
+		Device:  deviceToProto(r.Device),
+		Graph:   r.Graph,
+		KvDtype: r.KVDType,
 	}
 }
 
@@ -173,15 +174,16 @@ func planRequestFromProto(r *pb.PlanKernelRequest) (core.PlanRequest, error) {
 		DType:   r.GetDtype(),
 		Dims: core.PlanDims{
 			Heads: int(d.GetHeads()), HeadDimQK: int(d.GetHeadDimQk()), HeadDimV: int(d.GetHeadDimV()),
-			SoftmaxScale: d.GetSoftmaxScale(),
+			SoftmaxScale: d.GetSoftmaxScale(), TopK: int(d.GetTopK()),
 		},
 		Shape: core.PlanShape{
 			SeqLens: s.GetSeqLens(), QLens: s.GetQLens(),
 			PageSize: int(s.GetPageSize()), NumPages: int(s.GetNumPages()), ChunkCapacity: int(s.GetChunkCapacity()),
 			MaxSeqLen: s.GetMaxSeqLen(),
 		},
-		Device: dev,
-		Graph:  r.GetGraph(),
+		Device:  dev,
+		Graph:   r.GetGraph(),
+		KVDType: r.GetKvDtype(),
 	}, nil
 }
 

@@ -58,8 +58,8 @@ func h200() core.DeviceInfo {
 
 func planRequest() core.PlanRequest {
 	return core.PlanRequest{
-		Backend: "oneshot", Method: core.MLA, DType: "bf16",
-		Dims:   core.PlanDims{Heads: 128, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+		Backend: "oneshot", Method: core.MLA, DType: "bf16", KVDType: "fp8_e4m3",
+		Dims:   core.PlanDims{Heads: 128, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352, TopK: 2048},
 		Shape:  core.PlanShape{SeqLens: []int64{4096, 17}, QLens: []int64{1, 4}, PageSize: 64, NumPages: 1000, ChunkCapacity: 131072, MaxSeqLen: 8192},
 		Device: h200(), Graph: true,
 	}

@@ -2307,11 +2307,14 @@ func (x *PlanShape) GetMaxSeqLen() int64 {
 
 // PlanDims are the model dimensions of a plan.
 type PlanDims struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Heads         int32                  `protobuf:"varint,1,opt,name=heads,proto3" json:"heads,omitempty"`
-	HeadDimQk     int32                  `protobuf:"varint,2,opt,name=head_dim_qk,json=headDimQk,proto3" json:"head_dim_qk,omitempty"`
-	HeadDimV      int32                  `protobuf:"varint,3,opt,name=head_dim_v,json=headDimV,proto3" json:"head_dim_v,omitempty"`
-	SoftmaxScale  float64                `protobuf:"fixed64,4,opt,name=softmax_scale,json=softmaxScale,proto3" json:"softmax_scale,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Heads        int32                  `protobuf:"varint,1,opt,name=heads,proto3" json:"heads,omitempty"`
+	HeadDimQk    int32                  `protobuf:"varint,2,opt,name=head_dim_qk,json=headDimQk,proto3" json:"head_dim_qk,omitempty"`
+	HeadDimV     int32                  `protobuf:"varint,3,opt,name=head_dim_v,json=headDimV,proto3" json:"head_dim_v,omitempty"`
+	SoftmaxScale float64                `protobuf:"fixed64,4,opt,name=softmax_scale,json=softmaxScale,proto3" json:"softmax_scale,omitempty"`
+	// For a sparse kernel (DeepSeek sparse attention): the keys each query
+	// token attends to, the width of its topk_indices row; 0 for dense.
+	TopK          int32 `protobuf:"varint,5,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2374,18 +2377,29 @@ func (x *PlanDims) GetSoftmaxScale() float64 {
 	return 0
 }
 
+func (x *PlanDims) GetTopK() int32 {
+	if x != nil {
+		return x.TopK
+	}
+	return 0
+}
+
 type PlanKernelRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The handler whose kernel runs.
 	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
 	Method  Method `protobuf:"varint,2,opt,name=method,proto3,enum=attnplug.dispatch.v1.Method" json:"method,omitempty"`
-	// The dtype of the queries, the KV cache and the output, such as "bf16".
+	// The dtype of the queries and the output, and of the KV cache unless
+	// kv_dtype says otherwise, such as "bf16".
 	Dtype  string      `protobuf:"bytes,3,opt,name=dtype,proto3" json:"dtype,omitempty"`
 	Dims   *PlanDims   `protobuf:"bytes,4,opt,name=dims,proto3" json:"dims,omitempty"`
 	Shape  *PlanShape  `protobuf:"bytes,5,opt,name=shape,proto3" json:"shape,omitempty"`
 	Device *DeviceInfo `protobuf:"bytes,6,opt,name=device,proto3" json:"device,omitempty"`
 	// A plan whose launches depend on the batch size only, for CUDA graphs.
-	Graph         bool `protobuf:"varint,7,opt,name=graph,proto3" json:"graph,omitempty"`
+	Graph bool `protobuf:"varint,7,opt,name=graph,proto3" json:"graph,omitempty"`
+	// The KV cache's dtype when it differs from dtype ("fp8_e4m3"); empty:
+	// dtype.
+	KvDtype       string `protobuf:"bytes,8,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2467,6 +2481,13 @@ func (x *PlanKernelRequest) GetGraph() bool {
 		return x.Graph
 	}
 	return false
+}
+
+func (x *PlanKernelRequest) GetKvDtype() string {
+	if x != nil {
+		return x.KvDtype
+	}
+	return ""
 }
 
 // TensorSpec is a tensor the host binds to a plan.
@@ -3150,13 +3171,14 @@ const file_dispatch_proto_rawDesc = "" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1b\n" +
 	"\tnum_pages\x18\x04 \x01(\x03R\bnumPages\x12%\n" +
 	"\x0echunk_capacity\x18\x05 \x01(\x03R\rchunkCapacity\x12\x1e\n" +
-	"\vmax_seq_len\x18\x06 \x01(\x03R\tmaxSeqLen\"\x83\x01\n" +
+	"\vmax_seq_len\x18\x06 \x01(\x03R\tmaxSeqLen\"\x98\x01\n" +
 	"\bPlanDims\x12\x14\n" +
 	"\x05heads\x18\x01 \x01(\x05R\x05heads\x12\x1e\n" +
 	"\vhead_dim_qk\x18\x02 \x01(\x05R\theadDimQk\x12\x1c\n" +
 	"\n" +
 	"head_dim_v\x18\x03 \x01(\x05R\bheadDimV\x12#\n" +
-	"\rsoftmax_scale\x18\x04 \x01(\x01R\fsoftmaxScale\"\xb4\x02\n" +
+	"\rsoftmax_scale\x18\x04 \x01(\x01R\fsoftmaxScale\x12\x13\n" +
+	"\x05top_k\x18\x05 \x01(\x05R\x04topK\"\xcf\x02\n" +
 	"\x11PlanKernelRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x124\n" +
 	"\x06method\x18\x02 \x01(\x0e2\x1c.attnplug.dispatch.v1.MethodR\x06method\x12\x14\n" +
@@ -3164,7 +3186,8 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x04dims\x18\x04 \x01(\v2\x1e.attnplug.dispatch.v1.PlanDimsR\x04dims\x125\n" +
 	"\x05shape\x18\x05 \x01(\v2\x1f.attnplug.dispatch.v1.PlanShapeR\x05shape\x128\n" +
 	"\x06device\x18\x06 \x01(\v2 .attnplug.dispatch.v1.DeviceInfoR\x06device\x12\x14\n" +
-	"\x05graph\x18\a \x01(\bR\x05graph\"d\n" +
+	"\x05graph\x18\a \x01(\bR\x05graph\x12\x19\n" +
+	"\bkv_dtype\x18\b \x01(\tR\akvDtype\"d\n" +
 	"\n" +
 	"TensorSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +

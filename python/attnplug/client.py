@@ -302,8 +302,10 @@ class Client:
     def plan_kernel(self, request):
         """The launches that run a method's kernel on a batch (a Plan), checked
         by the server as its own host checks plans. request is a dict:
-        backend, method (a METHODS name), dtype, dims (heads, head_dim_qk,
-        head_dim_v, softmax_scale), shape (seq_lens, q_lens, page_size,
+        backend, method (a METHODS name), dtype, kv_dtype (the KV cache's
+        dtype when it is not dtype, "fp8_e4m3"), dims (heads, head_dim_qk,
+        head_dim_v, softmax_scale, top_k for a sparse kernel: DeepSeek
+        sparse attention), shape (seq_lens, q_lens, page_size,
         num_pages, chunk_capacity, max_seq_len), device (as kernel_modules
         takes it) and graph. Raises NoPlan when the kernel has no device plan
         for it, ServerError (INVALID_ARGUMENT) for a malformed request."""
@@ -590,22 +592,24 @@ def device_to_proto(d):
 
 
 def plan_request_to_proto(r):
-    _check_keys(r, ("backend", "method", "dtype", "dims", "shape", "device", "graph"), "plan request")
+    _check_keys(r, ("backend", "method", "dtype", "kv_dtype", "dims", "shape", "device", "graph"), "plan request")
     method = r.get("method")
     if method not in METHODS:
         raise _field_error("method", "%r is not one of %s" % (method, ", ".join(METHODS)))
     dims, shape = r.get("dims") or {}, r.get("shape") or {}
-    _check_keys(dims, ("heads", "head_dim_qk", "head_dim_v", "softmax_scale"), "dims")
+    _check_keys(dims, ("heads", "head_dim_qk", "head_dim_v", "softmax_scale", "top_k"), "dims")
     _check_keys(shape, ("seq_lens", "q_lens", "page_size", "num_pages", "chunk_capacity", "max_seq_len"), "shape")
     return dispatch_pb2.PlanKernelRequest(
         backend=str(r.get("backend", "")),
         method=dispatch_pb2.Method.Value("METHOD_" + method),
         dtype=str(r.get("dtype", "bf16")),
+        kv_dtype=str(r.get("kv_dtype", "")),
         dims=dispatch_pb2.PlanDims(
             heads=_int(dims.get("heads", 0), "dims.heads"),
             head_dim_qk=_int(dims.get("head_dim_qk", 0), "dims.head_dim_qk"),
             head_dim_v=_int(dims.get("head_dim_v", 0), "dims.head_dim_v"),
-            softmax_scale=float(dims.get("softmax_scale", 0.0))),
+            softmax_scale=float(dims.get("softmax_scale", 0.0)),
+            top_k=_int(dims.get("top_k", 0), "dims.top_k")),
         shape=dispatch_pb2.PlanShape(
             seq_lens=_lens(shape.get("seq_lens"), "shape.seq_lens"),
             q_lens=_lens(shape.get("q_lens"), "shape.q_lens"),

@@ -201,7 +201,8 @@ def _key(request, reads):
     """The cache key of a plan request, as the Go registry keys plans: what
     every plan depends on, and the per-batch quantities reads names."""
     s = request.get("shape") or {}
-    parts = [request.get("backend"), request.get("method"), request.get("dtype"), bool(request.get("graph")),
+    parts = [request.get("backend"), request.get("method"), request.get("dtype"), request.get("kv_dtype", ""),
+             bool(request.get("graph")),
              tuple(sorted((request.get("dims") or {}).items())), len(s.get("seq_lens") or ()),
              s.get("page_size", 0), s.get("num_pages", 0), s.get("max_seq_len", 0), reads]
     if reads & PLAN_READS_SEQ_LENS:

@@ -176,6 +176,31 @@ class KernelsTest(unittest.TestCase):
         self.assertFalse(q.holds_for_batch())
         self.assertIn("schedule", q.metadata)
 
+    def test_sparse_and_fp8_plans(self):
+        self.need_device_code()
+        # dsa's sparse MLA over DeepSeek-V3.2's FP8 cache: the top-k, not the
+        # page table, and 656-byte tokens; the plan holds for the batch size.
+        r = decode_plan_request(backend="dsa", max_seq_len=0)
+        r["kv_dtype"] = "fp8_e4m3"
+        r["dims"]["top_k"] = 2048
+        p = self.client.plan_kernel(r)
+        self.assertEqual([t.name for t in p.tensors], ["q", "kv_cache", "topk_indices", "out", "lse"])
+        shapes = dict((t.name, (t.dtype, t.shape)) for t in p.tensors)
+        self.assertEqual(shapes["kv_cache"], ("fp8_e4m3", (4096, 64, 656)))
+        self.assertEqual(shapes["topk_indices"], ("i32", (16, 2048)))
+        self.assertTrue(p.holds_for_batch(), p.reads)
+        self.assertTrue(p.launches[0].entry.startswith("mla_sparse_fp8_"), p.launches[0].entry)
+        # fa3's dense decode over an FP8 cache binds the layer's scale.
+        r = decode_plan_request(max_seq_len=0)
+        r["kv_dtype"] = "fp8_e4m3"
+        p = self.client.plan_kernel(r)
+        self.assertIn(("kv_scale", ("f32", (1,))), [(t.name, (t.dtype, t.shape)) for t in p.tensors])
+        # A sparse kernel asked without a top-k: no plan, saying why.
+        from attnplug import NoPlan
+        with self.assertRaises(NoPlan) as ctx:
+            self.client.plan_kernel(decode_plan_request(backend="dsa"))
+        self.assertIn("top_k", str(ctx.exception))
+
     def test_errors(self):
         from attnplug import NoPlan, ServerError
         with self.assertRaises(NoPlan) as ctx:

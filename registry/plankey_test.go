@@ -1,0 +1,39 @@
+package registry
+
+import (
+	"testing"
+
+	"github.com/attnplug/attnplug/core"
+)
+
+// TestPlanKeySeparatesWhatAPlanDependsOn: requests that differ in what
+// every plan depends on (the cache's dtype, the top-k of a sparse layer,
+// the dims) never share a cached plan; requests that differ only in what
+// the plan declares it does not read do.
+func TestPlanKeySeparatesWhatAPlanDependsOn(t *testing.T) {
+	base := core.PlanRequest{
+		Backend: "dsa", Method: core.MLA, DType: "bf16",
+		Dims:  core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352, TopK: 2048},
+		Shape: core.PlanShape{SeqLens: []int64{100, 5000}, QLens: []int64{1, 1}, PageSize: 64, NumPages: 200},
+	}
+	reads := core.PlanReadsDeclared | core.PlanReadsQLens
+	key := planKey(&base, reads)
+	for name, change := range map[string]func(r *core.PlanRequest){
+		"kv_dtype": func(r *core.PlanRequest) { r.KVDType = "fp8_e4m3" },
+		"top_k":    func(r *core.PlanRequest) { r.Dims.TopK = 1024 },
+		"dense":    func(r *core.PlanRequest) { r.Dims.TopK = 0 },
+		"heads":    func(r *core.PlanRequest) { r.Dims.Heads = 128 },
+		"dtype":    func(r *core.PlanRequest) { r.DType = "fp16" },
+	} {
+		r := base
+		change(&r)
+		if planKey(&r, reads) == key {
+			t.Errorf("%s: a request that differs in %s shares the plan key", name, name)
+		}
+	}
+	r := base
+	r.Shape.SeqLens = []int64{7, 9}
+	if planKey(&r, reads) != key {
+		t.Errorf("seq_lens: a plan that does not read the lengths is keyed by them")
+	}
+}
