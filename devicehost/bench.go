@@ -366,11 +366,13 @@ type Report struct {
 	Decode  []BenchResult   `json:"decode"`
 	Prefill []PrefillResult `json:"prefill,omitempty"`
 	Merge   *MergeResult    `json:"merge_state,omitempty"`
+	// Quant are the sparse MLA and FP8 cache rows.
+	Quant []QuantResult `json:"sparse_fp8,omitempty"`
 }
 
 // RunBench opens the device, measures the floors, checks and times every
 // case, and runs torch's figures when python (a python3 with torch) runs.
-func RunBench(ctx context.Context, python string, cases []Case, prefill []PrefillCase) (*Report, error) {
+func RunBench(ctx context.Context, python string, cases []Case, prefill []PrefillCase, quant []QuantCase) (*Report, error) {
 	e, err := Open()
 	if err != nil {
 		return nil, err
@@ -381,6 +383,7 @@ func RunBench(ctx context.Context, python string, cases []Case, prefill []Prefil
 		return nil, err
 	}
 	rep.Decode = e.Bench(cases, rep.Floors)
+	rep.Quant = e.BenchQuant(quant, rep.Floors)
 	if len(prefill) > 0 {
 		rep.Prefill = e.BenchPrefill(prefill, rep.Floors)
 		m := e.BenchMerge(16384*128, rep.Floors)
@@ -418,6 +421,16 @@ func (rep *Report) WriteTable(w io.Writer) {
 	} else if rep.NoTorch != "" {
 		fmt.Fprintf(w, "torch: not run: %s\n", rep.NoTorch)
 	}
+	rep.writeDecode(w)
+	rep.writePrefill(w)
+	rep.writeQuant(w)
+}
+
+// writeDecode writes the MLA decode rows of rep for people.
+func (rep *Report) writeDecode(w io.Writer) {
+	if len(rep.Decode) == 0 {
+		return
+	}
 	fmt.Fprintf(w, "\nMLA decode (bf16, 576/512, page 64; graph plans for the batch size, scheduled on the device)\n")
 	fmt.Fprintf(w, "%-16s %5s %5s %-20s %9s %7s %8s %7s %8s %9s %9s %8s %11s %9s\n", "shape", "heads", "batch", "cached", "us", "TB/s", "TFLOP/s", "%copy", "%matmul", "floor us", "torch us", "vs torch", "61-layer us", "over 61x")
 	for _, r := range rep.Decode {
@@ -428,7 +441,6 @@ func (rep *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "%-16s %5d %5d %-20s %9.1f %7.2f %8.1f %6.0f%% %7.0f%% %9.1f %9.1f %7.2fx %11.1f %+8.1f%%\n", r.Name, r.Heads, r.Batch, r.Cached,
 			r.US, r.TBs, r.TFLOPs, 100*r.OfCopy, 100*r.OfMatmul, r.FloorUS, r.TorchUS, r.VsTorch, r.StepUS, 100*(r.StepRatio-1))
 	}
-	rep.writePrefill(w)
 }
 
 // PrefillShapes are the benchmark's prefill shapes: one request of 1k, 4k,

@@ -71,7 +71,18 @@ func (d *Device) Close() {
 // is compared with the float64 reference on sampled rows. It returns no
 // answer and the reason when the method cannot run on the device here;
 // the caller then runs the CPU kernels and says why.
-func (d *Device) run(ctx context.Context, reg *registry.Registry, heads int, req *core.Request, ans core.Answer, seed uint64) (*Answer, string, error) {
+// deviceRun is what run runs: the model's heads, the top-k of a sparse
+// layer (0: dense), the request and the dispatch's answer, and the seed of
+// the tensors.
+type deviceRun struct {
+	heads, topK int
+	req         *core.Request
+	ans         core.Answer
+	seed        uint64
+}
+
+func (d *Device) run(ctx context.Context, reg *registry.Registry, r deviceRun) (*Answer, string, error) {
+	heads, req, ans, seed := r.heads, r.req, r.ans, r.seed
 	env, err := d.open()
 	if err != nil {
 		return nil, "no CUDA device: " + err.Error(), nil
@@ -110,8 +121,29 @@ func (d *Device) run(ctx context.Context, reg *registry.Registry, heads int, req
 	}
 	var ch devicehost.Check
 	var t devicehost.Timing
+	kv := "bf16 cache"
 	switch ans.Method {
 	case core.MLA:
+		sparse := false
+		for _, k := range reg.Kernels(ans.Handler) {
+			sparse = sparse || (k.Method == core.MLA && k.Sparse)
+		}
+		fp8 := req.Runtime.KVCacheDType == "fp8_e4m3"
+		if fp8 || (sparse && r.topK > 0) {
+			c := devicehost.QuantCase{Heads: heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, FP8: fp8, Seed: seed}
+			if sparse {
+				c.TopK = r.topK
+			}
+			if fp8 {
+				kv = "fp8_e4m3 cache"
+			}
+			var why string
+			ch, t, why, err = d.runQuant(env, c, plan)
+			if why != "" || err != nil {
+				return nil, why, err
+			}
+			break
+		}
 		bt, err := env.Alloc(devicehost.Case{Heads: heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, Seed: seed}, 1)
 		if err != nil {
 			return nil, "", core.NewFieldError("seq_lens", err.Error())
@@ -160,10 +192,40 @@ func (d *Device) run(ctx context.Context, reg *registry.Registry, heads int, req
 	}
 	a.TimeNS = int64(t.Median * 1000)
 	a.RelError, a.LSEError = ch.RelErr, ch.LSEErr
-	a.Note = fmt.Sprintf("on %s, bf16, tensors generated on the device; rel_error is ||out-ref||/||ref|| over %d sampled rows against float64 (tolerance %.0e)",
-		a.Device, ch.Rows, devicehost.MaxRelErr)
+	if r.topK > 0 && ans.Method == core.MLA {
+		a.Sparse = true
+	}
+	a.Note = fmt.Sprintf("on %s, bf16 queries, %s, tensors generated on the device; rel_error is ||out-ref||/||ref|| over %d sampled rows against float64 (tolerance %.0e)",
+		a.Device, kv, ch.Rows, devicehost.MaxRelErr)
 	if ch.Unwritten > 0 {
 		return nil, "", fmt.Errorf("run: the kernel left %d output elements unwritten", ch.Unwritten)
 	}
 	return a, "", nil
+}
+
+// runQuant runs a sparse or FP8 case: its tensors generated on the device
+// (the top-k drawn per query token among the keys it sees, the FP8 cache
+// quantised from the same values), the plan launched, the output compared
+// with the float64 reference over the dequantised cache, and timed.
+func (d *Device) runQuant(env *devicehost.Env, c devicehost.QuantCase, plan func(*core.PlanRequest) (*cudaexec.Prepared, string, error)) (devicehost.Check, devicehost.Timing, string, error) {
+	var ch devicehost.Check
+	var t devicehost.Timing
+	bt, err := env.AllocQuant(c, 1)
+	if err != nil {
+		return ch, t, "", core.NewFieldError("seq_lens", err.Error())
+	}
+	defer bt.Free(env)
+	p, why, err := plan(&bt.Req)
+	if p == nil {
+		return ch, t, why, err
+	}
+	defer p.Close()
+	if err := env.LaunchQuant(bt, p); err != nil {
+		return ch, t, "", err
+	}
+	if ch, err = env.VerifyQuant(bt, 0, 32); err != nil {
+		return ch, t, "", err
+	}
+	t, err = env.TimeQuant(bt, p, 5, 5)
+	return ch, t, "", err
 }

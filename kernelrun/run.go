@@ -210,6 +210,8 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 	if err != nil {
 		return nil, err
 	}
+	catalog := reg.Kernels(ans.Handler)
+	sparseLayer := topK > 0 && (req.Layer.UseDSA || slices.ContainsFunc(catalog, func(k core.Kernel) bool { return k.Sparse }))
 	deviceNote := ""
 	if o.Device != nil {
 		if spec.arrays != nil {
@@ -219,7 +221,11 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 		if spec.Random != nil {
 			seed = *spec.Random
 		}
-		a, why, err := o.Device.run(ctx, reg, cfg.Heads, req, ans, seed)
+		sparseTopK := 0
+		if sparseLayer {
+			sparseTopK = topK
+		}
+		a, why, err := o.Device.run(ctx, reg, deviceRun{heads: cfg.Heads, topK: sparseTopK, req: req, ans: ans, seed: seed})
 		if err != nil {
 			return nil, err
 		}
@@ -231,8 +237,6 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 		}
 		deviceNote = "not on the GPU: " + why
 	}
-	catalog := reg.Kernels(ans.Handler)
-	sparseLayer := topK > 0 && (req.Layer.UseDSA || slices.ContainsFunc(catalog, func(k core.Kernel) bool { return k.Sparse }))
 	if sparseLayer {
 		cfg.TopK = topK
 	}

@@ -22,12 +22,13 @@ func runBenchGPU(ctx context.Context, e *env, python, only string, asJSON bool) 
 		}
 	}
 	cases, prefill := devicehost.Shapes(only)
-	if len(cases)+len(prefill) == 0 {
+	quant := devicehost.QuantShapes(only)
+	if len(cases)+len(prefill)+len(quant) == 0 {
 		return &usageError{fmt.Sprintf("bench: --only %q matches no shape", only)}
 	}
 	p := newProgress(e, "attnplug bench --gpu", asJSON)
-	p.Step(fmt.Sprintf("%d decode and %d prefill shapes, checked and timed on the GPU", len(cases), len(prefill)))
-	rep, err := devicehost.RunBench(ctx, python, cases, prefill)
+	p.Step(fmt.Sprintf("%d decode, %d prefill and %d sparse or FP8 shapes, checked and timed on the GPU", len(cases), len(prefill), len(quant)))
+	rep, err := devicehost.RunBench(ctx, python, cases, prefill, quant)
 	p.Done()
 	if err != nil {
 		return fmt.Errorf("bench --gpu: %w", err)

@@ -272,6 +272,57 @@ func TestRunDeviceCUDA(t *testing.T) {
 	}
 }
 
+// TestRunDeviceCUDASparseAndFP8: run --device cuda runs dsa's sparse MLA
+// over the top-k of a DSA layer (pages of 64, its catalog's) and fa3's
+// decode over an FP8 cache with the plugins' device code when a GPU is
+// there, within the tolerance against the float64 reference over the
+// dequantised cache; without one, with --allow-cpu, on the CPU, saying why.
+func TestRunDeviceCUDASparseAndFP8(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs the kernels, on the CPU where there is no GPU (make test runs it)")
+	}
+	in := strings.Join([]string{
+		`{"backend":"dsa","forward_mode":"DECODE","seq_lens":[3000,5000,40],"layer":{"use_dsa":true}}`,
+		`{"backend":"dsa","forward_mode":"DECODE","seq_lens":[9000],"layer":{"use_dsa":true},"runtime":{"kv_cache_dtype":"fp8_e4m3"}}`,
+		`{"backend":"fa3","forward_mode":"DECODE","seq_lens":[300,4000],"runtime":{"kv_cache_dtype":"fp8_e4m3"}}`,
+	}, "\n") + "\n"
+	r := host(t, bins, in, "run", "--device", "cuda", "--allow-cpu", "--heads", "16", "--page-size", "64", "--random-tensors", "--plugin-dir", bins.PluginDir)
+	if r.code != 0 {
+		t.Fatalf("exit status %d; stderr: %s\n%s", r.code, r.stderr, r.stdout)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("got %d answers, want 3:\n%s", len(lines), r.stdout)
+	}
+	for i, line := range lines {
+		var a struct {
+			Kernel, Device, Plan, Note string
+			Emulated, Sparse           bool
+			RelError                   float64 `json:"rel_error"`
+		}
+		if err := json.Unmarshal([]byte(line), &a); err != nil {
+			t.Fatalf("answer %d: %v: %s", i+1, err, line)
+		}
+		wantKernel, wantSparse := "flash_mla_sparse_fwd", i < 2
+		if i == 2 {
+			wantKernel = "flash_attn_with_kvcache"
+		}
+		switch {
+		case a.Device != "":
+			if a.Emulated || a.Plan == "" || a.RelError > 1e-2 || a.RelError <= 0 || a.Kernel != wantKernel || a.Sparse != wantSparse {
+				t.Errorf("answer %d on %s: %s", i+1, a.Device, line)
+			}
+			if i > 0 && !strings.Contains(a.Note, "fp8_e4m3") {
+				t.Errorf("answer %d: the note does not name the FP8 cache: %s", i+1, a.Note)
+			}
+		default:
+			if !a.Emulated || !strings.Contains(a.Note, "not on the GPU: no CUDA device") {
+				t.Errorf("answer %d: want the CPU kernels and why not the GPU, got %s", i+1, line)
+			}
+		}
+	}
+}
+
 // TestRunDeviceCUDAWithoutGPU: run --device cuda on a machine without a
 // usable GPU fails before reading a line, saying why and naming
 // --allow-cpu; with --allow-cpu it warns on stderr and answers on the CPU.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/devicehost"
 	"github.com/attnplug/attnplug/devkernels"
 	"github.com/attnplug/attnplug/launch/cudaexec"
 )
@@ -500,7 +501,7 @@ func TestBenchGPU(t *testing.T) {
 	if py == "none" {
 		py = ""
 	}
-	cases, prefill := DecodeShapes(), PrefillShapes()
+	cases, prefill, quant := DecodeShapes(), PrefillShapes(), devicehost.QuantShapes(os.Getenv("ATTNPLUG_BENCH_ONLY"))
 	if only := os.Getenv("ATTNPLUG_BENCH_ONLY"); only != "" {
 		var keep []Case
 		for _, c := range cases {
@@ -516,7 +517,7 @@ func TestBenchGPU(t *testing.T) {
 		}
 		cases, prefill = keep, keepP
 	}
-	rep, err := RunBench(t.Context(), py, cases, prefill)
+	rep, err := RunBench(t.Context(), py, cases, prefill, quant)
 	if errors.Is(err, cuda.ErrUnavailable) || errors.Is(err, core.ErrNoPlan) {
 		t.Skipf("no CUDA device to run on: %v", err)
 	}

@@ -4,12 +4,11 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/devicehost"
 )
 
 // runQuant allocates, plans, poisons, launches and verifies one case.
@@ -25,17 +24,7 @@ func runQuant(t *testing.T, e *Env, c QuantCase, rows int) Check {
 		t.Fatalf("%s: prepare: %v", c.Describe(), err)
 	}
 	defer p.Close()
-	err = e.Dev.Do(func(x *cuda.Ctx) error {
-		if err := b.PoisonQuant(x); err != nil {
-			return err
-		}
-		ts, err := b.Tensors(p.Tensors(), 0)
-		if err != nil {
-			return err
-		}
-		return p.Launch(x, e.Stream(), ts)
-	})
-	if err != nil {
+	if err := e.LaunchQuant(b, p); err != nil {
 		t.Fatalf("%s: launch: %v", c.Describe(), err)
 	}
 	ch, err := e.VerifyQuant(b, 0, rows)
@@ -101,24 +90,10 @@ func TestSparseAndFP8(t *testing.T) {
 	}
 }
 
-// QuantBenchRow is one timed case of TestQuantBench.
-type QuantBenchRow struct {
-	Name    string  `json:"name"`
-	Case    string  `json:"case"`
-	Micros  float64 `json:"us"`
-	Spread  float64 `json:"spread"`
-	Bytes   float64 `json:"bytes"`
-	FLOPs   float64 `json:"flops"`
-	TBs     float64 `json:"tb_s"`
-	TFLOPs  float64 `json:"tflop_s"`
-	OfCopy  float64 `json:"of_copy"`
-	OfMatmu float64 `json:"of_matmul"`
-	Note    string  `json:"note"`
-}
-
-// TestQuantBench times the sparse and FP8 kernels in captured graphs
-// against the floors measured in the same run; it logs the table and, with
-// ATTNPLUG_BENCH_OUT, writes it as JSON there.
+// TestQuantBench times the sparse and FP8 kernels (devicehost.BenchQuant,
+// the rows of attnplug bench --gpu) against the floors measured in the same
+// run; it logs the table and, with ATTNPLUG_BENCH_OUT, writes it as JSON
+// there. ATTNPLUG_BENCH_ONLY keeps the shapes whose names contain it.
 func TestQuantBench(t *testing.T) {
 	if os.Getenv("ATTNPLUG_BENCH") == "" {
 		t.Skip("ATTNPLUG_BENCH unset: the benchmark runs only when asked")
@@ -128,57 +103,17 @@ func TestQuantBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("floors: copy %.2f TB/s, matmul %.0f TFLOP/s (%s)", f.CopyTBs, f.MatmulTFLOPs, f.MatmulLibrary)
-	rep := func(n int, v int64) []int64 { return slices.Repeat([]int64{v}, n) }
-	var cases []QuantCase
-	for _, heads := range []int{16, 128} {
-		for _, batch := range []int{1, 16, 64, 128} {
-			for _, fp8 := range []bool{false, true} {
-				cases = append(cases, QuantCase{Name: "sparse decode", Heads: heads, PageSize: 64, SeqLens: rep(batch, 16384), QLens: rep(batch, 1), TopK: 2048, FP8: fp8, Seed: 21, Graph: true})
-			}
+	rep := &devicehost.Report{Floors: f, Quant: e.BenchQuant(devicehost.QuantShapes(os.Getenv("ATTNPLUG_BENCH_ONLY")), f)}
+	var buf strings.Builder
+	rep.WriteTable(&buf)
+	t.Log("\n" + buf.String())
+	for _, r := range rep.Quant {
+		if r.Error != "" {
+			t.Errorf("%s: %s", r.Name, r.Error)
 		}
-	}
-	for _, batch := range []int{16, 64, 128} {
-		for _, fp8 := range []bool{false, true} {
-			cases = append(cases, QuantCase{Name: "dense decode", Heads: 16, PageSize: 64, SeqLens: rep(batch, 8192), QLens: rep(batch, 1), FP8: fp8, Seed: 22, Graph: true})
-		}
-	}
-	for _, tokens := range []int64{1024, 4096} {
-		cases = append(cases, QuantCase{Name: "sparse prefill", Heads: 128, PageSize: 64, SeqLens: []int64{8192}, QLens: []int64{tokens}, TopK: 2048, Seed: 23})
-	}
-	var rows []QuantBenchRow
-	only := os.Getenv("ATTNPLUG_BENCH_ONLY") // a substring of the cases to time, for a profiler
-	for _, c := range cases {
-		if !strings.Contains(c.Name+" "+c.Describe(), only) {
-			continue
-		}
-		b, err := e.AllocQuant(c, 2)
-		if err != nil {
-			t.Fatalf("%s: %v", c.Describe(), err)
-		}
-		p, err := e.PrepareQuant(b)
-		if err != nil {
-			b.Free(e)
-			t.Fatalf("%s: %v", c.Describe(), err)
-		}
-		tm, err := e.TimeQuant(b, p, 20, 7)
-		if err != nil {
-			t.Fatalf("%s: %v", c.Describe(), err)
-		}
-		r := QuantBenchRow{Name: c.Name, Case: c.Describe(), Micros: tm.Median, Spread: tm.Spread, Bytes: b.QuantBytes(), FLOPs: b.QuantFLOPs(), Note: p.Plan().Note}
-		r.TBs = r.Bytes / tm.Median / 1e6
-		r.TFLOPs = r.FLOPs / tm.Median / 1e6
-		r.OfCopy = r.TBs / f.CopyTBs
-		if f.MatmulTFLOPs > 0 {
-			r.OfMatmu = r.TFLOPs / f.MatmulTFLOPs
-		}
-		rows = append(rows, r)
-		t.Logf("%-14s %-62s %8.1f us  %5.2f TB/s (%3.0f%% copy)  %6.1f TFLOP/s (%3.0f%% matmul)", r.Name, r.Case, r.Micros, r.TBs, 100*r.OfCopy, r.TFLOPs, 100*r.OfMatmu)
-		p.Close()
-		b.Free(e)
 	}
 	if out := os.Getenv("ATTNPLUG_BENCH_OUT"); out != "" {
-		data, _ := json.MarshalIndent(map[string]any{"floors": f, "rows": rows}, "", "  ")
+		data, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(out, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
