@@ -120,15 +120,16 @@ func PlanRequestToProto(r *core.PlanRequest) *dispatchv1.PlanKernelRequest {
 		Dtype:   r.DType,
 		Dims: &dispatchv1.PlanDims{
 			Heads: int32(r.Dims.Heads), HeadDimQk: int32(r.Dims.HeadDimQK), HeadDimV: int32(r.Dims.HeadDimV),
-			SoftmaxScale: r.Dims.SoftmaxScale,
+			SoftmaxScale: r.Dims.SoftmaxScale, TopK: int32(r.Dims.TopK),
 		},
 		Shape: &dispatchv1.PlanShape{
 			SeqLens: r.Shape.SeqLens, QLens: r.Shape.QLens,
 			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages), ChunkCapacity: int64(r.Shape.ChunkCapacity),
 			MaxSeqLen: r.Shape.MaxSeqLen,
 		},
-		Device: DeviceToProto(r.Device),
-		Graph:  r.Graph,
+		Device:  DeviceToProto(r.Device),
+		Graph:   r.Graph,
+		KvDtype: r.KVDType,
 	}
 }
 
@@ -163,15 +164,16 @@ func PlanRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, er
 		DType:   r.GetDtype(),
 		Dims: core.PlanDims{
 			Heads: int(d.GetHeads()), HeadDimQK: int(d.GetHeadDimQk()), HeadDimV: int(d.GetHeadDimV()),
-			SoftmaxScale: d.GetSoftmaxScale(),
+			SoftmaxScale: d.GetSoftmaxScale(), TopK: int(d.GetTopK()),
 		},
 		Shape: core.PlanShape{
 			SeqLens: s.GetSeqLens(), QLens: s.GetQLens(),
 			PageSize: int(s.GetPageSize()), NumPages: int(s.GetNumPages()), ChunkCapacity: int(s.GetChunkCapacity()),
 			MaxSeqLen: s.GetMaxSeqLen(),
 		},
-		Device: dev,
-		Graph:  r.GetGraph(),
+		Device:  dev,
+		Graph:   r.GetGraph(),
+		KVDType: r.GetKvDtype(),
 	}, nil
 }
 
