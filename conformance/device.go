@@ -58,11 +58,14 @@ func planMethods() []core.Method {
 }
 
 // planBatches returns the batches the device-code check plans for method m
-// of name: for MLA, decode and target verify (1 to 4 query tokens), page
-// sizes 1 and 64; for the MHA methods, prefills of fresh requests (MHA) or
-// with prefixes; 16 and 128 heads, batch sizes 1 to 64 with ragged
-// lengths up to 16k, with and without CUDA graphs.
-func planBatches(name string, m core.Method, dev core.DeviceInfo) []core.PlanRequest {
+// of name, whose catalog kernel is k: for MLA, decode and target verify (1
+// to 4 query tokens), page sizes 1 and 64 (a sparse kernel's: DeepSeek
+// sparse attention over a top-2048, the pages its catalog lists); for the
+// MHA methods, prefills of fresh requests (MHA) or with prefixes; 16 and
+// 128 heads, batch sizes 1 to 64 with ragged lengths up to 16k, with and
+// without CUDA graphs; and, where the kernel takes an FP8 cache, every
+// other batch over one.
+func planBatches(name string, m core.Method, k core.Kernel, dev core.DeviceInfo) []core.PlanRequest {
 	rng := rand.New(rand.NewPCG(23, 29))
 	dims := core.PlanDims{HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352}
 	pages, variants := []int{1, 64}, []bool{false, true} // MLA: target verify or decode
@@ -70,6 +73,13 @@ func planBatches(name string, m core.Method, dev core.DeviceInfo) []core.PlanReq
 		dims = core.PlanDims{HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722}
 		pages, variants = []int{0}, []bool{false}
 	}
+	if k.Sparse && m == core.MLA {
+		dims.TopK = 2048
+		if len(k.PageSizes) > 0 {
+			pages = k.PageSizes
+		}
+	}
+	fp8 := m == core.MLA && slices.Contains(k.DTypes, "fp8_e4m3")
 	var out []core.PlanRequest
 	for _, page := range pages {
 		for _, heads := range []int{16, 128} {
@@ -109,9 +119,11 @@ func planBatches(name string, m core.Method, dev core.DeviceInfo) []core.PlanReq
 					}
 					d := dims
 					d.Heads = heads
-					out = append(out, core.PlanRequest{
-						Backend: name, Method: m, DType: "bf16", Dims: d, Shape: s, Device: dev, Graph: graph,
-					})
+					r := core.PlanRequest{Backend: name, Method: m, DType: "bf16", Dims: d, Shape: s, Device: dev, Graph: graph}
+					if fp8 && len(out)%2 == 1 {
+						r.KVDType = "fp8_e4m3"
+					}
+					out = append(out, r)
 				}
 			}
 		}
@@ -174,10 +186,11 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 			continue
 		}
 		for _, m := range planMethods() {
-			if k, ok := h.Kernel(m); !ok || k.Sparse {
+			k, ok := h.Kernel(m)
+			if !ok {
 				continue
 			}
-			for _, req := range planBatches(h.Name, m, dev) {
+			for _, req := range planBatches(h.Name, m, k, dev) {
 				if s.dead != nil {
 					c.problem("the plugin stopped: %v", s.dead)
 					return
@@ -384,7 +397,8 @@ func (s *suite) plan(ctx context.Context, kp core.KernelPlanner, req *core.PlanR
 // does not run on the device, and a malformed request. Either must get
 // "no plan" or "invalid request".
 func (s *suite) badPlanRequests(ctx context.Context, c *Check, kp core.KernelPlanner, h core.HandlerInfo, dev core.DeviceInfo) {
-	good := planBatches(h.Name, core.MLA, dev)[0]
+	k, _ := h.Kernel(core.MLA)
+	good := planBatches(h.Name, core.MLA, k, dev)[0]
 	noKernel := good
 	noKernel.Method = core.DSANPU
 	malformed := good

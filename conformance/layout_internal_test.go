@@ -21,9 +21,15 @@ func TestLayoutAcceptsTheDeviceKernelsPlans(t *testing.T) {
 	kernels := map[core.Method]string{core.MLA: "flash_attn_with_kvcache", core.MHA: "flash_attn_varlen_func",
 		core.MHAOneShot: "flash_attn_varlen_func", core.MHAChunkedKV: "flash_attn_varlen_func"}
 	n := 0
+	var ks []core.Kernel
 	for _, m := range planMethods() {
-		k := core.Kernel{Name: kernels[m], Method: m, PageSizes: []int{1, 64}}
-		for _, req := range planBatches("fa3", m, dev) {
+		ks = append(ks, core.Kernel{Name: kernels[m], Method: m, PageSizes: []int{1, 64}, DTypes: []string{"bf16", "fp8_e4m3"}})
+	}
+	// dsa's sparse MLA, over bf16 and FP8 caches.
+	ks = append(ks, core.Kernel{Name: "flash_mla_sparse_fwd", Method: core.MLA, PageSizes: []int{64}, DTypes: []string{"bf16", "fp8_e4m3"}, Sparse: true})
+	for _, k := range ks {
+		m := k.Method
+		for _, req := range planBatches("fa3", m, k, dev) {
 			p, err := devkernels.Plan(k, &req)
 			if errors.Is(err, core.ErrNoPlan) {
 				t.Fatalf("%s: no plan for %s: %v", m, batchString(&req), err)
@@ -138,7 +144,7 @@ func TestTheDocsPlanPasses(t *testing.T) {
 		ptr("q"), ptr("kv_cache"), ptr("kv_indptr"), ptr("kv_indices"), ptr("seq_lens"), ptr("qo_indptr"), ptr("out"), ptr("lse"),
 		{Name: "heads", Kind: core.ParamI32}, {Name: "page_size", Kind: core.ParamI32}, {Name: "scale", Kind: core.ParamF32},
 	}}}}}
-	for _, req := range planBatches("acme_mla", core.MLA, dev) {
+	for _, req := range planBatches("acme_mla", core.MLA, core.Kernel{Name: "acme_decode", Method: core.MLA}, dev) {
 		p, err := docsPlan(&req)
 		if err != nil {
 			t.Fatal(err)
