@@ -43,22 +43,38 @@ const (
 // it.
 type ParamKind string
 
-// The parameter kinds: a device pointer, 32- and 64-bit signed integers and
-// a 32-bit float.
+// The parameter kinds: a device pointer, 32- and 64-bit signed integers, a
+// 32-bit float; and, for Hopper's kernels, a TMA descriptor (a CUtensorMap
+// of 128 bytes the kernel takes by value, `const __grid_constant__
+// CUtensorMap`) and a struct passed by value (`__grid_constant__ const
+// Params`, as FlashMLA's and FlashAttention 3's kernels take theirs), of
+// Param.Size bytes.
 const (
-	ParamPtr ParamKind = "ptr"
-	ParamI32 ParamKind = "i32"
-	ParamI64 ParamKind = "i64"
-	ParamF32 ParamKind = "f32"
+	ParamPtr       ParamKind = "ptr"
+	ParamI32       ParamKind = "i32"
+	ParamI64       ParamKind = "i64"
+	ParamF32       ParamKind = "f32"
+	ParamTensorMap ParamKind = "tensormap"
+	ParamStruct    ParamKind = "struct"
 )
 
-// Size returns the parameter's size in bytes, or 0 for an unknown kind.
+// TensorMapBytes is the size of a CUtensorMap.
+const TensorMapBytes = 128
+
+// MaxParamBytes bounds the parameters of one entry, all together (CUDA's
+// classic limit on kernel parameters).
+const MaxParamBytes = 4096
+
+// Size returns the parameter's size in bytes, or 0 for an unknown kind and
+// for ParamStruct, whose size is its Param's (Param.Bytes).
 func (k ParamKind) Size() int {
 	switch k {
 	case ParamPtr, ParamI64:
 		return 8
 	case ParamI32, ParamF32:
 		return 4
+	case ParamTensorMap:
+		return TensorMapBytes
 	}
 	return 0
 }
@@ -69,6 +85,31 @@ type Param struct {
 	Name string
 	// Kind is its type.
 	Kind ParamKind
+	// Size is a ParamStruct's size in bytes (sizeof the struct, padding
+	// included); 0 for the other kinds.
+	Size int
+}
+
+// Bytes returns the parameter's size in bytes: Size for a struct, the
+// kind's size otherwise (0 when unknown).
+func (p Param) Bytes() int {
+	if p.Kind == ParamStruct {
+		return p.Size
+	}
+	return p.Kind.Size()
+}
+
+// Align returns the parameter's alignment in the kernel's parameter
+// space: 64 for a TMA descriptor, 8 for a struct (its fields are at most
+// 8 bytes), the size otherwise.
+func (p Param) Align() int {
+	switch p.Kind {
+	case ParamTensorMap:
+		return 64
+	case ParamStruct:
+		return 8
+	}
+	return max(p.Kind.Size(), 1)
 }
 
 // Entry is one kernel entry point of a module.
@@ -300,7 +341,51 @@ const (
 	ArgInt ArgKind = "int"
 	// ArgFloat is the float Float.
 	ArgFloat ArgKind = "float"
+	// ArgTensorMap is a TMA descriptor the host encodes over its tensor
+	// Name as Map describes, for each launch on the tensors bound then
+	// (so that each layer of a captured graph keeps its own), for a
+	// ParamTensorMap.
+	ArgTensorMap ArgKind = "tensormap"
+	// ArgStruct is a struct of Fields, for a ParamStruct: bytes not
+	// covered by a field are zero.
+	ArgStruct ArgKind = "struct"
 )
+
+// TensorMap describes the TMA descriptor of an ArgTensorMap: a tiled view
+// of one of the plan's tensors that the kernel loads Box at a time
+// (cuTensorMapEncodeTiled).
+type TensorMap struct {
+	// View is the shape the kernel sees, outermost first, of the same
+	// elements as the tensor (row-major, the same count), such as a paged
+	// cache [pages, page_size, 576] viewed as [pages*page_size, 576];
+	// empty: the tensor's own shape. At most 5 dimensions.
+	View []int64
+	// Box is the tile one TMA load brings, per dimension of the view,
+	// outermost first; each in [1, 256] and at most the dimension.
+	Box []uint32
+	// Swizzle is the shared-memory swizzle: "" (none), "32B", "64B" or
+	// "128B"; the box's innermost row must fit in it.
+	Swizzle string
+	// L2Promotion is the L2 sector promotion: "" (none), "64B", "128B" or
+	// "256B".
+	L2Promotion string
+	// OOBNaN fills elements outside the tensor with NaN instead of zero
+	// (floating-point tensors only).
+	OOBNaN bool
+}
+
+// Field is one field of an ArgStruct.
+type Field struct {
+	// Offset is the field's byte offset in the struct, a multiple of
+	// Size.
+	Offset uint32
+	// Size is its size: 8 for an address (ArgTensor, ArgMeta,
+	// ArgWorkspace), 4 or 8 for ArgInt and ArgFloat.
+	Size uint32
+	// Arg is its value: a tensor, metadata or workspace address, an
+	// integer or a float (Arg.Param unused).
+	Arg Arg
+}
 
 // Arg binds one parameter of a launch.
 type Arg struct {
@@ -316,6 +401,10 @@ type Arg struct {
 	Int int64
 	// Float is the value of an ArgFloat.
 	Float float64
+	// Map describes an ArgTensorMap's descriptor.
+	Map *TensorMap
+	// Fields are an ArgStruct's fields.
+	Fields []Field
 }
 
 // Launch is one kernel launch of a plan.
@@ -335,6 +424,16 @@ type Launch struct {
 	// Prepared.LaunchBatch and LaunchLayer); running it again per layer is
 	// correct too. It reads only tensors that every layer shares.
 	PerBatch bool
+	// Cluster, when set, launches thread-block clusters of these
+	// dimensions (sm_90 and newer): each divides the grid's, and a
+	// cluster has at most 8 blocks. Zero: no clusters.
+	Cluster [3]uint32
+	// Programmatic lets the launch begin before the plan's previous launch
+	// on the stream ends (programmatic dependent launch, sm_90 and newer),
+	// so that its prologue overlaps the other's tail: the kernel must wait
+	// (griddepcontrol.wait, cudaGridDependencySynchronize) before it reads
+	// what the previous launch writes.
+	Programmatic bool
 }
 
 // TensorSpec is a tensor the host binds to a plan.

@@ -28,6 +28,8 @@ type driver struct {
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uintptr) int32
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uintptr) int32
 	launchAddr                uintptr // cuLaunchKernel, called through driver.launch
+	launchExAddr              uintptr // cuLaunchKernelEx (CUDA 12), 0 when the driver lacks it
+	encodeTiledAddr           uintptr // cuTensorMapEncodeTiled (CUDA 12), 0 when the driver lacks it
 	cuGetErrorName            func(code int32, s **byte) int32
 	cuGetErrorString          func(code int32, s **byte) int32
 

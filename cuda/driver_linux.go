@@ -72,7 +72,18 @@ func loadDriver() (*driver, error) {
 	if drv.launchAddr, err = dynlib.Symbol(lib, "cuLaunchKernel"); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	// CUDA 12's, for clusters, programmatic launches and TMA descriptors:
+	// a driver without them still runs every other launch.
+	drv.launchExAddr, _ = dynlib.Symbol(lib, "cuLaunchKernelEx")
+	drv.encodeTiledAddr, _ = dynlib.Symbol(lib, "cuTensorMapEncodeTiled")
 	return drv, nil
+}
+
+// call calls the driver entry point at addr with args through
+// purego.SyscallN; args that are addresses point to pinned memory.
+func (drv *driver) call(addr uintptr, args ...uintptr) int32 {
+	rc, _, _ := purego.SyscallN(addr, args...)
+	return int32(rc)
 }
 
 // launch calls cuLaunchKernel through purego.SyscallN, without the

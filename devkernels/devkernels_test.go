@@ -129,7 +129,7 @@ func TestGraphPlansKeepTheirLaunches(t *testing.T) {
 		}
 		for i := range pa.Launches {
 			la, lb := pa.Launches[i], pb.Launches[i]
-			if la.Entry != lb.Entry || la.Grid != lb.Grid || !slices.Equal(la.Args, lb.Args) {
+			if la.Entry != lb.Entry || la.Grid != lb.Grid || !reflect.DeepEqual(la.Args, lb.Args) {
 				t.Fatalf("launch %d differs: %+v vs %+v", i, la, lb)
 			}
 		}

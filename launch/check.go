@@ -2,7 +2,6 @@ package launch
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/attnplug/attnplug/core"
@@ -99,9 +98,9 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 	if r := p.Reads.Effective(); r&core.PlanReadsQLens == 0 {
 		return refuse(-1, "the plan declares it does not read the query lengths (reads %s), but its tensors have a row per query token", r)
 	}
-	tensors := map[string]bool{}
+	tensors := map[string]core.TensorSpec{}
 	for _, t := range p.Tensors {
-		tensors[t.Name] = true
+		tensors[t.Name] = t
 	}
 	mods := map[string]*core.KernelModule{}
 	for i := range modules {
@@ -119,7 +118,10 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 		if err := checkDims(i, l, dev); err != nil {
 			return err
 		}
-		if err := checkArgs(i, l, e, tensors, meta, p.WorkspaceBytes); err != nil {
+		if err := checkLaunchFeatures(i, l, dev); err != nil {
+			return err
+		}
+		if err := checkArgs(i, l, e, bindings{tensors, meta, p.WorkspaceBytes}); err != nil {
 			return err
 		}
 	}
@@ -142,81 +144,6 @@ func checkDims(i int, l core.Launch, dev core.DeviceInfo) error {
 	}
 	if dev.MaxSharedPerBlock > 0 && uint64(l.SharedBytes) > uint64(dev.MaxSharedPerBlock) {
 		return refuse(i, "%d bytes of shared memory per block, the device allows %d", l.SharedBytes, dev.MaxSharedPerBlock)
-	}
-	return nil
-}
-
-func checkArgs(i int, l core.Launch, e core.Entry, tensors map[string]bool, meta map[string]int64, workspace int64) error {
-	bound := make(map[string]bool, len(l.Args))
-	for _, a := range l.Args {
-		if bound[a.Param] {
-			return refuse(i, "parameter %q bound twice", a.Param)
-		}
-		bound[a.Param] = true
-		var kind core.ParamKind
-		found := false
-		for _, p := range e.Params {
-			if p.Name == a.Param {
-				kind, found = p.Kind, true
-				break
-			}
-		}
-		if !found {
-			return refuse(i, "entry %s has no parameter %q", e.Name, a.Param)
-		}
-		want := map[core.ArgKind]core.ParamKind{
-			core.ArgTensor: core.ParamPtr, core.ArgMeta: core.ParamPtr, core.ArgWorkspace: core.ParamPtr,
-		}[a.Kind]
-		switch a.Kind {
-		case core.ArgTensor:
-			if !tensors[a.Name] {
-				return refuse(i, "parameter %q binds tensor %q, which the plan does not declare", a.Param, a.Name)
-			}
-		case core.ArgMeta:
-			size, ok := meta[a.Name]
-			if !ok {
-				return refuse(i, "parameter %q binds metadata %q, which the plan does not declare", a.Param, a.Name)
-			}
-			if a.Offset < 0 || a.Offset > size {
-				return refuse(i, "parameter %q: offset %d is outside metadata %q of %d bytes", a.Param, a.Offset, a.Name, size)
-			}
-		case core.ArgWorkspace:
-			if a.Offset < 0 || a.Offset > workspace {
-				return refuse(i, "parameter %q: offset %d is outside the workspace of %d bytes", a.Param, a.Offset, workspace)
-			}
-		case core.ArgInt:
-			switch kind {
-			case core.ParamI32:
-				if a.Int < math.MinInt32 || a.Int > math.MaxInt32 {
-					return refuse(i, "parameter %q: %d does not fit an i32", a.Param, a.Int)
-				}
-			case core.ParamI64:
-			default:
-				return refuse(i, "parameter %q is %s, bound to an integer", a.Param, kind)
-			}
-			continue
-		case core.ArgFloat:
-			if kind != core.ParamF32 {
-				return refuse(i, "parameter %q is %s, bound to a float", a.Param, kind)
-			}
-			if math.IsNaN(a.Float) || math.IsInf(a.Float, 0) || math.Abs(a.Float) > math.MaxFloat32 {
-				return refuse(i, "parameter %q: %v is not a finite f32", a.Param, a.Float)
-			}
-			continue
-		default:
-			return refuse(i, "parameter %q: unknown argument kind %q", a.Param, a.Kind)
-		}
-		if kind != want {
-			return refuse(i, "parameter %q is %s, bound to a device address", a.Param, kind)
-		}
-	}
-	for _, p := range e.Params {
-		if !bound[p.Name] {
-			return refuse(i, "parameter %q of %s is not bound", p.Name, e.Name)
-		}
-		if p.Kind.Size() == 0 {
-			return refuse(i, "parameter %q of %s has unknown kind %q", p.Name, e.Name, p.Kind)
-		}
 	}
 	return nil
 }

@@ -331,7 +331,7 @@ func compareParams(e core.Entry, got PTXEntry) error {
 	}
 	for i := range min(len(e.Params), len(got.Params)) {
 		d, g := e.Params[i], got.Params[i]
-		size := d.Kind.Size()
+		size := d.Bytes()
 		switch {
 		case size != g.Size:
 			return fmt.Errorf("parameter %d (%q, %s) is %d bytes as declared, %d bytes in the image (%s %s)%s",
@@ -348,7 +348,7 @@ func compareParams(e core.Entry, got PTXEntry) error {
 		return fmt.Errorf("parameter %d (%d bytes in the image, %s %s) is not declared%s", len(e.Params), g.Size, g.Type, g.Name, count)
 	case len(e.Params) > len(got.Params):
 		d := e.Params[len(got.Params)]
-		return fmt.Errorf("parameter %d (%q, %s, %d bytes as declared) is not in the image%s", len(got.Params), d.Name, d.Kind, d.Kind.Size(), count)
+		return fmt.Errorf("parameter %d (%q, %s, %d bytes as declared) is not in the image%s", len(got.Params), d.Name, d.Kind, d.Bytes(), count)
 	}
 	return nil
 }

@@ -1,11 +1,11 @@
 package cudaexec
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
+	"reflect"
 	"runtime"
-	"slices"
 	"sync"
 	"unsafe"
 
@@ -147,13 +147,15 @@ type Prepared struct {
 type step struct {
 	fn      cuda.Function
 	l       core.Launch
-	slots   []uint64         // one 8-byte slot per parameter
-	ptrs    []unsafe.Pointer // cuLaunchKernel's kernelParams
-	tensors []tensorArg
+	args    []byte           // the parameters' values (args.go), 64-byte aligned
+	ptrs    []unsafe.Pointer // cuLaunchKernel's kernelParams, into args
+	tensors []tensorArg      // addresses of the layer's tensors, written at each launch
+	maps    []mapArg         // TMA descriptors over the layer's tensors, encoded at each launch
 }
 
+// tensorArg is a tensor's address at byte off of a step's args.
 type tensorArg struct {
-	slot, tensor int
+	off, tensor int
 }
 
 // Prepare checks plan p (answered for req) against the loaded modules and
@@ -264,7 +266,12 @@ func (pr *Prepared) upload(c *cuda.Ctx, loadedBy map[string]*loaded) error {
 // each Launch, pinned for cuLaunchKernel.
 func (pr *Prepared) bind(l core.Launch, ld *loaded, index map[string]int) (step, error) {
 	en, _ := ld.mod.Entry(l.Entry)
-	st := step{fn: ld.funcs[l.Entry], l: l, slots: make([]uint64, len(en.Params)), ptrs: make([]unsafe.Pointer, len(en.Params))}
+	if len(en.Params) == 0 {
+		return step{}, fmt.Errorf("launch: entry %s has no parameters", l.Entry)
+	}
+	st := step{fn: ld.funcs[l.Entry], l: l, ptrs: make([]unsafe.Pointer, len(en.Params))}
+	offs, size := layout(en.Params)
+	st.args = aligned(size)
 	for i, par := range en.Params {
 		var a core.Arg
 		for _, x := range l.Args {
@@ -272,29 +279,13 @@ func (pr *Prepared) bind(l core.Launch, ld *loaded, index map[string]int) (step,
 				a = x
 			}
 		}
-		switch a.Kind {
-		case core.ArgTensor:
-			st.tensors = append(st.tensors, tensorArg{slot: i, tensor: index[a.Name]})
-		case core.ArgMeta:
-			st.slots[i] = pr.meta[a.Name].Ptr + uint64(a.Offset)
-		case core.ArgWorkspace:
-			st.slots[i] = pr.ws.Ptr + uint64(a.Offset)
-		case core.ArgInt:
-			if par.Kind == core.ParamI32 {
-				st.slots[i] = uint64(uint32(int32(a.Int)))
-			} else {
-				st.slots[i] = uint64(a.Int)
-			}
-		case core.ArgFloat:
-			st.slots[i] = uint64(math.Float32bits(float32(a.Float)))
+		if err := pr.put(&st, offs[i], par.Bytes(), a, index); err != nil {
+			return step{}, fmt.Errorf("launch: %s.%s: parameter %q: %w", l.Module, l.Entry, par.Name, err)
 		}
 	}
-	if len(st.slots) == 0 {
-		return step{}, fmt.Errorf("launch: entry %s has no parameters", l.Entry)
-	}
-	pr.pinner.Pin(&st.slots[0])
-	for i := range st.slots {
-		st.ptrs[i] = unsafe.Pointer(&st.slots[i])
+	pr.pinner.Pin(&st.args[0])
+	for i := range st.ptrs {
+		st.ptrs[i] = unsafe.Pointer(&st.args[offs[i]])
 	}
 	pr.pinner.Pin(&st.ptrs[0])
 	return st, nil
@@ -326,7 +317,7 @@ func (p *Prepared) Update(s cuda.Stream, req *core.PlanRequest, np *core.Plan) e
 	}
 	for i, l := range np.Launches {
 		o := p.plan.Launches[i]
-		if l.Module != o.Module || l.Entry != o.Entry || l.Grid != o.Grid || l.Block != o.Block || l.SharedBytes != o.SharedBytes || !slices.Equal(l.Args, o.Args) {
+		if l.Module != o.Module || l.Entry != o.Entry || l.Grid != o.Grid || l.Block != o.Block || l.SharedBytes != o.SharedBytes || l.Cluster != o.Cluster || l.Programmatic != o.Programmatic || !reflect.DeepEqual(l.Args, o.Args) {
 			return fmt.Errorf("launch: update: launch %d differs from the prepared plan's", i)
 		}
 	}
@@ -389,9 +380,21 @@ func (p *Prepared) launch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer, which fu
 			continue
 		}
 		for _, ta := range st.tensors {
-			st.slots[ta.slot] = tensors[ta.tensor].Ptr
+			binary.LittleEndian.PutUint64(st.args[ta.off:], tensors[ta.tensor].Ptr)
 		}
-		if err := c.Launch(st.fn, st.l.Grid, st.l.Block, st.l.SharedBytes, s, &st.ptrs[0]); err != nil {
+		for k := range st.maps {
+			if err := st.maps[k].encode(c, st.args, tensors); err != nil {
+				return fmt.Errorf("launch: %s.%s: %w", st.l.Module, st.l.Entry, err)
+			}
+		}
+		var err error
+		if st.l.Cluster != ([3]uint32{}) || st.l.Programmatic {
+			err = c.LaunchEx(st.fn, cuda.LaunchConfig{Grid: st.l.Grid, Block: st.l.Block, Shared: st.l.SharedBytes, Stream: s,
+				Cluster: st.l.Cluster, Programmatic: st.l.Programmatic}, &st.ptrs[0])
+		} else {
+			err = c.Launch(st.fn, st.l.Grid, st.l.Block, st.l.SharedBytes, s, &st.ptrs[0])
+		}
+		if err != nil {
 			return fmt.Errorf("launch: %s.%s: %w", st.l.Module, st.l.Entry, err)
 		}
 	}
