@@ -180,7 +180,7 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		first string
 		more  int
 	}
-	for _, h := range s.names {
+	for _, h := range s.cov.names {
 		layout, order := map[string]*layoutIssue{}, []string(nil)
 		if h.Deprecated != "" {
 			continue
