@@ -91,7 +91,6 @@ func (b *binary) exited(err error) bool {
 	return b.proc.Exited()
 }
 
-
 // environ is the caller's environment without the magic cookie, plus
 // opts.Env.
 func (b *binary) environ() []string {

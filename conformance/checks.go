@@ -350,4 +350,3 @@ func (s *suite) latencyCheck(_ context.Context, c *Check) {
 		c.problem("found over the budget after its first %d calls: each name was then asked %d requests only, so other checks saw less", slowAfter, slowSample)
 	}
 }
-
