@@ -185,7 +185,6 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 	if req.Batch.MaxChunkCapacity <= 0 {
 		cfg.ChunkCapacity = 128 * 1024 // sglang's default get_max_chunk_capacity()
 	}
-
 	ans, err := reg.Dispatch(ctx, req)
 	if err != nil {
 		return nil, err
