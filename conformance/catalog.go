@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,7 +27,7 @@ func kernelDTypes() []string {
 // every kernel has a name, runs a method its name declares (once), takes
 // KV cache dtypes that exist, positive head dimensions and page sizes,
 // and every hardware entry, of a name or of a kernel, names a platform.
-func (s *suite) kernelCatalog(c *Check) {
+func (s *suite) kernelCatalog(_ context.Context, c *Check) {
 	kernels, entries := 0, 0
 	for _, h := range s.desc.Handlers {
 		for i, hw := range h.Hardware {

@@ -25,22 +25,22 @@ const slowSample = 64
 // of them with MaxRequests) and its probes, one Dispatch each.
 func (s *suite) coverage(ctx context.Context, c *Check) {
 	n := len(s.desc.Handlers)
-	s.names = s.desc.Handlers
-	s.plans = make([]*core.KeyPlan, n)
-	s.requests, s.origins, s.answers = make([][]core.Request, n), make([][]origin, n), make([][]answer, n)
-	s.started = time.Now()
+	s.cov.names = s.desc.Handlers
+	s.cov.plans = make([]*core.KeyPlan, n)
+	s.cov.requests, s.cov.origins, s.cov.answers = make([][]core.Request, n), make([][]origin, n), make([][]answer, n)
+	s.cov.started = time.Now()
 	total, ok, fixed, probes := 0, 0, 0, 0
-	for i, h := range s.names {
-		s.plans[i], _ = h.Reads.Plan()
+	for i, h := range s.cov.names {
+		s.cov.plans[i], _ = h.Reads.Plan()
 		grid := sample(GenerateRequests(h.Name, h.Reads), s.opts.MaxRequests)
 		reqs, from := grid, make([]origin, len(grid))
 		for j := range from {
 			from[j].base = -1
 		}
-		if !s.slow {
+		if !s.cov.slow {
 			// One stream a name: the same seed probes each name the same way.
 			rng := rand.New(rand.NewPCG(s.opts.Seed, uint64(i)))
-			pr, po := probeRequests(h.Name, &h.Reads, s.plans[i], rng, max(0, s.opts.Probes), len(grid))
+			pr, po := probeRequests(h.Name, &h.Reads, s.cov.plans[i], rng, max(0, s.opts.Probes), len(grid))
 			reqs, from = append(reqs, pr...), append(from, po...)
 		} else {
 			reqs, from = sample(grid, slowSample), from[:min(len(from), slowSample)]
@@ -51,11 +51,11 @@ func (s *suite) coverage(ctx context.Context, c *Check) {
 		}
 		asked := 0
 		for j := range reqs {
-			if s.dead != nil || (s.slow && asked >= slowSample) {
+			if s.dead != nil || (s.cov.slow && asked >= slowSample) {
 				break
 			}
 			m, d, err := s.dispatch(ctx, &reqs[j])
-			answers[j] = answer{method: m, err: err, at: time.Since(s.started)}
+			answers[j] = answer{method: m, err: err, at: time.Since(s.cov.started)}
 			total++
 			asked++
 			if err != nil {
@@ -63,15 +63,15 @@ func (s *suite) coverage(ctx context.Context, c *Check) {
 				continue
 			}
 			ok++
-			s.latency = append(s.latency, d)
-			if len(s.latency)%baselineEvery == 0 {
+			s.cov.latency = append(s.cov.latency, d)
+			if len(s.cov.latency)%baselineEvery == 0 {
 				s.measureBaseline(ctx)
 			}
-			if len(s.latency) == slowAfter && s.overBudget() {
-				s.slow = true
+			if len(s.cov.latency) == slowAfter && s.overBudget() {
+				s.cov.slow = true
 			}
 		}
-		if s.slow {
+		if s.cov.slow {
 			reqs, from, answers = reqs[:asked], from[:asked], answers[:asked]
 		}
 		for _, o := range from {
@@ -80,7 +80,7 @@ func (s *suite) coverage(ctx context.Context, c *Check) {
 			}
 		}
 		probes += len(reqs)
-		s.requests[i], s.origins[i], s.answers[i] = reqs, from, answers
+		s.cov.requests[i], s.cov.origins[i], s.cov.answers[i] = reqs, from, answers
 	}
 	probes -= fixed
 	s.report.Requests = ok
@@ -92,8 +92,8 @@ func (s *suite) coverage(ctx context.Context, c *Check) {
 		return
 	}
 	c.Detail = fmt.Sprintf("%s answered all %d requests: %d fixed (modes, graph flags, thresholds, capacity edges, platforms, boolean facts, declared constants) and %d random probes over every quantity (seed %d)",
-		plural(len(s.names), "name"), total, fixed, probes, s.opts.Seed)
-	if s.slow {
+		plural(len(s.cov.names), "name"), total, fixed, probes, s.opts.Seed)
+	if s.cov.slow {
 		c.Detail += fmt.Sprintf("; over the latency budget, so each name was asked %d requests only", slowSample)
 	}
 }
@@ -109,21 +109,21 @@ func (s *suite) measureBaseline(ctx context.Context) {
 	req := core.NewRequest(noSuchName, core.ModeDecode)
 	req.Runtime.Platform = core.PlatformCUDA
 	if _, d, err := s.dispatch(ctx, &req); errors.Is(err, core.ErrUnknownBackend) {
-		s.baseline = append(s.baseline, d)
+		s.cov.baseline = append(s.cov.baseline, d)
 	}
 }
 
 // ruleTime is the median Dispatch call less the median round trip (the
 // baseline): the time the plugin's rules take, on whatever machine.
 func (s *suite) ruleTime() time.Duration {
-	if len(s.latency) == 0 {
+	if len(s.cov.latency) == 0 {
 		return 0
 	}
 	var rt time.Duration
-	if len(s.baseline) > 0 {
-		rt = median(s.baseline)
+	if len(s.cov.baseline) > 0 {
+		rt = median(s.cov.baseline)
 	}
-	return max(0, median(s.latency)-rt)
+	return max(0, median(s.cov.latency)-rt)
 }
 
 // overBudget reports whether the rules' time so far is over the latency
@@ -163,7 +163,7 @@ func (s *suite) determinism(ctx context.Context, c *Check) {
 	var last time.Time
 	for round := range determinismRounds {
 		if round > 0 {
-			if s.slow {
+			if s.cov.slow {
 				break
 			}
 			if wait := determinismGap - time.Since(last); wait > 0 {
@@ -175,25 +175,25 @@ func (s *suite) determinism(ctx context.Context, c *Check) {
 			}
 		}
 		last = time.Now()
-		for i := len(s.names) - 1; i >= 0 && s.dead == nil; i-- {
-			step := max(1, len(s.requests[i])/determinismSample)
+		for i := len(s.cov.names) - 1; i >= 0 && s.dead == nil; i-- {
+			step := max(1, len(s.cov.requests[i])/determinismSample)
 			if round > 0 {
 				step *= 8
 			}
-			for j := len(s.requests[i]) - 1; j >= 0 && s.dead == nil; j -= step {
-				first := s.answers[i][j]
+			for j := len(s.cov.requests[i]) - 1; j >= 0 && s.dead == nil; j -= step {
+				first := s.cov.answers[i][j]
 				if first.err != nil {
 					continue
 				}
-				m, _, err := s.dispatch(ctx, &s.requests[i][j])
+				m, _, err := s.dispatch(ctx, &s.cov.requests[i][j])
 				n++
-				now := time.Since(s.started)
+				now := time.Since(s.cov.started)
 				switch {
 				case err != nil:
-					c.problem("%s: %s: answered %s, then failed: %v", s.names[i].Name, describe(&s.requests[i][j]), first.method, err)
+					c.problem("%s: %s: answered %s, then failed: %v", s.cov.names[i].Name, describe(&s.cov.requests[i][j]), first.method, err)
 				case m != first.method:
 					c.problem("%s: %s: answered %s at +%s, then %s at +%s: an answer must depend on the request alone, not on the time or the calls before it",
-						s.names[i].Name, describe(&s.requests[i][j]), first.method, first.at.Round(time.Millisecond), m, now.Round(time.Millisecond))
+						s.cov.names[i].Name, describe(&s.cov.requests[i][j]), first.method, first.at.Round(time.Millisecond), m, now.Round(time.Millisecond))
 				}
 			}
 		}
@@ -220,13 +220,13 @@ func (s *suite) reads(ctx context.Context, c *Check) {
 	}
 	classes, checked, explained := 0, 0, 0
 	var uncacheable []string
-	for i, h := range s.names {
-		plan := s.plans[i]
+	for i, h := range s.cov.names {
+		plan := s.cov.plans[i]
 		if plan == nil {
 			uncacheable = append(uncacheable, h.Name)
 			continue
 		}
-		reqs, answers := s.requests[i], s.answers[i]
+		reqs, answers := s.cov.requests[i], s.cov.answers[i]
 		keys := make([]core.Key, len(reqs))
 		first := map[core.Key]int{}
 		var pairs [][2]int // requests of one key with other answers
@@ -252,7 +252,7 @@ func (s *suite) reads(ctx context.Context, c *Check) {
 		// A probe differs from its base in one quantity: the pairs that
 		// explain best come first.
 		var probes [][2]int
-		for j, o := range s.origins[i] {
+		for j, o := range s.cov.origins[i] {
 			if o.base >= 0 && answers[o.base].err == nil && answers[j].err == nil &&
 				answers[o.base].method != answers[j].method && keys[o.base] == keys[j] {
 				probes = append(probes, [2]int{o.base, j})
@@ -301,7 +301,7 @@ func (s *suite) noteResult(req *core.Request, err error) {
 // compares each request before and after the call of a backend in its
 // process; for a plugin the SDK's server (wire.Main) does, when the suite
 // starts the plugin.
-func (s *suite) mutation(c *Check) {
+func (s *suite) mutation(_ context.Context, c *Check) {
 	for _, m := range s.mutations {
 		c.problem("%s", m)
 	}
@@ -318,19 +318,19 @@ func (s *suite) mutation(c *Check) {
 
 // latencyCheck reports the distribution of single Dispatch calls and holds
 // the median against the budget and the p99 against MaxP99.
-func (s *suite) latencyCheck(c *Check) {
-	if len(s.latency) == 0 {
+func (s *suite) latencyCheck(_ context.Context, c *Check) {
+	if len(s.cov.latency) == 0 {
 		c.Status, c.Detail = Skip, "not run: no answered Dispatch calls"
 		return
 	}
-	ds := slices.Clone(s.latency)
+	ds := slices.Clone(s.cov.latency)
 	slices.Sort(ds)
 	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
 	l := Latency{Samples: len(ds), P50: at(0.50), P99: at(0.99), Max: ds[len(ds)-1]}
 	s.report.Latency = l
 	c.Detail = fmt.Sprintf("Dispatch p50 %s, p99 %s, max %s over %d calls", round(l.P50), round(l.P99), round(l.Max), l.Samples)
-	if len(s.baseline) > 0 {
-		c.Detail += fmt.Sprintf("; the round trip alone (a name it does not serve) p50 %s over %d calls", round(median(s.baseline)), len(s.baseline))
+	if len(s.cov.baseline) > 0 {
+		c.Detail += fmt.Sprintf("; the round trip alone (a name it does not serve) p50 %s over %d calls", round(median(s.cov.baseline)), len(s.cov.baseline))
 	}
 	if b := s.opts.LatencyBudget; b > 0 {
 		if rt := s.ruleTime(); rt > b {
@@ -346,22 +346,7 @@ func (s *suite) latencyCheck(c *Check) {
 			c.Detail += fmt.Sprintf(" (limit for the p99 %s)", s.opts.MaxP99)
 		}
 	}
-	if s.slow {
+	if s.cov.slow {
 		c.problem("found over the budget after its first %d calls: each name was then asked %d requests only, so other checks saw less", slowAfter, slowSample)
 	}
-}
-
-// stdoutCheck fails when the plugin wrote to stdout after the handshake:
-// go-plugin owns stdout.
-func (s *suite) stdoutCheck(c *Check) {
-	if s.proc == nil {
-		c.Status, c.Detail = Skip, "not run: no process"
-		return
-	}
-	if n := s.stdout.Total(); n > 0 {
-		c.problem("wrote %d bytes to stdout after the handshake: %q; go-plugin owns stdout (log to stderr, through the logger wire.Main gives)", n, firstLine(s.stdout.String()))
-		c.Detail = "the plugin writes to stdout"
-		return
-	}
-	c.Detail = "nothing written to stdout after the handshake"
 }

@@ -1,26 +1,20 @@
 package conformance
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/registry/backend"
 	"github.com/attnplug/attnplug/wire"
-	"github.com/hashicorp/go-hclog"
 )
 
 // Options configures Run. Only Binary is required.
@@ -129,9 +123,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("conformance: %s is not a regular file", opts.Binary)
 	}
-	s := &suite{opts: opts, report: &Report{Binary: opts.Binary, Seed: opts.Seed}, stdout: newTail()}
-	defer s.close()
-	return s.finish(ctx, time.Now(), s.runBinary)
+	s := &suite{opts: opts, report: &Report{Binary: opts.Binary, Seed: opts.Seed}}
+	s.bin = &binary{s: s, stdout: newTail()}
+	defer s.bin.close()
+	return s.finish(ctx, time.Now(), s.bin.run)
 }
 
 // RunBackend runs the backend layer of the suite on b in this process:
@@ -175,11 +170,12 @@ func (s *suite) finish(ctx context.Context, start time.Time, run func(context.Co
 	return s.report, nil
 }
 
-// suite is one run: the backend, the plugin process when there is one,
-// and what has been learnt of them.
+// suite is one run: the options, the report, the backend the checks ask,
+// what has been learnt of it, and the binary layer when there is one.
 type suite struct {
 	opts   Options
 	report *Report
+	bin    *binary // the binary layer; nil in process
 
 	// backend is what the checks ask: the plugin's connection, or the
 	// in-process backend behind local's guard. batcher, runner and planner
@@ -189,14 +185,16 @@ type suite struct {
 	runner  core.KernelRunner
 	planner core.KernelPlanner
 
-	proc   *wire.Process // the plugin process; nil in process
-	stderr *tail         // the plugin's own stderr
-	log    *tail         // go-plugin's log of the process
+	desc      *core.Description
+	dead      error    // set once the backend cannot answer any more
+	timeout   int      // calls in a row that passed their deadline
+	cov       coverage // what the coverage check asked and was answered
+	mutations []string // calls whose request the rules changed
+}
 
-	desc    *core.Description
-	dead    error // set once the backend cannot answer any more
-	timeout int   // calls in a row that passed their deadline
-
+// coverage is what the coverage check asked and was answered, which the
+// later checks of the backend layer read.
+type coverage struct {
 	// answers[i][j] is the coverage answer of name i to request j, which
 	// came from origins[i][j]; plans[i] keys name i's requests (nil when
 	// its reads cannot be cached).
@@ -208,10 +206,76 @@ type suite struct {
 	latency  []time.Duration
 	baseline []time.Duration // calls for an unserved name: the round trip
 	started  time.Time       // when coverage began
+	slow     bool            // the backend is over its latency budget: ask samples only
+}
 
-	slow      bool     // the backend is over its latency budget: ask samples only
-	stdout    *tail    // what reached stdout after the handshake
-	mutations []string // calls whose request the rules changed
+// check is one check of the suite, a value with its own name.
+type check struct {
+	// name is the check's name, one of CheckNames.
+	name string
+	// asks says the check asks the backend: once the backend has stopped
+	// answering it is skipped, saying why. A check that does not ask
+	// reads what earlier checks learnt, or says itself what it lacks.
+	asks bool
+	// listedBefore, when set, is the check the report lists this one
+	// before, though it runs after it (it reads what that one learnt).
+	listedBefore string
+	run          func(context.Context, *Check)
+}
+
+// backendChecks are the checks of the backend layer (RunBackend), in
+// order: what a host asks any core.Backend, in process or over a
+// plugin's connection.
+func (s *suite) backendChecks() []check {
+	return []check{
+		{name: CheckDescription, asks: true, run: s.description},
+		{name: CheckKernelCatalog, run: s.kernelCatalog},
+		{name: CheckUnknownName, asks: true, run: s.unknownName},
+		{name: CheckCoverage, asks: true, run: s.coverage},
+		{name: CheckCatalog, run: s.catalog},
+		{name: CheckDeterminism, asks: true, run: s.determinism},
+		{name: CheckBatch, asks: true, run: s.batch},
+		{name: CheckReads, run: s.reads},
+		{name: CheckBadRequests, asks: true, run: s.badRequests},
+		{name: CheckMutation, run: s.mutation},
+		{name: CheckLatency, run: s.latencyCheck},
+		{name: CheckKernels, run: s.kernels},
+		{name: CheckDeviceCode, run: s.deviceCode},
+	}
+}
+
+// runBackend is the backend layer, in order. It reports false, after the
+// description check, when the description is not usable: the caller
+// skips the rest.
+func (s *suite) runBackend(ctx context.Context) bool {
+	for _, ch := range s.backendChecks() {
+		passed := s.run(ctx, ch)
+		if ch.name == CheckDescription && (!passed || s.desc == nil || len(s.desc.Handlers) == 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// run runs ch, unless it asks a backend that is already dead, and records
+// it; it reports whether the check did not fail.
+func (s *suite) run(ctx context.Context, ch check) bool {
+	c := Check{Name: ch.name, Status: Pass}
+	start := time.Now()
+	if ch.asks && s.dead != nil {
+		c.Status, c.Detail = Skip, "not run: "+s.dead.Error()
+	} else {
+		ch.run(ctx, &c)
+	}
+	c.Duration = time.Since(start)
+	if c.Status == Fail && c.Detail == "" {
+		c.Detail = "failed"
+	}
+	s.report.Checks = append(s.report.Checks, c)
+	if ch.listedBefore != "" {
+		s.reorder(ch.name, ch.listedBefore)
+	}
+	return c.Status != Fail
 }
 
 // connect makes the plugin's connection the backend the checks ask.
@@ -220,7 +284,7 @@ func (s *suite) connect(c *wire.Client) {
 }
 
 // inProcess reports whether the suite checks a backend in this process.
-func (s *suite) inProcess() bool { return s.report.Binary == "" }
+func (s *suite) inProcess() bool { return s.bin == nil }
 
 type answer struct {
 	method core.Method
@@ -234,7 +298,7 @@ var errNotAsked = errors.New("not asked")
 // answered counts the coverage answers that are methods.
 func (s *suite) answered() int {
 	n := 0
-	for _, as := range s.answers {
+	for _, as := range s.cov.answers {
 		for _, a := range as {
 			if a.err == nil {
 				n++
@@ -242,71 +306,6 @@ func (s *suite) answered() int {
 		}
 	}
 	return n
-}
-
-// runBinary is the binary layer around the backend layer: run by hand and
-// the handshake first, the protocol version once the description is known,
-// then what the process did during the suite.
-func (s *suite) runBinary(ctx context.Context) {
-	s.check(CheckRunByHand, func(c *Check) { s.runByHand(ctx, c) })
-	if !s.check(CheckHandshake, func(c *Check) { s.handshake(ctx, c) }) {
-		s.skipRest(CheckNames(), CheckHandshake, "the handshake failed")
-		return
-	}
-	usable := s.runBackend(ctx)
-	// The protocol check reads the description; it is listed before it.
-	s.check(CheckProtocolVersion, func(c *Check) { s.protocolVersion(c) })
-	s.reorder(CheckProtocolVersion, CheckDescription)
-	if !usable {
-		s.skipRest(CheckNames(), CheckDescription, "no usable description")
-		return
-	}
-	s.check(CheckStdout, func(c *Check) { s.stdoutCheck(c) })
-	s.check(CheckProcess, func(c *Check) { s.process(c) })
-}
-
-// runBackend is the backend layer, the checks of BackendCheckNames, in
-// order. It reports false, after the description check, when the
-// description is not usable: the caller skips the rest.
-func (s *suite) runBackend(ctx context.Context) bool {
-	described := s.check(CheckDescription, func(c *Check) { s.description(ctx, c) })
-	if !described || s.desc == nil || len(s.desc.Handlers) == 0 {
-		return false
-	}
-	s.check(CheckKernelCatalog, func(c *Check) { s.kernelCatalog(c) })
-	s.check(CheckUnknownName, func(c *Check) { s.unknownName(ctx, c) })
-	s.check(CheckCoverage, func(c *Check) { s.coverage(ctx, c) })
-	s.check(CheckCatalog, func(c *Check) { s.catalog(c) })
-	s.check(CheckDeterminism, func(c *Check) { s.determinism(ctx, c) })
-	s.check(CheckBatch, func(c *Check) { s.batch(ctx, c) })
-	s.check(CheckReads, func(c *Check) { s.reads(ctx, c) })
-	s.check(CheckBadRequests, func(c *Check) { s.badRequests(ctx, c) })
-	s.check(CheckMutation, func(c *Check) { s.mutation(c) })
-	s.check(CheckLatency, func(c *Check) { s.latencyCheck(c) })
-	s.check(CheckKernels, func(c *Check) { s.kernels(ctx, c) })
-	s.check(CheckDeviceCode, func(c *Check) { s.deviceCode(ctx, c) })
-	return true
-}
-
-// check runs f as the check called name, unless the plugin is already
-// dead, and records it; it reports whether the check did not fail.
-func (s *suite) check(name string, f func(*Check)) bool {
-	c := Check{Name: name, Status: Pass}
-	start := time.Now()
-	needsPlugin := name != CheckRunByHand && name != CheckKernels && name != CheckDeviceCode && name != CheckProcess &&
-		name != CheckCatalog && name != CheckReads && name != CheckLatency && name != CheckProtocolVersion &&
-		name != CheckKernelCatalog && name != CheckMutation && name != CheckStdout
-	if needsPlugin && s.dead != nil {
-		c.Status, c.Detail = Skip, "not run: "+s.dead.Error()
-	} else {
-		f(&c)
-	}
-	c.Duration = time.Since(start)
-	if c.Status == Fail && c.Detail == "" {
-		c.Detail = "failed"
-	}
-	s.report.Checks = append(s.report.Checks, c)
-	return c.Status != Fail
 }
 
 // skipRest records every check of names after after as skipped, because
@@ -338,145 +337,6 @@ func (s *suite) reorder(first, before string) {
 	s.report.Checks = slices.Insert(cs, j, c)
 }
 
-func (s *suite) close() {
-	if s.proc != nil {
-		s.proc.Kill()
-	}
-}
-
-// environ is the caller's environment without the magic cookie, plus
-// opts.Env.
-func (s *suite) environ() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, wire.MagicCookieKey+"=") {
-			env = append(env, kv)
-		}
-	}
-	return append(env, s.opts.Env...)
-}
-
-// runByHand starts the binary without the cookie, as a person would.
-func (s *suite) runByHand(ctx context.Context, c *Check) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, s.opts.Binary)
-	cmd.Env = s.environ()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
-		c.problem("did not exit within %s (it must print what it is and exit)", s.opts.StartTimeout)
-	case err == nil:
-		c.problem("exited with status 0; it must exit non-zero when the host did not start it")
-	case !errors.As(err, &ee):
-		c.problem("could not run: %v", err)
-	}
-	if stdout.Len() > 0 {
-		c.problem("wrote %d bytes to stdout (only go-plugin's handshake line may ever go there): %q", stdout.Len(), firstLine(stdout.String()))
-	}
-	if c.Status == Fail {
-		c.Detail = "the binary misbehaves when run by hand"
-		return
-	}
-	c.Detail = fmt.Sprintf("exit status %d, nothing on stdout", ee.ExitCode())
-	if line := firstLine(stderr.String()); line != "" {
-		c.Detail += "; stderr: " + line
-	}
-}
-
-// handshake starts the plugin with the host's launcher.
-func (s *suite) handshake(ctx context.Context, c *Check) {
-	s.stderr, s.log = newTail(), newTail()
-	proc, err := wire.Launch(ctx, wire.LaunchConfig{
-		Path: s.opts.Binary,
-		Env:  append(s.environ(), "ATTNPLUG_PLUGIN_LOG_LEVEL=warn", wire.EnvCheckRequests+"=1"),
-		Logger: hclog.New(&hclog.LoggerOptions{
-			Name: "plugin", Level: hclog.Debug, Output: s.log,
-		}),
-		StartTimeout: s.opts.StartTimeout,
-		Stdout:       s.stdout,
-		Stderr:       s.stderr,
-	})
-	switch {
-	case err != nil && ctx.Err() != nil:
-		c.problem("interrupted: %v", ctx.Err())
-		return
-	case err != nil:
-		c.Detail = handshakeError(err)
-		c.Status = Fail
-		if text := oneLine(s.stderr.String()); text != "" {
-			c.problem("plugin stderr: %s", text)
-		}
-		return
-	}
-	s.proc = proc
-	s.connect(proc.Client())
-	s.report.PID = proc.PID()
-	v := proc.ProtocolVersion()
-	s.report.ProtocolVersion = v
-	c.Detail = fmt.Sprintf("go-plugin handshake over gRPC with mutual TLS; protocol version %d negotiated (host speaks %s)", v, hostVersions())
-}
-
-var pluginVersionRE = regexp.MustCompile(`Plugin version: (\d+)`)
-
-// handshakeError explains a failed start, naming both protocol versions
-// when they do not match.
-func handshakeError(err error) string {
-	msg := err.Error()
-	if m := pluginVersionRE.FindStringSubmatch(msg); m != nil && strings.Contains(msg, "incompatible API version") {
-		return fmt.Sprintf("protocol version mismatch: the plugin speaks protocol version %s, this host speaks %s (go-plugin: %s)", m[1], hostVersions(), firstLine(msg))
-	}
-	return "go-plugin could not start the plugin: " + oneLine(msg)
-}
-
-// oneLine joins the non-empty lines of s with spaces, cut to 300 bytes.
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 300 {
-		s = s[:300] + "..."
-	}
-	return s
-}
-
-// hostVersions lists the protocol versions this host speaks.
-func hostVersions() string {
-	var vs []int
-	for v := range wire.VersionedPlugins(nil) {
-		vs = append(vs, v)
-	}
-	sort.Ints(vs)
-	parts := make([]string, len(vs))
-	for i, v := range vs {
-		parts[i] = fmt.Sprint(v)
-	}
-	return strings.Join(parts, ", ")
-}
-
-func (s *suite) protocolVersion(c *Check) {
-	v := s.proc.ProtocolVersion()
-	if _, ok := wire.VersionedPlugins(nil)[v]; !ok {
-		c.problem("negotiated protocol version %d, which this host does not speak (%s)", v, hostVersions())
-	}
-	if s.desc == nil {
-		c.Status, c.Detail = Skip, "not run: no description"
-		return
-	}
-	if s.desc.ProtocolVersion != v {
-		c.problem("the description says protocol version %d, but version %d was negotiated", s.desc.ProtocolVersion, v)
-	}
-	if c.Status == Fail {
-		c.Detail = "protocol versions disagree"
-		return
-	}
-	c.Detail = fmt.Sprintf("handshake and description agree on protocol version %d", v)
-}
-
-var semverRE = regexp.MustCompile(`^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
-
 // description asks for the description twice and checks it.
 func (s *suite) description(ctx context.Context, c *Check) {
 	d, err := s.describe(ctx)
@@ -489,72 +349,16 @@ func (s *suite) description(ctx context.Context, c *Check) {
 	for _, h := range d.Handlers {
 		s.report.Names = append(s.report.Names, h.Name)
 	}
-	switch {
-	case d.Name == "":
-		c.problem("the plugin has no name")
-	case !wire.ValidFamily(d.Name):
-		c.problem("name %q: want letters, digits, '_' or '-', starting with a letter or digit", d.Name)
+	for _, p := range backend.Problems(d) {
+		c.problem("%s", p)
 	}
 	if family, _, ok := wire.FamilyOf(filepath.Base(s.opts.Binary)); ok && family != d.Name {
 		c.problem("the binary is named for %q but the plugin calls itself %q; the host refuses it", family, d.Name)
 	}
-	if !semverRE.MatchString(d.Version) {
-		c.problem("version %q is not a semantic version (want MAJOR.MINOR.PATCH)", d.Version)
-	}
-	if len(d.Handlers) == 0 {
-		c.problem("the plugin serves no names")
-	}
-	seen := map[string]bool{}
-	for _, h := range d.Handlers {
-		seen[h.Name] = true
-	}
-	dup := map[string]bool{}
-	for _, h := range d.Handlers {
-		switch {
-		case h.Name == "":
-			c.problem("a name is empty")
-			continue
-		case len(h.Name) > core.MaxBackendNameLen:
-			c.problem("name %q is longer than %d bytes", h.Name[:32]+"...", core.MaxBackendNameLen)
-		case strings.ContainsFunc(h.Name, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-			c.problem("name %q holds a space or control character", h.Name)
-		case h.Name == core.TritonName && !(s.inProcess() && d.Name == core.PluginCore):
-			// Only the core rules, in the host's process, serve it.
-			c.problem("name %q is the in-process fallback's; the host keeps it", h.Name)
-		}
-		if dup[h.Name] {
-			c.problem("name %q is declared twice", h.Name)
-		}
-		dup[h.Name] = true
-		if len(h.Methods) == 0 {
-			c.problem("%s declares no methods; the host refuses it", h.Name)
-		}
-		ms := map[core.Method]bool{}
-		for _, m := range h.Methods {
-			if !m.Valid() {
-				c.problem("%s declares %s, not a method", h.Name, m)
-			}
-			if ms[m] {
-				c.problem("%s declares %s twice", h.Name, m)
-			}
-			ms[m] = true
-		}
-		if h.AliasOf != "" {
-			switch {
-			case h.AliasOf == h.Name:
-				c.problem("%s is declared an alias of itself", h.Name)
-			case !seen[h.AliasOf]:
-				c.problem("%s is an alias of %q, which the plugin does not serve", h.Name, h.AliasOf)
-			}
-		}
-		if err := h.Reads.Validate(); err != nil {
-			c.problem("%s: the declared reads are not cacheable: %v", h.Name, err)
-		}
-		for _, v := range append(slices.Clone(h.Reads.PrefixSumAtLeast), h.Reads.SeqSumAtMost...) {
-			if v < 0 || v > core.MaxLength {
-				c.problem("%s: constant %d is outside 0..%d", h.Name, v, int64(core.MaxLength))
-			}
-		}
+	if slices.ContainsFunc(d.Handlers, func(h core.HandlerInfo) bool { return h.Name == core.TritonName }) && !(s.inProcess() && d.Name == core.PluginCore) {
+		// Only the core rules, in the host's process, serve it; a host
+		// keeps the name and serves the others.
+		c.problem("name %q is the in-process fallback's; the host keeps it", core.TritonName)
 	}
 	d2, err := s.describe(ctx)
 	switch {
@@ -603,17 +407,17 @@ func (s *suite) unknownName(ctx context.Context, c *Check) {
 }
 
 // catalog checks every coverage answer against the declared methods.
-func (s *suite) catalog(c *Check) {
+func (s *suite) catalog(_ context.Context, c *Check) {
 	if s.answered() == 0 {
 		c.Status, c.Detail = Skip, "not run: no answers"
 		return
 	}
 	n := 0
 	var unused []string
-	for i, h := range s.names {
+	for i, h := range s.cov.names {
 		seen := map[core.Method]bool{}
 		reported := map[core.Method]bool{}
-		for j, a := range s.answers[i] {
+		for j, a := range s.cov.answers[i] {
 			if a.err != nil || a.method == 0 {
 				continue
 			}
@@ -621,7 +425,7 @@ func (s *suite) catalog(c *Check) {
 			seen[a.method] = true
 			if !slices.Contains(h.Methods, a.method) && !reported[a.method] {
 				reported[a.method] = true
-				c.problem("%s answered %s, which it does not declare (declared: %s), to %s", h.Name, a.method, methodList(h.Methods), describe(&s.requests[i][j]))
+				c.problem("%s answered %s, which it does not declare (declared: %s), to %s", h.Name, a.method, methodList(h.Methods), describe(&s.cov.requests[i][j]))
 			}
 		}
 		for _, m := range h.Methods {
@@ -651,8 +455,8 @@ func (s *suite) batch(ctx context.Context, c *Check) {
 		return
 	}
 	n, calls := 0, 0
-	for i, h := range s.names {
-		reqs := s.requests[i]
+	for i, h := range s.cov.names {
+		reqs := s.cov.requests[i]
 		for lo := 0; lo < len(reqs) && s.dead == nil; lo += batchChunk {
 			hi := min(lo+batchChunk, len(reqs))
 			out := make([]core.Result, hi-lo)
@@ -666,7 +470,7 @@ func (s *suite) batch(ctx context.Context, c *Check) {
 				continue
 			}
 			for k, r := range out {
-				first := s.answers[i][lo+k]
+				first := s.cov.answers[i][lo+k]
 				s.noteResult(&reqs[lo+k], r.Err)
 				if first.err != nil {
 					continue
@@ -811,20 +615,6 @@ func round(d time.Duration) time.Duration {
 	return d
 }
 
-// process checks that the process that shook hands served the suite.
-func (s *suite) process(c *Check) {
-	switch {
-	case s.proc == nil:
-		c.Status, c.Detail = Skip, "not run: no process"
-	case s.proc.Exited():
-		c.Status, c.Detail = Fail, "the plugin process exited during the suite"+s.exitNote()
-	case s.dead != nil:
-		c.Status, c.Detail = Fail, s.dead.Error()
-	default:
-		c.Detail = fmt.Sprintf("pid %d served the whole suite without a restart", s.proc.PID())
-	}
-}
-
 // dispatch asks one request with the call deadline.
 func (s *suite) dispatch(ctx context.Context, req *core.Request) (core.Method, time.Duration, error) {
 	if s.dead != nil {
@@ -855,17 +645,9 @@ func (s *suite) observe(ctx context.Context, err error) {
 		s.dead = err
 		return
 	}
-	if s.proc != nil {
-		if errors.Is(err, core.ErrUnavailable) || errors.Is(err, context.Canceled) {
-			// A connection that broke: give the process a moment to be reaped.
-			for i := 0; i < 30 && !s.proc.Exited(); i++ {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		if s.proc.Exited() {
-			s.dead = errors.New("the plugin process exited" + s.exitNote())
-			return
-		}
+	if s.bin != nil && s.bin.exited(err) {
+		s.dead = errors.New("the plugin process exited" + s.bin.exitNote())
+		return
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		s.timeout++
@@ -886,21 +668,6 @@ func (s *suite) subject() string {
 	return "the plugin"
 }
 
-var exitRE = regexp.MustCompile(`plugin process exited:.*?error="?([^"\n]+)`)
-
-// exitNote says how the process ended, from go-plugin's log, and the last
-// line it wrote to stderr.
-func (s *suite) exitNote() string {
-	var note string
-	if m := exitRE.FindStringSubmatch(s.log.String()); m != nil {
-		note = " (" + m[1] + ")"
-	}
-	if line := s.stderr.lastLine(); line != "" {
-		note += "; last stderr line: " + line
-	}
-	return note
-}
-
 func methodList(ms []core.Method) string {
 	parts := make([]string, len(ms))
 	for i, m := range ms {
@@ -917,48 +684,6 @@ func firstLine(s string) string {
 	return s
 }
 
-// tail keeps the last bytes written to it, and counts them all.
-type tail struct {
-	mu    sync.Mutex
-	buf   []byte
-	total int64
-}
-
-const tailMax = 16 << 10
-
-func newTail() *tail { return &tail{} }
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.total += int64(len(p))
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > tailMax {
-		t.buf = t.buf[len(t.buf)-tailMax:]
-	}
-	return len(p), nil
-}
-
-// Total is how many bytes were written.
-func (t *tail) Total() int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.total
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
-}
-
-// lastLine is the last non-empty line written.
-func (t *tail) lastLine() string {
-	lines := strings.Split(strings.TrimSpace(t.String()), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
-}
-
-// plural is "1 name", "2 names".
 func plural(n int, word string) string {
 	if n == 1 {
 		return "1 " + word

@@ -174,71 +174,14 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		c.Detail = "a host refuses these modules"
 		return
 	}
-	plans, none := 0, 0
-	var launched launchCount
-	type layoutIssue struct {
-		first string
-		more  int
-	}
-	for _, h := range s.names {
-		layout, order := map[string]*layoutIssue{}, []string(nil)
+	var t planTally
+	for _, h := range s.cov.names {
 		if h.Deprecated != "" {
 			continue
 		}
-		for _, m := range planMethods() {
-			k, ok := h.Kernel(m)
-			if !ok {
-				continue
-			}
-			for _, req := range planBatches(h.Name, m, k, dev) {
-				if s.dead != nil {
-					c.problem("the plugin stopped: %v", s.dead)
-					return
-				}
-				p, err := s.plan(ctx, kp, &req)
-				switch {
-				case errors.Is(err, core.ErrNoPlan):
-					none++
-				case err != nil:
-					c.problem("%s: %s plan for %s: %v", h.Name, m, batchString(&req), err)
-				default:
-					plans++
-					if err := registry.CheckPlan(p, &req, h, mods); err != nil {
-						c.problem("%s: %s plan for %s: %v", h.Name, m, batchString(&req), err)
-						continue
-					}
-					if why := layoutProblem(p, &req); why != "" {
-						// Each kind of layout problem once per method, with
-						// the first batch that shows it and how many more do.
-						key := m.String() + ": " + why[:strings.IndexByte(why, ':')]
-						if l := layout[key]; l != nil {
-							l.more++
-						} else {
-							layout[key] = &layoutIssue{fmt.Sprintf("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why), 0}
-							order = append(order, key)
-						}
-					}
-					if why := s.planHolds(ctx, kp, &req, p); why != "" {
-						c.problem("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why)
-						continue
-					}
-					if s.opts.Launch != nil {
-						s.launchPlan(ctx, c, kp, h, mods, &req, &launched)
-					}
-				}
-			}
+		if !s.handlerPlans(ctx, c, kp, h, mods, &t) {
+			return
 		}
-		for _, key := range order {
-			l := layout[key]
-			switch {
-			case l.more == 1:
-				l.first += " (and 1 more batch alike)"
-			case l.more > 1:
-				l.first += fmt.Sprintf(" (and %d more batches alike)", l.more)
-			}
-			c.problem("%s", l.first)
-		}
-		s.badPlanRequests(ctx, c, kp, h, dev)
 	}
 	if c.Status == Fail {
 		c.Detail = "a host refuses these plans"
@@ -248,12 +191,85 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 	for i, m := range mods {
 		archs[i] = m.Name + " (" + string(m.Format) + " for " + m.Arch + ")"
 	}
-	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(archs, ", "), dev.Name, plans, none)
+	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(archs, ", "), dev.Name, t.plans, t.none)
 	if s.opts.Launch != nil {
-		c.Detail += fmt.Sprintf("; %d plans ran on %s within the tolerance against the float64 reference (outputs poisoned first), %d had no reference here", launched.ran, dev.Name, launched.uncovered)
+		c.Detail += fmt.Sprintf("; %d plans ran on %s within the tolerance against the float64 reference (outputs poisoned first), %d had no reference here", t.launched.ran, dev.Name, t.launched.uncovered)
 	} else {
 		c.Detail += "; no plan ran (no GPU here)"
 	}
+}
+
+// planTally counts what the device-code check asked and ran.
+type planTally struct {
+	plans, none int // plans that came, batches that got none
+	launched    launchCount
+}
+
+// handlerPlans asks the plans of every batch of h's catalog methods with a
+// device layout and checks each as a host does, then the plan requests h
+// must refuse; it reports false when the plugin stopped.
+func (s *suite) handlerPlans(ctx context.Context, c *Check, kp core.KernelPlanner, h core.HandlerInfo, mods []core.KernelModule, t *planTally) bool {
+	type layoutIssue struct {
+		first string
+		more  int
+	}
+	dev := *s.opts.Device
+	layout, order := map[string]*layoutIssue{}, []string(nil)
+	for _, m := range planMethods() {
+		k, ok := h.Kernel(m)
+		if !ok {
+			continue
+		}
+		for _, req := range planBatches(h.Name, m, k, dev) {
+			if s.dead != nil {
+				c.problem("the plugin stopped: %v", s.dead)
+				return false
+			}
+			p, err := s.plan(ctx, kp, &req)
+			switch {
+			case errors.Is(err, core.ErrNoPlan):
+				t.none++
+			case err != nil:
+				c.problem("%s: %s plan for %s: %v", h.Name, m, batchString(&req), err)
+			default:
+				t.plans++
+				if err := registry.CheckPlan(p, &req, h, mods); err != nil {
+					c.problem("%s: %s plan for %s: %v", h.Name, m, batchString(&req), err)
+					continue
+				}
+				if why := layoutProblem(p, &req); why != "" {
+					// Each kind of layout problem once per method, with
+					// the first batch that shows it and how many more do.
+					key := m.String() + ": " + why[:strings.IndexByte(why, ':')]
+					if l := layout[key]; l != nil {
+						l.more++
+					} else {
+						layout[key] = &layoutIssue{fmt.Sprintf("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why), 0}
+						order = append(order, key)
+					}
+				}
+				if why := s.planHolds(ctx, kp, &req, p); why != "" {
+					c.problem("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why)
+					continue
+				}
+				if s.opts.Launch != nil {
+					s.launchPlan(ctx, c, kp, h, mods, &req, &t.launched)
+				}
+			}
+		}
+	}
+	for _, key := range order {
+		l := layout[key]
+		switch {
+		case l.more == 1:
+			l.first += " (and 1 more batch alike)"
+		case l.more > 1:
+			l.first += fmt.Sprintf(" (and %d more batches alike)", l.more)
+		}
+		c.problem("%s", l.first)
+	}
+	s.badPlanRequests(ctx, c, kp, h, dev)
+	return true
 }
 
 // launchCount counts the plans the device-code check ran.

@@ -21,6 +21,13 @@
 // requests before an in-process backend sees them); the suite compares
 // requests before and after each call itself in process.
 //
+// Each check is a value with its own name (check: the name, whether it
+// asks the backend, its function), listed by its layer in order
+// (backendChecks, binary.checks); a check that asks the backend is
+// skipped, saying why, once the backend has stopped answering. The
+// description check applies the registry's own rule
+// (registry/backend.Problems) and adds what only conform asks.
+//
 // Each name is asked a fixed set of requests (GenerateRequests) and random
 // probes: random requests over core's whole vocabulary of quantities, and
 // random base requests varied one quantity at a time, around every

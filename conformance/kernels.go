@@ -33,12 +33,12 @@ func (s *suite) kernels(ctx context.Context, c *Check) {
 		return
 	}
 	var hostRuns []string
-	for i, h := range s.names {
+	for i, h := range s.cov.names {
 		// A catalog may cover a subset of the declared methods: the host
 		// runs the others with its reference kernels. An answer that is
 		// neither declared nor in the catalog has no kernel anywhere.
 		var missing []string
-		for _, a := range s.answers[i] {
+		for _, a := range s.cov.answers[i] {
 			if a.err == nil && a.method.Valid() && !slices.Contains(h.Methods, a.method) && !slices.Contains(missing, a.method.String()) {
 				if _, ok := h.Kernel(a.method); !ok {
 					missing = append(missing, a.method.String())
@@ -66,7 +66,7 @@ func (s *suite) kernels(ctx context.Context, c *Check) {
 	}
 	rng := rand.New(rand.NewPCG(17, 19))
 	n, worst := 0, 0.0
-	for _, h := range s.names {
+	for _, h := range s.cov.names {
 		if h.Deprecated != "" {
 			continue
 		}

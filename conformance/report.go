@@ -3,6 +3,7 @@ package conformance
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -80,26 +81,35 @@ const (
 	CheckProcess = "process"
 )
 
-// CheckNames returns the name of every check, in the order Run runs them.
+// CheckNames returns the name of every check, in the order Run lists
+// them: the binary layer's around the backend layer's.
 func CheckNames() []string {
-	return []string{
-		CheckRunByHand, CheckHandshake, CheckProtocolVersion, CheckDescription,
-		CheckKernelCatalog, CheckUnknownName, CheckCoverage, CheckCatalog,
-		CheckDeterminism, CheckBatch, CheckReads, CheckBadRequests,
-		CheckMutation, CheckLatency, CheckKernels, CheckDeviceCode, CheckStdout,
-		CheckProcess,
+	s := &suite{}
+	before, after := (&binary{s: s}).checks()
+	var names []string
+	for _, ch := range before {
+		names = append(names, ch.name)
 	}
+	names = append(names, BackendCheckNames()...)
+	for _, ch := range after {
+		if i := slices.Index(names, ch.listedBefore); i >= 0 {
+			names = slices.Insert(names, i, ch.name)
+		} else {
+			names = append(names, ch.name)
+		}
+	}
+	return names
 }
 
 // BackendCheckNames returns the names of the checks of the backend layer,
 // those RunBackend runs, in order: the checks that need no process. Run
 // runs them too, over the plugin's connection, among the binary's checks.
 func BackendCheckNames() []string {
-	return []string{
-		CheckDescription, CheckKernelCatalog, CheckUnknownName, CheckCoverage,
-		CheckCatalog, CheckDeterminism, CheckBatch, CheckReads, CheckBadRequests,
-		CheckMutation, CheckLatency, CheckKernels, CheckDeviceCode,
+	var names []string
+	for _, ch := range (&suite{}).backendChecks() {
+		names = append(names, ch.name)
 	}
+	return names
 }
 
 // maxProblems is how many problems a check lists before it only counts.

@@ -153,37 +153,45 @@ func GenerateRequests(name string, reads core.Reads) []core.Request {
 			}
 			// The name's own thresholds of the sums, at equality and either
 			// side.
-			for _, g := range gfs {
-				for _, c := range prefixAt {
-					for _, p := range []int64{c - 1, c, c + 1} {
-						if p < 0 || p+extra > core.MaxLength {
-							continue
-						}
-						r := core.NewRequest(name, mode)
-						batch(&r, p, p+extra)
-						r.Batch.MaxChunkCapacity = p + extra
-						r.Runtime.Platform = pl
-						r.Runtime.PiecewiseCUDAGraph, r.Runtime.BreakableCUDAGraph = g[0], g[1]
-						add(r)
-					}
-				}
-				for _, t := range seqAt {
-					for _, s := range []int64{t - 2, t - 1, t} { // seq_sum <= t-1, either side
-						if s < 0 || s > core.MaxLength {
-							continue
-						}
-						r := core.NewRequest(name, mode)
-						batch(&r, 0, s)
-						r.Batch.MaxChunkCapacity = s
-						r.Runtime.Platform = pl
-						r.Runtime.PiecewiseCUDAGraph, r.Runtime.BreakableCUDAGraph = g[0], g[1]
-						add(r)
-					}
-				}
-			}
+			declaredEdges(name, mode, pl, gfs, prefixAt, seqAt, add)
 		}
 	}
 	return out
+}
+
+// declaredEdges adds the requests of mode on pl at the thresholds a
+// name's reads declare for the prefix sum (prefixAt) and the sequence sum
+// (seqAt), at equality and either side, under each of the graph flags gfs.
+func declaredEdges(name string, mode core.ForwardMode, pl core.Platform, gfs [][2]bool, prefixAt, seqAt []int64, add func(core.Request)) {
+	const extra = 1024 // new tokens on top of the prefix
+	for _, g := range gfs {
+		for _, c := range prefixAt {
+			for _, p := range []int64{c - 1, c, c + 1} {
+				if p < 0 || p+extra > core.MaxLength {
+					continue
+				}
+				r := core.NewRequest(name, mode)
+				batch(&r, p, p+extra)
+				r.Batch.MaxChunkCapacity = p + extra
+				r.Runtime.Platform = pl
+				r.Runtime.PiecewiseCUDAGraph, r.Runtime.BreakableCUDAGraph = g[0], g[1]
+				add(r)
+			}
+		}
+		for _, t := range seqAt {
+			for _, s := range []int64{t - 2, t - 1, t} { // seq_sum <= t-1, either side
+				if s < 0 || s > core.MaxLength {
+					continue
+				}
+				r := core.NewRequest(name, mode)
+				batch(&r, 0, s)
+				r.Batch.MaxChunkCapacity = s
+				r.Runtime.Platform = pl
+				r.Runtime.PiecewiseCUDAGraph, r.Runtime.BreakableCUDAGraph = g[0], g[1]
+				add(r)
+			}
+		}
+	}
 }
 
 // toggleVariants lists the sets of the n toggles applied, by index: each

@@ -147,7 +147,7 @@ func entryFields(pa, sa, pb, sb []int64) []field {
 // explain walks from request a of name i to request b (same key, other
 // answers) and says what the rules read there.
 func (s *suite) explain(ctx context.Context, i int, a, b core.Request, ma, mb core.Method) string {
-	h, plan := s.names[i], s.plans[i]
+	h, plan := s.cov.names[i], s.cov.plans[i]
 	decls, where := declaredFor(&h.Reads, &a) // a and b share a key: the same condition holds in both
 	plain := fmt.Sprintf("%s%s reads more than it declares (%s): these requests have the same key but got %s and %s: [%s] and [%s]",
 		h.Name, where, readsString(decls), ma, mb, describe(&a), describe(&b))

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/ruletest"
 	aiter "github.com/attnplug/attnplug/plugins/aiter/rules"
 	ascend "github.com/attnplug/attnplug/plugins/ascend/rules"
 	dsa "github.com/attnplug/attnplug/plugins/dsa/rules"
@@ -31,71 +32,20 @@ func allRules() []core.Rule {
 	return rules
 }
 
-// randomRequests returns n valid requests drawn from a small domain, so
-// that many share a key: the values sit on and around every threshold the
-// rules compare against.
+// randomRequests returns n valid requests drawn by ruletest.Random from a
+// small domain, so that many share a key: the values sit on and around
+// every threshold the rules compare against.
 func randomRequests(n int, seed uint64) []core.Request {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	prefixes := [][]int64{nil, {}, {0}, {0, 0}, {1}, {100}, {50, 50}, {8191}, {8192}, {4096, 4096}, {8193}, {10000}}
-	deltas := []int64{0, 1, 100, 8192}
-	thresholds := []int64{0, 1, 100, 8192, 8193}
-	capacities := []int64{0, 100, 8192, 8193, 16384, 131072}
-	modes := core.ForwardModes()
-	rng2 := rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, seed))
-	computeCaps := []int{0, 80, 90, 90, 100, 103, 109, 110}
-	kvDTypes := []string{"", "auto", "bf16", "fp8_e4m3", "fp16", "fp8_e5m2"}
-	flip := func() bool { return rng.IntN(2) == 0 }
-	out := make([]core.Request, 0, n)
-	for len(out) < n {
-		r := core.NewRequest("property", modes[rng.IntN(len(modes))])
-		r.Runtime.Platform = core.Platform(rng.IntN(6))
-		r.Layer.ChunkedPrefixCacheThreshold = thresholds[rng.IntN(len(thresholds))]
-		r.Layer.DisableChunkedPrefixCache = flip()
-		r.Layer.FlashinferMLADisableRagged = flip()
-		r.Layer.ROCmFusedDecodeMLA = flip()
-		r.Layer.UseDSA = flip()
-		r.Layer.FusedQKVAProjWithMQA = flip()
-		r.Layer.IntelAMX = flip()
-		r.Batch.MaxChunkCapacity = capacities[rng.IntN(len(capacities))]
-		r.Batch.MLAPrefillCP = flip()
-		r.Runtime.PiecewiseCUDAGraph = flip()
-		r.Runtime.BreakableCUDAGraph = flip()
-		r.Runtime.DeterministicInference = flip()
-		r.Runtime.DSAUseMHA = flip()
-		r.Runtime.TwoBatchOverlap = flip()
-		// The DSA prefill facts come from a stream of their own, so that the
-		// other facts are drawn as before they existed.
-		if rng2.IntN(2) == 0 {
-			r.Runtime.DSAUseMHA = false // more batches that leave the choice to dsa
-		}
-		r.Runtime.DSAUseMHASet = rng2.IntN(8) == 0
-		r.Runtime.ComputeCapability = computeCaps[rng2.IntN(len(computeCaps))]
-		r.Runtime.KVCacheDType = kvDTypes[rng2.IntN(len(kvDTypes))]
-		p := prefixes[rng.IntN(len(prefixes))]
-		switch rng.IntN(3) {
-		case 0: // prefix lengths known, sequence lengths not
-		case 1:
-			if p == nil {
-				r.Batch.SeqLens = []int64{deltas[rng.IntN(len(deltas))]}
-			} else {
-				s := make([]int64, len(p))
-				for i := range p {
-					s[i] = p[i] + deltas[rng.IntN(len(deltas))]
-				}
-				r.Batch.SeqLens = s
-			}
-		case 2: // sequence lengths only
-			p, r.Batch.SeqLens = nil, []int64{deltas[rng.IntN(len(deltas))], deltas[rng.IntN(len(deltas))]}
-		}
-		if p != nil {
-			r.Batch.ExtendPrefixLens = slices.Clone(p)
-		}
-		if r.Validate() != nil {
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
+	return ruletest.Random(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), ruletest.Domain{
+		Names:       []string{"property"},
+		ComputeCaps: []int{0, 80, 90, 90, 100, 103, 109, 110},
+		KVDTypes:    []string{"", "auto", "bf16", "fp8_e4m3", "fp16", "fp8_e5m2"},
+		Counts:      []int{0, 1, 2},
+		PrefixSums:  []int64{0, 1, 100, 8191, 8192, 8193, 10000},
+		Extends:     []int64{0, 1, 100, 8192},
+		Capacities:  []int64{0, 100, 8192, 8193, 16384, 131072},
+		Thresholds:  []int64{0, 1, 100, 8192, 8193},
+	}, n)
 }
 
 // checkRule reports the first pair of requests with equal keys under the

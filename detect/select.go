@@ -477,3 +477,23 @@ func orUnknown(s string) string {
 	}
 	return s
 }
+
+// Forced returns the backends o forces, without the hardware (attnplug
+// serve --match-hardware=false), with Select's precedence per phase: the
+// phase's flag, Backend, Env, the config file's phase, its backend; triton
+// where none is given. Nothing is checked.
+func Forced(o SelectOptions) (prefill, decode string) {
+	first := func(vals ...string) string {
+		for _, v := range vals {
+			if v != "" {
+				return v
+			}
+		}
+		return fallbackBackend
+	}
+	var cb, cp, cd string
+	if o.Config != nil {
+		cb, cp, cd = o.Config.Backend, o.Config.PrefillBackend, o.Config.DecodeBackend
+	}
+	return first(o.PrefillBackend, o.Backend, o.Env, cp, cb), first(o.DecodeBackend, o.Backend, o.Env, cd, cb)
+}

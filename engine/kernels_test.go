@@ -22,7 +22,7 @@ type gpuBackend struct{ lie bool }
 var gpuKernel = core.Kernel{Name: "flash_attn_with_kvcache", Library: "fa3", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1, 64}}
 
 func (b *gpuBackend) Describe(context.Context) (*core.Description, error) {
-	return &core.Description{Name: "gpu", Version: "1", DeviceCode: true, Handlers: []core.HandlerInfo{{
+	return &core.Description{Name: "gpu", Version: "1.0.0", DeviceCode: true, Handlers: []core.HandlerInfo{{
 		Name: "gpu_mla", Reads: core.Reads{Facts: core.FactMode}, Methods: []core.Method{core.MLA}, Kernels: []core.Kernel{gpuKernel},
 	}}}, nil
 }

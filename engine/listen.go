@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -111,4 +112,64 @@ func (s *Server) Serve(ctx context.Context, srv *grpc.Server, lis net.Listener, 
 		srv.Stop()
 	}
 	return nil
+}
+
+// DefaultSocket is where attnplug serve listens without --listen: a unix
+// socket named after the user in $XDG_RUNTIME_DIR, else in the
+// temporary directory.
+func DefaultSocket() string {
+	dir := os.Getenv("XDG_RUNTIME_DIR")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return "unix://" + filepath.Join(dir, fmt.Sprintf("attnplug-%d.sock", os.Getuid()))
+}
+
+// ListenOptions says where ListenAndServe serves.
+type ListenOptions struct {
+	// Listen is the address of the gRPC server (client.SplitAddress).
+	Listen string
+	// Creds secures it (ServerTLS.ServerOption); nil: plaintext.
+	Creds grpc.ServerOption
+	// Metrics is the TCP address of the Prometheus metrics; empty: none.
+	Metrics string
+	// Ready is called once the server serves, with the address it listens
+	// on (as DescribeAddr writes it) and the metrics' URL, or "off".
+	Ready func(addr, metrics string)
+}
+
+// ListenAndServe puts the services on a gRPC server of its own (with the
+// server's ServerOptions and o.Creds), listens on o.Listen (Listen), serves
+// the metrics on o.Metrics (ServeMetrics), and serves until ctx ends
+// (Serve); a unix socket is removed at the end.
+func (s *Server) ListenAndServe(ctx context.Context, o ListenOptions) error {
+	network, address := client.SplitAddress(o.Listen)
+	opts := s.ServerOptions()
+	if o.Creds != nil {
+		opts = append(opts, o.Creds)
+	}
+	srv := grpc.NewServer(opts...)
+	s.Register(srv)
+	lis, err := Listen(o.Listen)
+	if err != nil {
+		return err
+	}
+	if network == "unix" {
+		defer os.Remove(address)
+	}
+	metricsAt := "off"
+	if o.Metrics != "" {
+		url, stop, err := s.ServeMetrics(o.Metrics)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer stop()
+		metricsAt = url
+	}
+	return s.Serve(ctx, srv, lis, func() {
+		if o.Ready != nil {
+			o.Ready(DescribeAddr(network, lis.Addr().String()), metricsAt)
+		}
+	})
 }

@@ -173,27 +173,7 @@ func runLine(ctx context.Context, reg *registry.Registry, o Options, line []byte
 // it; with o.Device the plugin's device code runs on the GPU. spec's
 // dimensions replace o.Dims'; an error names the field and value.
 func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Request, spec *TensorSpec) (*Answer, error) {
-	cfg := o.Dims
-	topK := o.TopK
-	setInt := func(dst *int, v *int) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	setInt(&cfg.Heads, spec.Heads)
-	setInt(&cfg.KVLoraRank, spec.KVLoraRank)
-	setInt(&cfg.QKNopeHeadDim, spec.QKNopeHeadDim)
-	setInt(&cfg.QKRopeHeadDim, spec.QKRopeHeadDim)
-	setInt(&cfg.VHeadDim, spec.VHeadDim)
-	setInt(&topK, spec.TopK)
-	if spec.SoftmaxScale != nil {
-		cfg.SoftmaxScale = *spec.SoftmaxScale
-	} else if spec.QKNopeHeadDim != nil || spec.QKRopeHeadDim != nil {
-		cfg.SoftmaxScale = 1 / math.Sqrt(float64(cfg.QKNopeHeadDim+cfg.QKRopeHeadDim))
-	}
-	if spec.RopeBase != nil {
-		cfg.RopeBase = *spec.RopeBase
-	}
+	cfg, topK := specDims(o, spec)
 	b, err := batchShape(req)
 	if err != nil {
 		return nil, err
@@ -205,7 +185,6 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 	if req.Batch.MaxChunkCapacity <= 0 {
 		cfg.ChunkCapacity = 128 * 1024 // sglang's default get_max_chunk_capacity()
 	}
-
 	ans, err := reg.Dispatch(ctx, req)
 	if err != nil {
 		return nil, err
@@ -214,26 +193,13 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 	sparseLayer := topK > 0 && (req.Layer.UseDSA || slices.ContainsFunc(catalog, func(k core.Kernel) bool { return k.Sparse }))
 	deviceNote := ""
 	if o.Device != nil {
-		if spec.arrays != nil {
-			return nil, core.NewFieldError("tensors", `--device cuda generates the tensors on the device: give {"random": SEED} or run with --random-tensors`)
-		}
-		seed := o.Seed
-		if spec.Random != nil {
-			seed = *spec.Random
-		}
 		sparseTopK := 0
 		if sparseLayer {
 			sparseTopK = topK
 		}
-		a, why, err := o.Device.run(ctx, reg, deviceRun{heads: cfg.Heads, topK: sparseTopK, req: req, ans: ans, seed: seed})
-		if err != nil {
-			return nil, err
-		}
-		if a != nil {
-			if what := nonFinite(a.Kernel, nil, nil, a.RelError, a.LSEError); what != "" {
-				return nil, core.NewFieldError("tensors", fmt.Sprintf("result not finite on %s: %s", a.Device, what))
-			}
-			return a, nil
+		a, why, err := runOnDevice(ctx, reg, o, deviceRun{heads: cfg.Heads, topK: sparseTopK, req: req, ans: ans}, spec)
+		if a != nil || err != nil {
+			return a, err
 		}
 		deviceNote = "not on the GPU: " + why
 	}
@@ -300,23 +266,78 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 		a.Note = strings.TrimPrefix(a.Note+"; "+deviceNote, "; ")
 	}
 	if longest := slices.Max(b.SeqLens); sparseLayer && !ka.Sparse && longest > topK {
-		// Dense attention sees every key, the DSA layer only the top-k:
-		// sglang runs a DSA layer dense only when no sequence is longer
-		// than the top-k, where the two agree.
-		sparse, err := kernels.SparseReference(cfg, b, raw)
-		if err != nil {
-			return nil, core.NewFieldError("tensors", err.Error())
+		if a.OutsideSGLang, err = outsideSGLang(cfg, b, raw, want, req, a.Method, longest, topK); err != nil {
+			return nil, err
 		}
-		forced := ""
-		if req.Runtime.DSAUseMHAGiven() {
-			forced = " (dsa_use_mha forced it here)"
-		}
-		a.OutsideSGLang = fmt.Sprintf("outside what sglang would choose: %s runs dense attention over a sequence of %d tokens on a DSA layer with top_k %d, "+
-			"and sglang runs a DSA layer dense only when no sequence is longer than the top-k%s; "+
-			"rel_error is against dense attention, which differs from the layer's sparse attention by %.3g",
-			a.Method, longest, topK, forced, kernels.RelError(toFloat32(want), sparse))
 	}
 	return a, nil
+}
+
+// specDims are o's dimensions and top-k with those spec gives; a softmax
+// scale spec does not give follows its head dimensions.
+func specDims(o Options, spec *TensorSpec) (kernels.Config, int) {
+	cfg := o.Dims
+	topK := o.TopK
+	setInt := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setInt(&cfg.Heads, spec.Heads)
+	setInt(&cfg.KVLoraRank, spec.KVLoraRank)
+	setInt(&cfg.QKNopeHeadDim, spec.QKNopeHeadDim)
+	setInt(&cfg.QKRopeHeadDim, spec.QKRopeHeadDim)
+	setInt(&cfg.VHeadDim, spec.VHeadDim)
+	setInt(&topK, spec.TopK)
+	if spec.SoftmaxScale != nil {
+		cfg.SoftmaxScale = *spec.SoftmaxScale
+	} else if spec.QKNopeHeadDim != nil || spec.QKRopeHeadDim != nil {
+		cfg.SoftmaxScale = 1 / math.Sqrt(float64(cfg.QKNopeHeadDim+cfg.QKRopeHeadDim))
+	}
+	if spec.RopeBase != nil {
+		cfg.RopeBase = *spec.RopeBase
+	}
+	return cfg, topK
+}
+
+// runOnDevice runs the kernel of d on o.Device, on tensors generated
+// there from spec's seed; a nil Answer and no error says why it did not.
+func runOnDevice(ctx context.Context, reg *registry.Registry, o Options, d deviceRun, spec *TensorSpec) (*Answer, string, error) {
+	if spec.arrays != nil {
+		return nil, "", core.NewFieldError("tensors", `--device cuda generates the tensors on the device: give {"random": SEED} or run with --random-tensors`)
+	}
+	d.seed = o.Seed
+	if spec.Random != nil {
+		d.seed = *spec.Random
+	}
+	a, why, err := o.Device.run(ctx, reg, d)
+	if err != nil || a == nil {
+		return nil, why, err
+	}
+	if what := nonFinite(a.Kernel, nil, nil, a.RelError, a.LSEError); what != "" {
+		return nil, "", core.NewFieldError("tensors", fmt.Sprintf("result not finite on %s: %s", a.Device, what))
+	}
+	return a, "", nil
+}
+
+// outsideSGLang says why a dense kernel on a DSA layer whose longest
+// sequence is past the top-k is outside what sglang would choose. Dense
+// attention sees every key, the DSA layer only the top-k: sglang runs a
+// DSA layer dense only when no sequence is longer than the top-k, where
+// the two agree.
+func outsideSGLang(cfg kernels.Config, b kernels.BatchShape, raw kernels.Tensors, want []float64, req *core.Request, method string, longest, topK int) (string, error) {
+	sparse, err := kernels.SparseReference(cfg, b, raw)
+	if err != nil {
+		return "", core.NewFieldError("tensors", err.Error())
+	}
+	forced := ""
+	if req.Runtime.DSAUseMHAGiven() {
+		forced = " (dsa_use_mha forced it here)"
+	}
+	return fmt.Sprintf("outside what sglang would choose: %s runs dense attention over a sequence of %d tokens on a DSA layer with top_k %d, "+
+		"and sglang runs a DSA layer dense only when no sequence is longer than the top-k%s; "+
+		"rel_error is against dense attention, which differs from the layer's sparse attention by %.3g",
+		method, longest, topK, forced, kernels.RelError(toFloat32(want), sparse)), nil
 }
 
 // nonFinite says which numbers of a run of kernel are NaN or infinite:

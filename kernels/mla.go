@@ -62,21 +62,10 @@ type mlaOptions struct {
 // output goes through w_vc[h] to v_head_dim.
 func runMLA(cfg Config, b BatchShape, ix *batchIndex, t *Tensors, out []float32, opt mlaOptions) {
 	H, lora, nope, rope, vd := cfg.Heads, cfg.KVLoraRank, cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim
-	T, KV := b.Tokens(), b.KVTokens()
+	T := b.Tokens()
 	var kTab, qTab ropeTable
 	if opt.fusedRope {
-		// The cos/sin cache of the fused kernels: one row per KV token and per new token.
-		kvReq := make([]int, KV)
-		for r := range b.Requests() {
-			for j := ix.kvStart[r]; j < ix.kvStart[r+1]; j++ {
-				kvReq[j] = r
-			}
-		}
-		kTab = newRopeTable(KV, rope, cfg.RopeBase, func(j int) int {
-			r := kvReq[j]
-			return kvPosition(b, ix, t, r, j-ix.kvStart[r])
-		})
-		qTab = newRopeTable(T, rope, cfg.RopeBase, func(tok int) int { return int(t.Positions[tok]) })
+		kTab, qTab = mlaRopeTables(cfg, b, ix, t)
 	}
 	maxSeq := 0
 	for _, s := range b.SeqLens {
@@ -161,4 +150,22 @@ func runMLA(cfg Config, b BatchShape, ix *batchIndex, t *Tensors, out []float32,
 			}
 		}
 	})
+}
+
+// mlaRopeTables is the cos/sin cache of the fused-RoPE kernels: one row
+// per KV token (kTab) and per new token (qTab).
+func mlaRopeTables(cfg Config, b BatchShape, ix *batchIndex, t *Tensors) (kTab, qTab ropeTable) {
+	KV := b.KVTokens()
+	kvReq := make([]int, KV)
+	for r := range b.Requests() {
+		for j := ix.kvStart[r]; j < ix.kvStart[r+1]; j++ {
+			kvReq[j] = r
+		}
+	}
+	kTab = newRopeTable(KV, cfg.QKRopeHeadDim, cfg.RopeBase, func(j int) int {
+		r := kvReq[j]
+		return kvPosition(b, ix, t, r, j-ix.kvStart[r])
+	})
+	qTab = newRopeTable(b.Tokens(), cfg.QKRopeHeadDim, cfg.RopeBase, func(tok int) int { return int(t.Positions[tok]) })
+	return kTab, qTab
 }

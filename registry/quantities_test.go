@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/ruletest"
 	"github.com/attnplug/attnplug/internal/testbin"
 	labrules "github.com/attnplug/attnplug/internal/testplugins/lab/rules"
 	"github.com/attnplug/attnplug/registry"
@@ -14,37 +15,18 @@ import (
 // labRequests returns requests around every threshold the lab's rules
 // compare with, so that many share a key and both sides of each are met.
 func labRequests(rng *rand.Rand, n int) []core.Request {
-	near := func(t int64) int64 { return max(0, t+rng.Int64N(5)-2) }
-	dtypes := []string{"", "bf16", "fp8_e4m3", "fp8_e5m2"}
-	out := make([]core.Request, 0, n)
-	for len(out) < n {
-		modes := core.ForwardModes()
-		r := core.NewRequest([]string{labrules.Name, labrules.NameB}[rng.IntN(2)], modes[rng.IntN(len(modes))])
-		r.Runtime.Platform = []core.Platform{core.PlatformCUDA, core.PlatformHIP, core.PlatformCPU}[rng.IntN(3)]
-		r.Runtime.PiecewiseCUDAGraph = rng.IntN(6) == 0
-		r.Runtime.KVCacheDType = dtypes[rng.IntN(len(dtypes))]
-		r.Runtime.ComputeCapability = int(near(labrules.MinCapability))
-		count := int(near(labrules.ManySequences))
-		prefix, seq := make([]int64, count), make([]int64, count)
-		total := near(labrules.PrefixThreshold) // the prefix sum, around 1000
-		for i := range prefix {
-			switch {
-			case i == 0:
-				prefix[i] = min(total, near(labrules.LongPrefix))
-			case i == count-1:
-				prefix[i] = total - prefix[0] - int64(count-2)*((total-prefix[0])/int64(count-1))
-			default:
-				prefix[i] = (total - prefix[0]) / int64(count-1)
-			}
-			seq[i] = prefix[i] + near(labrules.LongSequence-labrules.LongPrefix)
-		}
-		r.Batch.ExtendPrefixLens, r.Batch.SeqLens = prefix, seq
-		r.Batch.MaxChunkCapacity = near(labrules.CapacityThreshold)
-		if r.Validate() == nil {
-			out = append(out, r)
-		}
-	}
-	return out
+	around := func(t int64) []int64 { return []int64{t - 2, t - 1, t, t + 1, t + 2} }
+	return ruletest.Random(rng, ruletest.Domain{
+		Names:       []string{labrules.Name, labrules.NameB},
+		Platforms:   []core.Platform{core.PlatformCUDA, core.PlatformHIP, core.PlatformCPU},
+		ComputeCaps: []int{labrules.MinCapability - 1, labrules.MinCapability, labrules.MinCapability + 1},
+		KVDTypes:    []string{"", "bf16", "fp8_e4m3", "fp8_e5m2"},
+		Counts:      []int{labrules.ManySequences - 2, labrules.ManySequences - 1, labrules.ManySequences, labrules.ManySequences + 1},
+		PrefixSums:  around(labrules.PrefixThreshold),
+		Extends:     []int64{labrules.LongSequence - labrules.LongPrefix, labrules.LongSequence/4 - 2},
+		Capacities:  []int64{labrules.CapacityThreshold},
+		FlagOneIn:   6,
+	}, n)
 }
 
 // TestQuantityReadsCachedCorrectly: the lab plugin's rules read one

@@ -159,6 +159,53 @@ func DefaultPluginDir() (string, error) {
 	return filepath.Join(filepath.Dir(exe), "plugins"), nil
 }
 
+// PluginDirs splits list, ':'-separated, into the plugin directories it
+// names, each of which must exist: a typo is an error, not an empty
+// registry.
+func PluginDirs(list string) ([]string, error) {
+	dirs := SplitDirs(list)
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("%q names no directory", list)
+	}
+	for _, d := range dirs {
+		st, err := os.Stat(d)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return nil, fmt.Errorf("plugin directory %s does not exist", d)
+		case err != nil:
+			return nil, fmt.Errorf("plugin directory %s: %v", d, err)
+		case !st.IsDir():
+			return nil, fmt.Errorf("%s is not a directory", d)
+		}
+	}
+	return dirs, nil
+}
+
+// DefaultCacheDir is the directory of the description cache
+// (Config.CacheDir): $ATTNPLUG_CACHE_DIR, else attnplug/ in the user's
+// cache directory; empty when there is none.
+func DefaultCacheDir() string {
+	if d := os.Getenv("ATTNPLUG_CACHE_DIR"); d != "" {
+		return d
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "attnplug")
+}
+
+// ReadLockIfPresent reads the lock file at path, as ReadLock does, but
+// returns nil and no error when required is false and there is no file.
+func ReadLockIfPresent(path string, required bool) (*Lock, error) {
+	if !required {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+	}
+	return ReadLock(path)
+}
+
 // Registry resolves names to backends and answers requests. Build it with
 // New and end it with Close.
 type Registry struct {

@@ -116,47 +116,13 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 		secure = nil
 	}
 	kill, cancelKill := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(kill, cfg.Path)
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.SysProcAttr = procAttr()
-	pr, pw, err := os.Pipe()
+	cmd, pr, pw, err := launchCommand(kill, cfg)
 	if err != nil {
 		cancelKill()
-		return nil, fmt.Errorf("parent-death pipe: %w", err)
-	}
-	cmd.ExtraFiles = []*os.File{pr}
-	if cfg.File != nil && execByFD {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, cfg.File) // ExecFD in the child
-		cmd.Path = fmt.Sprintf("/proc/self/fd/%d", ExecFD)
-	}
-	cmd.Env = append(append([]string(nil), cfg.Env...), EnvParentPipe+"=3")
-	logger := cfg.Logger
-	if logger == nil {
-		logger = hclog.NewNullLogger()
-	}
-	timeout := cfg.StartTimeout
-	if timeout <= 0 {
-		timeout = DefaultStartTimeout
+		return nil, err
 	}
 	tail := &stderrTail{}
-	var stderr io.Writer = tail
-	if cfg.Stderr != nil {
-		stderr = io.MultiWriter(tail, cfg.Stderr)
-	}
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  Handshake(),
-		VersionedPlugins: VersionedPlugins(nil),
-		Cmd:              cmd,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		Logger:           logger,
-		StartTimeout:     timeout,
-		GRPCDialOptions:  DialOptions(),
-		Stderr:           stderr,
-		SyncStdout:       cfg.Stdout,
-		SkipHostEnv:      true, // cfg.Env is the whole environment
-		AutoMTLS:         !cfg.PrivateSocket,
-		SecureConfig:     secure,
-	})
+	client := plugin.NewClient(clientConfig(cfg, cmd, secure, tail))
 	p := &Process{client: client, pipe: pw, cancel: cancelKill}
 	type result struct {
 		raw any
@@ -217,6 +183,59 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 		p.pid = rc.Pid
 	}
 	return p, nil
+}
+
+// launchCommand is the command that starts the plugin of cfg, killed with
+// its process group when kill ends, with the parent-death pipe on
+// descriptor 3: it returns the pipe's ends, the child's (pr) and the
+// host's (pw).
+func launchCommand(kill context.Context, cfg LaunchConfig) (cmd *exec.Cmd, pr, pw *os.File, err error) {
+	cmd = exec.CommandContext(kill, cfg.Path)
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.SysProcAttr = procAttr()
+	pr, pw, err = os.Pipe()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("parent-death pipe: %w", err)
+	}
+	cmd.ExtraFiles = []*os.File{pr}
+	if cfg.File != nil && execByFD {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, cfg.File) // ExecFD in the child
+		cmd.Path = fmt.Sprintf("/proc/self/fd/%d", ExecFD)
+	}
+	cmd.Env = append(append([]string(nil), cfg.Env...), EnvParentPipe+"=3")
+	return cmd, pr, pw, nil
+}
+
+// clientConfig is go-plugin's configuration of a start of cmd: gRPC
+// only, the handshake and protocol versions of this package, the host's
+// message-size limit, stderr kept in tail too.
+func clientConfig(cfg LaunchConfig, cmd *exec.Cmd, secure *plugin.SecureConfig, tail *stderrTail) *plugin.ClientConfig {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	timeout := cfg.StartTimeout
+	if timeout <= 0 {
+		timeout = DefaultStartTimeout
+	}
+	var stderr io.Writer = tail
+	if cfg.Stderr != nil {
+		stderr = io.MultiWriter(tail, cfg.Stderr)
+	}
+	return &plugin.ClientConfig{
+		HandshakeConfig:  Handshake(),
+		VersionedPlugins: VersionedPlugins(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           logger,
+		StartTimeout:     timeout,
+		GRPCDialOptions:  DialOptions(),
+		Stderr:           stderr,
+		SyncStdout:       cfg.Stdout,
+		SkipHostEnv:      true, // cfg.Env is the whole environment
+		AutoMTLS:         !cfg.PrivateSocket,
+		SecureConfig:     secure,
+	}
 }
 
 // Client is the connection to the plugin: a core.BatchBackend,

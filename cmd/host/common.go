@@ -151,20 +151,9 @@ func (h *hostFlags) dirs() ([]string, error) {
 		list, source = os.Getenv("ATTNPLUG_PLUGIN_DIR"), "$ATTNPLUG_PLUGIN_DIR"
 	}
 	if list != "" {
-		dirs := registry.SplitDirs(list)
-		if len(dirs) == 0 {
-			return nil, &usageError{fmt.Sprintf("%s: %q names no directory", source, list)}
-		}
-		for _, d := range dirs {
-			st, err := os.Stat(d)
-			switch {
-			case errors.Is(err, os.ErrNotExist):
-				return nil, &usageError{fmt.Sprintf("%s: plugin directory %s does not exist", source, d)}
-			case err != nil:
-				return nil, &usageError{fmt.Sprintf("%s: plugin directory %s: %v", source, d, err)}
-			case !st.IsDir():
-				return nil, &usageError{fmt.Sprintf("%s: %s is not a directory", source, d)}
-			}
+		dirs, err := registry.PluginDirs(list)
+		if err != nil {
+			return nil, &usageError{source + ": " + err.Error()}
 		}
 		return dirs, nil
 	}
@@ -186,17 +175,6 @@ func (h *hostFlags) hostPlatform(ctx context.Context) (core.Platform, error) {
 	return detect.FilePlatform(ctx, "/"), nil
 }
 
-func cacheDir() string {
-	if d := os.Getenv("ATTNPLUG_CACHE_DIR"); d != "" {
-		return d
-	}
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(d, "attnplug")
-}
-
 // lockPath returns the lock file the flags name: --lock, else
 // attnplug.lock in the first plugin directory; explicit says whether
 // --lock gave it.
@@ -210,21 +188,6 @@ func (h *hostFlags) lockPath(dirs []string) (path string, explicit bool) {
 	return filepath.Join(dirs[0], registry.LockFileName), false
 }
 
-// readLock reads the lock file in use: the one --lock names, which must
-// exist, else the default one when it exists; nil when none is in use.
-func (h *hostFlags) readLock(dirs []string) (*registry.Lock, error) {
-	path, explicit := h.lockPath(dirs)
-	if path == "" {
-		return nil, nil
-	}
-	if !explicit {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-	}
-	return registry.ReadLock(path)
-}
-
 // config returns the registry configuration the flags give, with the lock
 // file in use (Lock; nil when none). A command changes what it must
 // before registry.New.
@@ -233,7 +196,11 @@ func (h *hostFlags) config(ctx context.Context, logger hclog.Logger) (registry.C
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Lock, err = h.readLock(cfg.PluginDirs)
+	// The lock file --lock names must exist; the default one is read
+	// when it exists.
+	if path, explicit := h.lockPath(cfg.PluginDirs); path != "" {
+		cfg.Lock, err = registry.ReadLockIfPresent(path, explicit)
+	}
 	return cfg, err
 }
 
@@ -261,7 +228,7 @@ func (h *hostFlags) configWithoutLock(ctx context.Context, logger hclog.Logger) 
 		Kernels:           backendkit.Run,
 	}
 	if !h.noCache {
-		cfg.CacheDir = cacheDir()
+		cfg.CacheDir = registry.DefaultCacheDir()
 	}
 	logger.Debug("opening registry", "plugin_dirs", strings.Join(dirs, ":"), "platform", platform.String())
 	return cfg, nil

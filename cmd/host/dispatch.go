@@ -17,8 +17,8 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	h.register(fs)
 	maxLine := maxLineFlag(fs, jsonl.MaxLineBytes)
 	connect := fs.String("connect", "", "send the requests to a running attnplug serve at this address (unix:///path, a socket path starting with / or ., or host:port) instead of loading plugins")
-	var ct connectTLSFlags
-	ct.register(fs)
+	var ct client.TLS
+	registerConnectTLS(fs, &ct)
 	logger, err := h.parse(fs, e, args, "attnplug dispatch [flags] < requests.jsonl > answers.jsonl", "requests come on stdin")
 	if err != nil {
 		return err
@@ -38,14 +38,17 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 			return &usageError{fmt.Sprintf("dispatch: %s configure plugins loaded here, and --connect loads none: set them on attnplug serve", strings.Join(local, ", "))}
 		}
 	}
-	creds, err := ct.credentials(*connect != "")
+	if ct.Enabled() && *connect == "" {
+		return &usageError{"dispatch: the --tls flags configure --connect, which is not given"}
+	}
+	creds, err := ct.Credentials()
 	if err != nil {
-		return err
+		return usage(err)
 	}
 	var d engine.Batcher
 	if *connect != "" {
-		if err := checkAddr("--connect", *connect, true); err != nil {
-			return err
+		if err := client.CheckAddress("--connect", *connect, true); err != nil {
+			return usage(err)
 		}
 		c, err := client.Dial(*connect, creds)
 		if err != nil {

@@ -105,37 +105,31 @@ func (s *selectFlags) tp() (int, error) {
 	return 1, nil
 }
 
+// options are the selection options of the flags, $ATTNPLUG_BACKEND and
+// the config file; served is what the host's plugins serve
+// (inventory.ServedHardware), nil for sglang's names only. An unreadable
+// config file is a usage error.
+func (s *selectFlags) options(served map[string][]core.Hardware) (detect.SelectOptions, error) {
+	c, err := s.loadConfig()
+	if err != nil {
+		return detect.SelectOptions{}, err
+	}
+	tp, err := s.tp()
+	return detect.SelectOptions{
+		Attention: s.attention, Backend: s.backend, PrefillBackend: s.prefillBackend, DecodeBackend: s.decodeBackend,
+		Env: os.Getenv(detect.EnvBackend), Config: c, TPSize: tp, AllowFallback: s.allowFallback, Served: served,
+	}, err
+}
+
 // selectBackends picks the prefill and decode backends for the report's
-// hardware from the flags of f, $ATTNPLUG_BACKEND and f's config file.
-// A forced backend the hardware cannot run is an error that names it and
-// says why (wrapping detect.ErrUnsupportedBackend), unless
-// --allow-fallback: then that phase gets triton and the selection carries
-// a warning for the caller to log. An unknown backend name is an error
-// too (detect.ErrUnknownBackend); an unreadable config file is a usage
-// error, and so are an unknown backend name and an unknown attention
-// kind: the user typed them.
-//
-// served is what the host's plugins serve (inventory.ServedHardware), so that a
-// vendor's name can be selected; nil knows sglang's names only.
+// hardware with detect.Select (docs/hardware.md): a forced backend the
+// hardware cannot run is an error wrapping detect.ErrUnsupportedBackend,
+// unless --allow-fallback (triton and a warning to log); an unknown
+// backend name or attention kind is a usage error: the user typed them.
 func selectBackends(r *detect.Report, f *selectFlags, served map[string][]core.Hardware) (detect.Selection, error) {
-	c, err := f.loadConfig()
+	opts, err := f.options(served)
 	if err != nil {
 		return detect.Selection{}, err
-	}
-	tp, err := f.tp()
-	if err != nil {
-		return detect.Selection{}, err
-	}
-	opts := detect.SelectOptions{
-		Attention:      f.attention,
-		Backend:        f.backend,
-		PrefillBackend: f.prefillBackend,
-		DecodeBackend:  f.decodeBackend,
-		Env:            os.Getenv(detect.EnvBackend),
-		Config:         c,
-		TPSize:         tp,
-		AllowFallback:  f.allowFallback,
-		Served:         served,
 	}
 	sel, err := detect.Select(r, opts)
 	if errors.Is(err, detect.ErrUnknownBackend) || errors.Is(err, detect.ErrUnknownAttention) {

@@ -15,5 +15,6 @@
 // errors.Is(err, core.ErrInvalidRequest) holds on the client when it held
 // on the server, and errors.As finds a *core.FieldError. KernelModules
 // and PlanKernel hand the device code and the checked plans of the
-// server's plugins.
+// server's plugins. TLS builds the transport credentials of a Client,
+// CheckAddress checks an address before it is dialled.
 package client

@@ -23,7 +23,7 @@ type loopBackend struct {
 }
 
 func (b *loopBackend) Describe(context.Context) (*core.Description, error) {
-	return &core.Description{Name: "loop", Version: "1", DeviceCode: true, Handlers: []core.HandlerInfo{{
+	return &core.Description{Name: "loop", Version: "1.0.0", DeviceCode: true, Handlers: []core.HandlerInfo{{
 		Name: "fa3", Reads: core.Reads{Facts: core.FactMode}, Methods: []core.Method{core.MLA}, Kernels: []core.Kernel{b.kernel},
 	}}}, nil
 }

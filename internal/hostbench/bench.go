@@ -178,10 +178,40 @@ func (o *Options) step(format string, args ...any) {
 func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 	trace := benchTrace(o.Passes, 1)
 	res := &Result{Backend: o.Backend, Passes: o.Passes, Layers: deepSeekV3Layers}
-
-	// Cold start: a registry whose descriptions come from the cache, so
-	// that New starts nothing, then every plugin at once.
 	cfg.QuietDeprecated = true // every name is asked on purpose
+	reg, err := benchColdStart(ctx, cfg, &o, res)
+	if err != nil {
+		return nil, err
+	}
+	defer reg.Close()
+	want := benchInProcess(trace, &o, res)
+	if err := benchRPC(ctx, cfg, trace, want, &o, res); err != nil {
+		return nil, err
+	}
+	if err := benchProduction(ctx, reg, trace, want, &o, res); err != nil {
+		return nil, err
+	}
+	if err := benchFirstAnswer(ctx, &o, res); err != nil {
+		return nil, err
+	}
+	if o.Stream > 0 {
+		if err := benchStream(ctx, reg, &o, res); err != nil {
+			return nil, err
+		}
+	}
+
+	res.InProcessNsPerLayer = res.InProcessNsPerPass / deepSeekV3Layers
+	res.RPCNsPerLayer = res.RPCPerLayerNsPerPass / deepSeekV3Layers
+	res.ProductionNsPerLayer = res.ProductionNsPerPass / deepSeekV3Layers
+	res.ProductionVsInProc = res.ProductionNsPerPass / res.InProcessNsPerPass
+	res.RPCVsInProc = res.RPCPerLayerNsPerPass / res.InProcessNsPerPass
+	return res, nil
+}
+
+// benchColdStart measures the cold start: a registry whose descriptions
+// come from the cache, so that New starts nothing, then every plugin at
+// once. It returns that registry; the caller closes it.
+func benchColdStart(ctx context.Context, cfg registry.Config, o *Options, res *Result) (*registry.Registry, error) {
 	o.step("cold start of the plugins")
 	warm, err := registry.New(ctx, cfg)
 	if err != nil {
@@ -194,7 +224,6 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.OpenMs = ms(time.Since(t0))
-	defer reg.Close()
 	t0 = time.Now()
 	took, err := reg.Start(ctx)
 	res.ColdStartMs = ms(time.Since(t0))
@@ -212,9 +241,13 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 			res.PluginRSSKiB[p.Name] = rssKiB(p.PID)
 		}
 	}
+	return reg, nil
+}
 
-	// (a) the rules called in process, as sglang calls its handler: the
-	// request of every layer built and decided afresh.
+// benchInProcess is (a): the rules called in process, as sglang calls its
+// handler, the request of every layer built and decided afresh. It
+// returns the answer of each pass, which (b) and (c) are checked against.
+func benchInProcess(trace []benchPass, o *Options, res *Result) []core.Method {
 	rules := inproc.Rules()
 	rule, ok := rules[o.Backend]
 	if !ok {
@@ -233,31 +266,35 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 		}
 	})
 	res.InProcessNsPerPass = inProc / float64(len(trace))
+	return want
+}
 
-	// (b) one gRPC call per layer.
+// benchRPC is (b): one gRPC call per layer, through a registry of its own
+// without the answer cache.
+func benchRPC(ctx context.Context, cfg registry.Config, trace []benchPass, want []core.Method, o *Options, res *Result) error {
+	layer := benchLayer()
 	rpcTrace := trace[:min(o.RPCPasses, len(trace))]
 	o.step("(b) one gRPC call per layer, %d passes", len(rpcTrace))
-	rpcCfg := cfg
-	rpcCfg.NoAnswerCache = true
-	rpcReg, err := registry.New(ctx, rpcCfg)
+	cfg.NoAnswerCache = true
+	rpcReg, err := registry.New(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rpcReg.Close()
 	for l := 0; l < 3; l++ { // start the plugin and warm the connection
 		req := core.Request{Backend: o.Backend, Layer: layer, Batch: rpcTrace[0].batch, Runtime: rpcTrace[0].runtime}
 		if _, err := rpcReg.Dispatch(ctx, &req); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	for i := range rpcTrace {
 		p := &rpcTrace[i]
 		for l := 0; l < deepSeekV3Layers; l++ {
 			req := core.Request{Backend: o.Backend, Layer: layer, Batch: p.batch, Runtime: p.runtime}
 			a, err := rpcReg.Dispatch(ctx, &req)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if a.Method != want[i] {
 				res.Mismatches++
@@ -265,10 +302,15 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 		}
 	}
 	res.RPCPerLayerNsPerPass = float64(time.Since(t0).Nanoseconds()) / float64(len(rpcTrace))
+	return nil
+}
 
-	// (c) the production path: resolve once, begin a pass, one cache
-	// lookup per layer; warm-up fills the cache through the plugin.
+// benchProduction is (c): the production path, resolve once, begin a
+// pass, one cache lookup per layer; a first, checked round fills the
+// cache through the plugin.
+func benchProduction(ctx context.Context, reg *registry.Registry, trace []benchPass, want []core.Method, o *Options, res *Result) error {
 	o.step("(c) the production path, %d passes", len(trace))
+	layer := benchLayer()
 	d := reg.Resolve(o.Backend)
 	var pass registry.Pass
 	production := func(check bool) error {
@@ -290,7 +332,7 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 		return nil
 	}
 	if err := production(true); err != nil {
-		return nil, err
+		return err
 	}
 	var perr error
 	prod := measure(o.MinTime, func() {
@@ -299,26 +341,11 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 		}
 	})
 	if perr != nil {
-		return nil, perr
+		return perr
 	}
 	res.ProductionNsPerPass = prod / float64(len(trace))
 	res.ProductionAllocs = allocsPerRun(5, func() { _ = production(false) }) / float64(len(trace))
-
-	if err := benchFirstAnswer(ctx, &o, res); err != nil {
-		return nil, err
-	}
-	if o.Stream > 0 {
-		if err := benchStream(ctx, reg, &o, res); err != nil {
-			return nil, err
-		}
-	}
-
-	res.InProcessNsPerLayer = res.InProcessNsPerPass / deepSeekV3Layers
-	res.RPCNsPerLayer = res.RPCPerLayerNsPerPass / deepSeekV3Layers
-	res.ProductionNsPerLayer = res.ProductionNsPerPass / deepSeekV3Layers
-	res.ProductionVsInProc = res.ProductionNsPerPass / res.InProcessNsPerPass
-	res.RPCVsInProc = res.RPCPerLayerNsPerPass / res.InProcessNsPerPass
-	return res, nil
+	return nil
 }
 
 // WriteText writes r as the table of attnplug bench.

@@ -2,37 +2,102 @@ package backend
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/wire"
 )
 
-// Validate refuses a description that cannot be served: no names, a name
-// without methods or with an unknown one. A kernel catalog may cover a
-// subset of a name's methods (the host runs the others). The error wraps
-// core.ErrProtocol.
+// Validate refuses a description that cannot be served: the first of its
+// Problems, wrapping core.ErrProtocol. A kernel catalog may cover a subset
+// of a name's methods (the host runs the others).
 func Validate(d *core.Description) error {
-	if !wire.ValidFamily(d.Name) {
-		return fmt.Errorf("%w: plugin name %q: want letters, digits, '_' or '-'", core.ErrProtocol, d.Name)
-	}
-	if len(d.Handlers) == 0 {
-		return fmt.Errorf("%w: plugin serves no names", core.ErrProtocol)
-	}
-	for _, h := range d.Handlers {
-		if h.Name == "" {
-			return fmt.Errorf("%w: a handler with an empty name", core.ErrProtocol)
-		}
-		if len(h.Methods) == 0 {
-			return fmt.Errorf("%w: name %q declares no methods", core.ErrProtocol, h.Name)
-		}
-		for _, m := range h.Methods {
-			if !m.Valid() {
-				return fmt.Errorf("%w: name %q declares an unknown method %d", core.ErrProtocol, h.Name, int(m))
-			}
-		}
+	if p := Problems(d); len(p) > 0 {
+		return fmt.Errorf("%w: %s", core.ErrProtocol, p[0])
 	}
 	return nil
+}
+
+// semverRE is a semantic version, with an optional leading v.
+var semverRE = regexp.MustCompile(`^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+
+// Problems lists every way d is not a description a host can serve, in
+// the order of its fields: the one rule of the registry (Validate, on
+// every description it loads) and of attnplug conform (the description
+// check). The plugin's name is a family name (wire.ValidFamily) and its
+// version a semantic one; it serves at least one name; each name is
+// non-empty, at most core.MaxBackendNameLen bytes, without spaces or
+// control characters, declared once, with at least one method, each a
+// known method declared once; an alias names another name of the plugin;
+// the reads are cacheable and their constants within 0..core.MaxLength.
+func Problems(d *core.Description) []string {
+	var out []string
+	problem := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	switch {
+	case d.Name == "":
+		problem("the plugin has no name")
+	case !wire.ValidFamily(d.Name):
+		problem("name %q: want letters, digits, '_' or '-', starting with a letter or digit", d.Name)
+	}
+	if !semverRE.MatchString(d.Version) {
+		problem("version %q is not a semantic version (want MAJOR.MINOR.PATCH)", d.Version)
+	}
+	if len(d.Handlers) == 0 {
+		problem("the plugin serves no names")
+	}
+	served := map[string]int{}
+	for _, h := range d.Handlers {
+		served[h.Name]++
+	}
+	for i, h := range d.Handlers {
+		switch {
+		case h.Name == "":
+			problem("a name is empty")
+			continue
+		case len(h.Name) > core.MaxBackendNameLen:
+			problem("name %q is longer than %d bytes", h.Name[:32]+"...", core.MaxBackendNameLen)
+		case strings.ContainsFunc(h.Name, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			problem("name %q holds a space or control character", h.Name)
+		}
+		if slices.IndexFunc(d.Handlers[:i], func(o core.HandlerInfo) bool { return o.Name == h.Name }) >= 0 {
+			problem("name %q is declared twice", h.Name)
+		}
+		handlerProblems(h, served, problem)
+	}
+	return out
+}
+
+// handlerProblems reports the problems of one name's methods, alias and
+// reads; served counts the names of its plugin.
+func handlerProblems(h core.HandlerInfo, served map[string]int, problem func(string, ...any)) {
+	if len(h.Methods) == 0 {
+		problem("%s declares no methods; the host refuses it", h.Name)
+	}
+	for i, m := range h.Methods {
+		if !m.Valid() {
+			problem("%s declares %s, not a method", h.Name, m)
+		}
+		if slices.Contains(h.Methods[:i], m) {
+			problem("%s declares %s twice", h.Name, m)
+		}
+	}
+	switch {
+	case h.AliasOf == "":
+	case h.AliasOf == h.Name:
+		problem("%s is declared an alias of itself", h.Name)
+	case served[h.AliasOf] == 0:
+		problem("%s is an alias of %q, which the plugin does not serve", h.Name, h.AliasOf)
+	}
+	if err := h.Reads.Validate(); err != nil {
+		problem("%s: the declared reads are not cacheable: %v", h.Name, err)
+	}
+	for _, v := range append(slices.Clone(h.Reads.PrefixSumAtLeast), h.Reads.SeqSumAtMost...) {
+		if v < 0 || v > core.MaxLength {
+			problem("%s: constant %d is outside 0..%d", h.Name, v, int64(core.MaxLength))
+		}
+	}
 }
 
 // UnsupportedOn says why none of d's names runs on host; "" when one

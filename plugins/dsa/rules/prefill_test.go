@@ -131,29 +131,18 @@ func TestReadsCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	decide := rules.Decider(threshold)
-	rng := rand.New(rand.NewPCG(5, 6))
-	modes := core.ForwardModes()
-	dtypes := append([]string{""}, core.KVCacheDTypes()...)
+	reqs := rt.Random(rand.New(rand.NewPCG(5, 6)), rt.Domain{
+		Names:       []string{"dsa"},
+		Platforms:   []core.Platform{core.PlatformCUDA},
+		ComputeCaps: []int{0, 80, 89, 90, 100, 103, 110, 120},
+		KVDTypes:    append([]string{""}, core.KVCacheDTypes()...),
+		Counts:      []int{0, 1, 2, 3, 4},
+		Extends:     []int64{1, threshold / 2, threshold, 3 * threshold / 2, 2 * threshold},
+	}, 20000)
 	byKey := map[core.Key]core.Method{}
 	givenKeys := map[bool]core.Key{}
 	given, notGiven := 0, 0
-	for range 20000 {
-		r := core.NewRequest("dsa", modes[rng.IntN(len(modes))])
-		r.Runtime.Platform = core.PlatformCUDA
-		r.Runtime.PiecewiseCUDAGraph, r.Runtime.BreakableCUDAGraph = rng.IntN(6) == 0, rng.IntN(6) == 0
-		r.Runtime.DSAUseMHA, r.Runtime.DSAUseMHASet = rng.IntN(2) == 0, rng.IntN(2) == 0
-		r.Runtime.ComputeCapability = []int{0, 80, 89, 90, 100, 103, 110, 120}[rng.IntN(8)]
-		r.Runtime.KVCacheDType = dtypes[rng.IntN(len(dtypes))]
-		r.Batch.MLAPrefillCP = rng.IntN(6) == 0
-		n := rng.IntN(5)
-		r.Batch.ExtendPrefixLens, r.Batch.SeqLens = make([]int64, n), make([]int64, n)
-		for i := range n {
-			r.Batch.SeqLens[i] = 1 + rng.Int64N(2*threshold)
-		}
-		r.Batch.MaxChunkCapacity = max(0, r.Batch.SeqSum()+rng.Int64N(3)-1)
-		if err := r.Validate(); err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range reqs {
 		got, k := decide(&r), plan.Key(&r)
 		if m, ok := byKey[k]; ok && m != got {
 			t.Fatalf("key %#x holds %v and %v (%+v)", k, m, got, r.Runtime)
