@@ -77,7 +77,7 @@ func modulesToProto(ms []core.KernelModule) []*pb.KernelModule {
 		for _, e := range m.Entries {
 			pe := &pb.KernelEntry{Name: e.Name}
 			for _, p := range e.Params {
-				pe.Params = append(pe.Params, &pb.KernelParam{Name: p.Name, Kind: string(p.Kind)})
+				pe.Params = append(pe.Params, &pb.KernelParam{Name: p.Name, Kind: string(p.Kind), Size: int32(p.Size)})
 			}
 			pm.Entries = append(pm.Entries, pe)
 		}
@@ -104,7 +104,7 @@ func modulesFromProto(ms []*pb.KernelModule) []core.KernelModule {
 		for _, pe := range pm.GetEntries() {
 			e := core.Entry{Name: pe.GetName()}
 			for _, pp := range pe.GetParams() {
-				e.Params = append(e.Params, core.Param{Name: pp.GetName(), Kind: core.ParamKind(pp.GetKind())})
+				e.Params = append(e.Params, core.Param{Name: pp.GetName(), Kind: core.ParamKind(pp.GetKind()), Size: int(pp.GetSize())})
 			}
 			m.Entries = append(m.Entries, e)
 		}
@@ -201,12 +201,13 @@ func planToProto(p *core.Plan) *pb.Plan {
 	for _, l := range p.Launches {
 		pl := &pb.Launch{
 			Module: l.Module, Entry: l.Entry, SharedBytes: l.SharedBytes, PerBatch: l.PerBatch,
-			Grid: l.Grid[:], Block: l.Block[:],
+			Grid: l.Grid[:], Block: l.Block[:], Programmatic: l.Programmatic,
+		}
+		if l.Cluster != ([3]uint32{}) {
+			pl.Cluster = l.Cluster[:]
 		}
 		for _, a := range l.Args {
-			pl.Args = append(pl.Args, &pb.LaunchArg{
-				Param: a.Param, Kind: string(a.Kind), Name: a.Name, Offset: a.Offset, IntValue: a.Int, FloatValue: a.Float,
-			})
+			pl.Args = append(pl.Args, argToProto(a))
 		}
 		out.Launches = append(out.Launches, pl)
 	}
@@ -235,16 +236,48 @@ func planFromProto(p *pb.Plan) (*core.Plan, error) {
 			return nil, fmt.Errorf("%w: plan kernel: launch %d has a grid of %d and a block of %d dimensions, want 3 each",
 				core.ErrProtocol, i, len(pl.GetGrid()), len(pl.GetBlock()))
 		}
-		l := core.Launch{Module: pl.GetModule(), Entry: pl.GetEntry(), SharedBytes: pl.GetSharedBytes(), PerBatch: pl.GetPerBatch()}
+		if n := len(pl.GetCluster()); n != 0 && n != 3 {
+			return nil, fmt.Errorf("%w: plan kernel: launch %d has a cluster of %d dimensions, want none or 3", core.ErrProtocol, i, n)
+		}
+		l := core.Launch{Module: pl.GetModule(), Entry: pl.GetEntry(), SharedBytes: pl.GetSharedBytes(), PerBatch: pl.GetPerBatch(),
+			Programmatic: pl.GetProgrammatic()}
 		copy(l.Grid[:], pl.GetGrid())
 		copy(l.Block[:], pl.GetBlock())
+		copy(l.Cluster[:], pl.GetCluster())
 		for _, a := range pl.GetArgs() {
-			l.Args = append(l.Args, core.Arg{
-				Param: a.GetParam(), Kind: core.ArgKind(a.GetKind()), Name: a.GetName(), Offset: a.GetOffset(),
-				Int: a.GetIntValue(), Float: a.GetFloatValue(),
-			})
+			l.Args = append(l.Args, argFromProto(a, true))
 		}
 		out.Launches = append(out.Launches, l)
 	}
 	return out, nil
+}
+
+// argToProto returns the wire form of a launch argument, its TMA map and
+// struct fields included.
+func argToProto(a core.Arg) *pb.LaunchArg {
+	out := &pb.LaunchArg{Param: a.Param, Kind: string(a.Kind), Name: a.Name, Offset: a.Offset, IntValue: a.Int, FloatValue: a.Float}
+	if m := a.Map; m != nil {
+		out.Map = &pb.TensorMap{View: m.View, Box: m.Box, Swizzle: m.Swizzle, L2Promotion: m.L2Promotion, OobNan: m.OOBNaN}
+	}
+	for _, f := range a.Fields {
+		out.Fields = append(out.Fields, &pb.StructField{Offset: f.Offset, Size: f.Size, Value: argToProto(f.Arg)})
+	}
+	return out
+}
+
+// argFromProto returns the core form of a launch argument; a struct's
+// fields are read one level deep (a field is a scalar or an address: the
+// host refuses any other).
+func argFromProto(a *pb.LaunchArg, fields bool) core.Arg {
+	out := core.Arg{Param: a.GetParam(), Kind: core.ArgKind(a.GetKind()), Name: a.GetName(), Offset: a.GetOffset(),
+		Int: a.GetIntValue(), Float: a.GetFloatValue()}
+	if m := a.GetMap(); m != nil {
+		out.Map = &core.TensorMap{View: m.GetView(), Box: m.GetBox(), Swizzle: m.GetSwizzle(), L2Promotion: m.GetL2Promotion(), OOBNaN: m.GetOobNan()}
+	}
+	if fields {
+		for _, f := range a.GetFields() {
+			out.Fields = append(out.Fields, core.Field{Offset: f.GetOffset(), Size: f.GetSize(), Arg: argFromProto(f.GetValue(), false)})
+		}
+	}
+	return out
 }

@@ -82,6 +82,7 @@ func module(n int) core.KernelModule {
 		Entries: []core.Entry{
 			{Name: "mla_decode_bf16", Params: []core.Param{{Name: "q", Kind: core.ParamPtr}, {Name: "n", Kind: core.ParamI32}, {Name: "scale", Kind: core.ParamF32}}},
 			{Name: "mla_combine", Params: []core.Param{{Name: "big", Kind: core.ParamI64}}},
+			{Name: "tma", Params: []core.Param{{Name: "map", Kind: core.ParamTensorMap}, {Name: "params", Kind: core.ParamStruct, Size: 24}}},
 		},
 	}
 }
@@ -102,6 +103,16 @@ func fullPlan() *core.Plan {
 				{Param: "w", Kind: core.ArgWorkspace, Offset: 1 << 32},
 				{Param: "n", Kind: core.ArgInt, Int: -1 << 40},
 				{Param: "scale", Kind: core.ArgFloat, Float: 0.1352},
+			},
+		}, {
+			Module: "mla_decode", Entry: "tma", Grid: [3]uint32{8, 2, 1}, Block: [3]uint32{384, 1, 1}, Cluster: [3]uint32{2, 1, 1}, Programmatic: true,
+			Args: []core.Arg{
+				{Param: "map", Kind: core.ArgTensorMap, Name: "q", Map: &core.TensorMap{View: []int64{640, 576}, Box: []uint32{64, 64}, Swizzle: "128B", L2Promotion: "256B", OOBNaN: true}},
+				{Param: "params", Kind: core.ArgStruct, Fields: []core.Field{
+					{Offset: 0, Size: 8, Arg: core.Arg{Kind: core.ArgTensor, Name: "out"}},
+					{Offset: 8, Size: 4, Arg: core.Arg{Kind: core.ArgInt, Int: -7}},
+					{Offset: 16, Size: 8, Arg: core.Arg{Kind: core.ArgFloat, Float: 0.25}},
+				}},
 			},
 		}},
 		Note: "2 splits", Reads: core.PlanReadsDeclared | core.PlanReadsQLens,

@@ -1902,8 +1902,12 @@ func (x *DeviceInfo) GetMaxGrid() []int64 {
 type KernelParam struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// "ptr", "i32", "i64" or "f32"; a host refuses a kind it does not know.
-	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// "ptr", "i32", "i64", "f32", "tensormap" (a TMA descriptor, 128
+	// bytes) or "struct" (by value, size bytes); a host refuses a kind it
+	// does not know.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// A struct's size in bytes.
+	Size          int32 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1950,6 +1954,13 @@ func (x *KernelParam) GetKind() string {
 		return x.Kind
 	}
 	return ""
+}
+
+func (x *KernelParam) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
 }
 
 // KernelEntry is one entry point of a module.
@@ -2687,14 +2698,19 @@ func (x *WorkItem) GetSplit() int32 {
 type LaunchArg struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Param string                 `protobuf:"bytes,1,opt,name=param,proto3" json:"param,omitempty"`
-	// "tensor", "meta", "workspace", "int" or "float".
+	// "tensor", "meta", "workspace", "int", "float", "tensormap" (a TMA
+	// descriptor the host encodes over tensor name) or "struct" (fields).
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	// The tensor or metadata buffer, for "tensor" and "meta".
+	// The tensor or metadata buffer, for "tensor", "meta" and "tensormap".
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// Added to a metadata or workspace address, in bytes.
-	Offset        int64   `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
-	IntValue      int64   `protobuf:"varint,5,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
-	FloatValue    float64 `protobuf:"fixed64,6,opt,name=float_value,json=floatValue,proto3" json:"float_value,omitempty"`
+	Offset     int64   `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	IntValue   int64   `protobuf:"varint,5,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
+	FloatValue float64 `protobuf:"fixed64,6,opt,name=float_value,json=floatValue,proto3" json:"float_value,omitempty"`
+	// A "tensormap"'s descriptor.
+	Map *TensorMap `protobuf:"bytes,7,opt,name=map,proto3" json:"map,omitempty"`
+	// A "struct"'s fields.
+	Fields        []*StructField `protobuf:"bytes,8,rep,name=fields,proto3" json:"fields,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2771,6 +2787,164 @@ func (x *LaunchArg) GetFloatValue() float64 {
 	return 0
 }
 
+func (x *LaunchArg) GetMap() *TensorMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
+func (x *LaunchArg) GetFields() []*StructField {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// TensorMap is a TMA descriptor's tiled view of a tensor.
+type TensorMap struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shape the kernel sees, outermost first; empty: the tensor's.
+	View []int64 `protobuf:"varint,1,rep,packed,name=view,proto3" json:"view,omitempty"`
+	// The tile one load brings, per dimension of the view, outermost first.
+	Box []uint32 `protobuf:"varint,2,rep,packed,name=box,proto3" json:"box,omitempty"`
+	// "", "32B", "64B" or "128B".
+	Swizzle string `protobuf:"bytes,3,opt,name=swizzle,proto3" json:"swizzle,omitempty"`
+	// "", "64B", "128B" or "256B".
+	L2Promotion string `protobuf:"bytes,4,opt,name=l2_promotion,json=l2Promotion,proto3" json:"l2_promotion,omitempty"`
+	// Fill out-of-bounds elements with NaN instead of zero.
+	OobNan        bool `protobuf:"varint,5,opt,name=oob_nan,json=oobNan,proto3" json:"oob_nan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TensorMap) Reset() {
+	*x = TensorMap{}
+	mi := &file_dispatch_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TensorMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TensorMap) ProtoMessage() {}
+
+func (x *TensorMap) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TensorMap.ProtoReflect.Descriptor instead.
+func (*TensorMap) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *TensorMap) GetView() []int64 {
+	if x != nil {
+		return x.View
+	}
+	return nil
+}
+
+func (x *TensorMap) GetBox() []uint32 {
+	if x != nil {
+		return x.Box
+	}
+	return nil
+}
+
+func (x *TensorMap) GetSwizzle() string {
+	if x != nil {
+		return x.Swizzle
+	}
+	return ""
+}
+
+func (x *TensorMap) GetL2Promotion() string {
+	if x != nil {
+		return x.L2Promotion
+	}
+	return ""
+}
+
+func (x *TensorMap) GetOobNan() bool {
+	if x != nil {
+		return x.OobNan
+	}
+	return false
+}
+
+// StructField is one field of a "struct" argument: a value of size bytes
+// at offset (an address, an integer or a float; its param unused).
+type StructField struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        uint32                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size          uint32                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Value         *LaunchArg             `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StructField) Reset() {
+	*x = StructField{}
+	mi := &file_dispatch_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StructField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StructField) ProtoMessage() {}
+
+func (x *StructField) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StructField.ProtoReflect.Descriptor instead.
+func (*StructField) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *StructField) GetOffset() uint32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *StructField) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StructField) GetValue() *LaunchArg {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 // Launch is one kernel launch.
 type Launch struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2783,14 +2957,19 @@ type Launch struct {
 	Args        []*LaunchArg `protobuf:"bytes,6,rep,name=args,proto3" json:"args,omitempty"`
 	// The launch depends on the batch, not on a layer: a host may run it
 	// once per batch, before the layers' launches.
-	PerBatch      bool `protobuf:"varint,7,opt,name=per_batch,json=perBatch,proto3" json:"per_batch,omitempty"`
+	PerBatch bool `protobuf:"varint,7,opt,name=per_batch,json=perBatch,proto3" json:"per_batch,omitempty"`
+	// Thread-block cluster dimensions (x, y, z); empty or zero: none.
+	Cluster []uint32 `protobuf:"varint,8,rep,packed,name=cluster,proto3" json:"cluster,omitempty"`
+	// Programmatic dependent launch: the launch may begin before the
+	// previous launch of the plan ends.
+	Programmatic  bool `protobuf:"varint,9,opt,name=programmatic,proto3" json:"programmatic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Launch) Reset() {
 	*x = Launch{}
-	mi := &file_dispatch_proto_msgTypes[34]
+	mi := &file_dispatch_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +2981,7 @@ func (x *Launch) String() string {
 func (*Launch) ProtoMessage() {}
 
 func (x *Launch) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[34]
+	mi := &file_dispatch_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +2994,7 @@ func (x *Launch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Launch.ProtoReflect.Descriptor instead.
 func (*Launch) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{34}
+	return file_dispatch_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Launch) GetModule() string {
@@ -2867,6 +3046,20 @@ func (x *Launch) GetPerBatch() bool {
 	return false
 }
 
+func (x *Launch) GetCluster() []uint32 {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+func (x *Launch) GetProgrammatic() bool {
+	if x != nil {
+		return x.Programmatic
+	}
+	return false
+}
+
 // Plan is the launches that run a method's kernel on one batch.
 type Plan struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2889,7 +3082,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_dispatch_proto_msgTypes[35]
+	mi := &file_dispatch_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3094,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[35]
+	mi := &file_dispatch_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3107,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{35}
+	return file_dispatch_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Plan) GetKernel() string {
@@ -2982,7 +3175,7 @@ type PlanKernelResponse struct {
 
 func (x *PlanKernelResponse) Reset() {
 	*x = PlanKernelResponse{}
-	mi := &file_dispatch_proto_msgTypes[36]
+	mi := &file_dispatch_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3187,7 @@ func (x *PlanKernelResponse) String() string {
 func (*PlanKernelResponse) ProtoMessage() {}
 
 func (x *PlanKernelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dispatch_proto_msgTypes[36]
+	mi := &file_dispatch_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3200,7 @@ func (x *PlanKernelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanKernelResponse.ProtoReflect.Descriptor instead.
 func (*PlanKernelResponse) Descriptor() ([]byte, []int) {
-	return file_dispatch_proto_rawDescGZIP(), []int{36}
+	return file_dispatch_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PlanKernelResponse) GetPlan() *Plan {
@@ -3144,10 +3337,11 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x03sms\x18\x04 \x01(\x05R\x03sms\x121\n" +
 	"\x15max_threads_per_block\x18\x05 \x01(\x05R\x12maxThreadsPerBlock\x12/\n" +
 	"\x14max_shared_per_block\x18\x06 \x01(\x03R\x11maxSharedPerBlock\x12\x19\n" +
-	"\bmax_grid\x18\a \x03(\x03R\amaxGrid\"5\n" +
+	"\bmax_grid\x18\a \x03(\x03R\amaxGrid\"I\n" +
 	"\vKernelParam\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\"\\\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x05R\x04size\"\\\n" +
 	"\vKernelEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x129\n" +
 	"\x06params\x18\x02 \x03(\v2!.attnplug.dispatch.v1.KernelParamR\x06params\"\x8f\x02\n" +
@@ -3202,7 +3396,7 @@ const file_dispatch_proto_rawDesc = "" +
 	"\arequest\x18\x01 \x01(\x05R\arequest\x12\x19\n" +
 	"\bkv_begin\x18\x02 \x01(\x05R\akvBegin\x12\x15\n" +
 	"\x06kv_end\x18\x03 \x01(\x05R\x05kvEnd\x12\x14\n" +
-	"\x05split\x18\x04 \x01(\x05R\x05split\"\x9f\x01\n" +
+	"\x05split\x18\x04 \x01(\x05R\x05split\"\x8d\x02\n" +
 	"\tLaunchArg\x12\x14\n" +
 	"\x05param\x18\x01 \x01(\tR\x05param\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -3210,7 +3404,19 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x1b\n" +
 	"\tint_value\x18\x05 \x01(\x03R\bintValue\x12\x1f\n" +
 	"\vfloat_value\x18\x06 \x01(\x01R\n" +
-	"floatValue\"\xd5\x01\n" +
+	"floatValue\x121\n" +
+	"\x03map\x18\a \x01(\v2\x1f.attnplug.dispatch.v1.TensorMapR\x03map\x129\n" +
+	"\x06fields\x18\b \x03(\v2!.attnplug.dispatch.v1.StructFieldR\x06fields\"\x87\x01\n" +
+	"\tTensorMap\x12\x12\n" +
+	"\x04view\x18\x01 \x03(\x03R\x04view\x12\x10\n" +
+	"\x03box\x18\x02 \x03(\rR\x03box\x12\x18\n" +
+	"\aswizzle\x18\x03 \x01(\tR\aswizzle\x12!\n" +
+	"\fl2_promotion\x18\x04 \x01(\tR\vl2Promotion\x12\x17\n" +
+	"\aoob_nan\x18\x05 \x01(\bR\x06oobNan\"p\n" +
+	"\vStructField\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\rR\x06offset\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\rR\x04size\x125\n" +
+	"\x05value\x18\x03 \x01(\v2\x1f.attnplug.dispatch.v1.LaunchArgR\x05value\"\x93\x02\n" +
 	"\x06Launch\x12\x16\n" +
 	"\x06module\x18\x01 \x01(\tR\x06module\x12\x14\n" +
 	"\x05entry\x18\x02 \x01(\tR\x05entry\x12\x12\n" +
@@ -3218,7 +3424,9 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x05block\x18\x04 \x03(\rR\x05block\x12!\n" +
 	"\fshared_bytes\x18\x05 \x01(\rR\vsharedBytes\x123\n" +
 	"\x04args\x18\x06 \x03(\v2\x1f.attnplug.dispatch.v1.LaunchArgR\x04args\x12\x1b\n" +
-	"\tper_batch\x18\a \x01(\bR\bperBatch\"\xe1\x02\n" +
+	"\tper_batch\x18\a \x01(\bR\bperBatch\x12\x18\n" +
+	"\acluster\x18\b \x03(\rR\acluster\x12\"\n" +
+	"\fprogrammatic\x18\t \x01(\bR\fprogrammatic\"\xe1\x02\n" +
 	"\x04Plan\x12\x16\n" +
 	"\x06kernel\x18\x01 \x01(\tR\x06kernel\x12:\n" +
 	"\atensors\x18\x02 \x03(\v2 .attnplug.dispatch.v1.TensorSpecR\atensors\x12<\n" +
@@ -3298,7 +3506,7 @@ func file_dispatch_proto_rawDescGZIP() []byte {
 }
 
 var file_dispatch_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_dispatch_proto_goTypes = []any{
 	(ErrorCode)(0),                // 0: attnplug.dispatch.v1.ErrorCode
 	(ForwardMode)(0),              // 1: attnplug.dispatch.v1.ForwardMode
@@ -3338,9 +3546,11 @@ var file_dispatch_proto_goTypes = []any{
 	(*MetaBuffer)(nil),            // 35: attnplug.dispatch.v1.MetaBuffer
 	(*WorkItem)(nil),              // 36: attnplug.dispatch.v1.WorkItem
 	(*LaunchArg)(nil),             // 37: attnplug.dispatch.v1.LaunchArg
-	(*Launch)(nil),                // 38: attnplug.dispatch.v1.Launch
-	(*Plan)(nil),                  // 39: attnplug.dispatch.v1.Plan
-	(*PlanKernelResponse)(nil),    // 40: attnplug.dispatch.v1.PlanKernelResponse
+	(*TensorMap)(nil),             // 38: attnplug.dispatch.v1.TensorMap
+	(*StructField)(nil),           // 39: attnplug.dispatch.v1.StructField
+	(*Launch)(nil),                // 40: attnplug.dispatch.v1.Launch
+	(*Plan)(nil),                  // 41: attnplug.dispatch.v1.Plan
+	(*PlanKernelResponse)(nil),    // 42: attnplug.dispatch.v1.PlanKernelResponse
 }
 var file_dispatch_proto_depIdxs = []int32{
 	21, // 0: attnplug.dispatch.v1.DispatchRequest.request:type_name -> attnplug.dispatch.v1.Request
@@ -3371,33 +3581,36 @@ var file_dispatch_proto_depIdxs = []int32{
 	32, // 25: attnplug.dispatch.v1.PlanKernelRequest.dims:type_name -> attnplug.dispatch.v1.PlanDims
 	31, // 26: attnplug.dispatch.v1.PlanKernelRequest.shape:type_name -> attnplug.dispatch.v1.PlanShape
 	25, // 27: attnplug.dispatch.v1.PlanKernelRequest.device:type_name -> attnplug.dispatch.v1.DeviceInfo
-	37, // 28: attnplug.dispatch.v1.Launch.args:type_name -> attnplug.dispatch.v1.LaunchArg
-	34, // 29: attnplug.dispatch.v1.Plan.tensors:type_name -> attnplug.dispatch.v1.TensorSpec
-	35, // 30: attnplug.dispatch.v1.Plan.metadata:type_name -> attnplug.dispatch.v1.MetaBuffer
-	36, // 31: attnplug.dispatch.v1.Plan.schedule:type_name -> attnplug.dispatch.v1.WorkItem
-	38, // 32: attnplug.dispatch.v1.Plan.launches:type_name -> attnplug.dispatch.v1.Launch
-	39, // 33: attnplug.dispatch.v1.PlanKernelResponse.plan:type_name -> attnplug.dispatch.v1.Plan
-	4,  // 34: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
-	7,  // 35: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
-	9,  // 36: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
-	10, // 37: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
-	29, // 38: attnplug.dispatch.v1.Kernels.KernelModules:input_type -> attnplug.dispatch.v1.KernelModulesRequest
-	33, // 39: attnplug.dispatch.v1.Kernels.PlanKernel:input_type -> attnplug.dispatch.v1.PlanKernelRequest
-	15, // 40: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
-	18, // 41: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
-	6,  // 42: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
-	8,  // 43: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
-	14, // 44: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
-	14, // 45: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
-	30, // 46: attnplug.dispatch.v1.Kernels.KernelModules:output_type -> attnplug.dispatch.v1.KernelModulesResponse
-	40, // 47: attnplug.dispatch.v1.Kernels.PlanKernel:output_type -> attnplug.dispatch.v1.PlanKernelResponse
-	17, // 48: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
-	20, // 49: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
-	42, // [42:50] is the sub-list for method output_type
-	34, // [34:42] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	38, // 28: attnplug.dispatch.v1.LaunchArg.map:type_name -> attnplug.dispatch.v1.TensorMap
+	39, // 29: attnplug.dispatch.v1.LaunchArg.fields:type_name -> attnplug.dispatch.v1.StructField
+	37, // 30: attnplug.dispatch.v1.StructField.value:type_name -> attnplug.dispatch.v1.LaunchArg
+	37, // 31: attnplug.dispatch.v1.Launch.args:type_name -> attnplug.dispatch.v1.LaunchArg
+	34, // 32: attnplug.dispatch.v1.Plan.tensors:type_name -> attnplug.dispatch.v1.TensorSpec
+	35, // 33: attnplug.dispatch.v1.Plan.metadata:type_name -> attnplug.dispatch.v1.MetaBuffer
+	36, // 34: attnplug.dispatch.v1.Plan.schedule:type_name -> attnplug.dispatch.v1.WorkItem
+	40, // 35: attnplug.dispatch.v1.Plan.launches:type_name -> attnplug.dispatch.v1.Launch
+	41, // 36: attnplug.dispatch.v1.PlanKernelResponse.plan:type_name -> attnplug.dispatch.v1.Plan
+	4,  // 37: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
+	7,  // 38: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
+	9,  // 39: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
+	10, // 40: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
+	29, // 41: attnplug.dispatch.v1.Kernels.KernelModules:input_type -> attnplug.dispatch.v1.KernelModulesRequest
+	33, // 42: attnplug.dispatch.v1.Kernels.PlanKernel:input_type -> attnplug.dispatch.v1.PlanKernelRequest
+	15, // 43: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
+	18, // 44: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
+	6,  // 45: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
+	8,  // 46: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
+	14, // 47: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
+	14, // 48: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
+	30, // 49: attnplug.dispatch.v1.Kernels.KernelModules:output_type -> attnplug.dispatch.v1.KernelModulesResponse
+	42, // 50: attnplug.dispatch.v1.Kernels.PlanKernel:output_type -> attnplug.dispatch.v1.PlanKernelResponse
+	17, // 51: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
+	20, // 52: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
+	45, // [45:53] is the sub-list for method output_type
+	37, // [37:45] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_dispatch_proto_init() }
@@ -3413,7 +3626,7 @@ func file_dispatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dispatch_proto_rawDesc), len(file_dispatch_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -538,7 +538,9 @@ class LaunchArg:
 @dataclasses.dataclass(frozen=True)
 class Launch:
     """One kernel launch: module, entry, grid, block, shared_bytes, args,
-    and per_batch (it runs once per batch, before the layers)."""
+    per_batch (it runs once per batch, before the layers), cluster (the
+    thread-block cluster's dimensions, () for none) and programmatic (it
+    may begin before the previous launch ends)."""
     module: str
     entry: str
     grid: tuple
@@ -546,6 +548,8 @@ class Launch:
     shared_bytes: int
     args: tuple
     per_batch: bool
+    cluster: tuple = ()
+    programmatic: bool = False
 
 
 #: The bits of Plan.reads (core.PlanReads).
@@ -639,7 +643,7 @@ def plan_from_proto(p):
         workspace_bytes=p.workspace_bytes,
         launches=tuple(Launch(l.module, l.entry, tuple(l.grid), tuple(l.block), l.shared_bytes,
                               tuple(LaunchArg(a.param, a.kind, a.name, a.offset, a.int_value, a.float_value) for a in l.args),
-                              l.per_batch)
+                              l.per_batch, tuple(l.cluster) if any(l.cluster) else (), l.programmatic)
                        for l in p.launches),
         reads=p.reads,
         note=p.note)

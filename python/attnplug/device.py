@@ -522,10 +522,17 @@ class _Step:
             mod.shared[launch.entry] = launch.shared_bytes
         args = {a.param: a for a in launch.args}
         ctype = {"ptr": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float}
+        if launch.cluster or launch.programmatic:
+            raise CudaError("entry %s: a cluster or programmatic launch, which this launcher does not make "
+                            "(the Go host does: package devicehost)" % launch.entry)
         self.slots, self.tensor_slots = [], []
         for i, (name, kind) in enumerate(params):
             a = args.get(name)
-            if a is None or kind not in ctype:
+            if kind not in ctype:
+                raise CudaError("entry %s: parameter %s is a %s, which this launcher does not pass "
+                                "(it takes ptr, i32, i64 and f32; the Go host takes TMA descriptors and structs: "
+                                "package devicehost)" % (launch.entry, name, kind))
+            if a is None:
                 raise CudaError("entry %s: parameter %s (%s) is not bound" % (launch.entry, name, kind))
             slot = ctype[kind]()
             if a.kind == "tensor":

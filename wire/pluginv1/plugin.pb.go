@@ -2627,8 +2627,12 @@ func (x *DeviceInfo) GetMaxGrid() []int64 {
 type KernelParam struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// "ptr", "i32", "i64" or "f32"; a host refuses a kind it does not know.
-	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// "ptr", "i32", "i64", "f32", "tensormap" (a TMA descriptor, 128
+	// bytes) or "struct" (by value, size bytes); a host refuses a kind it
+	// does not know.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// A struct's size in bytes.
+	Size          int32 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2675,6 +2679,13 @@ func (x *KernelParam) GetKind() string {
 		return x.Kind
 	}
 	return ""
+}
+
+func (x *KernelParam) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
 }
 
 // KernelEntry is one entry point of a module.
@@ -3402,14 +3413,19 @@ func (x *WorkItem) GetSplit() int32 {
 type LaunchArg struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Param string                 `protobuf:"bytes,1,opt,name=param,proto3" json:"param,omitempty"`
-	// "tensor", "meta", "workspace", "int" or "float".
+	// "tensor", "meta", "workspace", "int", "float", "tensormap" (a TMA
+	// descriptor the host encodes over tensor name) or "struct" (fields).
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	// The tensor or metadata buffer, for "tensor" and "meta".
+	// The tensor or metadata buffer, for "tensor", "meta" and "tensormap".
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// Added to a metadata or workspace address, in bytes.
-	Offset        int64   `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
-	IntValue      int64   `protobuf:"varint,5,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
-	FloatValue    float64 `protobuf:"fixed64,6,opt,name=float_value,json=floatValue,proto3" json:"float_value,omitempty"`
+	Offset     int64   `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	IntValue   int64   `protobuf:"varint,5,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
+	FloatValue float64 `protobuf:"fixed64,6,opt,name=float_value,json=floatValue,proto3" json:"float_value,omitempty"`
+	// A "tensormap"'s descriptor.
+	Map *TensorMap `protobuf:"bytes,7,opt,name=map,proto3" json:"map,omitempty"`
+	// A "struct"'s fields.
+	Fields        []*StructField `protobuf:"bytes,8,rep,name=fields,proto3" json:"fields,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3486,6 +3502,164 @@ func (x *LaunchArg) GetFloatValue() float64 {
 	return 0
 }
 
+func (x *LaunchArg) GetMap() *TensorMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
+func (x *LaunchArg) GetFields() []*StructField {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// TensorMap is a TMA descriptor's tiled view of a tensor.
+type TensorMap struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shape the kernel sees, outermost first; empty: the tensor's.
+	View []int64 `protobuf:"varint,1,rep,packed,name=view,proto3" json:"view,omitempty"`
+	// The tile one load brings, per dimension of the view, outermost first.
+	Box []uint32 `protobuf:"varint,2,rep,packed,name=box,proto3" json:"box,omitempty"`
+	// "", "32B", "64B" or "128B".
+	Swizzle string `protobuf:"bytes,3,opt,name=swizzle,proto3" json:"swizzle,omitempty"`
+	// "", "64B", "128B" or "256B".
+	L2Promotion string `protobuf:"bytes,4,opt,name=l2_promotion,json=l2Promotion,proto3" json:"l2_promotion,omitempty"`
+	// Fill out-of-bounds elements with NaN instead of zero.
+	OobNan        bool `protobuf:"varint,5,opt,name=oob_nan,json=oobNan,proto3" json:"oob_nan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TensorMap) Reset() {
+	*x = TensorMap{}
+	mi := &file_plugin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TensorMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TensorMap) ProtoMessage() {}
+
+func (x *TensorMap) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TensorMap.ProtoReflect.Descriptor instead.
+func (*TensorMap) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *TensorMap) GetView() []int64 {
+	if x != nil {
+		return x.View
+	}
+	return nil
+}
+
+func (x *TensorMap) GetBox() []uint32 {
+	if x != nil {
+		return x.Box
+	}
+	return nil
+}
+
+func (x *TensorMap) GetSwizzle() string {
+	if x != nil {
+		return x.Swizzle
+	}
+	return ""
+}
+
+func (x *TensorMap) GetL2Promotion() string {
+	if x != nil {
+		return x.L2Promotion
+	}
+	return ""
+}
+
+func (x *TensorMap) GetOobNan() bool {
+	if x != nil {
+		return x.OobNan
+	}
+	return false
+}
+
+// StructField is one field of a "struct" argument: a value of size bytes
+// at offset (an address, an integer or a float; its param unused).
+type StructField struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        uint32                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size          uint32                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Value         *LaunchArg             `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StructField) Reset() {
+	*x = StructField{}
+	mi := &file_plugin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StructField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StructField) ProtoMessage() {}
+
+func (x *StructField) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StructField.ProtoReflect.Descriptor instead.
+func (*StructField) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *StructField) GetOffset() uint32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *StructField) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StructField) GetValue() *LaunchArg {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 // Launch is one kernel launch.
 type Launch struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -3498,14 +3672,19 @@ type Launch struct {
 	Args        []*LaunchArg `protobuf:"bytes,6,rep,name=args,proto3" json:"args,omitempty"`
 	// The launch depends on the batch, not on a layer: a host may run it
 	// once per batch, before the layers' launches.
-	PerBatch      bool `protobuf:"varint,7,opt,name=per_batch,json=perBatch,proto3" json:"per_batch,omitempty"`
+	PerBatch bool `protobuf:"varint,7,opt,name=per_batch,json=perBatch,proto3" json:"per_batch,omitempty"`
+	// Thread-block cluster dimensions (x, y, z); empty or zero: none.
+	Cluster []uint32 `protobuf:"varint,8,rep,packed,name=cluster,proto3" json:"cluster,omitempty"`
+	// Programmatic dependent launch: the launch may begin before the
+	// previous launch of the plan ends.
+	Programmatic  bool `protobuf:"varint,9,opt,name=programmatic,proto3" json:"programmatic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Launch) Reset() {
 	*x = Launch{}
-	mi := &file_plugin_proto_msgTypes[40]
+	mi := &file_plugin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +3696,7 @@ func (x *Launch) String() string {
 func (*Launch) ProtoMessage() {}
 
 func (x *Launch) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[40]
+	mi := &file_plugin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +3709,7 @@ func (x *Launch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Launch.ProtoReflect.Descriptor instead.
 func (*Launch) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{40}
+	return file_plugin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Launch) GetModule() string {
@@ -3582,6 +3761,20 @@ func (x *Launch) GetPerBatch() bool {
 	return false
 }
 
+func (x *Launch) GetCluster() []uint32 {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+func (x *Launch) GetProgrammatic() bool {
+	if x != nil {
+		return x.Programmatic
+	}
+	return false
+}
+
 // Plan is the launches that run a method's kernel on one batch.
 type Plan struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3604,7 +3797,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_plugin_proto_msgTypes[41]
+	mi := &file_plugin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3616,7 +3809,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[41]
+	mi := &file_plugin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3629,7 +3822,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{41}
+	return file_plugin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Plan) GetKernel() string {
@@ -3697,7 +3890,7 @@ type PlanKernelResponse struct {
 
 func (x *PlanKernelResponse) Reset() {
 	*x = PlanKernelResponse{}
-	mi := &file_plugin_proto_msgTypes[42]
+	mi := &file_plugin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3709,7 +3902,7 @@ func (x *PlanKernelResponse) String() string {
 func (*PlanKernelResponse) ProtoMessage() {}
 
 func (x *PlanKernelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[42]
+	mi := &file_plugin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3722,7 +3915,7 @@ func (x *PlanKernelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanKernelResponse.ProtoReflect.Descriptor instead.
 func (*PlanKernelResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{42}
+	return file_plugin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PlanKernelResponse) GetPlan() *Plan {
@@ -3905,10 +4098,11 @@ const file_plugin_proto_rawDesc = "" +
 	"\x03sms\x18\x04 \x01(\x05R\x03sms\x121\n" +
 	"\x15max_threads_per_block\x18\x05 \x01(\x05R\x12maxThreadsPerBlock\x12/\n" +
 	"\x14max_shared_per_block\x18\x06 \x01(\x03R\x11maxSharedPerBlock\x12\x19\n" +
-	"\bmax_grid\x18\a \x03(\x03R\amaxGrid\"5\n" +
+	"\bmax_grid\x18\a \x03(\x03R\amaxGrid\"I\n" +
 	"\vKernelParam\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\"Z\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x05R\x04size\"Z\n" +
 	"\vKernelEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
 	"\x06params\x18\x02 \x03(\v2\x1f.attnplug.plugin.v1.KernelParamR\x06params\"\x8b\x02\n" +
@@ -3962,7 +4156,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\arequest\x18\x01 \x01(\x05R\arequest\x12\x19\n" +
 	"\bkv_begin\x18\x02 \x01(\x05R\akvBegin\x12\x15\n" +
 	"\x06kv_end\x18\x03 \x01(\x05R\x05kvEnd\x12\x14\n" +
-	"\x05split\x18\x04 \x01(\x05R\x05split\"\x9f\x01\n" +
+	"\x05split\x18\x04 \x01(\x05R\x05split\"\x89\x02\n" +
 	"\tLaunchArg\x12\x14\n" +
 	"\x05param\x18\x01 \x01(\tR\x05param\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -3970,7 +4164,19 @@ const file_plugin_proto_rawDesc = "" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x1b\n" +
 	"\tint_value\x18\x05 \x01(\x03R\bintValue\x12\x1f\n" +
 	"\vfloat_value\x18\x06 \x01(\x01R\n" +
-	"floatValue\"\xd3\x01\n" +
+	"floatValue\x12/\n" +
+	"\x03map\x18\a \x01(\v2\x1d.attnplug.plugin.v1.TensorMapR\x03map\x127\n" +
+	"\x06fields\x18\b \x03(\v2\x1f.attnplug.plugin.v1.StructFieldR\x06fields\"\x87\x01\n" +
+	"\tTensorMap\x12\x12\n" +
+	"\x04view\x18\x01 \x03(\x03R\x04view\x12\x10\n" +
+	"\x03box\x18\x02 \x03(\rR\x03box\x12\x18\n" +
+	"\aswizzle\x18\x03 \x01(\tR\aswizzle\x12!\n" +
+	"\fl2_promotion\x18\x04 \x01(\tR\vl2Promotion\x12\x17\n" +
+	"\aoob_nan\x18\x05 \x01(\bR\x06oobNan\"n\n" +
+	"\vStructField\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\rR\x06offset\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\rR\x04size\x123\n" +
+	"\x05value\x18\x03 \x01(\v2\x1d.attnplug.plugin.v1.LaunchArgR\x05value\"\x91\x02\n" +
 	"\x06Launch\x12\x16\n" +
 	"\x06module\x18\x01 \x01(\tR\x06module\x12\x14\n" +
 	"\x05entry\x18\x02 \x01(\tR\x05entry\x12\x12\n" +
@@ -3978,7 +4184,9 @@ const file_plugin_proto_rawDesc = "" +
 	"\x05block\x18\x04 \x03(\rR\x05block\x12!\n" +
 	"\fshared_bytes\x18\x05 \x01(\rR\vsharedBytes\x121\n" +
 	"\x04args\x18\x06 \x03(\v2\x1d.attnplug.plugin.v1.LaunchArgR\x04args\x12\x1b\n" +
-	"\tper_batch\x18\a \x01(\bR\bperBatch\"\xd9\x02\n" +
+	"\tper_batch\x18\a \x01(\bR\bperBatch\x12\x18\n" +
+	"\acluster\x18\b \x03(\rR\acluster\x12\"\n" +
+	"\fprogrammatic\x18\t \x01(\bR\fprogrammatic\"\xd9\x02\n" +
 	"\x04Plan\x12\x16\n" +
 	"\x06kernel\x18\x01 \x01(\tR\x06kernel\x128\n" +
 	"\atensors\x18\x02 \x03(\v2\x1e.attnplug.plugin.v1.TensorSpecR\atensors\x12:\n" +
@@ -4108,7 +4316,7 @@ func file_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_plugin_proto_goTypes = []any{
 	(ForwardMode)(0),              // 0: attnplug.plugin.v1.ForwardMode
 	(Method)(0),                   // 1: attnplug.plugin.v1.Method
@@ -4156,9 +4364,11 @@ var file_plugin_proto_goTypes = []any{
 	(*MetaBuffer)(nil),            // 43: attnplug.plugin.v1.MetaBuffer
 	(*WorkItem)(nil),              // 44: attnplug.plugin.v1.WorkItem
 	(*LaunchArg)(nil),             // 45: attnplug.plugin.v1.LaunchArg
-	(*Launch)(nil),                // 46: attnplug.plugin.v1.Launch
-	(*Plan)(nil),                  // 47: attnplug.plugin.v1.Plan
-	(*PlanKernelResponse)(nil),    // 48: attnplug.plugin.v1.PlanKernelResponse
+	(*TensorMap)(nil),             // 46: attnplug.plugin.v1.TensorMap
+	(*StructField)(nil),           // 47: attnplug.plugin.v1.StructField
+	(*Launch)(nil),                // 48: attnplug.plugin.v1.Launch
+	(*Plan)(nil),                  // 49: attnplug.plugin.v1.Plan
+	(*PlanKernelResponse)(nil),    // 50: attnplug.plugin.v1.PlanKernelResponse
 }
 var file_plugin_proto_depIdxs = []int32{
 	4,  // 0: attnplug.plugin.v1.QuantityRead.quantity:type_name -> attnplug.plugin.v1.Quantity
@@ -4204,31 +4414,34 @@ var file_plugin_proto_depIdxs = []int32{
 	40, // 40: attnplug.plugin.v1.PlanKernelRequest.dims:type_name -> attnplug.plugin.v1.PlanDims
 	39, // 41: attnplug.plugin.v1.PlanKernelRequest.shape:type_name -> attnplug.plugin.v1.PlanShape
 	33, // 42: attnplug.plugin.v1.PlanKernelRequest.device:type_name -> attnplug.plugin.v1.DeviceInfo
-	45, // 43: attnplug.plugin.v1.Launch.args:type_name -> attnplug.plugin.v1.LaunchArg
-	42, // 44: attnplug.plugin.v1.Plan.tensors:type_name -> attnplug.plugin.v1.TensorSpec
-	43, // 45: attnplug.plugin.v1.Plan.metadata:type_name -> attnplug.plugin.v1.MetaBuffer
-	44, // 46: attnplug.plugin.v1.Plan.schedule:type_name -> attnplug.plugin.v1.WorkItem
-	46, // 47: attnplug.plugin.v1.Plan.launches:type_name -> attnplug.plugin.v1.Launch
-	47, // 48: attnplug.plugin.v1.PlanKernelResponse.plan:type_name -> attnplug.plugin.v1.Plan
-	7,  // 49: attnplug.plugin.v1.Backend.Describe:input_type -> attnplug.plugin.v1.DescribeRequest
-	23, // 50: attnplug.plugin.v1.Backend.Dispatch:input_type -> attnplug.plugin.v1.DispatchRequest
-	25, // 51: attnplug.plugin.v1.Backend.DispatchBatch:input_type -> attnplug.plugin.v1.DispatchBatchRequest
-	15, // 52: attnplug.plugin.v1.Backend.Configure:input_type -> attnplug.plugin.v1.ConfigureRequest
-	31, // 53: attnplug.plugin.v1.Backend.RunKernel:input_type -> attnplug.plugin.v1.RunKernelRequest
-	37, // 54: attnplug.plugin.v1.Backend.KernelModules:input_type -> attnplug.plugin.v1.KernelModulesRequest
-	41, // 55: attnplug.plugin.v1.Backend.PlanKernel:input_type -> attnplug.plugin.v1.PlanKernelRequest
-	8,  // 56: attnplug.plugin.v1.Backend.Describe:output_type -> attnplug.plugin.v1.DescribeResponse
-	24, // 57: attnplug.plugin.v1.Backend.Dispatch:output_type -> attnplug.plugin.v1.DispatchResponse
-	27, // 58: attnplug.plugin.v1.Backend.DispatchBatch:output_type -> attnplug.plugin.v1.DispatchBatchResponse
-	16, // 59: attnplug.plugin.v1.Backend.Configure:output_type -> attnplug.plugin.v1.ConfigureResponse
-	32, // 60: attnplug.plugin.v1.Backend.RunKernel:output_type -> attnplug.plugin.v1.RunKernelResponse
-	38, // 61: attnplug.plugin.v1.Backend.KernelModules:output_type -> attnplug.plugin.v1.KernelModulesResponse
-	48, // 62: attnplug.plugin.v1.Backend.PlanKernel:output_type -> attnplug.plugin.v1.PlanKernelResponse
-	56, // [56:63] is the sub-list for method output_type
-	49, // [49:56] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	46, // 43: attnplug.plugin.v1.LaunchArg.map:type_name -> attnplug.plugin.v1.TensorMap
+	47, // 44: attnplug.plugin.v1.LaunchArg.fields:type_name -> attnplug.plugin.v1.StructField
+	45, // 45: attnplug.plugin.v1.StructField.value:type_name -> attnplug.plugin.v1.LaunchArg
+	45, // 46: attnplug.plugin.v1.Launch.args:type_name -> attnplug.plugin.v1.LaunchArg
+	42, // 47: attnplug.plugin.v1.Plan.tensors:type_name -> attnplug.plugin.v1.TensorSpec
+	43, // 48: attnplug.plugin.v1.Plan.metadata:type_name -> attnplug.plugin.v1.MetaBuffer
+	44, // 49: attnplug.plugin.v1.Plan.schedule:type_name -> attnplug.plugin.v1.WorkItem
+	48, // 50: attnplug.plugin.v1.Plan.launches:type_name -> attnplug.plugin.v1.Launch
+	49, // 51: attnplug.plugin.v1.PlanKernelResponse.plan:type_name -> attnplug.plugin.v1.Plan
+	7,  // 52: attnplug.plugin.v1.Backend.Describe:input_type -> attnplug.plugin.v1.DescribeRequest
+	23, // 53: attnplug.plugin.v1.Backend.Dispatch:input_type -> attnplug.plugin.v1.DispatchRequest
+	25, // 54: attnplug.plugin.v1.Backend.DispatchBatch:input_type -> attnplug.plugin.v1.DispatchBatchRequest
+	15, // 55: attnplug.plugin.v1.Backend.Configure:input_type -> attnplug.plugin.v1.ConfigureRequest
+	31, // 56: attnplug.plugin.v1.Backend.RunKernel:input_type -> attnplug.plugin.v1.RunKernelRequest
+	37, // 57: attnplug.plugin.v1.Backend.KernelModules:input_type -> attnplug.plugin.v1.KernelModulesRequest
+	41, // 58: attnplug.plugin.v1.Backend.PlanKernel:input_type -> attnplug.plugin.v1.PlanKernelRequest
+	8,  // 59: attnplug.plugin.v1.Backend.Describe:output_type -> attnplug.plugin.v1.DescribeResponse
+	24, // 60: attnplug.plugin.v1.Backend.Dispatch:output_type -> attnplug.plugin.v1.DispatchResponse
+	27, // 61: attnplug.plugin.v1.Backend.DispatchBatch:output_type -> attnplug.plugin.v1.DispatchBatchResponse
+	16, // 62: attnplug.plugin.v1.Backend.Configure:output_type -> attnplug.plugin.v1.ConfigureResponse
+	32, // 63: attnplug.plugin.v1.Backend.RunKernel:output_type -> attnplug.plugin.v1.RunKernelResponse
+	38, // 64: attnplug.plugin.v1.Backend.KernelModules:output_type -> attnplug.plugin.v1.KernelModulesResponse
+	50, // 65: attnplug.plugin.v1.Backend.PlanKernel:output_type -> attnplug.plugin.v1.PlanKernelResponse
+	59, // [59:66] is the sub-list for method output_type
+	52, // [52:59] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -4244,7 +4457,7 @@ func file_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

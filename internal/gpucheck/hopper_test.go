@@ -1,0 +1,213 @@
+package gpucheck
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/launch"
+	"github.com/attnplug/attnplug/launch/cudaexec"
+)
+
+// hopperSource is a kernel with what Hopper's kernels take: a TMA
+// descriptor (cp.async.bulk.tensor into shared memory, an mbarrier
+// waited on), a struct by value, a thread-block cluster (it writes its
+// rank) and a programmatic launch (griddepcontrol). Block b copies the 64x64
+// bf16 box at row 64*b of the descriptor's view into out, times the
+// struct's scale, and writes its cluster rank and whether the struct's
+// check field arrived intact into lse.
+const hopperSource = `
+struct __align__(64) TensorMap { unsigned long long opaque[16]; };
+struct Params { unsigned short* out; int rows; float scale; long long check; };
+
+__device__ __forceinline__ unsigned smem(const void* p) {
+    unsigned r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+extern "C" __global__ void __launch_bounds__(128) tma_copy(const __grid_constant__ TensorMap src, const __grid_constant__ Params p, float* lse) {
+    __shared__ __align__(128) unsigned short tile[64 * 64];
+    __shared__ __align__(8) unsigned long long bar;
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const unsigned bar_a = smem(&bar), tile_a = smem(tile);
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared.b64 [%0], 1;" :: "r"(bar_a));
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" :: "r"(bar_a), "r"(64 * 64 * 2) : "memory");
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                     :: "r"(tile_a), "l"(&src), "r"(0), "r"((int)blockIdx.x * 64), "r"(bar_a) : "memory");
+    }
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred q; mbarrier.try_wait.parity.shared.b64 q, [%1], 0; selp.u32 %0, 1, 0, q; }" : "=r"(done) : "r"(bar_a) : "memory");
+    for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {
+        float v = __int_as_float((int)tile[i] << 16) * p.scale;
+        p.out[blockIdx.x * 4096 + i] = (unsigned short)(__float_as_int(v) >> 16);
+    }
+    if (threadIdx.x == 0) {
+        unsigned rank;
+        asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+        lse[blockIdx.x] = (float)rank;
+        lse[32 + blockIdx.x] = (p.check == (1LL << 40) + 7 && p.rows == 512) ? 1.f : 0.f;
+    }
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+`
+
+// TestHopperLaunchFeatures: a plan with a TMA descriptor over the cache
+// (viewed as rows), a struct parameter, a cluster launch and a programmatic
+// launch is checked by the host and runs inside a captured CUDA graph
+// across two layers with different tensors: each layer's output is its own
+// cache's boxes, so each launch of the graph kept its own descriptor.
+func TestHopperLaunchFeatures(t *testing.T) {
+	e := openEnv(t)
+	dev := e.Exec.Device()
+	if dev.ComputeCapability < 90 {
+		t.Skipf("%s has compute capability %d: clusters, TMA and programmatic launches need 9.0", dev.Name, dev.ComputeCapability)
+	}
+	ptx, err := cuda.CompilePTX(hopperSource, "hopper.cu", fmt.Sprintf("--gpu-architecture=compute_%d", dev.ComputeCapability))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod := core.KernelModule{Name: "hopper_test", Platform: core.PlatformCUDA, Arch: "compute_90", Format: core.FormatPTX,
+		Image: []byte(ptx), SHA256: core.ImageSHA256([]byte(ptx)), Kernels: []string{"acme_decode"},
+		Entries: []core.Entry{{Name: "tma_copy", Params: []core.Param{
+			{Name: "src_map", Kind: core.ParamTensorMap}, {Name: "params", Kind: core.ParamStruct, Size: 24}, {Name: "lse", Kind: core.ParamPtr},
+		}}}}
+	if err := e.Exec.Load([]core.KernelModule{mod}); err != nil {
+		t.Fatal(err)
+	}
+	req := &core.PlanRequest{Backend: "acme", Method: core.MLA, DType: "bf16", Device: dev,
+		Dims:  core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1},
+		Shape: core.PlanShape{SeqLens: []int64{512}, QLens: []int64{4}, PageSize: 64, NumPages: 8}}
+	ts, err := launch.Tensors(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &core.Plan{Kernel: "acme_decode", Tensors: ts, Launches: []core.Launch{{
+		Module: "hopper_test", Entry: "tma_copy", Grid: [3]uint32{8, 1, 1}, Block: [3]uint32{128, 1, 1},
+		Cluster: [3]uint32{2, 1, 1}, Programmatic: true,
+		Args: []core.Arg{
+			{Param: "src_map", Kind: core.ArgTensorMap, Name: "kv_cache", Map: &core.TensorMap{View: []int64{512, 576}, Box: []uint32{64, 64}}},
+			{Param: "params", Kind: core.ArgStruct, Fields: []core.Field{
+				{Offset: 0, Size: 8, Arg: core.Arg{Kind: core.ArgTensor, Name: "out"}},
+				{Offset: 8, Size: 4, Arg: core.Arg{Kind: core.ArgInt, Int: 512}},
+				{Offset: 12, Size: 4, Arg: core.Arg{Kind: core.ArgFloat, Float: 0.5}},
+				{Offset: 16, Size: 8, Arg: core.Arg{Kind: core.ArgInt, Int: 1<<40 + 7}},
+			}},
+			{Param: "lse", Kind: core.ArgTensor, Name: "lse"},
+		},
+	}}}
+	prep, err := e.Exec.Prepare(req, p)
+	if err != nil {
+		t.Fatalf("the host refuses the plan: %v", err)
+	}
+	defer prep.Close()
+	// Two layers: their own caches (random bf16), outputs and LSE.
+	rng := rand.New(rand.NewPCG(5, 6))
+	caches := make([][]uint16, 2)
+	layers := make([][]cudaexec.Buffer, 2)
+	var all []uint64
+	err = e.Dev.Do(func(x *cuda.Ctx) error {
+		for l := range layers {
+			for _, s := range ts {
+				n := s.Bytes()
+				ptr, err := x.Alloc(n)
+				if err != nil {
+					return err
+				}
+				all = append(all, ptr)
+				layers[l] = append(layers[l], cudaexec.Buffer{Ptr: ptr, Bytes: n})
+				if s.Name == "kv_cache" {
+					caches[l] = make([]uint16, n/2)
+					for i := range caches[l] {
+						caches[l][i] = uint16(0x3c00 + rng.IntN(0x800)) // bf16 in [2^-7, 2^9)
+					}
+					if err := x.CopyIn(ptr, unsafe.Slice((*byte)(unsafe.Pointer(&caches[l][0])), n)); err != nil {
+						return err
+					}
+				}
+				if s.Output {
+					if err := x.Fill32(ptr, 0x7fc00000, n/4); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if err := x.Synchronize(); err != nil {
+			return err
+		}
+		g, err := x.Capture(e.Stream(), func() error {
+			for l := range layers {
+				if err := prep.LaunchLayer(x, e.Stream(), layers[l]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		defer x.DestroyGraph(g)
+		if err := x.LaunchGraph(g, e.Stream()); err != nil {
+			return err
+		}
+		return x.SyncStream(e.Stream())
+	})
+	defer e.Dev.Do(func(x *cuda.Ctx) error {
+		for _, p := range all {
+			x.Free(p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := map[string]int{}
+	for i, s := range ts {
+		index[s.Name] = i
+	}
+	for l := range layers {
+		out := make([]byte, layers[l][index["out"]].Bytes)
+		lse := make([]byte, layers[l][index["lse"]].Bytes)
+		err := e.Dev.Do(func(x *cuda.Ctx) error {
+			if err := x.CopyOut(out, layers[l][index["out"]].Ptr); err != nil {
+				return err
+			}
+			return x.CopyOut(lse, layers[l][index["lse"]].Ptr)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := 0
+		for b := range 8 {
+			for r := range 64 {
+				for c := range 64 {
+					want := bf16(caches[l][(b*64+r)*576+c]) * 0.5
+					if got := bf16(binary.LittleEndian.Uint16(out[2*(b*4096+r*64+c):])); got != want {
+						if bad++; bad < 4 {
+							t.Errorf("layer %d block %d row %d col %d: %v, want %v", l, b, r, c, got, want)
+						}
+					}
+				}
+			}
+			rank := math.Float32frombits(binary.LittleEndian.Uint32(lse[4*b:]))
+			ok := math.Float32frombits(binary.LittleEndian.Uint32(lse[4*(32+b):]))
+			if rank != float32(b%2) || ok != 1 {
+				t.Errorf("layer %d block %d: cluster rank %v (want %d), struct intact %v (want 1)", l, b, rank, b%2, ok)
+			}
+		}
+		if bad > 0 {
+			t.Errorf("layer %d: %d elements differ from its own cache's boxes", l, bad)
+		}
+	}
+}
