@@ -43,8 +43,8 @@ func TestPlansAndModulesRoundTrip(t *testing.T) {
 		t.Fatalf("modules:\n got %+v\nwant %+v", got, mods)
 	}
 	req := core.PlanRequest{Backend: "dsa", Method: core.MLA, DType: "bf16", KVDType: "fp8_e4m3",
-		Dims:  core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1, TopK: 2048},
-		Shape: core.PlanShape{SeqLens: []int64{10}, QLens: []int64{1}, PageSize: 64, NumPages: 1},
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1, TopK: 2048},
+		Shape:  core.PlanShape{SeqLens: []int64{10}, QLens: []int64{1}, PageSize: 64, NumPages: 1},
 		Device: core.DeviceInfo{Platform: core.PlatformCUDA, Name: "NVIDIA H200", ComputeCapability: 90}}
 	back, err := PlanRequestFromProto(overTheWire(t, PlanRequestToProto(&req), &dispatchv1.PlanKernelRequest{}))
 	if err != nil || !reflect.DeepEqual(back, req) {
