@@ -166,6 +166,20 @@ func sparseKeys(rng *rand.Rand, visible int64, topk int, pad float64, slot func(
 	return row
 }
 
+// drawTopK draws every query token's top-k row among the keys it sees,
+// as slots of its request's pages.
+func (b *QuantBatch) drawTopK(rng *rand.Rand) {
+	c := b.Case
+	for i, n := range c.SeqLens {
+		pages := b.Pages[b.Indptr[i]:b.Indptr[i+1]]
+		slot := func(p int64) int32 { return pages[p/int64(c.PageSize)]*int32(c.PageSize) + int32(p%int64(c.PageSize)) }
+		for t := range c.QLens[i] {
+			visible := n - c.QLens[i] + t + 1
+			b.TopK = append(b.TopK, sparseKeys(rng, visible, c.TopK, c.Pad, slot)...)
+		}
+	}
+}
+
 // AllocQuant puts c's tensors on the device: copies caches (layers), pages
 // shuffled, the top-k rows drawn per token.
 func (e *Env) AllocQuant(c QuantCase, copies int) (*QuantBatch, error) {
@@ -191,14 +205,7 @@ func (e *Env) AllocQuant(c QuantCase, copies int) (*QuantBatch, error) {
 		seq[i] = int32(n)
 	}
 	if c.TopK > 0 {
-		for i, n := range c.SeqLens {
-			pages := b.Pages[b.Indptr[i]:b.Indptr[i+1]]
-			slot := func(p int64) int32 { return pages[p/int64(c.PageSize)]*int32(c.PageSize) + int32(p%int64(c.PageSize)) }
-			for t := range c.QLens[i] {
-				visible := n - c.QLens[i] + t + 1
-				b.TopK = append(b.TopK, sparseKeys(rng, visible, c.TopK, c.Pad, slot)...)
-			}
-		}
+		b.drawTopK(rng)
 	}
 	kvd := "bf16"
 	if c.FP8 {

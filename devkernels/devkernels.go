@@ -509,23 +509,18 @@ func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers) core.Laun
 	}
 }
 
-// planDecode cuts the batch into work items of balanced cost (FlashMLA's
-// tile scheduler, computed on the CPU): every head block of an item is one
-// thread block, one block per multiprocessor, so the items are sized to
-// fill the GPU once. A request whose keys span several items gets partial
-// results that mla_combine merges.
-func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
-	s, d := req.Shape, req.Dims
-	ds := shapeOf(req, form)
-	b, v, hb, slots := ds.batch, ds.v, ds.hb, ds.slots
-	m := v.rows
-
+// cutItems cuts every request of lens into work items of about an even
+// share of the batch's cost over ds.slots blocks (FlashMLA's tile
+// scheduler, on the CPU); with graph, the share grows until the items fit
+// the grid's capacity. It returns the items and the share, in key tiles.
+func cutItems(lens []int64, ds decodeShape, graph bool) ([]core.WorkItem, int) {
+	b, slots := ds.batch, ds.slots
 	// Cost of a request: its key tiles plus a fixed cost per item (the
 	// query load and the epilogue), in tiles.
 	const itemCost, minTiles = 1, 1
 	tiles := make([]int, b)
 	var total int
-	for i, n := range s.SeqLens {
+	for i, n := range lens {
 		tiles[i] = int((n + mlaBN - 1) / mlaBN)
 		total += tiles[i] + itemCost
 	}
@@ -539,7 +534,7 @@ func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
 	// overlaps another block's work.)
 	target := max((total+slots-1)/slots, minTiles+itemCost)
 	capacity := math.MaxInt
-	if req.Graph {
+	if graph {
 		// One graph per batch size: the grid is fixed at the most items
 		// any lengths can produce, and the kernel skips the empty ones.
 		capacity = ds.capacity
@@ -552,7 +547,7 @@ func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
 			per := (tiles[i] + chunks - 1) / chunks
 			for c := range chunks {
 				lo := c * per * mlaBN
-				hi := min((c+1)*per*mlaBN, int(s.SeqLens[i]))
+				hi := min((c+1)*per*mlaBN, int(lens[i]))
 				if lo >= hi {
 					break
 				}
@@ -563,6 +558,25 @@ func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
 			break
 		}
 		target += target/4 + 1
+	}
+	return sched, target
+}
+
+// planDecode cuts the batch into work items of balanced cost (FlashMLA's
+// tile scheduler, computed on the CPU): every head block of an item is one
+// thread block, one block per multiprocessor, so the items are sized to
+// fill the GPU once. A request whose keys span several items gets partial
+// results that mla_combine merges.
+func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
+	s, d := req.Shape, req.Dims
+	ds := shapeOf(req, form)
+	b, v, hb := ds.batch, ds.v, ds.hb
+	m := v.rows
+
+	sched, target := cutItems(s.SeqLens, ds, req.Graph)
+	capacity := math.MaxInt
+	if req.Graph {
+		capacity = ds.capacity
 	}
 	if !req.Graph {
 		capacity = len(sched)

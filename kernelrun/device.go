@@ -82,7 +82,7 @@ type deviceRun struct {
 }
 
 func (d *Device) run(ctx context.Context, reg *registry.Registry, r deviceRun) (*Answer, string, error) {
-	heads, req, ans, seed := r.heads, r.req, r.ans, r.seed
+	req, ans := r.req, r.ans
 	env, err := d.open()
 	if err != nil {
 		return nil, "no CUDA device: " + err.Error(), nil
@@ -119,76 +119,9 @@ func (d *Device) run(ctx context.Context, reg *registry.Registry, r deviceRun) (
 		}
 		return prep, "", nil
 	}
-	var ch devicehost.Check
-	var t devicehost.Timing
-	kv := "bf16 cache"
-	switch ans.Method {
-	case core.MLA:
-		sparse := false
-		for _, k := range reg.Kernels(ans.Handler) {
-			sparse = sparse || (k.Method == core.MLA && k.Sparse)
-		}
-		fp8 := req.Runtime.KVCacheDType == "fp8_e4m3"
-		if fp8 || (sparse && r.topK > 0) {
-			c := devicehost.QuantCase{Heads: heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, FP8: fp8, Seed: seed}
-			if sparse {
-				c.TopK = r.topK
-			}
-			if fp8 {
-				kv = "fp8_e4m3 cache"
-			}
-			var why string
-			ch, t, why, err = d.runQuant(env, c, plan)
-			if why != "" || err != nil {
-				return nil, why, err
-			}
-			break
-		}
-		bt, err := env.Alloc(devicehost.Case{Heads: heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, Seed: seed}, 1)
-		if err != nil {
-			return nil, "", core.NewFieldError("seq_lens", err.Error())
-		}
-		defer bt.Free(env)
-		p, why, err := plan(&bt.Req)
-		if p == nil {
-			return nil, why, err
-		}
-		defer p.Close()
-		if err := env.Launch(bt, p); err != nil {
-			return nil, "", err
-		}
-		if ch, err = env.Verify(bt, 0, 32); err != nil {
-			return nil, "", err
-		}
-		if t, err = env.Time(bt, p, 5, 5); err != nil {
-			return nil, "", err
-		}
-	case core.MHA, core.MHAOneShot, core.MHAChunkedKV:
-		c := devicehost.PrefillCase{Method: ans.Method, Heads: heads, SeqLens: b.SeqLens, QLens: qlens,
-			ChunkCapacity: int(min(b.MaxChunkCapacity, 1<<30)), Seed: seed}
-		bt, err := env.AllocPrefill(c)
-		if err != nil {
-			return nil, "", core.NewFieldError("seq_lens", err.Error())
-		}
-		defer bt.Free(env)
-		p, why, err := plan(&bt.Req)
-		if p == nil {
-			return nil, why, err
-		}
-		defer p.Close()
-		if err := env.RunPrefill(bt, p); err != nil {
-			return nil, "", err
-		}
-		out, lse, err := env.Outputs(bt)
-		if err != nil {
-			return nil, "", err
-		}
-		ch = env.VerifyPrefill(bt, out, lse, 32)
-		if t, err = env.TimePrefill(bt, p, 5); err != nil {
-			return nil, "", err
-		}
-	default:
-		return nil, fmt.Sprintf("%s has no device code", ans.Method), nil
+	ch, t, kv, why, err := d.runMethod(env, reg, r, qlens, plan)
+	if why != "" || err != nil {
+		return nil, why, err
 	}
 	a.TimeNS = int64(t.Median * 1000)
 	a.RelError, a.LSEError = ch.RelErr, ch.LSEErr
@@ -228,4 +161,81 @@ func (d *Device) runQuant(env *devicehost.Env, c devicehost.QuantCase, plan func
 	}
 	t, err = env.TimeQuant(bt, p, 5, 5)
 	return ch, t, "", err
+}
+
+// runMethod runs r's method on the GPU: the MLA decode (dense, sparse over
+// the top-k, or over an FP8 cache) or a prefill, planned by plan, checked
+// and timed. It returns the check, the timing and the cache it read; or
+// why the method cannot run on the device here.
+func (d *Device) runMethod(env *devicehost.Env, reg *registry.Registry, r deviceRun, qlens []int64,
+	plan func(*core.PlanRequest) (*cudaexec.Prepared, string, error)) (devicehost.Check, devicehost.Timing, string, string, error) {
+	var ch devicehost.Check
+	var t devicehost.Timing
+	kv := "bf16 cache"
+	heads, req, ans, seed, b := r.heads, r.req, r.ans, r.seed, r.req.Batch
+	switch ans.Method {
+	case core.MLA:
+		sparse := false
+		for _, k := range reg.Kernels(ans.Handler) {
+			sparse = sparse || (k.Method == core.MLA && k.Sparse)
+		}
+		fp8 := req.Runtime.KVCacheDType == "fp8_e4m3"
+		if fp8 || (sparse && r.topK > 0) {
+			c := devicehost.QuantCase{Heads: heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, FP8: fp8, Seed: seed}
+			if sparse {
+				c.TopK = r.topK
+			}
+			if fp8 {
+				kv = "fp8_e4m3 cache"
+			}
+			ch, t, why, err := d.runQuant(env, c, plan)
+			return ch, t, kv, why, err
+		}
+		bt, err := env.Alloc(devicehost.Case{Heads: heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, Seed: seed}, 1)
+		if err != nil {
+			return ch, t, kv, "", core.NewFieldError("seq_lens", err.Error())
+		}
+		defer bt.Free(env)
+		p, why, err := plan(&bt.Req)
+		if p == nil {
+			return ch, t, kv, why, err
+		}
+		defer p.Close()
+		if err := env.Launch(bt, p); err != nil {
+			return ch, t, kv, "", err
+		}
+		if ch, err = env.Verify(bt, 0, 32); err != nil {
+			return ch, t, kv, "", err
+		}
+		if t, err = env.Time(bt, p, 5, 5); err != nil {
+			return ch, t, kv, "", err
+		}
+	case core.MHA, core.MHAOneShot, core.MHAChunkedKV:
+		c := devicehost.PrefillCase{Method: ans.Method, Heads: heads, SeqLens: b.SeqLens, QLens: qlens,
+			ChunkCapacity: int(min(b.MaxChunkCapacity, 1<<30)), Seed: seed}
+		bt, err := env.AllocPrefill(c)
+		if err != nil {
+			return ch, t, kv, "", core.NewFieldError("seq_lens", err.Error())
+		}
+		defer bt.Free(env)
+		p, why, err := plan(&bt.Req)
+		if p == nil {
+			return ch, t, kv, why, err
+		}
+		defer p.Close()
+		if err := env.RunPrefill(bt, p); err != nil {
+			return ch, t, kv, "", err
+		}
+		out, lse, err := env.Outputs(bt)
+		if err != nil {
+			return ch, t, kv, "", err
+		}
+		ch = env.VerifyPrefill(bt, out, lse, 32)
+		if t, err = env.TimePrefill(bt, p, 5); err != nil {
+			return ch, t, kv, "", err
+		}
+	default:
+		return ch, t, kv, fmt.Sprintf("%s has no device code", ans.Method), nil
+	}
+	return ch, t, kv, "", nil
 }
