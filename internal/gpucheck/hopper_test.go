@@ -86,27 +86,8 @@ func TestHopperLaunchFeatures(t *testing.T) {
 	if err := e.Exec.Load([]core.KernelModule{mod}); err != nil {
 		t.Fatal(err)
 	}
-	req := &core.PlanRequest{Backend: "acme", Method: core.MLA, DType: "bf16", Device: dev,
-		Dims:  core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1},
-		Shape: core.PlanShape{SeqLens: []int64{512}, QLens: []int64{4}, PageSize: 64, NumPages: 8}}
-	ts, err := launch.Tensors(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &core.Plan{Kernel: "acme_decode", Tensors: ts, Launches: []core.Launch{{
-		Module: "hopper_test", Entry: "tma_copy", Grid: [3]uint32{8, 1, 1}, Block: [3]uint32{128, 1, 1},
-		Cluster: [3]uint32{2, 1, 1}, Programmatic: true,
-		Args: []core.Arg{
-			{Param: "src_map", Kind: core.ArgTensorMap, Name: "kv_cache", Map: &core.TensorMap{View: []int64{512, 576}, Box: []uint32{64, 64}}},
-			{Param: "params", Kind: core.ArgStruct, Fields: []core.Field{
-				{Offset: 0, Size: 8, Arg: core.Arg{Kind: core.ArgTensor, Name: "out"}},
-				{Offset: 8, Size: 4, Arg: core.Arg{Kind: core.ArgInt, Int: 512}},
-				{Offset: 12, Size: 4, Arg: core.Arg{Kind: core.ArgFloat, Float: 0.5}},
-				{Offset: 16, Size: 8, Arg: core.Arg{Kind: core.ArgInt, Int: 1<<40 + 7}},
-			}},
-			{Param: "lse", Kind: core.ArgTensor, Name: "lse"},
-		},
-	}}}
+	req, p := hopperPlanFor(t, dev)
+	ts := p.Tensors
 	prep, err := e.Exec.Prepare(req, p)
 	if err != nil {
 		t.Fatalf("the host refuses the plan: %v", err)
@@ -172,42 +153,79 @@ func TestHopperLaunchFeatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for l := range layers {
+		checkHopperLayer(t, e, ts, l, layers[l], caches[l])
+	}
+}
+
+// hopperPlanFor is the plan of TestHopperLaunchFeatures on dev: tma_copy
+// over a decode batch's cache viewed as 512 rows of 576, in clusters of
+// two, programmatic, with a struct of the output's address, the rows, a
+// scale and a check value.
+func hopperPlanFor(t *testing.T, dev core.DeviceInfo) (*core.PlanRequest, *core.Plan) {
+	t.Helper()
+	req := &core.PlanRequest{Backend: "acme", Method: core.MLA, DType: "bf16", Device: dev,
+		Dims:  core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1},
+		Shape: core.PlanShape{SeqLens: []int64{512}, QLens: []int64{4}, PageSize: 64, NumPages: 8}}
+	ts, err := launch.Tensors(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &core.Plan{Kernel: "acme_decode", Tensors: ts, Launches: []core.Launch{{
+		Module: "hopper_test", Entry: "tma_copy", Grid: [3]uint32{8, 1, 1}, Block: [3]uint32{128, 1, 1},
+		Cluster: [3]uint32{2, 1, 1}, Programmatic: true,
+		Args: []core.Arg{
+			{Param: "src_map", Kind: core.ArgTensorMap, Name: "kv_cache", Map: &core.TensorMap{View: []int64{512, 576}, Box: []uint32{64, 64}}},
+			{Param: "params", Kind: core.ArgStruct, Fields: []core.Field{
+				{Offset: 0, Size: 8, Arg: core.Arg{Kind: core.ArgTensor, Name: "out"}},
+				{Offset: 8, Size: 4, Arg: core.Arg{Kind: core.ArgInt, Int: 512}},
+				{Offset: 12, Size: 4, Arg: core.Arg{Kind: core.ArgFloat, Float: 0.5}},
+				{Offset: 16, Size: 8, Arg: core.Arg{Kind: core.ArgInt, Int: 1<<40 + 7}},
+			}},
+			{Param: "lse", Kind: core.ArgTensor, Name: "lse"},
+		},
+	}}}
+	return req, p
+}
+
+// checkHopperLayer checks layer l's outputs: its own cache's boxes times
+// the scale, each block's cluster rank, the struct intact.
+func checkHopperLayer(t *testing.T, e *Env, ts []core.TensorSpec, l int, bufs []cudaexec.Buffer, cache []uint16) {
+	t.Helper()
 	index := map[string]int{}
 	for i, s := range ts {
 		index[s.Name] = i
 	}
-	for l := range layers {
-		out := make([]byte, layers[l][index["out"]].Bytes)
-		lse := make([]byte, layers[l][index["lse"]].Bytes)
-		err := e.Dev.Do(func(x *cuda.Ctx) error {
-			if err := x.CopyOut(out, layers[l][index["out"]].Ptr); err != nil {
-				return err
-			}
-			return x.CopyOut(lse, layers[l][index["lse"]].Ptr)
-		})
-		if err != nil {
-			t.Fatal(err)
+	out := make([]byte, bufs[index["out"]].Bytes)
+	lse := make([]byte, bufs[index["lse"]].Bytes)
+	err := e.Dev.Do(func(x *cuda.Ctx) error {
+		if err := x.CopyOut(out, bufs[index["out"]].Ptr); err != nil {
+			return err
 		}
-		bad := 0
-		for b := range 8 {
-			for r := range 64 {
-				for c := range 64 {
-					want := bf16(caches[l][(b*64+r)*576+c]) * 0.5
-					if got := bf16(binary.LittleEndian.Uint16(out[2*(b*4096+r*64+c):])); got != want {
-						if bad++; bad < 4 {
-							t.Errorf("layer %d block %d row %d col %d: %v, want %v", l, b, r, c, got, want)
-						}
+		return x.CopyOut(lse, bufs[index["lse"]].Ptr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for b := range 8 {
+		for r := range 64 {
+			for c := range 64 {
+				want := bf16(cache[(b*64+r)*576+c]) * 0.5
+				if got := bf16(binary.LittleEndian.Uint16(out[2*(b*4096+r*64+c):])); got != want {
+					if bad++; bad < 4 {
+						t.Errorf("layer %d block %d row %d col %d: %v, want %v", l, b, r, c, got, want)
 					}
 				}
 			}
-			rank := math.Float32frombits(binary.LittleEndian.Uint32(lse[4*b:]))
-			ok := math.Float32frombits(binary.LittleEndian.Uint32(lse[4*(32+b):]))
-			if rank != float32(b%2) || ok != 1 {
-				t.Errorf("layer %d block %d: cluster rank %v (want %d), struct intact %v (want 1)", l, b, rank, b%2, ok)
-			}
 		}
-		if bad > 0 {
-			t.Errorf("layer %d: %d elements differ from its own cache's boxes", l, bad)
+		rank := math.Float32frombits(binary.LittleEndian.Uint32(lse[4*b:]))
+		ok := math.Float32frombits(binary.LittleEndian.Uint32(lse[4*(32+b):]))
+		if rank != float32(b%2) || ok != 1 {
+			t.Errorf("layer %d block %d: cluster rank %v (want %d), struct intact %v (want 1)", l, b, rank, b%2, ok)
 		}
+	}
+	if bad > 0 {
+		t.Errorf("layer %d: %d elements differ from its own cache's boxes", l, bad)
 	}
 }
