@@ -484,6 +484,8 @@ func setFlag(r *core.Request, q core.Quantity, v int64) bool {
 	if v != 0 && v != 1 {
 		return false
 	}
+	// One case per flag, the write side of core's Quantity.Value: core has no
+	// setter, and probing is the one place that sets a quantity by value.
 	rt, l := &r.Runtime, &r.Layer
 	switch q {
 	case core.QuantityPiecewiseCUDAGraph:

@@ -259,6 +259,8 @@ func describe(r *core.Request) string {
 			sb.WriteString(" " + name)
 		}
 	}
+	// Flags named one by one, in the line's order (runtime, then batch and
+	// layer), with the two runtime values among them.
 	flag("piecewise_cuda_graph", r.Runtime.PiecewiseCUDAGraph)
 	flag("breakable_cuda_graph", r.Runtime.BreakableCUDAGraph)
 	flag("deterministic_inference", r.Runtime.DeterministicInference)

@@ -20,15 +20,19 @@ type wantDev struct {
 	reason                       string
 }
 
-func TestDetectFixtures(t *testing.T) {
-	tests := []struct {
-		name     string
-		platform string
-		mla, dsa string
-		cpuArch  string
-		amx      bool
-		devs     []wantDev
-	}{
+// fixtureCase is one row of TestDetectFixtures: a fixture tree and the report expected from it.
+type fixtureCase struct {
+	name     string
+	platform string
+	mla, dsa string
+	cpuArch  string
+	amx      bool
+	devs     []wantDev
+}
+
+// fixtureCases are the rows of TestDetectFixtures, one per fixture tree.
+func fixtureCases() []fixtureCase {
+	return []fixtureCase{
 		{
 			name: "h100", platform: "cuda", mla: "fa3", dsa: "dsa", cpuArch: "amd64", amx: true,
 			devs: []wantDev{
@@ -118,36 +122,43 @@ func TestDetectFixtures(t *testing.T) {
 			},
 		},
 	}
+}
+
+func TestDetectFixtures(t *testing.T) {
 	seen := map[string]bool{}
-	for _, tt := range tests {
+	for _, tt := range fixtureCases() {
 		seen[tt.name] = true
-		t.Run(tt.name, func(t *testing.T) {
-			r := detectFixture(t, tt.name, Options{})
-			if r.Platform != tt.platform {
-				t.Errorf("platform: got %q, want %q", r.Platform, tt.platform)
-			}
-			if r.DefaultBackend.MLA != tt.mla || r.DefaultBackend.DSA != tt.dsa {
-				t.Errorf("default backend: got mla=%s dsa=%s, want mla=%s dsa=%s",
-					r.DefaultBackend.MLA, r.DefaultBackend.DSA, tt.mla, tt.dsa)
-			}
-			if r.CPU.Arch != tt.cpuArch || r.CPU.AMX != tt.amx {
-				t.Errorf("cpu: got arch=%q amx=%v, want arch=%q amx=%v (reason %q)", r.CPU.Arch, r.CPU.AMX, tt.cpuArch, tt.amx, r.CPU.Reason)
-			}
-			if len(r.Devices) != len(tt.devs) {
-				t.Fatalf("devices: got %d %+v, want %d", len(r.Devices), r.Devices, len(tt.devs))
-			}
-			for i, w := range tt.devs {
-				d := r.Devices[i]
-				got := wantDev{d.PCIAddress, d.PCIID, d.Model, d.Arch, d.ComputeCapability, d.Usable, d.Reason}
-				if got != w {
-					t.Errorf("device %d:\n got %+v\nwant %+v", i, got, w)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkFixture(t, tt) })
 	}
 	for _, n := range fixtureNames() {
 		if !seen[n] {
 			t.Errorf("fixture %s has no test case", n)
+		}
+	}
+}
+
+// checkFixture runs detect on one fixture tree and checks the report.
+func checkFixture(t *testing.T, tt fixtureCase) {
+	t.Helper()
+	r := detectFixture(t, tt.name, Options{})
+	if r.Platform != tt.platform {
+		t.Errorf("platform: got %q, want %q", r.Platform, tt.platform)
+	}
+	if r.DefaultBackend.MLA != tt.mla || r.DefaultBackend.DSA != tt.dsa {
+		t.Errorf("default backend: got mla=%s dsa=%s, want mla=%s dsa=%s",
+			r.DefaultBackend.MLA, r.DefaultBackend.DSA, tt.mla, tt.dsa)
+	}
+	if r.CPU.Arch != tt.cpuArch || r.CPU.AMX != tt.amx {
+		t.Errorf("cpu: got arch=%q amx=%v, want arch=%q amx=%v (reason %q)", r.CPU.Arch, r.CPU.AMX, tt.cpuArch, tt.amx, r.CPU.Reason)
+	}
+	if len(r.Devices) != len(tt.devs) {
+		t.Fatalf("devices: got %d %+v, want %d", len(r.Devices), r.Devices, len(tt.devs))
+	}
+	for i, w := range tt.devs {
+		d := r.Devices[i]
+		got := wantDev{d.PCIAddress, d.PCIID, d.Model, d.Arch, d.ComputeCapability, d.Usable, d.Reason}
+		if got != w {
+			t.Errorf("device %d:\n got %+v\nwant %+v", i, got, w)
 		}
 	}
 }
@@ -201,26 +212,32 @@ func amdTree(gfxTarget string, edit func(map[string]string)) map[string]string {
 	return m
 }
 
-func TestDetectVerdicts(t *testing.T) {
-	permDenied := func(node string) func(string) error {
-		return func(p string) error {
-			if strings.HasSuffix(p, node) {
-				return &fs.PathError{Op: "open", Path: p, Err: fs.ErrPermission}
-			}
-			return openNode(p)
+// verdictCase is one row of TestDetectVerdicts: a sysfs tree, optional device-node and libcuda fakes, and the verdict expected.
+type verdictCase struct {
+	name     string
+	files    map[string]string
+	open     func(string) error
+	cuda     []cudaDevice
+	usable   bool
+	reason   string
+	cc       string
+	model    string
+	platform string
+}
+
+// permDenied opens every device node except the one ending in node, which is refused.
+func permDenied(node string) func(string) error {
+	return func(p string) error {
+		if strings.HasSuffix(p, node) {
+			return &fs.PathError{Op: "open", Path: p, Err: fs.ErrPermission}
 		}
+		return openNode(p)
 	}
-	tests := []struct {
-		name     string
-		files    map[string]string
-		open     func(string) error
-		cuda     []cudaDevice
-		usable   bool
-		reason   string
-		cc       string
-		model    string
-		platform string
-	}{
+}
+
+// nvidiaVerdictCases are the NVIDIA rows of TestDetectVerdicts.
+func nvidiaVerdictCases() []verdictCase {
+	return []verdictCase{
 		{name: "healthy nvidia", files: nvidiaTree("0x2335", nil), usable: true, cc: "9.0", platform: "cuda"},
 		{
 			name:   "unknown nvidia device id",
@@ -294,6 +311,12 @@ func TestDetectVerdicts(t *testing.T) {
 			files:  nvidiaTree("0x2335", func(m map[string]string) { m[infoRel] = "Model: X\n" }),
 			reason: "device node: cannot tell the device minor: no \"Device Minor\"", platform: "cpu",
 		},
+	}
+}
+
+// amdVerdictCases are the AMD rows of TestDetectVerdicts.
+func amdVerdictCases() []verdictCase {
+	return []verdictCase{
 		{name: "healthy amd", files: amdTree("90402", nil), usable: true, platform: "hip"},
 		{
 			name:   "amd gfx1100 not supported",
@@ -332,6 +355,12 @@ func TestDetectVerdicts(t *testing.T) {
 			}),
 			usable: true, platform: "hip",
 		},
+	}
+}
+
+// otherVerdictCases are the Ascend and Intel rows of TestDetectVerdicts.
+func otherVerdictCases() []verdictCase {
+	return []verdictCase{
 		{
 			name: "ascend 310p",
 			files: map[string]string{
@@ -394,46 +423,54 @@ func TestDetectVerdicts(t *testing.T) {
 			platform: "cpu",
 		},
 	}
+}
+
+func TestDetectVerdicts(t *testing.T) {
+	tests := append(append(nvidiaVerdictCases(), amdVerdictCases()...), otherVerdictCases()...)
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			root := tree(t, tt.files)
-			e := testEnv(root)
-			if tt.open != nil {
-				e.open = tt.open
-			}
-			if tt.cuda != nil {
-				e.cuda = func(context.Context) ([]cudaDevice, error) { return tt.cuda, nil }
-			}
-			r, err := detect(context.Background(), Options{}, e)
-			if err != nil {
-				t.Fatalf("detect: %v", err)
-			}
-			if r.Platform != tt.platform {
-				t.Errorf("platform: got %q, want %q", r.Platform, tt.platform)
-			}
-			if tt.name == "intel non-display function ignored" {
-				if len(r.Devices) != 0 {
-					t.Fatalf("devices: got %+v, want none", r.Devices)
-				}
-				return
-			}
-			if len(r.Devices) != 1 {
-				t.Fatalf("devices: got %d %+v, want 1", len(r.Devices), r.Devices)
-			}
-			d := r.Devices[0]
-			if d.Usable != tt.usable {
-				t.Errorf("usable: got %v, want %v (reason %q)", d.Usable, tt.usable, d.Reason)
-			}
-			if !strings.HasPrefix(d.Reason, tt.reason) || (tt.reason == "" && d.Reason != "") {
-				t.Errorf("reason:\n got %q\nwant %q...", d.Reason, tt.reason)
-			}
-			if tt.cc != "" && d.ComputeCapability != tt.cc {
-				t.Errorf("compute capability: got %q, want %q", d.ComputeCapability, tt.cc)
-			}
-			if tt.model != "" && d.Model != tt.model {
-				t.Errorf("model: got %q, want %q", d.Model, tt.model)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkVerdict(t, tt) })
+	}
+}
+
+// checkVerdict runs detect on one verdictCase and checks the verdict.
+func checkVerdict(t *testing.T, tt verdictCase) {
+	t.Helper()
+	root := tree(t, tt.files)
+	e := testEnv(root)
+	if tt.open != nil {
+		e.open = tt.open
+	}
+	if tt.cuda != nil {
+		e.cuda = func(context.Context) ([]cudaDevice, error) { return tt.cuda, nil }
+	}
+	r, err := detect(context.Background(), Options{}, e)
+	if err != nil {
+		t.Fatalf("detect: %v", err)
+	}
+	if r.Platform != tt.platform {
+		t.Errorf("platform: got %q, want %q", r.Platform, tt.platform)
+	}
+	if tt.name == "intel non-display function ignored" {
+		if len(r.Devices) != 0 {
+			t.Fatalf("devices: got %+v, want none", r.Devices)
+		}
+		return
+	}
+	if len(r.Devices) != 1 {
+		t.Fatalf("devices: got %d %+v, want 1", len(r.Devices), r.Devices)
+	}
+	d := r.Devices[0]
+	if d.Usable != tt.usable {
+		t.Errorf("usable: got %v, want %v (reason %q)", d.Usable, tt.usable, d.Reason)
+	}
+	if !strings.HasPrefix(d.Reason, tt.reason) || (tt.reason == "" && d.Reason != "") {
+		t.Errorf("reason:\n got %q\nwant %q...", d.Reason, tt.reason)
+	}
+	if tt.cc != "" && d.ComputeCapability != tt.cc {
+		t.Errorf("compute capability: got %q, want %q", d.ComputeCapability, tt.cc)
+	}
+	if tt.model != "" && d.Model != tt.model {
+		t.Errorf("model: got %q, want %q", d.Model, tt.model)
 	}
 }
 

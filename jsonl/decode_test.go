@@ -56,7 +56,17 @@ type decodeCase struct {
 	wantErr string
 }
 
+// decodeCases are every line the decoder is tested on: accepted, refused for
+// its JSON syntax, and refused for its schema.
 func decodeCases() []decodeCase {
+	return append(append(acceptedDecodeCases(), syntaxDecodeCases()...), schemaDecodeCases()...)
+}
+
+// manyJSON is a JSON array of n ones.
+func manyJSON(n int) string { return "[" + strings.Repeat("1,", n-1) + "1]" }
+
+// acceptedDecodeCases are the lines the decoder accepts.
+func acceptedDecodeCases() []decodeCase {
 	trueAll := func(r *core.Request) {
 		r.Layer = core.Layer{ChunkedPrefixCacheThreshold: 7, DisableChunkedPrefixCache: true, FlashinferMLADisableRagged: true,
 			ROCmFusedDecodeMLA: true, UseDSA: true, FusedQKVAProjWithMQA: true, IntelAMX: true}
@@ -66,10 +76,7 @@ func decodeCases() []decodeCase {
 	}
 	backend := func(s string) func(*core.Request) { return func(r *core.Request) { r.Backend = s } }
 	capacity := func(c int64) func(*core.Request) { return func(r *core.Request) { r.Batch.MaxChunkCapacity = c } }
-	deep := strings.Repeat("[", 10000)
-	many := func(n int) string { return "[" + strings.Repeat("1,", n-1) + "1]" }
 	return []decodeCase{
-		// Accepted.
 		{"spec_example", specExample, want(core.ModeExtend, func(r *core.Request) {
 			r.Batch = core.Batch{Mode: core.ModeExtend, ExtendPrefixLens: []int64{0, 512}, SeqLens: []int64{1024, 2048}, MaxChunkCapacity: 131072}
 			r.Layer.FusedQKVAProjWithMQA = true
@@ -113,7 +120,7 @@ func decodeCases() []decodeCase {
 		{"min_int64", with(`"max_chunk_capacity":-9223372036854775808`), want(core.ModeExtend, capacity(-1<<63)), ""},
 		{"negative_lens_decoded_for_validate", with(`"seq_lens":[-1]`),
 			want(core.ModeExtend, func(r *core.Request) { r.Batch.SeqLens = []int64{-1} }), ""},
-		{"max_batch_size_entries", with(`"seq_lens":` + many(core.MaxBatchSize)),
+		{"max_batch_size_entries", with(`"seq_lens":` + manyJSON(core.MaxBatchSize)),
 			want(core.ModeExtend, func(r *core.Request) { r.Batch.SeqLens = ones(core.MaxBatchSize) }), ""},
 		{"string_escapes", `{"backend":"a\"\\\/\b\f\n\r\t\u00e9\u00E9\ud83d\ude00","forward_mode":"EXTEND"}`,
 			want(core.ModeExtend, backend("a\"\\/\b\f\n\r\téé😀")), ""},
@@ -124,8 +131,13 @@ func decodeCases() []decodeCase {
 		{"low_surrogate_then_pair", `{"backend":"\udc00\ud800\udc00","forward_mode":"EXTEND"}`, want(core.ModeExtend, backend("\uFFFD\U00010000")), ""},
 		{"escaped_key", `{"backen\u0064":"fa3","forward_mode":"EXTEND"}`, want(core.ModeExtend), ""},
 		{"del_char_raw", "{\"backend\":\"a\x7f\",\"forward_mode\":\"EXTEND\"}", want(core.ModeExtend, backend("a\x7f")), ""},
+	}
+}
 
-		// Refused: JSON syntax.
+// syntaxDecodeCases are the lines refused for their JSON syntax.
+func syntaxDecodeCases() []decodeCase {
+	deep := strings.Repeat("[", 10000)
+	return []decodeCase{
 		{"empty_line", ``, nil, `request: invalid JSON: unexpected end of line, want '{'`},
 		{"truncated", `{"backend":"fa3","forward_mode":"EXTEND"`, nil, `request: invalid JSON: unexpected end of line, want ',' or '}'`},
 		{"truncated_in_string", `{"backend":"fa`, nil, `request: invalid JSON: unexpected end of line, want '"' to end the string`},
@@ -173,8 +185,12 @@ func decodeCases() []decodeCase {
 		{"deep_nesting_seq_lens", with(`"seq_lens":` + deep), nil, `seq_lens[0]: want an integer, got an array`},
 		{"deep_nesting_layer", with(`"layer":` + deep), nil, `layer: want an object, got an array`},
 		{"deep_nesting_unknown_field", with(`"x":` + deep), nil, `"x": unknown field`},
+	}
+}
 
-		// Refused: schema.
+// schemaDecodeCases are the lines refused for their schema.
+func schemaDecodeCases() []decodeCase {
+	return []decodeCase{
 		{"unknown_top_level_field", with(`"seq_len":[1]`), nil, `"seq_len": unknown field`},
 		{"unknown_field_quoted", with(`"a\"b":1`), nil, `"a\"b": unknown field`},
 		{"unknown_layer_field", with(`"layer":{"use_nsa":true}`), nil, `layer."use_nsa": unknown field`},
@@ -221,8 +237,8 @@ func decodeCases() []decodeCase {
 		{"float_past_int64", with(`"max_chunk_capacity":9223372036854775808.0`), nil, `max_chunk_capacity: 9223372036854775808.0 is out of the int64 range`},
 		{"tiny_exponent_is_not_zero", with(`"max_chunk_capacity":1e-400`), nil, `max_chunk_capacity: 1e-400 is not an integer`},
 		{"fraction_past_float_precision", with(`"max_chunk_capacity":1.00000000000000001`), nil, `max_chunk_capacity: 1.00000000000000001 is not an integer`},
-		{"seq_lens_past_max_batch_size", with(`"seq_lens":` + many(70000)), nil, `seq_lens: has more than 65536 entries`},
-		{"prefix_lens_past_max_batch_size", with(`"extend_prefix_lens":` + many(core.MaxBatchSize+1)), nil, `extend_prefix_lens: has more than 65536 entries`},
+		{"seq_lens_past_max_batch_size", with(`"seq_lens":` + manyJSON(70000)), nil, `seq_lens: has more than 65536 entries`},
+		{"prefix_lens_past_max_batch_size", with(`"extend_prefix_lens":` + manyJSON(core.MaxBatchSize+1)), nil, `extend_prefix_lens: has more than 65536 entries`},
 		{"backend_missing", `{"forward_mode":"EXTEND"}`, nil, `backend: required field missing`},
 		{"backend_null_is_missing", `{"backend":null,"forward_mode":"EXTEND"}`, nil, `backend: required field missing`},
 		{"backend_empty", `{"backend":"","forward_mode":"EXTEND"}`, nil, `backend: must not be empty`},

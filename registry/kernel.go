@@ -65,6 +65,8 @@ func (r *Registry) RunKernel(ctx context.Context, req *core.KernelRequest) (*Ker
 		cp.Backend = rt.handler.Name // the name its backend serves (ask)
 		asked = &cp
 	}
+	// Shaped like PlanKernel's call (device.go), but the outcomes part ways:
+	// a kernel the plugin cannot run is run here, a plan it has not is cached.
 	var res *core.KernelResult
 	fault, err := r.call(ctx, rt.be, backend.LongCall, "the kernel call", func(ctx context.Context, c backend.Conn) (err error) {
 		res, err = c.RunKernel(ctx, asked)

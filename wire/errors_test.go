@@ -75,27 +75,7 @@ func TestStatusRoundTrip(t *testing.T) {
 			t.Errorf("got %v, want an ErrProtocol", back)
 		}
 	})
-	t.Run("unsupported_abilities", func(t *testing.T) {
-		// The RPCs added after v1's first release read Unimplemented as
-		// the absence of their ability, with the peer's message once.
-		for _, sentinel := range []error{core.ErrNoKernel, core.ErrNoPlan} {
-			err := fmt.Errorf("fa3: %w: no NVRTC", sentinel)
-			st := ToStatus(err)
-			if status.Code(st) != codes.Unimplemented {
-				t.Errorf("ToStatus(%v): code %v, want Unimplemented", err, status.Code(st))
-			}
-			if back := fromStatusUnsupported(st, sentinel); !errors.Is(back, sentinel) || back.Error() != err.Error() {
-				t.Errorf("fromStatusUnsupported(%v): got %v, want %v with the same message", st, back, sentinel)
-			}
-			old := status.Error(codes.Unimplemented, "unknown method PlanKernel for service attnplug.plugin.v1.Backend")
-			if back := fromStatusUnsupported(old, sentinel); !errors.Is(back, sentinel) || back.Error() != sentinel.Error()+": "+status.Convert(old).Message() {
-				t.Errorf("fromStatusUnsupported(old plugin): got %v", back)
-			}
-			if back := fromStatusUnsupported(ToStatus(core.ErrRefused), sentinel); !errors.Is(back, core.ErrRefused) || errors.Is(back, sentinel) {
-				t.Errorf("fromStatusUnsupported(refused): got %v, want ErrRefused only", back)
-			}
-		}
-	})
+	t.Run("unsupported_abilities", checkUnsupportedAbilities)
 	t.Run("nil_stays_nil", func(t *testing.T) {
 		if ToStatus(nil) != nil || FromStatus(nil) != nil {
 			t.Errorf("ToStatus(nil) or FromStatus(nil) is not nil")
@@ -113,6 +93,28 @@ func TestStatusRoundTrip(t *testing.T) {
 			t.Errorf("FromStatus(plain): got %v, want it unchanged", got)
 		}
 	})
+}
+
+// checkUnsupportedAbilities: the RPCs added after v1's first release read
+// Unimplemented as the absence of their ability, with the peer's message once.
+func checkUnsupportedAbilities(t *testing.T) {
+	for _, sentinel := range []error{core.ErrNoKernel, core.ErrNoPlan} {
+		err := fmt.Errorf("fa3: %w: no NVRTC", sentinel)
+		st := ToStatus(err)
+		if status.Code(st) != codes.Unimplemented {
+			t.Errorf("ToStatus(%v): code %v, want Unimplemented", err, status.Code(st))
+		}
+		if back := fromStatusUnsupported(st, sentinel); !errors.Is(back, sentinel) || back.Error() != err.Error() {
+			t.Errorf("fromStatusUnsupported(%v): got %v, want %v with the same message", st, back, sentinel)
+		}
+		old := status.Error(codes.Unimplemented, "unknown method PlanKernel for service attnplug.plugin.v1.Backend")
+		if back := fromStatusUnsupported(old, sentinel); !errors.Is(back, sentinel) || back.Error() != sentinel.Error()+": "+status.Convert(old).Message() {
+			t.Errorf("fromStatusUnsupported(old plugin): got %v", back)
+		}
+		if back := fromStatusUnsupported(ToStatus(core.ErrRefused), sentinel); !errors.Is(back, core.ErrRefused) || errors.Is(back, sentinel) {
+			t.Errorf("fromStatusUnsupported(refused): got %v, want ErrRefused only", back)
+		}
+	}
 }
 
 func TestResultErrorCodes(t *testing.T) {

@@ -117,46 +117,7 @@ func TestGRPCRoundTrip(t *testing.T) {
 		}
 	})
 
-	t.Run("dispatch_batch_mixed", func(t *testing.T) {
-		reqs := []core.Request{
-			request("triton", core.ModeExtend, []int64{0}, []int64{10}),
-			request("triton", core.ModeExtend, []int64{0}, []int64{-10}),
-			request("nope", core.ModeDecode, nil, nil),
-			request("oneshot", core.ModeExtend, []int64{0}, []int64{10}),
-			request("oneshot", core.ModeExtend, []int64{11}, []int64{10}),
-			request("old", core.ModeDecode, nil, nil),
-			request("", core.ModeDecode, nil, nil),
-		}
-		out := make([]core.Result, len(reqs))
-		if err := c.DispatchBatch(ctx, reqs, out); err != nil {
-			t.Fatal(err)
-		}
-		want := []struct {
-			m       core.Method
-			is      error
-			message string
-		}{
-			{core.MHA, nil, ""},
-			{0, core.ErrInvalidRequest, "seq_lens[0]: negative length -10"},
-			{0, core.ErrUnknownBackend, `test: unknown backend "nope"`},
-			{core.MHAOneShot, nil, ""},
-			{0, core.ErrInvalidRequest, "extend_prefix_lens[0]: prefix 11 is longer than seq_lens[0] = 10"},
-			{core.MLA, nil, ""},
-			{0, core.ErrInvalidRequest, "backend: must not be empty"},
-		}
-		for i, w := range want {
-			got := out[i]
-			if w.is == nil {
-				if got.Err != nil || got.Method != w.m {
-					t.Errorf("result %d: got %v, %v, want %v", i, got.Method, got.Err, w.m)
-				}
-				continue
-			}
-			if !errors.Is(got.Err, w.is) || got.Err.Error() != w.message {
-				t.Errorf("result %d: got %v, want %v %q", i, got.Err, w.is, w.message)
-			}
-		}
-	})
+	t.Run("dispatch_batch_mixed", func(t *testing.T) { checkBatchMixed(t, ctx, c) })
 
 	t.Run("dispatch_batch_empty", func(t *testing.T) {
 		if err := c.DispatchBatch(ctx, nil, nil); err != nil {
@@ -185,6 +146,50 @@ func TestGRPCRoundTrip(t *testing.T) {
 			t.Errorf("Dispatch with a cancelled context: got %v, want context.Canceled", err)
 		}
 	})
+}
+
+// checkBatchMixed sends one batch of valid and invalid requests and checks
+// each result: a method for the valid ones, the kind and message of the error
+// for the others.
+func checkBatchMixed(t *testing.T, ctx context.Context, c *Client) {
+	reqs := []core.Request{
+		request("triton", core.ModeExtend, []int64{0}, []int64{10}),
+		request("triton", core.ModeExtend, []int64{0}, []int64{-10}),
+		request("nope", core.ModeDecode, nil, nil),
+		request("oneshot", core.ModeExtend, []int64{0}, []int64{10}),
+		request("oneshot", core.ModeExtend, []int64{11}, []int64{10}),
+		request("old", core.ModeDecode, nil, nil),
+		request("", core.ModeDecode, nil, nil),
+	}
+	out := make([]core.Result, len(reqs))
+	if err := c.DispatchBatch(ctx, reqs, out); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		m       core.Method
+		is      error
+		message string
+	}{
+		{core.MHA, nil, ""},
+		{0, core.ErrInvalidRequest, "seq_lens[0]: negative length -10"},
+		{0, core.ErrUnknownBackend, `test: unknown backend "nope"`},
+		{core.MHAOneShot, nil, ""},
+		{0, core.ErrInvalidRequest, "extend_prefix_lens[0]: prefix 11 is longer than seq_lens[0] = 10"},
+		{core.MLA, nil, ""},
+		{0, core.ErrInvalidRequest, "backend: must not be empty"},
+	}
+	for i, w := range want {
+		got := out[i]
+		if w.is == nil {
+			if got.Err != nil || got.Method != w.m {
+				t.Errorf("result %d: got %v, %v, want %v", i, got.Method, got.Err, w.m)
+			}
+			continue
+		}
+		if !errors.Is(got.Err, w.is) || got.Err.Error() != w.message {
+			t.Errorf("result %d: got %v, want %v %q", i, got.Err, w.is, w.message)
+		}
+	}
 }
 
 // badBackend answers what it is told to, valid or not. It is not a

@@ -26,17 +26,27 @@ func TestLaunch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	launch := func(t *testing.T, ctx context.Context, path string, env ...string) (*wire.Process, error) {
-		t.Helper()
-		p, err := wire.Launch(ctx, wire.LaunchConfig{Path: path, Env: append(os.Environ(), env...), StartTimeout: time.Minute})
-		if err == nil {
-			t.Cleanup(p.Kill)
-		}
-		return p, err
-	}
+	launchRunning(t, dir, fault)
+	launchStartFailures(t, dir, fault)
+	launchScripts(t, dir, fault)
+}
 
+// launchPlugin launches path with env added to the environment and kills
+// it when t ends.
+func launchPlugin(t *testing.T, ctx context.Context, path string, env ...string) (*wire.Process, error) {
+	t.Helper()
+	p, err := wire.Launch(ctx, wire.LaunchConfig{Path: path, Env: append(os.Environ(), env...), StartTimeout: time.Minute})
+	if err == nil {
+		t.Cleanup(p.Kill)
+	}
+	return p, err
+}
+
+// launchRunning checks a started fault plugin: its handshake, its process,
+// its parent-death pipe and messages beyond gRPC's default limit.
+func launchRunning(t *testing.T, dir, fault string) {
 	t.Run("connects_and_kills", func(t *testing.T) {
-		p, err := launch(t, context.Background(), fault)
+		p, err := launchPlugin(t, context.Background(), fault)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +72,7 @@ func TestLaunch(t *testing.T) {
 
 	t.Run("parent_death_pipe", func(t *testing.T) {
 		// The fault plugin exits at start without the pipe on descriptor 3.
-		p, err := launch(t, context.Background(), fault, "ATTNPLUG_FAULT=parent_pipe")
+		p, err := launchPlugin(t, context.Background(), fault, "ATTNPLUG_FAULT=parent_pipe")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +83,7 @@ func TestLaunch(t *testing.T) {
 
 	t.Run("messages_over_4MiB", func(t *testing.T) {
 		const pad = 5 << 20 // gRPC's default limit is 4 MiB
-		p, err := launch(t, context.Background(), fault, "ATTNPLUG_FAULT=describe_pad=5242880")
+		p, err := launchPlugin(t, context.Background(), fault, "ATTNPLUG_FAULT=describe_pad=5242880")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +114,11 @@ func TestLaunch(t *testing.T) {
 			}
 		}
 	})
+}
 
+// launchStartFailures checks starts that fail: one-line errors and a
+// checksum that does not match.
+func launchStartFailures(t *testing.T, dir, fault string) {
 	t.Run("start_errors_are_one_line", func(t *testing.T) {
 		for _, tc := range []struct{ fault, want string }{
 			{"crash_at_start", "no go-plugin handshake: the plugin wrote nothing on stdout before it exited " +
@@ -114,7 +128,7 @@ func TestLaunch(t *testing.T) {
 				"not the handshake (a plugin must write nothing else on stdout)"},
 			{"protocol=2", "incompatible API version with plugin. Plugin version: 2, Client versions: [1]"},
 		} {
-			_, err := launch(t, context.Background(), fault, "ATTNPLUG_FAULT="+tc.fault)
+			_, err := launchPlugin(t, context.Background(), fault, "ATTNPLUG_FAULT="+tc.fault)
 			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 				t.Errorf("%s: %v\nwant one line starting %q", tc.fault, err, tc.want)
 			}
@@ -133,7 +147,11 @@ func TestLaunch(t *testing.T) {
 			t.Fatalf("a binary that does not match its checksum: %v", err)
 		}
 	})
+}
 
+// launchScripts checks starts and stops of plugins that misbehave: scripts
+// that fork and never shake hands, a stopped plugin, an orphan holding the pipes.
+func launchScripts(t *testing.T, dir, fault string) {
 	// A script that forks a child (a copy of sleep, so that it can be
 	// found) and never shakes hands.
 	sleep, err := exec.LookPath("sleep")
@@ -158,7 +176,7 @@ func TestLaunch(t *testing.T) {
 
 	t.Run("failed_start_kills_the_process_group", func(t *testing.T) {
 		path := script("noisy", mySleep+" 300 &\necho not-a-handshake\nexec "+mySleep+" 300\n")
-		_, err := launch(t, context.Background(), path)
+		_, err := launchPlugin(t, context.Background(), path)
 		if err == nil || !strings.Contains(err.Error(), `first line on stdout is "not-a-handshake"`) {
 			t.Fatalf("err = %v", err)
 		}
@@ -171,7 +189,7 @@ func TestLaunch(t *testing.T) {
 		path := script("silent", "exec "+mySleep+" 300\n")
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		_, err := launch(t, ctx, path) // StartTimeout is a minute
+		_, err := launchPlugin(t, ctx, path) // StartTimeout is a minute
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err = %v, want the context's", err)
 		}
@@ -183,7 +201,7 @@ func TestLaunch(t *testing.T) {
 	t.Run("stop_is_bounded_for_a_stopped_plugin", func(t *testing.T) {
 		// A plugin stopped by SIGSTOP never answers go-plugin's Shutdown:
 		// Stop still ends it, by SIGKILL after the grace.
-		p, err := launch(t, context.Background(), fault)
+		p, err := launchPlugin(t, context.Background(), fault)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -61,122 +61,133 @@ type detectJSON struct {
 	} `json:"plugins"`
 }
 
+// fixtureDev is a device TestDetectFixturesJSON expects in a report.
+type fixtureDev struct {
+	addr   string
+	usable bool
+	reason string // a prefix of the reason
+}
+
+// detectJSONCase is one row of TestDetectFixturesJSON: a fixture and what
+// attnplug detect --json reports for it.
+type detectJSONCase struct {
+	fixture  string
+	platform string
+	mla, dsa string
+	amx      bool
+	devs     []fixtureDev
+	served   []string // the plugins served; every other one is not
+}
+
 func TestDetectFixturesJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: runs attnplug detect --json on every hardware fixture (make test runs it)")
 	}
-	type dev struct {
-		addr   string
-		usable bool
-		reason string // a prefix of the reason
-	}
-	tests := []struct {
-		fixture  string
-		platform string
-		mla, dsa string
-		amx      bool
-		devs     []dev
-		served   []string // the plugins served; every other one is not
-	}{
-		{"h100", "cuda", "fa3", "dsa", true, []dev{{"0000:18:00.0", true, ""}, {"0000:2a:00.0", true, ""}}, []string{"dsa", "fa3", "flashinfer"}},
-		{"h200", "cuda", "fa3", "dsa", true, []dev{{"0000:3b:00.0", true, ""}}, []string{"dsa", "fa3", "flashinfer"}},
-		{"b200", "cuda", "trtllm_mla", "dsa", true, []dev{{"0000:1b:00.0", true, ""}, {"0000:43:00.0", true, ""}}, []string{"dsa", "fa3", "flashinfer"}},
-		{"a100", "cuda", "triton", "triton", false, []dev{{"0000:07:00.0", true, ""}}, []string{"flashinfer"}},
-		{"rtx4090", "cuda", "triton", "triton", false, []dev{{"0000:01:00.0", true, ""}}, []string{"flashinfer"}},
+	tests := []detectJSONCase{
+		{"h100", "cuda", "fa3", "dsa", true, []fixtureDev{{"0000:18:00.0", true, ""}, {"0000:2a:00.0", true, ""}}, []string{"dsa", "fa3", "flashinfer"}},
+		{"h200", "cuda", "fa3", "dsa", true, []fixtureDev{{"0000:3b:00.0", true, ""}}, []string{"dsa", "fa3", "flashinfer"}},
+		{"b200", "cuda", "trtllm_mla", "dsa", true, []fixtureDev{{"0000:1b:00.0", true, ""}, {"0000:43:00.0", true, ""}}, []string{"dsa", "fa3", "flashinfer"}},
+		{"a100", "cuda", "triton", "triton", false, []fixtureDev{{"0000:07:00.0", true, ""}}, []string{"flashinfer"}},
+		{"rtx4090", "cuda", "triton", "triton", false, []fixtureDev{{"0000:01:00.0", true, ""}}, []string{"flashinfer"}},
 		{"nvidia_plus_igpu", "cuda", "triton", "triton", false,
-			[]dev{{"0000:00:02.0", false, "capable: integrated GPU"}, {"0000:01:00.0", true, ""}}, []string{"flashinfer"}},
+			[]fixtureDev{{"0000:00:02.0", false, "capable: integrated GPU"}, {"0000:01:00.0", true, ""}}, []string{"flashinfer"}},
 		{"container_no_driver", "cpu", "intel_amx", "intel_amx", true,
-			[]dev{{"0000:3b:00.0", false, "driver: NVIDIA driver not loaded"}}, []string{"intel_xpu"}},
+			[]fixtureDev{{"0000:3b:00.0", false, "driver: NVIDIA driver not loaded"}}, []string{"intel_xpu"}},
 		{"vfio", "cpu", "intel_amx", "intel_amx", true,
-			[]dev{{"0000:3b:00.0", false, "driver: bound to vfio-pci"}, {"0000:5e:00.0", false, "driver: no kernel driver"}}, []string{"intel_xpu"}},
-		{"mi300x", "hip", "aiter", "dsa", false, []dev{{"0000:05:00.0", true, ""}, {"0000:26:00.0", true, ""}}, []string{"aiter", "dsa"}},
-		{"mi355x", "hip", "aiter", "dsa", false, []dev{{"0000:75:00.0", true, ""}}, []string{"aiter", "dsa"}},
-		{"ascend910b", "npu", "ascend", "ascend", false, []dev{{"0000:81:00.0", true, ""}, {"0000:c1:00.0", true, ""}}, []string{"ascend"}},
-		{"intel_max1550", "xpu", "triton", "triton", true, []dev{{"0000:29:00.0", true, ""}}, []string{"intel_xpu"}},
+			[]fixtureDev{{"0000:3b:00.0", false, "driver: bound to vfio-pci"}, {"0000:5e:00.0", false, "driver: no kernel driver"}}, []string{"intel_xpu"}},
+		{"mi300x", "hip", "aiter", "dsa", false, []fixtureDev{{"0000:05:00.0", true, ""}, {"0000:26:00.0", true, ""}}, []string{"aiter", "dsa"}},
+		{"mi355x", "hip", "aiter", "dsa", false, []fixtureDev{{"0000:75:00.0", true, ""}}, []string{"aiter", "dsa"}},
+		{"ascend910b", "npu", "ascend", "ascend", false, []fixtureDev{{"0000:81:00.0", true, ""}, {"0000:c1:00.0", true, ""}}, []string{"ascend"}},
+		{"intel_max1550", "xpu", "triton", "triton", true, []fixtureDev{{"0000:29:00.0", true, ""}}, []string{"intel_xpu"}},
 		{"spr_amx", "cpu", "intel_amx", "intel_amx", true, nil, []string{"intel_xpu"}},
 		{"cpu_noamx", "cpu", "torch_native", "torch_native", false, nil, nil},
 		{"arm64", "cpu", "torch_native", "torch_native", false, nil, nil},
 		{"acme", "cpu", "torch_native", "torch_native", false,
-			[]dev{{"0000:41:00.0", true, ""}, {"0000:42:00.0", false, "driver: bound to vfio-pci"}}, nil},
+			[]fixtureDev{{"0000:41:00.0", true, ""}, {"0000:42:00.0", false, "driver: bound to vfio-pci"}}, nil},
 		{"acme_no_node", "cpu", "torch_native", "torch_native", false,
-			[]dev{{"0000:41:00.0", false, "device node: /dev/accel/accel0 missing"}, {"0000:61:00.0", false, "driver: no kernel driver"}}, nil},
+			[]fixtureDev{{"0000:41:00.0", false, "device node: /dev/accel/accel0 missing"}, {"0000:61:00.0", false, "driver: no kernel driver"}}, nil},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
 		seen[tt.fixture] = true
-		t.Run(tt.fixture, func(t *testing.T) {
-			res := host(t, bins, "", "detect", "--json", "--root", detecttest.Fixture(t, tt.fixture))
-			if res.code != 0 {
-				t.Fatalf("exit status %d; stderr:\n%s", res.code, res.stderr)
-			}
-			var top map[string]json.RawMessage
-			if err := json.Unmarshal([]byte(res.stdout), &top); err != nil {
-				t.Fatalf("not JSON: %v\n%s", err, res.stdout)
-			}
-			if got := slices.Sorted(func(yield func(string) bool) {
-				for k := range top {
-					if !yield(k) {
-						return
-					}
-				}
-			}); !reflect.DeepEqual(got, []string{"cpu", "default_backend", "devices", "platform", "plugins"}) {
-				t.Errorf("keys: got %v", got)
-			}
-			var got detectJSON
-			if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
-				t.Fatal(err)
-			}
-			if got.Platform != tt.platform {
-				t.Errorf("platform: got %q, want %q", got.Platform, tt.platform)
-			}
-			if got.DefaultBackend.MLA != tt.mla || got.DefaultBackend.DSA != tt.dsa {
-				t.Errorf("default backend: got mla=%s dsa=%s, want mla=%s dsa=%s", got.DefaultBackend.MLA, got.DefaultBackend.DSA, tt.mla, tt.dsa)
-			}
-			// Where attnplug's DSA default differs from sglang's (sm80-89,
-			// XPU), sglang's own choice comes along with the reason.
-			sg := got.DefaultBackend.SGLang
-			differs := slices.Contains([]string{"a100", "rtx4090", "nvidia_plus_igpu", "intel_max1550"}, tt.fixture)
-			switch {
-			case differs && (sg == nil || sg.MLA != tt.mla || sg.DSA != "dsa" || !strings.HasPrefix(sg.Reason, "dsa: sglang picks dsa, which cannot run here (needs ")):
-				t.Errorf("sglang_default: got %+v, want mla=%s dsa=dsa with the reason", sg, tt.mla)
-			case !differs && sg != nil:
-				t.Errorf("sglang_default: got %+v where attnplug agrees with sglang", sg)
-			}
-			if got.CPU.AMX != tt.amx {
-				t.Errorf("cpu.amx: got %v, want %v", got.CPU.AMX, tt.amx)
-			}
-			if len(got.Devices) != len(tt.devs) {
-				t.Fatalf("devices: got %+v, want %d", got.Devices, len(tt.devs))
-			}
-			for i, w := range tt.devs {
-				d := got.Devices[i]
-				if d.PCIAddress != w.addr || d.Usable != w.usable || !strings.HasPrefix(d.Reason, w.reason) || (w.usable && d.Reason != "") {
-					t.Errorf("device %d: got %s usable=%v reason=%q, want %s usable=%v reason %q...", i, d.PCIAddress, d.Usable, d.Reason, w.addr, w.usable, w.reason)
-				}
-			}
-			var names []string
-			for _, p := range got.Plugins {
-				names = append(names, p.Name)
-				want := slices.Contains(tt.served, p.Name)
-				if p.Served != want {
-					t.Errorf("plugin %s: served %v (reason %q), want %v", p.Name, p.Served, p.Reason, want)
-				}
-				if !p.Served && p.Reason == "" {
-					t.Errorf("plugin %s: not served and no reason", p.Name)
-				}
-				if p.Status != "ready" || len(p.Names) == 0 || p.Path != bins.Plugin(p.Name) {
-					t.Errorf("plugin %s: got status %q names %v path %s", p.Name, p.Status, p.Names, p.Path)
-				}
-			}
-			if !reflect.DeepEqual(names, bins.Plugins) {
-				t.Errorf("plugins listed: got %v, want %v", names, bins.Plugins)
-			}
-		})
+		t.Run(tt.fixture, func(t *testing.T) { checkDetectJSON(t, tt) })
 	}
 	for _, n := range detecttest.Names() {
 		if !seen[n] {
 			t.Errorf("fixture %s has no test case", n)
 		}
+	}
+}
+
+// checkDetectJSON runs attnplug detect --json on one fixture and checks its
+// keys, platform, defaults, devices and plugins.
+func checkDetectJSON(t *testing.T, tt detectJSONCase) {
+	t.Helper()
+	res := host(t, bins, "", "detect", "--json", "--root", detecttest.Fixture(t, tt.fixture))
+	if res.code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", res.code, res.stderr)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(res.stdout), &top); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, res.stdout)
+	}
+	if got := slices.Sorted(func(yield func(string) bool) {
+		for k := range top {
+			if !yield(k) {
+				return
+			}
+		}
+	}); !reflect.DeepEqual(got, []string{"cpu", "default_backend", "devices", "platform", "plugins"}) {
+		t.Errorf("keys: got %v", got)
+	}
+	var got detectJSON
+	if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Platform != tt.platform {
+		t.Errorf("platform: got %q, want %q", got.Platform, tt.platform)
+	}
+	if got.DefaultBackend.MLA != tt.mla || got.DefaultBackend.DSA != tt.dsa {
+		t.Errorf("default backend: got mla=%s dsa=%s, want mla=%s dsa=%s", got.DefaultBackend.MLA, got.DefaultBackend.DSA, tt.mla, tt.dsa)
+	}
+	// Where attnplug's DSA default differs from sglang's (sm80-89,
+	// XPU), sglang's own choice comes along with the reason.
+	sg := got.DefaultBackend.SGLang
+	differs := slices.Contains([]string{"a100", "rtx4090", "nvidia_plus_igpu", "intel_max1550"}, tt.fixture)
+	switch {
+	case differs && (sg == nil || sg.MLA != tt.mla || sg.DSA != "dsa" || !strings.HasPrefix(sg.Reason, "dsa: sglang picks dsa, which cannot run here (needs ")):
+		t.Errorf("sglang_default: got %+v, want mla=%s dsa=dsa with the reason", sg, tt.mla)
+	case !differs && sg != nil:
+		t.Errorf("sglang_default: got %+v where attnplug agrees with sglang", sg)
+	}
+	if got.CPU.AMX != tt.amx {
+		t.Errorf("cpu.amx: got %v, want %v", got.CPU.AMX, tt.amx)
+	}
+	if len(got.Devices) != len(tt.devs) {
+		t.Fatalf("devices: got %+v, want %d", got.Devices, len(tt.devs))
+	}
+	for i, w := range tt.devs {
+		d := got.Devices[i]
+		if d.PCIAddress != w.addr || d.Usable != w.usable || !strings.HasPrefix(d.Reason, w.reason) || (w.usable && d.Reason != "") {
+			t.Errorf("device %d: got %s usable=%v reason=%q, want %s usable=%v reason %q...", i, d.PCIAddress, d.Usable, d.Reason, w.addr, w.usable, w.reason)
+		}
+	}
+	var names []string
+	for _, p := range got.Plugins {
+		names = append(names, p.Name)
+		want := slices.Contains(tt.served, p.Name)
+		if p.Served != want {
+			t.Errorf("plugin %s: served %v (reason %q), want %v", p.Name, p.Served, p.Reason, want)
+		}
+		if !p.Served && p.Reason == "" {
+			t.Errorf("plugin %s: not served and no reason", p.Name)
+		}
+		if p.Status != "ready" || len(p.Names) == 0 || p.Path != bins.Plugin(p.Name) {
+			t.Errorf("plugin %s: got status %q names %v path %s", p.Name, p.Status, p.Names, p.Path)
+		}
+	}
+	if !reflect.DeepEqual(names, bins.Plugins) {
+		t.Errorf("plugins listed: got %v, want %v", names, bins.Plugins)
 	}
 }
 

@@ -270,45 +270,9 @@ func TestHotSwapUnderLoadFailsNoRequest(t *testing.T) {
 		return 0, ""
 	}
 
-	var answered, failed atomic.Int64
-	var firstFailure atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := 0; c < 4; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(c), 9))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				in := &dispatchv1.DispatchBatchRequest{}
-				for i := 0; i < 40; i++ {
-					r := protoFromJSON(t, string(reference.Generate(rng)))
-					r.Backend = []string{"fa3", "fa4", "fa3", "flashinfer"}[i%4]
-					in.Requests = append(in.Requests, r)
-				}
-				resp, err := client.DispatchBatch(ctx, in)
-				if err != nil {
-					failed.Add(1)
-					firstFailure.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				for _, a := range resp.GetAnswers() {
-					if a.GetError() != "" || a.GetFallback() != "" {
-						failed.Add(1)
-						firstFailure.CompareAndSwap(nil, a.GetError()+a.GetFallback())
-					}
-					answered.Add(1)
-				}
-			}
-		}()
-	}
+	load := startSwapLoad(t, ctx, client)
 	waitFor := func(n int64) {
-		for answered.Load() < n && ctx.Err() == nil {
+		for load.answered.Load() < n && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
@@ -324,7 +288,7 @@ func TestHotSwapUnderLoadFailsNoRequest(t *testing.T) {
 	if ch := rr.GetChanges(); len(ch) != 1 || ch[0].GetAction() != "swapped" || ch[0].GetPlugin() != "fa3" {
 		t.Fatalf("reload to a good binary: %v", ch)
 	}
-	waitFor(answered.Load() + 2000)
+	waitFor(load.answered.Load() + 2000)
 	newPID, newSum := pid()
 	if newPID == oldPID || newSum == oldSum {
 		t.Errorf("after the swap fa3 is pid %d sha %s, before pid %d sha %s", newPID, newSum, oldPID, oldSum)
@@ -341,14 +305,14 @@ func TestHotSwapUnderLoadFailsNoRequest(t *testing.T) {
 	for !strings.Contains(s.stderr.String(), "new plugin binary rejected") && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
-	waitFor(answered.Load() + 2000)
+	waitFor(load.answered.Load() + 2000)
 	if p, sum := pid(); p != newPID || sum != newSum {
 		t.Errorf("after a refused swap fa3 is pid %d sha %s, want the running pid %d sha %s", p, sum, newPID, newSum)
 	}
-	close(stop)
-	wg.Wait()
-	if n := failed.Load(); n > 0 {
-		t.Errorf("%d of %d requests failed or fell back during the swaps; first: %v", n, answered.Load(), firstFailure.Load())
+	close(load.stop)
+	load.wg.Wait()
+	if n := load.failed.Load(); n > 0 {
+		t.Errorf("%d of %d requests failed or fell back during the swaps; first: %v", n, load.answered.Load(), load.firstFailure.Load())
 	}
 	if !strings.Contains(s.stderr.String(), "self-test") {
 		t.Errorf("the rejection reason is not logged:\n%s", s.stderr)
@@ -359,7 +323,56 @@ func TestHotSwapUnderLoadFailsNoRequest(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	t.Logf("%d requests answered across two reloads", answered.Load())
+	t.Logf("%d requests answered across two reloads", load.answered.Load())
+}
+
+// swapLoad is the load of TestHotSwapUnderLoadFailsNoRequest: clients that
+// send batches until stop closes, counting the answers and the failures.
+type swapLoad struct {
+	answered, failed atomic.Int64
+	firstFailure     atomic.Value
+	stop             chan struct{}
+	wg               sync.WaitGroup
+}
+
+// startSwapLoad starts four clients sending batches of 40 requests for fa3,
+// fa4 and flashinfer.
+func startSwapLoad(t *testing.T, ctx context.Context, client dispatchv1.DispatcherClient) *swapLoad {
+	load := &swapLoad{stop: make(chan struct{})}
+	for c := 0; c < 4; c++ {
+		load.wg.Add(1)
+		go func() {
+			defer load.wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 9))
+			for {
+				select {
+				case <-load.stop:
+					return
+				default:
+				}
+				in := &dispatchv1.DispatchBatchRequest{}
+				for i := 0; i < 40; i++ {
+					r := protoFromJSON(t, string(reference.Generate(rng)))
+					r.Backend = []string{"fa3", "fa4", "fa3", "flashinfer"}[i%4]
+					in.Requests = append(in.Requests, r)
+				}
+				resp, err := client.DispatchBatch(ctx, in)
+				if err != nil {
+					load.failed.Add(1)
+					load.firstFailure.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				for _, a := range resp.GetAnswers() {
+					if a.GetError() != "" || a.GetFallback() != "" {
+						load.failed.Add(1)
+						load.firstFailure.CompareAndSwap(nil, a.GetError()+a.GetFallback())
+					}
+					load.answered.Add(1)
+				}
+			}
+		}()
+	}
+	return load
 }
 
 func procAlive(pid int) bool {

@@ -180,58 +180,8 @@ func TestServeRefusesPlaintextBeyondLoopback(t *testing.T) {
 		return credentials.NewTLS(cfg)
 	}
 
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string // in stderr; exit status 2
-	}{
-		{"all interfaces, plaintext", []string{"--listen", "0.0.0.0:0"}, "0.0.0.0:0 is not a loopback address"},
-		{"empty host, plaintext", []string{"--listen", ":0"}, ":0 is not a loopback address"},
-		{"IPv6 any, plaintext", []string{"--listen", "[::]:0"}, "is not a loopback address"},
-		{"cert without key", []string{"--listen", "0.0.0.0:0", "--tls-cert", server.cert}, "--tls-cert and --tls-key go together"},
-		{"client CA without cert", []string{"--listen", "127.0.0.1:0", "--tls-client-ca", clientCA.cert}, "--tls-client-ca needs --tls-cert"},
-		{"insecure and TLS", []string{"--listen", "0.0.0.0:0", "--insecure", "--tls-cert", server.cert, "--tls-key", server.key}, "--insecure and --tls-cert contradict"},
-		{"missing key file", []string{"--listen", "0.0.0.0:0", "--tls-cert", server.cert, "--tls-key", filepath.Join(dir, "nope.key")}, "nope.key"},
-		{"client CA without certificates", []string{"--listen", "0.0.0.0:0", "--tls-cert", server.cert, "--tls-key", server.key, "--tls-client-ca", server.key}, "no PEM certificate"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			port, code, stderr := serveTCP(t, tree, tc.args...)
-			if port != "" || code != 2 || !strings.Contains(stderr.String(), tc.want) {
-				t.Errorf("serve %v: port %q, exit %d, want exit 2 saying %q:\n%s", tc.args, port, code, tc.want, stderr)
-			}
-			if strings.Contains(tc.want, "loopback") && !strings.Contains(stderr.String(), "--insecure") {
-				t.Errorf("the refusal does not name --insecure:\n%s", stderr)
-			}
-		})
-	}
-
-	t.Run("loopback, plaintext", func(t *testing.T) {
-		for _, addr := range []string{"127.0.0.1:0", "localhost:0"} {
-			port, code, stderr := serveTCP(t, tree, "--listen", addr)
-			if port == "" {
-				t.Fatalf("serve --listen %s: exit %d:\n%s", addr, code, stderr)
-			}
-			if err := dispatchOver(t, port, insecure.NewCredentials()); err != nil {
-				t.Errorf("%s: %v", addr, err)
-			}
-			if strings.Contains(stderr.String(), "[WARN]") {
-				t.Errorf("a warning on loopback:\n%s", stderr)
-			}
-		}
-	})
-
-	t.Run("all interfaces, --insecure", func(t *testing.T) {
-		port, code, stderr := serveTCP(t, tree, "--listen", "0.0.0.0:0", "--insecure")
-		if port == "" {
-			t.Fatalf("exit %d:\n%s", code, stderr)
-		}
-		if err := dispatchOver(t, port, insecure.NewCredentials()); err != nil {
-			t.Error(err)
-		}
-		if !strings.Contains(stderr.String(), "[WARN]  attnplug.serve: serving plaintext gRPC without authentication") {
-			t.Errorf("no warning:\n%s", stderr)
-		}
-	})
+	checkServeRefusals(t, tree, dir, server, clientCA)
+	checkServePlaintext(t, tree)
 
 	t.Run("all interfaces, TLS", func(t *testing.T) {
 		port, code, stderr := serveTCP(t, tree, "--listen", "0.0.0.0:0", "--tls-cert", server.cert, "--tls-key", server.key)
@@ -280,6 +230,67 @@ func TestServeRefusesPlaintextBeyondLoopback(t *testing.T) {
 	if res.code != 2 || !strings.Contains(res.stderr, "--connect") {
 		t.Errorf("--tls-ca without --connect: exit %d %s", res.code, res.stderr)
 	}
+}
+
+// checkServeRefusals: serve refuses, with exit status 2 and a message, a
+// plaintext address beyond loopback and flags that do not go together.
+func checkServeRefusals(t *testing.T, tree *testbin.Bins, dir string, server, clientCA *certPair) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in stderr; exit status 2
+	}{
+		{"all interfaces, plaintext", []string{"--listen", "0.0.0.0:0"}, "0.0.0.0:0 is not a loopback address"},
+		{"empty host, plaintext", []string{"--listen", ":0"}, ":0 is not a loopback address"},
+		{"IPv6 any, plaintext", []string{"--listen", "[::]:0"}, "is not a loopback address"},
+		{"cert without key", []string{"--listen", "0.0.0.0:0", "--tls-cert", server.cert}, "--tls-cert and --tls-key go together"},
+		{"client CA without cert", []string{"--listen", "127.0.0.1:0", "--tls-client-ca", clientCA.cert}, "--tls-client-ca needs --tls-cert"},
+		{"insecure and TLS", []string{"--listen", "0.0.0.0:0", "--insecure", "--tls-cert", server.cert, "--tls-key", server.key}, "--insecure and --tls-cert contradict"},
+		{"missing key file", []string{"--listen", "0.0.0.0:0", "--tls-cert", server.cert, "--tls-key", filepath.Join(dir, "nope.key")}, "nope.key"},
+		{"client CA without certificates", []string{"--listen", "0.0.0.0:0", "--tls-cert", server.cert, "--tls-key", server.key, "--tls-client-ca", server.key}, "no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port, code, stderr := serveTCP(t, tree, tc.args...)
+			if port != "" || code != 2 || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("serve %v: port %q, exit %d, want exit 2 saying %q:\n%s", tc.args, port, code, tc.want, stderr)
+			}
+			if strings.Contains(tc.want, "loopback") && !strings.Contains(stderr.String(), "--insecure") {
+				t.Errorf("the refusal does not name --insecure:\n%s", stderr)
+			}
+		})
+	}
+}
+
+// checkServePlaintext: plaintext on loopback is served without a warning,
+// beyond it with --insecure and a warning.
+func checkServePlaintext(t *testing.T, tree *testbin.Bins) {
+	t.Run("loopback, plaintext", func(t *testing.T) {
+		for _, addr := range []string{"127.0.0.1:0", "localhost:0"} {
+			port, code, stderr := serveTCP(t, tree, "--listen", addr)
+			if port == "" {
+				t.Fatalf("serve --listen %s: exit %d:\n%s", addr, code, stderr)
+			}
+			if err := dispatchOver(t, port, insecure.NewCredentials()); err != nil {
+				t.Errorf("%s: %v", addr, err)
+			}
+			if strings.Contains(stderr.String(), "[WARN]") {
+				t.Errorf("a warning on loopback:\n%s", stderr)
+			}
+		}
+	})
+
+	t.Run("all interfaces, --insecure", func(t *testing.T) {
+		port, code, stderr := serveTCP(t, tree, "--listen", "0.0.0.0:0", "--insecure")
+		if port == "" {
+			t.Fatalf("exit %d:\n%s", code, stderr)
+		}
+		if err := dispatchOver(t, port, insecure.NewCredentials()); err != nil {
+			t.Error(err)
+		}
+		if !strings.Contains(stderr.String(), "[WARN]  attnplug.serve: serving plaintext gRPC without authentication") {
+			t.Errorf("no warning:\n%s", stderr)
+		}
+	})
 }
 
 // TestServeRefusesMetricsBeyondLoopback: metrics on an address that is

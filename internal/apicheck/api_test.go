@@ -28,26 +28,8 @@ func TestSDKCompatible(t *testing.T) {
 	}
 }
 
-// TestCheckFindsBreaks runs the check on a module of its own, before and
-// after changes: a removed function, a changed signature, a method added
-// to an interface and a changed constant fail it; additions, and removals
-// that except.txt lists, do not.
-func TestCheckFindsBreaks(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the go command")
-	}
-	dir := t.TempDir()
-	write := func(name, text string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("go.mod", "module example.com/m\n\ngo 1.22\n")
-	write("p/p.go", `package p
+// breaksV1 is the first version of TestCheckFindsBreaks's package.
+const breaksV1 = `package p
 
 // Mode is a mode.
 type Mode uint8
@@ -66,24 +48,11 @@ func New(name string) *Request { return &Request{Name: name} }
 
 // Gone is removed later.
 func Gone() {}
-`)
-	pkgs := []string{"example.com/m/p"}
-	base, err := features(dir, pkgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		"pkg p, const Fast Mode = 1",
-		"pkg p, func New(string) *Request",
-		"pkg p, type Backend interface { Decide }",
-		"pkg p, type Request struct, Name string",
-	} {
-		if !slices.Contains(base, want) {
-			t.Errorf("features lack %q:\n%s", want, strings.Join(base, "\n"))
-		}
-	}
-	write("sdkapi/v0.1.0.txt", snapshotHeader("v0.1.0")+strings.Join(base, "\n")+"\n")
-	write("p/p.go", `package p
+`
+
+// breaksV2 is the second version: a changed constant, a method added to an
+// interface, a changed signature, a function removed and one added.
+const breaksV2 = `package p
 
 // Mode is a mode.
 type Mode uint8
@@ -108,7 +77,40 @@ func New(name string, size int) *Request { return &Request{Name: name, Size: siz
 
 // Added is new.
 func Added() {}
-`)
+`
+
+// TestCheckFindsBreaks runs the check on a module of its own, before and
+// after changes: a removed function, a changed signature, a method added
+// to an interface and a changed constant fail it; additions, and removals
+// that except.txt lists, do not.
+func TestCheckFindsBreaks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the go command")
+	}
+	dir := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		writeFile(t, dir, name, text)
+	}
+	write("go.mod", "module example.com/m\n\ngo 1.22\n")
+	write("p/p.go", breaksV1)
+	pkgs := []string{"example.com/m/p"}
+	base, err := features(dir, pkgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"pkg p, const Fast Mode = 1",
+		"pkg p, func New(string) *Request",
+		"pkg p, type Backend interface { Decide }",
+		"pkg p, type Request struct, Name string",
+	} {
+		if !slices.Contains(base, want) {
+			t.Errorf("features lack %q:\n%s", want, strings.Join(base, "\n"))
+		}
+	}
+	write("sdkapi/v0.1.0.txt", snapshotHeader("v0.1.0")+strings.Join(base, "\n")+"\n")
+	write("p/p.go", breaksV2)
 	cur, err := features(dir, pkgs)
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +142,17 @@ func Added() {}
 	write("sdkapi/v0.10.0.txt", strings.Join(cur, "\n")+"\n")
 	if res, err = check(dir, cur); err != nil || res.baseline != "v0.10.0.txt" || len(res.Missing()) != 0 {
 		t.Errorf("against v0.10.0: %v, %+v", err, res)
+	}
+}
+
+// writeFile writes text to name under dir, making its directories.
+func writeFile(t *testing.T, dir, name, text string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

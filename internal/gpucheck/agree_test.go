@@ -28,17 +28,57 @@ func bfBytes(v []uint16) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&v[
 // runs MHA_ONE_SHOT, MHA_CHUNKED_KV and the MLA kernel (its latent output
 // projected by W_UV), and compares: the choice of method changes speed,
 // never results.
+// The DeepSeek shapes TestMethodsAgreeWithMLA runs: heads, the nope and
+// rope parts of a query/key head, the latent rank and the value head size.
+const agreeHeads, agreeNope, agreeRope, agreeLora, agreeDV = 16, 128, 64, 512, 128
+
+// agreeInputs are one batch of TestMethodsAgreeWithMLA: the random latents
+// and up-projections, the decompressed MHA inputs and the absorbed MLA query.
+type agreeInputs struct {
+	ckv, kpe, wuv []float64
+	q, k, v, qabs []uint16
+}
+
 func TestMethodsAgreeWithMLA(t *testing.T) {
 	e := openEnv(t)
-	const heads, nope, rope, lora, dv = 16, 128, 64, 512, 128
+	const heads, nope, rope, lora, dv = agreeHeads, agreeNope, agreeRope, agreeLora, agreeDV
 	seq := []int64{300, 517, 64}
 	ql := []int64{40, 64, 64}
-	rng := rand.New(rand.NewPCG(7, 8))
 	var keys, tokens int64
 	for i := range seq {
 		keys += seq[i]
 		tokens += ql[i]
 	}
+	in := makeAgreeInputs(seq, ql, keys, tokens)
+	outs, lses := runMHAMethods(t, e, seq, ql, in)
+	mla, mlse := runAbsorbedMLA(t, e, seq, ql, in, tokens)
+	names := []string{"MHA_ONE_SHOT", "MHA_CHUNKED_KV"}
+	for i, o := range outs {
+		if d := Agreement(o, mla); d > MaxRelErr {
+			t.Errorf("%s differs from MLA by %.2e (tolerance %.0e)", names[i], d, MaxRelErr)
+		} else {
+			t.Logf("%s vs MLA: %.2e", names[i], d)
+		}
+		var worst float64
+		for r := range mlse {
+			worst = math.Max(worst, math.Abs(float64(lses[i][r]-mlse[r]))/math.Max(1, math.Abs(float64(mlse[r]))))
+		}
+		if worst > 1e-2 {
+			t.Errorf("%s's LSE differs from MLA's by %.2e", names[i], worst)
+		} else {
+			t.Logf("%s LSE vs MLA: %.2e", names[i], worst)
+		}
+	}
+	if d := Agreement(outs[1], outs[0]); d > MaxRelErr {
+		t.Errorf("MHA_CHUNKED_KV differs from MHA_ONE_SHOT by %.2e", d)
+	}
+}
+
+// makeAgreeInputs draws the latents, up-projections and queries and builds
+// the decompressed MHA inputs and the absorbed MLA query from them.
+func makeAgreeInputs(seq, ql []int64, keys, tokens int64) agreeInputs {
+	const heads, nope, rope, lora, dv = agreeHeads, agreeNope, agreeRope, agreeLora, agreeDV
+	rng := rand.New(rand.NewPCG(7, 8))
 	gen := func(n int, scale float64) []float64 {
 		v := make([]float64, n)
 		for i := range v {
@@ -105,8 +145,15 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 			}
 		}
 	})
+	return agreeInputs{ckv: ckv, kpe: kpe, wuv: wuv, q: q, k: k, v: v, qabs: qabs}
+}
 
-	// The MHA methods.
+// runMHAMethods runs MHA_ONE_SHOT and MHA_CHUNKED_KV on the decompressed
+// inputs and returns their outputs and LSEs, in that order.
+func runMHAMethods(t *testing.T, e *Env, seq, ql []int64, in agreeInputs) ([][]uint16, [][]float32) {
+	t.Helper()
+	const heads, nope, rope, lora, dv = agreeHeads, agreeNope, agreeRope, agreeLora, agreeDV
+	q, k, v := in.q, in.k, in.v
 	var outs [][]uint16
 	var lses [][]float32
 	for _, m := range []core.Method{core.MHAOneShot, core.MHAChunkedKV} {
@@ -147,8 +194,15 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 		}
 		outs, lses = append(outs, o), append(lses, l)
 	}
+	return outs, lses
+}
 
-	// MLA over the latent cache (page size 1, pages shuffled).
+// runAbsorbedMLA runs the MLA kernel over the latent cache (page size 1,
+// pages shuffled) and returns its output projected by W_UV and its LSE.
+func runAbsorbedMLA(t *testing.T, e *Env, seq, ql []int64, in agreeInputs, tokens int64) ([]uint16, []float32) {
+	t.Helper()
+	const heads, nope, rope, lora, dv = agreeHeads, agreeNope, agreeRope, agreeLora, agreeDV
+	ckv, kpe, wuv, qabs := in.ckv, in.kpe, in.wuv, in.qabs
 	mc := Case{Heads: heads, PageSize: 1, SeqLens: seq, QLens: ql, Seed: 2}
 	mb, err := e.Alloc(mc, 1)
 	if err != nil {
@@ -216,24 +270,5 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 			mla[int64(row)*dv+int64(d)] = toBF16(s)
 		}
 	})
-	names := []string{"MHA_ONE_SHOT", "MHA_CHUNKED_KV"}
-	for i, o := range outs {
-		if d := Agreement(o, mla); d > MaxRelErr {
-			t.Errorf("%s differs from MLA by %.2e (tolerance %.0e)", names[i], d, MaxRelErr)
-		} else {
-			t.Logf("%s vs MLA: %.2e", names[i], d)
-		}
-		var worst float64
-		for r := range mlse {
-			worst = math.Max(worst, math.Abs(float64(lses[i][r]-mlse[r]))/math.Max(1, math.Abs(float64(mlse[r]))))
-		}
-		if worst > 1e-2 {
-			t.Errorf("%s's LSE differs from MLA's by %.2e", names[i], worst)
-		} else {
-			t.Logf("%s LSE vs MLA: %.2e", names[i], worst)
-		}
-	}
-	if d := Agreement(outs[1], outs[0]); d > MaxRelErr {
-		t.Errorf("MHA_CHUNKED_KV differs from MHA_ONE_SHOT by %.2e", d)
-	}
+	return mla, mlse
 }

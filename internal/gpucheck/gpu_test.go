@@ -305,60 +305,7 @@ func TestDecodeStepGraph(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Close()
-		var g cuda.Graph
-		var hostNS, graphNS float64
-		err = e.Dev.Do(func(x *cuda.Ctx) error {
-			// Host cost of the launches, outside capture, after a warm-up
-			// step (the first launches load the functions).
-			tensors := make([][]cudaexec.Buffer, layers)
-			for l := range tensors {
-				tensors[l] = b.Tensors(l)
-			}
-			for round := range 3 {
-				if err := x.SyncStream(e.Stream()); err != nil {
-					return err
-				}
-				start := time.Now()
-				for l := range layers {
-					if err := p.Launch(x, e.Stream(), tensors[l]); err != nil {
-						return err
-					}
-				}
-				if round > 0 {
-					hostNS = float64(time.Since(start).Nanoseconds()) / layers
-				}
-			}
-			if err := x.SyncStream(e.Stream()); err != nil {
-				return err
-			}
-			if err := b.Poison(x); err != nil {
-				return err
-			}
-			g, err = x.Capture(e.Stream(), func() error {
-				for l := range layers {
-					if err := p.Launch(x, e.Stream(), b.Tensors(l)); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-			if err := x.LaunchGraph(g, e.Stream()); err != nil { // warm
-				return err
-			}
-			if err := x.SyncStream(e.Stream()); err != nil {
-				return err
-			}
-			if err := b.Poison(x); err != nil {
-				return err
-			}
-			start := time.Now()
-			err = x.LaunchGraph(g, e.Stream())
-			graphNS = float64(time.Since(start).Nanoseconds()) / layers
-			return err
-		})
+		g, hostNS, graphNS, err := captureDecodeStep(e, b, p, layers)
 		if err != nil {
 			t.Fatalf("heads %d: %v", heads, err)
 		}
@@ -404,6 +351,65 @@ func TestDecodeStepGraph(t *testing.T) {
 		}
 		e.Dev.Do(func(x *cuda.Ctx) error { return x.DestroyGraph(g) })
 	}
+}
+
+// captureDecodeStep times the step's launches issued directly (after a
+// warm-up step), captures the layers' launches in one graph, replays it once
+// to warm it and once timed, and returns the graph and both per-layer costs.
+func captureDecodeStep(e *Env, b *Batch, p *cudaexec.Prepared, layers int) (g cuda.Graph, hostNS, graphNS float64, err error) {
+	err = e.Dev.Do(func(x *cuda.Ctx) error {
+		// Host cost of the launches, outside capture, after a warm-up
+		// step (the first launches load the functions).
+		tensors := make([][]cudaexec.Buffer, layers)
+		for l := range tensors {
+			tensors[l] = b.Tensors(l)
+		}
+		for round := range 3 {
+			if err := x.SyncStream(e.Stream()); err != nil {
+				return err
+			}
+			start := time.Now()
+			for l := range layers {
+				if err := p.Launch(x, e.Stream(), tensors[l]); err != nil {
+					return err
+				}
+			}
+			if round > 0 {
+				hostNS = float64(time.Since(start).Nanoseconds()) / float64(layers)
+			}
+		}
+		if err := x.SyncStream(e.Stream()); err != nil {
+			return err
+		}
+		if err := b.Poison(x); err != nil {
+			return err
+		}
+		g, err = x.Capture(e.Stream(), func() error {
+			for l := range layers {
+				if err := p.Launch(x, e.Stream(), b.Tensors(l)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := x.LaunchGraph(g, e.Stream()); err != nil { // warm
+			return err
+		}
+		if err := x.SyncStream(e.Stream()); err != nil {
+			return err
+		}
+		if err := b.Poison(x); err != nil {
+			return err
+		}
+		start := time.Now()
+		err = x.LaunchGraph(g, e.Stream())
+		graphNS = float64(time.Since(start).Nanoseconds()) / float64(layers)
+		return err
+	})
+	return g, hostNS, graphNS, err
 }
 
 // pagesFit reports whether every request's keys still fit its pages.

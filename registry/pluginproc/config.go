@@ -13,6 +13,8 @@ import (
 // what each means and its default; registry.New copies them here,
 // defaulted), and the socket directory and life that Open makes and End
 // ends.
+// The two stay separate types: registry.Config is the public API, and
+// a caller configures a registry without naming pluginproc.
 type Config struct {
 	Dirs              []string
 	Logger            hclog.Logger
