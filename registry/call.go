@@ -68,3 +68,22 @@ func (r *Registry) newInProcess(ctx context.Context, b core.Backend) (*backend.I
 	}
 	return backend.NewInProcess(ctx, b, r.cfg.Host, run, r.log)
 }
+
+// decide answers a valid request by rt's backend, without the cache, and
+// fills the cache with its answer.
+func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (core.Answer, error) {
+	if why := r.usable(rt, req.Backend); why != nil {
+		return r.fallback(ctx, req, rt, *why)
+	}
+	m, fault, err := r.ask(ctx, rt, req)
+	if err != nil {
+		return core.Answer{}, err
+	}
+	if fault != nil {
+		return r.fallback(ctx, req, rt, *fault)
+	}
+	if c := rt.cached(); c != nil {
+		c.put(rt.keys.Key(req), m)
+	}
+	return rt.answer(m), nil
+}

@@ -12,7 +12,7 @@
 // one name it resolved. None of them modifies the caller's requests.
 //
 // One backend abstraction: a name routes to a backend.Backend
-// (dispatch.go's route), either a plugin binary's supervised process
+// (route.go's route), either a plugin binary's supervised process
 // (package pluginproc: discovery, description cache, lock, start, restart,
 // quarantine) or a core.Backend in the host's process (backend.InProcess:
 // the triton rules, the default route's backend and the fallback of every
@@ -23,8 +23,10 @@
 // kernel, modules, a plan or a reload's self-test, goes through
 // Registry.call (call.go), the one switch over the closed set of a call's
 // outcomes (backend.Outcome: answered, declined, unavailable, failed,
-// canceled). dispatch.go routes and caches, batch.go groups a batch by
-// backend, unserved.go says why a name has no backend, fallback.go asks
+// canceled). dispatch.go takes a request through its steps, route.go
+// holds a name's route and its answer cache, call.go decides and asks,
+// batch.go groups a batch by backend, unserved.go says why a name has no
+// backend, fallback.go asks
 // the triton rules through the same call and records why (the one
 // recorder of fallbacks), kernel.go and device.go serve kernels, modules
 // and plans, reload.go swaps plugins. The reasons are declared once, in
