@@ -136,14 +136,21 @@ func (e *Env) Stream() cuda.Stream { return e.stream }
 
 // Fill writes n hashed bf16 values of seed at p (on the Env's stream).
 func (e *Env) Fill(c *cuda.Ctx, p uint64, n int64, seed uint64) error {
-	args := [3]uint64{p, uint64(n), seed}
-	ptrs := [3]unsafe.Pointer{unsafe.Pointer(&args[0]), unsafe.Pointer(&args[1]), unsafe.Pointer(&args[2])}
+	return e.launchArgs(c, e.fill, uint32(min((n+255)/256, 4096)), p, uint64(n), seed)
+}
+
+// launchArgs launches f over blocks blocks of 256 threads on the Env's
+// stream, each argument in an 8-byte slot (an f32 in its low bytes).
+func (e *Env) launchArgs(x *cuda.Ctx, f cuda.Function, blocks uint32, args ...uint64) error {
+	ptrs := make([]unsafe.Pointer, len(args))
+	for i := range args {
+		ptrs[i] = unsafe.Pointer(&args[i])
+	}
 	var pin runtime.Pinner
 	pin.Pin(&args[0])
 	pin.Pin(&ptrs[0])
 	defer pin.Unpin()
-	blocks := uint32(min((n+255)/256, 4096))
-	return c.Launch(e.fill, [3]uint32{blocks, 1, 1}, [3]uint32{256, 1, 1}, 0, e.stream, &ptrs[0])
+	return x.Launch(f, [3]uint32{blocks, 1, 1}, [3]uint32{256, 1, 1}, 0, e.stream, &ptrs[0])
 }
 
 // Case is one MLA decode batch.
@@ -321,22 +328,20 @@ func (b *Batch) TensorsFor(specs []core.TensorSpec, i int) ([]cudaexec.Buffer, e
 // with no copy from the host (it can be captured in a step's graph). The
 // host's copy, b.Case.SeqLens, is the caller's to keep in step.
 func (e *Env) Advance(x *cuda.Ctx, b *Batch) error {
-	args := [2]uint64{b.Seq.Ptr, uint64(len(b.Case.SeqLens))}
-	ptrs := [2]unsafe.Pointer{unsafe.Pointer(&args[0]), unsafe.Pointer(&args[1])}
-	var pin runtime.Pinner
-	pin.Pin(&args[0])
-	pin.Pin(&ptrs[0])
-	defer pin.Unpin()
-	return x.Launch(e.advance, [3]uint32{uint32((len(b.Case.SeqLens) + 255) / 256), 1, 1}, [3]uint32{256, 1, 1}, 0, e.stream, &ptrs[0])
+	return e.launchArgs(x, e.advance, uint32((len(b.Case.SeqLens)+255)/256), b.Seq.Ptr, uint64(len(b.Case.SeqLens)))
 }
 
 // Poison fills the outputs with NaN and waits for the fill, which runs on
 // the legacy stream (unordered with the Env's non-blocking one).
-func (b *Batch) Poison(x *cuda.Ctx) error {
-	if err := x.Fill16(b.Out.Ptr, 0x7fc0, b.Out.Bytes/2); err != nil {
+func (b *Batch) Poison(x *cuda.Ctx) error { return poison(x, b.Out, b.LSE) }
+
+// poison fills a bf16 output and an f32 LSE with NaN and waits for the
+// fill.
+func poison(x *cuda.Ctx, out, lse cudaexec.Buffer) error {
+	if err := x.Fill16(out.Ptr, 0x7fc0, out.Bytes/2); err != nil {
 		return err
 	}
-	if err := x.Fill32(b.LSE.Ptr, 0x7fc00000, b.LSE.Bytes/4); err != nil {
+	if err := x.Fill32(lse.Ptr, 0x7fc00000, lse.Bytes/4); err != nil {
 		return err
 	}
 	return x.Synchronize()
@@ -568,20 +573,27 @@ type Timing struct {
 // a decode step, replays it reps times after a warm-up and returns the time
 // per launch: the device's time, not the host's launch rate.
 func (e *Env) Time(b *Batch, p *cudaexec.Prepared, iters, reps int) (Timing, error) {
+	layers := make([][]cudaexec.Buffer, len(b.KV))
+	for i := range layers {
+		layers[i] = b.Tensors(i)
+	}
+	return e.timeLayers(p, layers, iters, reps)
+}
+
+// timeLayers captures iters launches of p, rotating over layers (each a
+// layer's tensors), in a CUDA graph, replays it reps times after a warm-up
+// and returns the time per launch. A plan with a scheduler (PerBatch
+// launches) runs it once, before the capture: the graph times the layers'
+// launches alone.
+func (e *Env) timeLayers(p *cudaexec.Prepared, layers [][]cudaexec.Buffer, iters, reps int) (Timing, error) {
 	var ts []float64
 	err := e.Dev.Do(func(x *cuda.Ctx) error {
-		tensors := make([][]cudaexec.Buffer, len(b.KV))
-		for i := range tensors {
-			tensors[i] = b.Tensors(i)
-		}
-		// A plan with a scheduler (PerBatch launches) runs it once, before
-		// the capture: the graph times the layers' launches alone.
-		if err := p.LaunchBatch(x, e.stream, tensors[0]); err != nil {
+		if err := p.LaunchBatch(x, e.stream, layers[0]); err != nil {
 			return err
 		}
 		g, err := x.Capture(e.stream, func() error {
 			for i := range iters {
-				if err := p.LaunchLayer(x, e.stream, tensors[i%len(tensors)]); err != nil {
+				if err := p.LaunchLayer(x, e.stream, layers[i%len(layers)]); err != nil {
 					return err
 				}
 			}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
 	"unsafe"
@@ -284,21 +283,10 @@ func (e *Env) fillCache(x *cuda.Ctx, b *QuantBatch, p uint64, seed uint64) error
 		return e.Fill(x, p, b.cacheRows*576, seed)
 	}
 	n := b.cacheRows
-	f, args := e.fillDSA, []uint64{p, uint64(n), seed}
 	if b.Case.TopK == 0 {
-		n *= 576
-		f, args = e.fillE4M3, []uint64{p, uint64(n), seed, uint64(math.Float32bits(1 / KVScale))}
+		return e.launchArgs(x, e.fillE4M3, uint32(min((n*576+255)/256, 8192)), p, uint64(n*576), seed, uint64(math.Float32bits(1/KVScale)))
 	}
-	ptrs := make([]unsafe.Pointer, len(args))
-	for i := range args {
-		ptrs[i] = unsafe.Pointer(&args[i])
-	}
-	var pin runtime.Pinner
-	pin.Pin(&args[0])
-	pin.Pin(&ptrs[0])
-	defer pin.Unpin()
-	blocks := uint32(min((n+255)/256, 8192))
-	return x.Launch(f, [3]uint32{blocks, 1, 1}, [3]uint32{256, 1, 1}, 0, e.stream, &ptrs[0])
+	return e.launchArgs(x, e.fillDSA, uint32(min((n+255)/256, 8192)), p, uint64(n), seed)
 }
 
 // loadQuant compiles and loads quantSource once. Not from inside e.Dev.Do.
@@ -500,13 +488,7 @@ func attendRows(q []float64, slots []int64, key func(int64) []float64) ([]float6
 
 // PoisonQuant fills b's outputs with NaN and waits.
 func (b *QuantBatch) PoisonQuant(x *cuda.Ctx) error {
-	if err := x.Fill16(b.Buffers["out"].Ptr, 0x7fc0, b.Buffers["out"].Bytes/2); err != nil {
-		return err
-	}
-	if err := x.Fill32(b.Buffers["lse"].Ptr, 0x7fc00000, b.Buffers["lse"].Bytes/4); err != nil {
-		return err
-	}
-	return x.Synchronize()
+	return poison(x, b.Buffers["out"], b.Buffers["lse"])
 }
 
 // LaunchQuant poisons b's outputs and launches p once on the first cache
@@ -528,37 +510,14 @@ func (e *Env) LaunchQuant(b *QuantBatch, p *cudaexec.Prepared) error {
 // in a graph, replays it reps times after a warm-up and returns the time
 // per launch.
 func (e *Env) TimeQuant(b *QuantBatch, p *cudaexec.Prepared, iters, reps int) (Timing, error) {
-	var ts []float64
-	err := e.Dev.Do(func(x *cuda.Ctx) error {
-		tensors := make([][]cudaexec.Buffer, len(b.KVCopies))
-		for i := range tensors {
-			var err error
-			if tensors[i], err = b.Tensors(p.Tensors(), i); err != nil {
-				return err
-			}
+	layers := make([][]cudaexec.Buffer, len(b.KVCopies))
+	for i := range layers {
+		var err error
+		if layers[i], err = b.Tensors(p.Tensors(), i); err != nil {
+			return Timing{}, err
 		}
-		if err := p.LaunchBatch(x, e.stream, tensors[0]); err != nil {
-			return err
-		}
-		g, err := x.Capture(e.stream, func() error {
-			for i := range iters {
-				if err := p.LaunchLayer(x, e.stream, tensors[i%len(tensors)]); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		defer x.DestroyGraph(g)
-		ts, err = e.repeat(x, reps, float64(iters), func() error { return x.LaunchGraph(g, e.stream) })
-		return err
-	})
-	if err != nil {
-		return Timing{}, err
 	}
-	return median(ts), nil
+	return e.timeLayers(p, layers, iters, reps)
 }
 
 // QuantBytes is what one launch of b's case reads at least: the query rows,

@@ -70,6 +70,7 @@ func (pr *Prepared) put(st *step, off, size int, a core.Arg, index map[string]in
 			return err
 		}
 		m.off = off
+		pr.pinner.Pin(m.m)
 		st.maps = append(st.maps, m)
 	default:
 		return fmt.Errorf("unknown argument kind %q", a.Kind)
@@ -81,7 +82,7 @@ func (pr *Prepared) put(st *step, off, size int, a core.Arg, index map[string]in
 // tensor, encoded again whenever the bound tensor's address changes.
 type mapArg struct {
 	off, tensor int
-	m           cuda.TensorMap
+	m           *cuda.TensorMap // pinned with the step
 	last        uint64
 }
 
@@ -95,7 +96,7 @@ func (pr *Prepared) tensorMap(a core.Arg, index map[string]int) (mapArg, error) 
 	}
 	view := launch.TensorMapView(a.Map, t)
 	r := len(view)
-	m := cuda.TensorMap{DType: dt, Dims: make([]uint64, r), Box: make([]uint32, r), Strides: make([]uint64, r-1),
+	m := &cuda.TensorMap{DType: dt, Rank: r,
 		Swizzle:     map[string]int{"": 0, "32B": 1, "64B": 2, "128B": 3}[a.Map.Swizzle],
 		L2Promotion: map[string]int{"": 0, "64B": 1, "128B": 2, "256B": 3}[a.Map.L2Promotion],
 		OOBNaN:      a.Map.OOBNaN}
@@ -119,7 +120,7 @@ func (ma *mapArg) encode(c *cuda.Ctx, args []byte, tensors []Buffer) error {
 		return nil
 	}
 	ma.m.Addr = p
-	if err := c.EncodeTensorMap(unsafe.Pointer(&args[ma.off]), ma.m); err != nil {
+	if err := c.EncodeTensorMap(unsafe.Pointer(&args[ma.off]), ma.m); err != nil { // both pinned
 		return err
 	}
 	ma.last = p

@@ -151,6 +151,7 @@ type step struct {
 	ptrs    []unsafe.Pointer // cuLaunchKernel's kernelParams, into args
 	tensors []tensorArg      // addresses of the layer's tensors, written at each launch
 	maps    []mapArg         // TMA descriptors over the layer's tensors, encoded at each launch
+	ex      *cuda.ExConfig   // the cluster and programmatic launch attributes, pinned; nil: none
 }
 
 // tensorArg is a tensor's address at byte off of a step's args.
@@ -288,6 +289,11 @@ func (pr *Prepared) bind(l core.Launch, ld *loaded, index map[string]int) (step,
 		st.ptrs[i] = unsafe.Pointer(&st.args[offs[i]])
 	}
 	pr.pinner.Pin(&st.ptrs[0])
+	if l.Cluster != ([3]uint32{}) || l.Programmatic {
+		st.ex = cuda.NewExConfig(cuda.LaunchConfig{Grid: l.Grid, Block: l.Block, Shared: l.SharedBytes,
+			Cluster: l.Cluster, Programmatic: l.Programmatic})
+		pr.pinner.Pin(st.ex)
+	}
 	return st, nil
 }
 
@@ -388,9 +394,8 @@ func (p *Prepared) launch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer, which fu
 			}
 		}
 		var err error
-		if st.l.Cluster != ([3]uint32{}) || st.l.Programmatic {
-			err = c.LaunchEx(st.fn, cuda.LaunchConfig{Grid: st.l.Grid, Block: st.l.Block, Shared: st.l.SharedBytes, Stream: s,
-				Cluster: st.l.Cluster, Programmatic: st.l.Programmatic}, &st.ptrs[0])
+		if st.ex != nil {
+			err = c.LaunchEx(st.fn, st.ex, s, &st.ptrs[0])
 		} else {
 			err = c.Launch(st.fn, st.l.Grid, st.l.Block, st.l.SharedBytes, s, &st.ptrs[0])
 		}
