@@ -273,3 +273,53 @@ func TestSparseAndFP8Plans(t *testing.T) {
 		t.Errorf("dense FP8 plan: entry %s, tensors %+v", p.Launches[0].Entry, p.Tensors)
 	}
 }
+
+// TestPlansPickByArchitecture: on compute capability 9.0 the 64-row shapes
+// run the Hopper module's wgmma entries, in every form, within the H200's
+// shared memory; elsewhere, and for the narrower shapes, mla_decode's, the
+// widest that fits the device's shared memory (an A100's 164 KB hold no
+// 64-row variant and no bf16 32-row one).
+func TestPlansPickByArchitecture(t *testing.T) {
+	a100 := h200
+	a100.Name, a100.ComputeCapability, a100.SMs, a100.MaxSharedPerBlock = "NVIDIA A100", 80, 108, 166912
+	for _, tc := range []struct {
+		dev         core.DeviceInfo
+		heads       int
+		kvd         string
+		sparse      bool
+		module, ent string
+	}{
+		{h200, 128, "", false, ModuleMLADecodeSM90, "mla_decode_wg64"},
+		{h200, 64, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg64"},
+		{h200, 128, "", true, ModuleMLADecodeSM90, "mla_sparse_wg64"},
+		{h200, 128, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg64"},
+		{h200, 16, "", false, ModuleMLADecode, "mla_decode_m16"},
+		{h200, 32, "fp8_e4m3", true, ModuleMLADecode, "mla_sparse_fp8_m32"},
+		{a100, 128, "", false, ModuleMLADecode, "mla_decode_m16"},
+		{a100, 128, "fp8_e4m3", true, ModuleMLADecode, "mla_sparse_fp8_m32"},
+	} {
+		for _, graph := range []bool{false, true} {
+			req := request(tc.heads, 64, []int64{9000, 70, 3000}, []int64{1, 1, 1}, graph)
+			req.Device, req.KVDType = tc.dev, tc.kvd
+			k := fa3MLA
+			k.DTypes = []string{"bf16", "fp8_e4m3"}
+			if tc.sparse {
+				k, req.Backend, req.Dims.TopK = dsaSparse, "dsa", 2048
+			}
+			p, err := Plan(k, req)
+			if err != nil {
+				t.Fatalf("%+v: %v", tc, err)
+			}
+			if err := launch.Check(p, req, specFor(tc.dev.ComputeCapability), tc.dev); err != nil {
+				t.Fatalf("%s %d heads kv %q graph %v (%s): %v", tc.dev.Name, tc.heads, tc.kvd, graph, p.Note, err)
+			}
+			i := 0
+			if p.Launches[0].Entry == EntrySchedule {
+				i = 1
+			}
+			if l := p.Launches[i]; l.Module != tc.module || l.Entry != tc.ent {
+				t.Errorf("%s %d heads kv %q sparse %v graph %v: %s.%s, want %s.%s", tc.dev.Name, tc.heads, tc.kvd, tc.sparse, graph, l.Module, l.Entry, tc.module, tc.ent)
+			}
+		}
+	}
+}

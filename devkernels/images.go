@@ -17,7 +17,8 @@ import (
 // Device code built ahead of time. `make device-code` (devkernels/gen,
 // run where nvcc is: a GPU machine) compiles every module's source, as
 // Sources gives it, to PTX for compute_80 and compute_90 and to cubins for
-// sm_80 and sm_90, and writes them with a manifest into images/, which is
+// sm_80 and sm_90 (the Hopper module to compute_90a and sm_90a alone:
+// Archs), and writes them with a manifest into images/, which is
 // committed and embedded here. A plugin then hands the host the image for
 // its device's architecture without compiling anything: the lock file pins
 // the same hashes on every machine, `attnplug plugins --kernels --arch`
@@ -62,8 +63,9 @@ var Flags = []string{"-std=c++17", "-lineinfo"}
 // helpers, then the module's own source.
 func Sources() map[string]string {
 	return map[string]string{
-		ModuleMLADecode:  TileHeader + "\n" + MLADecodeSource,
-		ModuleMHAPrefill: TileHeader + "\n" + MHAPrefillSource,
+		ModuleMLADecode:     TileHeader + "\n" + MLACommonSource + "\n" + MLADecodeSource,
+		ModuleMHAPrefill:    TileHeader + "\n" + MHAPrefillSource,
+		ModuleMLADecodeSM90: TileHeader + "\n" + MLACommonSource + "\n" + MLADecodeSM90Source,
 	}
 }
 
@@ -83,6 +85,16 @@ func SourceSHA256(src string) string {
 // virtual ones (JIT-compiled by the driver for any newer GPU), cubins for
 // the real ones.
 var AheadOfTime = []string{"compute_80", "compute_90", "sm_80", "sm_90"}
+
+// Archs returns the architectures module name is built for ahead of time:
+// AheadOfTime, or for the Hopper module (sm_90a's own instructions) its
+// PTX and cubin alone.
+func Archs(name string) []string {
+	if name == ModuleMLADecodeSM90 {
+		return []string{virtualArch(name, hopperCC), fmt.Sprintf("sm_%da", hopperCC)}
+	}
+	return AheadOfTime
+}
 
 // embedded returns the manifest of the embedded images, and why they
 // cannot be used for the current sources: none built, or built from other
@@ -139,7 +151,7 @@ func aheadOfTime(cc int) (mods []core.KernelModule, why string) {
 	if why != "" {
 		return nil, why
 	}
-	mods = Spec()
+	mods = specFor(cc)
 	for i := range mods {
 		var best *ManifestImage
 		score := func(im *ManifestImage) int { // higher is better; 0 unusable

@@ -1,6 +1,6 @@
 // Command gen builds the device code of package devkernels ahead of time:
 // every module's source (devkernels.Sources) compiled by nvcc for each
-// architecture of devkernels.AheadOfTime (PTX for compute_XX, a cubin for
+// architecture of devkernels.Archs (PTX for compute_XX, a cubin for
 // sm_XX), written with a manifest (devkernels.Manifest) into the images
 // directory that devkernels embeds. It needs nvcc (the CUDA toolkit), not
 // a GPU. Run it as `make device-code`, then commit devkernels/images.
@@ -57,13 +57,20 @@ func run() error {
 			return err
 		}
 		m.Sources[name] = devkernels.SourceSHA256(sources[name])
-		for _, arch := range devkernels.AheadOfTime {
+		for _, arch := range devkernels.Archs(name) {
 			format, mode, ext := core.FormatCUBIN, "--cubin", "cubin"
+			virtual := strings.Replace(arch, "sm_", "compute_", 1)
 			if strings.HasPrefix(arch, "compute_") {
 				format, mode, ext = core.FormatPTX, "--ptx", "ptx"
 			}
 			file := fmt.Sprintf("%s.%s.%s", name, arch, ext)
-			args := append([]string{"-arch=" + arch, mode}, devkernels.Flags...)
+			// -gencode names the architecture-specific targets (sm_90a)
+			// exactly; nvcc 13.0's -arch=sm_90a also runs a plain sm_90 pass.
+			target := "-arch=" + arch
+			if strings.HasSuffix(arch, "a") {
+				target = fmt.Sprintf("-gencode=arch=%s,code=%s", virtual, arch)
+			}
+			args := append([]string{target, mode}, devkernels.Flags...)
 			args = append(args, "-o", filepath.Join(*out, file), src)
 			cmd := exec.Command(*nvcc, args...)
 			cmd.Stderr = os.Stderr

@@ -1,0 +1,405 @@
+// Absorbed-MLA decode on Hopper's own data path (sm_90a): the wide shapes
+// (64 query rows of a request per block: 64 and 128 heads, or 16 heads with
+// 4 query tokens) of mla_decode.cu's wide variant, in the same four forms
+// and with the same work items, parameters and partial outputs, on wgmma:
+// operands from shared memory through matrix descriptors, accumulators in
+// registers, issued by two warpgroups asynchronously. The layout, formats
+// and loaders: mla_common.cuh. The plan picks these entries on a GPU of
+// compute capability 9.0 (devkernels.go); mla_decode.cu's run everywhere
+// else.
+//
+// Design (after FlashMLA's sm90 decode). A block holds its 64 query rows in
+// shared memory (72 KB) and streams key tiles of 64 keys (72 KB each, two
+// stages; an FP8 tile is staged and converted into one f16 tile). Every
+// tile is stored as wgmma's 128-byte-swizzled K-major layout: 9 column
+// blocks of 64 rows x 128 bytes, 16-byte chunks XOR-swizzled by row, so the
+// same bytes serve S = Q K^T (K K-major) and O += P V (V = the first 512
+// columns, read MN-major through the transposed-B form). The two
+// warpgroups split each tile's S by keys (64 rows x 32 keys each, 36
+// k-steps of m64n32k16) and the output by columns (64 x 256 each, 128 fp32
+// registers a thread, 4 k-steps of m64n256k16 over P): the row maxima cross
+// between them through shared memory once a tile, P (bf16, or f16 for an
+// FP8 cache) is written to shared memory swizzled for the P V MMAs, and
+// each warpgroup keeps its own partial row sums, added at the end. The
+// next tile's copies (cp.async) start as soon as both warpgroups are past
+// the previous tile's P V, and a tile's P V runs while the next tile lands.
+
+typedef unsigned long long u64;
+
+#define WG_BN 64                        /* keys per tile */
+#define WG_TILE (WG_BN * DQK * 2)       /* 73728 bytes: 9 blocks of 64 rows x 128 bytes */
+#define WG_BLOCK 8192                   /* one column block: 64 rows x 128 bytes */
+
+// Byte offset of 16-byte chunk ch (0..71) of row r (0..63) in a tile: the
+// column block, then the row, then the chunk XOR the row (the SW128 atom:
+// 8 rows x 128 bytes, 1024-byte aligned).
+__device__ __forceinline__ u32 wsw(int r, int ch) {
+    return (u32)((ch >> 3) * WG_BLOCK + r * 128 + (((ch ^ r) & 7) << 4));
+}
+
+// A shared-memory matrix descriptor: start address, leading and stride
+// byte offsets (each >> 4), 128-byte swizzle.
+__device__ __forceinline__ u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr >> 4) & 0x3fff) | ((u64)((lbo >> 4) & 0x3fff) << 16) | ((u64)((sbo >> 4) & 0x3fff) << 32) |
+           (1ull << 62);
+}
+// K-major operand of a tile (rows of 128 bytes, 8-row groups 1024 apart):
+// the leading offset is unused within a 128-byte swizzle.
+__device__ __forceinline__ u64 kmajor(u32 addr) { return wg_desc(addr, 16, 1024); }
+// MN-major operand (V): 64 columns per 128-byte row, the next 64 columns
+// one column block (8192 bytes) on, 8-key groups 1024 apart.
+__device__ __forceinline__ u64 mnmajor(u32 addr) { return wg_desc(addr, WG_BLOCK, 1024); }
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Orders this thread's generic-proxy shared-memory writes (cp.async,
+// stores) before the async proxy's reads (wgmma) that follow a barrier.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keeps the compiler from moving accesses of accumulator registers across
+// the asynchronous MMAs that own them.
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// S (+)= Q K^T for one warpgroup: 64 x 32, k 16, both operands K-major in
+// shared memory (descriptors da, db).
+// T is "bf16" or "f16"; accumulate 0 overwrites d.
+#define WGMMA_S_ASM(T)                                                         \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                  \
+    "wgmma.mma_async.sync.aligned.m64n32k16.f32." T "." T " {"                  \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+    "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+template <bool H>
+__device__ __forceinline__ void wgmma_s(float (&d)[16], u64 da, u64 db, int accumulate) {
+    if constexpr (H)
+        asm volatile(WGMMA_S_ASM("f16")
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                     : "l"(da), "l"(db), "r"(accumulate));
+    else
+        asm volatile(WGMMA_S_ASM("bf16")
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                     : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// O (+)= P V for one warpgroup: 64 x 256, k 16, P K-major and V MN-major
+// (transposed) in shared memory.
+// T is "bf16" or "f16"; accumulate 0 overwrites d.
+#define WGMMA_O_ASM(T)                                                         \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                  \
+    "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " {"                  \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+    "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+template <bool H>
+__device__ __forceinline__ void wgmma_o(float (&d)[128], u64 da, u64 db, int accumulate) {
+    if constexpr (H)
+        asm volatile(WGMMA_O_ASM("f16")
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "l"(da), "l"(db), "r"(accumulate));
+    else
+        asm volatile(WGMMA_O_ASM("bf16")
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "l"(da), "l"(db), "r"(accumulate));
+}
+// The key-tile loader: four threads per key row (64 rows x 4 = the 256
+// threads), thread k of a row copying its chunks k, k+4, k+8, ..., so that
+// a row's place in the cache is looked up once per tile (a tile ahead) and
+// every copy is one instruction off two base addresses.
+//
+// wg_row is the cache row of key j: -1 past kv_end, for padding and for a
+// slot outside the cache.
+template <bool SPARSE>
+__device__ __forceinline__ long long wg_row(const Keys& ks, const int* krows, int j, int kv_end) {
+    if (j >= kv_end) return -1;
+    if (SPARSE) {
+        const int v = __ldg(krows + j);
+        return (v < 0 || v >= ks.num_slots) ? -1 : v;
+    }
+    const int page = __ldg(krows + (j >> ks.page_shift));
+    return ((long long)page << ks.page_shift) | (j & ((1 << ks.page_shift) - 1));
+}
+
+// Issues the copies of this thread's chunks of cache row row (-1: zeros)
+// into row r of the stage at stage: a bf16 tile (swizzled) or raw FP8 rows.
+// A row of zeros reads nothing; its addresses stay inside the cache's first
+// row.
+template <int FMT>
+__device__ __forceinline__ void wg_issue(u32 stage, const Keys& ks, long long row, int r, int k) {
+    constexpr int KB = row_bytes(FMT), CH = KB / 16, PER = (CH + 3) / 4;
+    const unsigned char* src = ks.kv + (row >= 0 ? row * KB : 0) + k * 16;
+    const int bytes = row >= 0 ? 16 : 0;
+    // The chunk's swizzle: (k + 4i) ^ r within 8 chunks, two values by i's parity.
+    const u32 x0 = (u32)(((k ^ r) & 7) << 4), x1 = (u32)((((k + 4) ^ r) & 7) << 4);
+    const u32 base = FMT == FMT_BF16 ? stage + r * 128 : stage + r * KB + k * 16;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        if (CH % 4 != 0 && k + 4 * i >= CH) break;
+        const u32 dst = FMT == FMT_BF16 ? base + (i >> 1) * WG_BLOCK + ((i & 1) ? x1 : x0) : base + 64 * i;
+        cp_async16(dst, src + 64 * i, bytes);
+    }
+}
+
+template <int FMT, bool SPARSE>
+__device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
+                                              float* __restrict__ lse, const Item* __restrict__ schedule,
+                                              const ReqInfo* __restrict__ reqs, const int* __restrict__ counts,
+                                              float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
+                                              float scale_log2, int item_idx, int hb) {
+    constexpr int M = 64;
+    constexpr bool H = FMT != FMT_BF16;          // f16 tiles, queries and P
+    constexpr int KB = row_bytes(FMT); // cached bytes per key
+    constexpr int NT = H ? 1 : 2;                // key tiles: two stages, or the one dequantised
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); // the atoms' alignment
+    unsigned char* sq = smem;                                 // 64 query rows
+    unsigned char* skv = sq + WG_TILE;                        // NT key tiles
+    unsigned char* sp = skv + NT * WG_TILE;                   // P: 64 rows x 64 keys
+    float* red_max = (float*)(sp + WG_BLOCK);                 // 2 x 64: each warpgroup's row maxima
+    float* red_sum = red_max + 2 * M;                         // 2 x 64: its row sums, at the end
+    int* kvalid = (int*)(red_sum + 2 * M);                    // 2 x 64: the keys of a tile that are rows
+    unsigned char* sraw = (unsigned char*)(kvalid + 2 * WG_BN); // FP8: the next tile, staged (64 x KB)
+
+    if (item_idx >= counts[0]) return;
+    const Item it = schedule[item_idx];
+    const ReqInfo rq = reqs[it.req];
+    const int rows = rq.q_len * heads;
+    const int row0 = hb * M;
+    if (row0 >= rows) return;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wg = warp >> 2; // the warpgroup: keys wg*32.. of S, columns wg*256.. of O
+    const int* krows = key_rows<SPARSE>(ks, it.req);
+    const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
+    const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f; // FMT_FP8: scales every score and the output
+    scale_log2 *= kv_mul;
+    // Where tile t lands: a bf16 stage, or the FP8 staging tile (raw rows).
+    auto stage = [&](int t) -> u32 { return H ? smem_addr(sraw) : skv_a + (t & 1) * WG_TILE; };
+    auto tile_dst = [](int r, int ch) -> u32 { return wsw(r, ch); };
+
+    {
+        const bf16* qsrc = q + ((long long)rq.q_start * heads + row0) * DQK;
+#pragma unroll
+        for (int i = 0; i < (M * (DQK / 8)) / NTHREADS; i++) {
+            const int c = tid + i * NTHREADS;
+            const int r = c / (DQK / 8), ch = c - r * (DQK / 8);
+            const bool ok = row0 + r < rows;
+            cp_async16(sq_a + wsw(r, ch), ok ? qsrc + (long long)r * DQK + ch * 8 : qsrc, ok ? 16 : 0);
+        }
+    }
+    const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
+    // This thread's key row of every tile (lr) and its chunks (lk); the
+    // cache row of its next tile's key (nrow), looked up a tile ahead.
+    const int lr = tid >> 2, lk = tid & 3;
+    long long nrow = wg_row<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
+    // Issues tile t's copies (and its keys' validity), then looks up tile t+1's row.
+    auto load = [&](int t) {
+        wg_issue<FMT>(stage(t), ks, nrow, lr, lk);
+        if (lk == 0) kvalid[(t & 1) * WG_BN + lr] = nrow >= 0;
+        cp_commit();
+        nrow = wg_row<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr, it.kv_end);
+    };
+    load(0); // the queries ride with the first tile
+
+    // This thread's two rows (of S and of O: both are m64 accumulators of
+    // its warpgroup), their causal limits, and its first key of S.
+    const int r0 = (warp & 3) * 16 + (lane >> 2), r1 = r0 + 8;
+    const int causal0 = rq.seq_len - rq.q_len + (row0 + r0) / heads;
+    const int causal1 = rq.seq_len - rq.q_len + (row0 + r1) / heads;
+    const int kq = wg * 32 + (lane & 3) * 2;
+
+    // O: 64 x 256, columns wg*256 + 8j + (lane&3)*2 + {0,1} in o[4j], o[4j+1]
+    // (row r0) and o[4j+2], o[4j+3] (row r1).
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) o[i] = 0.f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+
+    for (int t = 0; t < ntiles; t++) {
+        const int j0 = it.kv_begin + t * WG_BN;
+        wg_wait<0>(); // this warpgroup's last P V is done with its tile and P
+        cp_wait<0>();
+        fence_async_smem(); // the copies (the bf16 stage, the queries) before the MMAs read them
+        __syncthreads();
+        if (!H && t + 1 < ntiles) load(t + 1); // the other stage is free: the next tile lands during this one
+        if (H) {
+            dequant_tile<FMT, WG_BN>(sraw, skv, tile_dst, tid);
+            if (t == 0) queries_f16<M>(sq, tile_dst, tid); // they landed with the first tile
+            fence_async_smem();
+            __syncthreads(); // the tile (and the queries) whole, the staging tile free
+            if (t + 1 < ntiles) load(t + 1);
+        }
+        const u32 sk_a = H ? skv_a : skv_a + (t & 1) * WG_TILE;
+
+        // S: this warpgroup's 32 keys, 36 k-steps.
+        float s[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) s[i] = 0.f;
+        wg_fence();
+        reg_fence(s);
+        const u64 dq = kmajor(sq_a), dk = kmajor(sk_a + wg * 32 * 128); // + (byte offset >> 4) per k-step
+#pragma unroll
+        for (int kk = 0; kk < DQK / 16; kk++) {
+            const u32 off = ((kk >> 2) * WG_BLOCK + (kk & 3) * 32) >> 4;
+            wgmma_s<H>(s, dq + off, dk + off, kk > 0);
+        }
+        wg_commit();
+        wg_wait<0>();
+        reg_fence(s);
+        reg_fence(o);
+
+        float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int key = j0 + kq + 8 * j + e;
+                const bool in = kvalid[(t & 1) * WG_BN + kq + 8 * j + e] != 0;
+                s[4 * j + e] = (in && key <= causal0) ? s[4 * j + e] * scale_log2 : NEG_INF;
+                s[4 * j + 2 + e] = (in && key <= causal1) ? s[4 * j + 2 + e] * scale_log2 : NEG_INF;
+                mx0 = fmaxf(mx0, s[4 * j + e]);
+                mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+            }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+        if ((lane & 3) == 0) {
+            red_max[wg * M + r0] = mx0;
+            red_max[wg * M + r1] = mx1;
+        }
+        __syncthreads(); // the maxima of both warpgroups
+        const float mt0 = fmaxf(m0, fmaxf(red_max[r0], red_max[M + r0]));
+        const float mt1 = fmaxf(m1, fmaxf(red_max[r1], red_max[M + r1]));
+        const float mu0 = mt0 == NEG_INF ? 0.f : mt0, mu1 = mt1 == NEG_INF ? 0.f : mt1;
+        const float al0 = fast_exp2(m0 - mu0), al1 = fast_exp2(m1 - mu1);
+        m0 = mt0;
+        m1 = mt1;
+        l0 *= al0;
+        l1 *= al1;
+        if (__any_sync(0xffffffff, al0 != 1.f || al1 != 1.f)) // (the maxima settle after a few tiles)
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            o[4 * j] *= al0;
+            o[4 * j + 1] *= al0;
+            o[4 * j + 2] *= al1;
+            o[4 * j + 3] *= al1;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float p0 = fast_exp2(s[4 * j] - mu0), p1 = fast_exp2(s[4 * j + 1] - mu0);
+            const float p2 = fast_exp2(s[4 * j + 2] - mu1), p3 = fast_exp2(s[4 * j + 3] - mu1);
+            l0 += p0 + p1;
+            l1 += p2 + p3;
+            const int col = kq + 8 * j; // key within the tile
+            *(u32*)(sp + wsw(r0, col >> 3) + (col & 7) * 2) = pack_<H>(p0, p1);
+            *(u32*)(sp + wsw(r1, col >> 3) + (col & 7) * 2) = pack_<H>(p2, p3);
+        }
+        fence_async_smem();
+        __syncthreads(); // P whole
+        // O += P V: this warpgroup's 256 columns, 4 k-steps of 16 keys.
+        wg_fence();
+        reg_fence(o);
+        const u64 dp = kmajor(sp_a), dv = mnmajor(sk_a + wg * 4 * WG_BLOCK);
+#pragma unroll
+        for (int kk = 0; kk < WG_BN / 16; kk++) wgmma_o<H>(o, dp + kk * 2, dv + kk * 128, 1);
+        wg_commit();
+    }
+    wg_wait<0>();
+    reg_fence(o);
+
+    // Row sums: this thread's keys, its quad's, then both warpgroups'.
+    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+    if ((lane & 3) == 0) {
+        red_sum[wg * M + r0] = l0;
+        red_sum[wg * M + r1] = l1;
+    }
+    __syncthreads();
+    l0 = red_sum[r0] + red_sum[M + r0];
+    l1 = red_sum[r1] + red_sum[M + r1];
+
+    const float inv0 = l0 > 0.f ? kv_mul / l0 : 0.f, inv1 = l1 > 0.f ? kv_mul / l1 : 0.f;
+    const float lse0 = l0 > 0.f ? (m0 + __log2f(l0)) * 0.6931471805599453f : NEG_INF;
+    const float lse1 = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
+    const int gr0 = row0 + r0, gr1 = row0 + r1; // rows within the request
+    const bool ok0 = gr0 < rows, ok1 = gr1 < rows;
+    const int c0 = wg * 256 + (lane & 3) * 2;
+    if (rq.num_splits == 1) {
+        bf16* o0 = out + ((long long)rq.q_start * heads + gr0) * DV + c0;
+        bf16* o1 = out + ((long long)rq.q_start * heads + gr1) * DV + c0;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            if (ok0) *(u32*)(o0 + 8 * j) = pack_bf16(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            if (ok1) *(u32*)(o1 + 8 * j) = pack_bf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        }
+        if (wg == 0 && (lane & 3) == 0) {
+            if (ok0) lse[(long long)rq.q_start * heads + gr0] = lse0;
+            if (ok1) lse[(long long)rq.q_start * heads + gr1] = lse1;
+        }
+    } else {
+        const long long p0 = (long long)rq.part_base + (long long)it.split * rows + gr0;
+        const long long p1 = (long long)rq.part_base + (long long)it.split * rows + gr1;
+        float* o0 = part_o + p0 * DV + c0;
+        float* o1 = part_o + p1 * DV + c0;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            if (ok0) *(float2*)(o0 + 8 * j) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            if (ok1) *(float2*)(o1 + 8 * j) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        }
+        if (wg == 0 && (lane & 3) == 0) {
+            if (ok0) part_lse[p0] = lse0;
+            if (ok1) part_lse[p1] = lse1;
+        }
+    }
+}
+
+// One block of two warpgroups per multiprocessor (its shared memory), in
+// the four forms (devkernels.go's sm90 variant).
+MLA_DECODE_ENTRY(mla_decode_wg64, 1, (mla_decode_wg<FMT_BF16, false>))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg64, 1, (mla_decode_wg<FMT_FP8, false>))
+MLA_SPARSE_ENTRY(mla_sparse_wg64, 1, (mla_decode_wg<FMT_BF16, true>))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, (mla_decode_wg<FMT_DSA, true>))
