@@ -44,8 +44,8 @@ const (
 	// ModuleMLADecodeSM90 is the decode on wgmma, built for sm_90a alone
 	// and handed only to a device of compute capability 9.0.
 	ModuleMLADecodeSM90 = "mla_decode_sm90"
-	EntryCombine    = "mla_combine"
-	EntrySchedule   = "mla_schedule"
+	EntryCombine        = "mla_combine"
+	EntrySchedule       = "mla_schedule"
 )
 
 // Tile constants of mla_decode.cu (keep in step with its #defines).
