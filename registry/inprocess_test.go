@@ -269,7 +269,7 @@ func TestInProcessBackendHandsDeviceCode(t *testing.T) {
 	r, _ := open(t, registry.Config{Backends: []core.Backend{be}})
 	ctx := testContext(t)
 	mods, err := r.KernelModules(ctx, "acme_gpu", h200())
-	if err != nil || len(mods) != 2 {
+	if err != nil || len(mods) != len(devkernels.Spec()) {
 		t.Fatalf("modules: %v, %v", mods, err)
 	}
 	step := func(b int, seq, q int64) *core.PlanRequest {
