@@ -148,17 +148,19 @@ __device__ __forceinline__ void wgmma_o(float (&d)[128], u64 da, u64 db, int acc
 // a row's place in the cache is looked up once per tile (a tile ahead) and
 // every copy is one instruction off two base addresses.
 //
-// wg_row is the cache row of key j: -1 past kv_end, for padding and for a
-// slot outside the cache.
+// wg_key is what the index tensors hold for key j (its page, dense, or its
+// slot, sparse), -1 past kv_end; wg_row turns it into the cache row of key
+// j when the copies are issued, a tile later, so the load is never waited
+// for: -1 for padding, a slot outside the cache, or past kv_end.
 template <bool SPARSE>
-__device__ __forceinline__ long long wg_row(const Keys& ks, const int* krows, int j, int kv_end) {
-    if (j >= kv_end) return -1;
-    if (SPARSE) {
-        const int v = __ldg(krows + j);
-        return (v < 0 || v >= ks.num_slots) ? -1 : v;
-    }
-    const int page = __ldg(krows + (j >> ks.page_shift));
-    return ((long long)page << ks.page_shift) | (j & ((1 << ks.page_shift) - 1));
+__device__ __forceinline__ int wg_key(const Keys& ks, const int* krows, int j, int kv_end) {
+    return j >= kv_end ? -1 : __ldg(krows + (SPARSE ? j : j >> ks.page_shift));
+}
+template <bool SPARSE>
+__device__ __forceinline__ long long wg_row(const Keys& ks, int key, int j) {
+    if (key < 0) return -1;
+    if (SPARSE) return key >= ks.num_slots ? -1 : key;
+    return ((long long)key << ks.page_shift) | (j & ((1 << ks.page_shift) - 1));
 }
 
 // Issues the copies of this thread's chunks of cache row row (-1: zeros)
@@ -229,16 +231,18 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
         }
     }
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
-    // This thread's key row of every tile (lr) and its chunks (lk); the
-    // cache row of its next tile's key (nrow), looked up a tile ahead.
+    // This thread's key row of every tile (lr) and its chunks (lk); what
+    // the index tensors hold for its key of the next tile (nkey), loaded a
+    // tile ahead.
     const int lr = tid >> 2, lk = tid & 3;
-    long long nrow = wg_row<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
-    // Issues tile t's copies (and its keys' validity), then looks up tile t+1's row.
+    int nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
+    // Issues tile t's copies (and its keys' validity), then loads tile t+1's key.
     auto load = [&](int t) {
-        wg_issue<FMT>(stage(t), ks, nrow, lr, lk);
-        if (lk == 0) kvalid[(t & 1) * WG_BN + lr] = nrow >= 0;
+        const long long row = wg_row<SPARSE>(ks, nkey, it.kv_begin + t * WG_BN + lr);
+        wg_issue<FMT>(stage(t), ks, row, lr, lk);
+        if (lk == 0) kvalid[(t & 1) * WG_BN + lr] = row >= 0;
         cp_commit();
-        nrow = wg_row<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr, it.kv_end);
+        nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr, it.kv_end);
     };
     load(0); // the queries ride with the first tile
 
@@ -258,11 +262,10 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
 
     for (int t = 0; t < ntiles; t++) {
         const int j0 = it.kv_begin + t * WG_BN;
-        wg_wait<0>(); // this warpgroup's last P V is done with its tile and P
+        if (H) wg_wait<0>(); // this warpgroup's last P V is done with the f16 tile
         cp_wait<0>();
         fence_async_smem(); // the copies (the bf16 stage, the queries) before the MMAs read them
         __syncthreads();
-        if (!H && t + 1 < ntiles) load(t + 1); // the other stage is free: the next tile lands during this one
         if (H) {
             dequant_tile<FMT, WG_BN>(sraw, skv, tile_dst, tid);
             if (t == 0) queries_f16<M>(sq, tile_dst, tid); // they landed with the first tile
@@ -285,7 +288,7 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
             wgmma_s<H>(s, dq + off, dk + off, kk > 0);
         }
         wg_commit();
-        wg_wait<0>();
+        wg_wait<0>(); // S, and the last tile's P V queued before it
         reg_fence(s);
         reg_fence(o);
 
@@ -309,7 +312,8 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
             red_max[wg * M + r0] = mx0;
             red_max[wg * M + r1] = mx1;
         }
-        __syncthreads(); // the maxima of both warpgroups
+        __syncthreads(); // the maxima of both warpgroups; both past the last tile's P V
+        if (!H && t + 1 < ntiles) load(t + 1); // into the stage that P V read
         const float mt0 = fmaxf(m0, fmaxf(red_max[r0], red_max[M + r0]));
         const float mt1 = fmaxf(m1, fmaxf(red_max[r1], red_max[M + r1]));
         const float mu0 = mt0 == NEG_INF ? 0.f : mt0, mu1 = mt1 == NEG_INF ? 0.f : mt1;
