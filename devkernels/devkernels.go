@@ -537,8 +537,8 @@ func planDecodeGraph(req *core.PlanRequest, form decodeForm) *core.Plan {
 				intArg("batch", ds.batch), intArg("heads", d.Heads), intArg("capacity", ds.capacity), intArg("nslots", ds.slots),
 			},
 		}, decodeLaunch(ds, ds.capacity, req, buf), combineLaunch(ds, d, buf)},
-		Note: fmt.Sprintf("mla decode, scheduled on the device: %d rows per block, %d head block(s), %d item slots, %d stages",
-			ds.v.rows, ds.hb, ds.capacity, ds.v.stages),
+		Note: fmt.Sprintf("mla decode, scheduled on the device: %d rows per block (%s), %d head block(s), %d item slots, %d stages",
+			ds.v.rows, ds.v.entry(form), ds.hb, ds.capacity, ds.v.stages),
 	}
 }
 
@@ -739,8 +739,8 @@ func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
 		Schedule:       sched,
 		WorkspaceBytes: partO + partRows*4,
 		Launches:       []core.Launch{decodeLaunch(ds, gridSlots, req, buf)},
-		Note: fmt.Sprintf("mla decode: %d rows per block, %d head block(s), %d block(s) of ~%d key tiles of %d, %d item(s), %d stages",
-			m, hb, gridSlots, target, mlaBN, count, v.stages),
+		Note: fmt.Sprintf("mla decode: %d rows per block (%s), %d head block(s), %d block(s) of ~%d key tiles of %d, %d item(s), %d stages",
+			m, v.entry(form), hb, gridSlots, target, mlaBN, count, v.stages),
 	}
 	if combine || req.Graph {
 		p.Launches = append(p.Launches, combineLaunch(ds, d, buf))

@@ -151,14 +151,18 @@ class KernelsTest(unittest.TestCase):
         self.need_device_code()
         import hashlib
         mods = self.client.kernel_modules("fa3", H200)
-        self.assertEqual(sorted(m.name for m in mods), ["mha_prefill", "mla_decode"])
+        # On compute capability 9.0 the wgmma decode (sm_90a) comes too.
+        self.assertEqual(sorted(m.name for m in mods), ["mha_prefill", "mla_decode", "mla_decode_sm90"])
         for m in mods:
             self.assertEqual(hashlib.sha256(m.image).hexdigest(), m.sha256)
-            self.assertEqual((m.format, m.arch), ("cubin", "sm_90"))
+            want = ("cubin", "sm_90a") if m.name == "mla_decode_sm90" else ("cubin", "sm_90")
+            self.assertEqual((m.format, m.arch), want)
         dec = next(m for m in mods if m.name == "mla_decode")
         self.assertEqual(dec.entry("mla_schedule")[0], ("seq_lens", "ptr"))
         a100 = dict(H200, name="NVIDIA A100", compute_capability=80)
-        self.assertEqual({(m.format, m.arch) for m in self.client.kernel_modules("fa3", a100)}, {("cubin", "sm_80")})
+        a100_mods = self.client.kernel_modules("fa3", a100)
+        self.assertEqual(sorted(m.name for m in a100_mods), ["mha_prefill", "mla_decode"])
+        self.assertEqual({(m.format, m.arch) for m in a100_mods}, {("cubin", "sm_80")})
 
     def test_plans_hold_for_the_batch_size(self):
         self.need_device_code()
