@@ -72,7 +72,7 @@ func TestInProcessBackendOnDevice(t *testing.T) {
 		{Heads: 16, PageSize: 64, SeqLens: []int64{3000, 17, 700}, QLens: []int64{1, 2, 1}, Seed: 1},
 		{Heads: 128, PageSize: 64, SeqLens: []int64{5000, 64, 1}, QLens: []int64{1, 1, 1}, Seed: 2},
 		{Heads: 128, PageSize: 1, SeqLens: []int64{900, 4097}, QLens: []int64{4, 2}, Seed: 3, Graph: true, MaxSeqLen: 8192},
-		{Heads: 16, PageSize: 1, SeqLens: []int64{1, 2048}, QLens: []int64{3, 1}, Seed: 4, Graph: true, MaxSeqLen: 4096},
+		{Heads: 16, PageSize: 1, SeqLens: []int64{3, 2048}, QLens: []int64{3, 1}, Seed: 4, Graph: true, MaxSeqLen: 4096},
 	}
 	for _, c := range cases {
 		b, err := e.Alloc(c, 1)
