@@ -26,6 +26,15 @@ import (
 func openEnv(t *testing.T) *Env {
 	t.Helper()
 	e, err := Open()
+	needGPU(t, err)
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// needGPU skips the test when err says there is no CUDA device to run on
+// (fails it under ATTNPLUG_REQUIRE_GPU=1) and fails it for any other error.
+func needGPU(t *testing.T, err error) {
+	t.Helper()
 	if errors.Is(err, cuda.ErrUnavailable) || errors.Is(err, core.ErrNoPlan) {
 		if os.Getenv("ATTNPLUG_REQUIRE_GPU") == "1" {
 			t.Fatalf("ATTNPLUG_REQUIRE_GPU=1 and no CUDA device to run on: %v", err)
@@ -35,8 +44,6 @@ func openEnv(t *testing.T) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.Close() })
-	return e
 }
 
 // runCase allocates, plans, poisons, launches and verifies one case.

@@ -2,8 +2,6 @@ package gpucheck
 
 import (
 	"context"
-	"errors"
-	"os"
 	"sync/atomic"
 	"testing"
 
@@ -58,15 +56,7 @@ func TestInProcessBackendOnDevice(t *testing.T) {
 	}
 	defer reg.Close()
 	e, err := devicehost.OpenWith(reg)
-	if errors.Is(err, cuda.ErrUnavailable) || errors.Is(err, core.ErrNoPlan) {
-		if os.Getenv("ATTNPLUG_REQUIRE_GPU") == "1" {
-			t.Fatalf("ATTNPLUG_REQUIRE_GPU=1 and no CUDA device to run on: %v", err)
-		}
-		t.Skipf("no CUDA device to run on: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	needGPU(t, err)
 	defer e.Close()
 	cases := []Case{
 		{Heads: 16, PageSize: 64, SeqLens: []int64{3000, 17, 700}, QLens: []int64{1, 2, 1}, Seed: 1},

@@ -1,0 +1,63 @@
+package gpucheck
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/attnplug/attnplug/devkernels"
+)
+
+// TestMMASyncWideOnHopper keeps the mma.sync 64-row bodies (mla_decode.cu's
+// wide variant, what GPUs other than compute capability 9.0 with the shared
+// memory for it run) checked on a Hopper GPU, where plans pick the wgmma
+// module instead: each case is planned as for a device of compute
+// capability 8.9 with this GPU's shared memory, launched here (the module
+// has both), and checked against the fp64 reference with its outputs
+// poisoned first, in the four forms.
+func TestMMASyncWideOnHopper(t *testing.T) {
+	e := openEnv(t)
+	cases := []QuantCase{
+		{Name: "bf16 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{5000, 70, 3000}, QLens: []int64{1, 1, 1}, Seed: 31},
+		{Name: "bf16 64 heads page 1", Heads: 64, PageSize: 1, SeqLens: []int64{4097, 3}, QLens: []int64{2, 2}, Seed: 32, Graph: true},
+		{Name: "fp8 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{9000, 5}, QLens: []int64{1, 1}, FP8: true, Seed: 33},
+		{Name: "sparse 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{9000, 2100}, QLens: []int64{2, 2}, TopK: 2048, Seed: 34, Pad: 0.1},
+		{Name: "sparse fp8 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{12000}, QLens: []int64{3}, TopK: 2048, FP8: true, Seed: 35, Pad: 0.3},
+	}
+	for _, c := range cases {
+		b, err := e.AllocQuant(c, 1)
+		if err != nil {
+			t.Fatalf("%s: alloc: %v", c.Describe(), err)
+		}
+		as := b.Req
+		as.Device.ComputeCapability = 89
+		p, err := devkernels.Plan(c.Kernel(), &as)
+		if err != nil {
+			b.Free(e)
+			t.Fatalf("%s: plan: %v", c.Name, err)
+		}
+		for _, l := range p.Launches {
+			if l.Entry != devkernels.EntrySchedule && l.Entry != devkernels.EntryCombine && (l.Module != devkernels.ModuleMLADecode || !strings.HasSuffix(l.Entry, "_m64")) {
+				t.Errorf("%s: planned %s.%s, not a 64-row mma.sync entry", c.Name, l.Module, l.Entry)
+			}
+		}
+		pr, err := e.Exec.Prepare(&b.Req, p)
+		if err != nil {
+			b.Free(e)
+			t.Fatalf("%s: prepare: %v", c.Name, err)
+		}
+		err = e.LaunchQuant(b, pr)
+		var ch Check
+		if err == nil {
+			ch, err = e.VerifyQuant(b, 0, 32)
+		}
+		pr.Close()
+		b.Free(e)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		if !ch.OK() {
+			t.Errorf("%s (%s): %v", c.Name, p.Note, ch)
+		}
+		t.Logf("%-22s %s (%s): %v", c.Name, c.Describe(), p.Note, ch)
+	}
+}
