@@ -79,6 +79,11 @@ var decodeVariants = [...]decodeVariant{
 // H200 at 128 heads: 2.0x the mma.sync body's throughput).
 var hopperVariant = decodeVariant{"wg64", 64, 2, 1, true, true}
 
+// hopperNarrow replaces the 16-row variant there: the transposed products
+// (S^T = K Q^T, O^T = V^T P^T) on wgmma, one computing warpgroup, 64-key
+// tiles in two stages.
+var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true}
+
 // hopperCC is the compute capability whose own instructions (sm_90a) the
 // Hopper module uses: its code runs on no other.
 const hopperCC = 90
@@ -88,7 +93,7 @@ const hopperCC = 90
 func variantsFor(f decodeForm, cc int) [len(decodeVariants)]decodeVariant {
 	vs := variants(f)
 	if cc == hopperCC {
-		vs[len(vs)-1] = hopperVariant
+		vs[0], vs[len(vs)-1] = hopperNarrow, hopperVariant
 	}
 	return vs
 }
@@ -160,15 +165,20 @@ func (v decodeVariant) entry(f decodeForm) string { return formPrefixes[f] + v.s
 func (v decodeVariant) shared(f decodeForm) int {
 	m := v.rows
 	if v.hopper {
-		// 1024 bytes of alignment, the queries and the key tiles (9 blocks
-		// of 64 rows x 128 bytes each), P, the maxima, the sums, the keys'
-		// validity (2 x 64 each), the staged FP8 tile.
-		const tile, block, wbn = 64 * mlaDQK * 2, 64 * 128, 64
+		// 1024 bytes of alignment, the queries (9 column blocks of m rows x
+		// 128 bytes) and the key tiles (9 blocks of 64 rows each), P (m rows
+		// of 64 keys), the maxima and the sums (2 x 64 of each for 64 rows,
+		// 4 x 16 for 16), the keys' validity (2 x 64), the staged FP8 tile.
+		const tile, wbn = 64 * mlaDQK * 2, 64
 		tiles, staged := 2, 0
 		if f.fp8() {
 			tiles, staged = 1, wbn*f.rowBytes()
 		}
-		return 1024 + tile*(1+tiles) + block + 4*(2*m+2*m+2*wbn) + staged
+		red := 2 * 2 * m
+		if m == 16 {
+			red = 2 * 4 * m
+		}
+		return 1024 + 9*128*m + tiles*tile + 128*m + 4*(red+2*wbn) + staged
 	}
 	if v.wide {
 		const wbn = 64
@@ -310,9 +320,11 @@ func Spec() []core.KernelModule {
 		}
 	}
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()}, core.Entry{Name: EntrySchedule, Params: scheduleParams()})
-	hopper := make([]core.Entry, 0, int(numForms))
-	for f := range numForms {
-		hopper = append(hopper, core.Entry{Name: hopperVariant.entry(f), Params: decodeParams(f)})
+	hopper := make([]core.Entry, 0, 2*int(numForms))
+	for _, v := range []decodeVariant{hopperVariant, hopperNarrow} {
+		for f := range numForms {
+			hopper = append(hopper, core.Entry{Name: v.entry(f), Params: decodeParams(f)})
+		}
 	}
 	kernels := slices.Concat(mlaKernelNames, sparseKernelNames)
 	return []core.KernelModule{

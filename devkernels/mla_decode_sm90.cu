@@ -407,3 +407,276 @@ MLA_DECODE_ENTRY(mla_decode_wg64, 1, (mla_decode_wg<FMT_BF16, false>))
 MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg64, 1, (mla_decode_wg<FMT_FP8, false>))
 MLA_SPARSE_ENTRY(mla_sparse_wg64, 1, (mla_decode_wg<FMT_BF16, true>))
 MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, (mla_decode_wg<FMT_DSA, true>))
+
+// ---------------------------------------------------------------------------
+// The narrow shapes (16 query rows of a request per block: 16 heads and one
+// query token, DeepSeek's tensor-parallel-8 decode), which are bound by
+// memory: the 64-row products above would waste three quarters of every
+// wgmma. Here the products are transposed (A and B swapped), so that the
+// 64 rows of a wgmma are the tile's 64 keys and its 16 columns the query
+// rows: S^T = K Q^T (36 wgmma.m64n16k16, K K-major, Q K-major) and O^T +=
+// V^T P^T (8 column blocks x 4 key steps of wgmma.m64n16k16, V^T through the
+// transposed-A form over the same tile, P^T K-major). One warpgroup
+// computes; both load (the copies of a tile, 18 a thread). The softmax runs
+// down the columns of S^T: each column's maximum crosses the consumer's four
+// warps through shared memory, and P^T (16 rows x 64 keys, bf16 or f16) is
+// written to shared memory for the second product. Shared memory holds the
+// queries (18 KB) and two 72 KB stages, so one tile is always in flight
+// while the other is computed.
+
+// D (+)= A B for one warpgroup, m64 n16 k16: A (64 x 16) K-major, or MN-major
+// with TA = 1; B (16 x 16) K-major; both in shared memory. T is "bf16" or
+// "f16"; accumulate 0 overwrites d.
+#define WGMMA_N16_ASM(T)                                                                        \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                                 \
+    "wgmma.mma_async.sync.aligned.m64n16k16.f32." T "." T " {%0, %1, %2, %3, %4, %5, %6, %7}, " \
+    "%8, %9, p, 1, 1, %11, 0;\n}\n"
+template <bool H, int TA>
+__device__ __forceinline__ void wgmma_n16(float (&d)[8], u64 da, u64 db, int accumulate) {
+    if constexpr (H)
+        asm volatile(WGMMA_N16_ASM("f16")
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                     : "l"(da), "l"(db), "r"(accumulate), "n"(TA));
+    else
+        asm volatile(WGMMA_N16_ASM("bf16")
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                     : "l"(da), "l"(db), "r"(accumulate), "n"(TA));
+}
+
+#define WN_ROWS 16                       /* query rows per block */
+#define WN_QBLOCK (WN_ROWS * 128)        /* one column block of the queries: 16 rows x 128 bytes */
+
+// Byte offset of 16-byte chunk ch of query row r (0..15): 9 column blocks
+// of 16 rows x 128 bytes, swizzled as the key tiles.
+__device__ __forceinline__ u32 qsw(int r, int ch) {
+    return (u32)((ch >> 3) * WN_QBLOCK + r * 128 + (((ch ^ r) & 7) << 4));
+}
+
+// The consumer warpgroup's own barrier (the loaders do not wait for it).
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+
+template <int FMT, bool SPARSE>
+__device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
+                                               float* __restrict__ lse, const Item* __restrict__ schedule,
+                                               const ReqInfo* __restrict__ reqs, const int* __restrict__ counts,
+                                               float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
+                                               float scale_log2, int item_idx, int hb) {
+    constexpr int M = WN_ROWS;
+    constexpr bool H = FMT != FMT_BF16;
+    constexpr int KB = row_bytes(FMT);
+    constexpr int NT = H ? 1 : 2;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    unsigned char* sq = smem;                                  // 16 query rows: 9 x 2 KB
+    unsigned char* skv = sq + 9 * WN_QBLOCK;                   // NT key tiles (72 KB each)
+    unsigned char* sp = skv + NT * WG_TILE;                    // P^T: 16 rows x 64 keys (2 KB)
+    float* red_max = (float*)(sp + WN_QBLOCK);                 // 4 warps x 16 columns
+    float* red_sum = red_max + 4 * M;                          // 4 x 16, at the end
+    int* kvalid = (int*)(red_sum + 4 * M);                     // 2 x 64
+    unsigned char* sraw = (unsigned char*)(kvalid + 2 * WG_BN); // FP8: the next tile, staged
+
+    if (item_idx >= counts[0]) return;
+    const Item it = schedule[item_idx];
+    const ReqInfo rq = reqs[it.req];
+    const int rows = rq.q_len * heads;
+    const int row0 = hb * M;
+    if (row0 >= rows) return;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const bool consumer = warp < 4;
+    const int* krows = key_rows<SPARSE>(ks, it.req);
+    const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
+    const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f;
+    scale_log2 *= kv_mul;
+    auto stage = [&](int t) -> u32 { return H ? smem_addr(sraw) : skv_a + (t & 1) * WG_TILE; };
+    auto tile_dst = [](int r, int ch) -> u32 { return wsw(r, ch); };
+    auto q_dst = [](int r, int ch) -> u32 { return qsw(r, ch); };
+
+    {
+        const bf16* qsrc = q + ((long long)rq.q_start * heads + row0) * DQK;
+        for (int c = tid; c < M * (DQK / 8); c += NTHREADS) {
+            const int r = c / (DQK / 8), ch = c - r * (DQK / 8);
+            const bool ok = row0 + r < rows;
+            cp_async16(sq_a + qsw(r, ch), ok ? qsrc + (long long)r * DQK + ch * 8 : qsrc, ok ? 16 : 0);
+        }
+    }
+    const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
+    const int lr = tid >> 2, lk = tid & 3;
+    int nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
+    auto load = [&](int t) {
+        const long long row = wg_row<SPARSE>(ks, nkey, it.kv_begin + t * WG_BN + lr);
+        wg_issue<FMT>(stage(t), ks, row, lr, lk);
+        if (lk == 0) kvalid[(t & 1) * WG_BN + lr] = row >= 0;
+        cp_commit();
+        nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr, it.kv_end);
+    };
+    load(0); // the queries ride with the first tile
+
+    // The consumer's place in the accumulators (64 x 16, rows = keys of S^T
+    // or value columns of O^T): rows kr and kr + 8 of its warp's 16, and
+    // columns (query rows) 8j + 2*(lane&3) + e of d[4j + e] (row kr) and
+    // d[4j + 2 + e] (row kr + 8).
+    const int w = warp & 3, kr = w * 16 + (lane >> 2), qc = (lane & 3) * 2;
+    int causal[4]; // of columns c(j, e) = 8j + qc + e, at [2j + e]
+#pragma unroll
+    for (int x = 0; x < 4; x++) causal[x] = rq.seq_len - rq.q_len + (row0 + 8 * (x >> 1) + qc + (x & 1)) / heads;
+
+    float o[8][8]; // O^T: value columns 64i + kr (+8), query columns as above
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int x = 0; x < 8; x++) o[i][x] = 0.f;
+    float m[4] = {NEG_INF, NEG_INF, NEG_INF, NEG_INF}, l[4] = {0.f, 0.f, 0.f, 0.f};
+
+    for (int t = 0; t < ntiles; t++) {
+        const int j0 = it.kv_begin + t * WG_BN;
+        if (consumer) {
+            wg_wait<0>(); // the last tile's O^T product is done with its stage and P^T
+#pragma unroll
+            for (int i = 0; i < 8; i++) reg_fence(o[i]);
+        }
+        cp_wait<0>();
+        fence_async_smem();
+        __syncthreads();
+        if (!H && t + 1 < ntiles) load(t + 1);
+        if (H) {
+            dequant_tile<FMT, WG_BN>(sraw, skv, tile_dst, tid);
+            if (t == 0) queries_f16<M>(sq, q_dst, tid);
+            fence_async_smem();
+            __syncthreads();
+            if (t + 1 < ntiles) load(t + 1);
+        }
+        if (!consumer) continue;
+        const u32 sk_a = H ? skv_a : skv_a + (t & 1) * WG_TILE;
+
+        // S^T = K Q^T over the 576 columns.
+        float s[8];
+#pragma unroll
+        for (int x = 0; x < 8; x++) s[x] = 0.f;
+        wg_fence();
+        reg_fence(s);
+        const u64 dk = kmajor(sk_a), dq = kmajor(sq_a);
+#pragma unroll
+        for (int kk = 0; kk < DQK / 16; kk++)
+            wgmma_n16<H, 0>(s, dk + (((kk >> 2) * WG_BLOCK + (kk & 3) * 32) >> 4),
+                            dq + (((kk >> 2) * WN_QBLOCK + (kk & 3) * 32) >> 4), kk > 0);
+        wg_commit();
+        wg_wait<0>();
+        reg_fence(s);
+
+        // Scale and mask, then each column's maximum over the tile.
+        const bool in0 = kvalid[(t & 1) * WG_BN + kr] != 0, in1 = kvalid[(t & 1) * WG_BN + kr + 8] != 0;
+        float mx[4];
+#pragma unroll
+        for (int x = 0; x < 4; x++) {
+            const int j = x >> 1, e = x & 1;
+            float& a = s[4 * j + e];
+            float& b = s[4 * j + 2 + e];
+            a = (in0 && j0 + kr <= causal[x]) ? a * scale_log2 : NEG_INF;
+            b = (in1 && j0 + kr + 8 <= causal[x]) ? b * scale_log2 : NEG_INF;
+            float v = fmaxf(a, b);
+            v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 4));
+            v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 8));
+            v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 16));
+            mx[x] = v;
+        }
+        if (lane < 4) {
+#pragma unroll
+            for (int x = 0; x < 4; x++) red_max[w * M + 8 * (x >> 1) + qc + (x & 1)] = mx[x];
+        }
+        consumer_sync();
+        float mu[4], al[4];
+#pragma unroll
+        for (int x = 0; x < 4; x++) {
+            const int c = 8 * (x >> 1) + qc + (x & 1);
+            const float mt = fmaxf(fmaxf(m[x], red_max[c]), fmaxf(red_max[M + c], fmaxf(red_max[2 * M + c], red_max[3 * M + c])));
+            mu[x] = mt == NEG_INF ? 0.f : mt;
+            al[x] = fast_exp2(m[x] - mu[x]);
+            m[x] = mt;
+            l[x] *= al[x];
+        }
+        if (__any_sync(0xffffffff, al[0] != 1.f || al[1] != 1.f || al[2] != 1.f || al[3] != 1.f))
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    o[i][4 * (x >> 1) + (x & 1)] *= al[x];
+                    o[i][4 * (x >> 1) + 2 + (x & 1)] *= al[x];
+                }
+        // P^T, row c (a query row) of 64 keys: this thread's keys kr and kr + 8.
+#pragma unroll
+        for (int x = 0; x < 4; x++) {
+            const int j = x >> 1, e = x & 1, c = 8 * j + qc + e;
+            const float pa = fast_exp2(s[4 * j + e] - mu[x]), pb = fast_exp2(s[4 * j + 2 + e] - mu[x]);
+            l[x] += pa + pb;
+            const u32 two = pack_<H>(pa, pb); // low half key kr, high half key kr + 8
+            *(unsigned short*)(sp + qsw(c, kr >> 3) + (kr & 7) * 2) = (unsigned short)(two & 0xffff);
+            *(unsigned short*)(sp + qsw(c, (kr + 8) >> 3) + ((kr + 8) & 7) * 2) = (unsigned short)(two >> 16);
+        }
+        fence_async_smem();
+        consumer_sync(); // P^T whole, the maxima read
+
+        // O^T += V^T P^T: 8 blocks of 64 value columns, 4 steps of 16 keys.
+        wg_fence();
+#pragma unroll
+        for (int i = 0; i < 8; i++) reg_fence(o[i]);
+        const u64 dp = kmajor(sp_a);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const u64 dv = mnmajor(sk_a + i * WG_BLOCK);
+#pragma unroll
+            for (int kk = 0; kk < WG_BN / 16; kk++) wgmma_n16<H, 1>(o[i], dv + kk * 128, dp + kk * 2, 1);
+        }
+        wg_commit();
+    }
+    if (!consumer) return;
+    wg_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 8; i++) reg_fence(o[i]);
+
+    // Each column's sum: this thread's keys, its warp's, the consumer's.
+#pragma unroll
+    for (int x = 0; x < 4; x++) {
+        l[x] += __shfl_xor_sync(0xffffffff, l[x], 4);
+        l[x] += __shfl_xor_sync(0xffffffff, l[x], 8);
+        l[x] += __shfl_xor_sync(0xffffffff, l[x], 16);
+    }
+    if (lane < 4) {
+#pragma unroll
+        for (int x = 0; x < 4; x++) red_sum[w * M + 8 * (x >> 1) + qc + (x & 1)] = l[x];
+    }
+    consumer_sync();
+#pragma unroll
+    for (int x = 0; x < 4; x++) {
+        const int c = 8 * (x >> 1) + qc + (x & 1);
+        const float lt = red_sum[c] + red_sum[M + c] + red_sum[2 * M + c] + red_sum[3 * M + c];
+        const int gr = row0 + c; // the row within the request
+        if (gr >= rows) continue;
+        const float inv = lt > 0.f ? kv_mul / lt : 0.f;
+        const float ls = lt > 0.f ? (m[x] + __log2f(lt)) * 0.6931471805599453f : NEG_INF;
+        const int a = 4 * (x >> 1) + (x & 1);
+        if (rq.num_splits == 1) {
+            bf16* dst = out + ((long long)rq.q_start * heads + gr) * DV + kr;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                dst[64 * i] = (bf16)(pack_bf16(o[i][a] * inv, 0.f) & 0xffff);
+                dst[64 * i + 8] = (bf16)(pack_bf16(o[i][a + 2] * inv, 0.f) & 0xffff);
+            }
+            if (w == 0 && lane < 4) lse[(long long)rq.q_start * heads + gr] = ls;
+        } else {
+            const long long p = (long long)rq.part_base + (long long)it.split * rows + gr;
+            float* dst = part_o + p * DV + kr;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                dst[64 * i] = o[i][a] * inv;
+                dst[64 * i + 8] = o[i][a + 2] * inv;
+            }
+            if (w == 0 && lane < 4) part_lse[p] = ls;
+        }
+    }
+}
+
+MLA_DECODE_ENTRY(mla_decode_wg16, 1, (mla_decode_wgn<FMT_BF16, false>))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg16, 1, (mla_decode_wgn<FMT_FP8, false>))
+MLA_SPARSE_ENTRY(mla_sparse_wg16, 1, (mla_decode_wgn<FMT_BF16, true>))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_wg16, 1, (mla_decode_wgn<FMT_DSA, true>))

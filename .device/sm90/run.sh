@@ -1,0 +1,15 @@
+set -e
+cd .device/sm90
+export PATH=/usr/local/cuda/bin:$PATH
+nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -lineinfo -Xptxas -v harness.cu -o h 2>&1 | grep -E "error|warning|Compiling entry|registers|spill" | head -40
+./h 128 1 256 1
+./h 64 3 1000 2
+./h 16 2 777 1
+./h 16 3 5000 1
+./h 16 132 4096 1 0
+./h 16 264 8192 1 0
+./h 16 64 16384 1 0
+./h 128 132 4096 1 0
+./h 128 264 2048 1 0
+./h 64 132 4096 2 0
+./h 128 16 8192 1 0
