@@ -13,3 +13,7 @@ nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -lineinfo -Xptxas -v h
 ./h 128 264 2048 1 0
 ./h 64 132 4096 2 0
 ./h 128 16 8192 1 0
+# Out-of-bounds and uninitialised shared/global accesses on small cases.
+compute-sanitizer --tool memcheck ./h 16 2 300 1 2>&1 | tail -3
+compute-sanitizer --tool memcheck ./h 128 1 200 1 2>&1 | tail -3
+compute-sanitizer --tool initcheck ./h 16 2 300 1 2>&1 | tail -3
