@@ -169,7 +169,7 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		c.problem("KernelModules for %s (compute %d): %v", dev.Name, dev.ComputeCapability, err)
 		return
 	}
-	if err := registry.CheckModules(mods); err != nil {
+	if err := registry.CheckModules(mods, dev); err != nil {
 		c.problem("the host refuses the modules: %v", err)
 		c.Detail = "a host refuses these modules"
 		return

@@ -170,7 +170,7 @@ func (r *Registry) fetchModules(ctx context.Context, rt *route, dev core.DeviceI
 	case fault != nil:
 		return nil, false, r.noPlan(rt, *fault)
 	}
-	if err := CheckModules(mods); err != nil {
+	if err := CheckModules(mods, dev); err != nil {
 		return nil, true, r.noPlan(rt, ReasonBadModules.Unavailable(fmt.Errorf("%s: %w", rt.family, err)))
 	}
 	rt.be.Log().Info("kernel modules received", "device", dev.Name, "compute_capability", dev.ComputeCapability, "modules", len(mods))
@@ -178,13 +178,16 @@ func (r *Registry) fetchModules(ctx context.Context, rt *route, dev core.DeviceI
 }
 
 // CheckModules is the host's check of the kernel modules a plugin hands
-// it: it refuses a module without a name or with a name given twice, an
-// empty image, an image that does not hash to its declared SHA-256, and a
-// PTX image whose entry signatures differ from the declared Entries
-// (launch.CheckEntries: a missing entry, a parameter count, size or order
-// the kernel does not take; cubins are not parsed). The error wraps
-// core.ErrProtocol. attnplug conform applies it too.
-func CheckModules(mods []core.KernelModule) error {
+// it for dev: it refuses a module without a name or with a name given
+// twice, an empty image, an image that does not hash to its declared
+// SHA-256, a PTX image whose entry signatures differ from the declared
+// Entries (launch.CheckEntries: a missing entry, a parameter count, size
+// or order the kernel does not take; cubins are not parsed), and, for a
+// CUDA device, an image built for an architecture dev does not run
+// (launch.ArchRuns: a cubin of another major revision or a newer minor,
+// PTX for a newer architecture, an sm_90a image on anything but 9.0). The
+// error wraps core.ErrProtocol. attnplug conform applies it too.
+func CheckModules(mods []core.KernelModule, dev core.DeviceInfo) error {
 	seen := map[string]bool{}
 	for i, m := range mods {
 		switch {
@@ -201,6 +204,11 @@ func CheckModules(mods []core.KernelModule) error {
 		}
 		if err := launch.CheckEntries(m); err != nil {
 			return fmt.Errorf("%w: %w", core.ErrProtocol, err)
+		}
+		if dev.Platform == core.PlatformCUDA {
+			if err := launch.ArchRuns(m, dev.ComputeCapability); err != nil {
+				return fmt.Errorf("%w: %w (asked for %s)", core.ErrProtocol, err, dev.Name)
+			}
 		}
 	}
 	return nil

@@ -321,3 +321,34 @@ func TestInProcessBackendHandsDeviceCode(t *testing.T) {
 		t.Errorf("%d plan requests after two steps without a bound, want 5", n)
 	}
 }
+
+// TestModulesForAnotherArchitecture: modules whose images cannot run on the
+// device they were asked for (the planner's compute_90 PTX, for an A100)
+// are refused, the reason naming the module, its architecture and the
+// device's, and the backend's plans are not asked for.
+func TestModulesForAnotherArchitecture(t *testing.T) {
+	be := &planner{}
+	r, logs := open(t, registry.Config{Backends: []core.Backend{be}})
+	ctx := testContext(t)
+	a100 := h200()
+	a100.Name, a100.ComputeCapability, a100.SMs, a100.MaxSharedPerBlock = "NVIDIA A100", 80, 108, 166912
+	_, err := r.KernelModules(ctx, "acme_gpu", a100)
+	want := `is PTX for compute_90, which needs compute capability 9.0 or newer, not compute capability 8.0 (asked for NVIDIA A100)`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("modules for an A100: %v, want an error saying %q", err, want)
+	}
+	req := planReq("acme_gpu", 1)
+	req.Device = a100
+	if _, err := r.PlanKernel(ctx, req); err == nil {
+		t.Error("a plan for the A100 from a backend whose modules do not run there")
+	}
+	if n := be.plans.Load(); n != 0 {
+		t.Errorf("the backend was asked for %d plans", n)
+	}
+	if !strings.Contains(logs.String(), "compute_90") {
+		t.Errorf("the fallback is not logged with its reason:\n%s", logs.String())
+	}
+	if _, err := r.KernelModules(ctx, "acme_gpu", h200()); err != nil {
+		t.Errorf("modules for the H200: %v", err)
+	}
+}
