@@ -548,7 +548,7 @@ func planDecodeGraph(req *core.PlanRequest, form decodeForm) *core.Plan {
 				buf.schedule, buf.requests, buf.counts, buf.slots,
 				intArg("batch", ds.batch), intArg("heads", d.Heads), intArg("capacity", ds.capacity), intArg("nslots", ds.slots),
 			},
-		}, decodeLaunch(ds, ds.capacity, req, buf), combineLaunch(ds, d, buf)},
+		}, decodeLaunch(ds, ds.capacity, req, buf), combineLaunch(ds, d, buf, req.Device)},
 		Note: fmt.Sprintf("mla decode, scheduled on the device: %d rows per block (%s), %d head block(s), %d item slots, %d stages",
 			ds.v.rows, ds.v.entry(form), ds.hb, ds.capacity, ds.v.stages),
 	}
@@ -595,15 +595,23 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 	return core.Launch{
 		Module: ds.v.module(), Entry: ds.v.entry(ds.form),
 		Grid: [3]uint32{uint32(slots * ds.hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
-		SharedBytes: uint32(ds.v.shared(ds.form)),
-		Args:        args,
+		SharedBytes:  uint32(ds.v.shared(ds.form)),
+		Args:         args,
+		Programmatic: programmatic(req.Device),
 	}
 }
 
+// programmatic reports whether the decode and the combine launch
+// programmatically on dev (compute capability 9.0 and newer): each may
+// start while the launch before it ends, and the kernels wait
+// (griddepcontrol.wait) before they touch what it writes, so a small batch
+// does not pay every kernel's launch and tail in turn.
+func programmatic(dev core.DeviceInfo) bool { return dev.ComputeCapability >= 90 }
+
 // combineLaunch is mla_combine over every query row of the batch.
-func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers) core.Launch {
+func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers, dev core.DeviceInfo) core.Launch {
 	return core.Launch{
-		Module: ModuleMLADecode, Entry: EntryCombine,
+		Module: ModuleMLADecode, Entry: EntryCombine, Programmatic: programmatic(dev),
 		Grid: [3]uint32{uint32(ds.batch), uint32(ds.maxRows), 1}, Block: [3]uint32{256, 1, 1},
 		Args: []core.Arg{
 			tensorArg("out"), tensorArg("lse"), buf.requests, buf.partO, buf.partLSE,
@@ -755,7 +763,7 @@ func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
 			m, v.entry(form), hb, gridSlots, target, mlaBN, count, v.stages),
 	}
 	if combine || req.Graph {
-		p.Launches = append(p.Launches, combineLaunch(ds, d, buf))
+		p.Launches = append(p.Launches, combineLaunch(ds, d, buf, req.Device))
 	}
 	return p
 }

@@ -220,10 +220,28 @@ __device__ __forceinline__ void queries_f16(unsigned char* sq, Dst dst, int tid)
     }
 }
 
+// Programmatic dependent launch (sm_90 and newer; nothing before): a
+// kernel launched programmatically may start while the launch before it
+// ends, and waits (pdl_wait) before it reads or writes anything that
+// launch touches; pdl_launch_dependents lets the next launch start once
+// every block of this one has said so. Launched plainly, both do nothing.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // A block runs the items of its slot, one after the other: the plan gives
 // every slot about the same number of key tiles, FlashMLA's way of balancing
 // a ragged batch. blockIdx.x = slot * head_blocks + head block.
 #define MLA_ITEMS(BODY, KS)                                                                                     \
+    pdl_wait();              /* the schedule, and the last layer's combine, are done */                       \
+    pdl_launch_dependents(); /* this layer's combine may take its place as blocks end */                      \
     const int slot = blockIdx.x / head_blocks, hb = blockIdx.x - slot * head_blocks;                          \
     const int first = slots[slot], last = slots[slot + 1];                                                     \
     for (int idx = first; idx < last; idx++) {                                                                 \

@@ -567,6 +567,8 @@ extern "C" __global__ void __launch_bounds__(256)
                 const float* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch) {
     __shared__ float red[8][DV];
     __shared__ float wred[2][8];
+    pdl_wait(); // the decode's partial outputs
+    pdl_launch_dependents();
     const int r = blockIdx.x, row = blockIdx.y;
     if (r >= batch) return;
     const ReqInfo rq = ((const ReqInfo*)requests)[r];
@@ -670,6 +672,7 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
                  int capacity, int nslots) {
     __shared__ long long red[SCHED_THREADS / 32];
     __shared__ long long scan_items[65], scan_rows[64];
+    pdl_launch_dependents(); // the decode may start; it waits for this schedule
     const int tid = threadIdx.x;
     const int per_thread = (batch + SCHED_THREADS - 1) / SCHED_THREADS;
     const int lo = min(tid * per_thread, batch), hi = min(lo + per_thread, batch);

@@ -522,8 +522,12 @@ class _Step:
             mod.shared[launch.entry] = launch.shared_bytes
         args = {a.param: a for a in launch.args}
         ctype = {"ptr": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float}
-        if launch.cluster or launch.programmatic:
-            raise CudaError("entry %s: a cluster or programmatic launch, which this launcher does not make "
+        # A programmatic launch is a permission, not a requirement (its
+        # kernel waits before it touches what the launch before it writes),
+        # so this launcher makes it a plain one; a cluster changes what the
+        # kernel sees, so it is refused.
+        if launch.cluster:
+            raise CudaError("entry %s: a cluster launch, which this launcher does not make "
                             "(the Go host does: package devicehost)" % launch.entry)
         self.slots, self.tensor_slots = [], []
         for i, (name, kind) in enumerate(params):
