@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/launch"
 )
 
 // Device code built ahead of time. `make device-code` (devkernels/gen,
@@ -156,13 +157,13 @@ func aheadOfTime(cc int) (mods []core.KernelModule, why string) {
 		var best *ManifestImage
 		score := func(im *ManifestImage) int { // higher is better; 0 unusable
 			n := archNumber(im.Arch)
-			switch {
-			case im.Format == core.FormatCUBIN && n/10 == cc/10 && n <= cc:
-				return 1000 + n
-			case im.Format == core.FormatPTX && n <= cc:
-				return n
+			if n == 0 || launch.ArchRuns(core.KernelModule{Name: im.Module, Arch: im.Arch, Format: im.Format}, cc) != nil {
+				return 0 // the host's own rule (a cubin of cc's major revision, PTX up to cc)
 			}
-			return 0
+			if im.Format == core.FormatCUBIN {
+				return 1000 + n
+			}
+			return n
 		}
 		for j := range m.Images {
 			im := &m.Images[j]
