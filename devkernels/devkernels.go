@@ -79,9 +79,17 @@ var decodeVariants = [...]decodeVariant{
 // H200 at 128 heads: 2.0x the mma.sync body's throughput).
 var hopperVariant = decodeVariant{"wg64", 64, 2, 1, true, true}
 
-// hopperNarrow replaces the 16-row variant there: the transposed products
-// (S^T = K Q^T, O^T = V^T P^T) on wgmma, one computing warpgroup, 64-key
-// tiles in two stages.
+// hopperNarrow is the 16-row body on wgmma: the transposed products
+// (S^T = K Q^T, O^T = V^T P^T), one computing warpgroup, 64-key tiles in
+// two stages. Its 166 KB of shared memory hold one block per
+// multiprocessor where the mma.sync body holds two, so it replaces the
+// 16-row variant only where it measured faster on an H200 (bench --gpu,
+// 2026-12-03 20:22 UTC, against the mma.sync body the run before):
+// sparse bf16 at every batch (1.08-1.20x, 16 to 128 tokens), and a
+// single request of any form (1.04x at 4096 cached, 1.40x at 16384: half
+// the slots, half the partial outputs to write and combine). Dense
+// batches of 16 and more keep the mma.sync body (wgmma: 0.61-0.89x), as
+// do FP8 caches past one request (0.51-0.91x).
 var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true}
 
 // hopperCC is the compute capability whose own instructions (sm_90a) the
@@ -89,11 +97,15 @@ var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true}
 const hopperCC = 90
 
 // variantsFor returns the decode variants of form f on a device of compute
-// capability cc.
-func variantsFor(f decodeForm, cc int) [len(decodeVariants)]decodeVariant {
+// capability cc, for a batch of the given number of requests (a sparse
+// plan's requests are its query tokens).
+func variantsFor(f decodeForm, cc, batch int) [len(decodeVariants)]decodeVariant {
 	vs := variants(f)
 	if cc == hopperCC {
-		vs[0], vs[len(vs)-1] = hopperNarrow, hopperVariant
+		vs[len(vs)-1] = hopperVariant
+		if f == formSparse || batch == 1 {
+			vs[0] = hopperNarrow
+		}
 	}
 	return vs
 }
@@ -494,7 +506,7 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 	for _, q := range s.QLens {
 		maxQ = max(maxQ, q)
 	}
-	vs := variantsFor(form, req.Device.ComputeCapability)
+	vs := variantsFor(form, req.Device.ComputeCapability, len(s.SeqLens))
 	ds := decodeShape{maxRows: int(maxQ) * d.Heads, batch: len(s.SeqLens), v: vs[0], form: form}
 	// The narrowest variant that holds a request's rows, of those whose
 	// shared memory the device has (an A100's 164 KB hold no 64-row one,

@@ -23,21 +23,50 @@ func TestMMASyncWideOnHopper(t *testing.T) {
 		{Name: "sparse 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{9000, 2100}, QLens: []int64{2, 2}, TopK: 2048, Seed: 34, Pad: 0.1},
 		{Name: "sparse fp8 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{12000}, QLens: []int64{3}, TopK: 2048, FP8: true, Seed: 35, Pad: 0.3},
 	}
+	checkPlanned(t, e, cases, 89, func(module, entry string) bool {
+		return module == devkernels.ModuleMLADecode && strings.HasSuffix(entry, "_m64")
+	})
+}
+
+// TestNarrowWGMMAOnHopper checks the 16-row wgmma bodies (mla_decode_sm90.cu's
+// wg16 entries) where plans pick them on compute capability 9.0: a single
+// request in every form, and sparse bf16 over several tokens, each against
+// the fp64 reference with its outputs poisoned first.
+func TestNarrowWGMMAOnHopper(t *testing.T) {
+	e := openEnv(t)
+	cases := []QuantCase{
+		{Name: "bf16 16 heads, one request", Heads: 16, PageSize: 64, SeqLens: []int64{9000}, QLens: []int64{1}, Seed: 41},
+		{Name: "bf16 8 heads page 1, one request", Heads: 8, PageSize: 1, SeqLens: []int64{4097}, QLens: []int64{2}, Seed: 42, Graph: true},
+		{Name: "fp8 16 heads, one request", Heads: 16, PageSize: 64, SeqLens: []int64{7000}, QLens: []int64{1}, FP8: true, Seed: 43},
+		{Name: "sparse 16 heads", Heads: 16, PageSize: 64, SeqLens: []int64{9000, 2100, 300}, QLens: []int64{2, 3, 1}, TopK: 2048, Seed: 44, Pad: 0.2},
+		{Name: "sparse fp8 16 heads, one token", Heads: 16, PageSize: 64, SeqLens: []int64{12000}, QLens: []int64{1}, TopK: 2048, FP8: true, Seed: 45, Pad: 0.3},
+	}
+	checkPlanned(t, e, cases, 90, func(module, entry string) bool {
+		return module == devkernels.ModuleMLADecodeSM90 && strings.HasSuffix(entry, "_wg16")
+	})
+}
+
+// checkPlanned plans each case as for a device of compute capability cc
+// (with this GPU's shared memory), requires every decode launch to be one
+// that want accepts, launches it and checks it against the fp64 reference
+// with its outputs poisoned first.
+func checkPlanned(t *testing.T, e *Env, cases []QuantCase, cc int, want func(module, entry string) bool) {
+	t.Helper()
 	for _, c := range cases {
 		b, err := e.AllocQuant(c, 1)
 		if err != nil {
 			t.Fatalf("%s: alloc: %v", c.Describe(), err)
 		}
 		as := b.Req
-		as.Device.ComputeCapability = 89
+		as.Device.ComputeCapability = cc
 		p, err := devkernels.Plan(c.Kernel(), &as)
 		if err != nil {
 			b.Free(e)
 			t.Fatalf("%s: plan: %v", c.Name, err)
 		}
 		for _, l := range p.Launches {
-			if l.Entry != devkernels.EntrySchedule && l.Entry != devkernels.EntryCombine && (l.Module != devkernels.ModuleMLADecode || !strings.HasSuffix(l.Entry, "_m64")) {
-				t.Errorf("%s: planned %s.%s, not a 64-row mma.sync entry", c.Name, l.Module, l.Entry)
+			if l.Entry != devkernels.EntrySchedule && l.Entry != devkernels.EntryCombine && !want(l.Module, l.Entry) {
+				t.Errorf("%s: planned %s.%s, not the body under test", c.Name, l.Module, l.Entry)
 			}
 		}
 		pr, err := e.Exec.Prepare(&b.Req, p)

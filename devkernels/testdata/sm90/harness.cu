@@ -1,5 +1,5 @@
-// Standalone check of mla_decode_wg64 against a CPU reference, and timing
-// against the mma.sync wide kernel. Build: see run.sh.
+// Standalone check of mla_decode_wg64 and mla_decode_wg16 against a CPU reference, timed
+// beside the mma.sync bodies of the same rows. Build and run: run.sh.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -7,11 +7,11 @@
 #include <vector>
 #include <algorithm>
 #include <cuda_runtime.h>
-#include "../../devkernels/tile.cuh"
-#include "../../devkernels/mla_common.cuh"
-#include "../../devkernels/mla_decode.cu"
+#include "../../tile.cuh"
+#include "../../mla_common.cuh"
+#include "../../mla_decode.cu"
 #ifndef SM90_SRC
-#define SM90_SRC "../../devkernels/mla_decode_sm90.cu"
+#define SM90_SRC "../../mla_decode_sm90.cu"
 #endif
 #include SM90_SRC
 

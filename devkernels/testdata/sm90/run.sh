@@ -1,5 +1,8 @@
+# The standalone check of the Hopper decode bodies (mla_decode_wg64, mla_decode_wg16)
+# against a CPU reference, timed beside the mma.sync bodies, then memcheck and
+# initcheck on small cases. Needs nvcc and an sm_90 GPU: bash devkernels/testdata/sm90/run.sh
 set -e
-cd .device/sm90
+cd "$(dirname "$0")"
 export PATH=/usr/local/cuda/bin:$PATH
 nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -lineinfo -Xptxas -v harness.cu -o h 2>&1 | grep -E "error|warning|Compiling entry|registers|spill" | head -40
 ./h 128 1 256 1
