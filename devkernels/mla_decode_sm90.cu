@@ -483,7 +483,10 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     if (row0 >= rows) return;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const bool consumer = warp < 4;
+    // Read from lane 0, so that the compiler sees a value uniform across the
+    // warp: a branch on a per-thread value around the products makes ptxas
+    // serialise every wgmma of the loop (C7518).
+    const bool consumer = __shfl_sync(0xffffffff, warp, 0) < 4;
     const int* krows = key_rows<SPARSE>(ks, it.req);
     const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
     const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f;
