@@ -82,15 +82,20 @@ var hopperVariant = decodeVariant{"wg64", 64, 2, 1, true, true}
 // hopperNarrow is the 16-row body on wgmma: the transposed products
 // (S^T = K Q^T, O^T = V^T P^T), one computing warpgroup, 64-key tiles in
 // two stages. Its 166 KB of shared memory hold one block per
-// multiprocessor where the mma.sync body holds two, so it replaces the
-// 16-row variant only where it measured faster on an H200 (bench --gpu,
-// 2026-12-03 20:22 UTC, against the mma.sync body the run before):
-// sparse bf16 at every batch (1.08-1.20x, 16 to 128 tokens), and a
-// single request of any form (1.04x at 4096 cached, 1.40x at 16384: half
-// the slots, half the partial outputs to write and combine). Dense
-// batches of 16 and more keep the mma.sync body (wgmma: 0.61-0.89x), as
-// do FP8 caches past one request (0.51-0.91x).
+// multiprocessor where the mma.sync body holds two, and a block streams
+// twice as fast; it replaces the 16-row variant except for dense batches
+// of 2 to 16 requests, where fewer, shorter items leave the single block
+// idle between them. Measured on an H200 (bench --gpu, 2026-12-03 21:02
+// UTC, the two bodies one after the other): 1.3-1.5x the mma.sync body at
+// 16 heads and batch 64-128 (96% of the copy bandwidth at batch 128,
+// 16384 cached), 1.3-1.4x with an FP8 cache there, 1.08-1.27x sparse FP8;
+// at batch 16, 0.84x (4096 cached) and 1.08x (16384) over bf16, 0.75x
+// over FP8.
 var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true}
+
+// narrowDenseMin and narrowDenseMax bound the dense batch sizes that keep
+// the mma.sync 16-row body on compute capability 9.0.
+const narrowDenseMin, narrowDenseMax = 2, 16
 
 // hopperCC is the compute capability whose own instructions (sm_90a) the
 // Hopper module uses: its code runs on no other.
@@ -103,7 +108,7 @@ func variantsFor(f decodeForm, cc, batch int) [len(decodeVariants)]decodeVariant
 	vs := variants(f)
 	if cc == hopperCC {
 		vs[len(vs)-1] = hopperVariant
-		if f == formSparse || batch == 1 {
+		if f.sparse() || batch < narrowDenseMin || batch > narrowDenseMax {
 			vs[0] = hopperNarrow
 		}
 	}

@@ -276,8 +276,8 @@ func TestSparseAndFP8Plans(t *testing.T) {
 
 // TestPlansPickByArchitecture: on compute capability 9.0 the 64-row shapes
 // run the Hopper module's wgmma entries, in every form, within the H200's
-// shared memory, and the 16-row ones do where they measured faster (sparse
-// bf16, and a single request); elsewhere, and for the other shapes,
+// shared memory, and the 16-row ones do but for dense batches of 2 to 16
+// requests; elsewhere, and for the other shapes,
 // mla_decode's, the widest that fits the device's shared memory (an A100's
 // 164 KB hold no 64-row variant and no bf16 32-row one).
 func TestPlansPickByArchitecture(t *testing.T) {
@@ -299,7 +299,10 @@ func TestPlansPickByArchitecture(t *testing.T) {
 		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", []int64{9000}},
 		{h200, 16, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg16", []int64{9000}},
 		{h200, 16, "", true, ModuleMLADecodeSM90, "mla_sparse_wg16", nil},
-		{h200, 16, "fp8_e4m3", true, ModuleMLADecode, "mla_sparse_fp8_m16", nil},
+		{h200, 16, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg16", nil},
+		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", slices.Repeat([]int64{4096}, 17)},
+		{h200, 16, "fp8_e4m3", false, ModuleMLADecode, "mla_decode_fp8_m16", slices.Repeat([]int64{4096}, 16)},
+		{h200, 16, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg16", slices.Repeat([]int64{4096}, 64)},
 		{h200, 16, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg16", []int64{9000}},
 		{h200, 32, "fp8_e4m3", true, ModuleMLADecode, "mla_sparse_fp8_m32", nil},
 		{a100, 128, "", false, ModuleMLADecode, "mla_decode_m16", nil},

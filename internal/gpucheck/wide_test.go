@@ -1,6 +1,8 @@
 package gpucheck
 
 import (
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,8 +32,9 @@ func TestMMASyncWideOnHopper(t *testing.T) {
 
 // TestNarrowWGMMAOnHopper checks the 16-row wgmma bodies (mla_decode_sm90.cu's
 // wg16 entries) where plans pick them on compute capability 9.0: a single
-// request in every form, and sparse bf16 over several tokens, each against
-// the fp64 reference with its outputs poisoned first.
+// request in every form, dense batches past 16 requests (ragged, bf16 and
+// FP8), and sparse batches of several tokens, each against the fp64
+// reference with its outputs poisoned first.
 func TestNarrowWGMMAOnHopper(t *testing.T) {
 	e := openEnv(t)
 	cases := []QuantCase{
@@ -39,6 +42,9 @@ func TestNarrowWGMMAOnHopper(t *testing.T) {
 		{Name: "bf16 8 heads page 1, one request", Heads: 8, PageSize: 1, SeqLens: []int64{4097}, QLens: []int64{2}, Seed: 42, Graph: true},
 		{Name: "fp8 16 heads, one request", Heads: 16, PageSize: 64, SeqLens: []int64{7000}, QLens: []int64{1}, FP8: true, Seed: 43},
 		{Name: "sparse 16 heads", Heads: 16, PageSize: 64, SeqLens: []int64{9000, 2100, 300}, QLens: []int64{2, 3, 1}, TopK: 2048, Seed: 44, Pad: 0.2},
+		{Name: "bf16 16 heads, 20 requests", Heads: 16, PageSize: 64, SeqLens: ragged(20, 5000, 46), QLens: ones(20), Seed: 46, Graph: true},
+		{Name: "fp8 16 heads, 24 requests", Heads: 16, PageSize: 64, SeqLens: ragged(24, 3000, 47), QLens: ones(24), FP8: true, Seed: 47},
+		{Name: "sparse fp8 16 heads, 5 tokens", Heads: 16, PageSize: 64, SeqLens: []int64{5000, 2500}, QLens: []int64{3, 2}, TopK: 2048, FP8: true, Seed: 48, Pad: 0.2},
 		{Name: "sparse fp8 16 heads, one token", Heads: 16, PageSize: 64, SeqLens: []int64{12000}, QLens: []int64{1}, TopK: 2048, FP8: true, Seed: 45, Pad: 0.3},
 	}
 	checkPlanned(t, e, cases, 90, func(module, entry string) bool {
@@ -90,3 +96,16 @@ func checkPlanned(t *testing.T, e *Env, cases []QuantCase, cc int, want func(mod
 		t.Logf("%-22s %s (%s): %v", c.Name, c.Describe(), p.Note, ch)
 	}
 }
+
+// ragged returns n sequence lengths between 1 and most, from seed.
+func ragged(n int, most int64, seed uint64) []int64 {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	v := make([]int64, n)
+	for i := range v {
+		v[i] = 1 + rng.Int64N(most)
+	}
+	return v
+}
+
+// ones returns n query lengths of 1.
+func ones(n int) []int64 { return slices.Repeat([]int64{1}, n) }
