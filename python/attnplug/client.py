@@ -346,8 +346,17 @@ def _server_error(exc, address):
     return ServerError(msg, code)
 
 
+def _repeated(f):
+    """Whether field descriptor f is repeated: FieldDescriptor.is_repeated
+    where protobuf has it (newer releases drop .label), else its label."""
+    rep = getattr(f, "is_repeated", None)
+    if rep is not None:
+        return bool(rep() if callable(rep) else rep)
+    return f.label == f.LABEL_REPEATED
+
+
 def _fields(message):
-    return {f.name: getattr(message, f.name) if f.label != f.LABEL_REPEATED else list(getattr(message, f.name))
+    return {f.name: list(getattr(message, f.name)) if _repeated(f) else getattr(message, f.name)
             for f in message.DESCRIPTOR.fields}
 
 

@@ -220,3 +220,38 @@ class KernelsTest(unittest.TestCase):
         self.assertNotIsInstance(ctx.exception, NoPlan)
         with self.assertRaises(ValueError):
             self.client.plan_kernel(dict(decode_plan_request(), method="NOT_A_METHOD"))
+
+
+class FieldsTest(unittest.TestCase):
+    """_fields reads repeated fields by FieldDescriptor.is_repeated where
+    protobuf has it (newer releases drop .label) and by the label where it
+    does not."""
+
+    def test_both_descriptor_shapes(self):
+        from attnplug.client import _repeated
+
+        class Labelled:
+            LABEL_REPEATED = 3
+
+            def __init__(self, label):
+                self.label = label
+
+        class Newer:
+            def __init__(self, rep):
+                self.is_repeated = rep
+
+            @property
+            def label(self):
+                raise AttributeError("label")
+
+        self.assertTrue(_repeated(Labelled(3)))
+        self.assertFalse(_repeated(Labelled(1)))
+        self.assertTrue(_repeated(Newer(True)))
+        self.assertFalse(_repeated(Newer(False)))
+
+    def test_a_message(self):
+        from attnplug._pb import dispatch_pb2
+        from attnplug.client import _fields
+        got = _fields(dispatch_pb2.PlanShape(seq_lens=[3, 4], page_size=64))
+        self.assertEqual(got["seq_lens"], [3, 4])
+        self.assertEqual(got["page_size"], 64)
