@@ -185,17 +185,21 @@ func (v decodeVariant) shared(f decodeForm) int {
 		// 1024 bytes of alignment, the queries (9 column blocks of m rows x
 		// 128 bytes) and the key tiles (9 blocks of 64 rows each), P (m rows
 		// of 64 keys), the maxima and the sums (2 x 64 of each for 64 rows,
-		// 4 x 16 for 16), the keys' validity (2 x 64), the staged FP8 tile.
+		// 4 x 16 for 16), the keys' validity (64 a stage), the staged FP8
+		// tiles (one for 64 rows, three raw stages for 16).
 		const tile, wbn = 64 * mlaDQK * 2, 64
-		tiles, staged := 2, 0
+		tiles, raw, valid := 2, 0, 2
 		if f.fp8() {
-			tiles, staged = 1, wbn*f.rowBytes()
+			tiles, raw = 1, 1
+			if m == 16 {
+				raw, valid = 3, 3
+			}
 		}
 		red := 2 * 2 * m
 		if m == 16 {
 			red = 2 * 4 * m
 		}
-		return 1024 + 9*128*m + tiles*tile + 128*m + 4*(red+2*wbn) + staged
+		return 1024 + 9*128*m + tiles*tile + 128*m + 4*(red+valid*wbn) + raw*wbn*f.rowBytes()
 	}
 	if v.wide {
 		const wbn = 64

@@ -422,7 +422,9 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, (mla_decode_wg<FMT_DSA, true>))
 // warps through shared memory, and P^T (16 rows x 64 keys, bf16 or f16) is
 // written to shared memory for the second product. Shared memory holds the
 // queries (18 KB) and two 72 KB stages, so one tile is always in flight
-// while the other is computed.
+// while the other is computed. An FP8 cache lands in three raw stages (36 or
+// 41 KB each) and is converted into one f16 tile: two tiles in flight while
+// the third is converted and computed.
 
 // D (+)= A B for one warpgroup, m64 n16 k16: A (64 x 16) K-major, or MN-major
 // with TA = 1; B (16 x 16) K-major; both in shared memory. T is "bf16" or
@@ -465,6 +467,11 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     constexpr bool H = FMT != FMT_BF16;
     constexpr int KB = row_bytes(FMT);
     constexpr int NT = H ? 1 : 2;
+    // FP8 rows land in NR raw stages (two tiles in flight, the third being
+    // converted) and are converted into the one f16 tile; bf16 tiles land
+    // in their two stages directly.
+    constexpr int NR = H ? 3 : 2;
+    constexpr int RAW = WG_BN * KB;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     unsigned char* sq = smem;                                  // 16 query rows: 9 x 2 KB
@@ -472,8 +479,8 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     unsigned char* sp = skv + NT * WG_TILE;                    // P^T: 16 rows x 64 keys (2 KB)
     float* red_max = (float*)(sp + WN_QBLOCK);                 // 4 warps x 16 columns
     float* red_sum = red_max + 4 * M;                          // 4 x 16, at the end
-    int* kvalid = (int*)(red_sum + 4 * M);                     // 2 x 64
-    unsigned char* sraw = (unsigned char*)(kvalid + 2 * WG_BN); // FP8: the next tile, staged
+    int* kvalid = (int*)(red_sum + 4 * M);                     // NR x 64
+    unsigned char* sraw = (unsigned char*)(kvalid + NR * WG_BN); // FP8: NR raw stages
 
     if (item_idx >= counts[0]) return;
     const Item it = schedule[item_idx];
@@ -491,7 +498,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
     const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f;
     scale_log2 *= kv_mul;
-    auto stage = [&](int t) -> u32 { return H ? smem_addr(sraw) : skv_a + (t & 1) * WG_TILE; };
+    auto stage = [&](int t) -> u32 { return H ? smem_addr(sraw) + (t % NR) * RAW : skv_a + (t & 1) * WG_TILE; };
     auto tile_dst = [](int r, int ch) -> u32 { return wsw(r, ch); };
     auto q_dst = [](int r, int ch) -> u32 { return qsw(r, ch); };
 
@@ -509,11 +516,19 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     auto load = [&](int t) {
         const long long row = wg_row<SPARSE>(ks, nkey, it.kv_begin + t * WG_BN + lr);
         wg_issue<FMT>(stage(t), ks, row, lr, lk);
-        if (lk == 0) kvalid[(t & 1) * WG_BN + lr] = row >= 0;
+        if (lk == 0) kvalid[(t % NR) * WG_BN + lr] = row >= 0;
         cp_commit();
         nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr, it.kv_end);
     };
+    // Tile u's copies, or past the last tile an empty group: one group a
+    // tile keeps cp.async.wait_group's count exact.
+    auto ahead = [&](int u) {
+        if (u < ntiles) load(u);
+        else cp_commit();
+    };
     load(0); // the queries ride with the first tile
+    if (H)
+        for (int u = 1; u < NR - 1; u++) ahead(u);
 
     // The consumer's place in the accumulators (64 x 16, rows = keys of S^T
     // or value columns of O^T): rows kr and kr + 8 of its warp's 16, and
@@ -538,16 +553,16 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
 #pragma unroll
             for (int i = 0; i < 8; i++) reg_fence(o[i]);
         }
-        cp_wait<0>();
+        cp_wait<NR - 2>(); // tile t's group (FP8: later ones may still fly)
         fence_async_smem();
         __syncthreads();
         if (!H && t + 1 < ntiles) load(t + 1);
         if (H) {
-            dequant_tile<FMT, WG_BN>(sraw, skv, tile_dst, tid);
+            ahead(t + NR - 1); // into the raw stage converted last tile
+            dequant_tile<FMT, WG_BN>(sraw + (t % NR) * RAW, skv, tile_dst, tid);
             if (t == 0) queries_f16<M>(sq, q_dst, tid);
             fence_async_smem();
             __syncthreads();
-            if (t + 1 < ntiles) load(t + 1);
         }
         if (!consumer) continue;
         const u32 sk_a = H ? skv_a : skv_a + (t & 1) * WG_TILE;
@@ -568,7 +583,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         reg_fence(s);
 
         // Scale and mask, then each column's maximum over the tile.
-        const bool in0 = kvalid[(t & 1) * WG_BN + kr] != 0, in1 = kvalid[(t & 1) * WG_BN + kr + 8] != 0;
+        const bool in0 = kvalid[(t % NR) * WG_BN + kr] != 0, in1 = kvalid[(t % NR) * WG_BN + kr + 8] != 0;
         float mx[4];
 #pragma unroll
         for (int x = 0; x < 4; x++) {
