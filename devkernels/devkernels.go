@@ -83,34 +83,23 @@ var hopperVariant = decodeVariant{"wg64", 64, 2, 1, true, true}
 // (S^T = K Q^T, O^T = V^T P^T), one computing warpgroup, 64-key tiles in
 // two stages. Its 166 KB of shared memory hold one block per
 // multiprocessor where the mma.sync body holds two, and a block streams
-// twice as fast; it replaces the 16-row variant except for dense batches
-// of 2 to 16 requests, where fewer, shorter items leave the single block
-// idle between them. Measured on an H200 (bench --gpu, 2026-12-03 21:02
-// UTC, the two bodies one after the other): 1.3-1.5x the mma.sync body at
-// 16 heads and batch 64-128 (96% of the copy bandwidth at batch 128,
-// 16384 cached), 1.3-1.4x with an FP8 cache there, 1.08-1.27x sparse FP8;
-// at batch 16, 0.84x (4096 cached) and 1.08x (16384) over bf16, 0.75x
-// over FP8.
+// twice as fast; it replaces the 16-row variant in every form. Measured on
+// an H200 (2026-12-04 09:36 UTC, one build after the other in one run,
+// batches cut into one wave): 1.17x and 1.30x the mma.sync body at 16
+// heads and batch 16 (4096 and 16384 cached), 1.25x with an FP8 cache.
 var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true}
-
-// narrowDenseMin and narrowDenseMax bound the dense batch sizes that keep
-// the mma.sync 16-row body on compute capability 9.0.
-const narrowDenseMin, narrowDenseMax = 2, 16
 
 // hopperCC is the compute capability whose own instructions (sm_90a) the
 // Hopper module uses: its code runs on no other.
 const hopperCC = 90
 
 // variantsFor returns the decode variants of form f on a device of compute
-// capability cc, for a batch of the given number of requests (a sparse
-// plan's requests are its query tokens).
-func variantsFor(f decodeForm, cc, batch int) [len(decodeVariants)]decodeVariant {
+// capability cc.
+func variantsFor(f decodeForm, cc int) [len(decodeVariants)]decodeVariant {
 	vs := variants(f)
 	if cc == hopperCC {
 		vs[len(vs)-1] = hopperVariant
-		if f.sparse() || batch < narrowDenseMin || batch > narrowDenseMax {
-			vs[0] = hopperNarrow
-		}
+		vs[0] = hopperNarrow
 	}
 	return vs
 }
@@ -515,7 +504,7 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 	for _, q := range s.QLens {
 		maxQ = max(maxQ, q)
 	}
-	vs := variantsFor(form, req.Device.ComputeCapability, len(s.SeqLens))
+	vs := variantsFor(form, req.Device.ComputeCapability)
 	ds := decodeShape{maxRows: int(maxQ) * d.Heads, batch: len(s.SeqLens), v: vs[0], form: form}
 	// The narrowest variant that holds a request's rows, of those whose
 	// shared memory the device has (an A100's 164 KB hold no 64-row one,
@@ -644,17 +633,19 @@ func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers, dev core.
 // cutItems cuts every request of lens into work items of about an even
 // share of the batch's cost over ds.slots blocks (FlashMLA's tile
 // scheduler, on the CPU); with graph, the share grows until the items fit
-// the grid's capacity. It returns the items and the share, in key tiles.
+// the grid's capacity. Where that share leaves more items than slots (a
+// second, part-filled wave), it takes instead the least share that cuts
+// the batch into one wave, if the one wave is estimated no slower
+// (oneWave). It returns the items and the share, in key tiles.
+// mla_schedule (mla_decode.cu) cuts on the device exactly so.
 func cutItems(lens []int64, ds decodeShape, graph bool) ([]core.WorkItem, int) {
 	b, slots := ds.batch, ds.slots
-	// Cost of a request: its key tiles plus a fixed cost per item (the
-	// query load and the epilogue), in tiles.
-	const itemCost, minTiles = 1, 1
 	tiles := make([]int, b)
-	var total int
+	var total, most int
 	for i, n := range lens {
 		tiles[i] = int((n + mlaBN - 1) / mlaBN)
 		total += tiles[i] + itemCost
+		most = max(most, tiles[i])
 	}
 	// Cut each request into chunks of about target tiles, target being an
 	// even share of the batch's work over the blocks that fit the GPU at
@@ -671,27 +662,80 @@ func cutItems(lens []int64, ds decodeShape, graph bool) ([]core.WorkItem, int) {
 		// any lengths can produce, and the kernel skips the empty ones.
 		capacity = ds.capacity
 	}
-	var sched []core.WorkItem
-	for {
-		sched = sched[:0]
-		for i := range b {
-			chunks := max(1, min((tiles[i]+itemCost+target-1)/target, tiles[i]/minTiles))
-			per := (tiles[i] + chunks - 1) / chunks
-			for c := range chunks {
-				lo := c * per * mlaBN
-				hi := min((c+1)*per*mlaBN, int(lens[i]))
-				if lo >= hi {
-					break
-				}
-				sched = append(sched, core.WorkItem{Request: int32(i), KVBegin: int32(lo), KVEnd: int32(hi), Split: int32(c)})
-			}
-		}
-		if len(sched) <= capacity {
-			break
-		}
+	for n, _ := cutCount(tiles, target); n > capacity; n, _ = cutCount(tiles, target) {
 		target += target/4 + 1
 	}
+	target = oneWave(tiles, target, slots, most)
+	var sched []core.WorkItem
+	for i := range b {
+		chunks, per := cutRequest(tiles[i], target)
+		for c := range chunks {
+			lo := c * per * mlaBN
+			hi := min((c+1)*per*mlaBN, int(lens[i]))
+			sched = append(sched, core.WorkItem{Request: int32(i), KVBegin: int32(lo), KVEnd: int32(hi), Split: int32(c)})
+		}
+	}
 	return sched, target
+}
+
+// The cost of an item, in key tiles: its tiles plus a fixed cost (the
+// query load and the epilogue); an item has at least minTiles tiles.
+const itemCost, minTiles = 1, 1
+
+// cutRequest cuts a request of the given key tiles at target tiles per
+// item: its item count and the tiles of each but the last.
+func cutRequest(tiles, target int) (items, per int) {
+	if tiles == 0 {
+		return 0, 1
+	}
+	chunks := max(1, min((tiles+itemCost+target-1)/target, tiles/minTiles))
+	per = (tiles + chunks - 1) / chunks
+	return (tiles + per - 1) / per, per
+}
+
+// cutCount is the item count of tiles cut at target, and the cost of the
+// costliest item.
+func cutCount(tiles []int, target int) (items, costliest int) {
+	for _, t := range tiles {
+		n, per := cutRequest(t, target)
+		items += n
+		if n > 0 {
+			costliest = max(costliest, per+itemCost)
+		}
+	}
+	return items, costliest
+}
+
+// oneWave returns the share a batch is cut at: target, unless target
+// leaves more items than slots and the least share that leaves at most
+// slots (found by bisection: the count falls as the share grows) runs the
+// batch in no more time, estimated as the waves times the costliest item.
+// An even share rounds each request up to whole items, so a batch of equal
+// requests can overflow the slots by a few items a request and pay a
+// second wave as long as the first (at 16 heads, 64 requests of 4096 keys
+// over 132 slots: 192 items of 44 tiles, two waves; one wave of 128 items
+// of 65 tiles is estimated 1.35x faster).
+func oneWave(tiles []int, target, slots, most int) int {
+	n0, c0 := cutCount(tiles, target)
+	hi := most + itemCost // every request one item
+	if n0 <= slots || hi <= target {
+		return target
+	}
+	if n, _ := cutCount(tiles, hi); n > slots {
+		return target
+	}
+	for lo := target; hi-lo > 1; {
+		mid := lo + (hi-lo)/2
+		if n, _ := cutCount(tiles, mid); n <= slots {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	if _, c1 := cutCount(tiles, hi); c1 <= (n0+slots-1)/slots*c0 {
+		return hi
+	}
+	return target
 }
 
 // planDecode cuts the batch into work items of balanced cost (FlashMLA's

@@ -276,8 +276,8 @@ func TestSparseAndFP8Plans(t *testing.T) {
 
 // TestPlansPickByArchitecture: on compute capability 9.0 the 64-row shapes
 // run the Hopper module's wgmma entries, in every form, within the H200's
-// shared memory, and the 16-row ones do but for dense batches of 2 to 16
-// requests; elsewhere, and for the other shapes,
+// shared memory, and so do the 16-row ones; elsewhere, and for the other
+// shapes,
 // mla_decode's, the widest that fits the device's shared memory (an A100's
 // 164 KB hold no 64-row variant and no bf16 32-row one).
 func TestPlansPickByArchitecture(t *testing.T) {
@@ -295,13 +295,14 @@ func TestPlansPickByArchitecture(t *testing.T) {
 		{h200, 64, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg64", nil},
 		{h200, 128, "", true, ModuleMLADecodeSM90, "mla_sparse_wg64", nil},
 		{h200, 128, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg64", nil},
-		{h200, 16, "", false, ModuleMLADecode, "mla_decode_m16", nil},
+		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", nil},
 		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", []int64{9000}},
 		{h200, 16, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg16", []int64{9000}},
 		{h200, 16, "", true, ModuleMLADecodeSM90, "mla_sparse_wg16", nil},
 		{h200, 16, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg16", nil},
 		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", slices.Repeat([]int64{4096}, 17)},
-		{h200, 16, "fp8_e4m3", false, ModuleMLADecode, "mla_decode_fp8_m16", slices.Repeat([]int64{4096}, 16)},
+		{h200, 16, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg16", slices.Repeat([]int64{4096}, 16)},
+		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", slices.Repeat([]int64{4096}, 2)},
 		{h200, 16, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg16", slices.Repeat([]int64{4096}, 64)},
 		{h200, 16, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg16", []int64{9000}},
 		{h200, 32, "fp8_e4m3", true, ModuleMLADecode, "mla_sparse_fp8_m32", nil},
@@ -334,6 +335,67 @@ func TestPlansPickByArchitecture(t *testing.T) {
 			if l := p.Launches[i]; l.Module != tc.module || l.Entry != tc.ent {
 				t.Errorf("%s %d heads kv %q sparse %v graph %v: %s.%s, want %s.%s", tc.dev.Name, tc.heads, tc.kvd, tc.sparse, graph, l.Module, l.Entry, tc.module, tc.ent)
 			}
+		}
+	}
+}
+
+// TestOneWave checks the cut of a batch whose even share leaves a second,
+// part-filled wave: equal requests are cut into one wave where it is
+// estimated faster, and on random batches the cut taken is never
+// estimated slower than the even share's, fits the slots when it differs
+// from it, and covers every key once.
+func TestOneWave(t *testing.T) {
+	ds := decodeShape{batch: 64, slots: 132, capacity: 64 + 132}
+	lens := slices.Repeat([]int64{4096}, 64)
+	items, target := cutItems(lens, ds, true)
+	if len(items) != 128 || target != 65 {
+		t.Errorf("64 requests of 4096 keys over 132 slots: %d items at %d tiles, want 128 at 65", len(items), target)
+	}
+	// One request far longer than the rest: one wave would make its items
+	// the whole batch's length; the even share stays.
+	lens = append(slices.Repeat([]int64{64}, 140), 1<<20)
+	ds = decodeShape{batch: len(lens), slots: 132, capacity: len(lens) + 132}
+	if _, target := cutItems(lens, ds, true); target >= 1<<15 {
+		t.Errorf("one long request among short ones: cut at %d tiles", target)
+	}
+	rng := rand.New(rand.NewPCG(5, 9))
+	for range 2000 {
+		n := 1 + rng.IntN(300)
+		lens := make([]int64, n)
+		for i := range lens {
+			lens[i] = rng.Int64N(1 << uint(1+rng.IntN(17)))
+		}
+		slots := 1 + rng.IntN(300)
+		ds := decodeShape{batch: n, slots: slots, capacity: n + slots}
+		items, target := cutItems(lens, ds, rng.IntN(2) == 0)
+		tiles := make([]int, n)
+		var total int
+		for i, l := range lens {
+			tiles[i] = int((l + mlaBN - 1) / mlaBN)
+			total += tiles[i] + itemCost
+		}
+		even := max((total+slots-1)/slots, minTiles+itemCost)
+		for m, _ := cutCount(tiles, even); m > ds.capacity; m, _ = cutCount(tiles, even) {
+			even += even/4 + 1
+		}
+		n0, c0 := cutCount(tiles, even)
+		n1, c1 := cutCount(tiles, target)
+		if n1 != len(items) {
+			t.Fatalf("%d items cut, %d counted", len(items), n1)
+		}
+		if target != even && (n1 > slots || c1 > (n0+slots-1)/slots*c0) {
+			t.Fatalf("lens %v over %d slots: cut at %d (%d items, costliest %d) over the even share %d (%d items, costliest %d)",
+				lens, slots, target, n1, c1, even, n0, c0)
+		}
+		covered := make([]int64, n)
+		for _, w := range items {
+			if int64(w.KVBegin) != covered[w.Request] || w.KVEnd <= w.KVBegin {
+				t.Fatalf("lens %v: item %+v after %d keys", lens, w, covered[w.Request])
+			}
+			covered[w.Request] = int64(w.KVEnd)
+		}
+		if !slices.Equal(covered, lens) {
+			t.Fatalf("lens %v: items cover %v", lens, covered)
 		}
 	}
 }

@@ -636,7 +636,10 @@ extern "C" __global__ void __launch_bounds__(256)
 // the batch exactly as it does: every request into chunks of about
 // `target` key tiles (its tiles plus one for the item), target being an
 // even share of the batch over `nslots` blocks, grown by a quarter until
-// the items fit the `capacity` the grid was sized for. Slot k runs item k.
+// the items fit the `capacity` the grid was sized for; where that share
+// leaves more items than slots, the least share that leaves at most
+// `nslots` if the one wave is estimated no slower (oneWave). Slot k runs
+// item k.
 #define SCHED_THREADS 1024
 
 __device__ __forceinline__ long long sched_block_sum(long long v, long long* red) {
@@ -649,6 +652,19 @@ __device__ __forceinline__ long long sched_block_sum(long long v, long long* red
     long long s = 0;
 #pragma unroll
     for (int w = 0; w < SCHED_THREADS / 32; w++) s += red[w];
+    return s;
+}
+
+__device__ __forceinline__ long long sched_block_max(long long v, long long* red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffff, v, o));
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads(); // red is free
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    long long s = 0;
+#pragma unroll
+    for (int w = 0; w < SCHED_THREADS / 32; w++) s = max(s, red[w]);
     return s;
 }
 
@@ -677,16 +693,44 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     const int per_thread = (batch + SCHED_THREADS - 1) / SCHED_THREADS;
     const int lo = min(tid * per_thread, batch), hi = min(lo + per_thread, batch);
 
-    long long cost = 0;
-    for (int i = lo; i < hi; i++) cost += (seq_lens[i] + BN - 1) / BN + 1;
+    long long cost = 0, longest = 0;
+    for (int i = lo; i < hi; i++) {
+        const long long t = (seq_lens[i] + BN - 1) / BN;
+        cost += t + 1;
+        longest = max(longest, t);
+    }
     const long long total = sched_block_sum(cost, red);
     long long target = max((total + nslots - 1) / nslots, 2LL);
-    for (;;) {
-        long long n = 0;
-        int per;
-        for (int i = lo; i < hi; i++) n += sched_items(seq_lens[i], target, &per);
-        if (sched_block_sum(n, red) <= capacity) break;
-        target += target / 4 + 1;
+    // The items at a share, and (with costliest) the cost of the costliest.
+    auto items_at = [&](long long t, long long* costliest) {
+        long long n = 0, most = 0;
+        for (int i = lo; i < hi; i++) {
+            int per;
+            const int k = sched_items(seq_lens[i], t, &per);
+            n += k;
+            if (k > 0) most = max(most, (long long)per + 1);
+        }
+        n = sched_block_sum(n, red);
+        if (costliest) *costliest = sched_block_max(most, red);
+        return n;
+    };
+    while (items_at(target, nullptr) > capacity) target += target / 4 + 1;
+    { // oneWave (devkernels.go)
+        long long c0;
+        const long long n0 = items_at(target, &c0);
+        long long hi_t = sched_block_max(longest, red) + 1; // every request one item
+        if (n0 > nslots && hi_t > target && items_at(hi_t, nullptr) <= nslots) {
+            for (long long lo_t = target; hi_t - lo_t > 1;) {
+                const long long mid = lo_t + (hi_t - lo_t) / 2;
+                if (items_at(mid, nullptr) <= nslots)
+                    hi_t = mid;
+                else
+                    lo_t = mid;
+            }
+            long long c1;
+            items_at(hi_t, &c1);
+            if (c1 <= (n0 + nslots - 1) / nslots * c0) target = hi_t;
+        }
     }
 
     // Each thread's items and partial rows, then an exclusive scan over the

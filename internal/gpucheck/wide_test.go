@@ -32,8 +32,8 @@ func TestMMASyncWideOnHopper(t *testing.T) {
 
 // TestNarrowWGMMAOnHopper checks the 16-row wgmma bodies (mla_decode_sm90.cu's
 // wg16 entries) where plans pick them on compute capability 9.0: a single
-// request in every form, dense batches past 16 requests (ragged, bf16 and
-// FP8), and sparse batches of several tokens, each against the fp64
+// request in every form, dense ragged batches of 5 to 24 requests (bf16
+// and FP8), and sparse batches of several tokens, each against the fp64
 // reference with its outputs poisoned first.
 func TestNarrowWGMMAOnHopper(t *testing.T) {
 	e := openEnv(t)
@@ -44,6 +44,8 @@ func TestNarrowWGMMAOnHopper(t *testing.T) {
 		{Name: "sparse 16 heads", Heads: 16, PageSize: 64, SeqLens: []int64{9000, 2100, 300}, QLens: []int64{2, 3, 1}, TopK: 2048, Seed: 44, Pad: 0.2},
 		{Name: "bf16 16 heads, 20 requests", Heads: 16, PageSize: 64, SeqLens: ragged(20, 5000, 46), QLens: ones(20), Seed: 46, Graph: true},
 		{Name: "fp8 16 heads, 24 requests", Heads: 16, PageSize: 64, SeqLens: ragged(24, 3000, 47), QLens: ones(24), FP8: true, Seed: 47},
+		{Name: "bf16 16 heads, 5 requests", Heads: 16, PageSize: 64, SeqLens: ragged(5, 20000, 48), QLens: ones(5), Seed: 48, Graph: true},
+		{Name: "fp8 16 heads, 16 requests", Heads: 16, PageSize: 64, SeqLens: ragged(16, 9000, 49), QLens: ones(16), FP8: true, Seed: 49},
 		{Name: "sparse fp8 16 heads, 5 tokens", Heads: 16, PageSize: 64, SeqLens: []int64{5000, 2500}, QLens: []int64{3, 2}, TopK: 2048, FP8: true, Seed: 48, Pad: 0.2},
 		{Name: "sparse fp8 16 heads, one token", Heads: 16, PageSize: 64, SeqLens: []int64{12000}, QLens: []int64{1}, TopK: 2048, FP8: true, Seed: 45, Pad: 0.3},
 	}
