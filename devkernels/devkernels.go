@@ -235,7 +235,7 @@ func scheduleParams() []core.Param {
 	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
 	i := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamI32} }
 	return []core.Param{p("seq_lens"), p("qo_indptr"), p("schedule"), p("requests"), p("counts"), p("slots"),
-		i("batch"), i("heads"), i("capacity"), i("nslots")}
+		i("batch"), i("heads"), i("capacity"), i("nslots"), i("item_cost")}
 }
 
 func combineParams() []core.Param {
@@ -488,6 +488,7 @@ type decodeShape struct {
 	form               decodeForm
 	maxRows, hb, slots int
 	capacity, batch    int
+	itemCost           int // an item's cost beyond its key tiles, in tiles
 }
 
 // partialRows bounds the partial rows of any lengths of the batch size:
@@ -522,6 +523,7 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 	ds.hb = (ds.maxRows + ds.v.rows - 1) / ds.v.rows
 	ds.slots = max(max(req.Device.SMs, 1)*ds.v.perSM/ds.hb, 1)
 	ds.capacity = ds.batch + ds.slots
+	ds.itemCost = itemCost
 	return ds
 }
 
@@ -556,7 +558,7 @@ func planDecodeGraph(req *core.PlanRequest, form decodeForm) *core.Plan {
 			Args: []core.Arg{
 				tensorArg("seq_lens"), tensorArg("qo_indptr"),
 				buf.schedule, buf.requests, buf.counts, buf.slots,
-				intArg("batch", ds.batch), intArg("heads", d.Heads), intArg("capacity", ds.capacity), intArg("nslots", ds.slots),
+				intArg("batch", ds.batch), intArg("heads", d.Heads), intArg("capacity", ds.capacity), intArg("nslots", ds.slots), intArg("item_cost", ds.itemCost),
 			},
 		}, decodeLaunch(ds, ds.capacity, req, buf), combineLaunch(ds, d, buf, req.Device)},
 		Note: fmt.Sprintf("mla decode, scheduled on the device: %d rows per block (%s), %d head block(s), %d item slots, %d stages",
@@ -639,12 +641,12 @@ func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers, dev core.
 // (oneWave). It returns the items and the share, in key tiles.
 // mla_schedule (mla_decode.cu) cuts on the device exactly so.
 func cutItems(lens []int64, ds decodeShape, graph bool) ([]core.WorkItem, int) {
-	b, slots := ds.batch, ds.slots
+	b, slots, cost := ds.batch, ds.slots, ds.itemCost
 	tiles := make([]int, b)
 	var total, most int
 	for i, n := range lens {
 		tiles[i] = int((n + mlaBN - 1) / mlaBN)
-		total += tiles[i] + itemCost
+		total += tiles[i] + cost
 		most = max(most, tiles[i])
 	}
 	// Cut each request into chunks of about target tiles, target being an
@@ -655,20 +657,20 @@ func cutItems(lens []int64, ds decodeShape, graph bool) ([]core.WorkItem, int) {
 	// (The kernels also take several items per block in a slot, FlashMLA's
 	// way; measured on an H200 it lost to one item per block, whose start
 	// overlaps another block's work.)
-	target := max((total+slots-1)/slots, minTiles+itemCost)
+	target := max((total+slots-1)/slots, minTiles+cost)
 	capacity := math.MaxInt
 	if graph {
 		// One graph per batch size: the grid is fixed at the most items
 		// any lengths can produce, and the kernel skips the empty ones.
 		capacity = ds.capacity
 	}
-	for n, _ := cutCount(tiles, target); n > capacity; n, _ = cutCount(tiles, target) {
+	for n, _ := cutCount(tiles, target, cost); n > capacity; n, _ = cutCount(tiles, target, cost) {
 		target += target/4 + 1
 	}
-	target = oneWave(tiles, target, slots, most)
+	target = oneWave(tiles, target, cost, slots, most)
 	var sched []core.WorkItem
 	for i := range b {
-		chunks, per := cutRequest(tiles[i], target)
+		chunks, per := cutRequest(tiles[i], target, cost)
 		for c := range chunks {
 			lo := c * per * mlaBN
 			hi := min((c+1)*per*mlaBN, int(lens[i]))
@@ -679,28 +681,30 @@ func cutItems(lens []int64, ds decodeShape, graph bool) ([]core.WorkItem, int) {
 }
 
 // The cost of an item, in key tiles: its tiles plus a fixed cost (the
-// query load and the epilogue); an item has at least minTiles tiles.
+// query load and the epilogue, the partial output written and combined);
+// an item has at least minTiles tiles.
 const itemCost, minTiles = 1, 1
 
 // cutRequest cuts a request of the given key tiles at target tiles per
-// item: its item count and the tiles of each but the last.
-func cutRequest(tiles, target int) (items, per int) {
+// item, an item costing cost tiles beyond its own: its item count and the
+// tiles of each but the last.
+func cutRequest(tiles, target, cost int) (items, per int) {
 	if tiles == 0 {
 		return 0, 1
 	}
-	chunks := max(1, min((tiles+itemCost+target-1)/target, tiles/minTiles))
+	chunks := max(1, min((tiles+cost+target-1)/target, tiles/minTiles))
 	per = (tiles + chunks - 1) / chunks
 	return (tiles + per - 1) / per, per
 }
 
 // cutCount is the item count of tiles cut at target, and the cost of the
 // costliest item.
-func cutCount(tiles []int, target int) (items, costliest int) {
+func cutCount(tiles []int, target, cost int) (items, costliest int) {
 	for _, t := range tiles {
-		n, per := cutRequest(t, target)
+		n, per := cutRequest(t, target, cost)
 		items += n
 		if n > 0 {
-			costliest = max(costliest, per+itemCost)
+			costliest = max(costliest, per+cost)
 		}
 	}
 	return items, costliest
@@ -715,24 +719,24 @@ func cutCount(tiles []int, target int) (items, costliest int) {
 // second wave as long as the first (at 16 heads, 64 requests of 4096 keys
 // over 132 slots: 192 items of 44 tiles, two waves; one wave of 128 items
 // of 65 tiles is estimated 1.35x faster).
-func oneWave(tiles []int, target, slots, most int) int {
-	n0, c0 := cutCount(tiles, target)
-	hi := most + itemCost // every request one item
+func oneWave(tiles []int, target, cost, slots, most int) int {
+	n0, c0 := cutCount(tiles, target, cost)
+	hi := most + cost // every request one item
 	if n0 <= slots || hi <= target {
 		return target
 	}
-	if n, _ := cutCount(tiles, hi); n > slots {
+	if n, _ := cutCount(tiles, hi, cost); n > slots {
 		return target
 	}
 	for lo := target; hi-lo > 1; {
 		mid := lo + (hi-lo)/2
-		if n, _ := cutCount(tiles, mid); n <= slots {
+		if n, _ := cutCount(tiles, mid, cost); n <= slots {
 			hi = mid
 		} else {
 			lo = mid
 		}
 	}
-	if _, c1 := cutCount(tiles, hi); c1 <= (n0+slots-1)/slots*c0 {
+	if _, c1 := cutCount(tiles, hi, cost); c1 <= (n0+slots-1)/slots*c0 {
 		return hi
 	}
 	return target

@@ -345,7 +345,7 @@ func TestPlansPickByArchitecture(t *testing.T) {
 // estimated slower than the even share's, fits the slots when it differs
 // from it, and covers every key once.
 func TestOneWave(t *testing.T) {
-	ds := decodeShape{batch: 64, slots: 132, capacity: 64 + 132}
+	ds := decodeShape{batch: 64, slots: 132, capacity: 64 + 132, itemCost: 1}
 	lens := slices.Repeat([]int64{4096}, 64)
 	items, target := cutItems(lens, ds, true)
 	if len(items) != 128 || target != 65 {
@@ -354,7 +354,7 @@ func TestOneWave(t *testing.T) {
 	// One request far longer than the rest: one wave would make its items
 	// the whole batch's length; the even share stays.
 	lens = append(slices.Repeat([]int64{64}, 140), 1<<20)
-	ds = decodeShape{batch: len(lens), slots: 132, capacity: len(lens) + 132}
+	ds = decodeShape{batch: len(lens), slots: 132, capacity: len(lens) + 132, itemCost: 1}
 	if _, target := cutItems(lens, ds, true); target >= 1<<15 {
 		t.Errorf("one long request among short ones: cut at %d tiles", target)
 	}
@@ -366,20 +366,21 @@ func TestOneWave(t *testing.T) {
 			lens[i] = rng.Int64N(1 << uint(1+rng.IntN(17)))
 		}
 		slots := 1 + rng.IntN(300)
-		ds := decodeShape{batch: n, slots: slots, capacity: n + slots}
+		cost := 1 + rng.IntN(8)
+		ds := decodeShape{batch: n, slots: slots, capacity: n + slots, itemCost: cost}
 		items, target := cutItems(lens, ds, rng.IntN(2) == 0)
 		tiles := make([]int, n)
 		var total int
 		for i, l := range lens {
 			tiles[i] = int((l + mlaBN - 1) / mlaBN)
-			total += tiles[i] + itemCost
+			total += tiles[i] + cost
 		}
-		even := max((total+slots-1)/slots, minTiles+itemCost)
-		for m, _ := cutCount(tiles, even); m > ds.capacity; m, _ = cutCount(tiles, even) {
+		even := max((total+slots-1)/slots, minTiles+cost)
+		for m, _ := cutCount(tiles, even, cost); m > ds.capacity; m, _ = cutCount(tiles, even, cost) {
 			even += even/4 + 1
 		}
-		n0, c0 := cutCount(tiles, even)
-		n1, c1 := cutCount(tiles, target)
+		n0, c0 := cutCount(tiles, even, cost)
+		n1, c1 := cutCount(tiles, target, cost)
 		if n1 != len(items) {
 			t.Fatalf("%d items cut, %d counted", len(items), n1)
 		}

@@ -634,7 +634,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // the per-request metadata, the item count and the slot starts that the
 // host's planner (planDecode in devkernels.go) computes on the CPU, cutting
 // the batch exactly as it does: every request into chunks of about
-// `target` key tiles (its tiles plus one for the item), target being an
+// `target` key tiles (its tiles plus `item_cost` for the item), target being an
 // even share of the batch over `nslots` blocks, grown by a quarter until
 // the items fit the `capacity` the grid was sized for; where that share
 // leaves more items than slots, the least share that leaves at most
@@ -668,15 +668,15 @@ __device__ __forceinline__ long long sched_block_max(long long v, long long* red
     return s;
 }
 
-// Items of a request of seq keys at target tiles per item; per is the
-// tiles of each but the last.
-__device__ __forceinline__ int sched_items(int seq, long long target, int* per) {
+// Items of a request of seq keys at target tiles per item, an item costing
+// item_cost tiles more than its own; per is the tiles of each but the last.
+__device__ __forceinline__ int sched_items(int seq, long long target, int item_cost, int* per) {
     const int tiles = (seq + BN - 1) / BN;
     if (tiles == 0) {
         *per = 1;
         return 0;
     }
-    const long long want = (tiles + 1 + target - 1) / target;
+    const long long want = (tiles + item_cost + target - 1) / target;
     const int chunks = (int)max(1LL, min(want, (long long)tiles));
     *per = (tiles + chunks - 1) / chunks;
     return (tiles + *per - 1) / *per;
@@ -685,7 +685,7 @@ __device__ __forceinline__ int sched_items(int seq, long long target, int* per) 
 extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     mla_schedule(const int* __restrict__ seq_lens, const int* __restrict__ qo_indptr, int* __restrict__ schedule,
                  int* __restrict__ requests, int* __restrict__ counts, int* __restrict__ slots, int batch, int heads,
-                 int capacity, int nslots) {
+                 int capacity, int nslots, int item_cost) {
     __shared__ long long red[SCHED_THREADS / 32];
     __shared__ long long scan_items[65], scan_rows[64];
     pdl_launch_dependents(); // the decode may start; it waits for this schedule
@@ -696,19 +696,19 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     long long cost = 0, longest = 0;
     for (int i = lo; i < hi; i++) {
         const long long t = (seq_lens[i] + BN - 1) / BN;
-        cost += t + 1;
+        cost += t + item_cost;
         longest = max(longest, t);
     }
     const long long total = sched_block_sum(cost, red);
-    long long target = max((total + nslots - 1) / nslots, 2LL);
+    long long target = max((total + nslots - 1) / nslots, 1LL + item_cost);
     // The items at a share, and (with costliest) the cost of the costliest.
     auto items_at = [&](long long t, long long* costliest) {
         long long n = 0, most = 0;
         for (int i = lo; i < hi; i++) {
             int per;
-            const int k = sched_items(seq_lens[i], t, &per);
+            const int k = sched_items(seq_lens[i], t, item_cost, &per);
             n += k;
-            if (k > 0) most = max(most, (long long)per + 1);
+            if (k > 0) most = max(most, (long long)per + item_cost);
         }
         n = sched_block_sum(n, red);
         if (costliest) *costliest = sched_block_max(most, red);
@@ -718,7 +718,7 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     { // oneWave (devkernels.go)
         long long c0;
         const long long n0 = items_at(target, &c0);
-        long long hi_t = sched_block_max(longest, red) + 1; // every request one item
+        long long hi_t = sched_block_max(longest, red) + item_cost; // every request one item
         if (n0 > nslots && hi_t > target && items_at(hi_t, nullptr) <= nslots) {
             for (long long lo_t = target; hi_t - lo_t > 1;) {
                 const long long mid = lo_t + (hi_t - lo_t) / 2;
@@ -738,7 +738,7 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     long long my_items = 0, my_rows = 0;
     for (int i = lo; i < hi; i++) {
         int per;
-        const int n = sched_items(seq_lens[i], target, &per);
+        const int n = sched_items(seq_lens[i], target, item_cost, &per);
         my_items += n;
         if (n > 1) my_rows += (long long)n * (qo_indptr[i + 1] - qo_indptr[i]) * heads;
     }
@@ -778,7 +778,7 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     for (int i = lo; i < hi; i++) {
         int per;
         const int seq = seq_lens[i];
-        const int n = sched_items(seq, target, &per);
+        const int n = sched_items(seq, target, item_cost, &per);
         const int q0 = qo_indptr[i], ql = qo_indptr[i + 1] - q0;
         for (int c = 0; c < n; c++, item++) {
             int* it = schedule + 4 * item;
