@@ -422,9 +422,14 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, (mla_decode_wg<FMT_DSA, true>))
 // warps through shared memory, and P^T (16 rows x 64 keys, bf16 or f16) is
 // written to shared memory for the second product. Shared memory holds the
 // queries (18 KB) and two 72 KB stages, so one tile is always in flight
-// while the other is computed. An FP8 cache lands in three raw stages (36 or
-// 41 KB each) and is converted into one f16 tile: two tiles in flight while
-// the third is converted and computed.
+// while the other is computed. DeepSeek-V3.2's FP8 cache lands in three raw
+// stages (41 KB each) and is converted into one f16 tile: two tiles in flight
+// while the third is converted and computed. The dense FP8 cache is split by
+// role instead: the loader warpgroup loads its rows into registers (two
+// tiles in flight, 36 KB each, 144 registers a thread) and converts a tile
+// into whichever of two f16 tiles the consumer is not computing; named
+// barriers (FULL, EMPTY) pass the tiles between them, and the consumer
+// issues a tile's S^T while the last tile's O^T product still runs.
 
 // D (+)= A B for one warpgroup, m64 n16 k16: A (64 x 16) K-major, or MN-major
 // with TA = 1; B (16 x 16) K-major; both in shared memory. T is "bf16" or
@@ -456,6 +461,9 @@ __device__ __forceinline__ u32 qsw(int r, int ch) {
 
 // The consumer warpgroup's own barrier (the loaders do not wait for it).
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// Named barrier id of n threads: waits for it, or arrives without waiting.
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
@@ -465,12 +473,17 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
                                                float scale_log2, int item_idx, int hb) {
     constexpr int M = WN_ROWS;
     constexpr bool H = FMT != FMT_BF16;
+    // The dense FP8 form stages its rows in the loader's registers (RS):
+    // the loader warpgroup holds two tiles in flight and converts one into
+    // the f16 tile the consumer is not computing (two f16 tiles), so the
+    // conversion runs beside the products.
+    constexpr bool RS = FMT == FMT_FP8 && !SPARSE;
     constexpr int KB = row_bytes(FMT);
-    constexpr int NT = H ? 1 : 2;
-    // FP8 rows land in NR raw stages (two tiles in flight, the third being
-    // converted) and are converted into the one f16 tile; bf16 tiles land
-    // in their two stages directly.
-    constexpr int NR = H ? 3 : 2;
+    constexpr int NT = H && !RS ? 1 : 2;
+    // DeepSeek-V3.2's FP8 rows land in NR raw stages (two tiles in flight,
+    // the third being converted) and are converted into the one f16 tile;
+    // bf16 tiles land in their two stages directly.
+    constexpr int NR = RS ? 2 : H ? 3 : 2;
     constexpr int RAW = WG_BN * KB;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -480,7 +493,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     float* red_max = (float*)(sp + WN_QBLOCK);                 // 4 warps x 16 columns
     float* red_sum = red_max + 4 * M;                          // 4 x 16, at the end
     int* kvalid = (int*)(red_sum + 4 * M);                     // NR x 64
-    unsigned char* sraw = (unsigned char*)(kvalid + NR * WG_BN); // FP8: NR raw stages
+    unsigned char* sraw = (unsigned char*)(kvalid + NR * WG_BN); // DeepSeek-V3.2's FP8: NR raw stages
 
     if (item_idx >= counts[0]) return;
     const Item it = schedule[item_idx];
@@ -502,6 +515,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     auto tile_dst = [](int r, int ch) -> u32 { return wsw(r, ch); };
     auto q_dst = [](int r, int ch) -> u32 { return qsw(r, ch); };
 
+    if (RS) __syncthreads(); // a block's last item is done with its queries
     {
         const bf16* qsrc = q + ((long long)rq.q_start * heads + row0) * DQK;
         for (int c = tid; c < M * (DQK / 8); c += NTHREADS) {
@@ -526,8 +540,8 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         if (u < ntiles) load(u);
         else cp_commit();
     };
-    load(0); // the queries ride with the first tile
-    if (H)
+    if (!RS) load(0); // the queries ride with the first tile
+    if (H && !RS)
         for (int u = 1; u < NR - 1; u++) ahead(u);
 
     // The consumer's place in the accumulators (64 x 16, rows = keys of S^T
@@ -546,29 +560,11 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         for (int x = 0; x < 8; x++) o[i][x] = 0.f;
     float m[4] = {NEG_INF, NEG_INF, NEG_INF, NEG_INF}, l[4] = {0.f, 0.f, 0.f, 0.f};
 
-    for (int t = 0; t < ntiles; t++) {
-        const int j0 = it.kv_begin + t * WG_BN;
-        if (consumer) {
-            wg_wait<0>(); // the last tile's O^T product is done with its stage and P^T
-#pragma unroll
-            for (int i = 0; i < 8; i++) reg_fence(o[i]);
-        }
-        cp_wait<NR - 2>(); // tile t's group (FP8: later ones may still fly)
-        fence_async_smem();
-        __syncthreads();
-        if (!H && t + 1 < ntiles) load(t + 1);
-        if (H) {
-            ahead(t + NR - 1); // into the raw stage converted last tile
-            dequant_tile<FMT, WG_BN>(sraw + (t % NR) * RAW, skv, tile_dst, tid);
-            if (t == 0) queries_f16<M>(sq, q_dst, tid);
-            fence_async_smem();
-            __syncthreads();
-        }
-        if (!consumer) continue;
-        const u32 sk_a = H ? skv_a : skv_a + (t & 1) * WG_TILE;
-
+    // The consumer's products and softmax of one tile (sk_a: its f16 or bf16
+    // tile; vb: its keys' validity; j0: its first key).
+    float s[8];
+    auto scores = [&](u32 sk_a) {
         // S^T = K Q^T over the 576 columns.
-        float s[8];
 #pragma unroll
         for (int x = 0; x < 8; x++) s[x] = 0.f;
         wg_fence();
@@ -579,11 +575,10 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
             wgmma_n16<H, 0>(s, dk + (((kk >> 2) * WG_BLOCK + (kk & 3) * 32) >> 4),
                             dq + (((kk >> 2) * WN_QBLOCK + (kk & 3) * 32) >> 4), kk > 0);
         wg_commit();
-        wg_wait<0>();
-        reg_fence(s);
-
+    };
+    auto softmax = [&](int vb, int j0) {
         // Scale and mask, then each column's maximum over the tile.
-        const bool in0 = kvalid[(t % NR) * WG_BN + kr] != 0, in1 = kvalid[(t % NR) * WG_BN + kr + 8] != 0;
+        const bool in0 = kvalid[vb + kr] != 0, in1 = kvalid[vb + kr + 8] != 0;
         float mx[4];
 #pragma unroll
         for (int x = 0; x < 4; x++) {
@@ -633,7 +628,8 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         }
         fence_async_smem();
         consumer_sync(); // P^T whole, the maxima read
-
+    };
+    auto values = [&](u32 sk_a) {
         // O^T += V^T P^T: 8 blocks of 64 value columns, 4 steps of 16 keys.
         wg_fence();
 #pragma unroll
@@ -646,6 +642,112 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
             for (int kk = 0; kk < WG_BN / 16; kk++) wgmma_n16<H, 1>(o[i], dv + kk * 128, dp + kk * 2, 1);
         }
         wg_commit();
+    };
+
+    if constexpr (RS) {
+        // Named barriers between the warpgroups: FULL(b) when the loader has
+        // converted a tile into f16 tile b, EMPTY(b) when the consumer's
+        // products are done with it (2 + b and 4 + b; 0 is __syncthreads,
+        // 1 the consumer's own).
+        cp_commit();
+        cp_wait<0>(); // the queries
+        __syncthreads();
+        queries_f16<M>(sq, q_dst, tid);
+        fence_async_smem();
+        __syncthreads();
+        if (!consumer) {
+            // Rows lr and lr + 32 of each tile, chunks lk, lk + 4, ..., lk + 32
+            // (16 e4m3 each), held in registers from their load to their
+            // conversion: ra for even tiles, rb for odd ones.
+            const int ltid = tid - 128, lr = ltid >> 2, lk = ltid & 3;
+            int nk[2] = {wg_key<false>(ks, krows, it.kv_begin + lr, it.kv_end),
+                         wg_key<false>(ks, krows, it.kv_begin + lr + 32, it.kv_end)};
+            uint4 ra[18], rb[18];
+            int va[2], vb[2];
+            auto fetch = [&](uint4(&r)[18], int (&v)[2], int t) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int rr = lr + 32 * h;
+                    const long long row = wg_row<false>(ks, nk[h], it.kv_begin + t * WG_BN + rr);
+                    v[h] = row >= 0;
+                    const uint4* src = (const uint4*)(ks.kv + (row >= 0 ? row * KB : 0) + lk * 16);
+#pragma unroll
+                    for (int i = 0; i < 9; i++) r[9 * h + i] = row >= 0 ? __ldg(src + 4 * i) : make_uint4(0, 0, 0, 0);
+                    nk[h] = wg_key<false>(ks, krows, it.kv_begin + (t + 1) * WG_BN + rr, it.kv_end);
+                }
+            };
+            auto put = [&](const uint4(&r)[18], const int (&v)[2], int b) {
+                unsigned char* dt = skv + b * WG_TILE;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int rr = lr + 32 * h;
+#pragma unroll
+                    for (int i = 0; i < 9; i++) {
+                        const uint4 x = r[9 * h + i];
+                        const int k = lk + 4 * i;
+                        *(uint4*)(dt + wsw(rr, 2 * k)) = make_uint4(e4m3x2_f16(x.x & 0xffff), e4m3x2_f16(x.x >> 16),
+                                                                   e4m3x2_f16(x.y & 0xffff), e4m3x2_f16(x.y >> 16));
+                        *(uint4*)(dt + wsw(rr, 2 * k + 1)) = make_uint4(e4m3x2_f16(x.z & 0xffff), e4m3x2_f16(x.z >> 16),
+                                                                       e4m3x2_f16(x.w & 0xffff), e4m3x2_f16(x.w >> 16));
+                    }
+                    if (lk == 0) kvalid[b * WG_BN + rr] = v[h];
+                }
+                fence_async_smem();
+            };
+            fetch(ra, va, 0);
+            for (int t = 0; t < ntiles; t += 2) {
+                if (t + 1 < ntiles) fetch(rb, vb, t + 1);
+                if (t >= 2) named_sync(4, 256);
+                put(ra, va, 0);
+                named_arrive(2, 256);
+                if (t + 1 >= ntiles) break;
+                if (t + 2 < ntiles) fetch(ra, va, t + 2);
+                if (t >= 1) named_sync(5, 256);
+                put(rb, vb, 1);
+                named_arrive(3, 256);
+            }
+            return;
+        }
+        for (int t = 0; t < ntiles; t++) {
+            const int b = t & 1;
+            named_sync(2 + b, 256); // f16 tile b holds tile t
+            const u32 sk_a = skv_a + b * WG_TILE;
+            scores(sk_a); // runs while the last tile's O^T product ends
+            wg_wait<0>();
+            reg_fence(s);
+#pragma unroll
+            for (int i = 0; i < 8; i++) reg_fence(o[i]);
+            if (t >= 1 && t + 1 < ntiles) named_arrive(4 + (b ^ 1), 256); // tile t-1's f16 tile is free for t+1
+            softmax(b * WG_BN, it.kv_begin + t * WG_BN);
+            values(sk_a);
+        }
+    } else {
+        for (int t = 0; t < ntiles; t++) {
+            const int j0 = it.kv_begin + t * WG_BN;
+            if (consumer) {
+                wg_wait<0>(); // the last tile's O^T product is done with its stage and P^T
+#pragma unroll
+                for (int i = 0; i < 8; i++) reg_fence(o[i]);
+            }
+            cp_wait<NR - 2>(); // tile t's group (FP8: later ones may still fly)
+            fence_async_smem();
+            __syncthreads();
+            if (!H && t + 1 < ntiles) load(t + 1);
+            if (H) {
+                ahead(t + NR - 1); // into the raw stage converted last tile
+                dequant_tile<FMT, WG_BN>(sraw + (t % NR) * RAW, skv, tile_dst, tid);
+                if (t == 0) queries_f16<M>(sq, q_dst, tid);
+                fence_async_smem();
+                __syncthreads();
+            }
+            if (!consumer) continue;
+            const u32 sk_a = H ? skv_a : skv_a + (t & 1) * WG_TILE;
+            scores(sk_a);
+            wg_wait<0>();
+            reg_fence(s);
+            softmax((t % NR) * WG_BN, j0);
+            values(sk_a);
+        }
     }
     if (!consumer) return;
     wg_wait<0>();
