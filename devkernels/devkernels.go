@@ -181,7 +181,7 @@ func (v decodeVariant) shared(f decodeForm) int {
 		const tile, wbn = 64 * mlaDQK * 2, 64
 		tiles, raw, valid := 2, 0, 2
 		switch {
-		case f == formDenseFP8 && m == 16:
+		case f == formDenseFP8 && m == 16: // two f16 tiles, no raw stages
 		case f.fp8() && m == 16:
 			tiles, raw, valid = 1, 3, 3
 		case f.fp8():
