@@ -667,10 +667,12 @@ func cutItems(lens []int64, ds decodeShape, graph bool) ([]core.WorkItem, int) {
 		// any lengths can produce, and the kernel skips the empty ones.
 		capacity = ds.capacity
 	}
-	for n, _ := cutCount(tiles, target, cost); n > capacity; n, _ = cutCount(tiles, target, cost) {
+	n, costliest := cutCount(tiles, target, cost)
+	for n > capacity {
 		target += target/4 + 1
+		n, costliest = cutCount(tiles, target, cost)
 	}
-	target = oneWave(tiles, target, cost, slots, most)
+	target = oneWave(tiles, target, n, costliest, cost, slots, most)
 	var sched []core.WorkItem
 	for i := range b {
 		chunks, per := cutRequest(tiles[i], target, cost)
@@ -713,8 +715,9 @@ func cutCount(tiles []int, target, cost int) (items, costliest int) {
 	return items, costliest
 }
 
-// oneWave returns the share a batch is cut at: target, unless target
-// leaves more items than slots and the least share that leaves at most
+// oneWave returns the share a batch is cut at: target (which cuts it into
+// n0 items, the costliest costing c0), unless target leaves more items
+// than slots and the least share that leaves at most
 // slots (found by bisection: the count falls as the share grows) runs the
 // batch in no more time, estimated as the waves times the costliest item.
 // An even share rounds each request up to whole items, so a batch of equal
@@ -722,8 +725,7 @@ func cutCount(tiles []int, target, cost int) (items, costliest int) {
 // second wave as long as the first (at 16 heads, 64 requests of 4096 keys
 // over 132 slots: 192 items of 44 tiles, two waves; one wave of 128 items
 // of 65 tiles is estimated 1.35x faster).
-func oneWave(tiles []int, target, cost, slots, most int) int {
-	n0, c0 := cutCount(tiles, target, cost)
+func oneWave(tiles []int, target, n0, c0, cost, slots, most int) int {
 	hi := most + cost // every request one item
 	if n0 <= slots || hi <= target {
 		return target

@@ -642,30 +642,29 @@ extern "C" __global__ void __launch_bounds__(256)
 // item k.
 #define SCHED_THREADS 1024
 
-__device__ __forceinline__ long long sched_block_sum(long long v, long long* red) {
+// The block-wide sum of a and maximum of b, both to every thread (red:
+// 2 x SCHED_THREADS / 32 values of shared memory).
+__device__ __forceinline__ void sched_block_sum_max(long long& a, long long& b, long long* red) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffff, a, o);
+        b = max(b, __shfl_xor_sync(0xffffffff, b, o));
+    }
+    constexpr int W = SCHED_THREADS / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     __syncthreads(); // red is free
-    if (lane == 0) red[warp] = v;
+    if (lane == 0) {
+        red[warp] = a;
+        red[W + warp] = b;
+    }
     __syncthreads();
-    long long s = 0;
+    a = red[0];
+    b = red[W];
 #pragma unroll
-    for (int w = 0; w < SCHED_THREADS / 32; w++) s += red[w];
-    return s;
-}
-
-__device__ __forceinline__ long long sched_block_max(long long v, long long* red) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffff, v, o));
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads(); // red is free
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    long long s = 0;
-#pragma unroll
-    for (int w = 0; w < SCHED_THREADS / 32; w++) s = max(s, red[w]);
-    return s;
+    for (int w = 1; w < W; w++) {
+        a += red[w];
+        b = max(b, red[W + w]);
+    }
 }
 
 // Items of a request of seq keys at target tiles per item, an item costing
@@ -686,22 +685,22 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     mla_schedule(const int* __restrict__ seq_lens, const int* __restrict__ qo_indptr, int* __restrict__ schedule,
                  int* __restrict__ requests, int* __restrict__ counts, int* __restrict__ slots, int batch, int heads,
                  int capacity, int nslots, int item_cost) {
-    __shared__ long long red[SCHED_THREADS / 32];
+    __shared__ long long red[2 * SCHED_THREADS / 32];
     __shared__ long long scan_items[65], scan_rows[64];
     pdl_launch_dependents(); // the decode may start; it waits for this schedule
     const int tid = threadIdx.x;
     const int per_thread = (batch + SCHED_THREADS - 1) / SCHED_THREADS;
     const int lo = min(tid * per_thread, batch), hi = min(lo + per_thread, batch);
 
-    long long cost = 0, longest = 0;
+    long long total = 0, longest = 0;
     for (int i = lo; i < hi; i++) {
         const long long t = (seq_lens[i] + BN - 1) / BN;
-        cost += t + item_cost;
+        total += t + item_cost;
         longest = max(longest, t);
     }
-    const long long total = sched_block_sum(cost, red);
+    sched_block_sum_max(total, longest, red);
     long long target = max((total + nslots - 1) / nslots, 1LL + item_cost);
-    // The items at a share, and (with costliest) the cost of the costliest.
+    // The items at a share, and the cost of the costliest.
     auto items_at = [&](long long t, long long* costliest) {
         long long n = 0, most = 0;
         for (int i = lo; i < hi; i++) {
@@ -710,24 +709,26 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
             n += k;
             if (k > 0) most = max(most, (long long)per + item_cost);
         }
-        n = sched_block_sum(n, red);
-        if (costliest) *costliest = sched_block_max(most, red);
+        sched_block_sum_max(n, most, red);
+        *costliest = most;
         return n;
     };
-    while (items_at(target, nullptr) > capacity) target += target / 4 + 1;
+    long long c0;
+    long long n0 = items_at(target, &c0);
+    while (n0 > capacity) {
+        target += target / 4 + 1;
+        n0 = items_at(target, &c0);
+    }
     { // oneWave (devkernels.go)
-        long long c0;
-        const long long n0 = items_at(target, &c0);
-        long long hi_t = sched_block_max(longest, red) + item_cost; // every request one item
-        if (n0 > nslots && hi_t > target && items_at(hi_t, nullptr) <= nslots) {
+        long long hi_t = longest + item_cost, c1; // every request one item
+        if (n0 > nslots && hi_t > target && items_at(hi_t, &c1) <= nslots) {
             for (long long lo_t = target; hi_t - lo_t > 1;) {
                 const long long mid = lo_t + (hi_t - lo_t) / 2;
-                if (items_at(mid, nullptr) <= nslots)
+                if (items_at(mid, &c1) <= nslots)
                     hi_t = mid;
                 else
                     lo_t = mid;
             }
-            long long c1;
             items_at(hi_t, &c1);
             if (c1 <= (n0 + nslots - 1) / nslots * c0) target = hi_t;
         }
