@@ -623,17 +623,34 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 // does not pay every kernel's launch and tail in turn.
 func programmatic(dev core.DeviceInfo) bool { return dev.ComputeCapability >= 90 }
 
-// combineLaunch is mla_combine over every query row of the batch.
+// combineLaunch is mla_combine over every query row of the batch, each
+// row's columns cut into combineParts ranges.
 func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers, dev core.DeviceInfo) core.Launch {
 	return core.Launch{
 		Module: ModuleMLADecode, Entry: EntryCombine, Programmatic: programmatic(dev),
-		Grid: [3]uint32{uint32(ds.batch), uint32(ds.maxRows), 1}, Block: [3]uint32{256, 1, 1},
+		Grid: [3]uint32{uint32(ds.batch), uint32(ds.maxRows), uint32(combineParts(ds))}, Block: [3]uint32{256, 1, 1},
 		Args: []core.Arg{
 			tensorArg("out"), tensorArg("lse"), buf.requests, buf.partO, buf.partLSE,
 			intArg("heads", d.Heads), intArg("batch", ds.batch),
 		},
 	}
 }
+
+// combineParts is the column ranges mla_combine cuts each row into (1, 2
+// or 4, DV / 128 at most): 4 where the batch has at most
+// combineShortRows rows, whose blocks alone would leave most
+// multiprocessors idle while each reads every chunk of its row; 1 where
+// the rows fill the GPU, whose unsplit requests' blocks return at once.
+func combineParts(ds decodeShape) int {
+	if ds.batch*ds.maxRows <= combineShortRows {
+		return 4
+	}
+	return 1
+}
+
+// combineShortRows is the most rows a batch has for mla_combine to cut
+// their columns.
+const combineShortRows = 128
 
 // cutItems cuts every request of lens into work items of about an even
 // share of the batch's cost over ds.slots blocks (FlashMLA's tile

@@ -559,19 +559,26 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_m32, 1, (mla_decode_body<32, 4, FMT_DSA, true>))
 MLA_SPARSE_ENTRY(mla_sparse_fp8_m64, 1, (mla_decode_wide<FMT_DSA, true>))
 
 // Merges the partial outputs of every request cut into several chunks:
-// one block per query row (blockIdx.x the request, blockIdx.y the row); its
-// 8 warps share the chunks, each lane owning 16 of the 512 columns, so a row
-// cut into many chunks is read with many loads in flight.
+// one block per query row and column range (blockIdx.x the request,
+// blockIdx.y the row, blockIdx.z the range: DV / gridDim.z columns, z 1, 2
+// or 4; a short batch takes 4, so that its few rows still spread over the
+// GPU); its 8 warps share the chunks, each lane owning 4 of every 128
+// columns, so a row cut into many chunks is read with many loads in
+// flight.
 extern "C" __global__ void __launch_bounds__(256)
     mla_combine(bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ requests,
                 const float* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch) {
     __shared__ float red[8][DV];
     __shared__ float wred[2][8];
+    const int r = blockIdx.x, row = blockIdx.y;
+    const int width = DV / gridDim.z, col0 = blockIdx.z * width, nv = width / 128;
+    // The schedule wrote the requests before the decode (this launch's
+    // predecessor) passed its own wait, so they are read before this one's.
+    ReqInfo rq = {};
+    if (r < batch) rq = ((const ReqInfo*)requests)[r];
     pdl_wait(); // the decode's partial outputs
     pdl_launch_dependents();
-    const int r = blockIdx.x, row = blockIdx.y;
     if (r >= batch) return;
-    const ReqInfo rq = ((const ReqInfo*)requests)[r];
     const int rows = rq.q_len * heads;
     if (rq.num_splits <= 1 || row >= rows) return;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -590,42 +597,45 @@ extern "C" __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int i = 0; i < 16; i++) acc[i] = 0.f;
     float wsum = 0.f;
-#pragma unroll 2
+#pragma unroll 4
     for (int s = warp; s < rq.num_splits; s += 8) {
         const long long p = base + (long long)s * rows;
         const float ls = part_lse[p];
         const float w = (ls == NEG_INF) ? 0.f : __expf(ls - mx);
         wsum += w;
-        const float4* src = (const float4*)(part_o + p * DV);
+        const float4* src = (const float4*)(part_o + p * DV + col0);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float4 v = src[lane + i * 32];
-            acc[i * 4 + 0] += w * v.x;
-            acc[i * 4 + 1] += w * v.y;
-            acc[i * 4 + 2] += w * v.z;
-            acc[i * 4 + 3] += w * v.w;
-        }
+        for (int i = 0; i < 4; i++)
+            if (i < nv) {
+                const float4 v = src[lane + i * 32];
+                acc[i * 4 + 0] += w * v.x;
+                acc[i * 4 + 1] += w * v.y;
+                acc[i * 4 + 2] += w * v.z;
+                acc[i * 4 + 3] += w * v.w;
+            }
     }
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        *(float4*)&red[warp][(lane + i * 32) * 4] = make_float4(acc[i * 4], acc[i * 4 + 1], acc[i * 4 + 2], acc[i * 4 + 3]);
+        if (i < nv)
+            *(float4*)&red[warp][(lane + i * 32) * 4] = make_float4(acc[i * 4], acc[i * 4 + 1], acc[i * 4 + 2], acc[i * 4 + 3]);
     if (lane == 0) wred[1][warp] = wsum;
     __syncthreads();
     float ws = 0.f;
 #pragma unroll
     for (int w = 0; w < 8; w++) ws += wred[1][w];
     const float inv = ws > 0.f ? 1.f / ws : 0.f;
+    bf16* dst = out + ((long long)rq.q_start * heads + row) * DV + col0;
     // Two columns per thread.
-    const int c = tid * 2;
-    float a = 0.f, b = 0.f;
+    for (int c = tid * 2; c < width; c += 512) {
+        float a = 0.f, b = 0.f;
 #pragma unroll
-    for (int w = 0; w < 8; w++) {
-        a += red[w][c];
-        b += red[w][c + 1];
+        for (int w = 0; w < 8; w++) {
+            a += red[w][c];
+            b += red[w][c + 1];
+        }
+        *(u32*)(dst + c) = pack_bf16(a * inv, b * inv);
     }
-    bf16* dst = out + ((long long)rq.q_start * heads + row) * DV;
-    *(u32*)(dst + c) = pack_bf16(a * inv, b * inv);
-    if (tid == 0) lse[(long long)rq.q_start * heads + row] = ws > 0.f ? mx + __logf(ws) : NEG_INF;
+    if (tid == 0 && blockIdx.z == 0) lse[(long long)rq.q_start * heads + row] = ws > 0.f ? mx + __logf(ws) : NEG_INF;
 }
 
 // The split-KV schedule of a batch, computed on the device (FlashMLA's
