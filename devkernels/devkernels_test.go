@@ -400,3 +400,33 @@ func TestOneWave(t *testing.T) {
 		}
 	}
 }
+
+// TestCombineCutsShortBatches: the combine of a batch of at most
+// combineShortRows query rows runs four blocks a row (a column range each),
+// so that its few rows still spread over the GPU; a longer batch runs one.
+func TestCombineCutsShortBatches(t *testing.T) {
+	for _, tc := range []struct {
+		heads, batch int
+		qlen         int64
+		parts        uint32
+	}{
+		{16, 1, 1, 4}, {128, 1, 1, 4}, {16, 8, 1, 4}, {16, 2, 4, 4},
+		{16, 9, 1, 1}, {128, 2, 1, 1}, {16, 16, 1, 1}, {16, 3, 4, 1},
+	} {
+		for _, graph := range []bool{false, true} {
+			req := request(tc.heads, 64, slices.Repeat([]int64{4096}, tc.batch), slices.Repeat([]int64{tc.qlen}, tc.batch), graph)
+			p, err := Plan(fa3MLA, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := p.Launches[len(p.Launches)-1]
+			if l.Entry != EntryCombine {
+				t.Fatalf("last launch %s, want %s", l.Entry, EntryCombine)
+			}
+			want := [3]uint32{uint32(tc.batch), uint32(tc.heads) * uint32(tc.qlen), tc.parts}
+			if l.Grid != want {
+				t.Errorf("%d heads, batch %d, %d query tokens, graph %v: combine grid %v, want %v", tc.heads, tc.batch, tc.qlen, graph, l.Grid, want)
+			}
+		}
+	}
+}
