@@ -15,7 +15,7 @@
 #endif
 #include SM90_SRC
 
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
+#include "timing.cuh"
 
 int main(int argc, char** argv) {
     const int heads = 16, batch = argc > 1 ? atoi(argv[1]) : 132, seq = argc > 2 ? atoi(argv[2]) : 8192;
@@ -72,13 +72,7 @@ int main(int argc, char** argv) {
         launch();
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
-        cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-        for (int i = 0; i < 3; i++) launch();
-        cudaEventRecord(e0);
-        const int reps = 20;
-        for (int i = 0; i < reps; i++) launch();
-        cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
-        float ms; cudaEventElapsedTime(&ms, e0, e1); ms /= reps;
+        const float ms = time_ms(launch);
         const double bytes = (double)batch * seq * (fp8 ? 576 : 1152);
         printf("%-6s batch %d seq %d: %.1f us, %.0f GB/s, %.3f us a tile\n", fp8 ? "fp8" : "bf16", batch, seq, ms * 1e3, bytes / ms / 1e6, ms * 1e3 / tiles);
     }

@@ -15,7 +15,7 @@
 #endif
 #include SM90_SRC
 
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
+#include "timing.cuh"
 
 static unsigned short f2bf(float f) { unsigned u; memcpy(&u, &f, 4); u += 0x7fff + ((u >> 16) & 1); return u >> 16; }
 static float bf2f(unsigned short h) { unsigned u = (unsigned)h << 16; float f; memcpy(&f, &u, 4); return f; }
@@ -111,13 +111,7 @@ int main(int argc, char** argv) {
                     }
                 }
         }
-        cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-        for (int i = 0; i < 3; i++) launch();
-        cudaEventRecord(e0);
-        const int reps = 20;
-        for (int i = 0; i < reps; i++) launch();
-        cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
-        float ms; cudaEventElapsedTime(&ms, e0, e1); ms /= reps;
+        const float ms = time_ms(launch);
         printf("%-9s heads %3d batch %4d seq %6d qlen %d: rel_err %.2e nan %d  %.1f us  %.0f TFLOP/s  %.0f GB/s\n", k.name, heads, batch, seq, qlen,
                maxref > 0 ? maxerr / maxref : 0, nan, ms * 1e3, flops / ms / 1e9, bytes / ms / 1e6);
     }
