@@ -636,8 +636,8 @@ func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers, dev core.
 	}
 }
 
-// combineParts is the column ranges mla_combine cuts each row into (1, 2
-// or 4, DV / 128 at most): 4 where the batch has at most
+// combineParts is the column ranges mla_combine cuts each row into (the
+// kernel takes 1, 2 or 4): 4 where the batch has at most
 // combineShortRows rows, whose blocks alone would leave most
 // multiprocessors idle while each reads every chunk of its row; 1 where
 // the rows fill the GPU, whose unsplit requests' blocks return at once.
