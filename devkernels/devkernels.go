@@ -38,6 +38,12 @@ var MLACommonSource string
 //go:embed tile.cuh
 var TileHeader string
 
+// SM90Header is wgmma's primitives, compiled after TileHeader into the
+// modules built for sm_90a.
+//
+//go:embed sm90.cuh
+var SM90Header string
+
 // The module and its entries.
 const (
 	ModuleMLADecode = "mla_decode"
@@ -344,25 +350,32 @@ func Spec() []core.KernelModule {
 		{Name: ModuleMLADecode, Platform: core.PlatformCUDA, Entries: entries, Kernels: kernels},
 		prefillSpec(),
 		{Name: ModuleMLADecodeSM90, Platform: core.PlatformCUDA, Entries: hopper, Kernels: kernels},
+		prefillSM90Spec(),
 	}
 }
 
+// hopperOnly reports whether module name is built from sm_90a's own
+// instructions (wgmma), which run on compute capability 9.0 alone.
+func hopperOnly(name string) bool {
+	return name == ModuleMLADecodeSM90 || name == ModuleMHAPrefillSM90
+}
+
 // specFor returns the modules of Spec that a device of compute capability
-// cc runs: all but the Hopper module, which only compute capability 9.0
+// cc runs: all but the Hopper modules, which only compute capability 9.0
 // does.
 func specFor(cc int) []core.KernelModule {
 	mods := Spec()
 	if cc != hopperCC {
-		mods = slices.DeleteFunc(mods, func(m core.KernelModule) bool { return m.Name == ModuleMLADecodeSM90 })
+		mods = slices.DeleteFunc(mods, func(m core.KernelModule) bool { return hopperOnly(m.Name) })
 	}
 	return mods
 }
 
 // virtualArch is the architecture module name is compiled for on a device
-// of compute capability cc: compute_90a for the Hopper module, else the
+// of compute capability cc: compute_90a for the Hopper modules, else the
 // device's own.
 func virtualArch(name string, cc int) string {
-	if name == ModuleMLADecodeSM90 {
+	if hopperOnly(name) {
 		return fmt.Sprintf("compute_%da", hopperCC)
 	}
 	return fmt.Sprintf("compute_%d", cc)

@@ -339,6 +339,72 @@ func TestPlansPickByArchitecture(t *testing.T) {
 	}
 }
 
+// TestPrefillPicksByArchitecture: on compute capability 9.0 every prefill
+// pass (the causal one and the prefix chunks') runs the Hopper module's
+// mha_prefill_wg within the H200's shared memory, and merge_state stays in
+// mha_prefill; elsewhere every pass runs mha_prefill, and a device without
+// the Hopper module refuses a plan that names it.
+func TestPrefillPicksByArchitecture(t *testing.T) {
+	a100 := h200
+	a100.Name, a100.ComputeCapability, a100.SMs, a100.MaxSharedPerBlock = "NVIDIA A100", 80, 108, 166912
+	mha := core.Kernel{Name: "flash_attn_varlen_func+merge_state", Method: core.MHAChunkedKV, DTypes: []string{"bf16"}, HeadDims: []int{192, 128}}
+	for _, tc := range []struct {
+		dev           core.DeviceInfo
+		module, entry string
+	}{
+		{h200, ModuleMHAPrefillSM90, EntryPrefillWG},
+		{a100, ModuleMHAPrefill, EntryPrefill},
+	} {
+		req := &core.PlanRequest{
+			Backend: "fa3", Method: core.MHAChunkedKV, DType: "bf16",
+			Dims:   core.PlanDims{Heads: 16, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722},
+			Shape:  core.PlanShape{SeqLens: []int64{3000, 1000}, QLens: []int64{300, 1000}, ChunkCapacity: 1024},
+			Device: tc.dev,
+		}
+		p, err := Plan(mha, req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.dev.Name, err)
+		}
+		if err := launch.Check(p, req, specFor(tc.dev.ComputeCapability), tc.dev); err != nil {
+			t.Fatalf("%s (%s): %v", tc.dev.Name, p.Note, err)
+		}
+		passes, merges := 0, 0
+		for _, l := range p.Launches {
+			switch l.Entry {
+			case EntryMergeState:
+				merges++
+				if l.Module != ModuleMHAPrefill {
+					t.Errorf("%s: merge_state in %s", tc.dev.Name, l.Module)
+				}
+			default:
+				passes++
+				if l.Module != tc.module || l.Entry != tc.entry {
+					t.Errorf("%s: a pass runs %s.%s, want %s.%s", tc.dev.Name, l.Module, l.Entry, tc.module, tc.entry)
+				}
+			}
+		}
+		if passes != merges+1 || merges < 2 {
+			t.Errorf("%s: %d passes and %d merges, want the causal pass and one a prefix chunk (%s)", tc.dev.Name, passes, merges, p.Note)
+		}
+		if !strings.Contains(p.Note, tc.entry) {
+			t.Errorf("%s: the note does not name the entry: %s", tc.dev.Name, p.Note)
+		}
+	}
+	req := &core.PlanRequest{Backend: "fa3", Method: core.MHAOneShot, DType: "bf16",
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722},
+		Shape:  core.PlanShape{SeqLens: []int64{300}, QLens: []int64{300}},
+		Device: h200}
+	mha.Method = core.MHAOneShot
+	p, err := Plan(mha, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Device = a100
+	if err := launch.Check(p, req, specFor(a100.ComputeCapability), a100); err == nil {
+		t.Error("an A100 accepted a plan of the Hopper prefill")
+	}
+}
+
 // TestOneWave checks the cut of a batch whose even share leaves a second,
 // part-filled wave: equal requests are cut into one wave where it is
 // estimated faster, and on random batches the cut taken is never

@@ -64,9 +64,10 @@ var Flags = []string{"-std=c++17", "-lineinfo"}
 // helpers, then the module's own source.
 func Sources() map[string]string {
 	return map[string]string{
-		ModuleMLADecode:     TileHeader + "\n" + MLACommonSource + "\n" + MLADecodeSource,
-		ModuleMHAPrefill:    TileHeader + "\n" + MHAPrefillSource,
-		ModuleMLADecodeSM90: TileHeader + "\n" + MLACommonSource + "\n" + MLADecodeSM90Source,
+		ModuleMLADecode:      TileHeader + "\n" + MLACommonSource + "\n" + MLADecodeSource,
+		ModuleMHAPrefill:     TileHeader + "\n" + MHAPrefillSource,
+		ModuleMLADecodeSM90:  TileHeader + "\n" + SM90Header + "\n" + MLACommonSource + "\n" + MLADecodeSM90Source,
+		ModuleMHAPrefillSM90: TileHeader + "\n" + SM90Header + "\n" + MHAPrefillSM90Source,
 	}
 }
 
@@ -88,10 +89,10 @@ func SourceSHA256(src string) string {
 var AheadOfTime = []string{"compute_80", "compute_90", "sm_80", "sm_90"}
 
 // Archs returns the architectures module name is built for ahead of time:
-// AheadOfTime, or for the Hopper module (sm_90a's own instructions) its
+// AheadOfTime, or for a Hopper module (sm_90a's own instructions) its
 // PTX and cubin alone.
 func Archs(name string) []string {
-	if name == ModuleMLADecodeSM90 {
+	if hopperOnly(name) {
 		return []string{virtualArch(name, hopperCC), fmt.Sprintf("sm_%da", hopperCC)}
 	}
 	return AheadOfTime

@@ -35,16 +35,16 @@ func TestImagesForEachArchitecture(t *testing.T) {
 		if err != nil {
 			t.Fatalf("compute %d: %v", tc.cc, err)
 		}
-		want := Spec()
-		if tc.cc != 90 { // the Hopper module serves compute capability 9.0 alone
-			want = want[:len(want)-1]
+		want := specFor(tc.cc) // the Hopper modules serve compute capability 9.0 alone
+		if tc.cc != 90 && len(want) != len(Spec())-2 {
+			t.Fatalf("compute %d: %d modules of %d, want all but the two Hopper ones", tc.cc, len(want), len(Spec()))
 		}
 		if len(mods) != len(want) {
 			t.Fatalf("compute %d: %d modules, want %d", tc.cc, len(mods), len(want))
 		}
 		for i, m := range mods {
 			format, arch := tc.format, tc.arch
-			if m.Name == ModuleMLADecodeSM90 {
+			if hopperOnly(m.Name) {
 				format, arch = core.FormatCUBIN, "sm_90a"
 			}
 			if m.Format != format || m.Arch != arch || m.SHA256 != core.ImageSHA256(m.Image) || m.Name != want[i].Name {

@@ -4,9 +4,9 @@
 // and with the same work items, parameters and partial outputs, on wgmma:
 // operands from shared memory through matrix descriptors, accumulators in
 // registers, issued by two warpgroups asynchronously. The layout, formats
-// and loaders: mla_common.cuh. The plan picks these entries on a GPU of
-// compute capability 9.0 (devkernels.go); mla_decode.cu's run everywhere
-// else.
+// and loaders: mla_common.cuh; wgmma's primitives: sm90.cuh. The plan
+// picks these entries on a GPU of compute capability 9.0 (devkernels.go);
+// mla_decode.cu's run everywhere else.
 //
 // Design (after FlashMLA's sm90 decode). A block holds its 64 query rows in
 // shared memory (72 KB) and streams key tiles of 64 keys (72 KB each, two
@@ -24,8 +24,6 @@
 // next tile's copies (cp.async) start as soon as both warpgroups are past
 // the previous tile's P V, and a tile's P V runs while the next tile lands.
 
-typedef unsigned long long u64;
-
 #define WG_BN 64                        /* keys per tile */
 #define WG_TILE (WG_BN * DQK * 2)       /* 73728 bytes: 9 blocks of 64 rows x 128 bytes */
 #define WG_BLOCK 8192                   /* one column block: 64 rows x 128 bytes */
@@ -37,33 +35,9 @@ __device__ __forceinline__ u32 wsw(int r, int ch) {
     return (u32)((ch >> 3) * WG_BLOCK + r * 128 + (((ch ^ r) & 7) << 4));
 }
 
-// A shared-memory matrix descriptor: start address, leading and stride
-// byte offsets (each >> 4), 128-byte swizzle.
-__device__ __forceinline__ u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
-    return (u64)((addr >> 4) & 0x3fff) | ((u64)((lbo >> 4) & 0x3fff) << 16) | ((u64)((sbo >> 4) & 0x3fff) << 32) |
-           (1ull << 62);
-}
-// K-major operand of a tile (rows of 128 bytes, 8-row groups 1024 apart):
-// the leading offset is unused within a 128-byte swizzle.
-__device__ __forceinline__ u64 kmajor(u32 addr) { return wg_desc(addr, 16, 1024); }
 // MN-major operand (V): 64 columns per 128-byte row, the next 64 columns
 // one column block (8192 bytes) on, 8-key groups 1024 apart.
 __device__ __forceinline__ u64 mnmajor(u32 addr) { return wg_desc(addr, WG_BLOCK, 1024); }
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// Orders this thread's generic-proxy shared-memory writes (cp.async,
-// stores) before the async proxy's reads (wgmma) that follow a barrier.
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Keeps the compiler from moving accesses of accumulator registers across
-// the asynchronous MMAs that own them.
-template <int N>
-__device__ __forceinline__ void reg_fence(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
 
 // S (+)= Q K^T for one warpgroup: 64 x 32, k 16, both operands K-major in
 // shared memory (descriptors da, db).

@@ -16,11 +16,22 @@ import (
 //go:embed mha_prefill.cu
 var MHAPrefillSource string
 
-// The prefill module and its entries.
+// MHAPrefillSM90Source is the CUDA C source of the same prefill on
+// Hopper's own data path (wgmma, sm_90a; after TileHeader and SM90Header).
+//
+//go:embed mha_prefill_sm90.cu
+var MHAPrefillSM90Source string
+
+// The prefill modules and their entries. ModuleMHAPrefillSM90 is built for
+// sm_90a alone and handed only to a device of compute capability 9.0,
+// whose plans run EntryPrefillWG in place of EntryPrefill; merge_state
+// stays in ModuleMHAPrefill.
 const (
-	ModuleMHAPrefill = "mha_prefill"
-	EntryPrefill     = "mha_prefill"
-	EntryMergeState  = "merge_state"
+	ModuleMHAPrefill     = "mha_prefill"
+	ModuleMHAPrefillSM90 = "mha_prefill_sm90"
+	EntryPrefill         = "mha_prefill"
+	EntryPrefillWG       = "mha_prefill_wg"
+	EntryMergeState      = "merge_state"
 )
 
 // Tile constants of mha_prefill.cu.
@@ -32,6 +43,10 @@ const (
 	// prefillShared: 128 query rows, two stages of 64 key rows and 64 value
 	// rows, unpadded.
 	prefillShared = 2 * (prefillBM*prefillDQK + 2*64*prefillDQK + 2*64*prefillDV)
+	// prefillSM90Shared: mha_prefill_wg's 128 query rows, two stages of 128
+	// key rows and of 128 value rows, and 1024 bytes to align the swizzle
+	// atoms.
+	prefillSM90Shared = 2*(prefillBM*prefillDQK+2*128*prefillDQK+2*128*prefillDV) + 1024
 )
 
 // DefaultChunkCapacity is sglang's get_max_chunk_capacity() when the request
@@ -66,6 +81,15 @@ func prefillSpec() core.KernelModule {
 	}
 }
 
+// prefillSM90Spec is the Hopper prefill module without its image.
+func prefillSM90Spec() core.KernelModule {
+	return core.KernelModule{
+		Name: ModuleMHAPrefillSM90, Platform: core.PlatformCUDA,
+		Entries: []core.Entry{{Name: EntryPrefillWG, Params: prefillParams()}},
+		Kernels: slices.Clone(mhaKernelNames),
+	}
+}
+
 // PrefixChunks returns sglang's cut of the prefixes for MHA_CHUNKED_KV:
 // each chunk holds capacity / batch size keys of every request (at least
 // one), and there are as many chunks as the longest prefix needs. Chunk c of
@@ -93,6 +117,8 @@ func PrefixChunks(prefix []int64, capacity int) (size int64, chunks int) {
 //
 // Blocks of 128 queries of one request and one head are ordered longest
 // first (their causal work), so the long blocks start in the first wave.
+// On compute capability 9.0 the passes run mha_prefill_wg (wgmma), else
+// mha_prefill (mma.sync).
 func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	s, d := req.Shape, req.Dims
 	b := len(s.SeqLens)
@@ -137,8 +163,12 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	scale := core.Arg{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}
 	grid := [3]uint32{uint32(len(blocks)), uint32(d.Heads), 1}
 	block3 := [3]uint32{prefillThreads, 1, 1}
+	module, entry, shared := ModuleMHAPrefill, EntryPrefill, uint32(prefillShared)
+	if req.Device.ComputeCapability == hopperCC {
+		module, entry, shared = ModuleMHAPrefillSM90, EntryPrefillWG, prefillSM90Shared
+	}
 	pass := func(k, v, out, lse core.Arg, ranges string, causal int) core.Launch {
-		return core.Launch{Module: ModuleMHAPrefill, Entry: EntryPrefill, Grid: grid, Block: block3, SharedBytes: prefillShared,
+		return core.Launch{Module: module, Entry: entry, Grid: grid, Block: block3, SharedBytes: shared,
 			Args: []core.Arg{ptr("q", "q"), k, v, out, lse, meta("cu_q", "cu_q"), meta("k_ranges", ranges), meta("schedule", "blocks"),
 				i32("heads", d.Heads), i32("causal", causal), scale}}
 	}
@@ -147,7 +177,7 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 		Metadata: []core.MetaBuffer{{Name: "cu_q", Int32s: cuQ}, {Name: "k_ranges", Int32s: keys}, {Name: "blocks", Int32s: sched}},
 		Launches: []core.Launch{pass(ptr("k", "k"), ptr("v", "v"), ptr("out", "out"), ptr("lse", "lse"), "k_ranges", 1)},
 	}
-	p.Note = fmt.Sprintf("varlen prefill: %d block(s) of %d queries x %d heads, causal", len(blocks), prefillBM, d.Heads)
+	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal", entry, len(blocks), prefillBM, d.Heads)
 	if !chunked {
 		return p
 	}

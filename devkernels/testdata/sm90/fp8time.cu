@@ -10,6 +10,7 @@
 #include "../../tile.cuh"
 #include "../../mla_common.cuh"
 #include "../../mla_decode.cu"
+#include "../../sm90.cuh"
 #ifndef SM90_SRC
 #define SM90_SRC "../../mla_decode_sm90.cu"
 #endif

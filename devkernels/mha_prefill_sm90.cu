@@ -1,0 +1,252 @@
+// Varlen flash attention for DeepSeek prefill on Hopper's own data path
+// (sm_90a): mha_prefill.cu's mha_prefill (q/k head dim 192, v 128, bf16)
+// with the same parameters, schedule and outputs, on wgmma. The plan runs
+// it on a GPU of compute capability 9.0 (prefill.go); mha_prefill runs
+// everywhere else, and merge_state stays in mha_prefill.cu. wgmma's
+// primitives: sm90.cuh.
+//
+// Design (after FlashAttention 3). A block runs 128 query rows of one
+// request and one head as two warpgroups of 64 rows, and streams tiles of
+// 128 keys. Shared memory holds the queries (48 KB), two stages of keys
+// (48 KB each) and two of values (32 KB each), 208 KB, all in wgmma's
+// 128-byte-swizzled layout: 64-column blocks of 128 rows x 128 bytes, each
+// 16-byte chunk XOR-swizzled by its row. S = Q K^T is 12 k-steps of
+// wgmma.m64n128k16 with both operands in shared memory (K-major); the
+// accumulators of S are, once exponentiated and rounded to bf16, the
+// register A operand of O += P V (8 k-steps of m64n128k16, V read MN-major
+// through the transposed-B form), so P never touches shared memory. Each
+// warp owns 16 whole rows of S and O, so the softmax needs no exchange
+// between warps.
+//
+// The pipeline, per tile t: the copies of keys t+1 and values t start as
+// soon as every thread is past the barrier that says tile t's keys (and
+// tile t-1's values) landed; S_t is queued, then the previous tile's
+// P V; the warpgroup waits for S_t alone and runs the softmax of tile t
+// while P V of tile t-1 still runs on the tensor cores, then waits for it,
+// rescales O and packs P_t, whose product runs in the next tile. Causal
+// blocks stop at the diagonal.
+
+#define PW_BM 128                 /* query rows a block: 64 a warpgroup */
+#define PW_BN 128                 /* keys a tile */
+#define PW_DQK 192
+#define PW_DV 128
+#define PW_CB 16384               /* one 64-column block: 128 rows x 128 bytes */
+#define PW_QT (3 * PW_CB)         /* 128 rows x 192 columns: the queries, or a key tile */
+#define PW_VT (2 * PW_CB)         /* 128 keys x 128 columns: a value tile */
+#define PW_THREADS 256
+
+// The values' descriptor: MN-major (transposed B), the next 64 columns one
+// column block on, 8-key groups 1024 bytes apart; a k-step of 16 keys
+// moves the start by 2048 bytes.
+__device__ __forceinline__ u64 pw_vdesc(u32 addr) { return wg_desc(addr, PW_CB, 1024); }
+
+#define PW_D8(b) "+f"(d[b]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]), "+f"(d[b + 6]), "+f"(d[b + 7])
+#define PW_D64 PW_D8(0), PW_D8(8), PW_D8(16), PW_D8(24), PW_D8(32), PW_D8(40), PW_D8(48), PW_D8(56)
+
+// S (+)= Q K^T for one warpgroup: 64 x 128, k 16, both operands K-major in
+// shared memory; accumulate 0 overwrites d.
+__device__ __forceinline__ void pw_qk(float (&d)[64], u64 da, u64 db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : PW_D64
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// O += P V for one warpgroup: 64 x 128, k 16, P from registers (the A
+// fragment: rows r and r+8 of the thread, keys 2t, 2t+1 and 2t+8, 2t+9 of
+// the k-step), V MN-major in shared memory.
+__device__ __forceinline__ void pw_pv(float (&d)[64], u32 a0, u32 a1, u32 a2, u32 a3, u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : PW_D64
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
+extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
+    mha_prefill_wg(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                   bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ cu_q,
+                   const int* __restrict__ k_ranges, const int* __restrict__ schedule, int heads, int causal,
+                   float scale_log2) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const u32 sq_a = smem_addr(smem_raw) + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); // the atoms' alignment
+    const u32 sk_a = sq_a + PW_QT, sv_a = sk_a + 2 * PW_QT;
+
+    const int req = schedule[4 * blockIdx.x], q0 = schedule[4 * blockIdx.x + 1];
+    const int h = blockIdx.y;
+    const int qs = cu_q[req], qn = cu_q[req + 1] - qs;
+    const int ks = k_ranges[2 * req], kn = k_ranges[2 * req + 1] - ks;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+    const long long qstride = (long long)heads * PW_DQK, vstride = (long long)heads * PW_DV;
+    const int off = kn - qn; // causal offset of query 0
+
+    // Key tiles this block needs: causal rows see keys up to off + row.
+    int ntiles = (kn + PW_BN - 1) / PW_BN;
+    if (causal) ntiles = min(ntiles, max(0, (off + min(q0 + PW_BM, qn) + PW_BN - 1) / PW_BN));
+
+    // The copies: two threads a row (lr), thread lc taking chunks lc + 2i,
+    // so chunk i of the thread lands in column block i / 4 at chunk
+    // (lc + 2 (i % 4)) ^ lr of its row.
+    const int lr = tid >> 1, lc = tid & 1;
+    auto sw = [&](int i) -> u32 { return (u32)((i >> 2) * PW_CB + lr * 128 + ((((lc + 2 * (i & 3)) ^ lr) & 7) << 4)); };
+    {
+        const bool ok = q0 + lr < qn;
+        const bf16* src = q + (long long)(qs + (ok ? q0 + lr : 0)) * qstride + (long long)h * PW_DQK + lc * 8;
+#pragma unroll
+        for (int i = 0; i < PW_DQK / 16; i++) cp_async16(sq_a + sw(i), src + 16 * i, ok ? 16 : 0);
+    }
+    // Keys (values) of tile t into its stage; rows past the request's keys
+    // are zeros (a masked key's value must be finite: P is 0 there).
+    auto load_k = [&](int t) {
+        const int j = t * PW_BN + lr;
+        const bool ok = j < kn;
+        const bf16* src = k + (long long)(ks + (ok ? j : 0)) * qstride + (long long)h * PW_DQK + lc * 8;
+        const u32 dst = sk_a + (t & 1) * PW_QT;
+#pragma unroll
+        for (int i = 0; i < PW_DQK / 16; i++) cp_async16(dst + sw(i), src + 16 * i, ok ? 16 : 0);
+    };
+    auto load_v = [&](int t) {
+        const int j = t * PW_BN + lr;
+        const bool ok = j < kn;
+        const bf16* src = v + (long long)(ks + (ok ? j : 0)) * vstride + (long long)h * PW_DV + lc * 8;
+        const u32 dst = sv_a + (t & 1) * PW_VT;
+#pragma unroll
+        for (int i = 0; i < PW_DV / 16; i++) cp_async16(dst + sw(i), src + 16 * i, ok ? 16 : 0);
+    };
+    if (ntiles > 0) load_k(0); // the queries ride with the first keys
+    cp_commit();
+
+    // This thread's two rows (of S and O) within the request, their last
+    // keys, and its first column of S.
+    const int r0 = q0 + wg * 64 + (warp & 3) * 16 + (lane >> 2), r1 = r0 + 8;
+    const int lim0 = causal ? min(off + r0, kn - 1) : kn - 1;
+    const int lim1 = causal ? min(off + r1, kn - 1) : kn - 1;
+    const int kq = (lane & 3) * 2;
+
+    // S and O: 64 x 128 each, columns 8j + kq + {0,1} in [4j], [4j+1]
+    // (row r0) and [4j+2], [4j+3] (row r1); P: tile t's probabilities as
+    // the A fragments of its 8 k-steps.
+    float s[64], o[64];
+    u32 p[32];
+#pragma unroll
+    for (int i = 0; i < 64; i++) o[i] = 0.f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f; // maxima in scaled log2 units
+    const u64 dq = kmajor(sq_a + wg * 64 * 128);
+
+    for (int t = 0; t < ntiles; t++) {
+        cp_wait<0>();
+        fence_async_smem(); // the copies before the MMAs read them
+        __syncthreads();    // keys t and values t-1 landed; both warpgroups past S_{t-1} and P V of t-2
+        if (t + 1 < ntiles) load_k(t + 1);
+        load_v(t);
+        cp_commit();
+
+        wg_fence();
+        const u64 dk = kmajor(sk_a + (t & 1) * PW_QT);
+#pragma unroll
+        for (int kk = 0; kk < PW_DQK / 16; kk++) {
+            const u32 koff = ((kk >> 2) * PW_CB + (kk & 3) * 32) >> 4;
+            pw_qk(s, dq + koff, dk + koff, kk > 0);
+        }
+        wg_commit();
+        if (t > 0) {
+            const u64 dv = pw_vdesc(sv_a + ((t - 1) & 1) * PW_VT);
+#pragma unroll
+            for (int kk = 0; kk < PW_BN / 16; kk++)
+                pw_pv(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], dv + ((kk * 2048) >> 4));
+            wg_commit();
+            wg_wait<1>(); // S_t; P V of tile t-1 runs on
+        } else {
+            wg_wait<0>();
+        }
+        reg_fence(s);
+
+        const int j0 = t * PW_BN;
+        if (__any_sync(0xffffffff, j0 + PW_BN - 1 > min(lim0, lim1))) {
+#pragma unroll
+            for (int j = 0; j < PW_BN / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int key = j0 + 8 * j + kq + e;
+                    if (key > lim0) s[4 * j + e] = NEG_INF;
+                    if (key > lim1) s[4 * j + 2 + e] = NEG_INF;
+                }
+        }
+        float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+        for (int j = 0; j < PW_BN / 8; j++) {
+            mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+            mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+        const float mt0 = fmaxf(m0, mx0 * scale_log2), mt1 = fmaxf(m1, mx1 * scale_log2);
+        const float mu0 = mt0 == NEG_INF ? 0.f : mt0, mu1 = mt1 == NEG_INF ? 0.f : mt1;
+        const float al0 = fast_exp2(m0 - mu0), al1 = fast_exp2(m1 - mu1);
+        float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < PW_BN / 8; j++) {
+            s[4 * j] = fast_exp2(fmaf(s[4 * j], scale_log2, -mu0));
+            s[4 * j + 1] = fast_exp2(fmaf(s[4 * j + 1], scale_log2, -mu0));
+            s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -mu1));
+            s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -mu1));
+            sum0 += s[4 * j] + s[4 * j + 1];
+            sum1 += s[4 * j + 2] + s[4 * j + 3];
+        }
+        wg_wait<0>(); // P V of tile t-1: O and P are free
+        reg_fence(o);
+        m0 = mt0;
+        m1 = mt1;
+        l0 = l0 * al0 + sum0;
+        l1 = l1 * al1 + sum1;
+#pragma unroll
+        for (int j = 0; j < PW_DV / 8; j++) {
+            o[4 * j] *= al0;
+            o[4 * j + 1] *= al0;
+            o[4 * j + 2] *= al1;
+            o[4 * j + 3] *= al1;
+        }
+#pragma unroll
+        for (int kk = 0; kk < PW_BN / 16; kk++) {
+            p[4 * kk] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
+            p[4 * kk + 1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+            p[4 * kk + 2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+            p[4 * kk + 3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+    }
+    if (ntiles > 0) { // the last tile's P V
+        cp_wait<0>();
+        fence_async_smem();
+        __syncthreads();
+        wg_fence();
+        const u64 dv = pw_vdesc(sv_a + ((ntiles - 1) & 1) * PW_VT);
+#pragma unroll
+        for (int kk = 0; kk < PW_BN / 16; kk++)
+            pw_pv(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], dv + ((kk * 2048) >> 4));
+        wg_commit();
+        wg_wait<0>();
+        reg_fence(o);
+    }
+
+    // Row sums across the quad, then the output.
+    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    if (r0 < qn) {
+        bf16* dst = out + (long long)(qs + r0) * vstride + (long long)h * PW_DV + kq;
+#pragma unroll
+        for (int j = 0; j < PW_DV / 8; j++) *(u32*)(dst + 8 * j) = pack_bf16(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+        if ((lane & 3) == 0)
+            lse[(long long)(qs + r0) * heads + h] = l0 > 0.f ? (m0 + __log2f(l0)) * 0.6931471805599453f : NEG_INF;
+    }
+    if (r1 < qn) {
+        bf16* dst = out + (long long)(qs + r1) * vstride + (long long)h * PW_DV + kq;
+#pragma unroll
+        for (int j = 0; j < PW_DV / 8; j++) *(u32*)(dst + 8 * j) = pack_bf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        if ((lane & 3) == 0)
+            lse[(long long)(qs + r1) * heads + h] = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
+    }
+}

@@ -1,0 +1,35 @@
+// Hopper's own instructions (sm_90a), shared by the modules built for it
+// (mla_decode_sm90.cu, mha_prefill_sm90.cu; the Go side puts this text after
+// tile.cuh): wgmma's shared-memory matrix descriptors over the 128-byte
+// swizzle, its fence, commit and wait, the proxy fence that hands generic
+// shared-memory writes to it, and the register fence that keeps the
+// compiler from moving accesses of its accumulators.
+
+typedef unsigned long long u64;
+
+// A shared-memory matrix descriptor: start address, leading and stride
+// byte offsets (each >> 4), 128-byte swizzle.
+__device__ __forceinline__ u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr >> 4) & 0x3fff) | ((u64)((lbo >> 4) & 0x3fff) << 16) | ((u64)((sbo >> 4) & 0x3fff) << 32) |
+           (1ull << 62);
+}
+// K-major operand (rows of 128 bytes, 8-row groups 1024 apart): the
+// leading offset is unused within a 128-byte swizzle. A k-step of 16
+// two-byte values moves the start address by 32 bytes within a 64-column
+// block.
+__device__ __forceinline__ u64 kmajor(u32 addr) { return wg_desc(addr, 16, 1024); }
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Orders this thread's generic-proxy shared-memory writes (cp.async,
+// stores) before the async proxy's reads (wgmma) that follow a barrier.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keeps the compiler from moving accesses of accumulator registers across
+// the asynchronous MMAs that own them.
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
