@@ -351,9 +351,10 @@ func TestPrefillPicksByArchitecture(t *testing.T) {
 	for _, tc := range []struct {
 		dev           core.DeviceInfo
 		module, entry string
+		threads       uint32
 	}{
-		{h200, ModuleMHAPrefillSM90, EntryPrefillWG},
-		{a100, ModuleMHAPrefill, EntryPrefill},
+		{h200, ModuleMHAPrefillSM90, EntryPrefillWG, 384},
+		{a100, ModuleMHAPrefill, EntryPrefill, 256},
 	} {
 		req := &core.PlanRequest{
 			Backend: "fa3", Method: core.MHAChunkedKV, DType: "bf16",
@@ -378,8 +379,8 @@ func TestPrefillPicksByArchitecture(t *testing.T) {
 				}
 			default:
 				passes++
-				if l.Module != tc.module || l.Entry != tc.entry {
-					t.Errorf("%s: a pass runs %s.%s, want %s.%s", tc.dev.Name, l.Module, l.Entry, tc.module, tc.entry)
+				if l.Module != tc.module || l.Entry != tc.entry || l.Block[0] != tc.threads {
+					t.Errorf("%s: a pass runs %s.%s with %d threads, want %s.%s with %d", tc.dev.Name, l.Module, l.Entry, l.Block[0], tc.module, tc.entry, tc.threads)
 				}
 			}
 		}

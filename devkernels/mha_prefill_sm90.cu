@@ -6,25 +6,29 @@
 // primitives: sm90.cuh.
 //
 // Design (after FlashAttention 3). A block runs 128 query rows of one
-// request and one head as two warpgroups of 64 rows, and streams tiles of
-// 128 keys. Shared memory holds the queries (48 KB), two stages of keys
-// (48 KB each) and two of values (32 KB each), 208 KB, all in wgmma's
-// 128-byte-swizzled layout: 64-column blocks of 128 rows x 128 bytes, each
-// 16-byte chunk XOR-swizzled by its row. S = Q K^T is 12 k-steps of
-// wgmma.m64n128k16 with both operands in shared memory (K-major); the
-// accumulators of S are, once exponentiated and rounded to bf16, the
-// register A operand of O += P V (8 k-steps of m64n128k16, V read MN-major
-// through the transposed-B form), so P never touches shared memory. Each
-// warp owns 16 whole rows of S and O, so the softmax needs no exchange
-// between warps.
+// request and one head: two consumer warpgroups of 64 rows each, and a
+// producer warpgroup that issues every copy and gives the consumers its
+// registers (setmaxnreg: 40 a thread against their 232). Shared memory
+// holds the queries (48 KB), two stages of 128 keys (48 KB each) and two of their values (32
+// KB each), 208 KB, all in wgmma's 128-byte-swizzled layout: 64-column
+// blocks of 128 rows x 128 bytes, each 16-byte chunk XOR-swizzled by its
+// row. S = Q K^T is 12 k-steps of wgmma.m64n128k16 with both operands in
+// shared memory (K-major); the accumulators of S are, once exponentiated
+// and rounded to bf16, the register A operand of O += P V (8 k-steps of
+// m64n128k16, V read MN-major through the transposed-B form), so P never
+// touches shared memory. Each warp owns 16 whole rows of S and O, so the
+// softmax needs no exchange between warps.
 //
-// The pipeline, per tile t: the copies of keys t+1 and values t start as
-// soon as every thread is past the barrier that says tile t's keys (and
-// tile t-1's values) landed; S_t is queued, then the previous tile's
-// P V; the warpgroup waits for S_t alone and runs the softmax of tile t
-// while P V of tile t-1 still runs on the tensor cores, then waits for it,
-// rescales O and packs P_t, whose product runs in the next tile. Causal
-// blocks stop at the diagonal.
+// The pipeline. The producer's copies land on mbarriers (FULL, one per
+// stage of keys and of values, cp.async.mbarrier.arrive), a warp's copy
+// reading 128 contiguous bytes of each of four rows; the consumers release
+// a stage (EMPTY) once the products that read it are done, and the
+// producer refills it. So the consumers never issue a copy, and the two
+// warpgroups are coupled only through the stages, not by a barrier a tile.
+// A consumer queues S_t, then the previous tile's P V, waits for S_t alone
+// and runs the softmax of tile t while P V of tile t-1 still runs, then
+// waits for it, rescales O and packs P_t, whose product runs with the next
+// tile. Causal blocks stop at the diagonal.
 
 #define PW_BM 128                 /* query rows a block: 64 a warpgroup */
 #define PW_BN 128                 /* keys a tile */
@@ -33,7 +37,9 @@
 #define PW_CB 16384               /* one 64-column block: 128 rows x 128 bytes */
 #define PW_QT (3 * PW_CB)         /* 128 rows x 192 columns: the queries, or a key tile */
 #define PW_VT (2 * PW_CB)         /* 128 keys x 128 columns: a value tile */
-#define PW_THREADS 256
+#define PW_THREADS 384            /* two consumer warpgroups, then the producer's */
+#define PW_BARS (3 * PW_QT + 2 * PW_VT) /* 8 mbarriers: FULL keys, FULL values, EMPTY keys, EMPTY values (x2 stages) */
+#define PW_SHARED (PW_BARS + 64 + 1024) /* and 1024 bytes to align the swizzle atoms */
 
 // The values' descriptor: MN-major (transposed B), the next 64 columns one
 // column block on, 8-key groups 1024 bytes apart; a k-step of 16 keys
@@ -75,7 +81,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     const int h = blockIdx.y;
     const int qs = cu_q[req], qn = cu_q[req + 1] - qs;
     const int ks = k_ranges[2 * req], kn = k_ranges[2 * req + 1] - ks;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+    // The warpgroup, read from lane 0 so that the compiler knows it uniform
+    // across the warp (a role chosen on a divergent value serialises every
+    // wgmma behind a wait of its own).
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = __shfl_sync(0xffffffff, tid >> 7, 0);
     const long long qstride = (long long)heads * PW_DQK, vstride = (long long)heads * PW_DV;
     const int off = kn - qn; // causal offset of query 0
 
@@ -83,38 +92,52 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     int ntiles = (kn + PW_BN - 1) / PW_BN;
     if (causal) ntiles = min(ntiles, max(0, (off + min(q0 + PW_BM, qn) + PW_BN - 1) / PW_BN));
 
-    // The copies: two threads a row (lr), thread lc taking chunks lc + 2i,
-    // so chunk i of the thread lands in column block i / 4 at chunk
-    // (lc + 2 (i % 4)) ^ lr of its row.
-    const int lr = tid >> 1, lc = tid & 1;
-    auto sw = [&](int i) -> u32 { return (u32)((i >> 2) * PW_CB + lr * 128 + ((((lc + 2 * (i & 3)) ^ lr) & 7) << 4)); };
-    {
-        const bool ok = q0 + lr < qn;
-        const bf16* src = q + (long long)(qs + (ok ? q0 + lr : 0)) * qstride + (long long)h * PW_DQK + lc * 8;
+    const u32 bars = sq_a + PW_BARS;
+    auto kfull = [&](int t) -> u32 { return bars + 8 * (t & 1); };
+    auto vfull = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
+    auto kempty = [&](int t) -> u32 { return bars + 32 + 8 * (t & 1); };
+    auto vempty = [&](int t) -> u32 { return bars + 48 + 8 * (t & 1); };
+    if (tid == 0) {
 #pragma unroll
-        for (int i = 0; i < PW_DQK / 16; i++) cp_async16(sq_a + sw(i), src + 16 * i, ok ? 16 : 0);
+        for (int i = 0; i < 4; i++) mbar_init(bars + 8 * i, 128); // FULL: the producer's threads
+#pragma unroll
+        for (int i = 4; i < 8; i++) mbar_init(bars + 8 * i, 256); // EMPTY: the consumers' threads
     }
-    // Keys (values) of tile t into its stage; rows past the request's keys
-    // are zeros (a masked key's value must be finite: P is 0 there).
-    auto load_k = [&](int t) {
-        const int j = t * PW_BN + lr;
-        const bool ok = j < kn;
-        const bf16* src = k + (long long)(ks + (ok ? j : 0)) * qstride + (long long)h * PW_DQK + lc * 8;
-        const u32 dst = sk_a + (t & 1) * PW_QT;
-#pragma unroll
-        for (int i = 0; i < PW_DQK / 16; i++) cp_async16(dst + sw(i), src + 16 * i, ok ? 16 : 0);
-    };
-    auto load_v = [&](int t) {
-        const int j = t * PW_BN + lr;
-        const bool ok = j < kn;
-        const bf16* src = v + (long long)(ks + (ok ? j : 0)) * vstride + (long long)h * PW_DV + lc * 8;
-        const u32 dst = sv_a + (t & 1) * PW_VT;
-#pragma unroll
-        for (int i = 0; i < PW_DV / 16; i++) cp_async16(dst + sw(i), src + 16 * i, ok ? 16 : 0);
-    };
-    if (ntiles > 0) load_k(0); // the queries ride with the first keys
-    cp_commit();
+    __syncthreads();
 
+    if (wg == 2) {
+        // The producer gives its registers to the consumers. Thread (rs, c8)
+        // copies chunk c8 of every column block of rows rs + 16i, so that a
+        // warp's copy reads 128 contiguous bytes of four rows. Rows past the
+        // request's keys (queries) are zeros: a masked key's value must be
+        // finite (P is 0 there).
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        const int rs = (tid - 256) >> 3, c8 = tid & 7;
+        auto rows = [&](u32 dst, const bf16* base, long long stride, int first, int limit, int blocks) {
+#pragma unroll 4
+            for (int i = 0; i < PW_BM / 16; i++) {
+                const int r = rs + 16 * i;
+                const bool ok = first + r < limit;
+                const bf16* src = base + (long long)(ok ? first + r : 0) * stride + c8 * 8;
+                const u32 d = dst + r * 128 + (((c8 ^ r) & 7) << 4);
+                for (int b = 0; b < blocks; b++) cp_async16(d + b * PW_CB, src + 64 * b, ok ? 16 : 0);
+            }
+        };
+        rows(sq_a, q + (long long)qs * qstride + (long long)h * PW_DQK, qstride, q0, qn, 3); // with the first keys
+        for (int t = 0; t < ntiles; t++) {
+            const u32 par = ((t >> 1) & 1) ^ 1; // the release of tile t-2
+            if (t >= 2) mbar_wait(kempty(t), par);
+            rows(sk_a + (t & 1) * PW_QT, k + (long long)ks * qstride + (long long)h * PW_DQK, qstride, t * PW_BN, kn, 3);
+            cp_arrive(kfull(t));
+            if (t >= 2) mbar_wait(vempty(t), par);
+            rows(sv_a + (t & 1) * PW_VT, v + (long long)ks * vstride + (long long)h * PW_DV, vstride, t * PW_BN, kn, 2);
+            cp_arrive(vfull(t));
+        }
+        cp_wait<0>();
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     // This thread's two rows (of S and O) within the request, their last
     // keys, and its first column of S.
     const int r0 = q0 + wg * 64 + (warp & 3) * 16 + (lane >> 2), r1 = r0 + 8;
@@ -133,13 +156,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     const u64 dq = kmajor(sq_a + wg * 64 * 128);
 
     for (int t = 0; t < ntiles; t++) {
-        cp_wait<0>();
-        fence_async_smem(); // the copies before the MMAs read them
-        __syncthreads();    // keys t and values t-1 landed; both warpgroups past S_{t-1} and P V of t-2
-        if (t + 1 < ntiles) load_k(t + 1);
-        load_v(t);
-        cp_commit();
-
+        mbar_wait(kfull(t), (t >> 1) & 1);
+        if (t > 0) mbar_wait(vfull(t - 1), ((t - 1) >> 1) & 1);
+        fence_async_smem(); // the copies before the products read them
         wg_fence();
         const u64 dk = kmajor(sk_a + (t & 1) * PW_QT);
 #pragma unroll
@@ -154,11 +173,13 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
             for (int kk = 0; kk < PW_BN / 16; kk++)
                 pw_pv(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], dv + ((kk * 2048) >> 4));
             wg_commit();
-            wg_wait<1>(); // S_t; P V of tile t-1 runs on
-        } else {
-            wg_wait<0>();
         }
+        if (t > 0)
+            wg_wait<1>(); // S_t; P V of tile t-1 runs on
+        else
+            wg_wait<0>();
         reg_fence(s);
+        mbar_arrive(kempty(t)); // every thread: a branch here would hold P V's accumulators
 
         const int j0 = t * PW_BN;
         if (__any_sync(0xffffffff, j0 + PW_BN - 1 > min(lim0, lim1))) {
@@ -194,8 +215,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
             sum0 += s[4 * j] + s[4 * j + 1];
             sum1 += s[4 * j + 2] + s[4 * j + 3];
         }
-        wg_wait<0>(); // P V of tile t-1: O and P are free
+        wg_wait<0>(); // P V of tile t-1: O, P and the values are free
         reg_fence(o);
+        if (t > 0) mbar_arrive(vempty(t - 1));
         m0 = mt0;
         m1 = mt1;
         l0 = l0 * al0 + sum0;
@@ -216,9 +238,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         }
     }
     if (ntiles > 0) { // the last tile's P V
-        cp_wait<0>();
+        mbar_wait(vfull(ntiles - 1), ((ntiles - 1) >> 1) & 1);
         fence_async_smem();
-        __syncthreads();
         wg_fence();
         const u64 dv = pw_vdesc(sv_a + ((ntiles - 1) & 1) * PW_VT);
 #pragma unroll

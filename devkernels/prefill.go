@@ -43,10 +43,12 @@ const (
 	// prefillShared: 128 query rows, two stages of 64 key rows and 64 value
 	// rows, unpadded.
 	prefillShared = 2 * (prefillBM*prefillDQK + 2*64*prefillDQK + 2*64*prefillDV)
-	// prefillSM90Shared: mha_prefill_wg's 128 query rows, two stages of 128
-	// key rows and of 128 value rows, and 1024 bytes to align the swizzle
-	// atoms.
-	prefillSM90Shared = 2*(prefillBM*prefillDQK+2*128*prefillDQK+2*128*prefillDV) + 1024
+	// mha_prefill_wg: two consumer warpgroups and a producer's; shared
+	// memory for 128 query rows, two stages of 128 key rows and of 128 value
+	// rows, eight mbarriers, and 1024 bytes to align the swizzle atoms
+	// (PW_THREADS and PW_SHARED in mha_prefill_sm90.cu).
+	prefillSM90Threads = 384
+	prefillSM90Shared  = 2*(prefillBM*prefillDQK+2*128*prefillDQK+2*128*prefillDV) + 64 + 1024
 )
 
 // DefaultChunkCapacity is sglang's get_max_chunk_capacity() when the request
@@ -163,12 +165,12 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	scale := core.Arg{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}
 	grid := [3]uint32{uint32(len(blocks)), uint32(d.Heads), 1}
 	block3 := [3]uint32{prefillThreads, 1, 1}
-	module, entry, shared := ModuleMHAPrefill, EntryPrefill, uint32(prefillShared)
+	module, entry, threads, shared := ModuleMHAPrefill, EntryPrefill, uint32(prefillThreads), uint32(prefillShared)
 	if req.Device.ComputeCapability == hopperCC {
-		module, entry, shared = ModuleMHAPrefillSM90, EntryPrefillWG, prefillSM90Shared
+		module, entry, threads, shared = ModuleMHAPrefillSM90, EntryPrefillWG, prefillSM90Threads, prefillSM90Shared
 	}
 	pass := func(k, v, out, lse core.Arg, ranges string, causal int) core.Launch {
-		return core.Launch{Module: module, Entry: entry, Grid: grid, Block: block3, SharedBytes: shared,
+		return core.Launch{Module: module, Entry: entry, Grid: grid, Block: [3]uint32{threads, 1, 1}, SharedBytes: shared,
 			Args: []core.Arg{ptr("q", "q"), k, v, out, lse, meta("cu_q", "cu_q"), meta("k_ranges", ranges), meta("schedule", "blocks"),
 				i32("heads", d.Heads), i32("causal", causal), scale}}
 	}

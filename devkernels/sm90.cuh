@@ -2,8 +2,8 @@
 // (mla_decode_sm90.cu, mha_prefill_sm90.cu; the Go side puts this text after
 // tile.cuh): wgmma's shared-memory matrix descriptors over the 128-byte
 // swizzle, its fence, commit and wait, the proxy fence that hands generic
-// shared-memory writes to it, and the register fence that keeps the
-// compiler from moving accesses of its accumulators.
+// shared-memory writes to it, mbarriers, and the register fence that keeps
+// the compiler from moving accesses of its accumulators.
 
 typedef unsigned long long u64;
 
@@ -26,6 +26,35 @@ __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.
 // Orders this thread's generic-proxy shared-memory writes (cp.async,
 // stores) before the async proxy's reads (wgmma) that follow a barrier.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// mbarriers in shared memory (addresses from smem_addr): count arrivals
+// complete a phase.
+__device__ __forceinline__ void mbar_init(u32 bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives on bar once every cp.async this thread has issued so far has
+// landed (the arrival is one of the count).
+__device__ __forceinline__ void cp_arrive(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Whether the phase of bar whose parity is parity has completed (waiting a
+// while for it).
+__device__ __forceinline__ bool mbar_try(u32 bar, u32 parity) {
+    u32 done;
+    asm volatile(
+        "{\n.reg .pred P1;\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%1], %2;\nselp.u32 %0, 1, 0, P1;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+// Waits for the phase of bar whose parity is parity to complete.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    while (!mbar_try(bar, parity)) {
+    }
+}
 // Keeps the compiler from moving accesses of accumulator registers across
 // the asynchronous MMAs that own them.
 template <int N>

@@ -70,12 +70,12 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(dkr, kr.data(), kr.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dsch, sched.data(), sched.size() * 4, cudaMemcpyHostToDevice));
     const float scale = 1.f / sqrtf(192.f), scale_log2 = scale * 1.4426950408889634f;
-    const int old_smem = 2 * (128 * 192 + 2 * 64 * 192 + 2 * 64 * 128), wg_smem = 3 * PW_QT + 2 * PW_VT + 1024;
+    const int old_smem = 2 * (128 * 192 + 2 * 64 * 192 + 2 * 64 * 128), wg_smem = PW_SHARED;
     CK(cudaFuncSetAttribute(mha_prefill, cudaFuncAttributeMaxDynamicSharedMemorySize, old_smem));
     CK(cudaFuncSetAttribute(mha_prefill_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem));
     dim3 grid((unsigned)bl.size(), heads);
     auto run_old = [&] { mha_prefill<<<grid, 256, old_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2); };
-    auto run_wg = [&] { mha_prefill_wg<<<grid, 256, wg_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2); };
+    auto run_wg = [&] { mha_prefill_wg<<<grid, PW_THREADS, wg_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2); };
 
     // Sampled rows: the first and last of every request, then random ones.
     std::vector<std::pair<long long, int>> rows; // (token, head)
