@@ -368,6 +368,8 @@ type Report struct {
 	Merge   *MergeResult    `json:"merge_state,omitempty"`
 	// Quant are the sparse MLA and FP8 cache rows.
 	Quant []QuantResult `json:"sparse_fp8,omitempty"`
+	// Goals are the targets the run's rows are judged against (Judge).
+	Goals []Goal `json:"goals,omitempty"`
 }
 
 // RunBench opens the device, measures the floors, checks and times every
@@ -409,6 +411,7 @@ func RunBench(ctx context.Context, python string, cases []Case, prefill []Prefil
 			}
 		}
 	}
+	rep.Goals = Judge(rep)
 	return rep, nil
 }
 
@@ -424,6 +427,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 	rep.writeDecode(w)
 	rep.writePrefill(w)
 	rep.writeQuant(w)
+	rep.writeGoals(w)
 }
 
 // writeDecode writes the MLA decode rows of rep for people.

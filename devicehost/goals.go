@@ -1,0 +1,202 @@
+package devicehost
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+// Goal is one of the benchmark's targets (the kernels' issues: Hopper's
+// data path, the sparse and FP8 kernels) judged on one run: every row the
+// target covers against its goal, as measured against the same run's
+// floors and torch.
+type Goal struct {
+	// Target says what is asked, for people.
+	Target string `json:"target"`
+	// Metric is the JSON field of the rows that is judged:
+	// of_copy_bandwidth, of_matmul_peak, us, speedup_vs_torch or
+	// speedup_vs_bf16.
+	Metric string `json:"metric"`
+	// Goal is the value every row must reach: at least it, or with AtMost
+	// (times) at most it.
+	Goal   float64 `json:"goal"`
+	AtMost bool    `json:"at_most,omitempty"`
+	// Rows are the rows judged, Min and Max their measured range, and
+	// Worst the row farthest from the goal.
+	Rows  []string `json:"rows"`
+	Min   float64  `json:"min"`
+	Max   float64  `json:"max"`
+	Worst string   `json:"worst_row,omitempty"`
+	// Met is whether every row reached the goal (and none is missing).
+	Met bool `json:"met"`
+	// ShortBy is how far the worst row is from the goal, as a fraction of
+	// the goal: 0.04 is 4% short. 0 when met.
+	ShortBy float64 `json:"short_by,omitempty"`
+	// Missing are rows the target covers that report no figure: failed,
+	// or no torch in the run.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// goalRow is one row's figure under a target's metric; ok is false when
+// the row reports none.
+type goalRow struct {
+	name  string
+	value float64
+	ok    bool
+}
+
+// target is a Goal before it is judged: its rows are picked from a report.
+type target struct {
+	text, metric string
+	goal         float64
+	atMost       bool
+	rows         func(rep *Report) []goalRow
+}
+
+// decodeRows are the decode rows that pick accepts, under metric.
+func decodeRows(metric string, pick func(BenchResult) bool) func(*Report) []goalRow {
+	return func(rep *Report) []goalRow {
+		var out []goalRow
+		for _, r := range rep.Decode {
+			if !pick(r) {
+				continue
+			}
+			v := map[string]float64{"of_copy_bandwidth": r.OfCopy, "of_matmul_peak": r.OfMatmul, "us": r.US}[metric]
+			out = append(out, goalRow{r.Name, v, r.Error == "" && v > 0})
+		}
+		return out
+	}
+}
+
+// prefillRows are the prefill rows named in names, by their speed-up over
+// torch's SDPA.
+func prefillRows(names ...string) func(*Report) []goalRow {
+	return func(rep *Report) []goalRow {
+		var out []goalRow
+		for _, r := range rep.Prefill {
+			for _, n := range names {
+				if r.Name == n {
+					out = append(out, goalRow{r.Name, r.VsTorch, r.Error == "" && r.VsTorch > 0})
+				}
+			}
+		}
+		return out
+	}
+}
+
+// quantRows are the sparse and FP8 rows whose names start with prefix and
+// whose batch is at least minBatch, under metric.
+func quantRows(metric, prefix string, minBatch int) func(*Report) []goalRow {
+	return func(rep *Report) []goalRow {
+		var out []goalRow
+		for _, r := range rep.Quant {
+			if !strings.HasPrefix(r.Name, prefix) || r.Batch < minBatch {
+				continue
+			}
+			v := map[string]float64{"of_copy_bandwidth": r.OfCopy, "of_matmul_peak": r.OfMatmul, "speedup_vs_bf16": r.VsBF16}[metric]
+			out = append(out, goalRow{r.Name, v, r.Error == "" && v > 0})
+		}
+		return out
+	}
+}
+
+// targets are the benchmark's targets, in the order of the issues' tables.
+func targets() []target {
+	named := func(name string) func(BenchResult) bool {
+		return func(r BenchResult) bool { return r.Name == name }
+	}
+	return []target{
+		{"MLA decode, 16 heads, batch >= 16: >= 85% of the copy bandwidth", "of_copy_bandwidth", 0.85, false,
+			decodeRows("of_copy_bandwidth", func(r BenchResult) bool { return r.Heads == 16 && r.Batch >= 16 })},
+		{"MLA decode, 128 heads, batch >= 16: >= 55% of the bf16 matmul peak", "of_matmul_peak", 0.55, false,
+			decodeRows("of_matmul_peak", func(r BenchResult) bool { return r.Heads == 128 && r.Batch >= 16 })},
+		{"MLA decode, batch 1, 4096 cached, 16 heads: <= 7 us", "us", 7, true, decodeRows("us", named("h16_b1_s4096"))},
+		{"MLA decode, batch 1, 4096 cached, 128 heads: <= 12 us", "us", 12, true, decodeRows("us", named("h128_b1_s4096"))},
+		{"prefill, 128 heads, 4k-16k tokens: >= 1.0x torch SDPA", "speedup_vs_torch", 1, false,
+			prefillRows("h128_prefill_4k", "h128_prefill_8k", "h128_prefill_16k")},
+		{"prefill, 16 heads, 1k tokens: >= 1.0x torch SDPA", "speedup_vs_torch", 1, false, prefillRows("h16_prefill_1k")},
+		{"sparse decode (bf16 cache), 16 heads, batch >= 16: >= 70% of the copy bandwidth", "of_copy_bandwidth", 0.70, false,
+			quantRows("of_copy_bandwidth", "sparse bf16 h16 ", 16)},
+		{"sparse decode (FP8 cache), 16 heads, batch >= 16: >= 70% of the copy bandwidth", "of_copy_bandwidth", 0.70, false,
+			quantRows("of_copy_bandwidth", "sparse fp8 h16 ", 16)},
+		{"sparse decode (bf16 cache), 128 heads, batch >= 16: >= 40% of the bf16 matmul peak", "of_matmul_peak", 0.40, false,
+			quantRows("of_matmul_peak", "sparse bf16 h128 ", 16)},
+		{"sparse decode (FP8 cache), 128 heads, batch >= 16: >= 40% of the bf16 matmul peak", "of_matmul_peak", 0.40, false,
+			quantRows("of_matmul_peak", "sparse fp8 h128 ", 16)},
+		{"dense decode over an FP8 cache, 16 heads, batch >= 16: >= 1.6x the bf16 cache", "speedup_vs_bf16", 1.6, false,
+			quantRows("speedup_vs_bf16", "fp8 decode h16 ", 16)},
+		{"sparse prefill, 128 heads: >= 40% of the bf16 matmul peak", "of_matmul_peak", 0.40, false,
+			quantRows("of_matmul_peak", "sparse prefill ", 0)},
+	}
+}
+
+// Judge judges rep's rows against the benchmark's targets. A target none
+// of whose rows the run has (a run of some shapes only) is left out.
+func Judge(rep *Report) []Goal {
+	var out []Goal
+	for _, t := range targets() {
+		rows := t.rows(rep)
+		if len(rows) == 0 {
+			continue
+		}
+		g := Goal{Target: t.text, Metric: t.metric, Goal: t.goal, AtMost: t.atMost, Met: true, Min: math.Inf(1), Max: math.Inf(-1)}
+		// short is a row's shortfall as a fraction of the goal (<= 0: met).
+		short := func(v float64) float64 {
+			if t.atMost {
+				return v/t.goal - 1
+			}
+			return 1 - v/t.goal
+		}
+		worst := math.Inf(-1)
+		for _, r := range rows {
+			g.Rows = append(g.Rows, r.name)
+			if !r.ok {
+				g.Missing = append(g.Missing, r.name)
+				g.Met = false
+				continue
+			}
+			g.Min, g.Max = math.Min(g.Min, r.value), math.Max(g.Max, r.value)
+			if s := short(r.value); s > worst {
+				worst, g.Worst = s, r.name
+			}
+		}
+		if len(g.Missing) == len(rows) {
+			g.Min, g.Max = 0, 0
+		}
+		if worst > 0 {
+			g.Met, g.ShortBy = false, worst
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// writeGoals writes rep's judged targets for people.
+func (rep *Report) writeGoals(w io.Writer) {
+	if len(rep.Goals) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nTargets (every row of each, against this run's floors and torch)\n")
+	for _, g := range rep.Goals {
+		verdict := "met"
+		switch {
+		case len(g.Missing) > 0:
+			verdict = fmt.Sprintf("not judged: no figure for %s", strings.Join(g.Missing, ", "))
+		case !g.Met:
+			verdict = fmt.Sprintf("missed by %.0f%% (worst: %s)", 100*g.ShortBy, g.Worst)
+		}
+		fmt.Fprintf(w, "  %-86s %s .. %s: %s\n", g.Target, formatMetric(g.Metric, g.Min), formatMetric(g.Metric, g.Max), verdict)
+	}
+}
+
+// formatMetric writes v as its metric reads.
+func formatMetric(metric string, v float64) string {
+	switch metric {
+	case "us":
+		return fmt.Sprintf("%.1f us", v)
+	case "speedup_vs_torch", "speedup_vs_bf16":
+		return fmt.Sprintf("%.2fx", v)
+	}
+	return fmt.Sprintf("%.0f%%", 100*v)
+}

@@ -1,0 +1,114 @@
+package devicehost
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+func goalOf(t *testing.T, goals []Goal, prefix string) Goal {
+	t.Helper()
+	for _, g := range goals {
+		if strings.HasPrefix(g.Target, prefix) {
+			return g
+		}
+	}
+	t.Fatalf("no target %q among %d", prefix, len(goals))
+	return Goal{}
+}
+
+// TestJudge judges a made-up run: a target is met only when every row it
+// covers reaches the goal, its shortfall is the worst row's, a ceiling
+// (times) is judged the other way round, a row without a figure leaves the
+// target unmet and named, and a target without rows in the run is left
+// out.
+func TestJudge(t *testing.T) {
+	rep := &Report{
+		Decode: []BenchResult{
+			{Name: "h16_b1_s4096", Heads: 16, Batch: 1, US: 9.7, OfCopy: 0.12},
+			{Name: "h16_b16_s4096", Heads: 16, Batch: 16, OfCopy: 0.58},
+			{Name: "h16_b64_s4096", Heads: 16, Batch: 64, OfCopy: 0.90},
+			{Name: "h128_b1_s4096", Heads: 128, Batch: 1, US: 11.5},
+			{Name: "h128_b64_s4096", Heads: 128, Batch: 64, OfMatmul: 0.60},
+			{Name: "h128_b128_s4096", Heads: 128, Batch: 128, Error: "check failed"},
+		},
+		Prefill: []PrefillResult{
+			{Name: "h128_prefill_4k", VsTorch: 0.96},
+			{Name: "h128_prefill_8k", VsTorch: 1.03},
+			{Name: "h128_prefill_16k", VsTorch: 1.05},
+			{Name: "h16_prefill_1k"}, // torch did not run
+		},
+	}
+	goals := Judge(rep)
+	if len(goals) != 6 {
+		t.Fatalf("%d targets judged, want the 6 with rows: %+v", len(goals), goals)
+	}
+	g := goalOf(t, goals, "MLA decode, 16 heads")
+	if g.Met || g.Worst != "h16_b16_s4096" || math.Abs(g.ShortBy-(1-0.58/0.85)) > 1e-12 || g.Min != 0.58 || g.Max != 0.90 || len(g.Rows) != 2 {
+		t.Errorf("16-head decode: %+v", g)
+	}
+	if g := goalOf(t, goals, "MLA decode, batch 1, 4096 cached, 16 heads"); g.Met || math.Abs(g.ShortBy-(9.7/7-1)) > 1e-12 {
+		t.Errorf("16-head batch 1 (at most 7 us): %+v", g)
+	}
+	if g := goalOf(t, goals, "MLA decode, batch 1, 4096 cached, 128 heads"); !g.Met || g.ShortBy != 0 {
+		t.Errorf("128-head batch 1 at 11.5 us of 12: %+v", g)
+	}
+	if g := goalOf(t, goals, "MLA decode, 128 heads"); g.Met || len(g.Missing) != 1 || g.Missing[0] != "h128_b128_s4096" || g.Min != 0.60 {
+		t.Errorf("128-head decode with a failed row: %+v", g)
+	}
+	if g := goalOf(t, goals, "prefill, 128 heads"); g.Met || g.Worst != "h128_prefill_4k" || math.Abs(g.ShortBy-0.04) > 1e-12 {
+		t.Errorf("128-head prefill: %+v", g)
+	}
+	if g := goalOf(t, goals, "prefill, 16 heads"); g.Met || len(g.Missing) != 1 || g.Min != 0 || g.Max != 0 {
+		t.Errorf("16-head prefill without torch: %+v", g)
+	}
+	rep.Goals = goals
+	var b bytes.Buffer
+	rep.writeGoals(&b)
+	for _, want := range []string{"missed by 32% (worst: h16_b16_s4096)", "11.5 us .. 11.5 us: met", "not judged: no figure for h16_prefill_1k"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// TestJudgeRecordedRun judges the committed report of a whole run on an
+// H200 (docs/bench): every target is judged, and each verdict agrees with
+// its rows as the report records them.
+func TestJudgeRecordedRun(t *testing.T) {
+	data, err := os.ReadFile("../docs/bench/h200-2026-12-04-combine.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	goals := Judge(&rep)
+	if len(goals) != len(targets()) {
+		t.Fatalf("%d of %d targets judged on a whole run", len(goals), len(targets()))
+	}
+	for _, g := range goals {
+		if len(g.Missing) > 0 || len(g.Rows) == 0 {
+			t.Errorf("%s: rows %v, missing %v", g.Target, g.Rows, g.Missing)
+		}
+		met := g.Min >= g.Goal
+		if g.AtMost {
+			met = g.Max <= g.Goal
+		}
+		if met != g.Met || (g.Met != (g.ShortBy == 0)) {
+			t.Errorf("%s: range %v..%v against %v, met %v, short by %v", g.Target, g.Min, g.Max, g.Goal, g.Met, g.ShortBy)
+		}
+	}
+	// That run's sparse prefill was at 48-50% of the matmul peak, and its
+	// 128-head prefill at 0.46-0.53x torch.
+	if g := goalOf(t, goals, "sparse prefill"); !g.Met {
+		t.Errorf("sparse prefill: %+v", g)
+	}
+	if g := goalOf(t, goals, "prefill, 128 heads"); g.Met || g.ShortBy < 0.4 {
+		t.Errorf("128-head prefill of the mma.sync kernel: %+v", g)
+	}
+}
