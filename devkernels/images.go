@@ -61,7 +61,8 @@ const EnvDeviceCode = "ATTNPLUG_DEVICE_CODE"
 var Flags = []string{"-std=c++17", "-lineinfo"}
 
 // Sources returns each module's CUDA C source as it is compiled: the tile
-// helpers, then the module's own source.
+// helpers (and wgmma's, for the Hopper modules), then the module's own
+// source.
 func Sources() map[string]string {
 	return map[string]string{
 		ModuleMLADecode:      TileHeader + "\n" + MLACommonSource + "\n" + MLADecodeSource,
