@@ -6,6 +6,7 @@ means the same through the command line, ``dispatch --connect``, Go and
 Python.
 """
 
+import collections
 import dataclasses
 import os
 import tempfile
@@ -504,7 +505,8 @@ def request_to_proto(req):
 class KernelModule:
     """Device code of a plugin: name, platform, arch (sm_90, compute_80),
     format (ptx, cubin), image (bytes), sha256, entries (a tuple of (name,
-    ((param, kind), ...))) and the catalog kernels it runs."""
+    ((param, kind), ...))), the catalog kernels it runs, and struct_sizes
+    (((entry, param, bytes), ...): the size of each "struct" parameter)."""
     name: str
     platform: str
     arch: str
@@ -513,6 +515,7 @@ class KernelModule:
     sha256: str
     entries: tuple
     kernels: tuple
+    struct_sizes: tuple = ()
 
     def entry(self, name):
         """The parameters of entry name, ((param, kind), ...), or None."""
@@ -520,6 +523,13 @@ class KernelModule:
             if e == name:
                 return params
         return None
+
+    def struct_size(self, entry, param):
+        """The size in bytes of struct parameter param of entry, or 0."""
+        for e, p, n in self.struct_sizes:
+            if (e, p) == (entry, param):
+                return n
+        return 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -533,15 +543,40 @@ class TensorSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class TensorMap:
+    """A TMA descriptor's tiled view of a tensor: view (the shape the
+    kernel sees, outermost first; () for the tensor's own), box (the tile
+    one load brings, outermost first), swizzle ("", "32B", "64B", "128B"),
+    l2_promotion ("", "64B", "128B", "256B") and oob_nan (fill elements
+    outside the tensor with NaN, not zero)."""
+    view: tuple
+    box: tuple
+    swizzle: str = ""
+    l2_promotion: str = ""
+    oob_nan: bool = False
+
+
+class StructField(collections.namedtuple("StructField", "offset size value")):
+    """One field of a struct argument: a LaunchArg (an address, integer or
+    float) of size bytes (4 or 8) at byte offset."""
+    __slots__ = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class LaunchArg:
     """One parameter's value: kind is tensor (name), meta (name + offset),
-    workspace (offset), int (int_value) or float (float_value)."""
+    workspace (offset), int (int_value), float (float_value), tensormap (a
+    TMA descriptor over tensor name, as map says, encoded at each launch
+    over the tensor bound then) or struct (fields: StructFields, each an
+    address, integer or float; bytes no field covers are zero)."""
     param: str
     kind: str
     name: str
     offset: int
     int_value: int
     float_value: float
+    map: TensorMap = None
+    fields: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -640,7 +675,16 @@ def module_from_proto(m):
         name=m.name, platform=platform[len("PLATFORM_"):].lower(), arch=m.arch, format=m.format,
         image=bytes(m.image), sha256=m.sha256,
         entries=tuple((e.name, tuple((p.name, p.kind) for p in e.params)) for e in m.entries),
-        kernels=tuple(m.kernels))
+        kernels=tuple(m.kernels),
+        struct_sizes=tuple((e.name, p.name, p.size) for e in m.entries for p in e.params if p.kind == "struct"))
+
+
+def launch_arg_from_proto(a):
+    m = None
+    if a.kind == "tensormap":
+        m = TensorMap(tuple(a.map.view), tuple(a.map.box), a.map.swizzle, a.map.l2_promotion, a.map.oob_nan)
+    return LaunchArg(a.param, a.kind, a.name, a.offset, a.int_value, a.float_value, m,
+                     tuple(StructField(f.offset, f.size, launch_arg_from_proto(f.value)) for f in a.fields))
 
 
 def plan_from_proto(p):
@@ -651,7 +695,7 @@ def plan_from_proto(p):
         schedule=tuple((w.request, w.kv_begin, w.kv_end, w.split) for w in p.schedule),
         workspace_bytes=p.workspace_bytes,
         launches=tuple(Launch(l.module, l.entry, tuple(l.grid), tuple(l.block), l.shared_bytes,
-                              tuple(LaunchArg(a.param, a.kind, a.name, a.offset, a.int_value, a.float_value) for a in l.args),
+                              tuple(launch_arg_from_proto(a) for a in l.args),
                               l.per_batch, tuple(l.cluster) if any(l.cluster) else (), l.programmatic)
                        for l in p.launches),
         reads=p.reads,

@@ -121,6 +121,13 @@ class _Driver:
             f = f or getattr(lib, name)
             f.argtypes, f.restype = args, i32
             setattr(self, name, f)
+        # CUDA 12's TMA descriptors; None on an older driver (a plan with one
+        # is then refused when it is prepared).
+        u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(u32)
+        self.cuTensorMapEncodeTiled = getattr(lib, "cuTensorMapEncodeTiled", None)
+        if self.cuTensorMapEncodeTiled is not None:
+            self.cuTensorMapEncodeTiled.argtypes = [vp, i32, u32, vp, u64p, u64p, u32p, u32p, i32, i32, i32, i32]
+            self.cuTensorMapEncodeTiled.restype = i32
         self.check(self.cuInit(0), "cuInit")
 
     def check(self, rc, call):
@@ -151,6 +158,14 @@ class _Driver:
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "f32": "float32", "i32": "int32", "i64": "int64",
            "f64": "float64", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+
+# What a TMA descriptor needs (as package launch has them): each dtype's
+# CUtensorMapDataType and size, and the swizzle and L2 promotion enums.
+_TMA_DTYPES = {"fp8_e4m3": 0, "fp8_e5m2": 0, "i32": 3, "i64": 5, "fp16": 6, "f32": 7, "f64": 8, "bf16": 9}
+_DTYPE_BYTES = {"fp8_e4m3": 1, "fp8_e5m2": 1, "i32": 4, "i64": 8, "fp16": 2, "f32": 4, "f64": 8, "bf16": 2}
+_TMA_SWIZZLE = {"": 0, "32B": 1, "64B": 2, "128B": 3}
+_TMA_L2_PROMOTION = {"": 0, "64B": 1, "128B": 2, "256B": 3}
+_TENSOR_MAP_BYTES = 128
 
 
 def device_info(ordinal=None):
@@ -503,11 +518,69 @@ class Launcher:
         return prepared
 
 
-class _Step:
-    """One launch, resolved: its function, the ctypes slot of each
-    parameter and the tensors that fill slots at each launch."""
+class _Bytes:
+    """n zero bytes at an address aligned to align, kept alive with the
+    object: a parameter passed by value (a TMA descriptor, a struct)."""
 
-    def __init__(self, drv, mods, launch, workspace, meta, spec_index):
+    def __init__(self, n, align):
+        self._raw = (ctypes.c_ubyte * (n + align))()
+        base = ctypes.addressof(self._raw)
+        self.addr = base + (-base) % align
+        self.n = n
+
+    def put(self, off, size, value, is_float=False):
+        if is_float:
+            raw = (ctypes.c_float if size == 4 else ctypes.c_double)(value)
+        else:
+            raw = (ctypes.c_uint32 if size == 4 else ctypes.c_uint64)(value & ((1 << (8 * size)) - 1))
+        ctypes.memmove(self.addr + off, ctypes.addressof(raw), size)
+
+
+class _TensorMapArg:
+    """A TMA descriptor over one of the plan's tensors, encoded into buf
+    whenever the tensor bound at a launch has another address than the
+    last one (so that each layer of a captured graph keeps its own)."""
+
+    def __init__(self, buf, tensor, spec, m, entry):
+        dtype = _TMA_DTYPES.get(spec.dtype)
+        view = tuple(m.view) or tuple(spec.shape)
+        if dtype is None or not 1 <= len(view) <= 5 or len(m.box) != len(view):
+            raise CudaError("entry %s: a TMA descriptor over %s (%s, view %s, box %s), which this launcher cannot encode"
+                            % (entry, spec.name, spec.dtype, view, tuple(m.box)))
+        r = len(view)
+        self.buf, self.tensor, self.last = buf, tensor, None
+        self.dtype, self.rank = dtype, r
+        # The driver takes dimensions, byte strides (of dimensions 1 and up)
+        # and the box innermost first.
+        self.dims = (ctypes.c_uint64 * 5)(*[view[r - 1 - d] for d in range(r)])
+        strides, stride = [], _DTYPE_BYTES[spec.dtype]
+        for d in range(r):
+            if d > 0:
+                strides.append(stride)
+            stride *= view[r - 1 - d]
+        self.strides = (ctypes.c_uint64 * 5)(*strides)
+        self.box = (ctypes.c_uint32 * 5)(*[m.box[r - 1 - d] for d in range(r)])
+        self.elem = (ctypes.c_uint32 * 5)(1, 1, 1, 1, 1)
+        self.swizzle = _TMA_SWIZZLE[m.swizzle]
+        self.l2 = _TMA_L2_PROMOTION[m.l2_promotion]
+        self.oob = 1 if m.oob_nan else 0
+
+    def encode(self, drv, addr):
+        if addr == self.last:
+            return
+        drv.check(drv.cuTensorMapEncodeTiled(ctypes.c_void_p(self.buf.addr), self.dtype, self.rank, ctypes.c_void_p(addr),
+                                             self.dims, self.strides, self.box, self.elem, 0, self.swizzle, self.l2,
+                                             self.oob), "cuTensorMapEncodeTiled")
+        self.last = addr
+
+
+class _Step:
+    """One launch, resolved: its function, the value of each parameter
+    (a ctypes scalar, or bytes passed by value: a TMA descriptor, a
+    struct), and what each launch fills in: the tensors' addresses and the
+    descriptors over them."""
+
+    def __init__(self, drv, mods, launch, workspace, meta, specs):
         mod = mods.get(launch.module)
         if mod is None:
             raise CudaError("the plan launches module %s, which the plugin did not hand" % launch.module)
@@ -520,6 +593,7 @@ class _Step:
             drv.check(drv.cuFuncSetAttribute(self.fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                              launch.shared_bytes), "cuFuncSetAttribute(%s)" % launch.entry)
             mod.shared[launch.entry] = launch.shared_bytes
+        index = {t.name: i for i, t in enumerate(specs)}
         args = {a.param: a for a in launch.args}
         ctype = {"ptr": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float}
         # A programmatic launch is a permission, not a requirement (its
@@ -529,34 +603,87 @@ class _Step:
         if launch.cluster:
             raise CudaError("entry %s: a cluster launch, which this launcher does not make "
                             "(the Go host does: package devicehost)" % launch.entry)
-        self.slots, self.tensor_slots = [], []
-        for i, (name, kind) in enumerate(params):
+        # tensor_slots: (ctypes scalar, tensor index); struct_tensors:
+        # (bytes, offset, size, tensor index); maps: the TMA descriptors.
+        self.tensor_slots, self.struct_tensors, self.maps = [], [], []
+        self._keep, pointers = [], []
+
+        def tensor(name, what):
+            i = index.get(name)
+            if i is None:
+                raise CudaError("entry %s: %s names tensor %s, which the plan does not declare" % (launch.entry, what, name))
+            return i
+
+        def scalar(a, what):
+            """The value of a workspace, meta, int or float argument."""
+            if a.kind == "workspace":
+                return workspace + a.offset
+            if a.kind == "meta":
+                return meta[a.name] + a.offset
+            if a.kind == "int":
+                return a.int_value
+            if a.kind == "float":
+                return a.float_value
+            raise CudaError("entry %s: %s has argument kind %r" % (launch.entry, what, a.kind))
+
+        for name, kind in params:
             a = args.get(name)
-            if kind not in ctype:
-                raise CudaError("entry %s: parameter %s is a %s, which this launcher does not pass "
-                                "(it takes ptr, i32, i64 and f32; the Go host takes TMA descriptors and structs: "
-                                "package devicehost)" % (launch.entry, name, kind))
             if a is None:
                 raise CudaError("entry %s: parameter %s (%s) is not bound" % (launch.entry, name, kind))
-            slot = ctype[kind]()
-            if a.kind == "tensor":
-                self.tensor_slots.append((slot, spec_index[a.name]))
-            elif a.kind == "workspace":
-                slot.value = workspace + a.offset
-            elif a.kind == "meta":
-                slot.value = meta[a.name] + a.offset
-            elif a.kind == "int":
-                slot.value = a.int_value
-            elif a.kind == "float":
-                slot.value = a.float_value
+            what = "parameter %s" % name
+            if kind in ctype:
+                slot = ctype[kind]()
+                if a.kind == "tensor":
+                    self.tensor_slots.append((slot, tensor(a.name, what)))
+                else:
+                    slot.value = scalar(a, what)
+                self._keep.append(slot)
+                pointers.append(ctypes.addressof(slot))
+            elif kind == "tensormap":
+                if drv.cuTensorMapEncodeTiled is None:
+                    raise CudaError("entry %s: parameter %s is a TMA descriptor, and this CUDA driver lacks "
+                                    "cuTensorMapEncodeTiled (CUDA 12)" % (launch.entry, name))
+                if a.kind != "tensormap" or a.map is None:
+                    raise CudaError("entry %s: parameter %s is a TMA descriptor, bound to a %r argument" % (launch.entry, name, a.kind))
+                buf = _Bytes(_TENSOR_MAP_BYTES, 64)
+                i = tensor(a.name, what)
+                self.maps.append((_TensorMapArg(buf, i, specs[i], a.map, launch.entry), i))
+                self._keep.append(buf)
+                pointers.append(buf.addr)
+            elif kind == "struct":
+                size = mod.mod.struct_size(launch.entry, name)
+                if size <= 0 or a.kind != "struct":
+                    raise CudaError("entry %s: parameter %s is a struct of %d bytes, bound to a %r argument"
+                                    % (launch.entry, name, size, a.kind))
+                buf = _Bytes(size, 8)
+                for off, n, f in a.fields:
+                    if n not in (4, 8) or off % n or off + n > size:
+                        raise CudaError("entry %s: parameter %s: a field of %d bytes at offset %d of a %d-byte struct"
+                                        % (launch.entry, name, n, off, size))
+                    fw = "%s's field at offset %d" % (what, off)
+                    if f.kind == "tensor":
+                        self.struct_tensors.append((buf, off, n, tensor(f.name, fw)))
+                    else:
+                        buf.put(off, n, scalar(f, fw), f.kind == "float")
+                self._keep.append(buf)
+                pointers.append(buf.addr)
             else:
-                raise CudaError("entry %s: parameter %s has argument kind %r" % (launch.entry, name, a.kind))
-            self.slots.append(slot)
-        self.params = (ctypes.c_void_p * len(self.slots))(*[ctypes.cast(ctypes.pointer(s), ctypes.c_void_p) for s in self.slots])
+                raise CudaError("entry %s: parameter %s is a %s, which this launcher does not pass "
+                                "(it takes ptr, i32, i64, f32, tensormap and struct)" % (launch.entry, name, kind))
+        self.params = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+
+    def tensors(self):
+        """The indexes of the tensors the launch reads or writes."""
+        return ({i for _, i in self.tensor_slots} | {i for _, _, _, i in self.struct_tensors}
+                | {i for _, i in self.maps})
 
     def run(self, drv, tensors, stream):
         for slot, i in self.tensor_slots:
             slot.value = tensors[i]
+        for buf, off, n, i in self.struct_tensors:
+            buf.put(off, n, tensors[i])
+        for m, i in self.maps:
+            m.encode(drv, tensors[i])
         l = self.launch
         drv.check(drv.cuLaunchKernel(self.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
                                      l.shared_bytes, stream, self.params, None),
@@ -586,11 +713,10 @@ class Prepared:
             t = torch.tensor(list(values) or [0], dtype=torch.int32, device=dev)
             self.metadata[name] = t
         self.specs = plan.tensors
-        self._index = {t.name: i for i, t in enumerate(self.specs)}
         self._dtypes = {t.name: getattr(torch, _DTYPES.get(t.dtype, ""), None) for t in self.specs}
         self._device = dev
         meta = {n: t.data_ptr() for n, t in self.metadata.items()}
-        self._steps = [_Step(self._drv, mods, l, self.workspace.data_ptr(), meta, self._index) for l in plan.launches]
+        self._steps = [_Step(self._drv, mods, l, self.workspace.data_ptr(), meta, self.specs) for l in plan.launches]
         self._torch = torch
         self._reads = {}
         for which, pick in (("all", lambda l: True), ("batch", lambda l: l.per_batch),
@@ -598,7 +724,7 @@ class Prepared:
             used = set()
             for st in self._steps:
                 if pick(st.launch):
-                    used.update(i for _, i in st.tensor_slots)
+                    used.update(st.tensors())
             self._reads[which] = (pick, used)
 
     def tensors_read(self, which="all"):

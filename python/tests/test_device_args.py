@@ -1,0 +1,164 @@
+"""attnplug.device's parameters, without a GPU: what a launch hands
+cuLaunchKernel for each kind of parameter (pointers, integers and floats,
+TMA descriptors encoded over the tensors bound at each launch, structs by
+value), read back from the parameter pointers by a fake driver, and the
+plans of the engine API decoded with their descriptors and structs."""
+
+import ctypes
+import struct
+import unittest
+
+from attnplug._pb import dispatch_pb2
+from attnplug.client import KernelModule, Launch, LaunchArg, StructField, TensorMap, TensorSpec, module_from_proto, plan_from_proto
+from attnplug.device import CudaError, _Step
+
+
+class FakeDriver:
+    """Records cuTensorMapEncodeTiled's arguments and, at each launch, the
+    bytes each parameter pointer points at (sizes given per launch)."""
+
+    def __init__(self, tma=True):
+        self.encoded, self.launched, self.sizes = [], [], []
+        if not tma:
+            self.cuTensorMapEncodeTiled = None
+
+    def check(self, rc, call):
+        if rc:
+            raise CudaError("%s: %d" % (call, rc))
+
+    def cuFuncSetAttribute(self, fn, attr, value):
+        return 0
+
+    def cuTensorMapEncodeTiled(self, dst, dtype, rank, addr, dims, strides, box, elem, interleave, swizzle, l2, oob):
+        self.encoded.append(dict(dst=dst.value, dtype=dtype, rank=rank, addr=addr.value, dims=list(dims)[:rank],
+                                 strides=list(strides)[:rank - 1], box=list(box)[:rank], elem=list(elem)[:rank],
+                                 interleave=interleave, swizzle=swizzle, l2=l2, oob=oob))
+        ctypes.memmove(dst.value, struct.pack("<Q", addr.value) * 16, 128)  # stands for the descriptor
+        return 0
+
+    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.launched.append([ctypes.string_at(params[i], n) for i, n in enumerate(self.sizes)])
+        return 0
+
+
+class FakeModule:
+    def __init__(self, mod):
+        self.mod, self.shared = mod, {}
+
+    def function(self, drv, entry):
+        return 1
+
+
+def module(params, structs=()):
+    return KernelModule(name="m", platform="cuda", arch="sm_90a", format="cubin", image=b"", sha256="",
+                        entries=(("k", params),), kernels=(), struct_sizes=structs)
+
+
+def arg(param, kind, name="", offset=0, i=0, f=0.0, m=None, fields=()):
+    return LaunchArg(param, kind, name, offset, i, f, m, fields)
+
+
+SPECS = (TensorSpec("q", "bf16", (4, 16, 576), False), TensorSpec("kv_cache", "bf16", (8, 64, 576), False),
+         TensorSpec("out", "bf16", (4, 16, 512), True))
+WORKSPACE, META = 0x7000_0000, {"blocks": 0x6000_0000}
+
+
+def step(drv, params, args, structs=()):
+    launch = Launch("m", "k", (1, 1, 1), (128, 1, 1), 0, tuple(args), False)
+    return _Step(drv, {"m": FakeModule(module(params, structs))}, launch, WORKSPACE, META, SPECS)
+
+
+class ParamsTest(unittest.TestCase):
+    def test_each_kind_reaches_the_kernel(self):
+        drv = FakeDriver()
+        params = (("q", "ptr"), ("heads", "i32"), ("scale", "f32"), ("kv_map", "tensormap"), ("p", "struct"), ("ws", "ptr"))
+        kv_map = TensorMap(view=(512, 576), box=(64, 64), swizzle="128B", l2_promotion="256B")
+        fields = (StructField(0, 8, arg("", "tensor", "out")), StructField(8, 4, arg("", "int", i=-3)),
+                  StructField(12, 4, arg("", "float", f=1.5)), StructField(16, 8, arg("", "meta", "blocks", offset=4)))
+        st = step(drv, params, [arg("q", "tensor", "q"), arg("heads", "int", i=16), arg("scale", "float", f=0.25),
+                                arg("kv_map", "tensormap", "kv_cache", m=kv_map), arg("p", "struct", fields=fields),
+                                arg("ws", "workspace", offset=256)], structs=(("k", "p", 32),))
+        self.assertEqual(st.tensors(), {0, 1, 2})
+        drv.sizes = [8, 4, 4, 128, 32, 8]
+        st.run(drv, [0x1000, 0x2000, 0x3000], None)
+        q, heads, scale, desc, p, ws = drv.launched[0]
+        self.assertEqual(struct.unpack("<Q", q)[0], 0x1000)
+        self.assertEqual(struct.unpack("<i", heads)[0], 16)
+        self.assertEqual(struct.unpack("<f", scale)[0], 0.25)
+        self.assertEqual(struct.unpack("<Q", ws)[0], WORKSPACE + 256)
+        self.assertEqual(struct.unpack("<QifQQ", p[:32]), (0x3000, -3, 1.5, META["blocks"] + 4, 0))
+        # The descriptor: the driver's order (innermost first), over the
+        # tensor bound, in a 64-byte aligned buffer the kernel parameter
+        # points at.
+        e = drv.encoded[0]
+        self.assertEqual(e["dst"] % 64, 0)
+        self.assertEqual((e["dtype"], e["rank"], e["addr"]), (9, 2, 0x2000))
+        self.assertEqual((e["dims"], e["strides"], e["box"], e["elem"]), ([576, 512], [1152], [64, 64], [1, 1]))
+        self.assertEqual((e["interleave"], e["swizzle"], e["l2"], e["oob"]), (0, 3, 3, 0))
+        self.assertEqual(desc, struct.pack("<Q", 0x2000) * 16)
+        # The same tensor again: no new encoding; another one: encoded over it.
+        st.run(drv, [0x1100, 0x2000, 0x3300], None)
+        self.assertEqual(len(drv.encoded), 1)
+        self.assertEqual(struct.unpack("<Q", drv.launched[1][0])[0], 0x1100)
+        self.assertEqual(struct.unpack("<Q", drv.launched[1][4][:8])[0], 0x3300)
+        st.run(drv, [0x1100, 0x2400, 0x3300], None)
+        self.assertEqual([x["addr"] for x in drv.encoded], [0x2000, 0x2400])
+        self.assertEqual(drv.launched[2][3], struct.pack("<Q", 0x2400) * 16)
+
+    def test_a_view_of_three_dimensions(self):
+        drv = FakeDriver()
+        m = TensorMap(view=(), box=(1, 64, 32), swizzle="64B", oob_nan=True)
+        st = step(drv, (("map", "tensormap"),), [arg("map", "tensormap", "q", m=m)])
+        drv.sizes = [128]
+        st.run(drv, [0x5000, 0, 0], None)
+        e = drv.encoded[0]
+        self.assertEqual((e["rank"], e["dims"], e["strides"], e["box"]), (3, [576, 16, 4], [1152, 1152 * 16], [32, 64, 1]))
+        self.assertEqual((e["swizzle"], e["l2"], e["oob"]), (2, 0, 1))
+
+    def test_what_cannot_be_passed_is_refused(self):
+        m = TensorMap(view=(512, 576), box=(64, 64))
+        for drv, params, args, structs, want in [
+            (FakeDriver(tma=False), (("map", "tensormap"),), [arg("map", "tensormap", "kv_cache", m=m)], (), "CUDA 12"),
+            (FakeDriver(), (("map", "tensormap"),), [arg("map", "tensor", "kv_cache")], (), "bound to a 'tensor'"),
+            (FakeDriver(), (("map", "tensormap"),), [arg("map", "tensormap", "k_cache", m=m)], (), "does not declare"),
+            (FakeDriver(), (("map", "tensormap"),), [arg("map", "tensormap", "kv_cache", m=TensorMap((512, 576), (64,)))], (),
+             "cannot encode"),
+            (FakeDriver(), (("p", "struct"),), [arg("p", "struct", fields=(StructField(6, 4, arg("", "int", i=1)),))],
+             (("k", "p", 16),), "offset 6"),
+            (FakeDriver(), (("p", "struct"),), [arg("p", "struct")], (), "struct of 0 bytes"),
+            (FakeDriver(), (("x", "f64"),), [arg("x", "float", f=1.0)], (), "does not pass"),
+            (FakeDriver(), (("x", "ptr"),), [], (), "not bound"),
+            (FakeDriver(), (("x", "i32"),), [arg("x", "tensormap", "q", m=m)], (), "argument kind 'tensormap'"),
+        ]:
+            with self.subTest(want=want), self.assertRaises(CudaError) as cm:
+                step(drv, params, args, structs)
+            self.assertIn(want, str(cm.exception))
+
+    def test_a_cluster_is_refused(self):
+        launch = Launch("m", "k", (2, 1, 1), (128, 1, 1), 0, (arg("x", "int", i=1),), False, cluster=(2, 1, 1))
+        with self.assertRaises(CudaError) as cm:
+            _Step(FakeDriver(), {"m": FakeModule(module((("x", "i32"),)))}, launch, 0, {}, SPECS)
+        self.assertIn("cluster", str(cm.exception))
+
+
+class DecodeTest(unittest.TestCase):
+    def test_plans_carry_descriptors_and_structs(self):
+        pb = dispatch_pb2.Plan(launches=[dispatch_pb2.Launch(
+            module="m", entry="k", grid=[1, 1, 1], block=[128, 1, 1],
+            args=[dispatch_pb2.LaunchArg(param="map", kind="tensormap", name="kv_cache",
+                                         map=dispatch_pb2.TensorMap(view=[512, 576], box=[64, 64], swizzle="128B",
+                                                                    l2_promotion="256B", oob_nan=True)),
+                  dispatch_pb2.LaunchArg(param="p", kind="struct", fields=[
+                      dispatch_pb2.StructField(offset=8, size=4, value=dispatch_pb2.LaunchArg(kind="int", int_value=7))])])])
+        l = plan_from_proto(pb).launches[0]
+        self.assertEqual(l.args[0].map, TensorMap((512, 576), (64, 64), "128B", "256B", True))
+        self.assertEqual(l.args[1].fields, ((8, 4, LaunchArg("", "int", "", 0, 7, 0.0)),))
+        mod = module_from_proto(dispatch_pb2.KernelModule(name="m", entries=[dispatch_pb2.KernelEntry(
+            name="k", params=[dispatch_pb2.KernelParam(name="map", kind="tensormap"),
+                              dispatch_pb2.KernelParam(name="p", kind="struct", size=24)])]))
+        self.assertEqual(mod.entry("k"), (("map", "tensormap"), ("p", "struct")))
+        self.assertEqual((mod.struct_size("k", "p"), mod.struct_size("k", "map")), (24, 0))
+
+
+if __name__ == "__main__":
+    unittest.main()
