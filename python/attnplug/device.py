@@ -526,7 +526,6 @@ class _Bytes:
         self._raw = (ctypes.c_ubyte * (n + align))()
         base = ctypes.addressof(self._raw)
         self.addr = base + (-base) % align
-        self.n = n
 
     def put(self, off, size, value, is_float=False):
         if is_float:
@@ -647,7 +646,7 @@ class _Step:
                     raise CudaError("entry %s: parameter %s is a TMA descriptor, bound to a %r argument" % (launch.entry, name, a.kind))
                 buf = _Bytes(_TENSOR_MAP_BYTES, 64)
                 i = tensor(a.name, what)
-                self.maps.append((_TensorMapArg(buf, i, specs[i], a.map, launch.entry), i))
+                self.maps.append(_TensorMapArg(buf, i, specs[i], a.map, launch.entry))
                 self._keep.append(buf)
                 pointers.append(buf.addr)
             elif kind == "struct":
@@ -675,15 +674,15 @@ class _Step:
     def tensors(self):
         """The indexes of the tensors the launch reads or writes."""
         return ({i for _, i in self.tensor_slots} | {i for _, _, _, i in self.struct_tensors}
-                | {i for _, i in self.maps})
+                | {m.tensor for m in self.maps})
 
     def run(self, drv, tensors, stream):
         for slot, i in self.tensor_slots:
             slot.value = tensors[i]
         for buf, off, n, i in self.struct_tensors:
             buf.put(off, n, tensors[i])
-        for m, i in self.maps:
-            m.encode(drv, tensors[i])
+        for m in self.maps:
+            m.encode(drv, tensors[m.tensor])
         l = self.launch
         drv.check(drv.cuLaunchKernel(self.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
                                      l.shared_bytes, stream, self.params, None),
