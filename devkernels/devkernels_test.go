@@ -341,25 +341,30 @@ func TestPlansPickByArchitecture(t *testing.T) {
 
 // TestPrefillPicksByArchitecture: on compute capability 9.0 every prefill
 // pass (the causal one and the prefix chunks') runs the Hopper module's
-// mha_prefill_wg within the H200's shared memory, and merge_state stays in
-// mha_prefill; elsewhere every pass runs mha_prefill, and a device without
-// the Hopper module refuses a plan that names it.
+// mha_prefill_tma, with descriptors over its own q, keys and values that
+// the host accepts, or mha_prefill_wg where a tensor has fewer rows than a
+// box, within the H200's shared memory; merge_state stays in mha_prefill.
+// Elsewhere every pass runs mha_prefill, and a device without the Hopper
+// module refuses a plan that names it.
 func TestPrefillPicksByArchitecture(t *testing.T) {
 	a100 := h200
 	a100.Name, a100.ComputeCapability, a100.SMs, a100.MaxSharedPerBlock = "NVIDIA A100", 80, 108, 166912
 	mha := core.Kernel{Name: "flash_attn_varlen_func+merge_state", Method: core.MHAChunkedKV, DTypes: []string{"bf16"}, HeadDims: []int{192, 128}}
 	for _, tc := range []struct {
 		dev           core.DeviceInfo
-		module, entry string
+		seq, q        []int64
+		module, entry string // of every pass
 		threads       uint32
 	}{
-		{h200, ModuleMHAPrefillSM90, EntryPrefillWG, 384},
-		{a100, ModuleMHAPrefill, EntryPrefill, 256},
+		{h200, []int64{3000, 1000}, []int64{300, 1000}, ModuleMHAPrefillSM90, EntryPrefillTMA, 384},
+		{h200, []int64{3000, 90}, []int64{30, 90}, ModuleMHAPrefillSM90, EntryPrefillWG, 384}, // 120 new tokens
+		{h200, []int64{40, 300}, []int64{10, 290}, ModuleMHAPrefillSM90, "", 384},             // 40 prefix rows: the chunks' passes by cp.async
+		{a100, []int64{3000, 1000}, []int64{300, 1000}, ModuleMHAPrefill, EntryPrefill, 256},
 	} {
 		req := &core.PlanRequest{
 			Backend: "fa3", Method: core.MHAChunkedKV, DType: "bf16",
 			Dims:   core.PlanDims{Heads: 16, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722},
-			Shape:  core.PlanShape{SeqLens: []int64{3000, 1000}, QLens: []int64{300, 1000}, ChunkCapacity: 1024},
+			Shape:  core.PlanShape{SeqLens: tc.seq, QLens: tc.q, ChunkCapacity: 1024},
 			Device: tc.dev,
 		}
 		p, err := Plan(mha, req)
@@ -367,28 +372,43 @@ func TestPrefillPicksByArchitecture(t *testing.T) {
 			t.Fatalf("%s: %v", tc.dev.Name, err)
 		}
 		if err := launch.Check(p, req, specFor(tc.dev.ComputeCapability), tc.dev); err != nil {
-			t.Fatalf("%s (%s): %v", tc.dev.Name, p.Note, err)
+			t.Fatalf("%s %v (%s): %v", tc.dev.Name, tc.q, p.Note, err)
 		}
 		passes, merges := 0, 0
-		for _, l := range p.Launches {
-			switch l.Entry {
-			case EntryMergeState:
+		for i, l := range p.Launches {
+			if l.Entry == EntryMergeState {
 				merges++
 				if l.Module != ModuleMHAPrefill {
 					t.Errorf("%s: merge_state in %s", tc.dev.Name, l.Module)
 				}
-			default:
-				passes++
-				if l.Module != tc.module || l.Entry != tc.entry || l.Block[0] != tc.threads {
-					t.Errorf("%s: a pass runs %s.%s with %d threads, want %s.%s with %d", tc.dev.Name, l.Module, l.Entry, l.Block[0], tc.module, tc.entry, tc.threads)
+				continue
+			}
+			passes++
+			want := tc.entry
+			if want == "" { // the causal pass over the new tokens by TMA, the chunks' by cp.async
+				want = EntryPrefillWG
+				if i == 0 {
+					want = EntryPrefillTMA
 				}
 			}
+			if l.Module != tc.module || l.Entry != want || l.Block[0] != tc.threads {
+				t.Errorf("%s %v: pass %d runs %s.%s with %d threads, want %s.%s with %d", tc.dev.Name, tc.q, i, l.Module, l.Entry, l.Block[0], tc.module, want, tc.threads)
+			}
+			maps := 0
+			for _, a := range l.Args {
+				if a.Kind == core.ArgTensorMap {
+					maps++
+				}
+			}
+			if (l.Entry == EntryPrefillTMA) != (maps == 3) {
+				t.Errorf("%s %v: pass %d (%s) binds %d descriptors", tc.dev.Name, tc.q, i, l.Entry, maps)
+			}
+			if !strings.Contains(p.Note, l.Entry) {
+				t.Errorf("%s: the note does not name %s: %s", tc.dev.Name, l.Entry, p.Note)
+			}
 		}
-		if passes != merges+1 || merges < 2 {
-			t.Errorf("%s: %d passes and %d merges, want the causal pass and one a prefix chunk (%s)", tc.dev.Name, passes, merges, p.Note)
-		}
-		if !strings.Contains(p.Note, tc.entry) {
-			t.Errorf("%s: the note does not name the entry: %s", tc.dev.Name, p.Note)
+		if passes != merges+1 || merges < 1 {
+			t.Errorf("%s %v: %d passes and %d merges, want the causal pass and one a prefix chunk (%s)", tc.dev.Name, tc.q, passes, merges, p.Note)
 		}
 	}
 	req := &core.PlanRequest{Backend: "fa3", Method: core.MHAOneShot, DType: "bf16",

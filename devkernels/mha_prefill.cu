@@ -134,10 +134,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                     mx1 = fmaxf(mx1, b);
                 }
             }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+            mx0 = quad_max(mx0);
+            mx1 = quad_max(mx1);
             const float mu0 = mx0 == NEG_INF ? 0.f : mx0, mu1 = mx1 == NEG_INF ? 0.f : mx1;
             const float al0 = fast_exp2(m0 - mu0), al1 = fast_exp2(m1 - mu1);
             m0 = mx0;
@@ -176,10 +174,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     }
     cp_wait<0>();
     // Row sums across the quad, then the output.
-    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
     const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     if (r0 < qn) {
         bf16* dst = out + (long long)(qs + r0) * vstride + (long long)h * DVV + (lane & 3) * 2;

@@ -1,34 +1,44 @@
 // Varlen flash attention for DeepSeek prefill on Hopper's own data path
 // (sm_90a): mha_prefill.cu's mha_prefill (q/k head dim 192, v 128, bf16)
-// with the same parameters, schedule and outputs, on wgmma. The plan runs
-// it on a GPU of compute capability 9.0 (prefill.go); mha_prefill runs
-// everywhere else, and merge_state stays in mha_prefill.cu. wgmma's
-// primitives: sm90.cuh.
+// with the same parameters, schedule and outputs, on wgmma, in two entries
+// that differ in their copies: mha_prefill_tma (TMA loads over the host's
+// descriptors of q, k and v, three more parameters) and mha_prefill_wg
+// (cp.async, for passes of fewer than 128 query or key rows, which a
+// descriptor's box would overrun). The plan runs them on a GPU of compute
+// capability 9.0 (prefill.go); mha_prefill runs everywhere else, and
+// merge_state stays in mha_prefill.cu. wgmma's primitives: sm90.cuh.
 //
 // Design (after FlashAttention 3). A block runs 128 query rows of one
 // request and one head: two consumer warpgroups of 64 rows each, and a
 // producer warpgroup that issues every copy and gives the consumers its
 // registers (setmaxnreg: 40 a thread against their 232). Shared memory
-// holds the queries (48 KB), two stages of 128 keys (48 KB each) and two of their values (32
-// KB each), 208 KB, all in wgmma's 128-byte-swizzled layout: 64-column
-// blocks of 128 rows x 128 bytes, each 16-byte chunk XOR-swizzled by its
-// row. S = Q K^T is 12 k-steps of wgmma.m64n128k16 with both operands in
-// shared memory (K-major); the accumulators of S are, once exponentiated
-// and rounded to bf16, the register A operand of O += P V (8 k-steps of
-// m64n128k16, V read MN-major through the transposed-B form), so P never
-// touches shared memory. Each warp owns 16 whole rows of S and O, so the
-// softmax needs no exchange between warps.
+// holds the queries (48 KB), two stages of 128 keys (48 KB each) and two
+// of their values (32 KB each), 208 KB, all in wgmma's 128-byte-swizzled
+// layout: 64-column blocks of 128 rows x 128 bytes, each 16-byte chunk
+// XOR-swizzled by its row (as a TMA box of 128 rows x 64 columns lands
+// with the 128-byte swizzle). S = Q K^T is 12 k-steps of wgmma.m64n128k16
+// with both operands in shared memory (K-major); the accumulators of S
+// are, once exponentiated and rounded to bf16, the register A operand of
+// O += P V (8 k-steps of m64n128k16, V read MN-major through the
+// transposed-B form), so P never touches shared memory. Each warp owns 16
+// whole rows of S and O, so the softmax needs no exchange between warps.
 //
-// The pipeline. The producer's copies land on mbarriers (FULL, one per
-// stage of keys and of values, cp.async.mbarrier.arrive), a warp's copy
-// reading 128 contiguous bytes of each of four rows; the consumers release
+// The pipeline. The producer's loads land on mbarriers (FULL, one per
+// stage of keys and of values, and one for the queries): with TMA one
+// thread issues a tile's five boxes and arms the stage's barrier with
+// their bytes (mbarrier.arrive.expect_tx); with cp.async the four warps
+// issue 5120 copies, a warp's copy reading 128 contiguous bytes of each of
+// four rows, completed by cp.async.mbarrier.arrive. The consumers release
 // a stage (EMPTY) once the products that read it are done, and the
 // producer refills it. So the consumers never issue a copy, and the two
 // warpgroups are coupled only through the stages, not by a barrier a tile.
 // A consumer queues S_t, then the previous tile's P V, waits for S_t alone
 // and runs the softmax of tile t while P V of tile t-1 still runs, then
 // waits for it, rescales O and packs P_t, whose product runs with the next
-// tile. Causal blocks stop at the diagonal.
+// tile. Rows past a request's keys or queries are the next request's (TMA)
+// or zeros (cp.async): masked keys score minus infinity, and their values,
+// finite either way, are multiplied by P = 0. Causal blocks stop at the
+// diagonal.
 
 #define PW_BM 128                 /* query rows a block: 64 a warpgroup */
 #define PW_BN 128                 /* keys a tile */
@@ -38,8 +48,8 @@
 #define PW_QT (3 * PW_CB)         /* 128 rows x 192 columns: the queries, or a key tile */
 #define PW_VT (2 * PW_CB)         /* 128 keys x 128 columns: a value tile */
 #define PW_THREADS 384            /* two consumer warpgroups, then the producer's */
-#define PW_BARS (3 * PW_QT + 2 * PW_VT) /* 8 mbarriers: FULL keys, FULL values, EMPTY keys, EMPTY values (x2 stages) */
-#define PW_SHARED (PW_BARS + 64 + 1024) /* and 1024 bytes to align the swizzle atoms */
+#define PW_BARS (3 * PW_QT + 2 * PW_VT) /* 9 mbarriers: FULL keys, FULL values, EMPTY keys, EMPTY values (x2 stages), FULL queries */
+#define PW_SHARED (PW_BARS + 128 + 1024) /* and 1024 bytes to align the swizzle atoms */
 
 // The values' descriptor: MN-major (transposed B), the next 64 columns one
 // column block on, 8-key groups 1024 bytes apart; a k-step of 16 keys
@@ -68,11 +78,34 @@ __device__ __forceinline__ void pw_pv(float (&d)[64], u32 a0, u32 a1, u32 a2, u3
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
-extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
-    mha_prefill_wg(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
-                   bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ cu_q,
-                   const int* __restrict__ k_ranges, const int* __restrict__ schedule, int heads, int causal,
-                   float scale_log2) {
+// A CUtensorMap, as a kernel parameter (const __grid_constant__).
+struct __align__(64) PwMap {
+    unsigned long long opaque[16];
+};
+
+// One TMA load of a box of 128 rows x 64 columns at (col, row) of map into
+// dst (its 128-byte swizzle lands it as a column block), completing on
+// bar.
+__device__ __forceinline__ void pw_tma(u32 dst, const PwMap* map, int col, int row, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+        "l"(map), "r"(col), "r"(row), "r"(bar)
+        : "memory");
+}
+// Arrives on bar, which then also waits for bytes to land.
+__device__ __forceinline__ void pw_expect(u32 bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// The prefill of one block. TMA: the producer is one thread issuing TMA
+// loads over the descriptors qm, km and vm (q and k viewed as [tokens,
+// heads x 192], v as [tokens, heads x 128], boxes of 128 rows x 64
+// columns); else its four warps issue cp.async copies.
+template <bool TMA>
+__device__ __forceinline__ void prefill_wg(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                           bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ cu_q,
+                                           const int* __restrict__ k_ranges, const int* __restrict__ schedule, int heads,
+                                           int causal, float scale_log2, const PwMap* qm, const PwMap* km, const PwMap* vm) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const u32 sq_a = smem_addr(smem_raw) + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); // the atoms' alignment
     const u32 sk_a = sq_a + PW_QT, sv_a = sk_a + 2 * PW_QT;
@@ -97,14 +130,41 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     auto vfull = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
     auto kempty = [&](int t) -> u32 { return bars + 32 + 8 * (t & 1); };
     auto vempty = [&](int t) -> u32 { return bars + 48 + 8 * (t & 1); };
+    const u32 qfull = bars + 64; // TMA: the queries' own barrier
     if (tid == 0) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) mbar_init(bars + 8 * i, 128); // FULL: the producer's threads
+        for (int i = 0; i < 4; i++) mbar_init(bars + 8 * i, TMA ? 1 : 128); // FULL: the producer's thread(s)
 #pragma unroll
         for (int i = 4; i < 8; i++) mbar_init(bars + 8 * i, 256); // EMPTY: the consumers' threads
+        if (TMA) {
+            mbar_init(qfull, 1);
+            fence_async_smem(); // the barriers, before the TMA unit arrives on them
+        }
     }
     __syncthreads();
 
+    if (TMA && wg == 2) {
+        // The producer gives its registers to the consumers; one thread
+        // issues the loads, each box 16 KB, and arms each FULL barrier with
+        // its stage's bytes.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 256 && ntiles > 0) {
+            pw_expect(qfull, PW_QT);
+            for (int b = 0; b < 3; b++) pw_tma(sq_a + b * PW_CB, qm, h * PW_DQK + 64 * b, qs + q0, qfull);
+            for (int t = 0; t < ntiles; t++) {
+                const u32 par = ((t >> 1) & 1) ^ 1; // the release of tile t-2
+                if (t >= 2) mbar_wait(kempty(t), par);
+                pw_expect(kfull(t), PW_QT);
+                for (int b = 0; b < 3; b++)
+                    pw_tma(sk_a + (t & 1) * PW_QT + b * PW_CB, km, h * PW_DQK + 64 * b, ks + t * PW_BN, kfull(t));
+                if (t >= 2) mbar_wait(vempty(t), par);
+                pw_expect(vfull(t), PW_VT);
+                for (int b = 0; b < 2; b++)
+                    pw_tma(sv_a + (t & 1) * PW_VT + b * PW_CB, vm, h * PW_DV + 64 * b, ks + t * PW_BN, vfull(t));
+            }
+        }
+        return;
+    }
     if (wg == 2) {
         // The producer gives its registers to the consumers. Thread (rs, c8)
         // copies chunk c8 of every column block of rows rs + 16i, so that a
@@ -155,6 +215,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f; // maxima in scaled log2 units
     const u64 dq = kmajor(sq_a + wg * 64 * 128);
 
+    if (TMA && ntiles > 0) mbar_wait(qfull, 0);
     for (int t = 0; t < ntiles; t++) {
         mbar_wait(kfull(t), (t >> 1) & 1);
         if (t > 0) mbar_wait(vfull(t - 1), ((t - 1) >> 1) & 1);
@@ -198,10 +259,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
             mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
             mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
         }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+        mx0 = quad_max(mx0);
+        mx1 = quad_max(mx1);
         const float mt0 = fmaxf(m0, mx0 * scale_log2), mt1 = fmaxf(m1, mx1 * scale_log2);
         const float mu0 = mt0 == NEG_INF ? 0.f : mt0, mu1 = mt1 == NEG_INF ? 0.f : mt1;
         const float al0 = fast_exp2(m0 - mu0), al1 = fast_exp2(m1 - mu1);
@@ -251,10 +310,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     }
 
     // Row sums across the quad, then the output.
-    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
     const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     if (r0 < qn) {
         bf16* dst = out + (long long)(qs + r0) * vstride + (long long)h * PW_DV + kq;
@@ -270,4 +327,24 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if ((lane & 3) == 0)
             lse[(long long)(qs + r1) * heads + h] = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
     }
+}
+
+// cp.async copies: the passes of fewer than 128 query or key rows, whose
+// boxes a descriptor could not hold.
+extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
+    mha_prefill_wg(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                   bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ cu_q,
+                   const int* __restrict__ k_ranges, const int* __restrict__ schedule, int heads, int causal,
+                   float scale_log2) {
+    prefill_wg<false>(q, k, v, out, lse, cu_q, k_ranges, schedule, heads, causal, scale_log2, nullptr, nullptr, nullptr);
+}
+
+// TMA loads over the host's descriptors of q, k and v.
+extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
+    mha_prefill_tma(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                    bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ cu_q,
+                    const int* __restrict__ k_ranges, const int* __restrict__ schedule, int heads, int causal,
+                    float scale_log2, const __grid_constant__ PwMap q_map, const __grid_constant__ PwMap k_map,
+                    const __grid_constant__ PwMap v_map) {
+    prefill_wg<true>(q, k, v, out, lse, cu_q, k_ranges, schedule, heads, causal, scale_log2, &q_map, &k_map, &v_map);
 }

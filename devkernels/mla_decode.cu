@@ -186,10 +186,8 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
                     mx1 = fmaxf(mx1, s[n][2 + e]);
                 }
             }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+            mx0 = quad_max(mx0);
+            mx1 = quad_max(mx1);
             if ((lane & 3) == 0) {
                 red_max[cg * M + lr0] = mx0;
                 red_max[cg * M + lr1] = mx1;
@@ -228,10 +226,8 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
                 *(u32*)(sp + lr0 * PSTRIDE + col) = w01;
                 *(u32*)(sp + lr1 * PSTRIDE + col) = w23;
             }
-            sum0 += __shfl_xor_sync(0xffffffff, sum0, 1);
-            sum0 += __shfl_xor_sync(0xffffffff, sum0, 2);
-            sum1 += __shfl_xor_sync(0xffffffff, sum1, 1);
-            sum1 += __shfl_xor_sync(0xffffffff, sum1, 2);
+            sum0 = quad_sum(sum0);
+            sum1 = quad_sum(sum1);
             if ((lane & 3) == 0) {
                 red_sum[cg * M + lr0] = sum0;
                 red_sum[cg * M + lr1] = sum1;
@@ -439,10 +435,8 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
                 mx1 = fmaxf(mx1, s[n][2 + e]);
             }
         }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+        mx0 = quad_max(mx0);
+        mx1 = quad_max(mx1);
         if ((lane & 3) == 0) {
             red_max[qc * M + sr0] = mx0;
             red_max[qc * M + sr1] = mx1;
@@ -464,10 +458,8 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
                 *(u32*)(sp + swz(sr0, col >> 3, PB) + (col & 7) * 2) = pack_<H>(p0, p1);
                 *(u32*)(sp + swz(sr1, col >> 3, PB) + (col & 7) * 2) = pack_<H>(p2, p3);
             }
-            sum0 += __shfl_xor_sync(0xffffffff, sum0, 1);
-            sum0 += __shfl_xor_sync(0xffffffff, sum0, 2);
-            sum1 += __shfl_xor_sync(0xffffffff, sum1, 1);
-            sum1 += __shfl_xor_sync(0xffffffff, sum1, 2);
+            sum0 = quad_sum(sum0);
+            sum1 = quad_sum(sum1);
             if ((lane & 3) == 0) {
                 red_sum[qc * M + sr0] = sum0;
                 red_sum[qc * M + sr1] = sum1;

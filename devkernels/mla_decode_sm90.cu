@@ -278,10 +278,8 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
                 mx0 = fmaxf(mx0, s[4 * j + e]);
                 mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
             }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+        mx0 = quad_max(mx0);
+        mx1 = quad_max(mx1);
         if ((lane & 3) == 0) {
             red_max[wg * M + r0] = mx0;
             red_max[wg * M + r1] = mx1;
@@ -328,10 +326,8 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
     reg_fence(o);
 
     // Row sums: this thread's keys, its quad's, then both warpgroups'.
-    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
     if ((lane & 3) == 0) {
         red_sum[wg * M + r0] = l0;
         red_sum[wg * M + r1] = l1;

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/attnplug/attnplug/core"
 )
@@ -24,13 +25,16 @@ var MHAPrefillSM90Source string
 
 // The prefill modules and their entries. ModuleMHAPrefillSM90 is built for
 // sm_90a alone and handed only to a device of compute capability 9.0,
-// whose plans run EntryPrefillWG in place of EntryPrefill; merge_state
-// stays in ModuleMHAPrefill.
+// whose plans run EntryPrefillTMA (TMA loads over descriptors of q, k and
+// v) in place of EntryPrefill, or EntryPrefillWG (cp.async) for a pass
+// over fewer than prefillBM query or key rows; merge_state stays in
+// ModuleMHAPrefill.
 const (
 	ModuleMHAPrefill     = "mha_prefill"
 	ModuleMHAPrefillSM90 = "mha_prefill_sm90"
 	EntryPrefill         = "mha_prefill"
 	EntryPrefillWG       = "mha_prefill_wg"
+	EntryPrefillTMA      = "mha_prefill_tma"
 	EntryMergeState      = "merge_state"
 )
 
@@ -43,12 +47,12 @@ const (
 	// prefillShared: 128 query rows, two stages of 64 key rows and 64 value
 	// rows, unpadded.
 	prefillShared = 2 * (prefillBM*prefillDQK + 2*64*prefillDQK + 2*64*prefillDV)
-	// mha_prefill_wg: two consumer warpgroups and a producer's; shared
-	// memory for 128 query rows, two stages of 128 key rows and of 128 value
-	// rows, eight mbarriers, and 1024 bytes to align the swizzle atoms
-	// (PW_THREADS and PW_SHARED in mha_prefill_sm90.cu).
+	// mha_prefill_wg and mha_prefill_tma: two consumer warpgroups and a
+	// producer's; shared memory for 128 query rows, two stages of 128 key
+	// rows and of 128 value rows, nine mbarriers, and 1024 bytes to align
+	// the swizzle atoms (PW_THREADS and PW_SHARED in mha_prefill_sm90.cu).
 	prefillSM90Threads = 384
-	prefillSM90Shared  = 2*(prefillBM*prefillDQK+2*128*prefillDQK+2*128*prefillDV) + 64 + 1024
+	prefillSM90Shared  = 2*(prefillBM*prefillDQK+2*128*prefillDQK+2*128*prefillDV) + 128 + 1024
 )
 
 // DefaultChunkCapacity is sglang's get_max_chunk_capacity() when the request
@@ -85,11 +89,33 @@ func prefillSpec() core.KernelModule {
 
 // prefillSM90Spec is the Hopper prefill module without its image.
 func prefillSM90Spec() core.KernelModule {
+	maps := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamTensorMap} }
 	return core.KernelModule{
 		Name: ModuleMHAPrefillSM90, Platform: core.PlatformCUDA,
-		Entries: []core.Entry{{Name: EntryPrefillWG, Params: prefillParams()}},
+		Entries: []core.Entry{
+			{Name: EntryPrefillWG, Params: prefillParams()},
+			{Name: EntryPrefillTMA, Params: append(prefillParams(), maps("q_map"), maps("k_map"), maps("v_map"))},
+		},
 		Kernels: slices.Clone(mhaKernelNames),
 	}
+}
+
+// prefillMap is the TMA descriptor mha_prefill_tma reads tensor name of
+// ts through: its rows by heads x the head dimension, boxes of prefillBM
+// rows x 64 columns (128 bytes, the 128-byte swizzle), or false when the
+// tensor has fewer rows than a box.
+func prefillMap(param, name string, ts []core.TensorSpec) (core.Arg, bool) {
+	for _, t := range ts {
+		if t.Name != name || len(t.Shape) != 3 {
+			continue
+		}
+		if t.Shape[0] < prefillBM {
+			return core.Arg{}, false
+		}
+		return core.Arg{Param: param, Kind: core.ArgTensorMap, Name: name, Map: &core.TensorMap{
+			View: []int64{t.Shape[0], t.Shape[1] * t.Shape[2]}, Box: []uint32{prefillBM, 64}, Swizzle: "128B", L2Promotion: "256B"}}, true
+	}
+	return core.Arg{}, false
 }
 
 // PrefixChunks returns sglang's cut of the prefixes for MHA_CHUNKED_KV:
@@ -119,8 +145,9 @@ func PrefixChunks(prefix []int64, capacity int) (size int64, chunks int) {
 //
 // Blocks of 128 queries of one request and one head are ordered longest
 // first (their causal work), so the long blocks start in the first wave.
-// On compute capability 9.0 the passes run mha_prefill_wg (wgmma), else
-// mha_prefill (mma.sync).
+// On compute capability 9.0 the passes run mha_prefill_tma (wgmma, TMA
+// loads), or mha_prefill_wg (cp.async) over tensors of fewer rows than a
+// box; else mha_prefill (mma.sync).
 func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	s, d := req.Shape, req.Dims
 	b := len(s.SeqLens)
@@ -165,21 +192,41 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	scale := core.Arg{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}
 	grid := [3]uint32{uint32(len(blocks)), uint32(d.Heads), 1}
 	block3 := [3]uint32{prefillThreads, 1, 1}
-	module, entry, threads, shared := ModuleMHAPrefill, EntryPrefill, uint32(prefillThreads), uint32(prefillShared)
-	if req.Device.ComputeCapability == hopperCC {
-		module, entry, threads, shared = ModuleMHAPrefillSM90, EntryPrefillWG, prefillSM90Threads, prefillSM90Shared
-	}
-	pass := func(k, v, out, lse core.Arg, ranges string, causal int) core.Launch {
-		return core.Launch{Module: module, Entry: entry, Grid: grid, Block: [3]uint32{threads, 1, 1}, SharedBytes: shared,
-			Args: []core.Arg{ptr("q", "q"), k, v, out, lse, meta("cu_q", "cu_q"), meta("k_ranges", ranges), meta("schedule", "blocks"),
-				i32("heads", d.Heads), i32("causal", causal), scale}}
+	hopper := req.Device.ComputeCapability == hopperCC
+	entries := map[string]int{}
+	// pass launches a pass over keys k and values v (tensors of the plan):
+	// on Hopper through their descriptors when each tensor has rows enough
+	// for a box.
+	pass := func(k, v string, out, lse core.Arg, ranges string, causal int) core.Launch {
+		l := core.Launch{Module: ModuleMHAPrefill, Entry: EntryPrefill, Grid: grid, Block: block3, SharedBytes: prefillShared,
+			Args: []core.Arg{ptr("q", "q"), ptr("k", k), ptr("v", v), out, lse, meta("cu_q", "cu_q"), meta("k_ranges", ranges),
+				meta("schedule", "blocks"), i32("heads", d.Heads), i32("causal", causal), scale}}
+		if hopper {
+			l.Module, l.Entry, l.Block, l.SharedBytes = ModuleMHAPrefillSM90, EntryPrefillWG, [3]uint32{prefillSM90Threads, 1, 1}, prefillSM90Shared
+			qm, okq := prefillMap("q_map", "q", tensors)
+			km, okk := prefillMap("k_map", k, tensors)
+			vm, okv := prefillMap("v_map", v, tensors)
+			if okq && okk && okv {
+				l.Entry, l.Args = EntryPrefillTMA, append(l.Args, qm, km, vm)
+			}
+		}
+		entries[l.Entry]++
+		return l
 	}
 	p := &core.Plan{
 		Tensors:  tensors,
 		Metadata: []core.MetaBuffer{{Name: "cu_q", Int32s: cuQ}, {Name: "k_ranges", Int32s: keys}, {Name: "blocks", Int32s: sched}},
-		Launches: []core.Launch{pass(ptr("k", "k"), ptr("v", "v"), ptr("out", "out"), ptr("lse", "lse"), "k_ranges", 1)},
+		Launches: []core.Launch{pass("k", "v", ptr("out", "out"), ptr("lse", "lse"), "k_ranges", 1)},
 	}
-	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal", entry, len(blocks), prefillBM, d.Heads)
+	note := func() string {
+		names := make([]string, 0, len(entries))
+		for e := range entries {
+			names = append(names, e)
+		}
+		slices.Sort(names)
+		return strings.Join(names, ", ")
+	}
+	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal", note(), len(blocks), prefillBM, d.Heads)
 	if !chunked {
 		return p
 	}
@@ -212,12 +259,13 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 			return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off}
 		}
 		p.Launches = append(p.Launches,
-			pass(ptr("k", "k_prefix"), ptr("v", "v_prefix"), ws("out", 0), ws("lse", outBytes), name, 0),
+			pass("k_prefix", "v_prefix", ws("out", 0), ws("lse", outBytes), name, 0),
 			core.Launch{Module: ModuleMHAPrefill, Entry: EntryMergeState,
 				Grid: [3]uint32{uint32((rows + 15) / 16), 1, 1}, Block: block3,
 				Args: []core.Arg{ptr("o", "out"), ptr("lse", "lse"), ws("o2", 0), ws("lse2", outBytes),
 					{Param: "rows", Kind: core.ArgInt, Int: rows}}})
 	}
-	p.Note += fmt.Sprintf(", then %d prefix chunk(s) of %d keys per request merged by LSE", chunks, size)
+	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal, then %d prefix chunk(s) of %d keys per request merged by LSE",
+		note(), len(blocks), prefillBM, d.Heads, chunks, size)
 	return p
 }

@@ -1,7 +1,8 @@
 // Tile helpers shared by the device kernels of package devkernels (the Go
 // side puts this text before each kernel source it compiles): PTX for
 // shared-memory addresses, cp.async copies, ldmatrix loads, the bf16
-// mma.sync m16n8k16 and bf16 packing, and the XOR swizzle of 16-byte chunks.
+// mma.sync m16n8k16 and bf16 packing, a quad's sum and maximum, and the XOR
+// swizzle of 16-byte chunks.
 
 #define NEG_INF (-__int_as_float(0x7f800000))
 
@@ -45,6 +46,16 @@ __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
     u32 r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+// The sum and the maximum of x over the four lanes of a quad (the lanes
+// that hold one row of an MMA accumulator).
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffff, x, 1);
+    return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
 }
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;

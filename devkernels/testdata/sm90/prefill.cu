@@ -1,7 +1,8 @@
-// Standalone check of mha_prefill_wg (mha_prefill_sm90.cu) against a CPU
-// float64 reference on sampled rows, timed beside mha_prefill (mma.sync) on
-// the same batch. Outputs are poisoned (NaN) before each kernel's checked
-// run. Build and run: prefill.sh.
+// Standalone check of mha_prefill_tma and mha_prefill_wg
+// (mha_prefill_sm90.cu: TMA loads and cp.async) against a CPU float64
+// reference on sampled rows, timed beside mha_prefill (mma.sync) on the same
+// batch. Outputs are poisoned (NaN) before each kernel's checked run. Build
+// (with -lcuda, for the descriptors) and run: prefill.sh.
 //
 //   ./p heads requests len [causal=1] [check=1]
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <vector>
 #include <algorithm>
 #include <cuda_runtime.h>
+#include <cuda.h>
 #include "../../tile.cuh"
 #include "../../sm90.cuh"
 #include "../../mha_prefill.cu"
@@ -73,9 +75,26 @@ int main(int argc, char** argv) {
     const int old_smem = 2 * (128 * 192 + 2 * 64 * 192 + 2 * 64 * 128), wg_smem = PW_SHARED;
     CK(cudaFuncSetAttribute(mha_prefill, cudaFuncAttributeMaxDynamicSharedMemorySize, old_smem));
     CK(cudaFuncSetAttribute(mha_prefill_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem));
+    CK(cudaFuncSetAttribute(mha_prefill_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem));
     dim3 grid((unsigned)bl.size(), heads);
     auto run_old = [&] { mha_prefill<<<grid, 256, old_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2); };
+    // TMA descriptors: q and k as [T, heads*192], v as [T, heads*128],
+    // boxes of 128 rows x 64 columns, 128-byte swizzle.
+    auto encode = [&](void* base, int cols) {
+        CUtensorMap m;
+        cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)T}, strides[1] = {(cuuint64_t)cols * 2};
+        cuuint32_t box[2] = {64, 128}, elem[2] = {1, 1};
+        CUresult rc = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, elem,
+                                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (rc != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled: %d\n", (int)rc); exit(1); }
+        PwMap p;
+        memcpy(&p, &m, sizeof p);
+        return p;
+    };
+    const PwMap qm = encode(dq, heads * 192), km = encode(dk, heads * 192), vm = encode(dv, heads * 128);
     auto run_wg = [&] { mha_prefill_wg<<<grid, PW_THREADS, wg_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2); };
+    auto run_tma = [&] { mha_prefill_tma<<<grid, PW_THREADS, wg_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2, qm, km, vm); };
 
     // Sampled rows: the first and last of every request, then random ones.
     std::vector<std::pair<long long, int>> rows; // (token, head)
@@ -124,9 +143,12 @@ int main(int argc, char** argv) {
     };
     bool ok = verify("mha_prefill", run_old);
     ok = verify("mha_prefill_wg", run_wg) && ok;
-    const float t_old = time_ms(run_old), t_wg = time_ms(run_wg);
+    ok = verify("mha_prefill_tma", run_tma) && ok;
+    const float t_old = time_ms(run_old), t_wg = time_ms(run_wg), t_tma = time_ms(run_tma);
     CK(cudaGetLastError());
-    printf("h%d x%d len %d causal %d: mha_prefill %.1f us (%.0f TFLOP/s), mha_prefill_wg %.1f us (%.0f TFLOP/s), %.2fx\n",
-           heads, nreq, len, causal, t_old * 1e3, flops / (t_old * 1e-3) / 1e12, t_wg * 1e3, flops / (t_wg * 1e-3) / 1e12, t_old / t_wg);
+    auto tf = [&](float ms) { return flops / (ms * 1e-3) / 1e12; };
+    printf("h%d x%d len %d causal %d: mha_prefill %.1f us (%.0f TFLOP/s), mha_prefill_wg %.1f us (%.0f TFLOP/s, %.2fx), "
+           "mha_prefill_tma %.1f us (%.0f TFLOP/s, %.2fx)\n",
+           heads, nreq, len, causal, t_old * 1e3, tf(t_old), t_wg * 1e3, tf(t_wg), t_old / t_wg, t_tma * 1e3, tf(t_tma), t_old / t_tma);
     return ok ? 0 : 1;
 }
