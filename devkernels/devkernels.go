@@ -51,6 +51,7 @@ const (
 	// and handed only to a device of compute capability 9.0.
 	ModuleMLADecodeSM90 = "mla_decode_sm90"
 	EntryCombine        = "mla_combine"
+	EntryCombineRows    = "mla_combine_rows"
 	EntrySchedule       = "mla_schedule"
 )
 
@@ -332,13 +333,15 @@ func build(cc int) ([]core.KernelModule, error) {
 // names, entries and parameters a plan refers to (for checking plans
 // where nothing is compiled).
 func Spec() []core.KernelModule {
-	entries := make([]core.Entry, 0, int(numForms)*len(decodeVariants)+2)
+	entries := make([]core.Entry, 0, int(numForms)*len(decodeVariants)+3)
 	for f := range numForms {
 		for _, v := range variants(f) {
 			entries = append(entries, core.Entry{Name: v.entry(f), Params: decodeParams(f)})
 		}
 	}
-	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()}, core.Entry{Name: EntrySchedule, Params: scheduleParams()})
+	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()},
+		core.Entry{Name: EntryCombineRows, Params: append(combineParams(), core.Param{Name: "max_rows", Kind: core.ParamI32})},
+		core.Entry{Name: EntrySchedule, Params: scheduleParams()})
 	hopper := make([]core.Entry, 0, 2*int(numForms))
 	for _, v := range []decodeVariant{hopperVariant, hopperNarrow} {
 		for f := range numForms {
@@ -636,33 +639,39 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 // does not pay every kernel's launch and tail in turn.
 func programmatic(dev core.DeviceInfo) bool { return dev.ComputeCapability >= 90 }
 
-// combineLaunch is mla_combine over every query row of the batch, each
-// row's columns cut into combineParts ranges.
+// combineLaunch is the merge of the partial outputs over every query row
+// of the batch: mla_combine where the batch has at most combineShortRows
+// rows (a block a row and column range, four ranges, so that its few rows
+// still spread over the GPU), else mla_combine_rows (a warp a row, over a
+// grid of at most combineBlocksPerSM blocks a multiprocessor: a block a
+// row would pay every block's start, even where the row's request is
+// unsplit).
 func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers, dev core.DeviceInfo) core.Launch {
-	return core.Launch{
+	l := core.Launch{
 		Module: ModuleMLADecode, Entry: EntryCombine, Programmatic: programmatic(dev),
-		Grid: [3]uint32{uint32(ds.batch), uint32(ds.maxRows), uint32(combineParts(ds))}, Block: [3]uint32{256, 1, 1},
+		Grid: [3]uint32{uint32(ds.batch), uint32(ds.maxRows), combineShortParts}, Block: [3]uint32{256, 1, 1},
 		Args: []core.Arg{
 			tensorArg("out"), tensorArg("lse"), buf.requests, buf.partO, buf.partLSE,
 			intArg("heads", d.Heads), intArg("batch", ds.batch),
 		},
 	}
+	if rows := ds.batch * ds.maxRows; rows > combineShortRows {
+		blocks := min((rows+combineWarps-1)/combineWarps, combineBlocksPerSM*max(dev.SMs, 1))
+		l.Entry, l.Grid = EntryCombineRows, [3]uint32{uint32(blocks), 1, 1}
+		l.Args = append(l.Args, intArg("max_rows", ds.maxRows))
+	}
+	return l
 }
 
-// combineParts is the column ranges mla_combine cuts each row into (the
-// kernel takes 1, 2 or 4): 4 where the batch has at most
-// combineShortRows rows, whose blocks alone would leave most
-// multiprocessors idle while each reads every chunk of its row; 1 where
-// the rows fill the GPU, whose unsplit requests' blocks return at once.
-func combineParts(ds decodeShape) int {
-	if ds.batch*ds.maxRows <= combineShortRows {
-		return 4
-	}
-	return 1
-}
+// combineShortParts is the column ranges mla_combine cuts each row of a
+// short batch into (the kernel takes 1, 2 or 4); combineWarps is the
+// warps of a combine block, each merging a row in mla_combine_rows, and
+// combineBlocksPerSM the most of its blocks a multiprocessor holds at once
+// (2048 threads).
+const combineShortParts, combineWarps, combineBlocksPerSM = 4, 8, 8
 
 // combineShortRows is the most rows a batch has for mla_combine to cut
-// their columns.
+// their columns; a longer one runs mla_combine_rows.
 const combineShortRows = 128
 
 // cutItems cuts every request of lens into work items of about an even

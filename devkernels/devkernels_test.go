@@ -489,30 +489,36 @@ func TestOneWave(t *testing.T) {
 }
 
 // TestCombineCutsShortBatches: the combine of a batch of at most
-// combineShortRows query rows runs four blocks a row (a column range each),
-// so that its few rows still spread over the GPU; a longer batch runs one.
+// combineShortRows query rows runs mla_combine, four blocks a row (a column
+// range each), so that its few rows still spread over the GPU; a longer
+// batch runs mla_combine_rows, a warp a row over at most a wave of blocks.
 func TestCombineCutsShortBatches(t *testing.T) {
 	for _, tc := range []struct {
 		heads, batch int
 		qlen         int64
-		parts        uint32
+		entry        string
+		grid         [3]uint32
 	}{
-		{16, 1, 1, 4}, {128, 1, 1, 4}, {16, 8, 1, 4}, {16, 2, 4, 4},
-		{16, 9, 1, 1}, {128, 2, 1, 1}, {16, 16, 1, 1}, {16, 3, 4, 1},
+		{16, 1, 1, EntryCombine, [3]uint32{1, 16, 4}}, {128, 1, 1, EntryCombine, [3]uint32{1, 128, 4}},
+		{16, 8, 1, EntryCombine, [3]uint32{8, 16, 4}}, {16, 2, 4, EntryCombine, [3]uint32{2, 64, 4}},
+		{16, 9, 1, EntryCombineRows, [3]uint32{18, 1, 1}}, {128, 2, 1, EntryCombineRows, [3]uint32{32, 1, 1}},
+		{16, 3, 4, EntryCombineRows, [3]uint32{24, 1, 1}}, {16, 64, 3, EntryCombineRows, [3]uint32{384, 1, 1}},
+		// Unsplit on the host (no combine); a graph plan's grid stops at
+		// a wave.
+		{128, 64, 1, EntryCombineRows, [3]uint32{1024, 1, 1}}, {128, 128, 1, EntryCombineRows, [3]uint32{8 * 132, 1, 1}},
 	} {
 		for _, graph := range []bool{false, true} {
+			if !graph && tc.batch >= 64 && tc.heads == 128 {
+				continue
+			}
 			req := request(tc.heads, 64, slices.Repeat([]int64{4096}, tc.batch), slices.Repeat([]int64{tc.qlen}, tc.batch), graph)
 			p, err := Plan(fa3MLA, req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			l := p.Launches[len(p.Launches)-1]
-			if l.Entry != EntryCombine {
-				t.Fatalf("last launch %s, want %s", l.Entry, EntryCombine)
-			}
-			want := [3]uint32{uint32(tc.batch), uint32(tc.heads) * uint32(tc.qlen), tc.parts}
-			if l.Grid != want {
-				t.Errorf("%d heads, batch %d, %d query tokens, graph %v: combine grid %v, want %v", tc.heads, tc.batch, tc.qlen, graph, l.Grid, want)
+			if l.Entry != tc.entry || l.Grid != tc.grid {
+				t.Errorf("%d heads, batch %d, %d query tokens, graph %v: combine %s grid %v, want %s %v", tc.heads, tc.batch, tc.qlen, graph, l.Entry, l.Grid, tc.entry, tc.grid)
 			}
 		}
 	}

@@ -238,16 +238,21 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // A block runs the items of its slot, one after the other: the plan gives
 // every slot about the same number of key tiles, FlashMLA's way of balancing
-// a ragged batch. blockIdx.x = slot * head_blocks + head block.
+// a ragged batch. blockIdx.x = slot * head_blocks + head block. The slot's
+// bounds, the item count and the slot's own item are read together (the
+// schedule has an item for every slot, and a block that runs one item, the
+// planner's way, runs its slot's), so that a block's first trip to memory
+// brings its item, and the next its request and first key rows.
 #define MLA_ITEMS(BODY, KS)                                                                                     \
     pdl_wait();              /* the schedule, and the last layer's combine, are done */                       \
     pdl_launch_dependents(); /* this layer's combine may take its place as blocks end */                      \
     const int slot = blockIdx.x / head_blocks, hb = blockIdx.x - slot * head_blocks;                          \
-    const int first = slots[slot], last = slots[slot + 1];                                                     \
-    for (int idx = first; idx < last; idx++) {                                                                 \
+    const int first = slots[slot], last = slots[slot + 1], count = counts[0];                                  \
+    const Item own = ((const Item*)schedule)[slot];                                                            \
+    for (int idx = first; idx < last && idx < count; idx++) {                                                  \
         if (idx > first) __syncthreads(); /* the previous item is done with shared memory */                  \
-        BODY(q, KS, out, lse, (const Item*)schedule, (const ReqInfo*)requests, counts, part_o, part_lse, heads,  \
-             scale_log2, idx, hb);                                                                              \
+        BODY(q, KS, out, lse, idx == slot ? own : ((const Item*)schedule)[idx], (const ReqInfo*)requests,       \
+             part_o, part_lse, heads, scale_log2, hb);                                                          \
     }
 
 #define MLA_COMMON_PARAMS                                                                                      \

@@ -159,10 +159,10 @@ __device__ __forceinline__ void wg_issue(u32 stage, const Keys& ks, long long ro
 
 template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
-                                              float* __restrict__ lse, const Item* __restrict__ schedule,
-                                              const ReqInfo* __restrict__ reqs, const int* __restrict__ counts,
+                                              float* __restrict__ lse, const Item it,
+                                              const ReqInfo* __restrict__ reqs,
                                               float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
-                                              float scale_log2, int item_idx, int hb) {
+                                              float scale_log2, int hb) {
     constexpr int M = 64;
     constexpr bool H = FMT != FMT_BF16;          // f16 tiles, queries and P
     constexpr int KB = row_bytes(FMT); // cached bytes per key
@@ -177,16 +177,14 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
     int* kvalid = (int*)(red_sum + 2 * M);                    // 2 x 64: the keys of a tile that are rows
     unsigned char* sraw = (unsigned char*)(kvalid + 2 * WG_BN); // FP8: the next tile, staged (64 x KB)
 
-    if (item_idx >= counts[0]) return;
-    const Item it = schedule[item_idx];
     const ReqInfo rq = reqs[it.req];
+    const int* krows = key_rows<SPARSE>(ks, it.req); // read beside the request
     const int rows = rq.q_len * heads;
     const int row0 = hb * M;
     if (row0 >= rows) return;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wg = warp >> 2; // the warpgroup: keys wg*32.. of S, columns wg*256.. of O
-    const int* krows = key_rows<SPARSE>(ks, it.req);
     const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
     const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f; // FMT_FP8: scales every score and the output
     scale_log2 *= kv_mul;
@@ -437,10 +435,10 @@ __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.
 
 template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
-                                               float* __restrict__ lse, const Item* __restrict__ schedule,
-                                               const ReqInfo* __restrict__ reqs, const int* __restrict__ counts,
+                                               float* __restrict__ lse, const Item it,
+                                               const ReqInfo* __restrict__ reqs,
                                                float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
-                                               float scale_log2, int item_idx, int hb) {
+                                               float scale_log2, int hb) {
     constexpr int M = WN_ROWS;
     constexpr bool H = FMT != FMT_BF16;
     // The dense FP8 form stages its rows in the loader's registers (RS):
@@ -465,9 +463,8 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     int* kvalid = (int*)(red_sum + 4 * M);                     // NR x 64
     unsigned char* sraw = (unsigned char*)(kvalid + NR * WG_BN); // DeepSeek-V3.2's FP8: NR raw stages
 
-    if (item_idx >= counts[0]) return;
-    const Item it = schedule[item_idx];
     const ReqInfo rq = reqs[it.req];
+    const int* krows = key_rows<SPARSE>(ks, it.req); // read beside the request
     const int rows = rq.q_len * heads;
     const int row0 = hb * M;
     if (row0 >= rows) return;
@@ -477,7 +474,6 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     // warp: a branch on a per-thread value around the products makes ptxas
     // serialise every wgmma of the loop (C7518).
     const bool consumer = __shfl_sync(0xffffffff, warp, 0) < 4;
-    const int* krows = key_rows<SPARSE>(ks, it.req);
     const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
     const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f;
     scale_log2 *= kv_mul;

@@ -73,7 +73,7 @@ func checkPlanned(t *testing.T, e *Env, cases []QuantCase, cc int, want func(mod
 			t.Fatalf("%s: plan: %v", c.Name, err)
 		}
 		for _, l := range p.Launches {
-			if l.Entry != devkernels.EntrySchedule && l.Entry != devkernels.EntryCombine && !want(l.Module, l.Entry) {
+			if l.Entry != devkernels.EntrySchedule && l.Entry != devkernels.EntryCombine && l.Entry != devkernels.EntryCombineRows && !want(l.Module, l.Entry) {
 				t.Errorf("%s: planned %s.%s, not the body under test", c.Name, l.Module, l.Entry)
 			}
 		}
