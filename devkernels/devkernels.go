@@ -640,22 +640,25 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 func programmatic(dev core.DeviceInfo) bool { return dev.ComputeCapability >= 90 }
 
 // combineLaunch is the merge of the partial outputs over every query row
-// of the batch: mla_combine where the batch has at most combineShortRows
-// rows (a block a row and column range, four ranges, so that its few rows
-// still spread over the GPU), else mla_combine_rows (a warp a row, over a
-// grid of at most combineBlocksPerSM blocks a multiprocessor: a block a
-// row would pay every block's start, even where the row's request is
-// unsplit).
+// of the batch: mla_combine for a batch of at most combineManyRows rows (a
+// block a row and column range; the columns of a batch of at most
+// combineShortRows rows cut into four ranges, so that its few rows still
+// spread over the GPU), else mla_combine_rows (a warp a row, over a grid
+// of at most combineBlocksPerSM blocks a multiprocessor: there a block a
+// row pays every block's start, even where the row's request is unsplit).
 func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers, dev core.DeviceInfo) core.Launch {
 	l := core.Launch{
 		Module: ModuleMLADecode, Entry: EntryCombine, Programmatic: programmatic(dev),
-		Grid: [3]uint32{uint32(ds.batch), uint32(ds.maxRows), combineShortParts}, Block: [3]uint32{256, 1, 1},
+		Grid: [3]uint32{uint32(ds.batch), uint32(ds.maxRows), 1}, Block: [3]uint32{256, 1, 1},
 		Args: []core.Arg{
 			tensorArg("out"), tensorArg("lse"), buf.requests, buf.partO, buf.partLSE,
 			intArg("heads", d.Heads), intArg("batch", ds.batch),
 		},
 	}
-	if rows := ds.batch * ds.maxRows; rows > combineShortRows {
+	switch rows := ds.batch * ds.maxRows; {
+	case rows <= combineShortRows:
+		l.Grid[2] = combineShortParts
+	case rows > combineManyRows:
 		blocks := min((rows+combineWarps-1)/combineWarps, combineBlocksPerSM*max(dev.SMs, 1))
 		l.Entry, l.Grid = EntryCombineRows, [3]uint32{uint32(blocks), 1, 1}
 		l.Args = append(l.Args, intArg("max_rows", ds.maxRows))
@@ -671,8 +674,13 @@ func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers, dev core.
 const combineShortParts, combineWarps, combineBlocksPerSM = 4, 8, 8
 
 // combineShortRows is the most rows a batch has for mla_combine to cut
-// their columns; a longer one runs mla_combine_rows.
-const combineShortRows = 128
+// their columns, combineManyRows the most it has for mla_combine at all. A
+// warp a row (mla_combine_rows) reads a row's chunks one after the other,
+// a block a row eight at a time: on an H200 a batch of 256 rows (16
+// heads, batch 16) merged 1.5 us slower a layer by warps than by blocks,
+// one of 2048 rows 2.2-2.7 us faster (16 heads, batch 128; 128 heads,
+// batch 16), one of 8192 16.6 us faster (128 heads, batch 64).
+const combineShortRows, combineManyRows = 128, 1024
 
 // cutItems cuts every request of lens into work items of about an even
 // share of the batch's cost over ds.slots blocks (FlashMLA's tile

@@ -490,8 +490,9 @@ func TestOneWave(t *testing.T) {
 
 // TestCombineCutsShortBatches: the combine of a batch of at most
 // combineShortRows query rows runs mla_combine, four blocks a row (a column
-// range each), so that its few rows still spread over the GPU; a longer
-// batch runs mla_combine_rows, a warp a row over at most a wave of blocks.
+// range each), so that its few rows still spread over the GPU; one of at
+// most combineManyRows a block a row; a longer batch runs
+// mla_combine_rows, a warp a row over at most a wave of blocks.
 func TestCombineCutsShortBatches(t *testing.T) {
 	for _, tc := range []struct {
 		heads, batch int
@@ -501,8 +502,9 @@ func TestCombineCutsShortBatches(t *testing.T) {
 	}{
 		{16, 1, 1, EntryCombine, [3]uint32{1, 16, 4}}, {128, 1, 1, EntryCombine, [3]uint32{1, 128, 4}},
 		{16, 8, 1, EntryCombine, [3]uint32{8, 16, 4}}, {16, 2, 4, EntryCombine, [3]uint32{2, 64, 4}},
-		{16, 9, 1, EntryCombineRows, [3]uint32{18, 1, 1}}, {128, 2, 1, EntryCombineRows, [3]uint32{32, 1, 1}},
-		{16, 3, 4, EntryCombineRows, [3]uint32{24, 1, 1}}, {16, 64, 3, EntryCombineRows, [3]uint32{384, 1, 1}},
+		{16, 9, 1, EntryCombine, [3]uint32{9, 16, 1}}, {128, 2, 1, EntryCombine, [3]uint32{2, 128, 1}},
+		{16, 16, 4, EntryCombine, [3]uint32{16, 64, 1}}, {16, 17, 4, EntryCombineRows, [3]uint32{136, 1, 1}},
+		{16, 64, 3, EntryCombineRows, [3]uint32{384, 1, 1}},
 		// Unsplit on the host (no combine); a graph plan's grid stops at
 		// a wave.
 		{128, 64, 1, EntryCombineRows, [3]uint32{1024, 1, 1}}, {128, 128, 1, EntryCombineRows, [3]uint32{8 * 132, 1, 1}},

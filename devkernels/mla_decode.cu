@@ -547,13 +547,13 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_m32, 1, (mla_decode_body<32, 4, FMT_DSA, true>))
 MLA_SPARSE_ENTRY(mla_sparse_fp8_m64, 1, (mla_decode_wide<FMT_DSA, true>))
 
 // Merges the partial outputs of every request cut into several chunks, for
-// a short batch (the plan's combineShortRows rows at most; a longer one
-// runs mla_combine_rows): one block per query row and column range
+// a batch of at most 1024 query rows (the plan's combineManyRows; a longer
+// one runs mla_combine_rows): one block per query row and column range
 // (blockIdx.x the request, blockIdx.y the row, blockIdx.z the range: DV /
-// gridDim.z columns, z 1, 2 or 4; the plan takes 4, so that a short
-// batch's few rows still spread over the GPU); its 8 warps share the
-// chunks, each lane owning 4 of every 128 columns, so a row cut into many
-// chunks is read with many loads in flight.
+// gridDim.z columns, z 1, 2 or 4; the plan takes 4 for a batch of at most
+// 128 rows, so that its few rows still spread over the GPU); its 8 warps
+// share the chunks, each lane owning 4 of every 128 columns, so a row cut
+// into many chunks is read with many loads in flight.
 extern "C" __global__ void __launch_bounds__(256)
     mla_combine(bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ requests,
                 const float* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch) {
@@ -627,7 +627,7 @@ extern "C" __global__ void __launch_bounds__(256)
     if (tid == 0 && blockIdx.z == 0) lse[(long long)rq.q_start * heads + row] = ws > 0.f ? mx + __logf(ws) : NEG_INF;
 }
 
-// mla_combine for a batch of many rows: a warp a query row, the grid's
+// mla_combine for a batch of more than 1024 rows: a warp a query row, the grid's
 // warps striding over the batch's rows (request r's row i at r * max_rows
 // + i), so that the grid is a wave of the GPU whatever the batch: a block a
 // row (mla_combine) pays every block's start even where the row's request

@@ -94,10 +94,10 @@ func TestMLADecodeRandom(t *testing.T) {
 		{Name: "flashmla page 64", Heads: 128, PageSize: 64, SeqLens: []int64{3000, 9000}, QLens: []int64{2, 2}, Seed: 7, Kernel: "flash_mla_with_kvcache"},
 		{Name: "128k, 16 heads", Heads: 16, PageSize: 64, SeqLens: []int64{131072, 5}, QLens: []int64{2, 2}, Seed: 8},
 		{Name: "128k, 128 heads", Heads: 128, PageSize: 1, SeqLens: []int64{131072}, QLens: []int64{1}, Seed: 9},
-		// 256 rows, each long request cut into more chunks than a warp has
+		// 1280 rows, each long request cut into more chunks than a warp has
 		// lanes: mla_combine_rows takes the weights 32 at a time.
-		{Name: "combine rows", Heads: 16, PageSize: 64, SeqLens: []int64{65536, 100, 65536, 7}, QLens: []int64{4, 4, 4, 4}, Seed: 10},
-		{Name: "combine rows, graph", Heads: 128, PageSize: 64, SeqLens: []int64{40000, 3, 9000}, QLens: []int64{1, 1, 1}, Seed: 11, Graph: true, MaxSeqLen: 50000},
+		{Name: "combine rows", Heads: 16, PageSize: 64, SeqLens: append([]int64{65536, 100, 65536}, repeat(17, 7)...), QLens: repeat(20, 4), Seed: 10},
+		{Name: "combine rows, graph", Heads: 128, PageSize: 64, SeqLens: []int64{40000, 3, 9000, 5, 700, 5, 5, 5, 64}, QLens: repeat(9, 1), Seed: 11, Graph: true, MaxSeqLen: 50000},
 	}
 	for _, c := range fixed {
 		ch := runCase(t, e, c, 64)
