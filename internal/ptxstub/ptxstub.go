@@ -28,6 +28,11 @@ func Image(arch, comment string, entries []core.Entry) []byte {
 			if i == len(e.Params)-1 {
 				sep = ""
 			}
+			if p.Kind == core.ParamTensorMap || p.Kind == core.ParamStruct {
+				// By value, as nvcc declares a struct: bytes, aligned.
+				fmt.Fprintf(&sb, "\n\t.param .align %d .b8 %s_param_%d[%d]%s", p.Align(), e.Name, i, max(p.Bytes(), 1), sep)
+				continue
+			}
 			fmt.Fprintf(&sb, "\n\t.param %s %s_param_%d%s", Type(p.Kind), e.Name, i, sep)
 		}
 		if len(e.Params) > 0 {
@@ -39,7 +44,8 @@ func Image(arch, comment string, entries []core.Entry) []byte {
 }
 
 // Type is the PTX type nvcc gives a parameter of kind k: .u64 for
-// pointers, .u32, .u64 and .f32 for the integers and floats.
+// pointers, .u32, .u64 and .f32 for the integers and floats, .b8 for the
+// bytes of a struct or a tensor map (Image declares them as an array).
 func Type(k core.ParamKind) string {
 	switch k {
 	case core.ParamPtr, core.ParamI64:
