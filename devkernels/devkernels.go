@@ -50,6 +50,10 @@ const (
 	// ModuleMLADecodeSM90 is the decode on wgmma, built for sm_90a alone
 	// and handed only to a device of compute capability 9.0.
 	ModuleMLADecodeSM90 = "mla_decode_sm90"
+	// EntryDecodeTMA is mla_decode_wg16 with its tiles loaded by TMA over
+	// the descriptor of the cache (kv_map): the dense bf16 16-row decode
+	// over pages of 64 keys on compute capability 9.0.
+	EntryDecodeTMA      = "mla_decode_tma_wg16"
 	EntryCombine        = "mla_combine"
 	EntryCombineRows    = "mla_combine_rows"
 	EntrySchedule       = "mla_schedule"
@@ -342,12 +346,13 @@ func Spec() []core.KernelModule {
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()},
 		core.Entry{Name: EntryCombineRows, Params: append(combineParams(), core.Param{Name: "max_rows", Kind: core.ParamI32})},
 		core.Entry{Name: EntrySchedule, Params: scheduleParams()})
-	hopper := make([]core.Entry, 0, 2*int(numForms))
+	hopper := make([]core.Entry, 0, 2*int(numForms)+1)
 	for _, v := range []decodeVariant{hopperVariant, hopperNarrow} {
 		for f := range numForms {
 			hopper = append(hopper, core.Entry{Name: v.entry(f), Params: decodeParams(f)})
 		}
 	}
+	hopper = append(hopper, core.Entry{Name: EntryDecodeTMA, Params: append(decodeParams(formDense), core.Param{Name: "kv_map", Kind: core.ParamTensorMap})})
 	kernels := slices.Concat(mlaKernelNames, sparseKernelNames)
 	return []core.KernelModule{
 		{Name: ModuleMLADecode, Platform: core.PlatformCUDA, Entries: entries, Kernels: kernels},
@@ -508,6 +513,17 @@ type decodeShape struct {
 	maxRows, hb, slots int
 	capacity, batch    int
 	itemCost           int // an item's cost beyond its key tiles, in tiles
+	// tma: the decode loads its tiles by TMA (EntryDecodeTMA): the dense
+	// bf16 16-row body on compute capability 9.0 over pages of 64 keys.
+	tma bool
+}
+
+// entry is the decode entry ds's launches run.
+func (ds decodeShape) entry() string {
+	if ds.tma {
+		return EntryDecodeTMA
+	}
+	return ds.v.entry(ds.form)
 }
 
 // partialRows bounds the partial rows of any lengths of the batch size:
@@ -543,6 +559,7 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 	ds.slots = max(max(req.Device.SMs, 1)*ds.v.perSM/ds.hb, 1)
 	ds.capacity = ds.batch + ds.slots
 	ds.itemCost = itemCost
+	ds.tma = ds.v == hopperNarrow && form == formDense && s.PageSize == 64
 	return ds
 }
 
@@ -581,7 +598,7 @@ func planDecodeGraph(req *core.PlanRequest, form decodeForm) *core.Plan {
 			},
 		}, decodeLaunch(ds, ds.capacity, req, buf), combineLaunch(ds, d, buf, req.Device)},
 		Note: fmt.Sprintf("mla decode, scheduled on the device: %d rows per block (%s), %d head block(s), %d item slots, %d stages",
-			ds.v.rows, ds.v.entry(form), ds.hb, ds.capacity, ds.v.stages),
+			ds.v.rows, ds.entry(), ds.hb, ds.capacity, ds.v.stages),
 	}
 }
 
@@ -623,13 +640,21 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 		args = append(args, intArg("page_shift", pageShift))
 	}
 	args = append(args, core.Arg{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}, intArg("head_blocks", ds.hb))
-	return core.Launch{
+	l := core.Launch{
 		Module: ds.v.module(), Entry: ds.v.entry(ds.form),
 		Grid: [3]uint32{uint32(slots * ds.hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
 		SharedBytes:  uint32(ds.v.shared(ds.form)),
 		Args:         args,
 		Programmatic: programmatic(req.Device),
 	}
+	if ds.tma {
+		// The cache [pages, 64, 576], boxes of one page's 32 keys x 64
+		// columns; 64 bytes more for the stages' mbarriers.
+		l.Entry, l.SharedBytes = ds.entry(), l.SharedBytes+64
+		l.Args = append(l.Args, core.Arg{Param: "kv_map", Kind: core.ArgTensorMap, Name: "kv_cache", Map: &core.TensorMap{
+			Box: []uint32{1, 32, 64}, Swizzle: "128B", L2Promotion: "256B"}})
+	}
+	return l
 }
 
 // programmatic reports whether the decode and the combine launch
@@ -881,7 +906,7 @@ func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
 		WorkspaceBytes: partO + partRows*4,
 		Launches:       []core.Launch{decodeLaunch(ds, gridSlots, req, buf)},
 		Note: fmt.Sprintf("mla decode: %d rows per block (%s), %d head block(s), %d block(s) of ~%d key tiles of %d, %d item(s), %d stages",
-			m, v.entry(form), hb, gridSlots, target, mlaBN, count, v.stages),
+			m, ds.entry(), hb, gridSlots, target, mlaBN, count, v.stages),
 	}
 	if combine || req.Graph {
 		p.Launches = append(p.Launches, combineLaunch(ds, d, buf, req.Device))

@@ -78,25 +78,6 @@ __device__ __forceinline__ void pw_pv(float (&d)[64], u32 a0, u32 a1, u32 a2, u3
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
-// A CUtensorMap, as a kernel parameter (const __grid_constant__).
-struct __align__(64) PwMap {
-    unsigned long long opaque[16];
-};
-
-// One TMA load of a box of 128 rows x 64 columns at (col, row) of map into
-// dst (its 128-byte swizzle lands it as a column block), completing on
-// bar.
-__device__ __forceinline__ void pw_tma(u32 dst, const PwMap* map, int col, int row, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
-        "l"(map), "r"(col), "r"(row), "r"(bar)
-        : "memory");
-}
-// Arrives on bar, which then also waits for bytes to land.
-__device__ __forceinline__ void pw_expect(u32 bar, int bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
 // The prefill of one block. TMA: the producer is one thread issuing TMA
 // loads over the descriptors qm, km and vm (q and k viewed as [tokens,
 // heads x 192], v as [tokens, heads x 128], boxes of 128 rows x 64
@@ -105,7 +86,7 @@ template <bool TMA>
 __device__ __forceinline__ void prefill_wg(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                                            bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ cu_q,
                                            const int* __restrict__ k_ranges, const int* __restrict__ schedule, int heads,
-                                           int causal, float scale_log2, const PwMap* qm, const PwMap* km, const PwMap* vm) {
+                                           int causal, float scale_log2, const TmaMap* qm, const TmaMap* km, const TmaMap* vm) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const u32 sq_a = smem_addr(smem_raw) + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); // the atoms' alignment
     const u32 sk_a = sq_a + PW_QT, sv_a = sk_a + 2 * PW_QT;
@@ -149,18 +130,18 @@ __device__ __forceinline__ void prefill_wg(const bf16* __restrict__ q, const bf1
         // its stage's bytes.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 256 && ntiles > 0) {
-            pw_expect(qfull, PW_QT);
-            for (int b = 0; b < 3; b++) pw_tma(sq_a + b * PW_CB, qm, h * PW_DQK + 64 * b, qs + q0, qfull);
+            mbar_expect_tx(qfull, PW_QT);
+            for (int b = 0; b < 3; b++) tma_load_2d(sq_a + b * PW_CB, qm, h * PW_DQK + 64 * b, qs + q0, qfull);
             for (int t = 0; t < ntiles; t++) {
                 const u32 par = ((t >> 1) & 1) ^ 1; // the release of tile t-2
                 if (t >= 2) mbar_wait(kempty(t), par);
-                pw_expect(kfull(t), PW_QT);
+                mbar_expect_tx(kfull(t), PW_QT);
                 for (int b = 0; b < 3; b++)
-                    pw_tma(sk_a + (t & 1) * PW_QT + b * PW_CB, km, h * PW_DQK + 64 * b, ks + t * PW_BN, kfull(t));
+                    tma_load_2d(sk_a + (t & 1) * PW_QT + b * PW_CB, km, h * PW_DQK + 64 * b, ks + t * PW_BN, kfull(t));
                 if (t >= 2) mbar_wait(vempty(t), par);
-                pw_expect(vfull(t), PW_VT);
+                mbar_expect_tx(vfull(t), PW_VT);
                 for (int b = 0; b < 2; b++)
-                    pw_tma(sv_a + (t & 1) * PW_VT + b * PW_CB, vm, h * PW_DV + 64 * b, ks + t * PW_BN, vfull(t));
+                    tma_load_2d(sv_a + (t & 1) * PW_VT + b * PW_CB, vm, h * PW_DV + 64 * b, ks + t * PW_BN, vfull(t));
             }
         }
         return;
@@ -344,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     mha_prefill_tma(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                     bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ cu_q,
                     const int* __restrict__ k_ranges, const int* __restrict__ schedule, int heads, int causal,
-                    float scale_log2, const __grid_constant__ PwMap q_map, const __grid_constant__ PwMap k_map,
-                    const __grid_constant__ PwMap v_map) {
+                    float scale_log2, const __grid_constant__ TmaMap q_map, const __grid_constant__ TmaMap k_map,
+                    const __grid_constant__ TmaMap v_map) {
     prefill_wg<true>(q, k, v, out, lse, cu_q, k_ranges, schedule, heads, causal, scale_log2, &q_map, &k_map, &v_map);
 }

@@ -433,7 +433,7 @@ __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 128;
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
-template <int FMT, bool SPARSE>
+template <int FMT, bool SPARSE, bool TMA = false>
 __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
                                                float* __restrict__ lse, const Item it,
                                                const ReqInfo* __restrict__ reqs,
@@ -492,7 +492,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     }
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
     const int lr = tid >> 2, lk = tid & 3;
-    int nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
+    int nkey = TMA ? -1 : wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
     auto load = [&](int t) {
         const long long row = wg_row<SPARSE>(ks, nkey, it.kv_begin + t * WG_BN + lr);
         wg_issue<FMT>(stage(t), ks, row, lr, lk);
@@ -506,7 +506,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         if (u < ntiles) load(u);
         else cp_commit();
     };
-    if (!RS) load(0); // the queries ride with the first tile
+    if (!RS && !TMA) load(0); // the queries ride with the first tile
     if (H && !RS)
         for (int u = 1; u < NR - 1; u++) ahead(u);
 
@@ -544,7 +544,8 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     };
     auto softmax = [&](int vb, int j0) {
         // Scale and mask, then each column's maximum over the tile.
-        const bool in0 = kvalid[vb + kr] != 0, in1 = kvalid[vb + kr + 8] != 0;
+        const bool in0 = TMA ? j0 + kr < it.kv_end : kvalid[vb + kr] != 0;
+        const bool in1 = TMA ? j0 + kr + 8 < it.kv_end : kvalid[vb + kr + 8] != 0;
         float mx[4];
 #pragma unroll
         for (int x = 0; x < 4; x++) {
@@ -610,7 +611,108 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         wg_commit();
     };
 
-    if constexpr (RS) {
+    if constexpr (TMA) {
+        // The bf16 cache in pages of 64 keys, loaded by TMA: one thread of
+        // the loader warpgroup issues each tile as boxes of 32 keys x 64
+        // columns (a half tile never crosses a page: items start at
+        // multiples of 32 keys), nine a half, into the stage's column
+        // blocks, and arms the stage's FULL mbarrier with their bytes; the
+        // consumer's threads arrive on the stage's EMPTY mbarrier once the
+        // products that read it are done. Both stages are in flight from
+        // the start. Keys past kv_end within a loaded page are whatever the
+        // cache holds there: the consumer masks their scores and zeroes
+        // their values in the item's last tile (P is 0 there, and 0 times
+        // a NaN would not be).
+        static_assert(!H && !SPARSE, "TMA: the dense bf16 form");
+        const TmaMap* map = (const TmaMap*)ks.map;
+        const u32 bars = smem_addr(sraw); // FULL x2, EMPTY x2
+        auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
+        auto empty = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
+        if (tid == 0) {
+            mbar_init(full(0), 1);
+            mbar_init(full(1), 1);
+            mbar_init(empty(0), 128);
+            mbar_init(empty(1), 128);
+            fence_async_smem(); // the barriers, before the TMA unit arrives on them
+        }
+        __syncthreads();
+        constexpr int HALF = 32 * DQK * 2; // the bytes of a half tile
+        // The pages of tile t's halves (-1 past kv_end), read a tile ahead.
+        auto pages = [&](int t, int (&pp)[2]) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int j = it.kv_begin + t * WG_BN + 32 * h;
+                pp[h] = j < it.kv_end ? __ldg(krows + (j >> 6)) : -1;
+            }
+        };
+        auto issue = [&](int t, const int (&pp)[2]) {
+            const u32 dst = skv_a + (t & 1) * WG_TILE;
+            mbar_expect_tx(full(t), (pp[1] >= 0 ? 2 : 1) * HALF);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if (pp[h] < 0) continue;
+                const int row = (it.kv_begin + t * WG_BN + 32 * h) & 63; // within the page
+#pragma unroll
+                for (int cb = 0; cb < 9; cb++) tma_load_3d(dst + cb * WG_BLOCK + h * 4096, map, 64 * cb, row, pp[h], full(t));
+            }
+        };
+        const bool producer = tid == 128;
+        int pg[2];
+        if (producer) {
+            pages(0, pg);
+            issue(0, pg);
+            if (ntiles > 1) {
+                pages(1, pg);
+                issue(1, pg);
+            }
+        }
+        // The queries (cp.async, every thread), beside the first tiles.
+        cp_commit();
+        cp_wait<0>();
+        fence_async_smem();
+        __syncthreads();
+        if (!consumer) {
+            if (producer) {
+                if (ntiles > 2) pages(2, pg);
+                for (int t = 2; t < ntiles; t++) {
+                    mbar_wait(empty(t), ((t >> 1) - 1) & 1); // tile t-2's products are done with the stage
+                    issue(t, pg);
+                    if (t + 1 < ntiles) pages(t + 1, pg);
+                }
+            }
+            return;
+        }
+        for (int t = 0; t < ntiles; t++) {
+            const int j0 = it.kv_begin + t * WG_BN;
+            const u32 sk_a = skv_a + (t & 1) * WG_TILE;
+            if (t >= 1) {
+                // Tile t-1's O^T product is done: its stage is free for
+                // tile t+1 (no product is in flight across the waits).
+                wg_wait<0>();
+#pragma unroll
+                for (int i = 0; i < 8; i++) reg_fence(o[i]);
+                mbar_arrive(empty(t - 1));
+            }
+            mbar_wait(full(t), (t >> 1) & 1);
+            if (it.kv_end - j0 < WG_BN) {
+                // The item's last tile, part past kv_end: zero those keys'
+                // values (the first 512 columns, 8 column blocks).
+                const int valid = it.kv_end - j0;
+                unsigned char* st = skv + (t & 1) * WG_TILE;
+                for (int c = tid; c < (WG_BN - valid) * 64; c += 128) {
+                    const int r = valid + (c >> 6), ch = c & 63;
+                    *(uint4*)(st + wsw(r, ch)) = make_uint4(0, 0, 0, 0);
+                }
+                fence_async_smem();
+                consumer_sync();
+            }
+            scores(sk_a);
+            wg_wait<0>();
+            reg_fence(s);
+            softmax(-1, j0);
+            values(sk_a);
+        }
+    } else if constexpr (RS) {
         // Named barriers between the warpgroups: FULL(b) when the loader has
         // converted a tile into f16 tile b, EMPTY(b) when the consumer's
         // products are done with it (2 + b and 4 + b; 0 is __syncthreads,
@@ -766,3 +868,15 @@ MLA_DECODE_ENTRY(mla_decode_wg16, 1, (mla_decode_wgn<FMT_BF16, false>))
 MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg16, 1, (mla_decode_wgn<FMT_FP8, false>))
 MLA_SPARSE_ENTRY(mla_sparse_wg16, 1, (mla_decode_wgn<FMT_BF16, true>))
 MLA_SPARSE_ENTRY(mla_sparse_fp8_wg16, 1, (mla_decode_wgn<FMT_DSA, true>))
+
+// The dense bf16 16-row decode over pages of 64 keys with its tiles loaded
+// by TMA: mla_decode_wg16's parameters and the host's descriptor of the
+// cache (kv_cache [pages, 64, 576], boxes of one page's 32 keys x 64
+// columns, 128-byte swizzle).
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
+    mla_decode_tma_wg16(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,
+                        const int* __restrict__ kv_indices, MLA_COMMON_PARAMS, int page_shift, float scale_log2,
+                        int head_blocks, const __grid_constant__ TmaMap kv_map) {
+    const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, 1.f, &kv_map};
+    MLA_ITEMS((mla_decode_wgn<FMT_BF16, false, true>), ks)
+}

@@ -2,8 +2,8 @@
 // (mla_decode_sm90.cu, mha_prefill_sm90.cu; the Go side puts this text after
 // tile.cuh): wgmma's shared-memory matrix descriptors over the 128-byte
 // swizzle, its fence, commit and wait, the proxy fence that hands generic
-// shared-memory writes to it, mbarriers, and the register fence that keeps
-// the compiler from moving accesses of its accumulators.
+// shared-memory writes to it, mbarriers, TMA loads, and the register fence
+// that keeps the compiler from moving accesses of its accumulators.
 
 typedef unsigned long long u64;
 
@@ -55,6 +55,37 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     while (!mbar_try(bar, parity)) {
     }
 }
+// Arrives on bar, whose phase then also waits for bytes more to land.
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// A CUtensorMap, as a kernel parameter (const __grid_constant__), whose
+// address the TMA loads take.
+struct __align__(64) TmaMap {
+    unsigned long long opaque[16];
+};
+
+// One TMA load of the box of map at (col, row) (innermost first) into dst,
+// completing on bar with the box's bytes. With the 128-byte swizzle a box
+// of 64 two-byte columns lands as rows of 128 bytes whose 16-byte chunks
+// are XOR-swizzled by the row within the 1024-byte atom: the column blocks
+// of wgmma's layout, when dst is 1024-byte aligned.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, int col, int row, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+        "l"(map), "r"(col), "r"(row), "r"(bar)
+        : "memory");
+}
+
+// The same over a three-dimensional map, at (col, row, plane).
+__device__ __forceinline__ void tma_load_3d(u32 dst, const TmaMap* map, int col, int row, int plane, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
+        "l"(map), "r"(col), "r"(row), "r"(plane), "r"(bar)
+        : "memory");
+}
+
 // Keeps the compiler from moving accesses of accumulator registers across
 // the asynchronous MMAs that own them.
 template <int N>
