@@ -53,10 +53,10 @@ const (
 	// EntryDecodeTMA is mla_decode_wg16 with its tiles loaded by TMA over
 	// the descriptor of the cache (kv_map): the dense bf16 16-row decode
 	// over pages of 64 keys on compute capability 9.0.
-	EntryDecodeTMA      = "mla_decode_tma_wg16"
-	EntryCombine        = "mla_combine"
-	EntryCombineRows    = "mla_combine_rows"
-	EntrySchedule       = "mla_schedule"
+	EntryDecodeTMA   = "mla_decode_tma_wg16"
+	EntryCombine     = "mla_combine"
+	EntryCombineRows = "mla_combine_rows"
+	EntrySchedule    = "mla_schedule"
 )
 
 // Tile constants of mla_decode.cu (keep in step with its #defines).
