@@ -56,7 +56,7 @@ type target struct {
 	text, metric string
 	goal         float64
 	atMost       bool
-	rows         func(rep *Report) []goalRow
+	rows         func(rep *Report, metric string) []goalRow
 	limit        string
 }
 
@@ -89,9 +89,10 @@ const (
 	limitSparsePrefill = "the 64-row decode body it runs on, over gathered rows (docs/device.md, \"Sparse MLA\")"
 )
 
-// decodeRows are the decode rows that pick accepts, under metric.
-func decodeRows(metric string, pick func(BenchResult) bool) func(*Report) []goalRow {
-	return func(rep *Report) []goalRow {
+// decodeRows are the decode rows that pick accepts, under the target's
+// metric.
+func decodeRows(pick func(BenchResult) bool) func(*Report, string) []goalRow {
+	return func(rep *Report, metric string) []goalRow {
 		var out []goalRow
 		for _, r := range rep.Decode {
 			if !pick(r) {
@@ -106,8 +107,8 @@ func decodeRows(metric string, pick func(BenchResult) bool) func(*Report) []goal
 
 // prefillRows are the prefill rows named in names, by their speed-up over
 // torch's SDPA.
-func prefillRows(names ...string) func(*Report) []goalRow {
-	return func(rep *Report) []goalRow {
+func prefillRows(names ...string) func(*Report, string) []goalRow {
+	return func(rep *Report, _ string) []goalRow {
 		var out []goalRow
 		for _, r := range rep.Prefill {
 			for _, n := range names {
@@ -121,9 +122,9 @@ func prefillRows(names ...string) func(*Report) []goalRow {
 }
 
 // quantRows are the sparse and FP8 rows whose names start with prefix and
-// whose batch is at least minBatch, under metric.
-func quantRows(metric, prefix string, minBatch int) func(*Report) []goalRow {
-	return func(rep *Report) []goalRow {
+// whose batch is at least minBatch, under the target's metric.
+func quantRows(prefix string, minBatch int) func(*Report, string) []goalRow {
+	return func(rep *Report, metric string) []goalRow {
 		var out []goalRow
 		for _, r := range rep.Quant {
 			if !strings.HasPrefix(r.Name, prefix) || r.Batch < minBatch {
@@ -143,26 +144,26 @@ func targets() []target {
 	}
 	return []target{
 		{"MLA decode, 16 heads, batch >= 16: >= 85% of the copy bandwidth", "of_copy_bandwidth", 0.85, false,
-			decodeRows("of_copy_bandwidth", func(r BenchResult) bool { return r.Heads == 16 && r.Batch >= 16 }), limitDecode16},
+			decodeRows(func(r BenchResult) bool { return r.Heads == 16 && r.Batch >= 16 }), limitDecode16},
 		{"MLA decode, 128 heads, batch >= 16: >= 55% of the bf16 matmul peak", "of_matmul_peak", 0.55, false,
-			decodeRows("of_matmul_peak", func(r BenchResult) bool { return r.Heads == 128 && r.Batch >= 16 }), limitDecode128},
-		{"MLA decode, batch 1, 4096 cached, 16 heads: <= 7 us", "us", 7, true, decodeRows("us", named("h16_b1_s4096")), limitBatch1},
-		{"MLA decode, batch 1, 4096 cached, 128 heads: <= 12 us", "us", 12, true, decodeRows("us", named("h128_b1_s4096")), limitBatch1},
+			decodeRows(func(r BenchResult) bool { return r.Heads == 128 && r.Batch >= 16 }), limitDecode128},
+		{"MLA decode, batch 1, 4096 cached, 16 heads: <= 7 us", "us", 7, true, decodeRows(named("h16_b1_s4096")), limitBatch1},
+		{"MLA decode, batch 1, 4096 cached, 128 heads: <= 12 us", "us", 12, true, decodeRows(named("h128_b1_s4096")), limitBatch1},
 		{"prefill, 128 heads, 4k-16k tokens: >= 1.0x torch SDPA", "speedup_vs_torch", 1, false,
 			prefillRows("h128_prefill_4k", "h128_prefill_8k", "h128_prefill_16k"), limitPrefill},
 		{"prefill, 16 heads, 1k tokens: >= 1.0x torch SDPA", "speedup_vs_torch", 1, false, prefillRows("h16_prefill_1k"), limitPrefill},
 		{"sparse decode (bf16 cache), 16 heads, batch >= 16: >= 70% of the copy bandwidth", "of_copy_bandwidth", 0.70, false,
-			quantRows("of_copy_bandwidth", "sparse bf16 h16 ", 16), limitSparse16},
+			quantRows("sparse bf16 h16 ", 16), limitSparse16},
 		{"sparse decode (FP8 cache), 16 heads, batch >= 16: >= 70% of the copy bandwidth", "of_copy_bandwidth", 0.70, false,
-			quantRows("of_copy_bandwidth", "sparse fp8 h16 ", 16), limitSparseFP816},
+			quantRows("sparse fp8 h16 ", 16), limitSparseFP816},
 		{"sparse decode (bf16 cache), 128 heads, batch >= 16: >= 40% of the bf16 matmul peak", "of_matmul_peak", 0.40, false,
-			quantRows("of_matmul_peak", "sparse bf16 h128 ", 16), limitSparse128},
+			quantRows("sparse bf16 h128 ", 16), limitSparse128},
 		{"sparse decode (FP8 cache), 128 heads, batch >= 16: >= 40% of the bf16 matmul peak", "of_matmul_peak", 0.40, false,
-			quantRows("of_matmul_peak", "sparse fp8 h128 ", 16), limitSparse128},
+			quantRows("sparse fp8 h128 ", 16), limitSparse128},
 		{"dense decode over an FP8 cache, 16 heads, batch >= 16: >= 1.6x the bf16 cache", "speedup_vs_bf16", 1.6, false,
-			quantRows("speedup_vs_bf16", "fp8 decode h16 ", 16), limitDenseFP8},
+			quantRows("fp8 decode h16 ", 16), limitDenseFP8},
 		{"sparse prefill, 128 heads: >= 40% of the bf16 matmul peak", "of_matmul_peak", 0.40, false,
-			quantRows("of_matmul_peak", "sparse prefill ", 0), limitSparsePrefill},
+			quantRows("sparse prefill ", 0), limitSparsePrefill},
 	}
 }
 
@@ -171,7 +172,7 @@ func targets() []target {
 func Judge(rep *Report) []Goal {
 	var out []Goal
 	for _, t := range targets() {
-		rows := t.rows(rep)
+		rows := t.rows(rep, t.metric)
 		if len(rows) == 0 {
 			continue
 		}

@@ -642,7 +642,7 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 	}
 	args = append(args, core.Arg{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}, intArg("head_blocks", ds.hb))
 	l := core.Launch{
-		Module: ds.v.module(), Entry: ds.v.entry(ds.form),
+		Module: ds.v.module(), Entry: ds.entry(),
 		Grid: [3]uint32{uint32(slots * ds.hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
 		SharedBytes:  uint32(ds.v.shared(ds.form)),
 		Args:         args,
@@ -651,7 +651,7 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 	if ds.tma {
 		// The cache [pages, 64, 576], boxes of one page's 32 keys x 64
 		// columns; 64 bytes more for the stages' mbarriers.
-		l.Entry, l.SharedBytes = ds.entry(), l.SharedBytes+64
+		l.SharedBytes += 64
 		l.Args = append(l.Args, core.Arg{Param: "kv_map", Kind: core.ArgTensorMap, Name: "kv_cache", Map: &core.TensorMap{
 			Box: []uint32{1, 32, 64}, Swizzle: "128B", L2Promotion: "256B"}})
 	}
