@@ -50,13 +50,15 @@ const (
 	// ModuleMLADecodeSM90 is the decode on wgmma, built for sm_90a alone
 	// and handed only to a device of compute capability 9.0.
 	ModuleMLADecodeSM90 = "mla_decode_sm90"
-	// EntryDecodeTMA is mla_decode_wg16 with its tiles loaded by TMA over
-	// the descriptor of the cache (kv_map): the dense bf16 16-row decode
-	// over pages of 64 keys on compute capability 9.0.
-	EntryDecodeTMA   = "mla_decode_tma_wg16"
-	EntryCombine     = "mla_combine"
-	EntryCombineRows = "mla_combine_rows"
-	EntrySchedule    = "mla_schedule"
+	// EntryDecodeTMA and EntryDecodeTMAWide are mla_decode_wg16 and
+	// mla_decode_wg64 with their tiles loaded by TMA over the descriptor of
+	// the cache (kv_map): the dense bf16 decode over pages of 64 keys on
+	// compute capability 9.0.
+	EntryDecodeTMA     = "mla_decode_tma_wg16"
+	EntryDecodeTMAWide = "mla_decode_tma_wg64"
+	EntryCombine       = "mla_combine"
+	EntryCombineRows   = "mla_combine_rows"
+	EntrySchedule      = "mla_schedule"
 )
 
 // Tile constants of mla_decode.cu (keep in step with its #defines).
@@ -346,13 +348,15 @@ func Spec() []core.KernelModule {
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()},
 		core.Entry{Name: EntryCombineRows, Params: append(combineParams(), core.Param{Name: "max_rows", Kind: core.ParamI32})},
 		core.Entry{Name: EntrySchedule, Params: scheduleParams()})
-	hopper := make([]core.Entry, 0, 2*int(numForms)+1)
+	hopper := make([]core.Entry, 0, 2*int(numForms)+2)
 	for _, v := range []decodeVariant{hopperVariant, hopperNarrow} {
 		for f := range numForms {
 			hopper = append(hopper, core.Entry{Name: v.entry(f), Params: decodeParams(f)})
 		}
 	}
-	hopper = append(hopper, core.Entry{Name: EntryDecodeTMA, Params: append(decodeParams(formDense), core.Param{Name: "kv_map", Kind: core.ParamTensorMap})})
+	for _, name := range []string{EntryDecodeTMAWide, EntryDecodeTMA} {
+		hopper = append(hopper, core.Entry{Name: name, Params: append(decodeParams(formDense), core.Param{Name: "kv_map", Kind: core.ParamTensorMap})})
+	}
 	kernels := slices.Concat(mlaKernelNames, sparseKernelNames)
 	return []core.KernelModule{
 		{Name: ModuleMLADecode, Platform: core.PlatformCUDA, Entries: entries, Kernels: kernels},
@@ -513,15 +517,16 @@ type decodeShape struct {
 	maxRows, hb, slots int
 	capacity, batch    int
 	itemCost           int // an item's cost beyond its key tiles, in tiles
-	// tma: the decode loads its tiles by TMA (EntryDecodeTMA): the dense
-	// bf16 16-row body on compute capability 9.0 over pages of 64 keys.
+	// tma: the decode loads its tiles by TMA (EntryDecodeTMA,
+	// EntryDecodeTMAWide): the dense bf16 Hopper bodies over pages of 64
+	// keys.
 	tma bool
 }
 
 // entry is the decode entry ds's launches run.
 func (ds decodeShape) entry() string {
 	if ds.tma {
-		return EntryDecodeTMA
+		return "mla_decode_tma_" + ds.v.suffix
 	}
 	return ds.v.entry(ds.form)
 }
@@ -559,7 +564,7 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 	ds.slots = max(max(req.Device.SMs, 1)*ds.v.perSM/ds.hb, 1)
 	ds.capacity = ds.batch + ds.slots
 	ds.itemCost = itemCost
-	ds.tma = ds.v == hopperNarrow && form == formDense && s.PageSize == 64
+	ds.tma = (ds.v == hopperNarrow || ds.v == hopperVariant) && form == formDense && s.PageSize == 64
 	return ds
 }
 
@@ -649,8 +654,12 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 	}
 	if ds.tma {
 		// The cache [pages, 64, 576], boxes of one page's 32 keys x 64
-		// columns; 64 bytes more for the stages' mbarriers.
-		l.Entry, l.SharedBytes = ds.entry(), l.SharedBytes+64
+		// columns; the 16-row body keeps its stages' mbarriers in 64 bytes
+		// more (the 64-row one where the keys' validity would be).
+		l.Entry = ds.entry()
+		if ds.v == hopperNarrow {
+			l.SharedBytes += 64
+		}
 		l.Args = append(l.Args, core.Arg{Param: "kv_map", Kind: core.ArgTensorMap, Name: "kv_cache", Map: &core.TensorMap{
 			Box: []uint32{1, 32, 64}, Swizzle: "128B", L2Promotion: "256B"}})
 	}

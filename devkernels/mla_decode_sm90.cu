@@ -157,7 +157,52 @@ __device__ __forceinline__ void wg_issue(u32 stage, const Keys& ks, long long ro
     }
 }
 
-template <int FMT, bool SPARSE>
+// TMA loads of a dense bf16 cache in pages of 64 keys (the entries
+// mla_decode_tma_wg64 and mla_decode_tma_wg16): the host's descriptor of
+// kv_cache in its own shape [pages, 64, 576] with boxes of one page's 32
+// keys x 64 columns (128-byte swizzle), so a tile is two halves of nine
+// boxes, each box half a column block of the tile's layout. Items start at
+// multiples of 32 keys, so a half never crosses a page. One thread issues
+// a tile and arms its stage's FULL mbarrier with the bytes.
+struct PageTma {
+    const TmaMap* map;
+    const int* krows; // the request's pages
+    int kv_begin, kv_end;
+    u32 tiles;        // the first stage's address; the second one tile on
+    // The pages of tile t's halves (-1 past kv_end).
+    __device__ __forceinline__ void pages(int t, int (&pp)[2]) const {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int j = kv_begin + t * WG_BN + 32 * h;
+            pp[h] = j < kv_end ? __ldg(krows + (j >> 6)) : -1;
+        }
+    }
+    // Issues tile t (pages pp) into its stage, completing on full.
+    __device__ __forceinline__ void issue(int t, const int (&pp)[2], u32 full) const {
+        const u32 dst = tiles + (t & 1) * WG_TILE;
+        mbar_expect_tx(full, (pp[1] >= 0 ? 2 : 1) * 32 * DQK * 2);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (pp[h] < 0) continue;
+            const int row = (kv_begin + t * WG_BN + 32 * h) & 63; // within the page
+#pragma unroll
+            for (int cb = 0; cb < 9; cb++) tma_load_3d(dst + cb * WG_BLOCK + h * 4096, map, 64 * cb, row, pp[h], full);
+        }
+    }
+};
+
+// Zeroes the values (the first 512 columns) of keys valid..63 of a landed
+// tile at st, the threads tid of n sharing them: a page's keys past an
+// item's end are whatever the cache holds there, and their P of 0 times a
+// NaN would not be 0.
+__device__ __forceinline__ void zero_values(unsigned char* st, int valid, int tid, int n) {
+    for (int c = tid; c < (WG_BN - valid) * 64; c += n) {
+        const int r = valid + (c >> 6), ch = c & 63;
+        *(uint4*)(st + wsw(r, ch)) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+template <int FMT, bool SPARSE, bool TMA = false>
 __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
                                               float* __restrict__ lse, const Item it,
                                               const ReqInfo* __restrict__ reqs,
@@ -216,7 +261,36 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
         cp_commit();
         nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr, it.kv_end);
     };
-    load(0); // the queries ride with the first tile
+    // TMA (the dense bf16 cache in pages of 64 keys, PageTma): thread 0
+    // issues every tile, both stages from the start, then tile t+1 once
+    // both warpgroups are past tile t-1's P V (the maxima's barrier), onto
+    // the stages' FULL mbarriers, which sit where the keys' validity would
+    // (a TMA tile's key is valid below kv_end).
+    const u32 bars = smem_addr(kvalid);
+    auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
+    const PageTma tma = {(const TmaMap*)ks.map, krows, it.kv_begin, it.kv_end, skv_a};
+    int pg[2] = {-1, -1};
+    if constexpr (TMA) {
+        static_assert(!H && !SPARSE, "TMA: the dense bf16 form");
+        if (tid == 0) {
+            mbar_init(full(0), 1);
+            mbar_init(full(1), 1);
+            fence_async_smem(); // the barriers, before the TMA unit arrives on them
+        }
+        __syncthreads();
+        if (tid == 0) {
+            tma.pages(0, pg);
+            tma.issue(0, pg, full(0));
+            if (ntiles > 1) {
+                tma.pages(1, pg);
+                tma.issue(1, pg, full(1));
+                if (ntiles > 2) tma.pages(2, pg);
+            }
+        }
+        cp_commit(); // the queries
+    } else {
+        load(0); // the queries ride with the first tile
+    }
 
     // This thread's two rows (of S and of O: both are m64 accumulators of
     // its warpgroup), their causal limits, and its first key of S.
@@ -235,9 +309,23 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
     for (int t = 0; t < ntiles; t++) {
         const int j0 = it.kv_begin + t * WG_BN;
         if (H) wg_wait<0>(); // this warpgroup's last P V is done with the f16 tile
-        cp_wait<0>();
-        fence_async_smem(); // the copies (the bf16 stage, the queries) before the MMAs read them
-        __syncthreads();
+        if constexpr (TMA) {
+            if (t == 0) { // the queries
+                cp_wait<0>();
+                fence_async_smem();
+                __syncthreads();
+            }
+            mbar_wait(full(t), (t >> 1) & 1);
+            if (it.kv_end - j0 < WG_BN) { // the item's last tile, part past kv_end
+                zero_values(skv + (t & 1) * WG_TILE, it.kv_end - j0, tid, NTHREADS);
+                fence_async_smem();
+                __syncthreads();
+            }
+        } else {
+            cp_wait<0>();
+            fence_async_smem(); // the copies (the bf16 stage, the queries) before the MMAs read them
+            __syncthreads();
+        }
         if (H) {
             dequant_tile<FMT, WG_BN>(sraw, skv, tile_dst, tid);
             if (t == 0) queries_f16<M>(sq, tile_dst, tid); // they landed with the first tile
@@ -270,7 +358,7 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int key = j0 + kq + 8 * j + e;
-                const bool in = kvalid[(t & 1) * WG_BN + kq + 8 * j + e] != 0;
+                const bool in = TMA ? key < it.kv_end : kvalid[(t & 1) * WG_BN + kq + 8 * j + e] != 0;
                 s[4 * j + e] = (in && key <= causal0) ? s[4 * j + e] * scale_log2 : NEG_INF;
                 s[4 * j + 2 + e] = (in && key <= causal1) ? s[4 * j + 2 + e] * scale_log2 : NEG_INF;
                 mx0 = fmaxf(mx0, s[4 * j + e]);
@@ -283,7 +371,14 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
             red_max[wg * M + r1] = mx1;
         }
         __syncthreads(); // the maxima of both warpgroups; both past the last tile's P V
-        if (!H && t + 1 < ntiles) load(t + 1); // into the stage that P V read
+        if constexpr (TMA) {
+            if (tid == 0 && t >= 1 && t + 1 < ntiles) { // into the stage that P V read
+                tma.issue(t + 1, pg, full(t + 1));
+                if (t + 2 < ntiles) tma.pages(t + 2, pg);
+            }
+        } else if (!H && t + 1 < ntiles) {
+            load(t + 1); // into the stage that P V read
+        }
         const float mt0 = fmaxf(m0, fmaxf(red_max[r0], red_max[M + r0]));
         const float mt1 = fmaxf(m1, fmaxf(red_max[r1], red_max[M + r1]));
         const float mu0 = mt0 == NEG_INF ? 0.f : mt0, mu1 = mt1 == NEG_INF ? 0.f : mt1;
@@ -624,7 +719,6 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         // their values in the item's last tile (P is 0 there, and 0 times
         // a NaN would not be).
         static_assert(!H && !SPARSE, "TMA: the dense bf16 form");
-        const TmaMap* map = (const TmaMap*)ks.map;
         const u32 bars = smem_addr(sraw); // FULL x2, EMPTY x2
         auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
         auto empty = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
@@ -636,26 +730,9 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
             fence_async_smem(); // the barriers, before the TMA unit arrives on them
         }
         __syncthreads();
-        constexpr int HALF = 32 * DQK * 2; // the bytes of a half tile
-        // The pages of tile t's halves (-1 past kv_end), read a tile ahead.
-        auto pages = [&](int t, int (&pp)[2]) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int j = it.kv_begin + t * WG_BN + 32 * h;
-                pp[h] = j < it.kv_end ? __ldg(krows + (j >> 6)) : -1;
-            }
-        };
-        auto issue = [&](int t, const int (&pp)[2]) {
-            const u32 dst = skv_a + (t & 1) * WG_TILE;
-            mbar_expect_tx(full(t), (pp[1] >= 0 ? 2 : 1) * HALF);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                if (pp[h] < 0) continue;
-                const int row = (it.kv_begin + t * WG_BN + 32 * h) & 63; // within the page
-#pragma unroll
-                for (int cb = 0; cb < 9; cb++) tma_load_3d(dst + cb * WG_BLOCK + h * 4096, map, 64 * cb, row, pp[h], full(t));
-            }
-        };
+        const PageTma tma = {(const TmaMap*)ks.map, krows, it.kv_begin, it.kv_end, skv_a};
+        auto pages = [&](int t, int (&pp)[2]) { tma.pages(t, pp); };
+        auto issue = [&](int t, const int (&pp)[2]) { tma.issue(t, pp, full(t)); };
         const bool producer = tid == 128;
         int pg[2];
         if (producer) {
@@ -694,15 +771,8 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
                 mbar_arrive(empty(t - 1));
             }
             mbar_wait(full(t), (t >> 1) & 1);
-            if (it.kv_end - j0 < WG_BN) {
-                // The item's last tile, part past kv_end: zero those keys'
-                // values (the first 512 columns, 8 column blocks).
-                const int valid = it.kv_end - j0;
-                unsigned char* st = skv + (t & 1) * WG_TILE;
-                for (int c = tid; c < (WG_BN - valid) * 64; c += 128) {
-                    const int r = valid + (c >> 6), ch = c & 63;
-                    *(uint4*)(st + wsw(r, ch)) = make_uint4(0, 0, 0, 0);
-                }
+            if (it.kv_end - j0 < WG_BN) { // the item's last tile, part past kv_end
+                zero_values(skv + (t & 1) * WG_TILE, it.kv_end - j0, tid, 128);
                 fence_async_smem();
                 consumer_sync();
             }
@@ -869,14 +939,16 @@ MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg16, 1, (mla_decode_wgn<FMT_FP8, false>))
 MLA_SPARSE_ENTRY(mla_sparse_wg16, 1, (mla_decode_wgn<FMT_BF16, true>))
 MLA_SPARSE_ENTRY(mla_sparse_fp8_wg16, 1, (mla_decode_wgn<FMT_DSA, true>))
 
-// The dense bf16 16-row decode over pages of 64 keys with its tiles loaded
-// by TMA: mla_decode_wg16's parameters and the host's descriptor of the
-// cache (kv_cache [pages, 64, 576], boxes of one page's 32 keys x 64
-// columns, 128-byte swizzle).
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
-    mla_decode_tma_wg16(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,
-                        const int* __restrict__ kv_indices, MLA_COMMON_PARAMS, int page_shift, float scale_log2,
-                        int head_blocks, const __grid_constant__ TmaMap kv_map) {
-    const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, 1.f, &kv_map};
-    MLA_ITEMS((mla_decode_wgn<FMT_BF16, false, true>), ks)
-}
+// The dense bf16 decode over pages of 64 keys with its tiles loaded by TMA
+// (PageTma): the parameters of mla_decode_wg64 and mla_decode_wg16, and the
+// host's descriptor of the cache.
+#define MLA_DECODE_TMA_ENTRY(NAME, BODY)                                                                         \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                                   \
+        NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
+             const int* __restrict__ kv_indices, MLA_COMMON_PARAMS, int page_shift, float scale_log2,           \
+             int head_blocks, const __grid_constant__ TmaMap kv_map) {                                          \
+        const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, 1.f, &kv_map}; \
+        MLA_ITEMS(BODY, ks)                                                                                     \
+    }
+MLA_DECODE_TMA_ENTRY(mla_decode_tma_wg64, (mla_decode_wg<FMT_BF16, false, true>))
+MLA_DECODE_TMA_ENTRY(mla_decode_tma_wg16, (mla_decode_wgn<FMT_BF16, false, true>))
