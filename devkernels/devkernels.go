@@ -652,14 +652,15 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 		Args:         args,
 		Programmatic: programmatic(req.Device),
 	}
+	if ds.v == hopperNarrow && !ds.form.fp8() {
+		// The bf16 16-row body's stages' mbarriers (the 64-row one keeps
+		// its TMA tiles' where the keys' validity would be).
+		l.SharedBytes += 64
+	}
 	if ds.tma {
 		// The cache [pages, 64, 576], boxes of one page's 32 keys x 64
-		// columns; the 16-row body keeps its stages' mbarriers in 64 bytes
-		// more (the 64-row one where the keys' validity would be).
+		// columns.
 		l.Entry = ds.entry()
-		if ds.v == hopperNarrow {
-			l.SharedBytes += 64
-		}
 		l.Args = append(l.Args, core.Arg{Param: "kv_map", Kind: core.ArgTensorMap, Name: "kv_cache", Map: &core.TensorMap{
 			Box: []uint32{1, 32, 64}, Swizzle: "128B", L2Promotion: "256B"}})
 	}

@@ -548,6 +548,9 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     // bf16 tiles land in their two stages directly.
     constexpr int NR = RS ? 2 : H ? 3 : 2;
     constexpr int RAW = WG_BN * KB;
+    // The other bf16 tiles (pages of one key, or the top-k's rows) come by
+    // cp.async from the loader warpgroup alone, onto mbarriers (PROD).
+    constexpr bool PROD = !H && !TMA;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     unsigned char* sq = smem;                                  // 16 query rows: 9 x 2 KB
@@ -587,7 +590,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     }
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
     const int lr = tid >> 2, lk = tid & 3;
-    int nkey = TMA ? -1 : wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
+    int nkey = TMA || PROD ? -1 : wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
     auto load = [&](int t) {
         const long long row = wg_row<SPARSE>(ks, nkey, it.kv_begin + t * WG_BN + lr);
         wg_issue<FMT>(stage(t), ks, row, lr, lk);
@@ -601,7 +604,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         if (u < ntiles) load(u);
         else cp_commit();
     };
-    if (!RS && !TMA) load(0); // the queries ride with the first tile
+    if (!RS && !TMA && !PROD) load(0); // the queries ride with the first tile
     if (H && !RS)
         for (int u = 1; u < NR - 1; u++) ahead(u);
 
@@ -859,7 +862,62 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
             softmax(b * WG_BN, it.kv_begin + t * WG_BN);
             values(sk_a);
         }
-    } else {
+    } else if constexpr (PROD) {
+        // The loader warpgroup copies every tile, two threads a key row
+        // (the even and the odd chunks), the row's place looked up a tile
+        // ahead, onto the stage's FULL mbarrier: the copies' own arrivals
+        // (cp.async.mbarrier.arrive.noinc) and a plain one of each loader
+        // thread after it wrote the keys' validity, 256 in all. The
+        // consumer's threads arrive on the stage's EMPTY mbarrier once its
+        // products are done with it, and the loaders refill it: both stages
+        // fly from the start, and no copy waits for the block's barrier.
+        const u32 bars = smem_addr(sraw); // FULL x2, EMPTY x2
+        auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
+        auto empty = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
+        if (tid == 0) {
+            mbar_init(full(0), 256);
+            mbar_init(full(1), 256);
+            mbar_init(empty(0), 128);
+            mbar_init(empty(1), 128);
+        }
+        __syncthreads();
+        if (!consumer) {
+            const int ltid = tid - 128, pr = ltid >> 1, ph = ltid & 1;
+            int nk = wg_key<SPARSE>(ks, krows, it.kv_begin + pr, it.kv_end);
+            for (int t = 0; t < ntiles; t++) {
+                if (t >= 2) mbar_wait(empty(t), ((t >> 1) - 1) & 1); // tile t-2's products are done with the stage
+                const long long row = wg_row<SPARSE>(ks, nk, it.kv_begin + t * WG_BN + pr);
+                wg_issue<FMT>(skv_a + (t & 1) * WG_TILE, ks, row, pr, ph);
+                wg_issue<FMT>(skv_a + (t & 1) * WG_TILE, ks, row, pr, ph + 2);
+                if (ph == 0) kvalid[(t & 1) * WG_BN + pr] = row >= 0;
+                cp_arrive(full(t)); // also the queries' copies, before tile 0's
+                mbar_arrive(full(t));
+                nk = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + pr, it.kv_end);
+            }
+            return;
+        }
+        cp_commit();
+        cp_wait<0>(); // this thread's copies of the queries (the loaders' land with tile 0)
+        fence_async_smem();
+        consumer_sync();
+        for (int t = 0; t < ntiles; t++) {
+            const int j0 = it.kv_begin + t * WG_BN;
+            const u32 sk_a = skv_a + (t & 1) * WG_TILE;
+            if (t >= 1) {
+                wg_wait<0>(); // tile t-1's O^T product is done with its stage and P^T
+#pragma unroll
+                for (int i = 0; i < 8; i++) reg_fence(o[i]);
+                mbar_arrive(empty(t - 1));
+            }
+            mbar_wait(full(t), (t >> 1) & 1);
+            fence_async_smem(); // the loaders' copies before the products read them
+            scores(sk_a);
+            wg_wait<0>();
+            reg_fence(s);
+            softmax((t & 1) * WG_BN, j0);
+            values(sk_a);
+        }
+    } else { // DeepSeek-V3.2's FP8 rows: raw stages, converted by every thread
         for (int t = 0; t < ntiles; t++) {
             const int j0 = it.kv_begin + t * WG_BN;
             if (consumer) {
@@ -870,7 +928,6 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
             cp_wait<NR - 2>(); // tile t's group (FP8: later ones may still fly)
             fence_async_smem();
             __syncthreads();
-            if (!H && t + 1 < ntiles) load(t + 1);
             if (H) {
                 ahead(t + NR - 1); // into the raw stage converted last tile
                 dequant_tile<FMT, WG_BN>(sraw + (t % NR) * RAW, skv, tile_dst, tid);
