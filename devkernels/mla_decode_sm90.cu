@@ -252,7 +252,7 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
     // the index tensors hold for its key of the next tile (nkey), loaded a
     // tile ahead.
     const int lr = tid >> 2, lk = tid & 3;
-    int nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
+    int nkey = TMA ? -1 : wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
     // Issues tile t's copies (and its keys' validity), then loads tile t+1's key.
     auto load = [&](int t) {
         const long long row = wg_row<SPARSE>(ks, nkey, it.kv_begin + t * WG_BN + lr);
