@@ -36,6 +36,10 @@ type Goal struct {
 	// Missing are rows the target covers that report no figure: failed,
 	// or no torch in the run.
 	Missing []string `json:"missing,omitempty"`
+	// LimitedBy is, for a target missed, what the profiles of the kernels
+	// that run its rows say limits them, and where docs/device.md shows
+	// it: the last word of the people who measured, kept with the targets.
+	LimitedBy string `json:"limited_by,omitempty"`
 }
 
 // goalRow is one row's figure under a target's metric; ok is false when
@@ -46,13 +50,44 @@ type goalRow struct {
 	ok    bool
 }
 
-// target is a Goal before it is judged: its rows are picked from a report.
+// target is a Goal before it is judged: its rows are picked from a report;
+// limit is what limits them (Goal.LimitedBy).
 type target struct {
 	text, metric string
 	goal         float64
 	atMost       bool
 	rows         func(rep *Report) []goalRow
+	limit        string
 }
+
+// What the profiles of the kernels say limits each target (docs/device.md).
+const (
+	limitDecode16 = "at short steps a layer's fixed cost: the decode's chain of dependent trips before its first tile " +
+		"and after its last products, the fp32 partial outputs and the combine (timed by parts: 8-10 us of 28 at batch 16 " +
+		"with 4096 cached keys; docs/device.md, \"The combine by rows, and what a decode layer is made of\")"
+	limitDecode128 = "the 64-row body's serial chain: ncu (batch 132 x 4096) 33% of DRAM and 38-39% of SM throughput, " +
+		"25% of the warps' samples waiting for wgmma results and 11% issuing them, 22% integer address arithmetic, " +
+		"11% issuing cp.async; by ablation the softmax and the hand-offs of a tile add to its products instead of " +
+		"running under them (docs/device.md, \"Tried and not kept: FlashMLA's seesaw\")"
+	limitBatch1 = "chains of dependent trips, not bytes: timed by parts, the decode alone 6.2 us at 16 heads (1.1 us of " +
+		"bytes at the copy rate) and 12.8 us at 128, the combine 3.2 and 5.2 us (0.7 us a launch); each item writes " +
+		"32 KB (16 heads) or 128 KB (128 heads) of fp32 partial output that the combine reads back, and more or fewer " +
+		"items measured slower (docs/device.md, \"The combine by rows, and what a decode layer is made of\")"
+	limitPrefill = "the tail of a grid of short causal blocks of uneven length (docs/device.md, \"The prefill on " +
+		"Hopper: how it got there\")"
+	limitSparse16 = "ncu (bf16, batch 128): 55% of DRAM with the SMs 11% busy and 12% of warps active: gathered " +
+		"1152-byte rows, one tile in flight a multiprocessor while the block waits at its barrier (docs/device.md, " +
+		"\"Figures of the final build\", 10:07 UTC)"
+	limitSparseFP816 = "not profiled; by design DeepSeek-V3.2's 656-byte rows land in raw stages and every thread " +
+		"converts them between the block's barriers, where the dense FP8 form stages its rows in the loader's " +
+		"registers beside the products (docs/device.md, \"The dense FP8 16-row body\")"
+	limitSparse128 = "the 64-row body's serial chain, as the dense 128-head decode's, over gathered rows " +
+		"(docs/device.md, \"Tried and not kept: FlashMLA's seesaw\")"
+	limitDenseFP8 = "the consumer's products: by ablation a tile takes 2.63 us whole, 1.68 without the conversion and " +
+		"1.43 without the products, so one consumer warpgroup allows 1.41x the bf16 cache; a second would need a third " +
+		"f16 tile, 234 KB of shared memory against 227 (docs/device.md, \"The dense FP8 16-row body\")"
+	limitSparsePrefill = "the 64-row decode body it runs on, over gathered rows (docs/device.md, \"Sparse MLA\")"
+)
 
 // decodeRows are the decode rows that pick accepts, under metric.
 func decodeRows(metric string, pick func(BenchResult) bool) func(*Report) []goalRow {
@@ -108,26 +143,26 @@ func targets() []target {
 	}
 	return []target{
 		{"MLA decode, 16 heads, batch >= 16: >= 85% of the copy bandwidth", "of_copy_bandwidth", 0.85, false,
-			decodeRows("of_copy_bandwidth", func(r BenchResult) bool { return r.Heads == 16 && r.Batch >= 16 })},
+			decodeRows("of_copy_bandwidth", func(r BenchResult) bool { return r.Heads == 16 && r.Batch >= 16 }), limitDecode16},
 		{"MLA decode, 128 heads, batch >= 16: >= 55% of the bf16 matmul peak", "of_matmul_peak", 0.55, false,
-			decodeRows("of_matmul_peak", func(r BenchResult) bool { return r.Heads == 128 && r.Batch >= 16 })},
-		{"MLA decode, batch 1, 4096 cached, 16 heads: <= 7 us", "us", 7, true, decodeRows("us", named("h16_b1_s4096"))},
-		{"MLA decode, batch 1, 4096 cached, 128 heads: <= 12 us", "us", 12, true, decodeRows("us", named("h128_b1_s4096"))},
+			decodeRows("of_matmul_peak", func(r BenchResult) bool { return r.Heads == 128 && r.Batch >= 16 }), limitDecode128},
+		{"MLA decode, batch 1, 4096 cached, 16 heads: <= 7 us", "us", 7, true, decodeRows("us", named("h16_b1_s4096")), limitBatch1},
+		{"MLA decode, batch 1, 4096 cached, 128 heads: <= 12 us", "us", 12, true, decodeRows("us", named("h128_b1_s4096")), limitBatch1},
 		{"prefill, 128 heads, 4k-16k tokens: >= 1.0x torch SDPA", "speedup_vs_torch", 1, false,
-			prefillRows("h128_prefill_4k", "h128_prefill_8k", "h128_prefill_16k")},
-		{"prefill, 16 heads, 1k tokens: >= 1.0x torch SDPA", "speedup_vs_torch", 1, false, prefillRows("h16_prefill_1k")},
+			prefillRows("h128_prefill_4k", "h128_prefill_8k", "h128_prefill_16k"), limitPrefill},
+		{"prefill, 16 heads, 1k tokens: >= 1.0x torch SDPA", "speedup_vs_torch", 1, false, prefillRows("h16_prefill_1k"), limitPrefill},
 		{"sparse decode (bf16 cache), 16 heads, batch >= 16: >= 70% of the copy bandwidth", "of_copy_bandwidth", 0.70, false,
-			quantRows("of_copy_bandwidth", "sparse bf16 h16 ", 16)},
+			quantRows("of_copy_bandwidth", "sparse bf16 h16 ", 16), limitSparse16},
 		{"sparse decode (FP8 cache), 16 heads, batch >= 16: >= 70% of the copy bandwidth", "of_copy_bandwidth", 0.70, false,
-			quantRows("of_copy_bandwidth", "sparse fp8 h16 ", 16)},
+			quantRows("of_copy_bandwidth", "sparse fp8 h16 ", 16), limitSparseFP816},
 		{"sparse decode (bf16 cache), 128 heads, batch >= 16: >= 40% of the bf16 matmul peak", "of_matmul_peak", 0.40, false,
-			quantRows("of_matmul_peak", "sparse bf16 h128 ", 16)},
+			quantRows("of_matmul_peak", "sparse bf16 h128 ", 16), limitSparse128},
 		{"sparse decode (FP8 cache), 128 heads, batch >= 16: >= 40% of the bf16 matmul peak", "of_matmul_peak", 0.40, false,
-			quantRows("of_matmul_peak", "sparse fp8 h128 ", 16)},
+			quantRows("of_matmul_peak", "sparse fp8 h128 ", 16), limitSparse128},
 		{"dense decode over an FP8 cache, 16 heads, batch >= 16: >= 1.6x the bf16 cache", "speedup_vs_bf16", 1.6, false,
-			quantRows("speedup_vs_bf16", "fp8 decode h16 ", 16)},
+			quantRows("speedup_vs_bf16", "fp8 decode h16 ", 16), limitDenseFP8},
 		{"sparse prefill, 128 heads: >= 40% of the bf16 matmul peak", "of_matmul_peak", 0.40, false,
-			quantRows("of_matmul_peak", "sparse prefill ", 0)},
+			quantRows("of_matmul_peak", "sparse prefill ", 0), limitSparsePrefill},
 	}
 }
 
@@ -165,7 +200,7 @@ func Judge(rep *Report) []Goal {
 			g.Min, g.Max = 0, 0
 		}
 		if worst > 0 {
-			g.Met, g.ShortBy = false, worst
+			g.Met, g.ShortBy, g.LimitedBy = false, worst, t.limit
 		}
 		out = append(out, g)
 	}
@@ -187,6 +222,9 @@ func (rep *Report) writeGoals(w io.Writer) {
 			verdict = fmt.Sprintf("missed by %.0f%% (worst: %s)", 100*g.ShortBy, g.Worst)
 		}
 		fmt.Fprintf(w, "  %-86s %s .. %s: %s\n", g.Target, formatMetric(g.Metric, g.Min), formatMetric(g.Metric, g.Max), verdict)
+		if g.LimitedBy != "" {
+			fmt.Fprintf(w, "    limited by %s\n", g.LimitedBy)
+		}
 	}
 }
 

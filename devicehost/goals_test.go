@@ -65,10 +65,17 @@ func TestJudge(t *testing.T) {
 	if g := goalOf(t, goals, "prefill, 16 heads"); g.Met || len(g.Missing) != 1 || g.Min != 0 || g.Max != 0 {
 		t.Errorf("16-head prefill without torch: %+v", g)
 	}
+	// A target missed says what limits it; one met or not judged does not.
+	for _, g := range goals {
+		if missed := !g.Met && len(g.Missing) == 0; missed != (g.LimitedBy != "") {
+			t.Errorf("%s: met %v, missing %v, limited by %q", g.Target, g.Met, g.Missing, g.LimitedBy)
+		}
+	}
 	rep.Goals = goals
 	var b bytes.Buffer
 	rep.writeGoals(&b)
-	for _, want := range []string{"missed by 32% (worst: h16_b16_s4096)", "11.5 us .. 11.5 us: met", "not judged: no figure for h16_prefill_1k"} {
+	for _, want := range []string{"missed by 32% (worst: h16_b16_s4096)", "11.5 us .. 11.5 us: met", "not judged: no figure for h16_prefill_1k",
+		"    limited by at short steps a layer's fixed cost"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, b.String())
 		}
@@ -94,6 +101,9 @@ func TestJudgeRecordedRun(t *testing.T) {
 	for _, g := range goals {
 		if len(g.Missing) > 0 || len(g.Rows) == 0 {
 			t.Errorf("%s: rows %v, missing %v", g.Target, g.Rows, g.Missing)
+		}
+		if g.Met == (g.LimitedBy != "") {
+			t.Errorf("%s: met %v, limited by %q", g.Target, g.Met, g.LimitedBy)
 		}
 		met := g.Min >= g.Goal
 		if g.AtMost {
