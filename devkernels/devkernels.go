@@ -21,7 +21,8 @@ import (
 var MLADecodeSource string
 
 // MLADecodeSM90Source is the CUDA C source of the same decode kernels on
-// Hopper's own data path (wgmma, sm_90a), for 64 query rows per block.
+// Hopper's own data path (wgmma, TMA, sm_90a), for 64 and 16 query rows per
+// block.
 //
 //go:embed mla_decode_sm90.cu
 var MLADecodeSM90Source string
@@ -38,8 +39,8 @@ var MLACommonSource string
 //go:embed tile.cuh
 var TileHeader string
 
-// SM90Header is wgmma's primitives, compiled after TileHeader into the
-// modules built for sm_90a.
+// SM90Header is wgmma's primitives, mbarriers and TMA loads, compiled
+// after TileHeader into the modules built for sm_90a.
 //
 //go:embed sm90.cuh
 var SM90Header string
