@@ -189,15 +189,12 @@ func (v decodeVariant) shared(f decodeForm) int {
 		// 128 bytes) and the key tiles (9 blocks of 64 rows each), P (m rows
 		// of 64 keys), the maxima and the sums (2 x 64 of each for 64 rows,
 		// 4 x 16 for 16), the keys' validity (64 a stage), the staged FP8
-		// tiles (one for 64 rows, three raw stages for DeepSeek-V3.2's
-		// 16-row form; the dense FP8 16-row form stages its rows in
-		// registers and converts them into two f16 tiles).
+		// tiles (one for 64 rows; the FP8 16-row forms stage their rows in
+		// registers and convert them into two f16 tiles).
 		const tile, wbn = 64 * mlaDQK * 2, 64
 		tiles, raw, valid := 2, 0, 2
 		switch {
-		case f == formDenseFP8 && m == 16: // two f16 tiles, no raw stages
-		case f.fp8() && m == 16:
-			tiles, raw, valid = 1, 3, 3
+		case f.fp8() && m == 16: // two f16 tiles, no raw stages
 		case f.fp8():
 			tiles, raw = 1, 1
 		}

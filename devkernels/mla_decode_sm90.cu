@@ -536,11 +536,11 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
                                                float scale_log2, int hb) {
     constexpr int M = WN_ROWS;
     constexpr bool H = FMT != FMT_BF16;
-    // The dense FP8 form stages its rows in the loader's registers (RS):
-    // the loader warpgroup holds two tiles in flight and converts one into
-    // the f16 tile the consumer is not computing (two f16 tiles), so the
+    // The FP8 forms stage their rows in the loader's registers (RS): the
+    // loader warpgroup holds two tiles in flight and converts one into the
+    // f16 tile the consumer is not computing (two f16 tiles), so the
     // conversion runs beside the products.
-    constexpr bool RS = FMT == FMT_FP8 && !SPARSE;
+    constexpr bool RS = H;
     constexpr int KB = row_bytes(FMT);
     constexpr int NT = H && !RS ? 1 : 2;
     // DeepSeek-V3.2's FP8 rows land in NR raw stages (two tiles in flight,
@@ -797,39 +797,67 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         fence_async_smem();
         __syncthreads();
         if (!consumer) {
-            // Rows lr and lr + 32 of each tile, chunks lk, lk + 4, ..., lk + 32
-            // (16 e4m3 each), held in registers from their load to their
-            // conversion: ra for even tiles, rb for odd ones.
+            // Rows lr and lr + 32 of each tile, held in registers from their
+            // load to their conversion (ra for even tiles, rb for odd ones):
+            // of a dense FP8 row (576 e4m3) chunks lk, lk + 4, ..., lk + 32;
+            // of DeepSeek-V3.2's 656-byte row the e4m3 chunks lk, lk + 4,
+            // ..., lk + 28, the chunk of the four block scales, and the rope
+            // chunks lk and lk + 4 (8 bf16 each).
+            constexpr bool DSA = FMT == FMT_DSA;
+            constexpr int E = DSA ? 8 : 9; // e4m3 chunks a row
+            constexpr int CPR = DSA ? E + 3 : E; // chunks a row
             const int ltid = tid - 128, lr = ltid >> 2, lk = ltid & 3;
-            int nk[2] = {wg_key<false>(ks, krows, it.kv_begin + lr, it.kv_end),
-                         wg_key<false>(ks, krows, it.kv_begin + lr + 32, it.kv_end)};
-            uint4 ra[18], rb[18];
+            int nk[2] = {wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end),
+                         wg_key<SPARSE>(ks, krows, it.kv_begin + lr + 32, it.kv_end)};
+            uint4 ra[2 * CPR], rb[2 * CPR];
             int va[2], vb[2];
-            auto fetch = [&](uint4(&r)[18], int (&v)[2], int t) {
+            auto fetch = [&](uint4(&r)[2 * CPR], int (&v)[2], int t) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int rr = lr + 32 * h;
-                    const long long row = wg_row<false>(ks, nk[h], it.kv_begin + t * WG_BN + rr);
+                    const long long row = wg_row<SPARSE>(ks, nk[h], it.kv_begin + t * WG_BN + rr);
                     v[h] = row >= 0;
-                    const uint4* src = (const uint4*)(ks.kv + (row >= 0 ? row * KB : 0) + lk * 16);
+                    const uint4* src = (const uint4*)(ks.kv + (row >= 0 ? row * KB : 0));
+                    const uint4 z = make_uint4(0, 0, 0, 0);
 #pragma unroll
-                    for (int i = 0; i < 9; i++) r[9 * h + i] = row >= 0 ? __ldg(src + 4 * i) : make_uint4(0, 0, 0, 0);
-                    nk[h] = wg_key<false>(ks, krows, it.kv_begin + (t + 1) * WG_BN + rr, it.kv_end);
+                    for (int i = 0; i < E; i++) r[CPR * h + i] = row >= 0 ? __ldg(src + lk + 4 * i) : z;
+                    if constexpr (DSA) {
+                        r[CPR * h + E] = row >= 0 ? __ldg(src + DV / 16) : z; // the scales
+#pragma unroll
+                        for (int j = 0; j < 2; j++) r[CPR * h + E + 1 + j] = row >= 0 ? __ldg(src + DV / 16 + 1 + lk + 4 * j) : z;
+                    }
+                    nk[h] = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + rr, it.kv_end);
                 }
             };
-            auto put = [&](const uint4(&r)[18], const int (&v)[2], int b) {
+            auto put = [&](const uint4(&r)[2 * CPR], const int (&v)[2], int b) {
                 unsigned char* dt = skv + b * WG_TILE;
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int rr = lr + 32 * h;
 #pragma unroll
-                    for (int i = 0; i < 9; i++) {
-                        const uint4 x = r[9 * h + i];
+                    for (int i = 0; i < E; i++) {
+                        const uint4 x = r[CPR * h + i];
                         const int k = lk + 4 * i;
-                        *(uint4*)(dt + wsw(rr, 2 * k)) = make_uint4(e4m3x2_f16(x.x & 0xffff), e4m3x2_f16(x.x >> 16),
-                                                                   e4m3x2_f16(x.y & 0xffff), e4m3x2_f16(x.y >> 16));
-                        *(uint4*)(dt + wsw(rr, 2 * k + 1)) = make_uint4(e4m3x2_f16(x.z & 0xffff), e4m3x2_f16(x.z >> 16),
-                                                                       e4m3x2_f16(x.w & 0xffff), e4m3x2_f16(x.w >> 16));
+                        uint4 lo = make_uint4(e4m3x2_f16(x.x & 0xffff), e4m3x2_f16(x.x >> 16), e4m3x2_f16(x.y & 0xffff),
+                                              e4m3x2_f16(x.y >> 16));
+                        uint4 hi = make_uint4(e4m3x2_f16(x.z & 0xffff), e4m3x2_f16(x.z >> 16), e4m3x2_f16(x.w & 0xffff),
+                                              e4m3x2_f16(x.w >> 16));
+                        if constexpr (DSA) {
+                            // Chunk k's 16 values share block scale k / 8 (= i / 2).
+                            const uint4 sc = r[CPR * h + E];
+                            const u32 sv = (i >> 1) == 0 ? sc.x : (i >> 1) == 1 ? sc.y : (i >> 1) == 2 ? sc.z : sc.w;
+                            const float f = __uint_as_float(sv);
+                            const u32 s2 = pack_f16(f, f);
+                            lo = make_uint4(hmul2(lo.x, s2), hmul2(lo.y, s2), hmul2(lo.z, s2), hmul2(lo.w, s2));
+                            hi = make_uint4(hmul2(hi.x, s2), hmul2(hi.y, s2), hmul2(hi.z, s2), hmul2(hi.w, s2));
+                        }
+                        *(uint4*)(dt + wsw(rr, 2 * k)) = lo;
+                        *(uint4*)(dt + wsw(rr, 2 * k + 1)) = hi;
+                    }
+                    if constexpr (DSA) {
+#pragma unroll
+                        for (int j = 0; j < 2; j++) // the rope: f16 chunks 64 + lk + 4j
+                            *(uint4*)(dt + wsw(rr, DV / 8 + lk + 4 * j)) = bf16x8_f16(r[CPR * h + E + 1 + j]);
                     }
                     if (lk == 0) kvalid[b * WG_BN + rr] = v[h];
                 }
