@@ -536,20 +536,15 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
                                                float scale_log2, int hb) {
     constexpr int M = WN_ROWS;
     constexpr bool H = FMT != FMT_BF16;
-    // The FP8 forms stage their rows in the loader's registers (RS): the
-    // loader warpgroup holds two tiles in flight and converts one into the
-    // f16 tile the consumer is not computing (two f16 tiles), so the
-    // conversion runs beside the products.
+    // Every form keeps two key tiles (bf16, or f16 converted from FP8) and
+    // a loader warpgroup beside the consumer: the FP8 forms stage their rows
+    // in the loader's registers (RS: two tiles in flight, one converted into
+    // the f16 tile the consumer is not computing, so the conversion runs
+    // beside the products); bf16 tiles come by TMA over pages of 64 keys
+    // (TMA), else by the loader's cp.async (PROD), onto mbarriers.
     constexpr bool RS = H;
     constexpr int KB = row_bytes(FMT);
-    constexpr int NT = H && !RS ? 1 : 2;
-    // DeepSeek-V3.2's FP8 rows land in NR raw stages (two tiles in flight,
-    // the third being converted) and are converted into the one f16 tile;
-    // bf16 tiles land in their two stages directly.
-    constexpr int NR = RS ? 2 : H ? 3 : 2;
-    constexpr int RAW = WG_BN * KB;
-    // The other bf16 tiles (pages of one key, or the top-k's rows) come by
-    // cp.async from the loader warpgroup alone, onto mbarriers (PROD).
+    constexpr int NT = 2;
     constexpr bool PROD = !H && !TMA;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -558,8 +553,8 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     unsigned char* sp = skv + NT * WG_TILE;                    // P^T: 16 rows x 64 keys (2 KB)
     float* red_max = (float*)(sp + WN_QBLOCK);                 // 4 warps x 16 columns
     float* red_sum = red_max + 4 * M;                          // 4 x 16, at the end
-    int* kvalid = (int*)(red_sum + 4 * M);                     // NR x 64
-    unsigned char* sraw = (unsigned char*)(kvalid + NR * WG_BN); // DeepSeek-V3.2's FP8: NR raw stages
+    int* kvalid = (int*)(red_sum + 4 * M);                     // 2 x 64: each tile's keys' validity
+    unsigned char* sraw = (unsigned char*)(kvalid + 2 * WG_BN); // the bf16 stages' mbarriers (64 bytes)
 
     const ReqInfo rq = reqs[it.req];
     const int* krows = key_rows<SPARSE>(ks, it.req); // read beside the request
@@ -575,8 +570,6 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
     const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f;
     scale_log2 *= kv_mul;
-    auto stage = [&](int t) -> u32 { return H ? smem_addr(sraw) + (t % NR) * RAW : skv_a + (t & 1) * WG_TILE; };
-    auto tile_dst = [](int r, int ch) -> u32 { return wsw(r, ch); };
     auto q_dst = [](int r, int ch) -> u32 { return qsw(r, ch); };
 
     if (RS) __syncthreads(); // a block's last item is done with its queries
@@ -589,24 +582,6 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         }
     }
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
-    const int lr = tid >> 2, lk = tid & 3;
-    int nkey = TMA || PROD ? -1 : wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
-    auto load = [&](int t) {
-        const long long row = wg_row<SPARSE>(ks, nkey, it.kv_begin + t * WG_BN + lr);
-        wg_issue<FMT>(stage(t), ks, row, lr, lk);
-        if (lk == 0) kvalid[(t % NR) * WG_BN + lr] = row >= 0;
-        cp_commit();
-        nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr, it.kv_end);
-    };
-    // Tile u's copies, or past the last tile an empty group: one group a
-    // tile keeps cp.async.wait_group's count exact.
-    auto ahead = [&](int u) {
-        if (u < ntiles) load(u);
-        else cp_commit();
-    };
-    if (!RS && !TMA && !PROD) load(0); // the queries ride with the first tile
-    if (H && !RS)
-        for (int u = 1; u < NR - 1; u++) ahead(u);
 
     // The consumer's place in the accumulators (64 x 16, rows = keys of S^T
     // or value columns of O^T): rows kr and kr + 8 of its warp's 16, and
@@ -943,32 +918,6 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
             wg_wait<0>();
             reg_fence(s);
             softmax((t & 1) * WG_BN, j0);
-            values(sk_a);
-        }
-    } else { // DeepSeek-V3.2's FP8 rows: raw stages, converted by every thread
-        for (int t = 0; t < ntiles; t++) {
-            const int j0 = it.kv_begin + t * WG_BN;
-            if (consumer) {
-                wg_wait<0>(); // the last tile's O^T product is done with its stage and P^T
-#pragma unroll
-                for (int i = 0; i < 8; i++) reg_fence(o[i]);
-            }
-            cp_wait<NR - 2>(); // tile t's group (FP8: later ones may still fly)
-            fence_async_smem();
-            __syncthreads();
-            if (H) {
-                ahead(t + NR - 1); // into the raw stage converted last tile
-                dequant_tile<FMT, WG_BN>(sraw + (t % NR) * RAW, skv, tile_dst, tid);
-                if (t == 0) queries_f16<M>(sq, q_dst, tid);
-                fence_async_smem();
-                __syncthreads();
-            }
-            if (!consumer) continue;
-            const u32 sk_a = H ? skv_a : skv_a + (t & 1) * WG_TILE;
-            scores(sk_a);
-            wg_wait<0>();
-            reg_fence(s);
-            softmax((t % NR) * WG_BN, j0);
             values(sk_a);
         }
     }
