@@ -684,6 +684,22 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         wg_commit();
     };
 
+    // The bf16 stages' mbarriers (TMA and PROD), FULL x2 and EMPTY x2, set
+    // up for an item: FULL completes with the loads' arrivals (TMA: one
+    // thread's; PROD: 256), EMPTY with the consumer's 128 threads'.
+    const u32 bars = smem_addr(sraw);
+    auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
+    auto empty = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
+    auto init_stages = [&](int arrivals) {
+        if (tid == 0) {
+            mbar_init(full(0), arrivals);
+            mbar_init(full(1), arrivals);
+            mbar_init(empty(0), 128);
+            mbar_init(empty(1), 128);
+            fence_async_smem(); // the barriers, before the TMA unit arrives on them
+        }
+        __syncthreads();
+    };
     if constexpr (TMA) {
         // The bf16 cache in pages of 64 keys, loaded by TMA: one thread of
         // the loader warpgroup issues each tile as boxes of 32 keys x 64
@@ -697,17 +713,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         // their values in the item's last tile (P is 0 there, and 0 times
         // a NaN would not be).
         static_assert(!H && !SPARSE, "TMA: the dense bf16 form");
-        const u32 bars = smem_addr(sraw); // FULL x2, EMPTY x2
-        auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
-        auto empty = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
-        if (tid == 0) {
-            mbar_init(full(0), 1);
-            mbar_init(full(1), 1);
-            mbar_init(empty(0), 128);
-            mbar_init(empty(1), 128);
-            fence_async_smem(); // the barriers, before the TMA unit arrives on them
-        }
-        __syncthreads();
+        init_stages(1);
         const PageTma tma = {(const TmaMap*)ks.map, krows, it.kv_begin, it.kv_end, skv_a};
         auto pages = [&](int t, int (&pp)[2]) { tma.pages(t, pp); };
         auto issue = [&](int t, const int (&pp)[2]) { tma.issue(t, pp, full(t)); };
@@ -874,16 +880,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         // consumer's threads arrive on the stage's EMPTY mbarrier once its
         // products are done with it, and the loaders refill it: both stages
         // fly from the start, and no copy waits for the block's barrier.
-        const u32 bars = smem_addr(sraw); // FULL x2, EMPTY x2
-        auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
-        auto empty = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
-        if (tid == 0) {
-            mbar_init(full(0), 256);
-            mbar_init(full(1), 256);
-            mbar_init(empty(0), 128);
-            mbar_init(empty(1), 128);
-        }
-        __syncthreads();
+        init_stages(256);
         if (!consumer) {
             const int ltid = tid - 128, pr = ltid >> 1, ph = ltid & 1;
             int nk = wg_key<SPARSE>(ks, krows, it.kv_begin + pr, it.kv_end);
