@@ -51,13 +51,15 @@ const (
 	// ModuleMLADecodeSM90 is the decode on wgmma, built for sm_90a alone
 	// and handed only to a device of compute capability 9.0.
 	ModuleMLADecodeSM90 = "mla_decode_sm90"
-	// EntryDecodeTMA is mla_decode_wg16 with its tiles loaded by TMA over
-	// the descriptor of the cache (kv_map): the dense bf16 16-row decode
-	// over pages of 64 keys on compute capability 9.0.
-	EntryDecodeTMA   = "mla_decode_tma_wg16"
-	EntryCombine     = "mla_combine"
-	EntryCombineRows = "mla_combine_rows"
-	EntrySchedule    = "mla_schedule"
+	// EntryDecodeTMA and EntryDecodeTMAWide are mla_decode_wg16 and
+	// mla_decode_wg64 with their tiles loaded by TMA over the descriptor of
+	// the cache (kv_map): the dense bf16 decode over pages of 64 keys on
+	// compute capability 9.0.
+	EntryDecodeTMA     = "mla_decode_tma_wg16"
+	EntryDecodeTMAWide = "mla_decode_tma_wg64"
+	EntryCombine       = "mla_combine"
+	EntryCombineRows   = "mla_combine_rows"
+	EntrySchedule      = "mla_schedule"
 )
 
 // Tile constants of mla_decode.cu (keep in step with its #defines).
@@ -187,15 +189,12 @@ func (v decodeVariant) shared(f decodeForm) int {
 		// 128 bytes) and the key tiles (9 blocks of 64 rows each), P (m rows
 		// of 64 keys), the maxima and the sums (2 x 64 of each for 64 rows,
 		// 4 x 16 for 16), the keys' validity (64 a stage), the staged FP8
-		// tiles (one for 64 rows, three raw stages for DeepSeek-V3.2's
-		// 16-row form; the dense FP8 16-row form stages its rows in
-		// registers and converts them into two f16 tiles).
+		// tiles (one for 64 rows; the FP8 16-row forms stage their rows in
+		// registers and convert them into two f16 tiles).
 		const tile, wbn = 64 * mlaDQK * 2, 64
 		tiles, raw, valid := 2, 0, 2
 		switch {
-		case f == formDenseFP8 && m == 16: // two f16 tiles, no raw stages
-		case f.fp8() && m == 16:
-			tiles, raw, valid = 1, 3, 3
+		case f.fp8() && m == 16: // two f16 tiles, no raw stages
 		case f.fp8():
 			tiles, raw = 1, 1
 		}
@@ -347,13 +346,15 @@ func Spec() []core.KernelModule {
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()},
 		core.Entry{Name: EntryCombineRows, Params: append(combineParams(), core.Param{Name: "max_rows", Kind: core.ParamI32})},
 		core.Entry{Name: EntrySchedule, Params: scheduleParams()})
-	hopper := make([]core.Entry, 0, 2*int(numForms)+1)
+	hopper := make([]core.Entry, 0, 2*int(numForms)+2)
 	for _, v := range []decodeVariant{hopperVariant, hopperNarrow} {
 		for f := range numForms {
 			hopper = append(hopper, core.Entry{Name: v.entry(f), Params: decodeParams(f)})
 		}
 	}
-	hopper = append(hopper, core.Entry{Name: EntryDecodeTMA, Params: append(decodeParams(formDense), core.Param{Name: "kv_map", Kind: core.ParamTensorMap})})
+	for _, name := range []string{EntryDecodeTMAWide, EntryDecodeTMA} {
+		hopper = append(hopper, core.Entry{Name: name, Params: append(decodeParams(formDense), core.Param{Name: "kv_map", Kind: core.ParamTensorMap})})
+	}
 	kernels := slices.Concat(mlaKernelNames, sparseKernelNames)
 	return []core.KernelModule{
 		{Name: ModuleMLADecode, Platform: core.PlatformCUDA, Entries: entries, Kernels: kernels},
@@ -514,15 +515,16 @@ type decodeShape struct {
 	maxRows, hb, slots int
 	capacity, batch    int
 	itemCost           int // an item's cost beyond its key tiles, in tiles
-	// tma: the decode loads its tiles by TMA (EntryDecodeTMA): the dense
-	// bf16 16-row body on compute capability 9.0 over pages of 64 keys.
+	// tma: the decode loads its tiles by TMA (EntryDecodeTMA,
+	// EntryDecodeTMAWide): the dense bf16 Hopper bodies over pages of 64
+	// keys.
 	tma bool
 }
 
 // entry is the decode entry ds's launches run.
 func (ds decodeShape) entry() string {
 	if ds.tma {
-		return EntryDecodeTMA
+		return "mla_decode_tma_" + ds.v.suffix
 	}
 	return ds.v.entry(ds.form)
 }
@@ -560,7 +562,7 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 	ds.slots = max(max(req.Device.SMs, 1)*ds.v.perSM/ds.hb, 1)
 	ds.capacity = ds.batch + ds.slots
 	ds.itemCost = itemCost
-	ds.tma = ds.v == hopperNarrow && form == formDense && s.PageSize == 64
+	ds.tma = (ds.v == hopperNarrow || ds.v == hopperVariant) && form == formDense && s.PageSize == 64
 	return ds
 }
 
@@ -648,10 +650,14 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 		Args:         args,
 		Programmatic: programmatic(req.Device),
 	}
+	if ds.v == hopperNarrow && !ds.form.fp8() {
+		// The bf16 16-row body's stages' mbarriers (the 64-row one keeps
+		// its TMA tiles' where the keys' validity would be).
+		l.SharedBytes += 64
+	}
 	if ds.tma {
 		// The cache [pages, 64, 576], boxes of one page's 32 keys x 64
-		// columns; 64 bytes more for the stages' mbarriers.
-		l.SharedBytes += 64
+		// columns.
 		l.Args = append(l.Args, core.Arg{Param: "kv_map", Kind: core.ArgTensorMap, Name: "kv_cache", Map: &core.TensorMap{
 			Box: []uint32{1, 32, 64}, Swizzle: "128B", L2Promotion: "256B"}})
 	}

@@ -275,16 +275,16 @@ func TestSparseAndFP8Plans(t *testing.T) {
 }
 
 // TestDecodeTMAOverPagesOf64: on compute capability 9.0 the dense bf16
-// 16-row decode loads its tiles by TMA over pages of 64 keys, through a
-// descriptor of the cache the host checks (boxes of one page's 32 keys x 64
-// columns); over pages of one key it copies them (mla_decode_wg16).
+// decode (16 and 64 rows) loads its tiles by TMA over pages of 64 keys,
+// through a descriptor of the cache the host checks (boxes of one page's 32
+// keys x 64 columns); over pages of one key it copies them.
 func TestDecodeTMAOverPagesOf64(t *testing.T) {
 	for _, tc := range []struct {
-		page  int
-		entry string
-	}{{64, EntryDecodeTMA}, {1, "mla_decode_wg16"}} {
+		heads, page int
+		entry       string
+	}{{16, 64, EntryDecodeTMA}, {16, 1, "mla_decode_wg16"}, {128, 64, EntryDecodeTMAWide}, {128, 1, "mla_decode_wg64"}, {64, 64, EntryDecodeTMAWide}} {
 		for _, graph := range []bool{false, true} {
-			req := request(16, tc.page, []int64{9000, 70, 3000}, []int64{1, 1, 1}, graph)
+			req := request(tc.heads, tc.page, []int64{9000, 70, 3000}, []int64{1, 1, 1}, graph)
 			req.Device = h200
 			p, err := Plan(fa3MLA, req)
 			if err != nil {
@@ -306,7 +306,7 @@ func TestDecodeTMAOverPagesOf64(t *testing.T) {
 					}
 				}
 			}
-			if want := map[bool]int{true: 1, false: 0}[tc.entry == EntryDecodeTMA]; maps != want {
+			if want := map[bool]int{true: 1, false: 0}[strings.HasPrefix(tc.entry, "mla_decode_tma_")]; maps != want {
 				t.Errorf("page %d graph %v: %d descriptors, want %d", tc.page, graph, maps, want)
 			}
 		}
@@ -315,8 +315,8 @@ func TestDecodeTMAOverPagesOf64(t *testing.T) {
 
 // TestPlansPickByArchitecture: on compute capability 9.0 the 64-row shapes
 // run the Hopper module's wgmma entries, in every form, within the H200's
-// shared memory, and so do the 16-row ones (the dense bf16 one over pages of
-// 64 keys with TMA loads); elsewhere, and for the other
+// shared memory, and so do the 16-row ones (the dense bf16 ones over pages
+// of 64 keys with TMA loads); elsewhere, and for the other
 // shapes,
 // mla_decode's, the widest that fits the device's shared memory (an A100's
 // 164 KB hold no 64-row variant and no bf16 32-row one).
@@ -331,7 +331,7 @@ func TestPlansPickByArchitecture(t *testing.T) {
 		module, ent string
 		lens        []int64
 	}{
-		{h200, 128, "", false, ModuleMLADecodeSM90, "mla_decode_wg64", nil},
+		{h200, 128, "", false, ModuleMLADecodeSM90, EntryDecodeTMAWide, nil},
 		{h200, 64, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg64", nil},
 		{h200, 128, "", true, ModuleMLADecodeSM90, "mla_sparse_wg64", nil},
 		{h200, 128, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg64", nil},

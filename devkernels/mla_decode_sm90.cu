@@ -157,7 +157,52 @@ __device__ __forceinline__ void wg_issue(u32 stage, const Keys& ks, long long ro
     }
 }
 
-template <int FMT, bool SPARSE>
+// TMA loads of a dense bf16 cache in pages of 64 keys (the entries
+// mla_decode_tma_wg64 and mla_decode_tma_wg16): the host's descriptor of
+// kv_cache in its own shape [pages, 64, 576] with boxes of one page's 32
+// keys x 64 columns (128-byte swizzle), so a tile is two halves of nine
+// boxes, each box half a column block of the tile's layout. Items start at
+// multiples of 32 keys, so a half never crosses a page. One thread issues
+// a tile and arms its stage's FULL mbarrier with the bytes.
+struct PageTma {
+    const TmaMap* map;
+    const int* krows; // the request's pages
+    int kv_begin, kv_end;
+    u32 tiles;        // the first stage's address; the second one tile on
+    // The pages of tile t's halves (-1 past kv_end).
+    __device__ __forceinline__ void pages(int t, int (&pp)[2]) const {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int j = kv_begin + t * WG_BN + 32 * h;
+            pp[h] = j < kv_end ? __ldg(krows + (j >> 6)) : -1;
+        }
+    }
+    // Issues tile t (pages pp) into its stage, completing on full.
+    __device__ __forceinline__ void issue(int t, const int (&pp)[2], u32 full) const {
+        const u32 dst = tiles + (t & 1) * WG_TILE;
+        mbar_expect_tx(full, (pp[1] >= 0 ? 2 : 1) * 32 * DQK * 2);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (pp[h] < 0) continue;
+            const int row = (kv_begin + t * WG_BN + 32 * h) & 63; // within the page
+#pragma unroll
+            for (int cb = 0; cb < 9; cb++) tma_load_3d(dst + cb * WG_BLOCK + h * 4096, map, 64 * cb, row, pp[h], full);
+        }
+    }
+};
+
+// Zeroes the values (the first 512 columns) of keys valid..63 of a landed
+// tile at st, the threads tid of n sharing them: a page's keys past an
+// item's end are whatever the cache holds there, and their P of 0 times a
+// NaN would not be 0.
+__device__ __forceinline__ void zero_values(unsigned char* st, int valid, int tid, int n) {
+    for (int c = tid; c < (WG_BN - valid) * 64; c += n) {
+        const int r = valid + (c >> 6), ch = c & 63;
+        *(uint4*)(st + wsw(r, ch)) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+template <int FMT, bool SPARSE, bool TMA = false>
 __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
                                               float* __restrict__ lse, const Item it,
                                               const ReqInfo* __restrict__ reqs,
@@ -207,7 +252,7 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
     // the index tensors hold for its key of the next tile (nkey), loaded a
     // tile ahead.
     const int lr = tid >> 2, lk = tid & 3;
-    int nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
+    int nkey = TMA ? -1 : wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
     // Issues tile t's copies (and its keys' validity), then loads tile t+1's key.
     auto load = [&](int t) {
         const long long row = wg_row<SPARSE>(ks, nkey, it.kv_begin + t * WG_BN + lr);
@@ -216,7 +261,36 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
         cp_commit();
         nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr, it.kv_end);
     };
-    load(0); // the queries ride with the first tile
+    // TMA (the dense bf16 cache in pages of 64 keys, PageTma): thread 0
+    // issues every tile, both stages from the start, then tile t+1 once
+    // both warpgroups are past tile t-1's P V (the maxima's barrier), onto
+    // the stages' FULL mbarriers, which sit where the keys' validity would
+    // (a TMA tile's key is valid below kv_end).
+    const u32 bars = smem_addr(kvalid);
+    auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
+    const PageTma tma = {(const TmaMap*)ks.map, krows, it.kv_begin, it.kv_end, skv_a};
+    int pg[2] = {-1, -1};
+    if constexpr (TMA) {
+        static_assert(!H && !SPARSE, "TMA: the dense bf16 form");
+        if (tid == 0) {
+            mbar_init(full(0), 1);
+            mbar_init(full(1), 1);
+            fence_async_smem(); // the barriers, before the TMA unit arrives on them
+        }
+        __syncthreads();
+        if (tid == 0) {
+            tma.pages(0, pg);
+            tma.issue(0, pg, full(0));
+            if (ntiles > 1) {
+                tma.pages(1, pg);
+                tma.issue(1, pg, full(1));
+                if (ntiles > 2) tma.pages(2, pg);
+            }
+        }
+        cp_commit(); // the queries
+    } else {
+        load(0); // the queries ride with the first tile
+    }
 
     // This thread's two rows (of S and of O: both are m64 accumulators of
     // its warpgroup), their causal limits, and its first key of S.
@@ -235,9 +309,23 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
     for (int t = 0; t < ntiles; t++) {
         const int j0 = it.kv_begin + t * WG_BN;
         if (H) wg_wait<0>(); // this warpgroup's last P V is done with the f16 tile
-        cp_wait<0>();
-        fence_async_smem(); // the copies (the bf16 stage, the queries) before the MMAs read them
-        __syncthreads();
+        if constexpr (TMA) {
+            if (t == 0) { // the queries
+                cp_wait<0>();
+                fence_async_smem();
+                __syncthreads();
+            }
+            mbar_wait(full(t), (t >> 1) & 1);
+            if (it.kv_end - j0 < WG_BN) { // the item's last tile, part past kv_end
+                zero_values(skv + (t & 1) * WG_TILE, it.kv_end - j0, tid, NTHREADS);
+                fence_async_smem();
+                __syncthreads();
+            }
+        } else {
+            cp_wait<0>();
+            fence_async_smem(); // the copies (the bf16 stage, the queries) before the MMAs read them
+            __syncthreads();
+        }
         if (H) {
             dequant_tile<FMT, WG_BN>(sraw, skv, tile_dst, tid);
             if (t == 0) queries_f16<M>(sq, tile_dst, tid); // they landed with the first tile
@@ -270,7 +358,7 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int key = j0 + kq + 8 * j + e;
-                const bool in = kvalid[(t & 1) * WG_BN + kq + 8 * j + e] != 0;
+                const bool in = TMA ? key < it.kv_end : kvalid[(t & 1) * WG_BN + kq + 8 * j + e] != 0;
                 s[4 * j + e] = (in && key <= causal0) ? s[4 * j + e] * scale_log2 : NEG_INF;
                 s[4 * j + 2 + e] = (in && key <= causal1) ? s[4 * j + 2 + e] * scale_log2 : NEG_INF;
                 mx0 = fmaxf(mx0, s[4 * j + e]);
@@ -283,7 +371,14 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
             red_max[wg * M + r1] = mx1;
         }
         __syncthreads(); // the maxima of both warpgroups; both past the last tile's P V
-        if (!H && t + 1 < ntiles) load(t + 1); // into the stage that P V read
+        if constexpr (TMA) {
+            if (tid == 0 && t >= 1 && t + 1 < ntiles) { // into the stage that P V read
+                tma.issue(t + 1, pg, full(t + 1));
+                if (t + 2 < ntiles) tma.pages(t + 2, pg);
+            }
+        } else if (!H && t + 1 < ntiles) {
+            load(t + 1); // into the stage that P V read
+        }
         const float mt0 = fmaxf(m0, fmaxf(red_max[r0], red_max[M + r0]));
         const float mt1 = fmaxf(m1, fmaxf(red_max[r1], red_max[M + r1]));
         const float mu0 = mt0 == NEG_INF ? 0.f : mt0, mu1 = mt1 == NEG_INF ? 0.f : mt1;
@@ -441,18 +536,16 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
                                                float scale_log2, int hb) {
     constexpr int M = WN_ROWS;
     constexpr bool H = FMT != FMT_BF16;
-    // The dense FP8 form stages its rows in the loader's registers (RS):
-    // the loader warpgroup holds two tiles in flight and converts one into
-    // the f16 tile the consumer is not computing (two f16 tiles), so the
-    // conversion runs beside the products.
-    constexpr bool RS = FMT == FMT_FP8 && !SPARSE;
+    // Every form keeps two key tiles (bf16, or f16 converted from FP8) and
+    // a loader warpgroup beside the consumer: the FP8 forms stage their rows
+    // in the loader's registers (RS: two tiles in flight, one converted into
+    // the f16 tile the consumer is not computing, so the conversion runs
+    // beside the products); bf16 tiles come by TMA over pages of 64 keys
+    // (TMA), else by the loader's cp.async (PROD), onto mbarriers.
+    constexpr bool RS = H;
     constexpr int KB = row_bytes(FMT);
-    constexpr int NT = H && !RS ? 1 : 2;
-    // DeepSeek-V3.2's FP8 rows land in NR raw stages (two tiles in flight,
-    // the third being converted) and are converted into the one f16 tile;
-    // bf16 tiles land in their two stages directly.
-    constexpr int NR = RS ? 2 : H ? 3 : 2;
-    constexpr int RAW = WG_BN * KB;
+    constexpr int NT = 2;
+    constexpr bool PROD = !H && !TMA;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     unsigned char* sq = smem;                                  // 16 query rows: 9 x 2 KB
@@ -460,8 +553,8 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     unsigned char* sp = skv + NT * WG_TILE;                    // P^T: 16 rows x 64 keys (2 KB)
     float* red_max = (float*)(sp + WN_QBLOCK);                 // 4 warps x 16 columns
     float* red_sum = red_max + 4 * M;                          // 4 x 16, at the end
-    int* kvalid = (int*)(red_sum + 4 * M);                     // NR x 64
-    unsigned char* sraw = (unsigned char*)(kvalid + NR * WG_BN); // DeepSeek-V3.2's FP8: NR raw stages
+    int* kvalid = (int*)(red_sum + 4 * M);                     // 2 x 64: each tile's keys' validity
+    unsigned char* sraw = (unsigned char*)(kvalid + 2 * WG_BN); // the bf16 stages' mbarriers (64 bytes)
 
     const ReqInfo rq = reqs[it.req];
     const int* krows = key_rows<SPARSE>(ks, it.req); // read beside the request
@@ -477,8 +570,6 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
     const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f;
     scale_log2 *= kv_mul;
-    auto stage = [&](int t) -> u32 { return H ? smem_addr(sraw) + (t % NR) * RAW : skv_a + (t & 1) * WG_TILE; };
-    auto tile_dst = [](int r, int ch) -> u32 { return wsw(r, ch); };
     auto q_dst = [](int r, int ch) -> u32 { return qsw(r, ch); };
 
     if (RS) __syncthreads(); // a block's last item is done with its queries
@@ -491,24 +582,6 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         }
     }
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
-    const int lr = tid >> 2, lk = tid & 3;
-    int nkey = TMA ? -1 : wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
-    auto load = [&](int t) {
-        const long long row = wg_row<SPARSE>(ks, nkey, it.kv_begin + t * WG_BN + lr);
-        wg_issue<FMT>(stage(t), ks, row, lr, lk);
-        if (lk == 0) kvalid[(t % NR) * WG_BN + lr] = row >= 0;
-        cp_commit();
-        nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr, it.kv_end);
-    };
-    // Tile u's copies, or past the last tile an empty group: one group a
-    // tile keeps cp.async.wait_group's count exact.
-    auto ahead = [&](int u) {
-        if (u < ntiles) load(u);
-        else cp_commit();
-    };
-    if (!RS && !TMA) load(0); // the queries ride with the first tile
-    if (H && !RS)
-        for (int u = 1; u < NR - 1; u++) ahead(u);
 
     // The consumer's place in the accumulators (64 x 16, rows = keys of S^T
     // or value columns of O^T): rows kr and kr + 8 of its warp's 16, and
@@ -611,6 +684,22 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         wg_commit();
     };
 
+    // The bf16 stages' mbarriers (TMA and PROD), FULL x2 and EMPTY x2, set
+    // up for an item: FULL completes with the loads' arrivals (TMA: one
+    // thread's; PROD: 256), EMPTY with the consumer's 128 threads'.
+    const u32 bars = smem_addr(sraw);
+    auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
+    auto empty = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
+    auto init_stages = [&](int arrivals) {
+        if (tid == 0) {
+            mbar_init(full(0), arrivals);
+            mbar_init(full(1), arrivals);
+            mbar_init(empty(0), 128);
+            mbar_init(empty(1), 128);
+            fence_async_smem(); // the barriers, before the TMA unit arrives on them
+        }
+        __syncthreads();
+    };
     if constexpr (TMA) {
         // The bf16 cache in pages of 64 keys, loaded by TMA: one thread of
         // the loader warpgroup issues each tile as boxes of 32 keys x 64
@@ -624,38 +713,10 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         // their values in the item's last tile (P is 0 there, and 0 times
         // a NaN would not be).
         static_assert(!H && !SPARSE, "TMA: the dense bf16 form");
-        const TmaMap* map = (const TmaMap*)ks.map;
-        const u32 bars = smem_addr(sraw); // FULL x2, EMPTY x2
-        auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
-        auto empty = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
-        if (tid == 0) {
-            mbar_init(full(0), 1);
-            mbar_init(full(1), 1);
-            mbar_init(empty(0), 128);
-            mbar_init(empty(1), 128);
-            fence_async_smem(); // the barriers, before the TMA unit arrives on them
-        }
-        __syncthreads();
-        constexpr int HALF = 32 * DQK * 2; // the bytes of a half tile
-        // The pages of tile t's halves (-1 past kv_end), read a tile ahead.
-        auto pages = [&](int t, int (&pp)[2]) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int j = it.kv_begin + t * WG_BN + 32 * h;
-                pp[h] = j < it.kv_end ? __ldg(krows + (j >> 6)) : -1;
-            }
-        };
-        auto issue = [&](int t, const int (&pp)[2]) {
-            const u32 dst = skv_a + (t & 1) * WG_TILE;
-            mbar_expect_tx(full(t), (pp[1] >= 0 ? 2 : 1) * HALF);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                if (pp[h] < 0) continue;
-                const int row = (it.kv_begin + t * WG_BN + 32 * h) & 63; // within the page
-#pragma unroll
-                for (int cb = 0; cb < 9; cb++) tma_load_3d(dst + cb * WG_BLOCK + h * 4096, map, 64 * cb, row, pp[h], full(t));
-            }
-        };
+        init_stages(1);
+        const PageTma tma = {(const TmaMap*)ks.map, krows, it.kv_begin, it.kv_end, skv_a};
+        auto pages = [&](int t, int (&pp)[2]) { tma.pages(t, pp); };
+        auto issue = [&](int t, const int (&pp)[2]) { tma.issue(t, pp, full(t)); };
         const bool producer = tid == 128;
         int pg[2];
         if (producer) {
@@ -694,15 +755,8 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
                 mbar_arrive(empty(t - 1));
             }
             mbar_wait(full(t), (t >> 1) & 1);
-            if (it.kv_end - j0 < WG_BN) {
-                // The item's last tile, part past kv_end: zero those keys'
-                // values (the first 512 columns, 8 column blocks).
-                const int valid = it.kv_end - j0;
-                unsigned char* st = skv + (t & 1) * WG_TILE;
-                for (int c = tid; c < (WG_BN - valid) * 64; c += 128) {
-                    const int r = valid + (c >> 6), ch = c & 63;
-                    *(uint4*)(st + wsw(r, ch)) = make_uint4(0, 0, 0, 0);
-                }
+            if (it.kv_end - j0 < WG_BN) { // the item's last tile, part past kv_end
+                zero_values(skv + (t & 1) * WG_TILE, it.kv_end - j0, tid, 128);
                 fence_async_smem();
                 consumer_sync();
             }
@@ -724,39 +778,67 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         fence_async_smem();
         __syncthreads();
         if (!consumer) {
-            // Rows lr and lr + 32 of each tile, chunks lk, lk + 4, ..., lk + 32
-            // (16 e4m3 each), held in registers from their load to their
-            // conversion: ra for even tiles, rb for odd ones.
+            // Rows lr and lr + 32 of each tile, held in registers from their
+            // load to their conversion (ra for even tiles, rb for odd ones):
+            // of a dense FP8 row (576 e4m3) chunks lk, lk + 4, ..., lk + 32;
+            // of DeepSeek-V3.2's 656-byte row the e4m3 chunks lk, lk + 4,
+            // ..., lk + 28, the chunk of the four block scales, and the rope
+            // chunks lk and lk + 4 (8 bf16 each).
+            constexpr bool DSA = FMT == FMT_DSA;
+            constexpr int E = DSA ? 8 : 9; // e4m3 chunks a row
+            constexpr int CPR = DSA ? E + 3 : E; // chunks a row
             const int ltid = tid - 128, lr = ltid >> 2, lk = ltid & 3;
-            int nk[2] = {wg_key<false>(ks, krows, it.kv_begin + lr, it.kv_end),
-                         wg_key<false>(ks, krows, it.kv_begin + lr + 32, it.kv_end)};
-            uint4 ra[18], rb[18];
+            int nk[2] = {wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end),
+                         wg_key<SPARSE>(ks, krows, it.kv_begin + lr + 32, it.kv_end)};
+            uint4 ra[2 * CPR], rb[2 * CPR];
             int va[2], vb[2];
-            auto fetch = [&](uint4(&r)[18], int (&v)[2], int t) {
+            auto fetch = [&](uint4(&r)[2 * CPR], int (&v)[2], int t) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int rr = lr + 32 * h;
-                    const long long row = wg_row<false>(ks, nk[h], it.kv_begin + t * WG_BN + rr);
+                    const long long row = wg_row<SPARSE>(ks, nk[h], it.kv_begin + t * WG_BN + rr);
                     v[h] = row >= 0;
-                    const uint4* src = (const uint4*)(ks.kv + (row >= 0 ? row * KB : 0) + lk * 16);
+                    const uint4* src = (const uint4*)(ks.kv + (row >= 0 ? row * KB : 0));
+                    const uint4 z = make_uint4(0, 0, 0, 0);
 #pragma unroll
-                    for (int i = 0; i < 9; i++) r[9 * h + i] = row >= 0 ? __ldg(src + 4 * i) : make_uint4(0, 0, 0, 0);
-                    nk[h] = wg_key<false>(ks, krows, it.kv_begin + (t + 1) * WG_BN + rr, it.kv_end);
+                    for (int i = 0; i < E; i++) r[CPR * h + i] = row >= 0 ? __ldg(src + lk + 4 * i) : z;
+                    if constexpr (DSA) {
+                        r[CPR * h + E] = row >= 0 ? __ldg(src + DV / 16) : z; // the scales
+#pragma unroll
+                        for (int j = 0; j < 2; j++) r[CPR * h + E + 1 + j] = row >= 0 ? __ldg(src + DV / 16 + 1 + lk + 4 * j) : z;
+                    }
+                    nk[h] = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + rr, it.kv_end);
                 }
             };
-            auto put = [&](const uint4(&r)[18], const int (&v)[2], int b) {
+            auto put = [&](const uint4(&r)[2 * CPR], const int (&v)[2], int b) {
                 unsigned char* dt = skv + b * WG_TILE;
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int rr = lr + 32 * h;
 #pragma unroll
-                    for (int i = 0; i < 9; i++) {
-                        const uint4 x = r[9 * h + i];
+                    for (int i = 0; i < E; i++) {
+                        const uint4 x = r[CPR * h + i];
                         const int k = lk + 4 * i;
-                        *(uint4*)(dt + wsw(rr, 2 * k)) = make_uint4(e4m3x2_f16(x.x & 0xffff), e4m3x2_f16(x.x >> 16),
-                                                                   e4m3x2_f16(x.y & 0xffff), e4m3x2_f16(x.y >> 16));
-                        *(uint4*)(dt + wsw(rr, 2 * k + 1)) = make_uint4(e4m3x2_f16(x.z & 0xffff), e4m3x2_f16(x.z >> 16),
-                                                                       e4m3x2_f16(x.w & 0xffff), e4m3x2_f16(x.w >> 16));
+                        uint4 lo = make_uint4(e4m3x2_f16(x.x & 0xffff), e4m3x2_f16(x.x >> 16), e4m3x2_f16(x.y & 0xffff),
+                                              e4m3x2_f16(x.y >> 16));
+                        uint4 hi = make_uint4(e4m3x2_f16(x.z & 0xffff), e4m3x2_f16(x.z >> 16), e4m3x2_f16(x.w & 0xffff),
+                                              e4m3x2_f16(x.w >> 16));
+                        if constexpr (DSA) {
+                            // Chunk k's 16 values share block scale k / 8 (= i / 2).
+                            const uint4 sc = r[CPR * h + E];
+                            const u32 sv = (i >> 1) == 0 ? sc.x : (i >> 1) == 1 ? sc.y : (i >> 1) == 2 ? sc.z : sc.w;
+                            const float f = __uint_as_float(sv);
+                            const u32 s2 = pack_f16(f, f);
+                            lo = make_uint4(hmul2(lo.x, s2), hmul2(lo.y, s2), hmul2(lo.z, s2), hmul2(lo.w, s2));
+                            hi = make_uint4(hmul2(hi.x, s2), hmul2(hi.y, s2), hmul2(hi.z, s2), hmul2(hi.w, s2));
+                        }
+                        *(uint4*)(dt + wsw(rr, 2 * k)) = lo;
+                        *(uint4*)(dt + wsw(rr, 2 * k + 1)) = hi;
+                    }
+                    if constexpr (DSA) {
+#pragma unroll
+                        for (int j = 0; j < 2; j++) // the rope: f16 chunks 64 + lk + 4j
+                            *(uint4*)(dt + wsw(rr, DV / 8 + lk + 4 * j)) = bf16x8_f16(r[CPR * h + E + 1 + j]);
                     }
                     if (lk == 0) kvalid[b * WG_BN + rr] = v[h];
                 }
@@ -789,31 +871,50 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
             softmax(b * WG_BN, it.kv_begin + t * WG_BN);
             values(sk_a);
         }
-    } else {
+    } else if constexpr (PROD) {
+        // The loader warpgroup copies every tile, two threads a key row
+        // (the even and the odd chunks), the row's place looked up a tile
+        // ahead, onto the stage's FULL mbarrier: the copies' own arrivals
+        // (cp.async.mbarrier.arrive.noinc) and a plain one of each loader
+        // thread after it wrote the keys' validity, 256 in all. The
+        // consumer's threads arrive on the stage's EMPTY mbarrier once its
+        // products are done with it, and the loaders refill it: both stages
+        // fly from the start, and no copy waits for the block's barrier.
+        init_stages(256);
+        if (!consumer) {
+            const int ltid = tid - 128, pr = ltid >> 1, ph = ltid & 1;
+            int nk = wg_key<SPARSE>(ks, krows, it.kv_begin + pr, it.kv_end);
+            for (int t = 0; t < ntiles; t++) {
+                if (t >= 2) mbar_wait(empty(t), ((t >> 1) - 1) & 1); // tile t-2's products are done with the stage
+                const long long row = wg_row<SPARSE>(ks, nk, it.kv_begin + t * WG_BN + pr);
+                wg_issue<FMT>(skv_a + (t & 1) * WG_TILE, ks, row, pr, ph);
+                wg_issue<FMT>(skv_a + (t & 1) * WG_TILE, ks, row, pr, ph + 2);
+                if (ph == 0) kvalid[(t & 1) * WG_BN + pr] = row >= 0;
+                cp_arrive(full(t)); // also the queries' copies, before tile 0's
+                mbar_arrive(full(t));
+                nk = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + pr, it.kv_end);
+            }
+            return;
+        }
+        cp_commit();
+        cp_wait<0>(); // this thread's copies of the queries (the loaders' land with tile 0)
+        fence_async_smem();
+        consumer_sync();
         for (int t = 0; t < ntiles; t++) {
             const int j0 = it.kv_begin + t * WG_BN;
-            if (consumer) {
-                wg_wait<0>(); // the last tile's O^T product is done with its stage and P^T
+            const u32 sk_a = skv_a + (t & 1) * WG_TILE;
+            if (t >= 1) {
+                wg_wait<0>(); // tile t-1's O^T product is done with its stage and P^T
 #pragma unroll
                 for (int i = 0; i < 8; i++) reg_fence(o[i]);
+                mbar_arrive(empty(t - 1));
             }
-            cp_wait<NR - 2>(); // tile t's group (FP8: later ones may still fly)
-            fence_async_smem();
-            __syncthreads();
-            if (!H && t + 1 < ntiles) load(t + 1);
-            if (H) {
-                ahead(t + NR - 1); // into the raw stage converted last tile
-                dequant_tile<FMT, WG_BN>(sraw + (t % NR) * RAW, skv, tile_dst, tid);
-                if (t == 0) queries_f16<M>(sq, q_dst, tid);
-                fence_async_smem();
-                __syncthreads();
-            }
-            if (!consumer) continue;
-            const u32 sk_a = H ? skv_a : skv_a + (t & 1) * WG_TILE;
+            mbar_wait(full(t), (t >> 1) & 1);
+            fence_async_smem(); // the loaders' copies before the products read them
             scores(sk_a);
             wg_wait<0>();
             reg_fence(s);
-            softmax((t % NR) * WG_BN, j0);
+            softmax((t & 1) * WG_BN, j0);
             values(sk_a);
         }
     }
@@ -869,14 +970,16 @@ MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg16, 1, (mla_decode_wgn<FMT_FP8, false>))
 MLA_SPARSE_ENTRY(mla_sparse_wg16, 1, (mla_decode_wgn<FMT_BF16, true>))
 MLA_SPARSE_ENTRY(mla_sparse_fp8_wg16, 1, (mla_decode_wgn<FMT_DSA, true>))
 
-// The dense bf16 16-row decode over pages of 64 keys with its tiles loaded
-// by TMA: mla_decode_wg16's parameters and the host's descriptor of the
-// cache (kv_cache [pages, 64, 576], boxes of one page's 32 keys x 64
-// columns, 128-byte swizzle).
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
-    mla_decode_tma_wg16(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,
-                        const int* __restrict__ kv_indices, MLA_COMMON_PARAMS, int page_shift, float scale_log2,
-                        int head_blocks, const __grid_constant__ TmaMap kv_map) {
-    const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, 1.f, &kv_map};
-    MLA_ITEMS((mla_decode_wgn<FMT_BF16, false, true>), ks)
-}
+// The dense bf16 decode over pages of 64 keys with its tiles loaded by TMA
+// (PageTma): the parameters of mla_decode_wg64 and mla_decode_wg16, and the
+// host's descriptor of the cache.
+#define MLA_DECODE_TMA_ENTRY(NAME, BODY)                                                                         \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                                   \
+        NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
+             const int* __restrict__ kv_indices, MLA_COMMON_PARAMS, int page_shift, float scale_log2,           \
+             int head_blocks, const __grid_constant__ TmaMap kv_map) {                                          \
+        const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, 1.f, &kv_map}; \
+        MLA_ITEMS(BODY, ks)                                                                                     \
+    }
+MLA_DECODE_TMA_ENTRY(mla_decode_tma_wg64, (mla_decode_wg<FMT_BF16, false, true>))
+MLA_DECODE_TMA_ENTRY(mla_decode_tma_wg16, (mla_decode_wgn<FMT_BF16, false, true>))

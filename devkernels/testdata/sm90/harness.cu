@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
         {"wide_m64", (Kern)mla_decode_m64, 2 * (64 * 576 + 2 * 64 * 576 + 64 * 64) + 4 * (5 * 64), 64},
         {"wg64", (Kern)mla_decode_wg64, 1024 + WG_TILE * 3 + WG_BLOCK + 4 * 4 * 64 + 512, 64},
         {"m16", (Kern)mla_decode_m16, 2 * (16 * 584 + 2 * 32 * 584 + 16 * 40) + 512, 16},
-        {"wg16", (Kern)mla_decode_wg16, 1024 + 9 * WN_QBLOCK + 2 * WG_TILE + WN_QBLOCK + 4 * (128 + 128), 16},
+        {"wg16", (Kern)mla_decode_wg16, 1024 + 9 * WN_QBLOCK + 2 * WG_TILE + WN_QBLOCK + 4 * (128 + 128) + 64, 16}, // + the stages' mbarriers
     };
     std::vector<K> ks;
     for (auto& k : all)
