@@ -117,10 +117,12 @@ __device__ __forceinline__ void wgmma_o(float (&d)[128], u64 da, u64 db, int acc
                        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
                      : "l"(da), "l"(db), "r"(accumulate));
 }
-// The key-tile loader: four threads per key row (64 rows x 4 = the 256
-// threads), thread k of a row copying its chunks k, k+4, k+8, ..., so that
-// a row's place in the cache is looked up once per tile (a tile ahead) and
-// every copy is one instruction off two base addresses.
+// The key-tile loaders: TPR threads per key row, thread k of a row copying
+// its chunks k, k + TPR, k + 2 TPR, ..., so that a row's place in the cache
+// is looked up once per tile (a tile ahead), every copy is one instruction
+// off two base addresses, and a warp's copy covers 128 contiguous bytes of
+// each of its rows (TPR 8: one 128-byte line a row, a bf16 row's column
+// block; TPR 4: two rows a line's worth).
 //
 // wg_key is what the index tensors hold for key j (its page, dense, or its
 // slot, sparse), -1 past kv_end; wg_row turns it into the cache row of key
@@ -137,23 +139,24 @@ __device__ __forceinline__ long long wg_row(const Keys& ks, int key, int j) {
     return ((long long)key << ks.page_shift) | (j & ((1 << ks.page_shift) - 1));
 }
 
-// Issues the copies of this thread's chunks of cache row row (-1: zeros)
-// into row r of the stage at stage: a bf16 tile (swizzled) or raw FP8 rows.
-// A row of zeros reads nothing; its addresses stay inside the cache's first
-// row.
-template <int FMT>
+// Issues the copies of this thread's chunks (k of TPR) of cache row row
+// (-1: zeros) into row r of the stage at stage: a bf16 tile (swizzled) or
+// raw FP8 rows. A row of zeros reads nothing; its addresses stay inside the
+// cache's first row.
+template <int FMT, int TPR>
 __device__ __forceinline__ void wg_issue(u32 stage, const Keys& ks, long long row, int r, int k) {
-    constexpr int KB = row_bytes(FMT), CH = KB / 16, PER = (CH + 3) / 4;
+    constexpr int KB = row_bytes(FMT), CH = KB / 16, PER = (CH + TPR - 1) / TPR;
     const unsigned char* src = ks.kv + (row >= 0 ? row * KB : 0) + k * 16;
     const int bytes = row >= 0 ? 16 : 0;
-    // The chunk's swizzle: (k + 4i) ^ r within 8 chunks, two values by i's parity.
-    const u32 x0 = (u32)(((k ^ r) & 7) << 4), x1 = (u32)((((k + 4) ^ r) & 7) << 4);
     const u32 base = FMT == FMT_BF16 ? stage + r * 128 : stage + r * KB + k * 16;
 #pragma unroll
     for (int i = 0; i < PER; i++) {
-        if (CH % 4 != 0 && k + 4 * i >= CH) break;
-        const u32 dst = FMT == FMT_BF16 ? base + (i >> 1) * WG_BLOCK + ((i & 1) ? x1 : x0) : base + 64 * i;
-        cp_async16(dst, src + 64 * i, bytes);
+        if (CH % TPR != 0 && k + TPR * i >= CH) break;
+        // Chunk k + TPR i: column block (k + TPR i) / 8, swizzled by the row
+        // within it.
+        const int ch = k + TPR * i;
+        const u32 dst = FMT == FMT_BF16 ? base + (ch >> 3) * WG_BLOCK + (u32)(((ch ^ r) & 7) << 4) : base + TPR * 16 * i;
+        cp_async16(dst, src + TPR * 16 * i, bytes);
     }
 }
 
@@ -248,18 +251,28 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
         }
     }
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
-    // This thread's key row of every tile (lr) and its chunks (lk); what
-    // the index tensors hold for its key of the next tile (nkey), loaded a
-    // tile ahead.
-    const int lr = tid >> 2, lk = tid & 3;
-    int nkey = TMA ? -1 : wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
-    // Issues tile t's copies (and its keys' validity), then loads tile t+1's key.
+    // This thread's key rows of every tile (lr and lr + 32, eight threads
+    // a row) and its chunks (lk); what the index tensors hold for its keys
+    // of the next tile (nkey), loaded a tile ahead.
+    const int lr = tid >> 3, lk = tid & 7;
+    int nkey[2] = {-1, -1};
+    if (!TMA) {
+        nkey[0] = wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
+        nkey[1] = wg_key<SPARSE>(ks, krows, it.kv_begin + lr + 32, it.kv_end);
+    }
+    // Issues tile t's copies (and its keys' validity), then loads tile t+1's keys.
     auto load = [&](int t) {
-        const long long row = wg_row<SPARSE>(ks, nkey, it.kv_begin + t * WG_BN + lr);
-        wg_issue<FMT>(stage(t), ks, row, lr, lk);
-        if (lk == 0) kvalid[(t & 1) * WG_BN + lr] = row >= 0;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int rr = lr + 32 * h;
+            const long long row = wg_row<SPARSE>(ks, nkey[h], it.kv_begin + t * WG_BN + rr);
+            wg_issue<FMT, 8>(stage(t), ks, row, rr, lk);
+            if (lk == 0) kvalid[(t & 1) * WG_BN + rr] = row >= 0;
+        }
         cp_commit();
-        nkey = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr, it.kv_end);
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            nkey[h] = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr + 32 * h, it.kv_end);
     };
     // TMA (the dense bf16 cache in pages of 64 keys, PageTma): thread 0
     // issues every tile, both stages from the start, then tile t+1 once
@@ -480,19 +493,19 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, (mla_decode_wg<FMT_DSA, true>))
 // rows: S^T = K Q^T (36 wgmma.m64n16k16, K K-major, Q K-major) and O^T +=
 // V^T P^T (8 column blocks x 4 key steps of wgmma.m64n16k16, V^T through the
 // transposed-A form over the same tile, P^T K-major). One warpgroup
-// computes; both load (the copies of a tile, 18 a thread). The softmax runs
-// down the columns of S^T: each column's maximum crosses the consumer's four
-// warps through shared memory, and P^T (16 rows x 64 keys, bf16 or f16) is
-// written to shared memory for the second product. Shared memory holds the
-// queries (18 KB) and two 72 KB stages, so one tile is always in flight
-// while the other is computed. DeepSeek-V3.2's FP8 cache lands in three raw
-// stages (41 KB each) and is converted into one f16 tile: two tiles in flight
-// while the third is converted and computed. The dense FP8 cache is split by
-// role instead: the loader warpgroup loads its rows into registers (two
-// tiles in flight, 36 KB each, 144 registers a thread) and converts a tile
-// into whichever of two f16 tiles the consumer is not computing; named
-// barriers (FULL, EMPTY) pass the tiles between them, and the consumer
-// issues a tile's S^T while the last tile's O^T product still runs.
+// computes; the other loads. The softmax runs down the columns of S^T: each
+// column's maximum crosses the consumer's four warps through shared memory,
+// and P^T (16 rows x 64 keys, bf16 or f16) is written to shared memory for
+// the second product. Shared memory holds the queries (18 KB) and two 72 KB
+// key tiles, both in flight from the start in every form. A bf16 tile
+// lands by TMA over pages of 64 keys, or by the loader's cp.async (eight
+// threads a row), onto the stage's FULL mbarrier, and the consumer frees it
+// on its EMPTY one. The FP8 caches (dense, and DeepSeek-V3.2's) are staged
+// in the loader's registers (two tiles in flight, 144 or 176 registers a
+// thread) and converted into whichever f16 tile the consumer is not
+// computing; named barriers (FULL, EMPTY) pass the tiles between them, and
+// the consumer issues a tile's S^T while the last tile's O^T product still
+// runs.
 
 // D (+)= A B for one warpgroup, m64 n16 k16: A (64 x 16) K-major, or MN-major
 // with TA = 1; B (16 x 16) K-major; both in shared memory. T is "bf16" or
@@ -872,8 +885,9 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
             values(sk_a);
         }
     } else if constexpr (PROD) {
-        // The loader warpgroup copies every tile, two threads a key row
-        // (the even and the odd chunks), the row's place looked up a tile
+        // The loader warpgroup copies every tile, eight threads a key row
+        // (rows pr, pr + 16, pr + 32, pr + 48: a warp's copy is one 128-byte
+        // line of each of four rows), the rows' places looked up a tile
         // ahead, onto the stage's FULL mbarrier: the copies' own arrivals
         // (cp.async.mbarrier.arrive.noinc) and a plain one of each loader
         // thread after it wrote the keys' validity, 256 in all. The
@@ -882,17 +896,24 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         // fly from the start, and no copy waits for the block's barrier.
         init_stages(256);
         if (!consumer) {
-            const int ltid = tid - 128, pr = ltid >> 1, ph = ltid & 1;
-            int nk = wg_key<SPARSE>(ks, krows, it.kv_begin + pr, it.kv_end);
+            const int ltid = tid - 128, pr = ltid >> 3, pk = ltid & 7;
+            int nk[4];
+#pragma unroll
+            for (int h = 0; h < 4; h++) nk[h] = wg_key<SPARSE>(ks, krows, it.kv_begin + pr + 16 * h, it.kv_end);
             for (int t = 0; t < ntiles; t++) {
                 if (t >= 2) mbar_wait(empty(t), ((t >> 1) - 1) & 1); // tile t-2's products are done with the stage
-                const long long row = wg_row<SPARSE>(ks, nk, it.kv_begin + t * WG_BN + pr);
-                wg_issue<FMT>(skv_a + (t & 1) * WG_TILE, ks, row, pr, ph);
-                wg_issue<FMT>(skv_a + (t & 1) * WG_TILE, ks, row, pr, ph + 2);
-                if (ph == 0) kvalid[(t & 1) * WG_BN + pr] = row >= 0;
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    const int rr = pr + 16 * h;
+                    const long long row = wg_row<SPARSE>(ks, nk[h], it.kv_begin + t * WG_BN + rr);
+                    wg_issue<FMT, 8>(skv_a + (t & 1) * WG_TILE, ks, row, rr, pk);
+                    if (pk == 0) kvalid[(t & 1) * WG_BN + rr] = row >= 0;
+                }
                 cp_arrive(full(t)); // also the queries' copies, before tile 0's
                 mbar_arrive(full(t));
-                nk = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + pr, it.kv_end);
+#pragma unroll
+                for (int h = 0; h < 4; h++)
+                    nk[h] = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + pr + 16 * h, it.kv_end);
             }
             return;
         }
