@@ -51,15 +51,9 @@ const (
 	// ModuleMLADecodeSM90 is the decode on wgmma, built for sm_90a alone
 	// and handed only to a device of compute capability 9.0.
 	ModuleMLADecodeSM90 = "mla_decode_sm90"
-	// EntryDecodeTMA and EntryDecodeTMAWide are mla_decode_wg16 and
-	// mla_decode_wg64 with their tiles loaded by TMA over the descriptor of
-	// the cache (kv_map): the dense bf16 decode over pages of 64 keys on
-	// compute capability 9.0.
-	EntryDecodeTMA     = "mla_decode_tma_wg16"
-	EntryDecodeTMAWide = "mla_decode_tma_wg64"
-	EntryCombine       = "mla_combine"
-	EntryCombineRows   = "mla_combine_rows"
-	EntrySchedule      = "mla_schedule"
+	EntryCombine        = "mla_combine"
+	EntryCombineRows    = "mla_combine_rows"
+	EntrySchedule       = "mla_schedule"
 )
 
 // Tile constants of mla_decode.cu (keep in step with its #defines).
@@ -352,9 +346,6 @@ func Spec() []core.KernelModule {
 			hopper = append(hopper, core.Entry{Name: v.entry(f), Params: decodeParams(f)})
 		}
 	}
-	for _, name := range []string{EntryDecodeTMAWide, EntryDecodeTMA} {
-		hopper = append(hopper, core.Entry{Name: name, Params: append(decodeParams(formDense), core.Param{Name: "kv_map", Kind: core.ParamTensorMap})})
-	}
 	kernels := slices.Concat(mlaKernelNames, sparseKernelNames)
 	return []core.KernelModule{
 		{Name: ModuleMLADecode, Platform: core.PlatformCUDA, Entries: entries, Kernels: kernels},
@@ -515,19 +506,10 @@ type decodeShape struct {
 	maxRows, hb, slots int
 	capacity, batch    int
 	itemCost           int // an item's cost beyond its key tiles, in tiles
-	// tma: the decode loads its tiles by TMA (EntryDecodeTMA,
-	// EntryDecodeTMAWide): the dense bf16 Hopper bodies over pages of 64
-	// keys.
-	tma bool
 }
 
 // entry is the decode entry ds's launches run.
-func (ds decodeShape) entry() string {
-	if ds.tma {
-		return "mla_decode_tma_" + ds.v.suffix
-	}
-	return ds.v.entry(ds.form)
-}
+func (ds decodeShape) entry() string { return ds.v.entry(ds.form) }
 
 // partialRows bounds the partial rows of any lengths of the batch size:
 // items number at most capacity = batch + slots, so the requests cut into
@@ -562,7 +544,6 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 	ds.slots = max(max(req.Device.SMs, 1)*ds.v.perSM/ds.hb, 1)
 	ds.capacity = ds.batch + ds.slots
 	ds.itemCost = itemCost
-	ds.tma = (ds.v == hopperNarrow || ds.v == hopperVariant) && form == formDense && s.PageSize == 64
 	return ds
 }
 
@@ -651,15 +632,7 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 		Programmatic: programmatic(req.Device),
 	}
 	if ds.v == hopperNarrow && !ds.form.fp8() {
-		// The bf16 16-row body's stages' mbarriers (the 64-row one keeps
-		// its TMA tiles' where the keys' validity would be).
-		l.SharedBytes += 64
-	}
-	if ds.tma {
-		// The cache [pages, 64, 576], boxes of one page's 32 keys x 64
-		// columns.
-		l.Args = append(l.Args, core.Arg{Param: "kv_map", Kind: core.ArgTensorMap, Name: "kv_cache", Map: &core.TensorMap{
-			Box: []uint32{1, 32, 64}, Swizzle: "128B", L2Promotion: "256B"}})
+		l.SharedBytes += 64 // the bf16 16-row body's stages' mbarriers
 	}
 	return l
 }

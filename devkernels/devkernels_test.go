@@ -274,52 +274,11 @@ func TestSparseAndFP8Plans(t *testing.T) {
 	}
 }
 
-// TestDecodeTMAOverPagesOf64: on compute capability 9.0 the dense bf16
-// decode (16 and 64 rows) loads its tiles by TMA over pages of 64 keys,
-// through a descriptor of the cache the host checks (boxes of one page's 32
-// keys x 64 columns); over pages of one key it copies them.
-func TestDecodeTMAOverPagesOf64(t *testing.T) {
-	for _, tc := range []struct {
-		heads, page int
-		entry       string
-	}{{16, 64, EntryDecodeTMA}, {16, 1, "mla_decode_wg16"}, {128, 64, EntryDecodeTMAWide}, {128, 1, "mla_decode_wg64"}, {64, 64, EntryDecodeTMAWide}} {
-		for _, graph := range []bool{false, true} {
-			req := request(tc.heads, tc.page, []int64{9000, 70, 3000}, []int64{1, 1, 1}, graph)
-			req.Device = h200
-			p, err := Plan(fa3MLA, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := launch.Check(p, req, specFor(90), h200); err != nil {
-				t.Fatalf("page %d graph %v: %v", tc.page, graph, err)
-			}
-			l := p.Launches[len(p.Launches)-2]
-			if l.Entry != tc.entry || !strings.Contains(p.Note, tc.entry) {
-				t.Errorf("page %d graph %v: %s (%s), want %s", tc.page, graph, l.Entry, p.Note, tc.entry)
-			}
-			var maps int
-			for _, a := range l.Args {
-				if a.Kind == core.ArgTensorMap {
-					maps++
-					if a.Name != "kv_cache" || !slices.Equal(a.Map.Box, []uint32{1, 32, 64}) || a.Map.Swizzle != "128B" {
-						t.Errorf("page %d: descriptor %+v %+v", tc.page, a, *a.Map)
-					}
-				}
-			}
-			if want := map[bool]int{true: 1, false: 0}[strings.HasPrefix(tc.entry, "mla_decode_tma_")]; maps != want {
-				t.Errorf("page %d graph %v: %d descriptors, want %d", tc.page, graph, maps, want)
-			}
-		}
-	}
-}
-
 // TestPlansPickByArchitecture: on compute capability 9.0 the 64-row shapes
 // run the Hopper module's wgmma entries, in every form, within the H200's
-// shared memory, and so do the 16-row ones (the dense bf16 ones over pages
-// of 64 keys with TMA loads); elsewhere, and for the other
-// shapes,
-// mla_decode's, the widest that fits the device's shared memory (an A100's
-// 164 KB hold no 64-row variant and no bf16 32-row one).
+// shared memory, and so do the 16-row ones; elsewhere, and for the other
+// shapes, mla_decode's, the widest that fits the device's shared memory (an
+// A100's 164 KB hold no 64-row variant and no bf16 32-row one).
 func TestPlansPickByArchitecture(t *testing.T) {
 	a100 := h200
 	a100.Name, a100.ComputeCapability, a100.SMs, a100.MaxSharedPerBlock = "NVIDIA A100", 80, 108, 166912
@@ -331,18 +290,18 @@ func TestPlansPickByArchitecture(t *testing.T) {
 		module, ent string
 		lens        []int64
 	}{
-		{h200, 128, "", false, ModuleMLADecodeSM90, EntryDecodeTMAWide, nil},
+		{h200, 128, "", false, ModuleMLADecodeSM90, "mla_decode_wg64", nil},
 		{h200, 64, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg64", nil},
 		{h200, 128, "", true, ModuleMLADecodeSM90, "mla_sparse_wg64", nil},
 		{h200, 128, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg64", nil},
-		{h200, 16, "", false, ModuleMLADecodeSM90, EntryDecodeTMA, nil},
-		{h200, 16, "", false, ModuleMLADecodeSM90, EntryDecodeTMA, []int64{9000}},
+		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", nil},
+		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", []int64{9000}},
 		{h200, 16, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg16", []int64{9000}},
 		{h200, 16, "", true, ModuleMLADecodeSM90, "mla_sparse_wg16", nil},
 		{h200, 16, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg16", nil},
-		{h200, 16, "", false, ModuleMLADecodeSM90, EntryDecodeTMA, slices.Repeat([]int64{4096}, 17)},
+		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", slices.Repeat([]int64{4096}, 17)},
 		{h200, 16, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg16", slices.Repeat([]int64{4096}, 16)},
-		{h200, 16, "", false, ModuleMLADecodeSM90, EntryDecodeTMA, slices.Repeat([]int64{4096}, 2)},
+		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", slices.Repeat([]int64{4096}, 2)},
 		{h200, 16, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg16", slices.Repeat([]int64{4096}, 64)},
 		{h200, 16, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg16", []int64{9000}},
 		{h200, 32, "fp8_e4m3", true, ModuleMLADecode, "mla_sparse_fp8_m32", nil},

@@ -59,7 +59,6 @@ struct Keys {
     int topk;                // sparse: indices per query token
     long long num_slots;     // sparse: rows of the cache (a slot outside reads as padding)
     float kv_scale;          // FMT_FP8: a key or value is the stored e4m3 times kv_scale
-    const void* map;         // dense, page 64, on Hopper: the TMA descriptor of the cache (sm90.cuh's TmaMap)
 };
 
 // The key rows of one request (dense) or query token (sparse): page numbers

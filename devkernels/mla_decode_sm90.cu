@@ -160,52 +160,7 @@ __device__ __forceinline__ void wg_issue(u32 stage, const Keys& ks, long long ro
     }
 }
 
-// TMA loads of a dense bf16 cache in pages of 64 keys (the entries
-// mla_decode_tma_wg64 and mla_decode_tma_wg16): the host's descriptor of
-// kv_cache in its own shape [pages, 64, 576] with boxes of one page's 32
-// keys x 64 columns (128-byte swizzle), so a tile is two halves of nine
-// boxes, each box half a column block of the tile's layout. Items start at
-// multiples of 32 keys, so a half never crosses a page. One thread issues
-// a tile and arms its stage's FULL mbarrier with the bytes.
-struct PageTma {
-    const TmaMap* map;
-    const int* krows; // the request's pages
-    int kv_begin, kv_end;
-    u32 tiles;        // the first stage's address; the second one tile on
-    // The pages of tile t's halves (-1 past kv_end).
-    __device__ __forceinline__ void pages(int t, int (&pp)[2]) const {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int j = kv_begin + t * WG_BN + 32 * h;
-            pp[h] = j < kv_end ? __ldg(krows + (j >> 6)) : -1;
-        }
-    }
-    // Issues tile t (pages pp) into its stage, completing on full.
-    __device__ __forceinline__ void issue(int t, const int (&pp)[2], u32 full) const {
-        const u32 dst = tiles + (t & 1) * WG_TILE;
-        mbar_expect_tx(full, (pp[1] >= 0 ? 2 : 1) * 32 * DQK * 2);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (pp[h] < 0) continue;
-            const int row = (kv_begin + t * WG_BN + 32 * h) & 63; // within the page
-#pragma unroll
-            for (int cb = 0; cb < 9; cb++) tma_load_3d(dst + cb * WG_BLOCK + h * 4096, map, 64 * cb, row, pp[h], full);
-        }
-    }
-};
-
-// Zeroes the values (the first 512 columns) of keys valid..63 of a landed
-// tile at st, the threads tid of n sharing them: a page's keys past an
-// item's end are whatever the cache holds there, and their P of 0 times a
-// NaN would not be 0.
-__device__ __forceinline__ void zero_values(unsigned char* st, int valid, int tid, int n) {
-    for (int c = tid; c < (WG_BN - valid) * 64; c += n) {
-        const int r = valid + (c >> 6), ch = c & 63;
-        *(uint4*)(st + wsw(r, ch)) = make_uint4(0, 0, 0, 0);
-    }
-}
-
-template <int FMT, bool SPARSE, bool TMA = false>
+template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
                                               float* __restrict__ lse, const Item it,
                                               const ReqInfo* __restrict__ reqs,
@@ -255,11 +210,8 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
     // a row) and its chunks (lk); what the index tensors hold for its keys
     // of the next tile (nkey), loaded a tile ahead.
     const int lr = tid >> 3, lk = tid & 7;
-    int nkey[2] = {-1, -1};
-    if (!TMA) {
-        nkey[0] = wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end);
-        nkey[1] = wg_key<SPARSE>(ks, krows, it.kv_begin + lr + 32, it.kv_end);
-    }
+    int nkey[2] = {wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end),
+                   wg_key<SPARSE>(ks, krows, it.kv_begin + lr + 32, it.kv_end)};
     // Issues tile t's copies (and its keys' validity), then loads tile t+1's keys.
     auto load = [&](int t) {
 #pragma unroll
@@ -274,36 +226,7 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
         for (int h = 0; h < 2; h++)
             nkey[h] = wg_key<SPARSE>(ks, krows, it.kv_begin + (t + 1) * WG_BN + lr + 32 * h, it.kv_end);
     };
-    // TMA (the dense bf16 cache in pages of 64 keys, PageTma): thread 0
-    // issues every tile, both stages from the start, then tile t+1 once
-    // both warpgroups are past tile t-1's P V (the maxima's barrier), onto
-    // the stages' FULL mbarriers, which sit where the keys' validity would
-    // (a TMA tile's key is valid below kv_end).
-    const u32 bars = smem_addr(kvalid);
-    auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
-    const PageTma tma = {(const TmaMap*)ks.map, krows, it.kv_begin, it.kv_end, skv_a};
-    int pg[2] = {-1, -1};
-    if constexpr (TMA) {
-        static_assert(!H && !SPARSE, "TMA: the dense bf16 form");
-        if (tid == 0) {
-            mbar_init(full(0), 1);
-            mbar_init(full(1), 1);
-            fence_async_smem(); // the barriers, before the TMA unit arrives on them
-        }
-        __syncthreads();
-        if (tid == 0) {
-            tma.pages(0, pg);
-            tma.issue(0, pg, full(0));
-            if (ntiles > 1) {
-                tma.pages(1, pg);
-                tma.issue(1, pg, full(1));
-                if (ntiles > 2) tma.pages(2, pg);
-            }
-        }
-        cp_commit(); // the queries
-    } else {
-        load(0); // the queries ride with the first tile
-    }
+    load(0); // the queries ride with the first tile
 
     // This thread's two rows (of S and of O: both are m64 accumulators of
     // its warpgroup), their causal limits, and its first key of S.
@@ -322,23 +245,9 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
     for (int t = 0; t < ntiles; t++) {
         const int j0 = it.kv_begin + t * WG_BN;
         if (H) wg_wait<0>(); // this warpgroup's last P V is done with the f16 tile
-        if constexpr (TMA) {
-            if (t == 0) { // the queries
-                cp_wait<0>();
-                fence_async_smem();
-                __syncthreads();
-            }
-            mbar_wait(full(t), (t >> 1) & 1);
-            if (it.kv_end - j0 < WG_BN) { // the item's last tile, part past kv_end
-                zero_values(skv + (t & 1) * WG_TILE, it.kv_end - j0, tid, NTHREADS);
-                fence_async_smem();
-                __syncthreads();
-            }
-        } else {
-            cp_wait<0>();
-            fence_async_smem(); // the copies (the bf16 stage, the queries) before the MMAs read them
-            __syncthreads();
-        }
+        cp_wait<0>();
+        fence_async_smem(); // the copies (the bf16 stage, the queries) before the MMAs read them
+        __syncthreads();
         if (H) {
             dequant_tile<FMT, WG_BN>(sraw, skv, tile_dst, tid);
             if (t == 0) queries_f16<M>(sq, tile_dst, tid); // they landed with the first tile
@@ -371,7 +280,7 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int key = j0 + kq + 8 * j + e;
-                const bool in = TMA ? key < it.kv_end : kvalid[(t & 1) * WG_BN + kq + 8 * j + e] != 0;
+                const bool in = kvalid[(t & 1) * WG_BN + kq + 8 * j + e] != 0;
                 s[4 * j + e] = (in && key <= causal0) ? s[4 * j + e] * scale_log2 : NEG_INF;
                 s[4 * j + 2 + e] = (in && key <= causal1) ? s[4 * j + 2 + e] * scale_log2 : NEG_INF;
                 mx0 = fmaxf(mx0, s[4 * j + e]);
@@ -384,14 +293,7 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
             red_max[wg * M + r1] = mx1;
         }
         __syncthreads(); // the maxima of both warpgroups; both past the last tile's P V
-        if constexpr (TMA) {
-            if (tid == 0 && t >= 1 && t + 1 < ntiles) { // into the stage that P V read
-                tma.issue(t + 1, pg, full(t + 1));
-                if (t + 2 < ntiles) tma.pages(t + 2, pg);
-            }
-        } else if (!H && t + 1 < ntiles) {
-            load(t + 1); // into the stage that P V read
-        }
+        if (!H && t + 1 < ntiles) load(t + 1); // into the stage that P V read
         const float mt0 = fmaxf(m0, fmaxf(red_max[r0], red_max[M + r0]));
         const float mt1 = fmaxf(m1, fmaxf(red_max[r1], red_max[M + r1]));
         const float mu0 = mt0 == NEG_INF ? 0.f : mt0, mu1 = mt1 == NEG_INF ? 0.f : mt1;
@@ -498,9 +400,8 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, (mla_decode_wg<FMT_DSA, true>))
 // and P^T (16 rows x 64 keys, bf16 or f16) is written to shared memory for
 // the second product. Shared memory holds the queries (18 KB) and two 72 KB
 // key tiles, both in flight from the start in every form. A bf16 tile
-// lands by TMA over pages of 64 keys, or by the loader's cp.async (eight
-// threads a row), onto the stage's FULL mbarrier, and the consumer frees it
-// on its EMPTY one. The FP8 caches (dense, and DeepSeek-V3.2's) are staged
+// lands by the loader's cp.async (eight threads a row) onto the stage's
+// FULL mbarrier, and the consumer frees it on its EMPTY one. The FP8 caches (dense, and DeepSeek-V3.2's) are staged
 // in the loader's registers (two tiles in flight, 144 or 176 registers a
 // thread) and converted into whichever f16 tile the consumer is not
 // computing; named barriers (FULL, EMPTY) pass the tiles between them, and
@@ -541,7 +442,7 @@ __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 128;
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
-template <int FMT, bool SPARSE, bool TMA = false>
+template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
                                                float* __restrict__ lse, const Item it,
                                                const ReqInfo* __restrict__ reqs,
@@ -553,12 +454,11 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     // a loader warpgroup beside the consumer: the FP8 forms stage their rows
     // in the loader's registers (RS: two tiles in flight, one converted into
     // the f16 tile the consumer is not computing, so the conversion runs
-    // beside the products); bf16 tiles come by TMA over pages of 64 keys
-    // (TMA), else by the loader's cp.async (PROD), onto mbarriers.
+    // beside the products); bf16 tiles come by the loader's cp.async onto
+    // mbarriers.
     constexpr bool RS = H;
     constexpr int KB = row_bytes(FMT);
     constexpr int NT = 2;
-    constexpr bool PROD = !H && !TMA;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     unsigned char* sq = smem;                                  // 16 query rows: 9 x 2 KB
@@ -630,8 +530,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     };
     auto softmax = [&](int vb, int j0) {
         // Scale and mask, then each column's maximum over the tile.
-        const bool in0 = TMA ? j0 + kr < it.kv_end : kvalid[vb + kr] != 0;
-        const bool in1 = TMA ? j0 + kr + 8 < it.kv_end : kvalid[vb + kr + 8] != 0;
+        const bool in0 = kvalid[vb + kr] != 0, in1 = kvalid[vb + kr + 8] != 0;
         float mx[4];
 #pragma unroll
         for (int x = 0; x < 4; x++) {
@@ -697,89 +596,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         wg_commit();
     };
 
-    // The bf16 stages' mbarriers (TMA and PROD), FULL x2 and EMPTY x2, set
-    // up for an item: FULL completes with the loads' arrivals (TMA: one
-    // thread's; PROD: 256), EMPTY with the consumer's 128 threads'.
-    const u32 bars = smem_addr(sraw);
-    auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
-    auto empty = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
-    auto init_stages = [&](int arrivals) {
-        if (tid == 0) {
-            mbar_init(full(0), arrivals);
-            mbar_init(full(1), arrivals);
-            mbar_init(empty(0), 128);
-            mbar_init(empty(1), 128);
-            fence_async_smem(); // the barriers, before the TMA unit arrives on them
-        }
-        __syncthreads();
-    };
-    if constexpr (TMA) {
-        // The bf16 cache in pages of 64 keys, loaded by TMA: one thread of
-        // the loader warpgroup issues each tile as boxes of 32 keys x 64
-        // columns (a half tile never crosses a page: items start at
-        // multiples of 32 keys), nine a half, into the stage's column
-        // blocks, and arms the stage's FULL mbarrier with their bytes; the
-        // consumer's threads arrive on the stage's EMPTY mbarrier once the
-        // products that read it are done. Both stages are in flight from
-        // the start. Keys past kv_end within a loaded page are whatever the
-        // cache holds there: the consumer masks their scores and zeroes
-        // their values in the item's last tile (P is 0 there, and 0 times
-        // a NaN would not be).
-        static_assert(!H && !SPARSE, "TMA: the dense bf16 form");
-        init_stages(1);
-        const PageTma tma = {(const TmaMap*)ks.map, krows, it.kv_begin, it.kv_end, skv_a};
-        auto pages = [&](int t, int (&pp)[2]) { tma.pages(t, pp); };
-        auto issue = [&](int t, const int (&pp)[2]) { tma.issue(t, pp, full(t)); };
-        const bool producer = tid == 128;
-        int pg[2];
-        if (producer) {
-            pages(0, pg);
-            issue(0, pg);
-            if (ntiles > 1) {
-                pages(1, pg);
-                issue(1, pg);
-            }
-        }
-        // The queries (cp.async, every thread), beside the first tiles.
-        cp_commit();
-        cp_wait<0>();
-        fence_async_smem();
-        __syncthreads();
-        if (!consumer) {
-            if (producer) {
-                if (ntiles > 2) pages(2, pg);
-                for (int t = 2; t < ntiles; t++) {
-                    mbar_wait(empty(t), ((t >> 1) - 1) & 1); // tile t-2's products are done with the stage
-                    issue(t, pg);
-                    if (t + 1 < ntiles) pages(t + 1, pg);
-                }
-            }
-            return;
-        }
-        for (int t = 0; t < ntiles; t++) {
-            const int j0 = it.kv_begin + t * WG_BN;
-            const u32 sk_a = skv_a + (t & 1) * WG_TILE;
-            if (t >= 1) {
-                // Tile t-1's O^T product is done: its stage is free for
-                // tile t+1 (no product is in flight across the waits).
-                wg_wait<0>();
-#pragma unroll
-                for (int i = 0; i < 8; i++) reg_fence(o[i]);
-                mbar_arrive(empty(t - 1));
-            }
-            mbar_wait(full(t), (t >> 1) & 1);
-            if (it.kv_end - j0 < WG_BN) { // the item's last tile, part past kv_end
-                zero_values(skv + (t & 1) * WG_TILE, it.kv_end - j0, tid, 128);
-                fence_async_smem();
-                consumer_sync();
-            }
-            scores(sk_a);
-            wg_wait<0>();
-            reg_fence(s);
-            softmax(-1, j0);
-            values(sk_a);
-        }
-    } else if constexpr (RS) {
+    if constexpr (RS) {
         // Named barriers between the warpgroups: FULL(b) when the loader has
         // converted a tile into f16 tile b, EMPTY(b) when the consumer's
         // products are done with it (2 + b and 4 + b; 0 is __syncthreads,
@@ -884,7 +701,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
             softmax(b * WG_BN, it.kv_begin + t * WG_BN);
             values(sk_a);
         }
-    } else if constexpr (PROD) {
+    } else {
         // The loader warpgroup copies every tile, eight threads a key row
         // (rows pr, pr + 16, pr + 32, pr + 48: a warp's copy is one 128-byte
         // line of each of four rows), the rows' places looked up a tile
@@ -894,7 +711,17 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
         // consumer's threads arrive on the stage's EMPTY mbarrier once its
         // products are done with it, and the loaders refill it: both stages
         // fly from the start, and no copy waits for the block's barrier.
-        init_stages(256);
+        const u32 bars = smem_addr(sraw); // FULL x2, EMPTY x2
+        auto full = [&](int t) -> u32 { return bars + 8 * (t & 1); };
+        auto empty = [&](int t) -> u32 { return bars + 16 + 8 * (t & 1); };
+        if (tid == 0) {
+            mbar_init(full(0), 256);
+            mbar_init(full(1), 256);
+            mbar_init(empty(0), 128);
+            mbar_init(empty(1), 128);
+            fence_async_smem();
+        }
+        __syncthreads(); // the barriers, before any arrival
         if (!consumer) {
             const int ltid = tid - 128, pr = ltid >> 3, pk = ltid & 7;
             int nk[4];
@@ -990,17 +817,3 @@ MLA_DECODE_ENTRY(mla_decode_wg16, 1, (mla_decode_wgn<FMT_BF16, false>))
 MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg16, 1, (mla_decode_wgn<FMT_FP8, false>))
 MLA_SPARSE_ENTRY(mla_sparse_wg16, 1, (mla_decode_wgn<FMT_BF16, true>))
 MLA_SPARSE_ENTRY(mla_sparse_fp8_wg16, 1, (mla_decode_wgn<FMT_DSA, true>))
-
-// The dense bf16 decode over pages of 64 keys with its tiles loaded by TMA
-// (PageTma): the parameters of mla_decode_wg64 and mla_decode_wg16, and the
-// host's descriptor of the cache.
-#define MLA_DECODE_TMA_ENTRY(NAME, BODY)                                                                         \
-    extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                                   \
-        NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
-             const int* __restrict__ kv_indices, MLA_COMMON_PARAMS, int page_shift, float scale_log2,           \
-             int head_blocks, const __grid_constant__ TmaMap kv_map) {                                          \
-        const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, 1.f, &kv_map}; \
-        MLA_ITEMS(BODY, ks)                                                                                     \
-    }
-MLA_DECODE_TMA_ENTRY(mla_decode_tma_wg64, (mla_decode_wg<FMT_BF16, false, true>))
-MLA_DECODE_TMA_ENTRY(mla_decode_tma_wg16, (mla_decode_wgn<FMT_BF16, false, true>))

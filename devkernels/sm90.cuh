@@ -78,14 +78,6 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, int col,
         : "memory");
 }
 
-// The same over a three-dimensional map, at (col, row, plane).
-__device__ __forceinline__ void tma_load_3d(u32 dst, const TmaMap* map, int col, int row, int plane, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
-        "l"(map), "r"(col), "r"(row), "r"(plane), "r"(bar)
-        : "memory");
-}
-
 // Keeps the compiler from moving accesses of accumulator registers across
 // the asynchronous MMAs that own them.
 template <int N>
