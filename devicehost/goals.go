@@ -75,12 +75,12 @@ const (
 		"items measured slower (docs/device.md, \"The combine by rows, and what a decode layer is made of\")"
 	limitPrefill = "the tail of a grid of short causal blocks of uneven length (docs/device.md, \"The prefill on " +
 		"Hopper: how it got there\")"
-	limitSparse16 = "ncu (bf16, batch 128): 55% of DRAM with the SMs 11% busy and 12% of warps active: gathered " +
-		"1152-byte rows, one tile in flight a multiprocessor while the block waits at its barrier (docs/device.md, " +
-		"\"Figures of the final build\", 10:07 UTC)"
-	limitSparseFP816 = "not profiled; by design DeepSeek-V3.2's 656-byte rows land in raw stages and every thread " +
-		"converts them between the block's barriers, where the dense FP8 form stages its rows in the loader's " +
-		"registers beside the products (docs/device.md, \"The dense FP8 16-row body\")"
+	limitSparse16 = "at batch 16 (16 tokens x 2048 keys) a layer's fixed cost, as the dense decode's at batch 16; batches " +
+		"of 64 and more reach 76-94% of copy with the copies at eight threads a row (docs/device.md, \"The copies " +
+		"eight threads a row\")"
+	limitSparseFP816 = "not profiled since DeepSeek-V3.2's rows moved into the loader's registers; by design the dense " +
+		"FP8 body's limit, the conversion beside one consumer warpgroup's products (docs/device.md, \"The dense FP8 " +
+		"16-row body\")"
 	limitSparse128 = "the 64-row body's serial chain, as the dense 128-head decode's, over gathered rows " +
 		"(docs/device.md, \"Tried and not kept: FlashMLA's seesaw\")"
 	limitDenseFP8 = "the consumer's products: by ablation a tile takes 2.63 us whole, 1.68 without the conversion and " +
