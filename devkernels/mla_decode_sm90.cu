@@ -22,7 +22,8 @@
 // FP8 cache) is written to shared memory swizzled for the P V MMAs, and
 // each warpgroup keeps its own partial row sums, added at the end. The
 // next tile's copies (cp.async) start as soon as both warpgroups are past
-// the previous tile's P V, and a tile's P V runs while the next tile lands.
+// the previous tile's P V, while this tile's S runs, and a tile's P V runs
+// while the next tile lands.
 
 #define WG_BN 64                        /* keys per tile */
 #define WG_TILE (WG_BN * DQK * 2)       /* 73728 bytes: 9 blocks of 64 rows x 128 bytes */
@@ -270,6 +271,14 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
             wgmma_s<H>(s, dq + off, dk + off, kk > 0);
         }
         wg_commit();
+        if (!H && t + 1 < ntiles) {
+            // The next tile's copies go out while S runs: once both
+            // warpgroups' last P V is done (S is the one group left in
+            // flight), the stage it read is free.
+            wg_wait<1>();
+            __syncthreads();
+            load(t + 1);
+        }
         wg_wait<0>(); // S, and the last tile's P V queued before it
         reg_fence(s);
         reg_fence(o);
@@ -292,8 +301,7 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
             red_max[wg * M + r0] = mx0;
             red_max[wg * M + r1] = mx1;
         }
-        __syncthreads(); // the maxima of both warpgroups; both past the last tile's P V
-        if (!H && t + 1 < ntiles) load(t + 1); // into the stage that P V read
+        __syncthreads(); // the maxima of both warpgroups
         const float mt0 = fmaxf(m0, fmaxf(red_max[r0], red_max[M + r0]));
         const float mt1 = fmaxf(m1, fmaxf(red_max[r1], red_max[M + r1]));
         const float mu0 = mt0 == NEG_INF ? 0.f : mt0, mu1 = mt1 == NEG_INF ? 0.f : mt1;
