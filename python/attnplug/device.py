@@ -79,6 +79,18 @@ _CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y = 6
 _CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z = 7
 _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, then a 64-byte value (8-byte aligned)."""
+    _fields_ = [("id", ctypes.c_uint32), ("pad", ctypes.c_uint32), ("value", ctypes.c_uint32 * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig, cuLaunchKernelEx's description of a launch."""
+    _fields_ = [("grid", ctypes.c_uint32 * 3), ("block", ctypes.c_uint32 * 3), ("shared", ctypes.c_uint32),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint32)]
 
 
 class _Driver:
@@ -121,8 +133,13 @@ class _Driver:
             f = f or getattr(lib, name)
             f.argtypes, f.restype = args, i32
             setattr(self, name, f)
-        # CUDA 12's TMA descriptors; None on an older driver (a plan with one
-        # is then refused when it is prepared).
+        # CUDA 12's TMA descriptors and launches with attributes (clusters);
+        # None on an older driver (a plan with either is then refused when
+        # it is prepared).
+        self.cuLaunchKernelEx = getattr(lib, "cuLaunchKernelEx", None)
+        if self.cuLaunchKernelEx is not None:
+            self.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), vp, ctypes.POINTER(vp), ctypes.POINTER(vp)]
+            self.cuLaunchKernelEx.restype = i32
         u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(u32)
         self.cuTensorMapEncodeTiled = getattr(lib, "cuTensorMapEncodeTiled", None)
         if self.cuTensorMapEncodeTiled is not None:
@@ -598,10 +615,17 @@ class _Step:
         # A programmatic launch is a permission, not a requirement (its
         # kernel waits before it touches what the launch before it writes),
         # so this launcher makes it a plain one; a cluster changes what the
-        # kernel sees, so it is refused.
+        # kernel sees, so it goes through cuLaunchKernelEx with the cluster's
+        # dimensions (CUDA 12).
+        self.config = None
         if launch.cluster:
-            raise CudaError("entry %s: a cluster launch, which this launcher does not make "
-                            "(the Go host does: package devicehost)" % launch.entry)
+            if getattr(drv, "cuLaunchKernelEx", None) is None:
+                raise CudaError("entry %s: a cluster launch %s, and this CUDA driver lacks cuLaunchKernelEx "
+                                "(CUDA 12)" % (launch.entry, tuple(launch.cluster)))
+            self.attr = _LaunchAttribute(id=_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+            self.attr.value[0], self.attr.value[1], self.attr.value[2] = launch.cluster
+            self.config = _LaunchConfig(grid=(ctypes.c_uint32 * 3)(*launch.grid), block=(ctypes.c_uint32 * 3)(*launch.block),
+                                        shared=launch.shared_bytes, attrs=ctypes.pointer(self.attr), num_attrs=1)
         # tensor_slots: (ctypes scalar, tensor index); struct_tensors:
         # (bytes, offset, size, tensor index); maps: the TMA descriptors.
         self.tensor_slots, self.struct_tensors, self.maps = [], [], []
@@ -684,6 +708,11 @@ class _Step:
         for m in self.maps:
             m.encode(drv, tensors[m.tensor])
         l = self.launch
+        if self.config is not None:
+            self.config.stream = stream.value if isinstance(stream, ctypes.c_void_p) else stream
+            drv.check(drv.cuLaunchKernelEx(ctypes.byref(self.config), self.fn, self.params, None),
+                      "cuLaunchKernelEx(%s.%s)" % (l.module, l.entry))
+            return
         drv.check(drv.cuLaunchKernel(self.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
                                      l.shared_bytes, stream, self.params, None),
                   "cuLaunchKernel(%s.%s)" % (l.module, l.entry))

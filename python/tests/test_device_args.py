@@ -17,10 +17,12 @@ class FakeDriver:
     """Records cuTensorMapEncodeTiled's arguments and, at each launch, the
     bytes each parameter pointer points at (sizes given per launch)."""
 
-    def __init__(self, tma=True):
-        self.encoded, self.launched, self.sizes = [], [], []
+    def __init__(self, tma=True, launch_ex=True):
+        self.encoded, self.launched, self.sizes, self.configs = [], [], [], []
         if not tma:
             self.cuTensorMapEncodeTiled = None
+        if not launch_ex:
+            self.cuLaunchKernelEx = None
 
     def check(self, rc, call):
         if rc:
@@ -37,6 +39,13 @@ class FakeDriver:
         return 0
 
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.launched.append([ctypes.string_at(params[i], n) for i, n in enumerate(self.sizes)])
+        return 0
+
+    def cuLaunchKernelEx(self, config, fn, params, extra):
+        c = config._obj
+        attrs = [(c.attrs[i].id, tuple(c.attrs[i].value[:3])) for i in range(c.num_attrs)]
+        self.configs.append(dict(grid=tuple(c.grid), block=tuple(c.block), shared=c.shared, stream=c.stream, attrs=attrs))
         self.launched.append([ctypes.string_at(params[i], n) for i, n in enumerate(self.sizes)])
         return 0
 
@@ -134,11 +143,20 @@ class ParamsTest(unittest.TestCase):
                 step(drv, params, args, structs)
             self.assertIn(want, str(cm.exception))
 
-    def test_a_cluster_is_refused(self):
+    def test_a_cluster_launches_through_cuLaunchKernelEx(self):
+        drv = FakeDriver()
+        launch = Launch("m", "k", (8, 3, 1), (256, 1, 1), 170048, (arg("x", "int", i=7),), False, cluster=(8, 1, 1))
+        st = _Step(drv, {"m": FakeModule(module((("x", "i32"),)))}, launch, 0, {}, SPECS)
+        drv.sizes = [4]
+        st.run(drv, [0x1000, 0x2000, 0x3000], ctypes.c_void_p(0x77))
+        self.assertEqual(drv.configs, [dict(grid=(8, 3, 1), block=(256, 1, 1), shared=170048, stream=0x77, attrs=[(4, (8, 1, 1))])])
+        self.assertEqual(drv.launched, [[struct.pack("<i", 7)]])
+
+    def test_a_cluster_needs_cuLaunchKernelEx(self):
         launch = Launch("m", "k", (2, 1, 1), (128, 1, 1), 0, (arg("x", "int", i=1),), False, cluster=(2, 1, 1))
         with self.assertRaises(CudaError) as cm:
-            _Step(FakeDriver(), {"m": FakeModule(module((("x", "i32"),)))}, launch, 0, {}, SPECS)
-        self.assertIn("cluster", str(cm.exception))
+            _Step(FakeDriver(launch_ex=False), {"m": FakeModule(module((("x", "i32"),)))}, launch, 0, {}, SPECS)
+        self.assertIn("cuLaunchKernelEx", str(cm.exception))
 
 
 class DecodeTest(unittest.TestCase):

@@ -1,6 +1,6 @@
-"""attnplug.device on a Hopper GPU: a launch with a TMA descriptor and a
-struct by value (internal/gpucheck/testdata/tma_copy.cu, compiled with
-NVRTC) captured in a torch.cuda.graph over two layers with different
+"""attnplug.device on a Hopper GPU: a launch with a TMA descriptor, a
+struct by value and clusters of two blocks
+(internal/gpucheck/testdata/tma_copy.cu, compiled with NVRTC) captured in a torch.cuda.graph over two layers with different
 tensors, each layer's output made from its own cache (so each captured
 launch kept its own descriptor), outputs poisoned first. Skipped without
 torch, a GPU of compute capability 9.0, or NVRTC ($ATTNPLUG_NVRTC names
@@ -76,7 +76,7 @@ class TMATest(unittest.TestCase):
             arg("params", "struct", fields=(StructField(0, 8, arg("", "tensor", "out")), StructField(8, 4, arg("", "int", i=512)),
                                             StructField(12, 4, arg("", "float", f=0.5)),
                                             StructField(16, 8, arg("", "int", i=(1 << 40) + 7)))),
-            arg("lse", "tensor", "lse")), False, (), True)
+            arg("lse", "tensor", "lse")), False, (2, 1, 1), True)
         step = _Step(drv, {"hopper_test": _Module(drv, km)}, launch, 0, {}, specs)
 
         g = torch.Generator(device="cuda").manual_seed(3)
@@ -97,7 +97,7 @@ class TMATest(unittest.TestCase):
         for l, (cache, out, lse) in enumerate(layers):
             want = (cache.view(8, 64, 576)[:, :, :64].float() * 0.5).to(torch.bfloat16)
             self.assertTrue(torch.equal(out, want), "layer %d: the output is not its own cache's boxes" % l)
-            self.assertEqual(lse[:8].tolist(), [0.0] * 8)  # no cluster: each block is rank 0 of its own
+            self.assertEqual(lse[:8].tolist(), [0.0, 1.0] * 4, "layer %d: the blocks' cluster ranks" % l)
             self.assertEqual(lse[32:40].tolist(), [1.0] * 8, "layer %d: the struct did not arrive intact" % l)
 
 
