@@ -25,7 +25,11 @@ func (r *Registry) DispatchBatch(ctx context.Context, reqs []core.Request, out [
 	if len(out) != len(reqs) {
 		return fmt.Errorf("dispatch batch: %d results for %d requests", len(out), len(reqs))
 	}
-	t := r.table.Load()
+	return r.dispatchBatch(ctx, r.table.Load(), reqs, out)
+}
+
+// dispatchBatch is DispatchBatch by the routes of t.
+func (r *Registry) dispatchBatch(ctx context.Context, t *routeTable, reqs []core.Request, out []BatchAnswer) error {
 	var groups []*batchGroup
 	var open map[backend.Backend]*batchGroup // the group of each backend still taking requests
 	var hits map[backend.Backend][]int       // the requests answered from each backend's cache
@@ -135,6 +139,7 @@ func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Req
 	fault, err := r.call(ctx, be, backend.DispatchCall, "the batch", func(ctx context.Context, c backend.Conn) error {
 		return c.DispatchBatch(ctx, sub, res)
 	})
+	retried := false
 	for j, i := range g.idx {
 		req := sub[j] // the platform filled in, under the name the caller asked
 		req.Backend = reqs[i].Backend
@@ -142,13 +147,20 @@ func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Req
 		case err != nil:
 			out[i] = BatchAnswer{Err: err}
 		case fault != nil:
+			if now, ok := r.retired(fault, be, req.Backend); ok {
+				// A reload swapped the plugin out since the batch's routes
+				// were looked up: the route in force answers.
+				a, derr := r.dispatch(ctx, now, &req)
+				out[i], retried = BatchAnswer{Answer: a, Err: derr}, true
+				continue
+			}
 			a, ferr := r.fallback(ctx, &req, g.routes[j], *fault)
 			out[i] = BatchAnswer{Answer: a, Err: ferr}
 		default:
 			out[i] = r.batchResult(ctx, &req, g.routes[j], g.keys[j], res[j])
 		}
 	}
-	if fault != nil && !declined(fault) {
+	if fault != nil && !declined(fault) && !retried {
 		return fault
 	}
 	return nil

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/attnplug/attnplug/core"
@@ -39,6 +40,31 @@ func (r *Registry) call(ctx context.Context, be backend.Backend, limit backend.L
 // failure: the backend stays in service, and the caller answers another
 // way without counting a fallback.
 func declined(o *backend.Outcome) bool { return o.Kind == backend.Declined }
+
+// retired returns the route in force for name when o says that a reload
+// retired be, the backend of the route the request was sent by, and the
+// route in force has another backend: the caller asks that route instead,
+// and does not fall back. A request can take its route from one table and
+// reach its plugin after a reload swapped the plugin out.
+func (r *Registry) retired(o *backend.Outcome, be backend.Backend, name string) (*route, bool) {
+	if o == nil || o.Reason != ReasonRetired {
+		return nil, false
+	}
+	now := r.bound(r.table.Load(), name)
+	return now, now.be != be
+}
+
+// swappedOut reports whether o says that a reload retired rt's plugin and
+// a newer table routes rt's name elsewhere (retired).
+func (r *Registry) swappedOut(o *backend.Outcome, rt *route) bool {
+	_, ok := r.retired(o, rt.be, rt.name)
+	return ok
+}
+
+// errSwappedOut marks a device-code call (modules, plan, kernel) that
+// reached a plugin a reload had retired, whose name a newer table routes
+// elsewhere: the call is made again by the route in force.
+var errSwappedOut = errors.New("the plugin was swapped out by a reload")
 
 // ask asks rt's backend for req's method, through call, under the name of
 // rt's handler: the name a backend serves (the default route's backend,
@@ -78,6 +104,9 @@ func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (co
 	m, fault, err := r.ask(ctx, rt, req)
 	if err != nil {
 		return core.Answer{}, err
+	}
+	if now, ok := r.retired(fault, rt.be, req.Backend); ok {
+		return r.decide(ctx, now, req)
 	}
 	if fault != nil {
 		return r.fallback(ctx, req, rt, *fault)

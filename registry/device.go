@@ -77,7 +77,11 @@ func (r *Registry) KernelModules(ctx context.Context, backend string, dev core.D
 	if err != nil {
 		return nil, err
 	}
-	return r.modules(ctx, rt, dev)
+	mods, err := r.modules(ctx, rt, dev)
+	if errors.Is(err, errSwappedOut) {
+		return r.KernelModules(ctx, backend, dev)
+	}
+	return mods, err
 }
 
 // deviceBackend returns the route of name when its backend, a plugin or
@@ -168,6 +172,9 @@ func (r *Registry) fetchModules(ctx context.Context, rt *route, dev core.DeviceI
 		rt.be.Log().Info("no device code for this device", "device", dev.Name, "compute_capability", dev.ComputeCapability, "error", fault.Err)
 		return nil, true, noPlanAnswer(fault)
 	case fault != nil:
+		if r.swappedOut(fault, rt) {
+			return nil, false, fmt.Errorf("%w: %w", errSwappedOut, fault)
+		}
 		return nil, false, r.noPlan(rt, *fault)
 	}
 	if err := CheckModules(mods, dev); err != nil {
@@ -274,10 +281,18 @@ func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 	if err != nil {
 		return nil, err
 	}
+	return r.planKernel(ctx, req, rt)
+}
+
+// planKernel is PlanKernel by rt, the route of req.Backend.
+func (r *Registry) planKernel(ctx context.Context, req *core.PlanRequest, rt *route) (*core.Plan, error) {
 	plans := &r.device(rt.be).plans
 	// The modules first, kept after the first call: a plan is only as good
 	// as the modules the lock file in force lets the host load.
 	mods, err := r.modules(ctx, rt, req.Device)
+	if errors.Is(err, errSwappedOut) {
+		return r.PlanKernel(ctx, req)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +311,8 @@ func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 	switch {
 	case err != nil:
 		return nil, err
+	case fault != nil && r.swappedOut(fault, rt):
+		return r.PlanKernel(ctx, req)
 	case fault != nil && declined(fault):
 		// The backend has no plan for this request: an expected answer.
 		rt.be.Log().Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", fault.Err)

@@ -77,6 +77,8 @@ func (r *Registry) RunKernel(ctx context.Context, req *core.KernelRequest) (*Ker
 		return nil, err
 	case fault == nil:
 		return &KernelAnswer{KernelResult: *res, Plugin: rt.family}, nil
+	case r.swappedOut(fault, rt):
+		return r.RunKernel(ctx, req)
 	case declined(fault) && errors.Is(fault, core.ErrInvalidRequest):
 		return nil, fault.Err
 	case fault.Kind == backend.Failed:

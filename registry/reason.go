@@ -22,6 +22,7 @@ const (
 	ReasonBackoff             = backend.ReasonBackoff
 	ReasonQuarantined         = backend.ReasonQuarantined
 	ReasonClosed              = backend.ReasonClosed
+	ReasonRetired             = backend.ReasonRetired
 	ReasonRefused             = backend.ReasonRefused
 	ReasonUnsupportedHardware = backend.ReasonUnsupportedHardware
 	ReasonPluginBroken        = backend.ReasonPluginBroken

@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,5 +147,64 @@ func TestReloadWithTheDirectoryGoneIsRefused(t *testing.T) {
 	}
 	if ch, err := r.Reload(ctx); err != nil || len(ch) != 0 {
 		t.Errorf("reload with the directory back: %v, %v; want no change", ch, err)
+	}
+}
+
+// TestRequestsRacingASwapAreAnswered: a request that took its route before
+// a reload swapped the route's plugin out, and reaches the plugin once it
+// is retired, is answered by the route in force (the new plugin), not by
+// a fallback: a dispatch, a batch and a plan request alike.
+func TestRequestsRacingASwapAreAnswered(t *testing.T) {
+	tree, err := bins.CopyTree(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}, NoAnswerCache: true})
+	ctx := testContext(t)
+	swaps := 0
+	swap := func() {
+		swaps++
+		data, err := os.ReadFile(bins.Plugin("fa3"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := tree.Plugin("fa3")
+		if err := os.WriteFile(dst+".new", append(data, fmt.Sprintf("rebuilt %d", swaps)...), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(dst+".new", dst); err != nil {
+			t.Fatal(err)
+		}
+		ch, err := r.Reload(ctx)
+		if err != nil || len(ch) != 1 || ch[0].Action != "swapped" {
+			t.Fatalf("swap %d: %+v, %v", swaps, ch, err)
+		}
+	}
+	if a, err := r.Dispatch(ctx, decode("fa3")); err != nil || a.Plugin != "fa3" || a.Fallback != "" {
+		t.Fatalf("fa3 before the swaps: %+v, %v", a, err)
+	}
+
+	if a, err := r.DispatchAfter(ctx, decode("fa3"), swap); err != nil || a.Plugin != "fa3" || a.Fallback != "" {
+		t.Errorf("a dispatch racing a swap: %+v, %v; want fa3's answer", a, err)
+	}
+
+	reqs := []core.Request{*decode("fa3"), *decode("fa3"), *decode("aiter")}
+	reqs[1].Batch.SeqLens = []int64{4096}
+	out := make([]registry.BatchAnswer, len(reqs))
+	if err := r.DispatchBatchAfter(ctx, reqs, out, swap); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range out {
+		if want := reqs[i].Backend; a.Err != nil || a.Answer.Plugin != want || a.Answer.Fallback != "" {
+			t.Errorf("batch request %d racing a swap: %+v; want %s's answer", i, a, want)
+		}
+	}
+
+	req := &core.PlanRequest{Backend: "fa3", Method: core.MLA, DType: "bf16",
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+		Shape:  core.PlanShape{SeqLens: []int64{100, 2000}, QLens: []int64{1, 1}, PageSize: 64, NumPages: 64},
+		Device: h200()}
+	if p, err := r.PlanKernelAfter(ctx, req, swap); err != nil || len(p.Launches) == 0 {
+		t.Errorf("a plan request racing a swap: %v, %v; want the new plugin's plan", p, err)
 	}
 }

@@ -25,6 +25,11 @@ const (
 	ReasonQuarantined Reason = "plugin_quarantined"
 	// ReasonClosed: the registry is shutting down.
 	ReasonClosed Reason = "registry_closed"
+	// ReasonRetired: a reload replaced the plugin between a request's
+	// route lookup and its call. The registry asks the route in force
+	// instead, so an answer carries this reason only where that route is
+	// the same (it never is after a swap).
+	ReasonRetired Reason = "plugin_retired"
 	// ReasonRefused: the plugin refused the request as invalid for its
 	// rules.
 	ReasonRefused Reason = "plugin_refused"

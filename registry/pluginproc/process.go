@@ -86,7 +86,8 @@ type process struct {
 	mu          sync.Mutex
 	starting    *startAttempt // the start in progress, if any
 	closed      bool
-	failures    int // consecutive failures
+	retired     bool // closed by Retire: a reload replaced the plugin
+	failures    int  // consecutive failures
 	starts      int
 	retryAt     time.Time
 	lastErr     error
@@ -196,8 +197,13 @@ func (p *Plugin) unstartable() *backend.Outcome {
 	return &o
 }
 
-// closedOutcome is the outcome of a call to a plugin that ended.
+// closedOutcome is the outcome of a call to a plugin that ended: retired
+// by a reload (the registry asks the route in force instead), or closed
+// with the registry. p.proc.mu is held.
 func (p *Plugin) closedOutcome() backend.Outcome {
+	if p.proc.retired {
+		return backend.ReasonRetired.Unavailable(fmt.Errorf("plugin %s: %w: replaced by a reload", p.name, core.ErrUnavailable))
+	}
 	return backend.ReasonClosed.Unavailable(fmt.Errorf("plugin %s: %w: registry closed", p.name, core.ErrUnavailable))
 }
 
@@ -387,6 +393,7 @@ func (p *Plugin) Retire() { p.end(true) }
 // a bounded time whatever state they are in.
 func (p *Plugin) end(graceful bool) {
 	p.proc.mu.Lock()
+	p.proc.retired = graceful && !p.proc.closed
 	p.proc.closed = true
 	p.health.Degraded.Store(true)
 	inst := p.proc.running.Swap(nil)
