@@ -15,13 +15,16 @@ import (
 
 // rebuild puts a binary with the same code but another hash at path, the
 // way an operator replaces one: a new file renamed over the old.
-func rebuild(t *testing.T, src, dst string) {
+func rebuild(t *testing.T, src, dst string) { rebuildAs(t, src, dst, "rebuilt") }
+
+// rebuildAs is rebuild with tag, the bytes that make the hash another.
+func rebuildAs(t *testing.T, src, dst, tag string) {
 	t.Helper()
 	data, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(dst+".new", append(data, "rebuilt"...), 0o755); err != nil {
+	if err := os.WriteFile(dst+".new", append(data, tag...), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(dst+".new", dst); err != nil {
@@ -164,17 +167,7 @@ func TestRequestsRacingASwapAreAnswered(t *testing.T) {
 	swaps := 0
 	swap := func() {
 		swaps++
-		data, err := os.ReadFile(bins.Plugin("fa3"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := tree.Plugin("fa3")
-		if err := os.WriteFile(dst+".new", append(data, fmt.Sprintf("rebuilt %d", swaps)...), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(dst+".new", dst); err != nil {
-			t.Fatal(err)
-		}
+		rebuildAs(t, bins.Plugin("fa3"), tree.Plugin("fa3"), fmt.Sprintf("rebuilt %d", swaps))
 		ch, err := r.Reload(ctx)
 		if err != nil || len(ch) != 1 || ch[0].Action != "swapped" {
 			t.Fatalf("swap %d: %+v, %v", swaps, ch, err)
