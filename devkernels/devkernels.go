@@ -184,7 +184,8 @@ func (v decodeVariant) shared(f decodeForm) int {
 		// of 64 keys), the maxima and the sums (2 x 64 of each for 64 rows,
 		// 4 x 16 for 16), the keys' validity (64 a stage), the staged FP8
 		// tiles (one for 64 rows; the FP8 16-row forms stage their rows in
-		// registers and convert them into two f16 tiles).
+		// registers and convert them into two f16 tiles), and the bf16
+		// 16-row stages' mbarriers (64 bytes).
 		const tile, wbn = 64 * mlaDQK * 2, 64
 		tiles, raw, valid := 2, 0, 2
 		switch {
@@ -192,11 +193,14 @@ func (v decodeVariant) shared(f decodeForm) int {
 		case f.fp8():
 			tiles, raw = 1, 1
 		}
-		red := 2 * 2 * m
+		red, bars := 2*2*m, 0
 		if m == 16 {
 			red = 2 * 4 * m
+			if !f.fp8() {
+				bars = 64
+			}
 		}
-		return 1024 + 9*128*m + tiles*tile + 128*m + 4*(red+valid*wbn) + raw*wbn*f.rowBytes()
+		return 1024 + 9*128*m + tiles*tile + 128*m + 4*(red+valid*wbn) + raw*wbn*f.rowBytes() + bars
 	}
 	if v.wide {
 		const wbn = 64
@@ -340,7 +344,7 @@ func Spec() []core.KernelModule {
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()},
 		core.Entry{Name: EntryCombineRows, Params: append(combineParams(), core.Param{Name: "max_rows", Kind: core.ParamI32})},
 		core.Entry{Name: EntrySchedule, Params: scheduleParams()})
-	hopper := make([]core.Entry, 0, 2*int(numForms)+2)
+	hopper := make([]core.Entry, 0, 2*int(numForms))
 	for _, v := range []decodeVariant{hopperVariant, hopperNarrow} {
 		for f := range numForms {
 			hopper = append(hopper, core.Entry{Name: v.entry(f), Params: decodeParams(f)})
@@ -630,9 +634,6 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 		SharedBytes:  uint32(ds.v.shared(ds.form)),
 		Args:         args,
 		Programmatic: programmatic(req.Device),
-	}
-	if ds.v == hopperNarrow && !ds.form.fp8() {
-		l.SharedBytes += 64 // the bf16 16-row body's stages' mbarriers
 	}
 	return l
 }

@@ -709,7 +709,7 @@ class _Step:
             m.encode(drv, tensors[m.tensor])
         l = self.launch
         if self.config is not None:
-            self.config.stream = stream.value if isinstance(stream, ctypes.c_void_p) else stream
+            self.config.stream = stream.value
             drv.check(drv.cuLaunchKernelEx(ctypes.byref(self.config), self.fn, self.params, None),
                       "cuLaunchKernelEx(%s.%s)" % (l.module, l.entry))
             return
