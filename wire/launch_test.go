@@ -205,7 +205,8 @@ func launchScripts(t *testing.T, dir, fault string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := syscall.Kill(p.PID(), syscall.SIGSTOP); err != nil {
+		if err := testbin.Stop(p.PID(), 30*time.Second); err != nil {
+			syscall.Kill(p.PID(), syscall.SIGKILL)
 			t.Fatal(err)
 		}
 		stopped := make(chan struct{})

@@ -39,17 +39,13 @@ func bounded(t *testing.T, wait func() int, limit time.Duration, stopped []int) 
 	}
 }
 
-// stopAll sends SIGSTOP to every plugin process of tree but the host.
+// stopAll stops every plugin process of tree but the host with SIGSTOP,
+// and waits until each is stopped (testbin.Stop).
 func stopAll(t *testing.T, tree *testbin.Bins, host int) []int {
 	t.Helper()
 	pids := pluginPIDs(tree, host)
 	if len(pids) == 0 {
 		t.Fatal("no plugin process runs")
-	}
-	for _, pid := range pids {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
 	}
 	t.Cleanup(func() {
 		for _, pid := range pids {
@@ -57,6 +53,11 @@ func stopAll(t *testing.T, tree *testbin.Bins, host int) []int {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
+	for _, pid := range pids {
+		if err := testbin.Stop(pid, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return pids
 }
 
@@ -100,7 +101,7 @@ func TestDispatchEndsWithAStoppedPlugin(t *testing.T) {
 			if fresh {
 				fmt.Fprint(h.stdin, line(9000))
 				if a := read(); !strings.HasPrefix(a.Fallback, "plugin_timeout") {
-					t.Errorf("a new key with fa3 stopped: %+v, want a plugin_timeout fallback", a)
+					t.Errorf("a new key with fa3 stopped: %+v, want a plugin_timeout fallback; stderr:\n%s", a, h.stderr)
 				}
 			} else {
 				fmt.Fprint(h.stdin, line(1))

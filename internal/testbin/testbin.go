@@ -156,11 +156,7 @@ func ProcessesUnder(dir string) []int {
 	return pids
 }
 
-func isZombie(stat []byte) bool {
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
-}
+func isZombie(stat []byte) bool { return taskState(string(stat)) == 'Z' }
 
 // BuildFault builds the fault-injection plugin into dir as
 // attnplug-backend-fault and returns its path.
