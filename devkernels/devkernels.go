@@ -628,14 +628,13 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 		args = append(args, intArg("page_shift", pageShift))
 	}
 	args = append(args, core.Arg{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}, intArg("head_blocks", ds.hb))
-	l := core.Launch{
+	return core.Launch{
 		Module: ds.v.module(), Entry: ds.entry(),
 		Grid: [3]uint32{uint32(slots * ds.hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
 		SharedBytes:  uint32(ds.v.shared(ds.form)),
 		Args:         args,
 		Programmatic: programmatic(req.Device),
 	}
-	return l
 }
 
 // programmatic reports whether the decode and the combine launch
