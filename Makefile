@@ -88,11 +88,17 @@ bench-python: build
 test-gpu:
 	ATTNPLUG_REQUIRE_GPU=1 $(GO) test -count=1 -v -timeout 30m ./cuda/ ./devicehost/ ./internal/gpucheck/
 
-## device-code: build the device code of devkernels ahead of time (PTX and
-## cubins, devkernels/images); needs nvcc, not a GPU. Commit the result:
-## go test ./devkernels fails while the images are stale
+## device-code: build the device code ahead of time (PTX and cubins): the
+## plugins' kernels (devkernels/images) and the verification layer's fills
+## (devkernels/fill/images); needs nvcc, not a GPU. Commit the result: go
+## test ./devkernels/... fails while the images are stale. SET=fill (or
+## kernels) builds one set alone
+SET ?= kernels fill
 device-code:
-	$(GO) run ./devkernels/gen -out devkernels/images
+	@for s in $(SET); do \
+		case $$s in kernels) out=devkernels/images;; fill) out=devkernels/fill/images;; *) echo "device-code: SET $$s: want kernels or fill"; exit 2;; esac; \
+		$(GO) run ./devkernels/gen -set $$s -out $$out || exit 1; \
+	done
 
 ## gpu-bins: the GPU test binaries, for a GPU machine without Go:
 ## copy .device/ there and run .device/gpucheck.test -test.v

@@ -6,10 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/cuda"
 	"github.com/attnplug/attnplug/launch"
 )
 
@@ -254,81 +252,6 @@ func combineParams() []core.Param {
 	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
 	return []core.Param{p("out"), p("lse"), p("requests"), p("part_o"), p("part_lse"),
 		{Name: "heads", Kind: core.ParamI32}, {Name: "batch", Kind: core.ParamI32}}
-}
-
-// Builder hands the modules for a device: the images built ahead of time
-// (images.go) when they cover it, else compiled by NVRTC once per
-// architecture and kept. The zero value is ready; it is safe for
-// concurrent use.
-type Builder struct {
-	// Log, when set, is told when NVRTC compiles because no image built
-	// ahead of time serves the device, and why.
-	Log func(msg string)
-
-	mu    sync.Mutex
-	built map[string]result
-}
-
-type result struct {
-	mods []core.KernelModule
-	err  error
-}
-
-// Modules returns the device code for dev: the images built ahead of time
-// for its architecture, or, where none serves it, PTX that NVRTC compiles
-// for its compute capability on the first call for that capability. It
-// wraps core.ErrNoPlan for a device that is not CUDA sm_80 or newer, and
-// when NVRTC is needed and cannot be loaded.
-func (b *Builder) Modules(dev core.DeviceInfo) ([]core.KernelModule, error) {
-	if dev.Platform != core.PlatformCUDA {
-		return nil, fmt.Errorf("%w: device code is CUDA, the device is %s", core.ErrNoPlan, dev.Platform)
-	}
-	if dev.ComputeCapability < 80 {
-		return nil, fmt.Errorf("%w: the kernels need compute capability 8.0 or newer, the device has %d.%d",
-			core.ErrNoPlan, dev.ComputeCapability/10, dev.ComputeCapability%10)
-	}
-	arch := fmt.Sprintf("compute_%d", dev.ComputeCapability)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if r, ok := b.built[arch]; ok {
-		return r.mods, r.err
-	}
-	if b.built == nil {
-		b.built = map[string]result{}
-	}
-	mods, why := aheadOfTime(dev.ComputeCapability)
-	if why == "" {
-		b.built[arch] = result{mods: mods}
-		return mods, nil
-	}
-	if b.Log != nil {
-		b.Log(fmt.Sprintf("compiling the device code for %s with NVRTC: %s", arch, why))
-	}
-	mods, err := build(dev.ComputeCapability)
-	if err != nil {
-		err = fmt.Errorf("%w (and %s)", err, why)
-	}
-	b.built[arch] = result{mods, err}
-	return mods, err
-}
-
-// build compiles every module a device of compute capability cc runs,
-// each for its virtual architecture.
-func build(cc int) ([]core.KernelModule, error) {
-	mods := specFor(cc)
-	sources := Sources()
-	for i := range mods {
-		arch := virtualArch(mods[i].Name, cc)
-		ptx, err := cuda.CompilePTX(sources[mods[i].Name], mods[i].Name+".cu", append([]string{"--gpu-architecture=" + arch}, Flags...)...)
-		if err != nil {
-			return nil, fmt.Errorf("%w: compiling %s for %s: %w", core.ErrNoPlan, mods[i].Name, arch, err)
-		}
-		mods[i].Arch = arch
-		mods[i].Format = core.FormatPTX
-		mods[i].Image = []byte(ptx)
-		mods[i].SHA256 = core.ImageSHA256(mods[i].Image)
-	}
-	return mods, nil
 }
 
 // Spec returns the modules this package builds without their images: the

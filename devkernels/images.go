@@ -4,15 +4,11 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io/fs"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/launch"
 )
 
 // Device code built ahead of time. `make device-code` (devkernels/gen,
@@ -29,6 +25,18 @@ import (
 
 //go:embed images
 var imagesFS embed.FS
+
+// Kernels is the device code of the plugins' kernels: the modules of Spec,
+// built from Sources for the architectures of Archs, embedded from
+// images/.
+var Kernels = &Set{
+	Name:    "kernels",
+	FS:      imagesFS,
+	Sources: Sources,
+	Archs:   Archs,
+	Spec:    specFor,
+	Virtual: virtualArch,
+}
 
 // Manifest is the file format of images/manifest.json.
 type Manifest struct {
@@ -99,33 +107,6 @@ func Archs(name string) []string {
 	return AheadOfTime
 }
 
-// embedded returns the manifest of the embedded images, and why they
-// cannot be used for the current sources: none built, or built from other
-// sources (stale). why is "" when they can.
-func embedded() (m Manifest, why string) {
-	data, err := fs.ReadFile(imagesFS, "images/manifest.json")
-	if err != nil {
-		return m, "no device code was built ahead of time (make device-code)"
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return m, fmt.Sprintf("images/manifest.json: %v", err)
-	}
-	for name, src := range Sources() {
-		if got := m.Sources[name]; got != SourceSHA256(src) {
-			return m, fmt.Sprintf("the images of %s were built from other sources than these (make device-code)", name)
-		}
-	}
-	return m, ""
-}
-
-// Stale returns why the embedded images cannot serve the current sources,
-// or "" when they can: the check `make test` runs, so that images are
-// rebuilt with every change of the sources.
-func Stale() string {
-	_, why := embedded()
-	return why
-}
-
 // archNumber is the number of an architecture name: 90 for sm_90 and
 // compute_90, 0 for a name that is neither.
 func archNumber(arch string) int {
@@ -138,52 +119,4 @@ func archNumber(arch string) int {
 		}
 	}
 	return 0
-}
-
-// aheadOfTime returns the modules for a device of compute capability cc
-// from the embedded images: for each module, the cubin of the same major
-// architecture and the highest minor up to cc's (a cubin runs on any GPU
-// of its major revision and as new a minor), else the PTX of the highest
-// virtual architecture up to cc (the driver JIT-compiles it). ok is false
-// when the images cannot serve cc, with why.
-func aheadOfTime(cc int) (mods []core.KernelModule, why string) {
-	if os.Getenv(EnvDeviceCode) == "nvrtc" {
-		return nil, "$" + EnvDeviceCode + " is nvrtc"
-	}
-	m, why := embedded()
-	if why != "" {
-		return nil, why
-	}
-	mods = specFor(cc)
-	for i := range mods {
-		var best *ManifestImage
-		score := func(im *ManifestImage) int { // higher is better; 0 unusable
-			n := archNumber(im.Arch)
-			if n == 0 || launch.ArchRuns(core.KernelModule{Name: im.Module, Arch: im.Arch, Format: im.Format}, cc) != nil {
-				return 0 // the host's own rule (a cubin of cc's major revision, PTX up to cc)
-			}
-			if im.Format == core.FormatCUBIN {
-				return 1000 + n
-			}
-			return n
-		}
-		for j := range m.Images {
-			im := &m.Images[j]
-			if im.Module == mods[i].Name && score(im) > 0 && (best == nil || score(im) > score(best)) {
-				best = im
-			}
-		}
-		if best == nil {
-			return nil, fmt.Sprintf("no image of %s built ahead of time runs on compute capability %d.%d", mods[i].Name, cc/10, cc%10)
-		}
-		image, err := fs.ReadFile(imagesFS, "images/"+best.File)
-		if err != nil {
-			return nil, fmt.Sprintf("images/%s: %v", best.File, err)
-		}
-		if sum := core.ImageSHA256(image); sum != best.SHA256 {
-			return nil, fmt.Sprintf("images/%s hashes to %s, the manifest says %s", best.File, sum, best.SHA256)
-		}
-		mods[i].Arch, mods[i].Format, mods[i].Image, mods[i].SHA256 = best.Arch, best.Format, image, best.SHA256
-	}
-	return mods, ""
 }

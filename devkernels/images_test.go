@@ -61,7 +61,7 @@ func TestImagesForEachArchitecture(t *testing.T) {
 		t.Error("compute 7.5 got modules")
 	}
 	t.Setenv(EnvDeviceCode, "nvrtc")
-	if _, why := aheadOfTime(90); why == "" {
+	if _, why := Kernels.aheadOfTime(90); why == "" {
 		t.Errorf("$%s=nvrtc still hands the images", EnvDeviceCode)
 	}
 }

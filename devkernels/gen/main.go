@@ -1,9 +1,10 @@
-// Command gen builds the device code of package devkernels ahead of time:
-// every module's source (devkernels.Sources) compiled by nvcc for each
-// architecture of devkernels.Archs (PTX for compute_XX, a cubin for
-// sm_XX), written with a manifest (devkernels.Manifest) into the images
-// directory that devkernels embeds. It needs nvcc (the CUDA toolkit), not
-// a GPU. Run it as `make device-code`, then commit devkernels/images.
+// Command gen builds a set of device code ahead of time (a devkernels.Set:
+// the plugins' kernels, devkernels.Kernels, or the verification layer's
+// fills, fill.Set): every module's source compiled by nvcc for each
+// architecture the set names (PTX for compute_XX, a cubin for sm_XX),
+// written with a manifest (devkernels.Manifest) into the images directory
+// that the set's package embeds. It needs nvcc (the CUDA toolkit), not a
+// GPU. Run it as `make device-code`, then commit the images.
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/devkernels"
+	"github.com/attnplug/attnplug/devkernels/fill"
 )
 
 func main() {
@@ -30,7 +32,13 @@ func main() {
 func run() error {
 	out := flag.String("out", "devkernels/images", "directory the images and manifest.json are written to")
 	nvcc := flag.String("nvcc", "nvcc", "the nvcc to compile with")
+	setName := flag.String("set", "kernels", "the set of device code to build: kernels (the plugins') or fill (the verification layer's)")
 	flag.Parse()
+	sets := map[string]*devkernels.Set{devkernels.Kernels.Name: devkernels.Kernels, fill.Set.Name: fill.Set}
+	set, ok := sets[*setName]
+	if !ok {
+		return fmt.Errorf("-set %q: want kernels or fill", *setName)
+	}
 	version, err := exec.Command(*nvcc, "--version").Output()
 	if err != nil {
 		return fmt.Errorf("%s --version: %w (gen needs the CUDA toolkit's nvcc)", *nvcc, err)
@@ -45,7 +53,7 @@ func run() error {
 		return err
 	}
 	m := devkernels.Manifest{Compiler: strings.TrimSpace(lines[len(lines)-1]), Sources: map[string]string{}}
-	sources := devkernels.Sources()
+	sources := set.Sources()
 	names := make([]string, 0, len(sources))
 	for name := range sources {
 		names = append(names, name)
@@ -57,7 +65,7 @@ func run() error {
 			return err
 		}
 		m.Sources[name] = devkernels.SourceSHA256(sources[name])
-		for _, arch := range devkernels.Archs(name) {
+		for _, arch := range set.Archs(name) {
 			format, mode, ext := core.FormatCUBIN, "--cubin", "cubin"
 			virtual := strings.Replace(arch, "sm_", "compute_", 1)
 			if strings.HasPrefix(arch, "compute_") {
