@@ -86,7 +86,7 @@ bench-python: build
 ## random batches, a 61-layer decode step in a CUDA graph, a kernel fault);
 ## needs a CUDA GPU and NVRTC, and fails instead of skipping without them
 test-gpu:
-	ATTNPLUG_REQUIRE_GPU=1 $(GO) test -count=1 -v -timeout 30m ./cuda/ ./devicehost/ ./internal/gpucheck/
+	ATTNPLUG_REQUIRE_GPU=1 $(GO) test -count=1 -v -timeout 30m ./cuda/ ./internal/gpucheck/
 
 ## device-code: build the device code ahead of time (PTX and cubins): the
 ## plugins' kernels (devkernels/images) and the verification layer's fills

@@ -58,17 +58,20 @@ type Options struct {
 	// Launch, when set (a host with a GPU: attnplug conform sets it where
 	// one is present), runs the device code the device-code check checked:
 	// for a plan request, it allocates and fills the request's tensors on
-	// the GPU, asks plan for the plan of the batch it allocated, poisons
-	// the outputs, launches the plan with mods loaded, and compares the
-	// outputs with a float64 reference within the catalog's tolerance. It
-	// returns ErrLaunchNotCovered for a request it has no reference for;
-	// any other error fails the check, naming the batch. Nil: plans are
-	// checked, not run.
+	// the GPU, asks kp for its modules (those the check passed) and for
+	// the plan of the batch it allocated (checked as the check checks every
+	// plan), poisons the outputs, launches the plan, and compares the
+	// outputs with a float64 reference within the catalog's tolerance
+	// (devicecheck.Env.RunPlan). It returns ErrLaunchNotCovered for a
+	// request it has no reference for; any other error fails the check,
+	// naming the batch. Nil: plans are checked, not run.
 	Launch LaunchFunc
 }
 
-// LaunchFunc runs the plans of a plan request on a GPU (Options.Launch).
-type LaunchFunc func(ctx context.Context, mods []core.KernelModule, req *core.PlanRequest, plan func(*core.PlanRequest) (*core.Plan, error)) error
+// LaunchFunc runs the plans of a plan request on a GPU (Options.Launch):
+// kp is the plugin under test as a host sees it, its modules and plans
+// checked by the host's checks.
+type LaunchFunc func(ctx context.Context, kp core.KernelPlanner, req *core.PlanRequest) error
 
 // ErrLaunchNotCovered is what a LaunchFunc returns for a request it has no
 // reference for (a method or layout it does not cover).

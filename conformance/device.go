@@ -275,18 +275,11 @@ func (s *suite) handlerPlans(ctx context.Context, c *Check, kp core.KernelPlanne
 // launchCount counts the plans the device-code check ran.
 type launchCount struct{ ran, uncovered int }
 
-// launchPlan runs the plans of req on the GPU (Options.Launch) and
-// records a problem naming the batch when the outputs are wrong or the
-// launch fails.
+// launchPlan runs the plans of req on the GPU (Options.Launch), through
+// kp as a host sees it (checkedPlanner), and records a problem naming the
+// batch when the outputs are wrong or the launch fails.
 func (s *suite) launchPlan(ctx context.Context, c *Check, kp core.KernelPlanner, h core.HandlerInfo, mods []core.KernelModule, req *core.PlanRequest, n *launchCount) {
-	plan := func(r *core.PlanRequest) (*core.Plan, error) {
-		p, err := s.plan(ctx, kp, r)
-		if err == nil {
-			err = registry.CheckPlan(p, r, h, mods)
-		}
-		return p, err
-	}
-	err := s.opts.Launch(ctx, mods, req, plan)
+	err := s.opts.Launch(ctx, checkedPlanner{s, kp, h, mods}, req)
 	switch {
 	case err == nil:
 		n.ran++
@@ -295,6 +288,28 @@ func (s *suite) launchPlan(ctx context.Context, c *Check, kp core.KernelPlanner,
 	default:
 		c.problem("%s: %s plan for %s, run on the GPU: %v", h.Name, req.Method, batchString(req), err)
 	}
+}
+
+// checkedPlanner is the plugin under test as a host sees it: the modules
+// the device-code check passed, and plans that pass the host's check
+// (registry.CheckPlan) for the handler h.
+type checkedPlanner struct {
+	s    *suite
+	kp   core.KernelPlanner
+	h    core.HandlerInfo
+	mods []core.KernelModule
+}
+
+func (p checkedPlanner) KernelModules(context.Context, core.DeviceInfo) ([]core.KernelModule, error) {
+	return p.mods, nil
+}
+
+func (p checkedPlanner) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
+	plan, err := p.s.plan(ctx, p.kp, req)
+	if err == nil {
+		err = registry.CheckPlan(plan, req, p.h, p.mods)
+	}
+	return plan, err
 }
 
 // layoutProblem returns why plan p cannot run req's batch right whatever

@@ -105,13 +105,6 @@ func (h *Host) Plan(ctx context.Context, req *core.PlanRequest) (*cudaexec.Prepa
 	return h.exec.PrepareChecked(req, p)
 }
 
-// PreparePlan prepares a plan the caller made in this process (a
-// benchmark's, a test's), checking it once against the loaded modules and
-// the device: what Plan does for a plan no Source checked.
-func (h *Host) PreparePlan(req *core.PlanRequest, p *core.Plan) (*cudaexec.Prepared, error) {
-	return h.exec.Prepare(req, p)
-}
-
 // Close unloads the modules and closes the device.
 func (h *Host) Close() error {
 	return errors.Join(h.exec.Close(), h.dev.Close())

@@ -7,20 +7,19 @@ import (
 	"sync"
 
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/devicehost"
-	"github.com/attnplug/attnplug/launch/cudaexec"
+	"github.com/attnplug/attnplug/devicecheck"
 	"github.com/attnplug/attnplug/registry"
 )
 
 // Device is attnplug run --device cuda: the GPU, opened by Open or on the
-// first line that needs it, as a devicehost.Host whose modules and plans
+// first line that needs it, as a devicecheck.Env whose modules and plans
 // come from the registry of the line being run. It serves one Stream or
 // one goroutine's Run calls at a time.
 type Device struct {
 	pageSize int
 
 	once sync.Once
-	env  *devicehost.Env
+	env  *devicecheck.Env
 	why  error              // why there is no GPU
 	reg  *registry.Registry // the registry of the line being run
 }
@@ -30,9 +29,9 @@ type Device struct {
 // closes it.
 func NewDevice(pageSize int) *Device { return &Device{pageSize: pageSize} }
 
-func (d *Device) open() (*devicehost.Env, error) {
+func (d *Device) open() (*devicecheck.Env, error) {
 	d.once.Do(func() {
-		d.env, d.why = devicehost.OpenWith(source{d})
+		d.env, d.why = devicecheck.Open(source{d})
 	})
 	return d.env, d.why
 }
@@ -65,12 +64,6 @@ func (d *Device) Close() {
 	}
 }
 
-// run runs the method the dispatch chose on the GPU as a host does: the
-// modules and the plan come from the plugin, the tensors are generated on
-// the device (seeded by seed), the plan is launched on them, and the output
-// is compared with the float64 reference on sampled rows. It returns no
-// answer and the reason when the method cannot run on the device here;
-// the caller then runs the CPU kernels and says why.
 // deviceRun is what run runs: the model's heads, the top-k of a sparse
 // layer (0: dense), the request and the dispatch's answer, and the seed of
 // the tensors.
@@ -81,8 +74,16 @@ type deviceRun struct {
 	seed        uint64
 }
 
+// run runs the method the dispatch chose on the GPU as a host does,
+// through the verification layer (devicecheck.Env.Run): the modules and
+// the plan come from the plugin through the registry, the tensors are
+// generated on the device (seeded by r.seed), the plan is launched on them
+// with its outputs poisoned first, and the output is compared with the
+// float64 reference on sampled rows, then timed. It returns no answer and
+// the reason when the method cannot run on the device here; the caller
+// then runs the CPU kernels and says why.
 func (d *Device) run(ctx context.Context, reg *registry.Registry, r deviceRun) (*Answer, string, error) {
-	req, ans := r.req, r.ans
+	ans := r.ans
 	env, err := d.open()
 	if err != nil {
 		return nil, "no CUDA device: " + err.Error(), nil
@@ -91,7 +92,49 @@ func (d *Device) run(ctx context.Context, reg *registry.Registry, r deviceRun) (
 	if err := env.Host.Load(ctx, ans.Handler); err != nil {
 		return nil, fmt.Sprintf("no device code from %s: %v", ans.Handler, err), nil
 	}
-	b := req.Batch
+	w, kv, why := d.workload(reg, r)
+	if w == nil {
+		return nil, why, nil
+	}
+	run, err := env.Run(ctx, ans.Handler, w, 1, 32)
+	switch {
+	case errors.Is(err, core.ErrNoPlan):
+		return nil, err.Error(), nil
+	case run == nil && err != nil:
+		return nil, "", err
+	}
+	defer run.Close()
+	if run.Check.Unwritten > 0 {
+		return nil, "", fmt.Errorf("run: the kernel left %d output elements unwritten", run.Check.Unwritten)
+	}
+	t, err := run.Time(5, 5)
+	if err != nil {
+		return nil, "", err
+	}
+	p := run.Prepared.Plan()
+	a := &Answer{Method: ans.Method.String(), Handler: ans.Handler, Plugin: ans.Plugin, Fallback: ans.Fallback,
+		KernelPlugin: ans.Plugin, Device: env.Device().Name, Kernel: p.Kernel, Plan: p.Note,
+		TimeNS: int64(t.Median * 1000), RelError: run.Check.RelErr, LSEError: run.Check.LSEErr}
+	for _, k := range reg.Kernels(ans.Handler) {
+		if k.Name == p.Kernel {
+			a.Library = k.Library
+		}
+	}
+	if r.topK > 0 && ans.Method == core.MLA {
+		a.Sparse = true
+	}
+	a.Note = fmt.Sprintf("on %s, bf16 queries, %s, tensors generated on the device; rel_error is ||out-ref||/||ref|| over %d sampled rows against float64 (tolerance %.0e)",
+		a.Device, kv, run.Check.Rows, devicecheck.MaxRelErr)
+	return a, "", nil
+}
+
+// workload is the verification layer's workload of r's method: the MLA
+// decode (dense, sparse over the top-k where the handler's catalog has a
+// sparse kernel, or over an FP8 cache where the line asks for one) or a
+// prefill; it says which cache it reads, or why the method has no device
+// code.
+func (d *Device) workload(reg *registry.Registry, r deviceRun) (devicecheck.Workload, string, string) {
+	req, b := r.req, r.req.Batch
 	qlens := make([]int64, len(b.SeqLens))
 	for i, n := range b.SeqLens {
 		qlens[i] = 1
@@ -99,143 +142,28 @@ func (d *Device) run(ctx context.Context, reg *registry.Registry, r deviceRun) (
 			qlens[i] = n - b.ExtendPrefixLens[i]
 		}
 	}
-	a := &Answer{Method: ans.Method.String(), Handler: ans.Handler, Plugin: ans.Plugin, Fallback: ans.Fallback,
-		KernelPlugin: ans.Plugin, Device: env.Dev.Info().Name}
-	plan := func(pr *core.PlanRequest) (*cudaexec.Prepared, string, error) {
-		pr.Backend = ans.Handler
-		prep, err := env.Host.Plan(ctx, pr)
-		if errors.Is(err, core.ErrNoPlan) {
-			return nil, err.Error(), nil
-		}
-		if err != nil {
-			return nil, "", err
-		}
-		p := prep.Plan()
-		a.Kernel, a.Plan = p.Kernel, p.Note
-		for _, k := range reg.Kernels(ans.Handler) {
-			if k.Name == p.Kernel {
-				a.Library = k.Library
-			}
-		}
-		return prep, "", nil
-	}
-	ch, t, kv, why, err := d.runMethod(env, reg, r, qlens, plan)
-	if why != "" || err != nil {
-		return nil, why, err
-	}
-	a.TimeNS = int64(t.Median * 1000)
-	a.RelError, a.LSEError = ch.RelErr, ch.LSEErr
-	if r.topK > 0 && ans.Method == core.MLA {
-		a.Sparse = true
-	}
-	a.Note = fmt.Sprintf("on %s, bf16 queries, %s, tensors generated on the device; rel_error is ||out-ref||/||ref|| over %d sampled rows against float64 (tolerance %.0e)",
-		a.Device, kv, ch.Rows, devicehost.MaxRelErr)
-	if ch.Unwritten > 0 {
-		return nil, "", fmt.Errorf("run: the kernel left %d output elements unwritten", ch.Unwritten)
-	}
-	return a, "", nil
-}
-
-// runQuant runs a sparse or FP8 case: its tensors generated on the device
-// (the top-k drawn per query token among the keys it sees, the FP8 cache
-// quantised from the same values), the plan launched, the output compared
-// with the float64 reference over the dequantised cache, and timed.
-func (d *Device) runQuant(env *devicehost.Env, c devicehost.QuantCase, plan func(*core.PlanRequest) (*cudaexec.Prepared, string, error)) (devicehost.Check, devicehost.Timing, string, error) {
-	var ch devicehost.Check
-	var t devicehost.Timing
-	bt, err := env.AllocQuant(c, 1)
-	if err != nil {
-		return ch, t, "", core.NewFieldError("seq_lens", err.Error())
-	}
-	defer bt.Free(env)
-	p, why, err := plan(&bt.Req)
-	if p == nil {
-		return ch, t, why, err
-	}
-	defer p.Close()
-	if err := env.LaunchQuant(bt, p); err != nil {
-		return ch, t, "", err
-	}
-	if ch, err = env.VerifyQuant(bt, 0, 32); err != nil {
-		return ch, t, "", err
-	}
-	t, err = env.TimeQuant(bt, p, 5, 5)
-	return ch, t, "", err
-}
-
-// runMethod runs r's method on the GPU: the MLA decode (dense, sparse over
-// the top-k, or over an FP8 cache) or a prefill, planned by plan, checked
-// and timed. It returns the check, the timing and the cache it read; or
-// why the method cannot run on the device here.
-func (d *Device) runMethod(env *devicehost.Env, reg *registry.Registry, r deviceRun, qlens []int64,
-	plan func(*core.PlanRequest) (*cudaexec.Prepared, string, error)) (devicehost.Check, devicehost.Timing, string, string, error) {
-	var ch devicehost.Check
-	var t devicehost.Timing
-	kv := "bf16 cache"
-	heads, req, ans, seed, b := r.heads, r.req, r.ans, r.seed, r.req.Batch
-	switch ans.Method {
+	switch r.ans.Method {
 	case core.MLA:
 		sparse := false
-		for _, k := range reg.Kernels(ans.Handler) {
+		for _, k := range reg.Kernels(r.ans.Handler) {
 			sparse = sparse || (k.Method == core.MLA && k.Sparse)
 		}
 		fp8 := req.Runtime.KVCacheDType == "fp8_e4m3"
 		if fp8 || (sparse && r.topK > 0) {
-			c := devicehost.QuantCase{Heads: heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, FP8: fp8, Seed: seed}
+			c := devicecheck.Quant{Heads: r.heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, FP8: fp8, Seed: r.seed}
 			if sparse {
 				c.TopK = r.topK
 			}
+			kv := "bf16 cache"
 			if fp8 {
 				kv = "fp8_e4m3 cache"
 			}
-			ch, t, why, err := d.runQuant(env, c, plan)
-			return ch, t, kv, why, err
+			return c, kv, ""
 		}
-		bt, err := env.Alloc(devicehost.Case{Heads: heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, Seed: seed}, 1)
-		if err != nil {
-			return ch, t, kv, "", core.NewFieldError("seq_lens", err.Error())
-		}
-		defer bt.Free(env)
-		p, why, err := plan(&bt.Req)
-		if p == nil {
-			return ch, t, kv, why, err
-		}
-		defer p.Close()
-		if err := env.Launch(bt, p); err != nil {
-			return ch, t, kv, "", err
-		}
-		if ch, err = env.Verify(bt, 0, 32); err != nil {
-			return ch, t, kv, "", err
-		}
-		if t, err = env.Time(bt, p, 5, 5); err != nil {
-			return ch, t, kv, "", err
-		}
+		return devicecheck.MLA{Heads: r.heads, PageSize: d.pageSize, SeqLens: b.SeqLens, QLens: qlens, Seed: r.seed}, "bf16 cache", ""
 	case core.MHA, core.MHAOneShot, core.MHAChunkedKV:
-		c := devicehost.PrefillCase{Method: ans.Method, Heads: heads, SeqLens: b.SeqLens, QLens: qlens,
-			ChunkCapacity: int(min(b.MaxChunkCapacity, 1<<30)), Seed: seed}
-		bt, err := env.AllocPrefill(c)
-		if err != nil {
-			return ch, t, kv, "", core.NewFieldError("seq_lens", err.Error())
-		}
-		defer bt.Free(env)
-		p, why, err := plan(&bt.Req)
-		if p == nil {
-			return ch, t, kv, why, err
-		}
-		defer p.Close()
-		if err := env.RunPrefill(bt, p); err != nil {
-			return ch, t, kv, "", err
-		}
-		out, lse, err := env.Outputs(bt)
-		if err != nil {
-			return ch, t, kv, "", err
-		}
-		ch = env.VerifyPrefill(bt, out, lse, 32)
-		if t, err = env.TimePrefill(bt, p, 5); err != nil {
-			return ch, t, kv, "", err
-		}
-	default:
-		return ch, t, kv, fmt.Sprintf("%s has no device code", ans.Method), nil
+		return devicecheck.Prefill{Method: r.ans.Method, Heads: r.heads, SeqLens: b.SeqLens, QLens: qlens,
+			ChunkCapacity: int(min(b.MaxChunkCapacity, 1<<30)), Seed: r.seed}, "bf16 cache", ""
 	}
-	return ch, t, kv, "", nil
+	return nil, "", fmt.Sprintf("%s has no device code", r.ans.Method)
 }

@@ -20,15 +20,24 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	minTime := fs.Duration("min-time", 300*time.Millisecond, "least time to spend on each in-process measurement")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	stream := fs.Int("stream", 200000, "requests of a varied dispatch stream (every backend, mode and flag mixed) to time through the dispatch pipeline and, when python3 and the reference are found, through sglang's Python code; 0 skips it")
-	gpu := fs.Bool("gpu", false, "benchmark the device kernels on the CUDA GPU instead: DeepSeek-V3 decode shapes against the copy bandwidth, the bf16 matmul peak and torch, measured in the same run (docs/device.md)")
-	python := fs.String("python", "python3", "with --gpu: the python3 (with torch) to compare with; empty skips torch")
-	only := fs.String("only", "", "with --gpu: run only the shapes whose name contains this")
+	gpu := fs.Bool("gpu", false, "benchmark the plugins' device kernels on the CUDA GPU instead: DeepSeek-V3 decode, prefill, sparse and FP8 shapes against the copy bandwidth, the bf16 matmul peak and torch, measured in the same run (docs/device.md)")
+	var g gpuBenchFlags
+	fs.StringVar(&g.python, "python", "python3", "with --gpu: the python3 (with torch) to compare with; empty skips torch")
+	fs.StringVar(&g.only, "only", "", "with --gpu: run only the shapes whose name contains this")
+	fs.StringVar(&g.targets, "targets", defaultTargets, "with --gpu: the targets the rows are judged against")
+	fs.StringVar(&g.dense, "dense-backend", "fa3", "with --gpu: the backend whose plugin plans the dense decode, FP8 decode and prefill shapes")
+	fs.StringVar(&g.sparse, "sparse-backend", "dsa", "with --gpu: the backend whose plugin plans the sparse (DeepSeek sparse attention) shapes")
 	logger, err := h.parse(fs, e, args, "attnplug bench [flags]", "")
 	if err != nil {
 		return err
 	}
 	if *gpu {
-		return runBenchGPU(ctx, e, *python, *only, *asJSON)
+		reg, err := h.open(ctx, logger)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		return runBenchGPU(ctx, e, reg, g, *asJSON)
 	}
 	if *passes <= 0 || *rpcPasses <= 0 {
 		return &usageError{"bench: --passes and --rpc-passes must be positive"}

@@ -3,16 +3,28 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os/exec"
 
-	"github.com/attnplug/attnplug/devicehost"
+	"github.com/attnplug/attnplug/devicecheck"
+	"github.com/attnplug/attnplug/registry"
 )
 
-// runBenchGPU is attnplug bench --gpu: every decode shape checked against
-// the fp64 reference, then timed, beside the floors and torch measured in
-// the same run.
-func runBenchGPU(ctx context.Context, e *env, python, only string, asJSON bool) error {
+// gpuBenchFlags are bench's flags for --gpu.
+type gpuBenchFlags struct {
+	python, only, targets string
+	dense, sparse         string
+}
+
+// runBenchGPU is attnplug bench --gpu: every shape checked against the
+// fp64 reference, then timed, beside the floors and torch measured in the
+// same run, and judged against the targets. The plans come from reg, the
+// plugins' registry, as every host's do: the dense shapes' from the
+// plugin serving f.dense, the sparse ones' from the one serving f.sparse.
+func runBenchGPU(ctx context.Context, e *env, reg *registry.Registry, f gpuBenchFlags, asJSON bool) error {
+	python := f.python
 	if python != "" {
 		if p, err := exec.LookPath(python); err == nil {
 			python = p
@@ -21,14 +33,26 @@ func runBenchGPU(ctx context.Context, e *env, python, only string, asJSON bool) 
 			python = ""
 		}
 	}
-	cases, prefill := devicehost.Shapes(only)
-	quant := devicehost.QuantShapes(only)
-	if len(cases)+len(prefill)+len(quant) == 0 {
-		return &usageError{fmt.Sprintf("bench: --only %q matches no shape", only)}
+	decode, prefill, quant := devicecheck.Shapes(f.only)
+	if len(decode)+len(prefill)+len(quant) == 0 {
+		return &usageError{fmt.Sprintf("bench: --only %q matches no shape", f.only)}
 	}
+	targets, err := devicecheck.LoadTargets(f.targets)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && f.targets == defaultTargets:
+		fmt.Fprintf(e.stderr, "bench: no %s here; the rows are not judged against the targets (--targets names the file)\n", defaultTargets)
+	case err != nil:
+		return &usageError{"bench: --targets: " + err.Error()}
+	}
+	env, err := devicecheck.Open(reg)
+	if err != nil {
+		return fmt.Errorf("bench --gpu: %w", err)
+	}
+	defer env.Close()
 	p := newProgress(e, "attnplug bench --gpu", asJSON)
-	p.Step(fmt.Sprintf("%d decode, %d prefill and %d sparse or FP8 shapes, checked and timed on the GPU", len(cases), len(prefill), len(quant)))
-	rep, err := devicehost.RunBench(ctx, python, cases, prefill, quant)
+	p.Step(fmt.Sprintf("%d decode, %d prefill and %d sparse or FP8 shapes, checked and timed on the GPU", len(decode), len(prefill), len(quant)))
+	rep, err := devicecheck.RunBench(ctx, env, devicecheck.BenchConfig{Decode: decode, Prefill: prefill, Quant: quant,
+		Dense: f.dense, Sparse: f.sparse, Python: python, Targets: targets})
 	p.Done()
 	if err != nil {
 		return fmt.Errorf("bench --gpu: %w", err)
@@ -41,3 +65,7 @@ func runBenchGPU(ctx context.Context, e *env, python, only string, asJSON bool) 
 	rep.WriteTable(e.stdout)
 	return nil
 }
+
+// defaultTargets is where bench --gpu looks for the targets without
+// --targets: the repository's, from its root.
+const defaultTargets = "docs/bench/targets.json"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/cuda"
-	"github.com/attnplug/attnplug/devkernels"
+	"github.com/attnplug/attnplug/devicecheck"
 )
 
 // toBF16 rounds x to bf16 bits (round to nearest even).
@@ -54,8 +54,8 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 	mla, mlse := runAbsorbedMLA(t, e, seq, ql, in, tokens)
 	names := []string{"MHA_ONE_SHOT", "MHA_CHUNKED_KV"}
 	for i, o := range outs {
-		if d := Agreement(o, mla); d > MaxRelErr {
-			t.Errorf("%s differs from MLA by %.2e (tolerance %.0e)", names[i], d, MaxRelErr)
+		if d := Agreement(o, mla); d > devicecheck.MaxRelErr {
+			t.Errorf("%s differs from MLA by %.2e (tolerance %.0e)", names[i], d, devicecheck.MaxRelErr)
 		} else {
 			t.Logf("%s vs MLA: %.2e", names[i], d)
 		}
@@ -69,7 +69,7 @@ func TestMethodsAgreeWithMLA(t *testing.T) {
 			t.Logf("%s LSE vs MLA: %.2e", names[i], worst)
 		}
 	}
-	if d := Agreement(outs[1], outs[0]); d > MaxRelErr {
+	if d := Agreement(outs[1], outs[0]); d > devicecheck.MaxRelErr {
 		t.Errorf("MHA_CHUNKED_KV differs from MHA_ONE_SHOT by %.2e", d)
 	}
 }
@@ -82,7 +82,7 @@ func makeAgreeInputs(seq, ql []int64, keys, tokens int64) agreeInputs {
 	gen := func(n int, scale float64) []float64 {
 		v := make([]float64, n)
 		for i := range v {
-			v[i] = bf16(toBF16(rng.NormFloat64() * scale))
+			v[i] = devicecheck.BF16(toBF16(rng.NormFloat64() * scale))
 		}
 		return v
 	}
@@ -96,7 +96,7 @@ func makeAgreeInputs(seq, ql []int64, keys, tokens int64) agreeInputs {
 	q := make([]uint16, tokens*heads*192)
 	k := make([]uint16, keys*heads*192)
 	v := make([]uint16, keys*heads*dv)
-	parallel(int(tokens), func(ti int) {
+	devicecheck.Parallel(int(tokens), func(ti int) {
 		for h := range heads {
 			for d := range nope {
 				q[(int64(ti)*heads+int64(h))*192+int64(d)] = toBF16(qnope[(ti*heads+h)*nope+d])
@@ -106,7 +106,7 @@ func makeAgreeInputs(seq, ql []int64, keys, tokens int64) agreeInputs {
 			}
 		}
 	})
-	parallel(int(keys), func(j int) {
+	devicecheck.Parallel(int(keys), func(j int) {
 		for h := range heads {
 			base := (int64(j)*heads + int64(h)) * 192
 			for d := range nope {
@@ -130,7 +130,7 @@ func makeAgreeInputs(seq, ql []int64, keys, tokens int64) agreeInputs {
 	})
 	// Absorbed MLA inputs.
 	qabs := make([]uint16, tokens*heads*576)
-	parallel(int(tokens), func(ti int) {
+	devicecheck.Parallel(int(tokens), func(ti int) {
 		for h := range heads {
 			base := (int64(ti)*heads + int64(h)) * 576
 			for c := range lora {
@@ -148,22 +148,47 @@ func makeAgreeInputs(seq, ql []int64, keys, tokens int64) agreeInputs {
 	return agreeInputs{ckv: ckv, kpe: kpe, wuv: wuv, q: q, k: k, v: v, qabs: qabs}
 }
 
+// launchOnce plans b for backend (its request with the changes of edit,
+// when set) through the Host's Source, poisons b's outputs, launches the
+// plan once (launchOn) and returns the outputs.
+func launchOnce(t *testing.T, e *rig, b devicecheck.Batch, backend string, edit func(*core.PlanRequest)) ([]uint16, []float32) {
+	t.Helper()
+	req := b.Request()
+	req.Backend = backend
+	if edit != nil {
+		edit(&req)
+	}
+	p, err := e.Host.Plan(t.Context(), &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := launchOn(e, b, p); err != nil {
+		t.Fatal(err)
+	}
+	o, l, err := e.Outputs(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, l
+}
+
 // runMHAMethods runs MHA_ONE_SHOT and MHA_CHUNKED_KV on the decompressed
 // inputs and returns their outputs and LSEs, in that order.
-func runMHAMethods(t *testing.T, e *Env, seq, ql []int64, in agreeInputs) ([][]uint16, [][]float32) {
+func runMHAMethods(t *testing.T, e *rig, seq, ql []int64, in agreeInputs) ([][]uint16, [][]float32) {
 	t.Helper()
-	const heads, nope, rope, lora, dv = agreeHeads, agreeNope, agreeRope, agreeLora, agreeDV
+	const heads = agreeHeads
 	q, k, v := in.q, in.k, in.v
 	var outs [][]uint16
 	var lses [][]float32
 	for _, m := range []core.Method{core.MHAOneShot, core.MHAChunkedKV} {
-		c := PrefillCase{Method: m, Heads: heads, SeqLens: seq, QLens: ql, ChunkCapacity: 192, Seed: 1}
+		c := devicecheck.Prefill{Method: m, Heads: heads, SeqLens: seq, QLens: ql, ChunkCapacity: 192, Seed: 1}
 		b, err := e.AllocPrefill(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Free(e)
-		err = e.Dev.Do(func(x *cuda.Ctx) error {
+		defer b.Free()
+		err = e.Do(func(x *cuda.Ctx) error {
 			for _, up := range []struct {
 				dst uint64
 				src []uint16
@@ -180,18 +205,7 @@ func runMHAMethods(t *testing.T, e *Env, seq, ql []int64, in agreeInputs) ([][]u
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := e.PreparePrefill(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		if err := e.RunPrefill(b, p); err != nil {
-			t.Fatal(err)
-		}
-		o, l, err := e.Outputs(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		o, l := launchOnce(t, e, b, dense, nil)
 		outs, lses = append(outs, o), append(lses, l)
 	}
 	return outs, lses
@@ -199,17 +213,16 @@ func runMHAMethods(t *testing.T, e *Env, seq, ql []int64, in agreeInputs) ([][]u
 
 // runAbsorbedMLA runs the MLA kernel over the latent cache (page size 1,
 // pages shuffled) and returns its output projected by W_UV and its LSE.
-func runAbsorbedMLA(t *testing.T, e *Env, seq, ql []int64, in agreeInputs, tokens int64) ([]uint16, []float32) {
+func runAbsorbedMLA(t *testing.T, e *rig, seq, ql []int64, in agreeInputs, tokens int64) ([]uint16, []float32) {
 	t.Helper()
-	const heads, nope, rope, lora, dv = agreeHeads, agreeNope, agreeRope, agreeLora, agreeDV
+	const heads, rope, lora, dv = agreeHeads, agreeRope, agreeLora, agreeDV
 	ckv, kpe, wuv, qabs := in.ckv, in.kpe, in.wuv, in.qabs
-	mc := Case{Heads: heads, PageSize: 1, SeqLens: seq, QLens: ql, Seed: 2}
-	mb, err := e.Alloc(mc, 1)
+	mc := devicecheck.MLA{Heads: heads, PageSize: 1, SeqLens: seq, QLens: ql, Seed: 2}
+	mb, err := e.AllocMLA(mc, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mb.Free(e)
-	mb.Req.Dims.SoftmaxScale = PrefillScale
+	defer mb.Free()
 	cache := make([]uint16, int64(mb.NumPages)*576)
 	var off int64
 	for r, n := range seq {
@@ -224,7 +237,7 @@ func runAbsorbedMLA(t *testing.T, e *Env, seq, ql []int64, in agreeInputs, token
 		}
 		off += n
 	}
-	err = e.Dev.Do(func(x *cuda.Ctx) error {
+	err = e.Do(func(x *cuda.Ctx) error {
 		if err := x.CopyIn(mb.Q.Ptr, bfBytes(qabs)); err != nil {
 			return err
 		}
@@ -233,39 +246,14 @@ func runAbsorbedMLA(t *testing.T, e *Env, seq, ql []int64, in agreeInputs, token
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := devkernels.Plan(mc.CatalogKernel(), &mb.Req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mp, err := e.Exec.Prepare(&mb.Req, plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mp.Close()
-	if err := e.Launch(mb, mp); err != nil {
-		t.Fatal(err)
-	}
-	latent := make([]uint16, tokens*heads*512)
-	mlse := make([]float32, tokens*heads)
-	err = e.Dev.Do(func(x *cuda.Ctx) error {
-		if err := x.SyncStream(e.Stream()); err != nil {
-			return err
-		}
-		if err := x.CopyOut(bfBytes(latent), mb.Out.Ptr); err != nil {
-			return err
-		}
-		return x.CopyOut(unsafe.Slice((*byte)(unsafe.Pointer(&mlse[0])), 4*len(mlse)), mb.LSE.Ptr)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	latent, mlse := launchOnce(t, e, mb, dense, func(r *core.PlanRequest) { r.Dims.SoftmaxScale = devicecheck.PrefillScale })
 	mla := make([]uint16, tokens*heads*dv) // latent x W_UV, rounded as the MHA outputs are
-	parallel(int(tokens*heads), func(row int) {
+	devicecheck.Parallel(int(tokens*heads), func(row int) {
 		h := row % heads
 		for d := range dv {
 			var s float64
 			for c := range lora {
-				s += bf16(latent[int64(row)*512+int64(c)]) * wuv[(h*lora+c)*dv+d]
+				s += devicecheck.BF16(latent[int64(row)*512+int64(c)]) * wuv[(h*lora+c)*dv+d]
 			}
 			mla[int64(row)*dv+int64(d)] = toBF16(s)
 		}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/devicecheck"
+	"github.com/attnplug/attnplug/devicehost"
 	"github.com/attnplug/attnplug/launch/cudaexec"
 	"github.com/attnplug/attnplug/registry"
 	"github.com/hashicorp/go-hclog"
@@ -40,7 +42,7 @@ func TestFirstUse(t *testing.T) {
 	if dir == "" {
 		t.Skip("set ATTNPLUG_FIRST_USE_PLUGINS to a plugin directory holding attnplug-backend-fa3")
 	}
-	openEnv(t).Close() // a GPU is there, or skip
+	openEnv(t) // a GPU is there, or skip
 	for _, mode := range []string{"images", "nvrtc"} {
 		cache := t.TempDir() // run 0 describes the plugin; run 1 reads the description cache
 		for run := range 2 {
@@ -94,34 +96,29 @@ func firstUseChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dev.Close()
+	h := devicehost.NewHost(dev, reg)
+	defer h.Close()
 	fu.Context = ms()
-	ex := cudaexec.NewExecutor(dev)
-	defer ex.Close()
-	mods, err := reg.KernelModules(ctx, "fa3", ex.Device())
+	mods, err := reg.KernelModules(ctx, "fa3", h.Device())
 	if err != nil {
 		t.Fatal(err)
 	}
 	fu.Modules = ms()
 	fu.Format, fu.Arch = string(mods[0].Format), mods[0].Arch
-	if err := ex.Load(mods); err != nil {
+	if err := h.Load(ctx, "fa3"); err != nil { // the registry's modules, fetched above
 		t.Fatal(err)
 	}
 	fu.Load = ms()
 	req := &core.PlanRequest{Backend: "fa3", Method: core.MLA, DType: "bf16", Graph: true,
-		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: Scale},
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: devicecheck.Scale},
 		Shape:  core.PlanShape{SeqLens: []int64{4096}, QLens: []int64{1}, PageSize: 64, NumPages: 64, MaxSeqLen: 4096},
-		Device: ex.Device()}
-	plan, err := reg.PlanKernel(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fu.Plan = ms()
-	pr, err := ex.Prepare(req, plan)
+		Device: h.Device()}
+	pr, err := h.Plan(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pr.Close()
+	fu.Plan = ms()
 	err = dev.Do(func(x *cuda.Ctx) error {
 		var bufs []cudaexec.Buffer
 		for _, ts := range pr.Tensors() {

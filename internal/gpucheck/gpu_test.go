@@ -1,6 +1,7 @@
 package gpucheck
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,18 +18,39 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/devicecheck"
 	"github.com/attnplug/attnplug/devicehost"
-	"github.com/attnplug/attnplug/devkernels"
 	"github.com/attnplug/attnplug/launch/cudaexec"
+	"github.com/attnplug/attnplug/registry"
 )
 
+// rig is the GPU tests' Env, over the registry of the CUDA plugins'
+// backends in process (Source).
+type rig struct {
+	*devicecheck.Env
+	reg *registry.Registry
+	be  *Backends
+}
+
+// dense is the backend of the dense MLA and prefill checks.
+const dense = "fa3"
+
 // openEnv opens the GPU or skips the test, saying why.
-func openEnv(t *testing.T) *Env {
+func openEnv(t *testing.T) *rig {
 	t.Helper()
-	e, err := Open()
+	be, err := NewBackends()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := Source(t.Context(), be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	e, err := devicecheck.Open(reg)
 	needGPU(t, err)
 	t.Cleanup(func() { e.Close() })
-	return e
+	return &rig{e, reg, be}
 }
 
 // needGPU skips the test when err says there is no CUDA device to run on
@@ -46,36 +68,19 @@ func needGPU(t *testing.T, err error) {
 	}
 }
 
-// runCase allocates, plans, poisons, launches and verifies one case.
-func runCase(t *testing.T, e *Env, c Case, rows int) Check {
+// runCase checks one workload through the verification layer with the
+// plans of backend: allocated, planned, poisoned, launched and verified.
+func runCase(t *testing.T, e *rig, backend string, w devicecheck.Workload, rows int) devicecheck.Check {
 	t.Helper()
-	b, err := e.Alloc(c, 1)
+	r, err := e.Run(t.Context(), backend, w, 1, rows)
+	if r == nil {
+		t.Fatalf("%s: %v", w.Describe(), err)
+	}
+	defer r.Close()
 	if err != nil {
-		t.Fatalf("%s: alloc: %v", c.Describe(), err)
+		t.Errorf("%s (%s): %v", w.Describe(), r.Prepared.Plan().Note, err)
 	}
-	defer b.Free(e)
-	p, err := e.Prepare(b)
-	if err != nil {
-		t.Fatalf("%s: prepare: %v", c.Describe(), err)
-	}
-	defer p.Close()
-	err = e.Dev.Do(func(x *cuda.Ctx) error {
-		if err := b.Poison(x); err != nil {
-			return err
-		}
-		return p.Launch(x, e.Stream(), b.Tensors(0))
-	})
-	if err != nil {
-		t.Fatalf("%s: launch: %v", c.Describe(), err)
-	}
-	ch, err := e.Verify(b, 0, rows)
-	if err != nil {
-		t.Fatalf("%s: verify: %v", c.Describe(), err)
-	}
-	if !ch.OK() {
-		t.Errorf("%s (%s): %v (tolerance rel %.0e, lse %.0e)", c.Describe(), p.Plan().Note, ch, MaxRelErr, MaxLSEErr)
-	}
-	return ch
+	return r.Check
 }
 
 // TestMLADecodeRandom checks the decode kernels against the fp64 reference
@@ -84,14 +89,17 @@ func runCase(t *testing.T, e *Env, c Case, rows int) Check {
 // shuffled pages, outputs poisoned first.
 func TestMLADecodeRandom(t *testing.T) {
 	e := openEnv(t)
-	fixed := []Case{
+	// The fixed batches run on fa3's plans, but those named after another
+	// catalog's MLA kernel (FlashInfer's paged MLA, FlashMLA).
+	backendOf := map[string]string{"flashinfer page 1": "flashinfer", "flashmla page 64": "flashmla"}
+	fixed := []devicecheck.MLA{
 		{Name: "one key", Heads: 16, PageSize: 1, SeqLens: []int64{1}, QLens: []int64{1}, Seed: 1},
 		{Name: "verify 4 of 4", Heads: 128, PageSize: 64, SeqLens: []int64{4, 70}, QLens: []int64{4, 4}, Seed: 2},
 		{Name: "odd tails", Heads: 32, PageSize: 64, SeqLens: []int64{33, 65, 127, 4097}, QLens: []int64{3, 3, 3, 3}, Seed: 3},
 		{Name: "16k", Heads: 128, PageSize: 64, SeqLens: []int64{16384}, QLens: []int64{1}, Seed: 4},
 		{Name: "batch 256", Heads: 16, PageSize: 1, SeqLens: repeat(256, 300), QLens: repeat(256, 2), Seed: 5},
-		{Name: "flashinfer page 1", Heads: 64, PageSize: 1, SeqLens: []int64{5000, 17}, QLens: []int64{1, 1}, Seed: 6, Kernel: "BatchMLAPagedAttentionWrapper"},
-		{Name: "flashmla page 64", Heads: 128, PageSize: 64, SeqLens: []int64{3000, 9000}, QLens: []int64{2, 2}, Seed: 7, Kernel: "flash_mla_with_kvcache"},
+		{Name: "flashinfer page 1", Heads: 64, PageSize: 1, SeqLens: []int64{5000, 17}, QLens: []int64{1, 1}, Seed: 6},
+		{Name: "flashmla page 64", Heads: 128, PageSize: 64, SeqLens: []int64{3000, 9000}, QLens: []int64{2, 2}, Seed: 7},
 		{Name: "128k, 16 heads", Heads: 16, PageSize: 64, SeqLens: []int64{131072, 5}, QLens: []int64{2, 2}, Seed: 8},
 		{Name: "128k, 128 heads", Heads: 128, PageSize: 1, SeqLens: []int64{131072}, QLens: []int64{1}, Seed: 9},
 		// 1280 rows, each long request cut into more chunks than a warp has
@@ -100,7 +108,11 @@ func TestMLADecodeRandom(t *testing.T) {
 		{Name: "combine rows, graph", Heads: 128, PageSize: 64, SeqLens: []int64{40000, 3, 9000, 5, 700, 5, 5, 5, 64}, QLens: repeat(9, 1), Seed: 11, Graph: true, MaxSeqLen: 50000},
 	}
 	for _, c := range fixed {
-		ch := runCase(t, e, c, 64)
+		backend := dense
+		if b, ok := backendOf[c.Name]; ok {
+			backend = b
+		}
+		ch := runCase(t, e, backend, c, 64)
 		t.Logf("%-18s %s: %v", c.Name, c.Describe(), ch)
 	}
 	n := 40
@@ -118,7 +130,7 @@ func TestMLADecodeRandom(t *testing.T) {
 			// with room in the page table for longer requests.
 			c.Graph, c.MaxSeqLen = true, slices.Max(c.SeqLens)+int64(rng.IntN(3000))
 		}
-		ch := runCase(t, e, c, 24)
+		ch := runCase(t, e, dense, c, 24)
 		t.Logf("random %2d %s: %v", i, c.Describe(), ch)
 	}
 }
@@ -144,19 +156,15 @@ func TestScheduleOnDevice(t *testing.T) {
 			}
 		}
 		c.Graph, c.MaxSeqLen = true, slices.Max(c.SeqLens)
-		b, err := e.Alloc(c, 1)
+		b, err := e.AllocMLA(c, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		onDev := b.Req
+		onDev.Backend = dense
 		cpu := onDev
 		cpu.Shape.MaxSeqLen = 0 // the CPU's graph plan: same grid, metadata of the lengths
-		k := c.CatalogKernel()
-		dp, err := devkernels.Plan(k, &onDev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cp, err := devkernels.Plan(k, &cpu)
+		cp, err := e.reg.PlanKernel(t.Context(), &cpu)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,8 +172,8 @@ func TestScheduleOnDevice(t *testing.T) {
 		for _, m := range cp.Metadata {
 			want[m.Name] = m.Int32s
 		}
-		got, err := runSchedule(e, b, &onDev, dp)
-		b.Free(e)
+		got, err := runSchedule(e, b, &onDev)
+		b.Free()
 		if err != nil {
 			t.Fatalf("%s: %v", c.Describe(), err)
 		}
@@ -187,15 +195,17 @@ func firstDiff(a, b []int32) int {
 	return min(len(a), len(b))
 }
 
-// runSchedule runs the PerBatch launch of plan p (mla_schedule) on b and
-// returns what it wrote, by the names of the host planner's metadata.
-func runSchedule(e *Env, b *Batch, req *core.PlanRequest, p *core.Plan) (map[string][]int32, error) {
+// runSchedule runs the PerBatch launch of req's plan (mla_schedule), from
+// the Host's Source, on b and returns what it wrote, by the names of the
+// host planner's metadata.
+func runSchedule(e *rig, b *devicecheck.MLABatch, req *core.PlanRequest) (map[string][]int32, error) {
 	c := b.Case
-	pr, err := e.Exec.Prepare(req, p)
+	pr, err := e.Host.Plan(context.Background(), req)
 	if err != nil {
 		return nil, err
 	}
 	defer pr.Close()
+	p := pr.Plan()
 	sched := p.Launches[0]
 	sizes := map[string]int{"schedule": 0, "requests": 8 * len(c.SeqLens), "counts": 1, "slots": 0}
 	for _, a := range sched.Args {
@@ -203,15 +213,16 @@ func runSchedule(e *Env, b *Batch, req *core.PlanRequest, p *core.Plan) (map[str
 			sizes["schedule"], sizes["slots"] = 4*int(a.Int), int(a.Int)+1
 		}
 	}
+	step := devicehost.NewStep(pr, e.Stream(), nil)
 	out := map[string][]int32{}
-	err = e.Dev.Do(func(x *cuda.Ctx) error {
+	err = e.Do(func(x *cuda.Ctx) error {
 		if err := x.Fill32(pr.Workspace().Ptr, 0xdeadbeef, pr.Workspace().Bytes/4); err != nil {
 			return err
 		}
 		if err := x.Synchronize(); err != nil {
 			return err
 		}
-		if err := pr.LaunchBatch(x, e.Stream(), b.Tensors(0)); err != nil {
+		if err := step.Batch(x, b.Tensors(0)); err != nil {
 			return err
 		}
 		if err := x.SyncStream(e.Stream()); err != nil {
@@ -253,13 +264,13 @@ func TestServingLoop(t *testing.T) {
 			for _, batch := range []int{1, 16, 64} {
 				name := fmt.Sprintf("heads %d page %d batch %d", heads, page, batch)
 				rng := rand.New(rand.NewPCG(uint64(heads*1000+page*10+batch), 5))
-				c := Case{Heads: heads, PageSize: page, Seed: uint64(batch), Graph: true, MaxSeqLen: 8192}
+				c := devicecheck.MLA{Heads: heads, PageSize: page, Seed: uint64(batch), Graph: true, MaxSeqLen: 8192}
 				for range batch {
 					c.SeqLens = append(c.SeqLens, 1+rng.Int64N(4000))
 					c.QLens = append(c.QLens, 1)
 				}
-				fig, err := ServingLoop(e, c, steps, layers, func(step int, b *Batch) error {
-					ch, err := e.Verify(b, layers-1, 16)
+				fig, err := ServingLoop(e.Env, e.reg, e.be.FA3, dense, c, steps, layers, func(step int, b *devicecheck.MLABatch) error {
+					ch, err := b.Verify(layers-1, 16)
 					if err != nil {
 						return err
 					}
@@ -300,7 +311,7 @@ func TestDecodeStepGraph(t *testing.T) {
 	const layers = 61
 	for _, heads := range []int{16, 128} {
 		rng := rand.New(rand.NewPCG(uint64(heads), 3))
-		c := Case{Heads: heads, PageSize: 64, Seed: uint64(heads), Graph: true}
+		c := devicecheck.MLA{Heads: heads, PageSize: 64, Seed: uint64(heads), Graph: true}
 		for range 32 {
 			l := 1 + rng.Int64N(4000)
 			if l%64 == 0 {
@@ -309,14 +320,14 @@ func TestDecodeStepGraph(t *testing.T) {
 			c.SeqLens = append(c.SeqLens, l)
 			c.QLens = append(c.QLens, 1)
 		}
-		b, err := e.Alloc(c, 4)
+		b, err := e.AllocMLA(c, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Free(e)
-		plans := 0
-		p, err := e.Prepare(b)
-		plans++
+		defer b.Free()
+		req := b.Req
+		req.Backend = dense
+		p, err := e.Host.Plan(t.Context(), &req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,10 +336,10 @@ func TestDecodeStepGraph(t *testing.T) {
 		if err != nil {
 			t.Fatalf("heads %d: %v", heads, err)
 		}
-		t.Logf("heads %d: host cost per layer: %.2f us launching directly (%d launches per layer), %.2f us replaying the step's graph; plan requests for the step: %d",
-			heads, hostNS/1000, len(p.Plan().Launches), graphNS/1000, plans)
+		t.Logf("heads %d: host cost per layer: %.2f us launching directly (%d launches per layer), %.2f us replaying the step's graph; plan requests for the step: 1",
+			heads, hostNS/1000, len(p.Plan().Launches), graphNS/1000)
 		// The last layer wrote the outputs last: KV copy 60 % 4.
-		ch, err := e.Verify(b, layers-1, 32)
+		ch, err := b.Verify(layers-1, 32)
 		if err != nil || !ch.OK() {
 			t.Fatalf("heads %d: graph replay: %v %v", heads, ch, err)
 		}
@@ -337,22 +348,23 @@ func TestDecodeStepGraph(t *testing.T) {
 		for i := range b.Case.SeqLens {
 			b.Case.SeqLens[i]++
 		}
-		c2 := b.Case
-		b.Req = c2.Request(e.Exec.Device(), b.NumPages)
+		b.Req = b.Case.Request(e.Device(), b.NumPages)
 		// Pages: the step may cross a page boundary; Alloc gave each request
 		// its pages for the old lengths plus 3 spare pages in the cache.
 		if !pagesFit(b) {
 			t.Logf("heads %d: a request crossed a page boundary; re-allocating for step 2", heads)
 			continue
 		}
-		np, err := devkernels.Plan(c2.CatalogKernel(), &b.Req)
+		next := b.Req
+		next.Backend = dense
+		np, err := e.reg.PlanKernel(t.Context(), &next)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Update(e.Stream(), &b.Req, np); err != nil {
+		if err := p.Update(e.Stream(), &next, np); err != nil {
 			t.Fatalf("heads %d: update: %v", heads, err)
 		}
-		err = e.Dev.Do(func(x *cuda.Ctx) error {
+		err = e.Do(func(x *cuda.Ctx) error {
 			if err := b.Poison(x); err != nil {
 				return err
 			}
@@ -361,25 +373,27 @@ func TestDecodeStepGraph(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ch, err = e.Verify(b, layers-1, 32)
+		ch, err = b.Verify(layers-1, 32)
 		if err != nil || !ch.OK() {
 			t.Fatalf("heads %d: graph replay after update: %v %v", heads, ch, err)
 		}
-		e.Dev.Do(func(x *cuda.Ctx) error { return x.DestroyGraph(g) })
+		e.Do(func(x *cuda.Ctx) error { return x.DestroyGraph(g) })
 	}
 }
 
 // captureDecodeStep times the step's launches issued directly (after a
 // warm-up step), captures the layers' launches in one graph, replays it once
 // to warm it and once timed, and returns the graph and both per-layer costs.
-func captureDecodeStep(e *Env, b *Batch, p *cudaexec.Prepared, layers int) (g cuda.Graph, hostNS, graphNS float64, err error) {
-	err = e.Dev.Do(func(x *cuda.Ctx) error {
+func captureDecodeStep(e *rig, b *devicecheck.MLABatch, p *cudaexec.Prepared, layers int) (g cuda.Graph, hostNS, graphNS float64, err error) {
+	tensors := make([][]cudaexec.Buffer, layers)
+	for l := range tensors {
+		if tensors[l], err = b.Tensors(l).Bind(p.Tensors()); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	err = e.Do(func(x *cuda.Ctx) error {
 		// Host cost of the launches, outside capture, after a warm-up
 		// step (the first launches load the functions).
-		tensors := make([][]cudaexec.Buffer, layers)
-		for l := range tensors {
-			tensors[l] = b.Tensors(l)
-		}
 		for round := range 3 {
 			if err := x.SyncStream(e.Stream()); err != nil {
 				return err
@@ -402,7 +416,7 @@ func captureDecodeStep(e *Env, b *Batch, p *cudaexec.Prepared, layers int) (g cu
 		}
 		g, err = x.Capture(e.Stream(), func() error {
 			for l := range layers {
-				if err := p.Launch(x, e.Stream(), b.Tensors(l)); err != nil {
+				if err := p.Launch(x, e.Stream(), tensors[l]); err != nil {
 					return err
 				}
 			}
@@ -429,7 +443,7 @@ func captureDecodeStep(e *Env, b *Batch, p *cudaexec.Prepared, layers int) (g cu
 }
 
 // pagesFit reports whether every request's keys still fit its pages.
-func pagesFit(b *Batch) bool {
+func pagesFit(b *devicecheck.MLABatch) bool {
 	for i, n := range b.Case.SeqLens {
 		have := int64(b.Indptr[i+1]-b.Indptr[i]) * int64(b.Case.PageSize)
 		if n > have {
@@ -463,7 +477,7 @@ func TestKernelFault(t *testing.T) {
 func faultChild(t *testing.T) {
 	e := openEnv(t)
 	src := `extern "C" __global__ void bad(int* p) { p[threadIdx.x * 1024 * 1024] = 1; }`
-	info := e.Dev.Info()
+	info := e.Host.CUDA().Info()
 	ptx, err := cuda.CompilePTX(src, "bad.cu", "--gpu-architecture=compute_"+itoa(info.Major*10+info.Minor))
 	if err != nil {
 		t.Fatal(err)
@@ -471,11 +485,10 @@ func faultChild(t *testing.T) {
 	mod := core.KernelModule{Name: "bad", Platform: core.PlatformCUDA, Format: core.FormatPTX, Image: []byte(ptx),
 		Entries: []core.Entry{{Name: "bad", Params: []core.Param{{Name: "p", Kind: core.ParamPtr}}}}}
 	mod.SHA256 = core.ImageSHA256(mod.Image)
-	ex := cudaexec.NewExecutor(e.Dev)
-	if err := ex.Load([]core.KernelModule{mod}); err != nil {
+	if err := e.Host.Executor().Load([]core.KernelModule{mod}); err != nil {
 		t.Fatal(err)
 	}
-	err = e.Dev.Do(func(x *cuda.Ctx) error {
+	err = e.Do(func(x *cuda.Ctx) error {
 		m, err := x.LoadModule(mod.Image)
 		if err != nil {
 			return err
@@ -495,7 +508,7 @@ func faultChild(t *testing.T) {
 		t.Fatalf("want ErrFault, got %v", err)
 	}
 	t.Logf("fault reported: %v", err)
-	err = e.Dev.Do(func(x *cuda.Ctx) error { return nil })
+	err = e.Do(func(x *cuda.Ctx) error { return nil })
 	if !errors.Is(err, cuda.ErrFault) {
 		t.Fatalf("after the fault: want ErrFault, got %v", err)
 	}
@@ -513,8 +526,10 @@ func unsafePointer(v *uint64) unsafe.Pointer {
 
 var faultPin runtime.Pinner
 
-// TestBenchGPU prints the benchmark table; it runs only when
-// ATTNPLUG_BENCH_GPU names the python3 to compare with (or "none").
+// TestBenchGPU prints the benchmark table (of the shapes whose names
+// contain $ATTNPLUG_BENCH_ONLY) judged against docs/bench/targets.json; it
+// runs only when ATTNPLUG_BENCH_GPU names the python3 to compare with (or
+// "none").
 func TestBenchGPU(t *testing.T) {
 	py := os.Getenv("ATTNPLUG_BENCH_GPU")
 	if py == "" {
@@ -523,26 +538,14 @@ func TestBenchGPU(t *testing.T) {
 	if py == "none" {
 		py = ""
 	}
-	cases, prefill, quant := DecodeShapes(), PrefillShapes(), devicehost.QuantShapes(os.Getenv("ATTNPLUG_BENCH_ONLY"))
-	if only := os.Getenv("ATTNPLUG_BENCH_ONLY"); only != "" {
-		var keep []Case
-		for _, c := range cases {
-			if strings.Contains(c.Name, only) {
-				keep = append(keep, c)
-			}
-		}
-		var keepP []PrefillCase
-		for _, c := range prefill {
-			if strings.Contains(c.Name, only) {
-				keepP = append(keepP, c)
-			}
-		}
-		cases, prefill = keep, keepP
+	e := openEnv(t)
+	targets, err := devicecheck.LoadTargets("../../docs/bench/targets.json")
+	if err != nil {
+		t.Fatal(err)
 	}
-	rep, err := RunBench(t.Context(), py, cases, prefill, quant)
-	if errors.Is(err, cuda.ErrUnavailable) || errors.Is(err, core.ErrNoPlan) {
-		t.Skipf("no CUDA device to run on: %v", err)
-	}
+	decode, prefill, quant := devicecheck.Shapes(os.Getenv("ATTNPLUG_BENCH_ONLY"))
+	rep, err := devicecheck.RunBench(t.Context(), e.Env, devicecheck.BenchConfig{Decode: decode, Prefill: prefill, Quant: quant,
+		Dense: dense, Sparse: "dsa", Python: py, Targets: targets})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,7 +574,7 @@ func TestPrefillMethods(t *testing.T) {
 		n = 4
 	}
 	for i := range n {
-		c := PrefillCase{Heads: []int{16, 128}[rng.IntN(2)], Seed: rng.Uint64(), ChunkCapacity: 256 + rng.IntN(4096)}
+		c := devicecheck.Prefill{Heads: []int{16, 128}[rng.IntN(2)], Seed: rng.Uint64(), ChunkCapacity: 256 + rng.IntN(4096)}
 		b := 1 + rng.IntN(6)
 		for range b {
 			q := 1 + rng.Int64N(700)
@@ -585,34 +588,28 @@ func TestPrefillMethods(t *testing.T) {
 		var outs [][]uint16
 		for _, m := range []core.Method{core.MHAOneShot, core.MHAChunkedKV, core.MHA} {
 			c.Method = m
-			bt, err := e.AllocPrefill(c)
-			if err != nil {
-				t.Fatal(err)
+			backend := dense
+			if m == core.MHA {
+				backend = MHAName
 			}
-			p, err := e.PreparePrefill(bt)
-			if err != nil {
-				bt.Free(e)
+			r, err := e.Run(t.Context(), backend, c, 1, 24)
+			if r == nil {
 				t.Fatalf("%s: %v", c.Describe(), err)
 			}
-			if err := e.RunPrefill(bt, p); err != nil {
-				t.Fatalf("%s: %v", c.Describe(), err)
-			}
-			out, lse, err := e.Outputs(bt)
 			if err != nil {
-				t.Fatal(err)
-			}
-			ch := e.VerifyPrefill(bt, out, lse, 24)
-			if !ch.OK() {
-				t.Errorf("%s (%s): %v", c.Describe(), p.Plan().Note, ch)
+				t.Errorf("%s (%s): %v", c.Describe(), r.Prepared.Plan().Note, err)
 			} else {
-				t.Logf("%2d %s: %v", i, c.Describe(), ch)
+				t.Logf("%2d %s: %v", i, c.Describe(), r.Check)
+			}
+			out, _, err := e.Outputs(r.Batch)
+			r.Close()
+			if err != nil {
+				t.Fatal(err)
 			}
 			outs = append(outs, out)
-			p.Close()
-			bt.Free(e)
 		}
 		for k := 1; k < len(outs); k++ {
-			if d := Agreement(outs[k], outs[0]); d > MaxRelErr {
+			if d := Agreement(outs[k], outs[0]); d > devicecheck.MaxRelErr {
 				t.Errorf("case %d: method %d differs from MHA_ONE_SHOT by %.2e", i, k, d)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/devicecheck"
 	"github.com/attnplug/attnplug/launch"
 	"github.com/attnplug/attnplug/launch/cudaexec"
 )
@@ -29,7 +30,7 @@ var hopperSource string
 // cache's boxes, so each launch of the graph kept its own descriptor.
 func TestHopperLaunchFeatures(t *testing.T) {
 	e := openEnv(t)
-	dev := e.Exec.Device()
+	dev := e.Host.Executor().Device()
 	if dev.ComputeCapability < 90 {
 		t.Skipf("%s has compute capability %d: clusters, TMA and programmatic launches need 9.0", dev.Name, dev.ComputeCapability)
 	}
@@ -42,12 +43,12 @@ func TestHopperLaunchFeatures(t *testing.T) {
 		Entries: []core.Entry{{Name: "tma_copy", Params: []core.Param{
 			{Name: "src_map", Kind: core.ParamTensorMap}, {Name: "params", Kind: core.ParamStruct, Size: 24}, {Name: "lse", Kind: core.ParamPtr},
 		}}}}
-	if err := e.Exec.Load([]core.KernelModule{mod}); err != nil {
+	if err := e.Host.Executor().Load([]core.KernelModule{mod}); err != nil {
 		t.Fatal(err)
 	}
 	req, p := hopperPlanFor(t, dev)
 	ts := p.Tensors
-	prep, err := e.Exec.Prepare(req, p)
+	prep, err := e.Host.Executor().Prepare(req, p)
 	if err != nil {
 		t.Fatalf("the host refuses the plan: %v", err)
 	}
@@ -57,7 +58,7 @@ func TestHopperLaunchFeatures(t *testing.T) {
 	caches := make([][]uint16, 2)
 	layers := make([][]cudaexec.Buffer, 2)
 	var all []uint64
-	err = e.Dev.Do(func(x *cuda.Ctx) error {
+	err = e.Do(func(x *cuda.Ctx) error {
 		for l := range layers {
 			for _, s := range ts {
 				n := s.Bytes()
@@ -103,7 +104,7 @@ func TestHopperLaunchFeatures(t *testing.T) {
 		}
 		return x.SyncStream(e.Stream())
 	})
-	defer e.Dev.Do(func(x *cuda.Ctx) error {
+	defer e.Do(func(x *cuda.Ctx) error {
 		for _, p := range all {
 			x.Free(p)
 		}
@@ -149,7 +150,7 @@ func hopperPlanFor(t *testing.T, dev core.DeviceInfo) (*core.PlanRequest, *core.
 
 // checkHopperLayer checks layer l's outputs: its own cache's boxes times
 // the scale, each block's cluster rank, the struct intact.
-func checkHopperLayer(t *testing.T, e *Env, ts []core.TensorSpec, l int, bufs []cudaexec.Buffer, cache []uint16) {
+func checkHopperLayer(t *testing.T, e *rig, ts []core.TensorSpec, l int, bufs []cudaexec.Buffer, cache []uint16) {
 	t.Helper()
 	index := map[string]int{}
 	for i, s := range ts {
@@ -157,7 +158,7 @@ func checkHopperLayer(t *testing.T, e *Env, ts []core.TensorSpec, l int, bufs []
 	}
 	out := make([]byte, bufs[index["out"]].Bytes)
 	lse := make([]byte, bufs[index["lse"]].Bytes)
-	err := e.Dev.Do(func(x *cuda.Ctx) error {
+	err := e.Do(func(x *cuda.Ctx) error {
 		if err := x.CopyOut(out, bufs[index["out"]].Ptr); err != nil {
 			return err
 		}
@@ -170,8 +171,8 @@ func checkHopperLayer(t *testing.T, e *Env, ts []core.TensorSpec, l int, bufs []
 	for b := range 8 {
 		for r := range 64 {
 			for c := range 64 {
-				want := bf16(cache[(b*64+r)*576+c]) * 0.5
-				if got := bf16(binary.LittleEndian.Uint16(out[2*(b*4096+r*64+c):])); got != want {
+				want := devicecheck.BF16(cache[(b*64+r)*576+c]) * 0.5
+				if got := devicecheck.BF16(binary.LittleEndian.Uint16(out[2*(b*4096+r*64+c):])); got != want {
 					if bad++; bad < 4 {
 						t.Errorf("layer %d block %d row %d col %d: %v, want %v", l, b, r, c, got, want)
 					}

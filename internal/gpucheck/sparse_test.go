@@ -8,33 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/attnplug/attnplug/devicehost"
+	"github.com/attnplug/attnplug/devicecheck"
 )
 
-// runQuant allocates, plans, poisons, launches and verifies one case.
-func runQuant(t *testing.T, e *Env, c QuantCase, rows int) Check {
-	t.Helper()
-	b, err := e.AllocQuant(c, 1)
-	if err != nil {
-		t.Fatalf("%s: alloc: %v", c.Describe(), err)
+// sparse is the backend of the sparse checks: DeepSeek sparse attention's.
+const sparse = "dsa"
+
+// quantBackend is the backend whose plans run c: dsa's for a sparse batch,
+// fa3's for a dense one over an FP8 cache.
+func quantBackend(c devicecheck.Quant) string {
+	if c.TopK > 0 {
+		return sparse
 	}
-	defer b.Free(e)
-	p, err := e.PrepareQuant(b)
-	if err != nil {
-		t.Fatalf("%s: prepare: %v", c.Describe(), err)
-	}
-	defer p.Close()
-	if err := e.LaunchQuant(b, p); err != nil {
-		t.Fatalf("%s: launch: %v", c.Describe(), err)
-	}
-	ch, err := e.VerifyQuant(b, 0, rows)
-	if err != nil {
-		t.Fatalf("%s: verify: %v", c.Describe(), err)
-	}
-	if !ch.OK() {
-		t.Errorf("%s (%s): %v (tolerance rel %.0e, lse %.0e)", c.Describe(), p.Plan().Note, ch, MaxRelErr, MaxLSEErr)
-	}
-	return ch
+	return dense
 }
 
 // TestSparseAndFP8 checks the sparse MLA kernels (bf16 and DeepSeek-V3.2's
@@ -42,16 +28,18 @@ func runQuant(t *testing.T, e *Env, c QuantCase, rows int) Check {
 // reference over the dequantised cache, with outputs poisoned first: ragged
 // batches, shuffled pages, 1-4 query tokens (and an extend of 300 new
 // tokens for the sparse prefill), duplicate-free random top-k sets with -1
-// pads in random places, tokens that see fewer keys than the top-k.
+// pads in random places, tokens that see fewer keys than the top-k. The
+// sparse batches run on dsa's plans, whose catalog takes pages of 64
+// tokens (sglang's NSA pool); the dense FP8 ones on fa3's.
 func TestSparseAndFP8(t *testing.T) {
 	e := openEnv(t)
-	fixed := []QuantCase{
+	fixed := []devicecheck.Quant{
 		{Name: "sparse one key", Heads: 16, PageSize: 64, SeqLens: []int64{1}, QLens: []int64{1}, TopK: 2048, Seed: 1},
 		{Name: "sparse 2048 of 5000", Heads: 16, PageSize: 64, SeqLens: []int64{5000, 70, 3000}, QLens: []int64{1, 1, 1}, TopK: 2048, Seed: 2},
 		{Name: "sparse 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{9000, 2100}, QLens: []int64{2, 2}, TopK: 2048, Seed: 3, Pad: 0.1},
 		{Name: "sparse fp8 16 heads", Heads: 16, PageSize: 64, SeqLens: []int64{8000, 4100, 33}, QLens: []int64{3, 3, 3}, TopK: 2048, FP8: true, Seed: 4},
 		{Name: "sparse fp8 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{20000}, QLens: []int64{4}, TopK: 2048, FP8: true, Seed: 5, Pad: 0.3},
-		{Name: "sparse fp8 page 1", Heads: 32, PageSize: 1, SeqLens: []int64{3000, 2500}, QLens: []int64{1, 1}, TopK: 2048, FP8: true, Seed: 6},
+		{Name: "sparse fp8 32 heads", Heads: 32, PageSize: 64, SeqLens: []int64{3000, 2500}, QLens: []int64{1, 1}, TopK: 2048, FP8: true, Seed: 6},
 		{Name: "sparse odd topk", Heads: 64, PageSize: 64, SeqLens: []int64{700, 90}, QLens: []int64{2, 2}, TopK: 100, Seed: 7},
 		{Name: "sparse prefill", Heads: 128, PageSize: 64, SeqLens: []int64{4096}, QLens: []int64{300}, TopK: 2048, Seed: 8},
 		{Name: "sparse prefill fp8", Heads: 128, PageSize: 64, SeqLens: []int64{3000, 2500}, QLens: []int64{150, 120}, TopK: 2048, FP8: true, Seed: 9},
@@ -63,7 +51,7 @@ func TestSparseAndFP8(t *testing.T) {
 		{Name: "fp8 graph", Heads: 32, PageSize: 64, SeqLens: []int64{3000, 9000}, QLens: []int64{2, 2}, FP8: true, Seed: 15, Graph: true},
 	}
 	for _, c := range fixed {
-		ch := runQuant(t, e, c, 48)
+		ch := runCase(t, e, quantBackend(c), c, 48)
 		t.Logf("%-22s %s: %v", c.Name, c.Describe(), ch)
 	}
 	n := 30
@@ -74,10 +62,11 @@ func TestSparseAndFP8(t *testing.T) {
 	t.Logf("random cases from seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	for i := range n {
-		c := QuantCase{Name: "random", Heads: []int{16, 32, 64, 128}[rng.IntN(4)], PageSize: []int{1, 64}[rng.IntN(2)], FP8: rng.IntN(2) == 0, Seed: rng.Uint64(), Graph: rng.IntN(3) == 0}
+		c := devicecheck.Quant{Name: "random", Heads: []int{16, 32, 64, 128}[rng.IntN(4)], PageSize: []int{1, 64}[rng.IntN(2)], FP8: rng.IntN(2) == 0, Seed: rng.Uint64(), Graph: rng.IntN(3) == 0}
 		if i%3 != 2 {
 			c.TopK = []int{2048, 2048, 512, 77}[rng.IntN(4)]
 			c.Pad = []float64{0, 0, 0.05, 0.5}[rng.IntN(4)]
+			c.PageSize = 64
 		}
 		batch := []int{1, 2, 5, 16, 64}[rng.IntN(5)]
 		q := int64(1 + rng.IntN(4))
@@ -85,25 +74,25 @@ func TestSparseAndFP8(t *testing.T) {
 			c.SeqLens = append(c.SeqLens, q+rng.Int64N(12000))
 			c.QLens = append(c.QLens, q)
 		}
-		ch := runQuant(t, e, c, 16)
+		ch := runCase(t, e, quantBackend(c), c, 16)
 		t.Logf("random %2d %s: %v", i, c.Describe(), ch)
 	}
 }
 
-// TestQuantBench times the sparse and FP8 kernels (devicehost.BenchQuant,
-// the rows of attnplug bench --gpu) against the floors measured in the same
-// run; it logs the table and, with ATTNPLUG_BENCH_OUT, writes it as JSON
-// there. ATTNPLUG_BENCH_ONLY keeps the shapes whose names contain it.
+// TestQuantBench times the sparse and FP8 kernels (the rows of attnplug
+// bench --gpu) against the floors measured in the same run; it logs the
+// table and, with ATTNPLUG_BENCH_OUT, writes it as JSON there.
+// ATTNPLUG_BENCH_ONLY keeps the shapes whose names contain it.
 func TestQuantBench(t *testing.T) {
 	if os.Getenv("ATTNPLUG_BENCH") == "" {
 		t.Skip("ATTNPLUG_BENCH unset: the benchmark runs only when asked")
 	}
 	e := openEnv(t)
-	f, err := e.MeasureFloors()
+	rep, err := devicecheck.RunBench(t.Context(), e.Env, devicecheck.BenchConfig{
+		Quant: devicecheck.QuantShapes(os.Getenv("ATTNPLUG_BENCH_ONLY")), Dense: dense, Sparse: sparse})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := &devicehost.Report{Floors: f, Quant: e.BenchQuant(devicehost.QuantShapes(os.Getenv("ATTNPLUG_BENCH_ONLY")), f)}
 	var buf strings.Builder
 	rep.WriteTable(&buf)
 	t.Log("\n" + buf.String())

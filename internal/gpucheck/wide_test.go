@@ -6,7 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/attnplug/attnplug/cuda"
+	"github.com/attnplug/attnplug/devicecheck"
+	"github.com/attnplug/attnplug/devicehost"
 	"github.com/attnplug/attnplug/devkernels"
+	"github.com/attnplug/attnplug/launch/cudaexec"
 )
 
 // TestMMASyncWideOnHopper keeps the mma.sync 64-row bodies (mla_decode.cu's
@@ -18,7 +22,7 @@ import (
 // poisoned first, in the four forms.
 func TestMMASyncWideOnHopper(t *testing.T) {
 	e := openEnv(t)
-	cases := []QuantCase{
+	cases := []devicecheck.Quant{
 		{Name: "bf16 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{5000, 70, 3000}, QLens: []int64{1, 1, 1}, Seed: 31},
 		{Name: "bf16 64 heads page 1", Heads: 64, PageSize: 1, SeqLens: []int64{4097, 3}, QLens: []int64{2, 2}, Seed: 32, Graph: true},
 		{Name: "fp8 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{9000, 5}, QLens: []int64{1, 1}, FP8: true, Seed: 33},
@@ -37,7 +41,7 @@ func TestMMASyncWideOnHopper(t *testing.T) {
 // reference with its outputs poisoned first.
 func TestNarrowWGMMAOnHopper(t *testing.T) {
 	e := openEnv(t)
-	cases := []QuantCase{
+	cases := []devicecheck.Quant{
 		{Name: "bf16 16 heads, one request", Heads: 16, PageSize: 64, SeqLens: []int64{9000}, QLens: []int64{1}, Seed: 41},
 		{Name: "bf16 8 heads page 1, one request", Heads: 8, PageSize: 1, SeqLens: []int64{4097}, QLens: []int64{2}, Seed: 42, Graph: true},
 		{Name: "fp8 16 heads, one request", Heads: 16, PageSize: 64, SeqLens: []int64{7000}, QLens: []int64{1}, FP8: true, Seed: 43},
@@ -54,11 +58,12 @@ func TestNarrowWGMMAOnHopper(t *testing.T) {
 	})
 }
 
-// checkPlanned plans each case as for a device of compute capability cc
-// (with this GPU's shared memory), requires every decode launch to be one
-// that want accepts, launches it and checks it against the fp64 reference
-// with its outputs poisoned first.
-func checkPlanned(t *testing.T, e *Env, cases []QuantCase, cc int, want func(module, entry string) bool) {
+// checkPlanned plans each case through the registry as for a device of
+// compute capability cc (with this GPU's shared memory), requires every
+// decode launch to be one that want accepts, prepares the plan here (the
+// module has both bodies), launches it and checks it against the fp64
+// reference with its outputs poisoned first.
+func checkPlanned(t *testing.T, e *rig, cases []devicecheck.Quant, cc int, want func(module, entry string) bool) {
 	t.Helper()
 	for _, c := range cases {
 		b, err := e.AllocQuant(c, 1)
@@ -66,10 +71,11 @@ func checkPlanned(t *testing.T, e *Env, cases []QuantCase, cc int, want func(mod
 			t.Fatalf("%s: alloc: %v", c.Describe(), err)
 		}
 		as := b.Req
+		as.Backend = quantBackend(c)
 		as.Device.ComputeCapability = cc
-		p, err := devkernels.Plan(c.Kernel(), &as)
+		p, err := e.reg.PlanKernel(t.Context(), &as)
 		if err != nil {
-			b.Free(e)
+			b.Free()
 			t.Fatalf("%s: plan: %v", c.Name, err)
 		}
 		for _, l := range p.Launches {
@@ -77,18 +83,18 @@ func checkPlanned(t *testing.T, e *Env, cases []QuantCase, cc int, want func(mod
 				t.Errorf("%s: planned %s.%s, not the body under test", c.Name, l.Module, l.Entry)
 			}
 		}
-		pr, err := e.Exec.Prepare(&b.Req, p)
+		if err := e.Host.Load(t.Context(), as.Backend); err != nil {
+			b.Free()
+			t.Fatal(err)
+		}
+		pr, err := e.Host.Executor().Prepare(&b.Req, p)
 		if err != nil {
-			b.Free(e)
+			b.Free()
 			t.Fatalf("%s: prepare: %v", c.Name, err)
 		}
-		err = e.LaunchQuant(b, pr)
-		var ch Check
-		if err == nil {
-			ch, err = e.VerifyQuant(b, 0, 32)
-		}
+		ch, err := launchPrepared(e, b, pr, 32)
 		pr.Close()
-		b.Free(e)
+		b.Free()
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
@@ -97,6 +103,33 @@ func checkPlanned(t *testing.T, e *Env, cases []QuantCase, cc int, want func(mod
 		}
 		t.Logf("%-22s %s (%s): %v", c.Name, c.Describe(), p.Note, ch)
 	}
+}
+
+// launchPrepared poisons b's outputs, launches pr once on b's layer 0 and
+// compares the outputs with the float64 reference on rows sampled rows.
+func launchPrepared(e *rig, b devicecheck.Batch, pr *cudaexec.Prepared, rows int) (devicecheck.Check, error) {
+	if err := launchOn(e, b, pr); err != nil {
+		return devicecheck.Check{}, err
+	}
+	return b.Verify(0, rows)
+}
+
+// launchOn poisons b's outputs and launches pr once on b's layer 0.
+func launchOn(e *rig, b devicecheck.Batch, pr *cudaexec.Prepared) error {
+	out, lse := b.Outputs()
+	step := devicehost.NewStep(pr, e.Stream(), nil)
+	return e.Do(func(x *cuda.Ctx) error {
+		if err := x.Fill16(out.Ptr, 0x7fc0, out.Bytes/2); err != nil {
+			return err
+		}
+		if err := x.Fill32(lse.Ptr, 0x7fc00000, lse.Bytes/4); err != nil {
+			return err
+		}
+		if err := x.Synchronize(); err != nil {
+			return err
+		}
+		return step.All(x, b.Tensors(0))
+	})
 }
 
 // ragged returns n sequence lengths between 1 and most, from seed.

@@ -1,19 +1,13 @@
-package devicehost
+package devicecheck
 
 import (
-	"bytes"
 	"context"
-	_ "embed"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/cuda"
@@ -35,8 +29,8 @@ type Floors struct {
 
 // MeasureFloors measures the copy bandwidth and the bf16 matrix peak.
 func (e *Env) MeasureFloors() (Floors, error) {
-	f := Floors{Device: e.Dev.Info().Name}
-	err := e.Dev.Do(func(x *cuda.Ctx) error {
+	f := Floors{Device: e.Device().Name}
+	err := e.Do(func(x *cuda.Ctx) error {
 		const n = 2 << 30
 		src, err := x.Alloc(n)
 		if err != nil {
@@ -95,32 +89,23 @@ func (e *Env) MeasureFloors() (Floors, error) {
 	return f, err
 }
 
-// timeOnce times f's work on the Env's stream, in milliseconds.
-func (e *Env) timeOnce(x *cuda.Ctx, f func() error) (float64, error) {
-	start, err := x.NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer x.DestroyEvent(start)
-	end, err := x.NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer x.DestroyEvent(end)
-	if err := x.SyncStream(e.stream); err != nil {
-		return 0, err
-	}
-	if err := x.Record(start, e.stream); err != nil {
-		return 0, err
-	}
-	if err := f(); err != nil {
-		return 0, err
-	}
-	if err := x.Record(end, e.stream); err != nil {
-		return 0, err
-	}
-	ms, err := x.Elapsed(start, end)
-	return float64(ms), err
+// BenchConfig is what attnplug bench --gpu runs: the shapes, the backends
+// whose plans run them (through the Env's Source), torch and the targets.
+type BenchConfig struct {
+	// Decode, Prefill and Quant are the shapes (DecodeShapes,
+	// PrefillShapes, QuantShapes).
+	Decode  []MLA
+	Prefill []Prefill
+	Quant   []Quant
+	// Dense is the backend whose plans run the dense decode, the dense FP8
+	// decode and the prefill; Sparse the one whose plans run the sparse
+	// rows (DeepSeek sparse attention).
+	Dense, Sparse string
+	// Python is a python3 with torch, or "" for none.
+	Python string
+	// Targets are the targets the rows are judged against (LoadTargets);
+	// none: no judgement.
+	Targets []Target
 }
 
 // BenchResult is one decode shape's figures.
@@ -164,17 +149,17 @@ type BenchResult struct {
 // batch of each head count. Each is planned as a serving loop plans it: a
 // graph plan for the batch size with a bound on the lengths, scheduled on
 // the device.
-func DecodeShapes() []Case {
-	var cs []Case
+func DecodeShapes() []MLA {
+	var cs []MLA
 	for _, h := range []int{16, 128} {
 		for _, b := range []int{1, 16, 64, 128} {
 			for _, s := range []int64{4096, 16384} {
-				cs = append(cs, Case{Name: fmt.Sprintf("h%d_b%d_s%d", h, b, s), Heads: h, PageSize: 64, SeqLens: repeatLen(b, s), QLens: repeatLen(b, 1), Seed: uint64(h*1000 + b + int(s)),
+				cs = append(cs, MLA{Name: fmt.Sprintf("h%d_b%d_s%d", h, b, s), Heads: h, PageSize: 64, SeqLens: repeatLen(b, s), QLens: repeatLen(b, 1), Seed: uint64(h*1000 + b + int(s)),
 					Graph: true, MaxSeqLen: s})
 			}
 		}
 		// Ragged: 64 requests from 64 to 32k tokens, log-uniform.
-		c := Case{Name: fmt.Sprintf("h%d_ragged64", h), Heads: h, PageSize: 64, Seed: uint64(h), Graph: true}
+		c := MLA{Name: fmt.Sprintf("h%d_ragged64", h), Heads: h, PageSize: 64, Seed: uint64(h), Graph: true}
 		for i := range 64 {
 			c.SeqLens = append(c.SeqLens, int64(64*math.Pow(512, float64((i*37)%64)/63)))
 			c.QLens = append(c.QLens, 1)
@@ -188,25 +173,10 @@ func DecodeShapes() []Case {
 // StepLayers is the layers of the benchmark's decode step: DeepSeek-V3's.
 const StepLayers = 61
 
-func repeatLen(n int, v int64) []int64 {
-	s := make([]int64, n)
-	for i := range s {
-		s[i] = v
-	}
-	return s
-}
+func repeatLen(n int, v int64) []int64 { return slices.Repeat([]int64{v}, n) }
 
-// Bench checks and times every case: a case whose check fails reports the
-// failure and no time.
-func (e *Env) Bench(cases []Case, f Floors) []BenchResult {
-	var out []BenchResult
-	for _, c := range cases {
-		out = append(out, e.benchOne(c, f))
-	}
-	return out
-}
-
-func (e *Env) benchOne(c Case, f Floors) BenchResult {
+// benchDecode checks and times c, planned by backend, against the floors.
+func (e *Env) benchDecode(ctx context.Context, backend string, c MLA, f Floors) BenchResult {
 	var keys int64
 	for _, n := range c.SeqLens {
 		keys += n
@@ -220,140 +190,37 @@ func (e *Env) benchOne(c Case, f Floors) BenchResult {
 	// the 61 layers of a forward pass are.
 	kvBytes := keys * 576 * 2
 	copies := int(min(max((512<<20)/max(kvBytes, 1), 1), 61))
-	b, err := e.Alloc(c, copies)
+	run, err := e.Run(ctx, backend, c, copies, 16)
+	if run != nil {
+		defer run.Close()
+		r.Plan, r.Check = run.Prepared.Plan().Note, run.Check.String()
+	}
 	if err != nil {
 		r.Error = err.Error()
 		return r
 	}
-	defer b.Free(e)
-	p, err := e.Prepare(b)
-	if err != nil {
-		r.Error = err.Error()
-		return r
-	}
-	defer p.Close()
-	r.Plan = p.Plan().Note
-	if err := e.Dev.Do(func(x *cuda.Ctx) error {
-		if err := b.Poison(x); err != nil {
-			return err
-		}
-		return p.Launch(x, e.stream, b.Tensors(0))
-	}); err != nil {
-		r.Error = err.Error()
-		return r
-	}
-	ch, err := e.Verify(b, 0, 16)
-	if err != nil {
-		r.Error = err.Error()
-		return r
-	}
-	r.Check = ch.String()
-	if !ch.OK() {
-		r.Error = fmt.Sprintf("%v: %v", ErrCheckFailed, ch)
-		return r
-	}
-	t, err := e.Time(b, p, max(copies, 20), 9)
+	t, err := run.Time(max(copies, 20), 9)
 	if err != nil {
 		r.Error = err.Error()
 		return r
 	}
 	r.US, r.Spread = t.Median, t.Spread
-	if st, err := e.StepTime(b, p, StepLayers, 5); err == nil {
+	if st, err := run.StepTime(StepLayers, 5); err == nil {
 		r.StepLayers, r.StepUS = StepLayers, st.Median
 		r.StepOverUS = st.Median - StepLayers*r.US
 		r.StepRatio = st.Median / (StepLayers * r.US)
 	}
-	tokens := b.Tokens * int64(c.Heads)
-	byteCount := float64(kvBytes + tokens*576*2 + tokens*512*2 + tokens*4)
-	var flops float64
-	for i, n := range c.SeqLens {
-		flops += 2 * float64(c.QLens[i]*int64(c.Heads)) * float64(n) * (576 + 512)
-	}
-	r.TBs = byteCount / (r.US * 1e-6) / 1e12
-	r.TFLOPs = flops / (r.US * 1e-6) / 1e12
+	cost := run.Batch.Cost()
+	r.TBs = cost.Bytes / (r.US * 1e-6) / 1e12
+	r.TFLOPs = cost.FLOPs / (r.US * 1e-6) / 1e12
 	r.OfCopy = r.TBs / f.CopyTBs
 	if f.MatmulTFLOPs > 0 {
 		r.OfMatmul = r.TFLOPs / f.MatmulTFLOPs
-		r.FloorUS = math.Max(byteCount/(f.CopyTBs*1e12), flops/(f.MatmulTFLOPs*1e12)) * 1e6
+		r.FloorUS = math.Max(cost.Bytes/(f.CopyTBs*1e12), cost.FLOPs/(f.MatmulTFLOPs*1e12)) * 1e6
 	} else {
-		r.FloorUS = byteCount / (f.CopyTBs * 1e12) * 1e6
+		r.FloorUS = cost.Bytes / (f.CopyTBs * 1e12) * 1e6
 	}
 	return r
-}
-
-//go:embed torch_bench.py
-var torchScript string
-
-// TorchFigures are what the torch script measured.
-type TorchFigures struct {
-	Torch        string             `json:"torch"`
-	CopyTBs      float64            `json:"copy_tb_s"`
-	MatmulTFLOPs float64            `json:"matmul_tflop_s"`
-	DecodeUS     map[string]float64 `json:"decode_us"`
-	PrefillUS    map[string]float64 `json:"prefill_us"`
-	SDPABackend  string             `json:"sdpa_note,omitempty"`
-	Error        string             `json:"error,omitempty"`
-}
-
-// RunTorch runs torch's bmm-softmax-bmm decode on the cases' shapes (and
-// its own copy and matrix figures) with python3, when python3 with torch
-// and a GPU is there; the error says why not.
-func RunTorch(ctx context.Context, python string, cases []Case, prefill []PrefillCase) (*TorchFigures, error) {
-	type shape struct {
-		Name    string  `json:"name"`
-		Heads   int     `json:"heads"`
-		SeqLens []int64 `json:"seq_lens"`
-		QLens   []int64 `json:"q_lens,omitempty"`
-		Scale   float64 `json:"scale"`
-	}
-	var in struct {
-		Decode  []shape `json:"decode"`
-		Prefill []shape `json:"prefill"`
-	}
-	for _, c := range cases {
-		in.Decode = append(in.Decode, shape{c.Name, c.Heads, c.SeqLens, nil, Scale})
-	}
-	for _, c := range prefill {
-		if c.Method == core.MHAChunkedKV {
-			continue // SDPA's causal mask is top-left aligned: no like-for-like case
-		}
-		in.Prefill = append(in.Prefill, shape{c.Name, c.Heads, c.SeqLens, c.QLens, PrefillScale})
-	}
-	inBytes, _ := json.Marshal(in)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-c", torchScript)
-	cmd.Stdin = bytes.NewReader(inBytes)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", python, err, lastLines(stderr.String(), 5))
-	}
-	var tf TorchFigures
-	if err := json.Unmarshal(lastLine(out), &tf); err != nil {
-		return nil, fmt.Errorf("torch script output: %w", err)
-	}
-	if tf.Error != "" {
-		return nil, fmt.Errorf("torch script: %s", tf.Error)
-	}
-	return &tf, nil
-}
-
-func lastLine(b []byte) []byte {
-	b = bytes.TrimSpace(b)
-	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-		return b[i+1:]
-	}
-	return b
-}
-
-func lastLines(s string, n int) string {
-	lines := bytes.Split(bytes.TrimSpace([]byte(s)), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte(" | ")))
 }
 
 // Report is the GPU benchmark's result: the floors and torch's figures of
@@ -372,47 +239,52 @@ type Report struct {
 	Goals []Goal `json:"goals,omitempty"`
 }
 
-// RunBench opens the device, measures the floors, checks and times every
-// case, and runs torch's figures when python (a python3 with torch) runs.
-func RunBench(ctx context.Context, python string, cases []Case, prefill []PrefillCase, quant []QuantCase) (*Report, error) {
-	e, err := Open()
-	if err != nil {
-		return nil, err
-	}
-	defer e.Close()
+// RunBench measures the floors, checks and times every shape of cfg (the
+// plans from the Env's Source: cfg.Dense's and cfg.Sparse's), runs torch's
+// figures when cfg.Python runs, and judges the rows against cfg.Targets.
+func RunBench(ctx context.Context, e *Env, cfg BenchConfig) (*Report, error) {
 	rep := &Report{When: time.Now().UTC().Format(time.RFC3339)}
+	var err error
 	if rep.Floors, err = e.MeasureFloors(); err != nil {
 		return nil, err
 	}
-	rep.Decode = e.Bench(cases, rep.Floors)
-	rep.Quant = e.BenchQuant(quant, rep.Floors)
-	if len(prefill) > 0 {
-		rep.Prefill = e.BenchPrefill(prefill, rep.Floors)
-		m := e.BenchMerge(16384*128, rep.Floors)
+	for _, c := range cfg.Decode {
+		rep.Decode = append(rep.Decode, e.benchDecode(ctx, cfg.Dense, c, rep.Floors))
+	}
+	rep.Quant = e.benchQuant(ctx, cfg, rep.Floors)
+	if len(cfg.Prefill) > 0 {
+		rep.Prefill = e.benchPrefill(ctx, cfg.Dense, cfg.Prefill, rep.Floors)
+		m := e.benchMerge(16384*128, rep.Floors)
 		rep.Merge = &m
 	}
-	if python != "" {
-		tf, err := RunTorch(ctx, python, cases, prefill)
-		if err != nil {
-			rep.NoTorch = err.Error()
-		} else {
-			rep.Torch = tf
-			for i := range rep.Decode {
-				r := &rep.Decode[i]
-				if t := tf.DecodeUS[r.Name]; t > 0 && r.US > 0 {
-					r.TorchUS, r.VsTorch = t, t/r.US
-				}
-			}
-			for i := range rep.Prefill {
-				r := &rep.Prefill[i]
-				if t := tf.PrefillUS[r.Name]; t > 0 && r.US > 0 {
-					r.TorchUS, r.VsTorch = t, t/r.US
-				}
-			}
+	if cfg.Python != "" {
+		rep.addTorch(ctx, cfg)
+	}
+	rep.Goals = Judge(rep, cfg.Targets)
+	return rep, nil
+}
+
+// addTorch runs torch's figures of cfg's shapes and puts each beside its
+// row, or says why torch did not run.
+func (rep *Report) addTorch(ctx context.Context, cfg BenchConfig) {
+	tf, err := RunTorch(ctx, cfg.Python, cfg.Decode, cfg.Prefill)
+	if err != nil {
+		rep.NoTorch = err.Error()
+		return
+	}
+	rep.Torch = tf
+	for i := range rep.Decode {
+		r := &rep.Decode[i]
+		if t := tf.DecodeUS[r.Name]; t > 0 && r.US > 0 {
+			r.TorchUS, r.VsTorch = t, t/r.US
 		}
 	}
-	rep.Goals = Judge(rep)
-	return rep, nil
+	for i := range rep.Prefill {
+		r := &rep.Prefill[i]
+		if t := tf.PrefillUS[r.Name]; t > 0 && r.US > 0 {
+			r.TorchUS, r.VsTorch = t, t/r.US
+		}
+	}
 }
 
 // WriteTable writes rep for people.
@@ -450,15 +322,15 @@ func (rep *Report) writeDecode(w io.Writer) {
 // PrefillShapes are the benchmark's prefill shapes: one request of 1k, 4k,
 // 8k and 16k new tokens, a ragged batch, and a chunked case (16k of prefix
 // in chunks of 4k, plus 2k new tokens), with 128 and 16 heads.
-func PrefillShapes() []PrefillCase {
-	var cs []PrefillCase
+func PrefillShapes() []Prefill {
+	var cs []Prefill
 	for _, h := range []int{128, 16} {
 		for _, n := range []int64{1024, 4096, 8192, 16384} {
-			cs = append(cs, PrefillCase{Name: fmt.Sprintf("h%d_prefill_%dk", h, n/1024), Method: core.MHAOneShot, Heads: h, SeqLens: []int64{n}, QLens: []int64{n}, Seed: uint64(n)})
+			cs = append(cs, Prefill{Name: fmt.Sprintf("h%d_prefill_%dk", h, n/1024), Method: core.MHAOneShot, Heads: h, SeqLens: []int64{n}, QLens: []int64{n}, Seed: uint64(n)})
 		}
 		rag := []int64{512, 8192, 1024, 3000, 6000, 700, 2048, 4096}
-		cs = append(cs, PrefillCase{Name: fmt.Sprintf("h%d_prefill_ragged", h), Method: core.MHAOneShot, Heads: h, SeqLens: rag, QLens: rag, Seed: 9})
-		cs = append(cs, PrefillCase{Name: fmt.Sprintf("h%d_chunked_16k+2k", h), Method: core.MHAChunkedKV, Heads: h, SeqLens: []int64{18432}, QLens: []int64{2048}, ChunkCapacity: 4096, Seed: 10})
+		cs = append(cs, Prefill{Name: fmt.Sprintf("h%d_prefill_ragged", h), Method: core.MHAOneShot, Heads: h, SeqLens: rag, QLens: rag, Seed: 9})
+		cs = append(cs, Prefill{Name: fmt.Sprintf("h%d_chunked_16k+2k", h), Method: core.MHAChunkedKV, Heads: h, SeqLens: []int64{18432}, QLens: []int64{2048}, ChunkCapacity: 4096, Seed: 10})
 	}
 	return cs
 }
@@ -479,41 +351,22 @@ type PrefillResult struct {
 	Error    string  `json:"error,omitempty"`
 }
 
-// BenchPrefill checks and times every prefill case.
-func (e *Env) BenchPrefill(cases []PrefillCase, f Floors) []PrefillResult {
+// benchPrefill checks and times every prefill shape, planned by backend.
+func (e *Env) benchPrefill(ctx context.Context, backend string, cases []Prefill, f Floors) []PrefillResult {
 	var out []PrefillResult
 	for _, c := range cases {
 		r := PrefillResult{Name: c.Name, Method: c.Method.String(), Heads: c.Heads}
 		func() {
-			b, err := e.AllocPrefill(c)
+			run, err := e.Run(ctx, backend, c, 1, 8)
+			if run != nil {
+				defer run.Close()
+				r.Plan, r.Check = run.Prepared.Plan().Note, run.Check.String()
+			}
 			if err != nil {
 				r.Error = err.Error()
 				return
 			}
-			defer b.Free(e)
-			p, err := e.PreparePrefill(b)
-			if err != nil {
-				r.Error = err.Error()
-				return
-			}
-			defer p.Close()
-			r.Plan = p.Plan().Note
-			if err := e.RunPrefill(b, p); err != nil {
-				r.Error = err.Error()
-				return
-			}
-			o, l, err := e.Outputs(b)
-			if err != nil {
-				r.Error = err.Error()
-				return
-			}
-			ch := e.VerifyPrefill(b, o, l, 8)
-			r.Check = ch.String()
-			if !ch.OK() {
-				r.Error = fmt.Sprintf("%v: %v", ErrCheckFailed, ch)
-				return
-			}
-			t, err := e.TimePrefill(b, p, 7)
+			t, err := run.Time(1, 7)
 			if err != nil {
 				r.Error = err.Error()
 				return
@@ -539,28 +392,22 @@ type MergeResult struct {
 	Error  string  `json:"error,omitempty"`
 }
 
-// moduleImage is the image of the loaded module name (the last loaded of
-// that name), or nil.
-func (e *Env) moduleImage(name string) []byte {
+// benchMerge checks merge_state, the prefill module's entry the prefill
+// plans loaded, on rows rows of 128 (16k tokens x 128 heads is 2M) against
+// the float64 merge, then times it.
+func (e *Env) benchMerge(rows int64, f Floors) MergeResult {
+	r := MergeResult{Rows: rows}
 	var image []byte
-	for _, m := range e.Modules {
-		if m.Name == name {
+	for _, m := range e.Host.Executor().Modules() {
+		if m.Name == devkernels.ModuleMHAPrefill {
 			image = m.Image
 		}
 	}
-	return image
-}
-
-// BenchMerge checks merge_state on rows rows of 128 (16k tokens x 128
-// heads is 2M) against the float64 merge, then times it.
-func (e *Env) BenchMerge(rows int64, f Floors) MergeResult {
-	r := MergeResult{Rows: rows}
-	image := e.moduleImage(devkernels.ModuleMHAPrefill)
 	if image == nil {
-		r.Error = "no prefill module"
+		r.Error = "no prefill module was loaded"
 		return r
 	}
-	err := e.Dev.Do(func(x *cuda.Ctx) error {
+	err := e.Do(func(x *cuda.Ctx) error {
 		mod, err := x.LoadModule(image)
 		if err != nil {
 			return err
@@ -588,17 +435,8 @@ func (e *Env) BenchMerge(rows int64, f Floors) MergeResult {
 				return step
 			}
 		}
-		args := [5]uint64{bufs[0], bufs[1], bufs[2], bufs[3], uint64(rows)}
-		var ptrs [5]unsafe.Pointer
-		for i := range args {
-			ptrs[i] = unsafe.Pointer(&args[i])
-		}
-		var pin runtime.Pinner
-		pin.Pin(&args[0])
-		pin.Pin(&ptrs[0])
-		defer pin.Unpin()
 		launch := func() error {
-			return x.Launch(fn, [3]uint32{uint32((rows + 15) / 16), 1, 1}, [3]uint32{256, 1, 1}, 0, e.stream, &ptrs[0])
+			return e.launchArgs(x, fn, uint32((rows+15)/16), bufs[0], bufs[1], bufs[2], bufs[3], uint64(rows))
 		}
 		if err := launch(); err != nil {
 			return err
@@ -608,11 +446,11 @@ func (e *Env) BenchMerge(rows int64, f Floors) MergeResult {
 		}
 		n := min(rows, 4096)
 		got := make([]uint16, n*128)
-		if err := x.CopyOut(unsafe.Slice((*byte)(unsafe.Pointer(&got[0])), len(got)*2), bufs[0]); err != nil {
+		if err := x.CopyOut(bytesOf(got), bufs[0]); err != nil {
 			return err
 		}
 		gl := make([]float32, n)
-		if err := x.CopyOut(unsafe.Slice((*byte)(unsafe.Pointer(&gl[0])), len(gl)*4), bufs[1]); err != nil {
+		if err := x.CopyOut(bytesOf(gl), bufs[1]); err != nil {
 			return err
 		}
 		wb := math.Exp(lseB - lseA)
@@ -630,15 +468,9 @@ func (e *Env) BenchMerge(rows int64, f Floors) MergeResult {
 		if !ch.OK() {
 			return fmt.Errorf("%w: %v", ErrCheckFailed, ch)
 		}
-		var ts []float64
-		for rep := -1; rep < 15; rep++ {
-			ms, err := e.timeOnce(x, launch)
-			if err != nil {
-				return err
-			}
-			if rep >= 0 {
-				ts = append(ts, ms*1000)
-			}
+		ts, err := e.repeat(x, 15, 1, launch)
+		if err != nil {
+			return err
 		}
 		r.US = median(ts).Median
 		return nil
@@ -673,20 +505,20 @@ func (rep *Report) writePrefill(w io.Writer) {
 	}
 }
 
-// Shapes returns the decode and prefill shapes of the benchmark whose
-// names contain only (all of them for "").
-func Shapes(only string) ([]Case, []PrefillCase) {
-	var cases []Case
+// Shapes returns the decode, prefill and sparse/FP8 shapes of the
+// benchmark whose names contain only (all of them for "").
+func Shapes(only string) ([]MLA, []Prefill, []Quant) {
+	var cases []MLA
 	for _, c := range DecodeShapes() {
 		if strings.Contains(c.Name, only) {
 			cases = append(cases, c)
 		}
 	}
-	var prefill []PrefillCase
+	var prefill []Prefill
 	for _, c := range PrefillShapes() {
 		if strings.Contains(c.Name, only) {
 			prefill = append(prefill, c)
 		}
 	}
-	return cases, prefill
+	return cases, prefill, QuantShapes(only)
 }

@@ -1,13 +1,26 @@
-package devicehost
+package devicecheck
 
 import (
 	"bytes"
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
+
+// targetsFile is the targets of the benchmark, as the repository keeps them.
+const targetsFile = "../docs/bench/targets.json"
+
+func loadTargets(t *testing.T) []Target {
+	t.Helper()
+	ts, err := LoadTargets(targetsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
 
 func goalOf(t *testing.T, goals []Goal, prefix string) Goal {
 	t.Helper()
@@ -20,11 +33,11 @@ func goalOf(t *testing.T, goals []Goal, prefix string) Goal {
 	return Goal{}
 }
 
-// TestJudge judges a made-up run: a target is met only when every row it
-// covers reaches the goal, its shortfall is the worst row's, a ceiling
-// (times) is judged the other way round, a row without a figure leaves the
-// target unmet and named, and a target without rows in the run is left
-// out.
+// TestJudge judges a made-up run against the repository's targets: a
+// target is met only when every row it covers reaches the goal, its
+// shortfall is the worst row's, a ceiling (times) is judged the other way
+// round, a row without a figure leaves the target unmet and named, and a
+// target without rows in the run is left out.
 func TestJudge(t *testing.T) {
 	rep := &Report{
 		Decode: []BenchResult{
@@ -42,7 +55,7 @@ func TestJudge(t *testing.T) {
 			{Name: "h16_prefill_1k"}, // torch did not run
 		},
 	}
-	goals := Judge(rep)
+	goals := Judge(rep, loadTargets(t))
 	if len(goals) != 6 {
 		t.Fatalf("%d targets judged, want the 6 with rows: %+v", len(goals), goals)
 	}
@@ -83,9 +96,11 @@ func TestJudge(t *testing.T) {
 }
 
 // TestJudgeRecordedRun judges the committed report of a whole run on an
-// H200 (docs/bench): every target is judged, and each verdict agrees with
-// its rows as the report records them.
+// H200 (docs/bench) against the repository's targets: every target is
+// judged, and each verdict agrees with its rows as the report records
+// them.
 func TestJudgeRecordedRun(t *testing.T) {
+	targets := loadTargets(t)
 	data, err := os.ReadFile("../docs/bench/h200-2026-12-04-combine.json")
 	if err != nil {
 		t.Fatal(err)
@@ -94,9 +109,9 @@ func TestJudgeRecordedRun(t *testing.T) {
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
 	}
-	goals := Judge(&rep)
-	if len(goals) != len(targets()) {
-		t.Fatalf("%d of %d targets judged on a whole run", len(goals), len(targets()))
+	goals := Judge(&rep, targets)
+	if len(goals) != len(targets) {
+		t.Fatalf("%d of %d targets judged on a whole run", len(goals), len(targets))
 	}
 	for _, g := range goals {
 		if len(g.Missing) > 0 || len(g.Rows) == 0 {
@@ -120,5 +135,25 @@ func TestJudgeRecordedRun(t *testing.T) {
 	}
 	if g := goalOf(t, goals, "prefill, 128 heads"); g.Met || g.ShortBy < 0.4 {
 		t.Errorf("128-head prefill of the mma.sync kernel: %+v", g)
+	}
+}
+
+// TestTargetsFileIsChecked: LoadTargets refuses a file with a target it
+// cannot judge, naming the target and the field.
+func TestTargetsFileIsChecked(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"targets":[{"target":"x","metric":"us","goal":1,"rows":{"table":"nope","heads":1}}]}`, `rows.table "nope"`},
+		{`{"targets":[{"target":"x","metric":"tb_s","goal":1,"rows":{"table":"decode","heads":1}}]}`, `metric "tb_s"`},
+		{`{"targets":[{"target":"x","metric":"us","goal":0,"rows":{"table":"decode","heads":1}}]}`, `goal 0`},
+		{`{"targets":[{"target":"x","metric":"us","goal":1,"rows":{"table":"decode"}}]}`, `whole decode table`},
+		{`{"targets":[{"target":"x","metric":"us","goal":1,"rows":{"table":"decode","heads":1},"extra":1}]}`, `unknown field "extra"`},
+	} {
+		f := filepath.Join(t.TempDir(), "targets.json")
+		if err := os.WriteFile(f, []byte(tc.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadTargets(f); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one with %q", tc.body, err, tc.want)
+		}
 	}
 }
