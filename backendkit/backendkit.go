@@ -3,29 +3,22 @@ package backendkit
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync/atomic"
 
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/devkernels"
 	"github.com/attnplug/attnplug/kernels"
 	"github.com/attnplug/attnplug/refkernels"
 )
 
 // Backend is a core.RuleBackend that runs its kernels: a core.Backend,
-// core.BatchBackend, core.Configurer and core.KernelRunner, and a
-// core.KernelPlanner that hands the host device code (device.go). It is
-// safe for concurrent use.
+// core.BatchBackend, core.Configurer and core.KernelRunner, and, given the
+// plugin's device code (WithDeviceCode), a core.KernelPlanner that hands
+// it to the host (device.go). It is safe for concurrent use.
 type Backend struct {
 	*core.RuleBackend
-	host    atomic.Pointer[core.HostInfo]
-	builder devkernels.Builder // the device code, built once per architecture
-}
-
-// runsOn reports whether an entry of k's hardware names platform p.
-func runsOn(k core.Kernel, p core.Platform) bool {
-	return slices.ContainsFunc(k.Hardware, func(h core.Hardware) bool { return slices.Contains(h.Platforms, p) })
+	host   atomic.Pointer[core.HostInfo]
+	device DeviceCode // nil: none
 }
 
 // New returns rb with kernels.
@@ -61,7 +54,11 @@ func (b *Backend) RunKernel(ctx context.Context, req *core.KernelRequest) (*core
 	if err != nil {
 		return nil, err
 	}
-	return Run(ctx, k, req, b.host.Load())
+	res, err := Run(ctx, k, req, b.host.Load())
+	if err == nil && b.hasDeviceCode(k) {
+		res.Note += "; its device code runs in the host's process, on the host's tensors (attnplug run --device cuda)"
+	}
+	return res, err
 }
 
 // catalogKernel returns the kernel the catalog of the handler backend runs
@@ -88,16 +85,12 @@ func Run(ctx context.Context, k core.Kernel, req *core.KernelRequest, host *core
 	return res, nil
 }
 
-// EmulatedNote says why a kernel ran emulated (RunKernel runs in the
-// plugin's process, on tensors in shared memory; device code runs in the
-// host's process, docs/device.md) and whether the hardware it needs is
-// present.
+// EmulatedNote says that a kernel ran emulated (Run runs the reference
+// kernels, in the process that calls it) and whether the hardware it needs
+// is present; a Backend's RunKernel adds where its device code runs.
 func EmulatedNote(k core.Kernel, host *core.HostInfo) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "emulated: the reference CPU kernels (kernels.%s) ran the math of %s %s", mustMethod(k), k.Library, k.Name)
-	if hasDeviceCode(k) {
-		sb.WriteString("; its device code runs in the host's process, on the host's tensors (attnplug run --device cuda)")
-	}
 	switch {
 	case host == nil:
 	case len(k.Hardware) == 0:

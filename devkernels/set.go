@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/attnplug/attnplug/core"
@@ -203,3 +204,22 @@ func (b *Builder) Modules(dev core.DeviceInfo) ([]core.KernelModule, error) {
 	b.built[arch] = result{mods, err}
 	return mods, err
 }
+
+// Code is the device code of the CUDA plugins (fa3, flashinfer, dsa) for
+// their backends (backendkit.Backend.WithDeviceCode): the modules of
+// Kernels, built once per architecture, and Plan. Its zero value is ready;
+// it is safe for concurrent use.
+type Code struct{ build Builder }
+
+// Runs reports whether a module of Kernels runs catalog kernel k, a kernel
+// of a CUDA platform.
+func (c *Code) Runs(k core.Kernel) bool {
+	cuda := slices.ContainsFunc(k.Hardware, func(h core.Hardware) bool { return slices.Contains(h.Platforms, core.PlatformCUDA) })
+	return cuda && slices.ContainsFunc(Spec(), func(m core.KernelModule) bool { return slices.Contains(m.Kernels, k.Name) })
+}
+
+// Modules returns the modules for dev (Builder.Modules).
+func (c *Code) Modules(dev core.DeviceInfo) ([]core.KernelModule, error) { return c.build.Modules(dev) }
+
+// Plan returns the launches that run k on req's batch (the package's Plan).
+func (c *Code) Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) { return Plan(k, req) }

@@ -24,3 +24,33 @@ func TestHostLinksNoTestHarness(t *testing.T) {
 		}
 	}
 }
+
+// TestPluginsEmbedOnlyTheirDeviceCode: a plugin binary embeds the device
+// images it hands and no other: the CUDA plugins package devkernels' (and
+// not the verification layer's fills), the ROCm, NPU and XPU plugins none
+// (nor the CUDA driver and NVRTC).
+func TestPluginsEmbedOnlyTheirDeviceCode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	const mod = "github.com/attnplug/attnplug/"
+	for plugin, wantKernels := range map[string]bool{"fa3": true, "flashinfer": true, "dsa": true, "aiter": false, "ascend": false, "intel_xpu": false} {
+		out, err := exec.Command("go", "list", "-deps", mod+"plugins/"+plugin).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
+		}
+		deps := " " + strings.Join(strings.Fields(string(out)), " ") + " "
+		if got := strings.Contains(deps, " "+mod+"devkernels "); got != wantKernels {
+			t.Errorf("plugin %s links devkernels' images: %v, want %v", plugin, got, wantKernels)
+		}
+		banned := []string{"devkernels/fill", "devicecheck"}
+		if !wantKernels {
+			banned = append(banned, "cuda") // NVRTC, for device code it has none of
+		}
+		for _, banned := range banned {
+			if strings.Contains(deps, " "+mod+banned+" ") {
+				t.Errorf("plugin %s links %s", plugin, banned)
+			}
+		}
+	}
+}

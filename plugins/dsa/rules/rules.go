@@ -7,6 +7,7 @@ import (
 
 	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/devkernels"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -159,5 +160,9 @@ func New(logger hclog.Logger) (core.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return backendkit.NewRules("dsa", Version, logger, RulesAt(t)...)
+	b, err := backendkit.NewRules("dsa", Version, logger, RulesAt(t)...)
+	if err != nil {
+		return nil, err
+	}
+	return b.WithDeviceCode(new(devkernels.Code)), nil
 }

@@ -3,6 +3,7 @@ package rules
 import (
 	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/devkernels"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -72,5 +73,9 @@ func FA4Kernels() []core.Kernel {
 
 // New returns the fa3 plugin's backend.
 func New(logger hclog.Logger) (core.Backend, error) {
-	return backendkit.NewRules("fa3", Version, logger, Rules()...)
+	b, err := backendkit.NewRules("fa3", Version, logger, Rules()...)
+	if err != nil {
+		return nil, err
+	}
+	return b.WithDeviceCode(new(devkernels.Code)), nil
 }

@@ -3,6 +3,7 @@ package rules
 import (
 	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/devkernels"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -104,5 +105,9 @@ func Kernels(name string) []core.Kernel {
 
 // New returns the flashinfer plugin's backend.
 func New(logger hclog.Logger) (core.Backend, error) {
-	return backendkit.NewRules("flashinfer", Version, logger, Rules()...)
+	b, err := backendkit.NewRules("flashinfer", Version, logger, Rules()...)
+	if err != nil {
+		return nil, err
+	}
+	return b.WithDeviceCode(new(devkernels.Code)), nil
 }
