@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"unsafe"
 
-	"github.com/attnplug/attnplug/internal/dynlib"
+	"github.com/attnplug/attnplug/cuda/dynlib"
 	"github.com/ebitengine/purego"
 )
 
