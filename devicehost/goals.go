@@ -37,8 +37,9 @@ type Goal struct {
 	// or no torch in the run.
 	Missing []string `json:"missing,omitempty"`
 	// LimitedBy is, for a target missed, what the profiles of the kernels
-	// that run its rows say limits them, and where docs/device.md shows
-	// it: the last word of the people who measured, kept with the targets.
+	// that run its rows say limits them, and which report under docs/bench
+	// shows it: the last word of the people who measured, kept with the
+	// targets.
 	LimitedBy string `json:"limited_by,omitempty"`
 }
 
@@ -60,32 +61,30 @@ type target struct {
 	limit        string
 }
 
-// What the profiles of the kernels say limits each target (docs/device.md).
+// What the profiles of the kernels say limits each target (the reports of
+// docs/bench, listed in docs/bench/README.md).
 const (
 	limitDecode16 = "at short steps a layer's fixed cost: the decode's chain of dependent trips before its first tile " +
 		"and after its last products, the fp32 partial outputs and the combine (timed by parts: 8-10 us of 28 at batch 16 " +
-		"with 4096 cached keys; docs/device.md, \"The combine by rows, and what a decode layer is made of\")"
+		"with 4096 cached keys; docs/bench/h200-2026-12-04-combine-rows.md)"
 	limitDecode128 = "the 64-row body's serial chain: ncu (batch 132 x 4096) 33% of DRAM and 38-39% of SM throughput, " +
 		"25% of the warps' samples waiting for wgmma results and 11% issuing them, 22% integer address arithmetic, " +
 		"11% issuing cp.async; by ablation the softmax and the hand-offs of a tile add to its products instead of " +
-		"running under them (docs/device.md, \"Tried and not kept: FlashMLA's seesaw\")"
+		"running under them (docs/bench/h200-2026-12-03-wgmma.md, docs/bench/h200-2026-12-04-seesaw.md)"
 	limitBatch1 = "chains of dependent trips, not bytes: timed by parts, the decode alone 6.2 us at 16 heads (1.1 us of " +
 		"bytes at the copy rate) and 12.8 us at 128, the combine 3.2 and 5.2 us (0.7 us a launch); each item writes " +
 		"32 KB (16 heads) or 128 KB (128 heads) of fp32 partial output that the combine reads back, and more or fewer " +
-		"items measured slower (docs/device.md, \"The combine by rows, and what a decode layer is made of\")"
-	limitPrefill = "the tail of a grid of short causal blocks of uneven length (docs/device.md, \"The prefill on " +
-		"Hopper: how it got there\")"
+		"items measured slower (docs/bench/h200-2026-12-04-combine-rows.md)"
+	limitPrefill  = "the tail of a grid of short causal blocks of uneven length (docs/bench/h200-2026-12-04-prefill.md)"
 	limitSparse16 = "at batch 16 (16 tokens x 2048 keys) a layer's fixed cost, as the dense decode's at batch 16; batches " +
-		"of 64 and more reach 76-94% of copy with the copies at eight threads a row (docs/device.md, \"The copies " +
-		"eight threads a row\")"
+		"of 64 and more reach 76-94% of copy with the copies at eight threads a row (docs/bench/h200-2026-12-04-loaders.md)"
 	limitSparseFP816 = "not profiled since DeepSeek-V3.2's rows moved into the loader's registers; by design the dense " +
-		"FP8 body's limit, the conversion beside one consumer warpgroup's products (docs/device.md, \"The dense FP8 " +
-		"16-row body\")"
+		"FP8 body's limit, the conversion beside one consumer warpgroup's products (docs/bench/h200-2026-12-04-fp8-registers.md)"
 	limitSparse128 = "the 64-row body's serial chain, as the dense 128-head decode's, over gathered rows " +
-		"(docs/device.md, \"Tried and not kept: FlashMLA's seesaw\")"
+		"(docs/bench/h200-2026-12-04-seesaw.md)"
 	limitDenseFP8 = "the consumer's products: by ablation a tile takes 2.63 us whole, 1.68 without the conversion and " +
 		"1.43 without the products, so one consumer warpgroup allows 1.41x the bf16 cache; a second would need a third " +
-		"f16 tile, 234 KB of shared memory against 227 (docs/device.md, \"The dense FP8 16-row body\")"
+		"f16 tile, 234 KB of shared memory against 227 (docs/bench/h200-2026-12-04-fp8-registers.md)"
 	limitSparsePrefill = "the 64-row decode body it runs on, over gathered rows (docs/device.md, \"Sparse MLA\")"
 )
 
