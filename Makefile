@@ -83,10 +83,11 @@ bench-python: build
 	cd python && $(PYTHON) -m attnplug.bench --attnplug "$(CURDIR)/$(BIN)/attnplug"
 
 ## test-gpu: the GPU tests (device kernels against the fp64 reference on
-## random batches, a 61-layer decode step in a CUDA graph, a kernel fault);
-## needs a CUDA GPU and NVRTC, and fails instead of skipping without them
+## random batches, a 61-layer decode step in a CUDA graph, a kernel fault,
+## the executor's plans and the memory they give back); needs a CUDA GPU
+## and NVRTC, and fails instead of skipping without them
 test-gpu:
-	ATTNPLUG_REQUIRE_GPU=1 $(GO) test -count=1 -v -timeout 30m ./cuda/ ./internal/gpucheck/
+	ATTNPLUG_REQUIRE_GPU=1 $(GO) test -count=1 -v -timeout 30m ./cuda/ ./launch/cudaexec/ ./internal/gpucheck/
 
 ## device-code: build the device code ahead of time (PTX and cubins): the
 ## plugins' kernels (devkernels/images) and the verification layer's fills
@@ -101,10 +102,12 @@ device-code:
 	done
 
 ## gpu-bins: the GPU test binaries, for a GPU machine without Go:
-## copy .device/ there and run .device/gpucheck.test -test.v
+## copy .device/ there and run .device/gpucheck.test -test.v (and
+## cuda.test, cudaexec.test)
 gpu-bins:
 	CGO_ENABLED=0 $(GO) test -c -o .device/gpucheck.test ./internal/gpucheck
 	CGO_ENABLED=0 $(GO) test -c -o .device/cuda.test ./cuda
+	CGO_ENABLED=0 $(GO) test -c -o .device/cudaexec.test ./launch/cudaexec
 	CGO_ENABLED=0 $(GO) build -o .device/gen ./devkernels/gen
 
 ## test-short: every package's tests but the long system tests, which

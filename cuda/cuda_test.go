@@ -99,3 +99,42 @@ func TestCompilePTX(t *testing.T) {
 		t.Fatalf("bad source: %v, want an nvrtcCompileProgram *Error with a log", err)
 	}
 }
+
+// TestMemInfo: the driver's count of free memory falls by an allocation
+// and rises again when it is freed.
+func TestMemInfo(t *testing.T) {
+	const n = 256 << 20
+	err := device(t).Do(func(c *cuda.Ctx) error {
+		before, total, err := c.MemInfo()
+		if err != nil {
+			return err
+		}
+		if before <= 0 || total < before {
+			return fmt.Errorf("MemInfo: %d free of %d", before, total)
+		}
+		p, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		during, _, err := c.MemInfo()
+		if err != nil {
+			c.Free(p)
+			return err
+		}
+		if err := c.Free(p); err != nil {
+			return err
+		}
+		after, _, err := c.MemInfo()
+		if err != nil {
+			return err
+		}
+		t.Logf("free: %d MiB of %d MiB; %d MiB with 256 MiB allocated; %d MiB freed again", before>>20, total>>20, during>>20, after>>20)
+		if before-during < n || after-during < n {
+			return fmt.Errorf("free memory %d, %d with %d bytes allocated, %d after: the allocation is not counted", before, during, n, after)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

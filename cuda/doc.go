@@ -5,7 +5,8 @@
 // are opened at run time with github.com/ebitengine/purego, so a binary
 // built with CGO_ENABLED=0 runs on machines with and without a GPU: on a
 // machine without libcuda or without a device, Open returns an error
-// wrapping ErrUnavailable.
+// wrapping ErrUnavailable. Every dlopen and dlsym goes through cuda/dynlib,
+// which keeps the loader's message with the call that failed.
 //
 // # Threads
 //

@@ -25,6 +25,7 @@ type driver struct {
 	cuModuleGetFunction       func(fn *uintptr, mod uintptr, name string) int32
 	cuMemAlloc                func(p *uint64, size uintptr) int32
 	cuMemFree                 func(p uint64) int32
+	cuMemGetInfo              func(free, total *uint64) int32
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uintptr) int32
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uintptr) int32
 	launchAddr                uintptr // cuLaunchKernel, called through driver.launch

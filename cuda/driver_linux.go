@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"unsafe"
 
-	"github.com/attnplug/attnplug/internal/dynlib"
+	"github.com/attnplug/attnplug/cuda/dynlib"
 	"github.com/ebitengine/purego"
 )
 
@@ -37,6 +37,7 @@ func loadDriver() (*driver, error) {
 		{&drv.cuModuleGetFunction, []string{"cuModuleGetFunction"}},
 		{&drv.cuMemAlloc, []string{"cuMemAlloc_v2"}},
 		{&drv.cuMemFree, []string{"cuMemFree_v2"}},
+		{&drv.cuMemGetInfo, []string{"cuMemGetInfo_v2"}},
 		{&drv.cuMemcpyHtoD, []string{"cuMemcpyHtoD_v2"}},
 		{&drv.cuMemcpyDtoH, []string{"cuMemcpyDtoH_v2"}},
 		{&drv.cuGetErrorName, []string{"cuGetErrorName"}},

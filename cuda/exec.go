@@ -90,6 +90,17 @@ func (c *Ctx) Free(p uint64) error {
 	return c.drv().check("cuMemFree_v2", c.drv().cuMemFree(p))
 }
 
+// MemInfo returns the device memory free and in all, in bytes, as the
+// driver counts it (cuMemGetInfo): for a test that memory is given back,
+// or a host sizing its buffers.
+func (c *Ctx) MemInfo() (free, total int64, err error) {
+	var f, t uint64
+	if err := c.drv().check("cuMemGetInfo_v2", c.drv().cuMemGetInfo(&f, &t)); err != nil {
+		return 0, 0, err
+	}
+	return int64(f), int64(t), nil
+}
+
 // CopyIn copies src to device address dst (synchronous).
 func (c *Ctx) CopyIn(dst uint64, src []byte) error {
 	if len(src) == 0 {

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/attnplug/attnplug/internal/dynlib"
+	"github.com/attnplug/attnplug/cuda/dynlib"
 	"github.com/ebitengine/purego"
 )
 

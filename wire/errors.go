@@ -5,17 +5,17 @@ import (
 	"strings"
 
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/internal/grpcstatus"
+	"github.com/attnplug/attnplug/grpcstatus"
 	pb "github.com/attnplug/attnplug/wire/pluginv1"
 	"google.golang.org/grpc/status"
 )
 
 // This file is the one place where errors become the protocol's error
-// codes and back, and where the gRPC status codes of internal/grpcstatus
+// codes and back, and where the gRPC status codes of package grpcstatus
 // meet the protocol. errors_test.go round-trips each.
 
 // ToStatus returns err as a gRPC status error, with the code of the core
-// sentinel it wraps; nil stays nil. The mapping is internal/grpcstatus's,
+// sentinel it wraps; nil stays nil. The mapping is package grpcstatus's,
 // shared with the engine API.
 func ToStatus(err error) error { return grpcstatus.ToStatus(err) }
 

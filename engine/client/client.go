@@ -10,7 +10,7 @@ import (
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/engine/internal/convert"
-	"github.com/attnplug/attnplug/internal/grpcstatus"
+	"github.com/attnplug/attnplug/grpcstatus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"

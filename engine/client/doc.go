@@ -7,7 +7,7 @@
 // so that a client links the engine API and core only: no registry, no
 // plugin protocol (wire), no go-plugin (go list -deps shows it, and a
 // test checks it). The converters it shares with the server live in
-// engine/internal/convert, the gRPC status codes in internal/grpcstatus.
+// engine/internal/convert, the gRPC status codes in package grpcstatus.
 //
 // Dial returns a Client, whose Dispatch and DispatchBatch take and return
 // core's types. Each answer crosses the API with an error code naming the

@@ -5,6 +5,11 @@
 // queues a layer's launches on the host's stream and tensors with no RPC,
 // no host copy and no allocation, also under CUDA graph capture.
 //
+// A plan is checked once: Prepare and Update check a plan made in the
+// host's process with launch.Check; PrepareChecked and UpdateChecked take
+// one its source checked (the registry's PlanKernel) as it is. A plan that
+// fails to prepare leaves nothing allocated or pinned.
+//
 // It is the only part of the launch path that needs the GPU; package
 // launch (the plan checks) is pure Go, so the registry and the dispatch
 // path never link the CUDA binding.

@@ -27,7 +27,7 @@ type Buffer struct {
 // for launch. It is safe for concurrent use; the launches themselves run
 // inside Device.Do, on the device's thread.
 type Executor struct {
-	dev *cuda.Device
+	dev device
 
 	mu      sync.Mutex
 	modules map[string]*loaded // by module name
@@ -42,8 +42,41 @@ type loaded struct {
 
 // NewExecutor returns an Executor for dev. Close unloads its modules; dev
 // stays open.
-func NewExecutor(dev *cuda.Device) *Executor {
+func NewExecutor(dev *cuda.Device) *Executor { return newExecutor(cudaDevice{dev}) }
+
+func newExecutor(dev device) *Executor {
 	return &Executor{dev: dev, modules: map[string]*loaded{}}
+}
+
+// device is what an Executor asks of a GPU outside the launches: its
+// description, and work on its thread with its context current. It is a
+// *cuda.Device (cudaDevice); the package's tests put a stand-in there that
+// keeps the books of what is allocated, copied and freed.
+type device interface {
+	Info() cuda.Info
+	Do(f func(c deviceCtx) error) error
+}
+
+// deviceCtx is the part of *cuda.Ctx that loads modules and prepares,
+// updates and frees plans.
+type deviceCtx interface {
+	Alloc(n int64) (uint64, error)
+	Free(p uint64) error
+	CopyIn(dst uint64, src []byte) error
+	CopyInAsync(dst uint64, src []byte, s cuda.Stream) error
+	LoadModule(image []byte) (cuda.Module, error)
+	UnloadModule(m cuda.Module) error
+	Function(m cuda.Module, name string) (cuda.Function, error)
+	SetMaxDynamicShared(f cuda.Function, n int) error
+}
+
+// cudaDevice is a *cuda.Device as a device.
+type cudaDevice struct{ d *cuda.Device }
+
+func (c cudaDevice) Info() cuda.Info { return c.d.Info() }
+
+func (c cudaDevice) Do(f func(c deviceCtx) error) error {
+	return c.d.Do(func(x *cuda.Ctx) error { return f(x) })
 }
 
 // Device returns the device as plans describe it.
@@ -82,7 +115,7 @@ func (e *Executor) Load(mods []core.KernelModule) error {
 			return fmt.Errorf("launch: module %s is %s %s; this host loads CUDA ptx or cubin", m.Name, m.Platform, m.Format)
 		}
 		l := &loaded{mod: m, funcs: map[string]cuda.Function{}, shared: map[string]int{}}
-		err := e.dev.Do(func(c *cuda.Ctx) error {
+		err := e.dev.Do(func(c deviceCtx) error {
 			h, err := c.LoadModule(m.Image)
 			if err != nil {
 				return err
@@ -123,7 +156,7 @@ func (e *Executor) Close() error {
 	defer e.mu.Unlock()
 	var errs []error
 	for name, l := range e.modules {
-		errs = append(errs, e.dev.Do(func(c *cuda.Ctx) error { return c.UnloadModule(l.handle) }))
+		errs = append(errs, e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) }))
 		delete(e.modules, name)
 	}
 	return errors.Join(errs...)
@@ -161,8 +194,11 @@ type tensorArg struct {
 
 // Prepare checks plan p (answered for req) against the loaded modules and
 // the device, uploads its metadata and allocates its workspace: the work
-// done once per batch.
+// done once per batch. On an error nothing stays allocated.
 func (e *Executor) Prepare(req *core.PlanRequest, p *core.Plan) (*Prepared, error) {
+	if req == nil || p == nil {
+		return nil, errNoPlan
+	}
 	mods, loadedBy := e.snapshot()
 	if err := launch.Check(p, req, mods, e.Device()); err != nil {
 		return nil, err
@@ -174,8 +210,11 @@ func (e *Executor) Prepare(req *core.PlanRequest, p *core.Plan) (*Prepared, erro
 // against the modules this Executor loaded and its device, as
 // registry.PlanKernel checks every plan it hands: the plan is not checked
 // a second time; only its modules and entries are looked up, and one that
-// is not loaded is an error.
+// is not loaded is an error. On an error nothing stays allocated.
 func (e *Executor) PrepareChecked(req *core.PlanRequest, p *core.Plan) (*Prepared, error) {
+	if req == nil || p == nil {
+		return nil, errNoPlan
+	}
 	_, loadedBy := e.snapshot()
 	for i, l := range p.Launches {
 		ld := loadedBy[l.Module]
@@ -192,6 +231,9 @@ func (e *Executor) PrepareChecked(req *core.PlanRequest, p *core.Plan) (*Prepare
 	return e.prepare(req, p, loadedBy)
 }
 
+// errNoPlan is the error of a call given no plan request or no plan.
+var errNoPlan = errors.New("launch: no plan request or no plan")
+
 // snapshot returns the loaded modules, and each by name.
 func (e *Executor) snapshot() ([]core.KernelModule, map[string]*loaded) {
 	e.mu.Lock()
@@ -206,7 +248,8 @@ func (e *Executor) snapshot() ([]core.KernelModule, map[string]*loaded) {
 }
 
 // prepare uploads the metadata of a checked plan, allocates its workspace
-// and binds its launches' arguments.
+// and binds its launches' arguments. Whatever fails after the first
+// allocation frees what was allocated and unpins what was pinned.
 func (e *Executor) prepare(req *core.PlanRequest, p *core.Plan, loadedBy map[string]*loaded) (*Prepared, error) {
 	pr := &Prepared{e: e, req: *req, plan: p, specs: p.Tensors, meta: map[string]Buffer{}}
 	index := map[string]int{}
@@ -214,14 +257,19 @@ func (e *Executor) prepare(req *core.PlanRequest, p *core.Plan, loadedBy map[str
 		index[t.Name] = i
 		pr.need = append(pr.need, t.Bytes())
 	}
-	if err := e.dev.Do(func(c *cuda.Ctx) error { return pr.upload(c, loadedBy) }); err != nil {
-		pr.Close()
-		return nil, fmt.Errorf("launch: preparing the plan: %w", err)
+	fail := func(err error) (*Prepared, error) {
+		if cerr := pr.Close(); cerr != nil {
+			err = fmt.Errorf("%w (and freeing the plan's buffers: %w)", err, cerr)
+		}
+		return nil, err
+	}
+	if err := e.dev.Do(func(c deviceCtx) error { return pr.upload(c, loadedBy) }); err != nil {
+		return fail(fmt.Errorf("launch: preparing the plan: %w", err))
 	}
 	for _, l := range p.Launches {
 		st, err := pr.bind(l, loadedBy[l.Module], index)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		pr.steps = append(pr.steps, st)
 	}
@@ -230,8 +278,11 @@ func (e *Executor) prepare(req *core.PlanRequest, p *core.Plan, loadedBy map[str
 
 // upload puts the plan's metadata on the device, allocates its workspace
 // and grants its entries the dynamic shared memory they launch with.
-func (pr *Prepared) upload(c *cuda.Ctx, loadedBy map[string]*loaded) error {
+func (pr *Prepared) upload(c deviceCtx, loadedBy map[string]*loaded) error {
 	for _, m := range pr.plan.Metadata {
+		if _, dup := pr.meta[m.Name]; dup {
+			return fmt.Errorf("metadata buffer %q declared twice", m.Name)
+		}
 		n := int64(4 * max(len(m.Int32s), 1))
 		ptr, err := c.Alloc(n)
 		if err != nil {
@@ -315,8 +366,24 @@ func (p *Prepared) Tensors() []core.TensorSpec { return p.specs }
 // queued on s before it still read the old metadata and launches (or a
 // graph replay) queued after it read the new. Call it outside Device.Do.
 func (p *Prepared) Update(s cuda.Stream, req *core.PlanRequest, np *core.Plan) error {
+	if req == nil || np == nil {
+		return errNoPlan
+	}
 	if err := launch.Check(np, req, p.e.Modules(), p.e.Device()); err != nil {
 		return err
+	}
+	return p.UpdateChecked(s, req, np)
+}
+
+// UpdateChecked is Update for a plan already checked by launch.Check
+// against the modules this Executor loaded and its device, as
+// registry.PlanKernel checks every plan it hands (the plan of a
+// PrepareChecked, updated): np is not checked a second time. It must still
+// have the prepared plan's launches and fit its metadata buffers and
+// workspace, or it is refused and nothing is copied.
+func (p *Prepared) UpdateChecked(s cuda.Stream, req *core.PlanRequest, np *core.Plan) error {
+	if req == nil || np == nil {
+		return errNoPlan
 	}
 	if len(np.Launches) != len(p.plan.Launches) || np.WorkspaceBytes > p.ws.Bytes {
 		return fmt.Errorf("launch: update: the plan's launches or workspace differ from the prepared plan's")
@@ -332,7 +399,7 @@ func (p *Prepared) Update(s cuda.Stream, req *core.PlanRequest, np *core.Plan) e
 			return fmt.Errorf("launch: update: metadata %q does not fit the prepared buffer", m.Name)
 		}
 	}
-	err := p.e.dev.Do(func(c *cuda.Ctx) error {
+	err := p.e.dev.Do(func(c deviceCtx) error {
 		for _, m := range np.Metadata {
 			if err := c.CopyInAsync(p.meta[m.Name].Ptr, int32Bytes(m.Int32s), s); err != nil {
 				return err
@@ -406,10 +473,11 @@ func (p *Prepared) launch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer, which fu
 	return nil
 }
 
-// Close frees the metadata and the workspace.
+// Close frees the metadata and the workspace and unpins the launches'
+// arguments; a second Close frees nothing.
 func (p *Prepared) Close() error {
 	p.pinner.Unpin()
-	return p.e.dev.Do(func(c *cuda.Ctx) error {
+	return p.e.dev.Do(func(c deviceCtx) error {
 		var errs []error
 		for n, b := range p.meta {
 			errs = append(errs, c.Free(b.Ptr))

@@ -8,7 +8,7 @@ import (
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/internal/grpcstatus"
+	"github.com/attnplug/attnplug/grpcstatus"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -3,6 +3,6 @@
 // API: the server of package engine and the Go client of package
 // engine/client. It is internal, so the protobuf messages stay inside the
 // engine API: a user of either side sees core's types only. It imports
-// core and dispatchv1 (and internal/grpcstatus for the errors an answer
+// core and dispatchv1 (and grpcstatus for the errors an answer
 // carries), nothing of the plugin host.
 package convert

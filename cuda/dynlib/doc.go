@@ -10,5 +10,7 @@
 //
 // Every dlopen and dlsym of the module goes through here: the CUDA driver,
 // NVRTC and cuBLAS (package cuda), and the driver query of package detect.
+// It lives under cuda, whose libraries it opens, and imports purego and
+// the standard library only, so detect takes it without the rest of cuda.
 // It builds on linux/amd64 and linux/arm64 only, as they do.
 package dynlib

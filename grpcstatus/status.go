@@ -1,8 +1,3 @@
-// Package grpcstatus is the one place where core's error sentinels become
-// gRPC status codes and back, for both of attnplug's gRPC APIs: the plugin
-// protocol (package wire, whose ToStatus and FromStatus are these) and the
-// engine API (package engine and its client). It imports core and gRPC's
-// status codes only, so a client of attnplug serve links no plugin host.
 package grpcstatus
 
 import (
