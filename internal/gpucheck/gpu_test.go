@@ -361,7 +361,7 @@ func TestDecodeStepGraph(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Update(e.Stream(), &next, np); err != nil {
+		if err := p.UpdateChecked(e.Stream(), &next, np); err != nil { // the registry checked np
 			t.Fatalf("heads %d: update: %v", heads, err)
 		}
 		err = e.Do(func(x *cuda.Ctx) error {
