@@ -44,7 +44,7 @@ func newMetrics(reg *registry.Registry) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
 		}, []string{"rpc"}),
 		swaps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "attnplug_plugin_swaps_total", Help: "Plugin changes of reloads, by plugin and action (swapped, added, removed, rejected).",
+			Name: "attnplug_plugin_swaps_total", Help: "Plugin changes of reloads, by plugin and action (swapped, added, removed, rejected, unquarantined).",
 		}, []string{"plugin", "action"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "attnplug_plugin_swap_rejections_total", Help: "New plugin binaries a reload refused to switch to, by plugin and reason.",

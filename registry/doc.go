@@ -70,7 +70,10 @@
 //  5. Supervision: a call that fails (crash, deadline, protocol violation)
 //     falls back to the triton rules with a named Reason, logged as a
 //     warning; the plugin is restarted with exponential backoff, and a
-//     plugin that keeps failing is quarantined.
+//     plugin that keeps failing is quarantined, until a reload gives it a
+//     fresh start. Only the plugin's own faults count: a request it
+//     refuses is its answer, and one the host judges invalid or too large
+//     (a plan past core's bounds) never reaches it.
 //  6. Device code: a plugin whose description declares it hands kernel
 //     modules (Registry.KernelModules, once per device, hash-checked and
 //     pinned by the lock file) and launch plans (Registry.PlanKernel,

@@ -438,3 +438,43 @@ func TestAFailedStartIsRememberedByTheCache(t *testing.T) {
 		t.Errorf("a new build was not tried: %+v\n%s", p, logs)
 	}
 }
+
+// TestReloadLiftsAQuarantine: a plugin quarantined by its crashes serves
+// again after a reload, which gives it a fresh start (a quarantine used
+// to last for the life of the host, a reload included), and says so.
+func TestReloadLiftsAQuarantine(t *testing.T) {
+	r, logs, _ := openFault(t, "crash_after=1", registry.Config{QuarantineAfter: 2, RestartBackoff: time.Millisecond})
+	ctx := pollContext(t, 20*time.Second)
+	for i := 0; faultInfo(t, r).Status != registry.StatusQuarantined; i++ {
+		if reason, msg := ask(t, ctx, r, false, faultReq(i)); reason == "" {
+			t.Fatalf("request %d answered by a plugin that crashes on every request: %s", i, msg)
+		}
+		poll(t, ctx, "the quarantine")
+	}
+	if reason, _ := ask(t, ctx, r, false, faultReq(0)); reason != registry.ReasonQuarantined {
+		t.Fatalf("after the quarantine: %q, want %s", reason, registry.ReasonQuarantined)
+	}
+	t.Setenv("ATTNPLUG_FAULT", "") // the next process is well
+	ch, err := r.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch) != 1 || ch[0].Plugin != "fault" || ch[0].Action != "unquarantined" || !strings.Contains(ch[0].Reason, "quarantined on") {
+		t.Errorf("reload of a quarantined plugin: %+v, want fault unquarantined", ch)
+	}
+	if p := faultInfo(t, r); p.Status == registry.StatusQuarantined || p.Status == registry.StatusFailed {
+		t.Errorf("listing after the reload: %+v, want a plugin ready to start", p)
+	}
+	if reason, msg := ask(t, ctx, r, false, faultReq(1)); reason != "" {
+		t.Fatalf("after the reload: %s, want the plugin's answer", msg)
+	}
+	if p := faultInfo(t, r); p.Status != registry.StatusRunning {
+		t.Errorf("listing after an answer: %+v, want running", p)
+	}
+	if !strings.Contains(logs.String(), "plugin quarantine lifted by a reload") {
+		t.Errorf("the lifted quarantine was not logged:\n%s", logs)
+	}
+	if ch, err := r.Reload(ctx); err != nil || len(ch) != 0 {
+		t.Errorf("a second reload: %+v, %v; want no change", ch, err)
+	}
+}

@@ -19,7 +19,8 @@ import (
 type Change struct {
 	// Plugin is the plugin's family name.
 	Plugin string `json:"plugin"`
-	// Action is one of "swapped", "added", "removed" or "rejected".
+	// Action is one of "swapped", "added", "removed", "rejected" or
+	// "unquarantined" (a quarantine the reload lifted).
 	Action string `json:"action"`
 	// OldVersion and NewVersion are the versions before and after.
 	OldVersion string `json:"old_version,omitempty"`
@@ -48,7 +49,9 @@ type Change struct {
 //
 // The lock file in use, if any, is read again first, so that a binary
 // pinned since is accepted. Plugins whose binaries did not change keep
-// running, with their answer caches. A plugin whose binary is gone is removed: its names fall back.
+// running, with their answer caches, and get a fresh start: a quarantine
+// is lifted ("unquarantined"), the failures in a row and the backoff
+// forgotten. A plugin whose binary is gone is removed: its names fall back.
 // Reload returns what changed. It fails when ctx ends, and refuses (an
 // error wrapping ErrReloadRefused, nothing changed) when a plugin
 // directory that holds running plugins is gone or no directory: a
@@ -109,6 +112,11 @@ func (r *Registry) swaps(ctx context.Context, next *routeTable, oldBy map[string
 		switch {
 		case prev == p:
 			p.Reject("")
+			if why := p.Lift(); why != nil {
+				changes = append(changes, Change{Plugin: p.Family(), Action: "unquarantined", OldVersion: nd.Version, NewVersion: nd.Version, OldSHA256: sum, NewSHA256: sum,
+					Reason: "quarantined on: " + why.Error() + "; the reload gives it a fresh start"})
+				r.log.Info("plugin quarantine lifted by a reload", "plugin", p.Family(), "path", path)
+			}
 			continue
 		case prev == nil:
 			changes = append(changes, Change{Plugin: p.Family(), Action: "added", NewVersion: nd.Version, NewSHA256: sum})

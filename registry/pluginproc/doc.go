@@ -38,7 +38,8 @@
 //     sent once more, to the restarted process.
 //  5. Supervision (process.go): a failed process restarts after a backoff
 //     that doubles with every failure in a row; Config.QuarantineAfter
-//     failures quarantine the plugin; a binary changed in place is broken
+//     failures quarantine the plugin, until a reload lifts it
+//     (Plugin.Lift); a binary changed in place is broken
 //     until a reload reads it.
 //  6. End: Stop kills the process at once, Retire after its calls in
 //     flight; plugin processes also die with the host (a parent-death
