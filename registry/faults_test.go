@@ -1,10 +1,13 @@
 package registry_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -476,5 +479,42 @@ func TestReloadLiftsAQuarantine(t *testing.T) {
 	}
 	if ch, err := r.Reload(ctx); err != nil || len(ch) != 0 {
 		t.Errorf("a second reload: %+v, %v; want no change", ch, err)
+	}
+}
+
+// TestPluginMemoryIsLimited: a plugin whose memory grows without end
+// (32 MiB more at every request) under a limit of 256 MiB fails to
+// allocate past it and dies ("out of memory"), and is restarted as after
+// any crash, its request answered by the restarted process; the limit is
+// the process's RLIMIT_DATA, and its Go collector is told three quarters
+// of it (GOMEMLIMIT). Without the limit it grew past 1 GiB here.
+func TestPluginMemoryIsLimited(t *testing.T) {
+	const limit = 256 << 20
+	r, logs, _ := openFault(t, "alloc_mib=32", registry.Config{PluginMemoryLimit: limit, RestartBackoff: time.Millisecond})
+	ctx := pollContext(t, 20*time.Second)
+	pid := 0
+	for i := 0; i < 16 && !strings.Contains(logs.String(), "out of memory"); i++ {
+		if reason, msg := ask(t, ctx, r, false, faultReq(i)); reason != "" && reason != registry.ReasonCrashed {
+			t.Fatalf("request %d: %s, want the plugin's answer or %s", i, msg, registry.ReasonCrashed)
+		}
+		if pid == 0 {
+			pid = faultInfo(t, r).PID
+			limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+			if err != nil {
+				t.Skipf("no /proc here: %v", err)
+			}
+			if !regexp.MustCompile(`Max data size\s+268435456\s+268435456`).Match(limits) {
+				t.Errorf("the plugin's limits:\n%s\nwant a data size of %d", limits, limit)
+			}
+			if env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); !bytes.Contains(env, []byte("\x00GOMEMLIMIT=201326592\x00")) {
+				t.Errorf("the plugin's environment has no GOMEMLIMIT of three quarters of the limit")
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "out of memory") {
+		t.Fatalf("16 requests of 32 MiB more each, and the plugin did not run out of memory under a limit of 256 MiB:\n%s", logs)
+	}
+	if p := faultInfo(t, r); p.Restarts < 1 || p.PID == pid {
+		t.Errorf("listing %+v, want the plugin restarted after it ran out of memory", p)
 	}
 }
