@@ -47,7 +47,7 @@ func newMetrics(reg *registry.Registry) *metrics {
 			Name: "attnplug_plugin_swaps_total", Help: "Plugin changes of reloads, by plugin and action (swapped, added, removed, rejected, unquarantined).",
 		}, []string{"plugin", "action"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "attnplug_plugin_swap_rejections_total", Help: "New plugin binaries a reload refused to switch to, by plugin and reason.",
+			Name: "attnplug_plugin_swap_rejections_total", Help: "New plugin binaries a reload refused to switch to, by plugin and reason (a refused reload counts for every plugin that keeps serving: dir_missing, dir_insecure, dir_empty).",
 		}, []string{"plugin", "reason"}),
 	}
 	for _, n := range registry.ReferenceNames() {
@@ -104,6 +104,15 @@ func (m *metrics) swapped(c registry.Change) {
 	m.swaps.WithLabelValues(c.Plugin, c.Action).Inc()
 	if c.Action == "rejected" {
 		m.rejections.WithLabelValues(c.Plugin, rejectionKind(c.Reason)).Inc()
+	}
+}
+
+// reloadRefused counts a refused reload as the rejection of every plugin
+// that keeps serving, with the directory's problem as the reason
+// (dir_missing, dir_insecure, dir_empty).
+func (m *metrics) reloadRefused(r *registry.ReloadRefusal) {
+	for _, p := range r.Kept {
+		m.rejections.WithLabelValues(p, r.Kind).Inc()
 	}
 }
 

@@ -81,7 +81,10 @@
 //     error wrapping core.ErrNoPlan, and the caller runs the kernel
 //     another way (device.go).
 //  7. Reload: Registry.Reload swaps every plugin whose binary changed,
-//     after a self-test, without failing a request in flight.
+//     after a self-test, without failing a request in flight, and gives
+//     the plugins it keeps a fresh start. A reload while a plugin
+//     directory that held plugins is gone, open to other users or empty
+//     is refused (ReloadRefusal): the plugins keep serving.
 //  8. End: Close kills every process the registry started; plugin
 //     processes also die with the host (a parent-death signal and a pipe
 //     that reads EOF when the host is gone), so none outlives it.

@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -52,10 +51,13 @@ type Change struct {
 // running, with their answer caches, and get a fresh start: a quarantine
 // is lifted ("unquarantined"), the failures in a row and the backoff
 // forgotten. A plugin whose binary is gone is removed: its names fall back.
-// Reload returns what changed. It fails when ctx ends, and refuses (an
-// error wrapping ErrReloadRefused, nothing changed) when a plugin
-// directory that holds running plugins is gone or no directory: a
-// directory unmounted or moved aside must not empty a server.
+// Reload returns what changed. It fails when ctx ends, and refuses (a
+// *ReloadRefusal, an error wrapping ErrReloadRefused; nothing changed,
+// logged at Warn) when a plugin directory that holds running plugins
+// cannot be read as one now: gone or no directory, open to other users
+// (unless Config.InsecurePluginDir), or holding no plugin binary. A
+// directory unmounted, moved aside, opened up by a chmod or emptied must
+// not empty a server.
 func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
@@ -72,8 +74,8 @@ func (r *Registry) Reload(ctx context.Context) ([]Change, error) {
 		}
 	}
 	old := r.table.Load()
-	if err := r.dirsGone(old); err != nil {
-		r.log.Error("reload refused; the plugins read before keep serving", "error", err)
+	if err := r.dirsUnusable(old); err != nil {
+		r.log.Warn("reload refused; the plugins read before keep serving", "error", err)
 		return nil, err
 	}
 	next, err := r.load(ctx, old)
@@ -185,26 +187,44 @@ func (r *Registry) gone(next *routeTable, oldBy map[string]*pluginproc.Plugin) (
 // before keep serving. It wraps core.ErrRefused.
 var ErrReloadRefused = fmt.Errorf("%w: reload", core.ErrRefused)
 
-// dirsGone refuses a reload when a plugin directory that held plugins of
-// t cannot be read as a directory now.
-func (r *Registry) dirsGone(t *routeTable) error {
+// ReloadRefusal is why a reload was refused: a plugin directory that held
+// plugins cannot be read as one. errors.Is(err, ErrReloadRefused) holds.
+type ReloadRefusal struct {
+	// Dir is the plugin directory.
+	Dir string
+	// Kind says what is wrong with it: "dir_missing" (gone, unreadable,
+	// not a directory), "dir_insecure" (others can write it, or a
+	// directory above it) or "dir_empty" (no plugin binary in it).
+	Kind string
+	// Err is the problem.
+	Err error
+	// Kept are the plugins it held, which keep serving.
+	Kept []string
+}
+
+func (e *ReloadRefusal) Error() string {
+	return fmt.Sprintf("%v: plugin directory %s: %v; it held %s, which keep serving", ErrReloadRefused, e.Dir, e.Err, strings.Join(e.Kept, ", "))
+}
+
+// Unwrap makes errors.Is(err, ErrReloadRefused) and core.ErrRefused hold.
+func (e *ReloadRefusal) Unwrap() error { return ErrReloadRefused }
+
+// dirsUnusable refuses a reload when a plugin directory that held plugins
+// of t cannot be read as one now (pluginproc.DirProblem).
+func (r *Registry) dirsUnusable(t *routeTable) error {
 	for _, dir := range r.cfg.PluginDirs {
-		st, err := os.Stat(dir)
-		if err == nil && st.IsDir() {
-			continue
-		}
-		if err == nil {
-			err = fmt.Errorf("not a directory (%s)", st.Mode().Type())
-		}
 		var held []string
 		for _, p := range t.plugins {
 			if path, _ := p.Binary(); filepath.Clean(filepath.Dir(path)) == filepath.Clean(dir) {
 				held = append(held, p.Family())
 			}
 		}
-		if len(held) > 0 {
+		if len(held) == 0 {
+			continue
+		}
+		if kind, err := pluginproc.DirProblem(dir, r.cfg.InsecurePluginDir); err != nil {
 			sort.Strings(held)
-			return fmt.Errorf("%w: plugin directory %s: %v; it held %s, which keep serving", ErrReloadRefused, dir, err, strings.Join(held, ", "))
+			return &ReloadRefusal{Dir: dir, Kind: kind, Err: err, Kept: held}
 		}
 	}
 	return nil

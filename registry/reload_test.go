@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -150,6 +151,80 @@ func TestReloadWithTheDirectoryGoneIsRefused(t *testing.T) {
 	}
 	if ch, err := r.Reload(ctx); err != nil || len(ch) != 0 {
 		t.Errorf("reload with the directory back: %v, %v; want no change", ch, err)
+	}
+}
+
+// TestReloadWithABadDirectoryIsRefused: a reload while the plugin
+// directory is open to other users, or holds no plugin binary, used to drop
+// every plugin (only a directory gone was refused, and an empty one logged
+// nothing at Warn). Each is refused now, saying why, logged at Warn; every
+// plugin keeps serving, a restart included; with the directory fixed, a
+// reload changes nothing.
+func TestReloadWithABadDirectoryIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		kind, want string
+		spoil      func(t *testing.T, dir string) (fix func())
+	}{
+		{"dir_insecure", "is world-writable", func(t *testing.T, dir string) func() {
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			return func() { os.Chmod(dir, 0o755) }
+		}},
+		{"dir_empty", "holds no plugin binary", func(t *testing.T, dir string) func() {
+			aside := t.TempDir()
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				if err := os.Rename(filepath.Join(dir, e.Name()), filepath.Join(aside, e.Name())); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return func() {
+				for _, e := range entries {
+					os.Rename(filepath.Join(aside, e.Name()), filepath.Join(dir, e.Name()))
+				}
+			}
+		}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			tree, err := bins.CopyTree(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(tree.PluginDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			r, logs := open(t, registry.Config{PluginDirs: []string{tree.PluginDir}, NoAnswerCache: true})
+			ctx := testContext(t)
+			if a, err := r.Dispatch(ctx, decode("aiter")); err != nil || a.Plugin != "aiter" {
+				t.Fatalf("aiter: %+v, %v", a, err)
+			}
+			fix := tc.spoil(t, tree.PluginDir)
+			ch, err := r.Reload(ctx)
+			var refused *registry.ReloadRefusal
+			if !errors.As(err, &refused) || !errors.Is(err, registry.ErrReloadRefused) || !errors.Is(err, core.ErrRefused) || len(ch) != 0 {
+				t.Fatalf("reload: %v, %v; want a *ReloadRefusal", ch, err)
+			}
+			if refused.Kind != tc.kind || refused.Dir != tree.PluginDir || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tree.PluginDir) || len(refused.Kept) != len(bins.Plugins) {
+				t.Errorf("refusal %+v (%v), want %s of %s saying %q and every plugin kept", refused, err, tc.kind, tree.PluginDir, tc.want)
+			}
+			if !regexp.MustCompile(`\[WARN\] +reload refused; the plugins read before keep serving: error=.*` + regexp.QuoteMeta(tc.want)).MatchString(logs.String()) {
+				t.Errorf("the refusal was not logged at Warn with the reason:\n%s", logs)
+			}
+			syscall.Kill(pidOf(t, r, "aiter"), syscall.SIGKILL)
+			for _, name := range []string{"aiter", "fa3", "dsa"} {
+				if a, err := r.Dispatch(ctx, decode(name)); err != nil || a.Fallback != "" || a.Plugin == "core" {
+					t.Errorf("%s after the refused reload: %+v, %v; want its plugin's answer", name, a, err)
+				}
+			}
+			fix()
+			if ch, err := r.Reload(ctx); err != nil || len(ch) != 0 {
+				t.Errorf("reload with the directory fixed: %v, %v; want no change", ch, err)
+			}
+		})
 	}
 }
 
