@@ -82,7 +82,9 @@
 //     another way (device.go).
 //  7. Reload: Registry.Reload swaps every plugin whose binary changed,
 //     after a self-test, without failing a request in flight, and gives
-//     the plugins it keeps a fresh start. A reload while a plugin
+//     the plugins it keeps a fresh start. A name a plugin serves stays
+//     with it unless a plugin of another family that comes first passes
+//     the same self-test for it. A reload while a plugin
 //     directory that held plugins is gone, open to other users or empty
 //     is refused (ReloadRefusal): the plugins keep serving.
 //  8. End: Close kills every process the registry started; plugin

@@ -1073,8 +1073,9 @@ func (*ReloadRequest) Descriptor() ([]byte, []int) {
 type PluginChange struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Plugin string                 `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`
-	// swapped, added, removed, rejected or unquarantined (a quarantine the
-	// reload lifted).
+	// swapped, added, removed, rejected, takeover (the plugin took names
+	// another plugin served) or unquarantined (a quarantine the reload
+	// lifted).
 	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	OldVersion    string `protobuf:"bytes,3,opt,name=old_version,json=oldVersion,proto3" json:"old_version,omitempty"`
 	NewVersion    string `protobuf:"bytes,4,opt,name=new_version,json=newVersion,proto3" json:"new_version,omitempty"`
