@@ -17,6 +17,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/internal/testbin"
 	"github.com/attnplug/attnplug/registry"
+	"github.com/attnplug/attnplug/registry/backend"
 )
 
 // The tests of this file run the fault-injection plugin
@@ -516,5 +517,23 @@ func TestPluginMemoryIsLimited(t *testing.T) {
 	}
 	if p := faultInfo(t, r); p.Restarts < 1 || p.PID == pid {
 		t.Errorf("listing %+v, want the plugin restarted after it ran out of memory", p)
+	}
+}
+
+// TestAPluginOfTooManyNamesIsBroken: the fault plugin declaring 100 001
+// names (its start took 47 s, in a check quadratic in the names) is listed
+// broken, saying how many names it declares and the bound, and serves
+// none.
+func TestAPluginOfTooManyNamesIsBroken(t *testing.T) {
+	dir := faultDir(t)
+	t.Setenv("ATTNPLUG_FAULT", "many_names=100000")
+	r, _ := open(t, registry.Config{PluginDirs: []string{dir}})
+	p := faultInfo(t, r)
+	if p.Status != registry.StatusBroken || !strings.Contains(p.Reason, fmt.Sprintf("declares 100001 names, more than %d", backend.MaxNames)) {
+		t.Errorf("listing %+v, want broken, naming the count of names and the bound", p)
+	}
+	a, err := r.Dispatch(testContext(t), faultReq(1))
+	if err != nil || a.Plugin != core.PluginCore || !strings.HasPrefix(a.Fallback, string(registry.ReasonPluginBroken)) {
+		t.Errorf("fault: %+v, %v; want a %s fallback", a, err, registry.ReasonPluginBroken)
 	}
 }
