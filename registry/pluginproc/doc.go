@@ -28,7 +28,9 @@
 //  3. Start (process.go, spawn.go): a process starts when the first call
 //     needs it (or at Plugin.Start), through wire.Launch, with its socket
 //     in a private directory (sockets.go), its log lines named after it
-//     (pluginlog.go), and, with a host set in Config, told the host's
+//     (pluginlog.go), its memory limited (Config.MemoryLimit: RLIMIT_DATA
+//     and GOMEMLIMIT, memlimit_linux.go), and, with a host set in Config,
+//     told the host's
 //     hardware, which it may refuse; a plugin whose hardware the host
 //     lacks is never started.
 //  4. Calls (plugin.go): Plugin.Call enters the running process, runs the
