@@ -247,6 +247,7 @@ func (r *Registry) dirsUnusable(t *routeTable) error {
 func (r *Registry) rebuildRoutes(next, old *routeTable, owners map[string]*pluginproc.Plugin) {
 	routes := map[string]*route{}
 	add := func(h core.HandlerInfo, p *pluginproc.Plugin) {
+		r.served.Store(h.Name, p.Family())
 		if prev := old.routes[h.Name]; prev != nil && prev.be == backend.Backend(p) {
 			routes[h.Name] = prev
 			return
