@@ -88,7 +88,9 @@ func planBatches(name string, m core.Method, k core.Kernel, dev core.DeviceInfo)
 					s := core.PlanShape{PageSize: page}
 					var used int64
 					for i := 0; i < batch; i++ {
-						n := 1 + rng.Int64N(16384)
+						// Within core's bounds of a plan: a request past
+						// them is refused before any planning.
+						n := 1 + rng.Int64N(min(16384, core.MaxPlanTokens/int64(batch)))
 						var q int64
 						switch {
 						case m == core.MHA:

@@ -55,10 +55,6 @@ const (
 	prefillSM90Shared  = 2*(prefillBM*prefillDQK+2*128*prefillDQK+2*128*prefillDV) + 128 + 1024
 )
 
-// DefaultChunkCapacity is sglang's get_max_chunk_capacity() when the request
-// gives none.
-const DefaultChunkCapacity = 128 * 1024
-
 // mhaKernelNames are the catalog kernels the prefill module runs: the
 // varlen prefill of FlashAttention 3, FlashInfer's ragged prefill, and
 // either with merge_state for MHA_CHUNKED_KV.
@@ -118,28 +114,13 @@ func prefillMap(param, name string, ts []core.TensorSpec) (core.Arg, bool) {
 	return core.Arg{}, false
 }
 
-// PrefixChunks returns sglang's cut of the prefixes for MHA_CHUNKED_KV:
-// each chunk holds capacity / batch size keys of every request (at least
-// one), and there are as many chunks as the longest prefix needs. Chunk c of
-// request i is its prefix keys [c*size, min((c+1)*size, prefix_i)).
-func PrefixChunks(prefix []int64, capacity int) (size int64, chunks int) {
-	if capacity <= 0 {
-		capacity = DefaultChunkCapacity
-	}
-	size = max(int64(capacity)/int64(len(prefix)), 1)
-	var longest int64
-	for _, p := range prefix {
-		longest = max(longest, p)
-	}
-	return size, int((longest + size - 1) / size)
-}
-
 // planPrefill plans the three MHA methods:
 //
 //   - MHA and MHA_ONE_SHOT: one causal pass of each request's queries over
 //     its keys (prefix and new tokens, which the caller decompressed);
 //   - MHA_CHUNKED_KV: a causal pass of the new tokens over themselves into
-//     out and lse, then for each prefix chunk (as sglang cuts them) a pass
+//     out and lse, then for each prefix chunk (as sglang cuts them:
+//     core.PlanShape.PrefixChunks) a pass
 //     without a mask into the workspace, merged into out and lse by
 //     merge_state.
 //
@@ -230,7 +211,7 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	if !chunked {
 		return p
 	}
-	size, chunks := PrefixChunks(prefix, s.ChunkCapacity)
+	size, chunks := s.PrefixChunks() // within core's bounds: launch.CheckRequest checked req
 	var tokens int64
 	for _, q := range s.QLens {
 		tokens += q

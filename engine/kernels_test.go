@@ -108,6 +108,13 @@ func TestKernelsOverTheEngineAPI(t *testing.T) {
 	if _, err := c.PlanKernel(ctx, &bad); !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("seq_lens and q_lens of different lengths: %v, want ErrInvalidRequest", err)
 	}
+	// A million prefix chunks (issue 40): refused before any plugin plans.
+	bad = *req
+	bad.Method, bad.Dims.HeadDimQK, bad.Dims.HeadDimV = core.MHAChunkedKV, 192, 128
+	bad.Shape = core.PlanShape{SeqLens: []int64{1048576}, QLens: []int64{1}, ChunkCapacity: 1}
+	if _, err := c.PlanKernel(ctx, &bad); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "shape.chunk_capacity: 1 cuts") {
+		t.Errorf("a plan past core's bounds: %v, want ErrInvalidRequest naming shape.chunk_capacity", err)
+	}
 
 	liar, _ := kernelServer(t, &gpuBackend{lie: true})
 	if _, err := liar.PlanKernel(ctx, req); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), "plan refused") {

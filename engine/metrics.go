@@ -44,10 +44,10 @@ func newMetrics(reg *registry.Registry) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
 		}, []string{"rpc"}),
 		swaps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "attnplug_plugin_swaps_total", Help: "Plugin changes of reloads, by plugin and action (swapped, added, removed, rejected).",
+			Name: "attnplug_plugin_swaps_total", Help: "Plugin changes of reloads, by plugin and action (swapped, added, removed, rejected, takeover, unquarantined).",
 		}, []string{"plugin", "action"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "attnplug_plugin_swap_rejections_total", Help: "New plugin binaries a reload refused to switch to, by plugin and reason.",
+			Name: "attnplug_plugin_swap_rejections_total", Help: "New plugin binaries a reload refused to switch to, by plugin and reason (a refused reload counts for every plugin that keeps serving: dir_missing, dir_insecure, dir_empty).",
 		}, []string{"plugin", "reason"}),
 	}
 	for _, n := range registry.ReferenceNames() {
@@ -107,9 +107,20 @@ func (m *metrics) swapped(c registry.Change) {
 	}
 }
 
+// reloadRefused counts a refused reload as the rejection of every plugin
+// that keeps serving, with the directory's problem as the reason
+// (dir_missing, dir_insecure, dir_empty).
+func (m *metrics) reloadRefused(r *registry.ReloadRefusal) {
+	for _, p := range r.Kept {
+		m.rejections.WithLabelValues(p, r.Kind).Inc()
+	}
+}
+
 // rejectionKind names the class of a rejection reason, for a bounded label.
 func rejectionKind(reason string) string {
 	switch {
+	case strings.Contains(reason, "stay with plugin"):
+		return "takeover"
 	case strings.Contains(reason, "self-test"):
 		return "self_test"
 	case strings.Contains(reason, "no longer serves"):

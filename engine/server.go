@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -246,7 +247,14 @@ func (s *dispatchServer) answer(backend string, a core.Answer, err error) *dispa
 
 func (s *dispatchServer) reload(ctx context.Context) ([]registry.Change, error) {
 	changes, err := s.reg.Reload(ctx)
-	if err != nil {
+	var refused *registry.ReloadRefusal
+	switch {
+	case errors.As(err, &refused):
+		// Logged by the registry (Warn); counted as the rejection of
+		// each plugin that keeps serving.
+		s.metrics.reloadRefused(refused)
+		return nil, err
+	case err != nil:
 		s.log.Error("reload failed", "error", err)
 		return nil, err
 	}

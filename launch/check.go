@@ -26,29 +26,10 @@ func refuse(launch int, format string, args ...any) error {
 	return &PlanError{Launch: launch, Reason: fmt.Sprintf(format, args...)}
 }
 
-// MaxMetadataInt32s bounds the metadata of one plan (64 MiB).
-const MaxMetadataInt32s = 16 << 20
-
-// MaxWorkspaceBytes bounds the workspace of one plan (4 GiB), unless its
-// outputs are larger: a plan may always have four times the bytes of its
-// output tensors (partial results of a split, the chunks of a prefix), so
-// that the bound grows with the batch and not past what the batch itself
-// holds.
-const MaxWorkspaceBytes = 4 << 30
-
-// workspaceLimit is the most workspace p may ask for.
-func workspaceLimit(p *core.Plan) int64 {
-	var outputs int64
-	for _, t := range p.Tensors {
-		if n := t.Bytes(); t.Output && n > 0 {
-			outputs += n
-		}
-	}
-	return max(int64(MaxWorkspaceBytes), 4*outputs)
-}
-
 // Check verifies plan p, answered for req, against the modules it may
-// launch and the device: every launch names a known entry and binds each
+// launch and the device: the plan is within the bounds of a plan
+// (core.Plan.CheckSize: launches, metadata, workspace); every launch names
+// a known entry and binds each
 // of its parameters exactly once with a value of the right kind; grids,
 // blocks and shared memory are within dev's limits; every tensor argument
 // names a tensor the plan declares; the declared tensors have the shapes
@@ -65,8 +46,10 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 	if err := checkTensors(p, req); err != nil {
 		return err
 	}
+	if err := p.CheckSize(); err != nil {
+		return refuse(-1, "%v", err)
+	}
 	meta := map[string]int64{}
-	var total int64
 	for _, m := range p.Metadata {
 		if m.Name == "" {
 			return refuse(-1, "metadata buffer without a name")
@@ -74,14 +57,7 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 		if _, dup := meta[m.Name]; dup {
 			return refuse(-1, "metadata buffer %q declared twice", m.Name)
 		}
-		total += int64(len(m.Int32s))
-		if total > MaxMetadataInt32s {
-			return refuse(-1, "metadata of %d int32 values exceeds the limit of %d", total, MaxMetadataInt32s)
-		}
 		meta[m.Name] = 4 * int64(len(m.Int32s))
-	}
-	if limit := workspaceLimit(p); p.WorkspaceBytes < 0 || p.WorkspaceBytes > limit {
-		return refuse(-1, "workspace of %d bytes is outside [0, %d] (%d bytes, or four times the plan's outputs)", p.WorkspaceBytes, limit, int64(MaxWorkspaceBytes))
 	}
 	if err := checkSchedule(p, req, meta); err != nil {
 		return err

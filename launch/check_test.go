@@ -98,6 +98,14 @@ func TestCheckRefusesLyingPlans(t *testing.T) {
 		{"schedule metadata differs", "differs", func(p *core.Plan, r *core.PlanRequest) { p.Metadata[0].Int32s[1] = 64 }},
 		{"huge workspace", "workspace", func(p *core.Plan, r *core.PlanRequest) { p.WorkspaceBytes = 1 << 40 }},
 		{"no launches", "no launches", func(p *core.Plan, r *core.PlanRequest) { p.Launches = nil }},
+		{"more launches than a plan may have", "launches, more than the bound", func(p *core.Plan, r *core.PlanRequest) {
+			for len(p.Launches) <= core.MaxPlanLaunches {
+				p.Launches = append(p.Launches, p.Launches[0])
+			}
+		}},
+		{"more metadata than a plan may have", "metadata of", func(p *core.Plan, r *core.PlanRequest) {
+			p.Metadata = append(p.Metadata, core.MetaBuffer{Name: "padding", Int32s: make([]int32, core.MaxPlanMetadataBytes/4)})
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -110,6 +118,33 @@ func TestCheckRefusesLyingPlans(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %q, want it to name %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestCheckRequestBounds: a request whose plan would be past core's bounds,
+// or whose device is past the limits a planner sizes its schedule by, is
+// refused before any planning, naming the field.
+func TestCheckRequestBounds(t *testing.T) {
+	chunked := &core.PlanRequest{Backend: "fa3", Method: core.MHAChunkedKV, DType: "bf16",
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722},
+		Shape:  core.PlanShape{SeqLens: []int64{1 << 20}, QLens: []int64{1}, ChunkCapacity: 1},
+		Device: h200}
+	_, decode := goodPlan(t)
+	sms := *decode
+	sms.Device.SMs = 1 << 30
+	for _, tc := range []struct {
+		name, field string
+		req         *core.PlanRequest
+	}{
+		{"a million prefix chunks", "shape.chunk_capacity", chunked},
+		{"a device of a billion multiprocessors", "device.sms", &sms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := launch.CheckRequest(tc.req)
+			if !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("got %v, want ErrInvalidRequest naming %s", err, tc.field)
 			}
 		})
 	}

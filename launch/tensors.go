@@ -17,13 +17,18 @@ const (
 	MaxPageSize  = 4096
 	MaxNumPages  = 1 << 28
 	MaxTopK      = 1 << 16 // keys per query token of a sparse plan
+	MaxSMs       = 4096    // multiprocessors of the device (132 on an H100)
 	maxTotalKeys = 1 << 30
 )
 
 // CheckRequest verifies a plan request's shape: positive dimensions within
 // the limits above, one query length per request, every request with at
-// least one query and at least as many keys as queries, and enough pages
-// for the keys. The error wraps core.ErrInvalidRequest and names the field.
+// least one query and at least as many keys as queries, enough pages for
+// the keys, and a plan within the bounds of a plan (core's
+// PlanRequest.CheckSize: the query tokens, and the prefix chunks of
+// MHA_CHUNKED_KV). The error wraps core.ErrInvalidRequest and names the
+// field. The host checks every plan request with it before asking a
+// plugin, and the planners of devkernels before planning.
 func CheckRequest(req *core.PlanRequest) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", core.ErrInvalidRequest, fmt.Sprintf(format, args...))
@@ -52,6 +57,8 @@ func CheckRequest(req *core.PlanRequest) error {
 		return bad("shape.q_lens has %d entries, shape.seq_lens %d", len(s.QLens), len(s.SeqLens))
 	case s.ChunkCapacity < 0 || s.ChunkCapacity > MaxSeqLen*64:
 		return bad("shape.chunk_capacity %d is outside [0, %d]", s.ChunkCapacity, MaxSeqLen*64)
+	case req.Device.SMs < 0 || req.Device.SMs > MaxSMs:
+		return bad("device.sms %d is outside [0, %d]", req.Device.SMs, MaxSMs)
 	}
 	paged := req.Method == core.MLA
 	if paged {
@@ -116,7 +123,7 @@ func CheckRequest(req *core.PlanRequest) error {
 			return bad("shape.max_seq_len %d for %d requests is more than %d keys", m, len(s.SeqLens), int64(maxTotalKeys))
 		}
 	}
-	return nil
+	return req.CheckSize()
 }
 
 // PagesPerRequest is the page-table room a graph plan gives each request

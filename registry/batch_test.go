@@ -56,8 +56,16 @@ func TestHostHardwareFiltersPlugins(t *testing.T) {
 		t.Errorf("fa3 on an MI300X host: %+v, %v; want a %s fallback", a, err, registry.ReasonUnsupportedHardware)
 	}
 	for _, p := range r.Plugins() {
-		if p.Name == "fa3" && p.PID != 0 {
-			t.Errorf("fa3 was started on hardware it does not run on")
+		switch p.Name {
+		case "fa3":
+			// Listed as what it is, not "ready": it will never start here.
+			if p.PID != 0 || p.Status != registry.StatusUnsupportedHardware || !strings.Contains(p.Reason, "does not run on this host") || !strings.Contains(p.Reason, "cuda") {
+				t.Errorf("fa3 on an MI300X host is listed %+v, want %s saying what it needs", p, registry.StatusUnsupportedHardware)
+			}
+		case "aiter":
+			if p.Status != registry.StatusRunning {
+				t.Errorf("aiter on an MI300X host is listed %+v, want running", p)
+			}
 		}
 	}
 }

@@ -22,7 +22,18 @@ import (
 //     ReasonRefused), its error saying that be refused what (the request,
 //     the batch, the kernel call...), or why be could not answer
 //     (Unavailable, Failed), which the caller falls back for.
+//
+// A plan call (backend.PlanCall) waits first, under ctx alone, until be
+// runs fewer than backend.MaxPlanCalls of them (admit): its deadline
+// starts once it runs.
 func (r *Registry) call(ctx context.Context, be backend.Backend, limit backend.Limit, what string, f func(context.Context, backend.Conn) error) (*backend.Outcome, error) {
+	if limit == backend.PlanCall {
+		release, err := r.admit(ctx, be)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	o := be.Call(ctx, limit, f)
 	switch o.Kind {
 	case backend.Answered:
@@ -34,6 +45,18 @@ func (r *Registry) call(ctx context.Context, be backend.Backend, limit backend.L
 		o.Err = fmt.Errorf("plugin %s refused %s: %w", be.Family(), what, o.Err)
 	}
 	return &o, nil
+}
+
+// admit waits until be runs fewer than backend.MaxPlanCalls plan calls, or
+// ctx ends, and returns the release of the room it took.
+func (r *Registry) admit(ctx context.Context, be backend.Backend) (release func(), err error) {
+	gate := r.device(be).planGate()
+	select {
+	case gate <- struct{}{}:
+		return func() { <-gate }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // declined reports that o is its backend's own answer rather than a

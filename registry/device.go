@@ -37,10 +37,13 @@ import (
 // process hands device code the same way.
 
 // maxModuleDevices bounds the devices whose modules a plugin's state
-// keeps; planCapacity bounds its plans.
+// keeps; planCapacity bounds its plans, and planBudget their bytes (a
+// plan may hold tens of MiB within core's bounds of a plan: 1024 of them
+// would hold tens of GiB of the host's memory).
 const (
 	maxModuleDevices = 16
 	planCapacity     = 1024
+	planBudget       = 256 << 20
 )
 
 // deviceState is the device code learnt from one backend (one plugin
@@ -49,6 +52,18 @@ type deviceState struct {
 	mu      sync.Mutex
 	modules map[core.DeviceInfo]*moduleFetch
 	plans   planCache
+	gate    chan struct{} // the plan calls running (call, admit); made by planGate
+}
+
+// planGate returns the semaphore of the backend's plan calls, of
+// backend.MaxPlanCalls.
+func (s *deviceState) planGate() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gate == nil {
+		s.gate = make(chan struct{}, backend.MaxPlanCalls)
+	}
+	return s.gate
 }
 
 // moduleFetch is the modules of one device, fetched or being fetched.
@@ -304,7 +319,7 @@ func (r *Registry) planKernel(ctx context.Context, req *core.PlanRequest, rt *ro
 		return e.plan, e.err
 	}
 	var plan *core.Plan
-	fault, err := r.call(ctx, rt.be, backend.DispatchCall, "the plan request", func(ctx context.Context, c backend.Conn) (err error) {
+	fault, err := r.call(ctx, rt.be, backend.PlanCall, "the plan request", func(ctx context.Context, c backend.Conn) (err error) {
 		plan, err = c.PlanKernel(ctx, req)
 		return err
 	})
@@ -360,8 +375,8 @@ type planOutcome struct {
 	why  *backend.Outcome
 }
 
-// planCache keeps the last planCapacity plan outcomes of a plugin, each by
-// what it depends on: a plan by the quantities it declares it reads
+// planCache keeps the last planCapacity plan outcomes of a plugin, of
+// planBudget bytes at most (planBytes), each by what it depends on: a plan by the quantities it declares it reads
 // (core.Plan.Reads), so that a plan that holds for a batch size answers
 // every step of that size; a refusal by the whole request. reads keeps,
 // for the part of a request every plan depends on (its base), what the
@@ -370,6 +385,7 @@ type planCache struct {
 	mu    sync.Mutex
 	order list.List // of planKeyed, most recent first
 	byKey map[[32]byte]*list.Element
+	bytes int64                       // planBytes of the outcomes kept
 	reads map[[32]byte]core.PlanReads // by base key; bounded with the plans
 }
 
@@ -404,6 +420,19 @@ type planKeyed struct {
 	planOutcome
 }
 
+// planBytes is about what o holds in memory: its plan's metadata,
+// schedule and launches, and a little for any outcome.
+func planBytes(o planOutcome) int64 {
+	n := int64(256)
+	if p := o.plan; p != nil {
+		for _, m := range p.Metadata {
+			n += 4 * int64(len(m.Int32s))
+		}
+		n += 16*int64(len(p.Schedule)) + 256*int64(len(p.Launches)) + 64*int64(len(p.Tensors))
+	}
+	return n
+}
+
 func (c *planCache) get(k [32]byte) (planOutcome, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -422,15 +451,19 @@ func (c *planCache) put(k [32]byte, o planOutcome) {
 		c.byKey = map[[32]byte]*list.Element{}
 	}
 	if e, ok := c.byKey[k]; ok {
+		c.bytes -= planBytes(e.Value.(planKeyed).planOutcome)
 		e.Value = planKeyed{k, o}
 		c.order.MoveToFront(e)
-		return
+	} else {
+		c.byKey[k] = c.order.PushFront(planKeyed{k, o})
 	}
-	c.byKey[k] = c.order.PushFront(planKeyed{k, o})
-	if c.order.Len() > planCapacity {
+	c.bytes += planBytes(o)
+	for c.order.Len() > 1 && (c.order.Len() > planCapacity || c.bytes > planBudget) {
 		last := c.order.Back()
 		c.order.Remove(last)
-		delete(c.byKey, last.Value.(planKeyed).key)
+		kept := last.Value.(planKeyed)
+		delete(c.byKey, kept.key)
+		c.bytes -= planBytes(kept.planOutcome)
 	}
 }
 

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/internal/testbin"
 	"github.com/attnplug/attnplug/launch"
 	"github.com/attnplug/attnplug/registry"
+	"github.com/attnplug/attnplug/registry/backend"
 )
 
 // The tests of this file run the liar plugin (internal/testplugins/liar)
@@ -241,6 +243,95 @@ func TestPlanPluginDies(t *testing.T) {
 	info := l.r.Plugins()
 	if len(info) != 1 || info[0].Status != registry.StatusFailed || !strings.Contains(info[0].LastError, "plan kernel") || info[0].Restarts != 1 {
 		t.Errorf("plugins: %+v, want liar failed in PlanKernel after one restart", info)
+	}
+}
+
+// TestPlanCallsAreAdmittedFewAtATime: many clients asking for plans at
+// once reach a plugin backend.MaxPlanCalls at a time, and a plan's
+// deadline starts once it is asked of the plugin: 16 plans of 250 ms each
+// under a call deadline of 600 ms are all answered, none counts against
+// the plugin, and the plugin never holds more than MaxPlanCalls of them.
+// (Asked all at once, a plugin computing its plans on two cores took each
+// past the deadline, and the timeouts quarantined it.)
+func TestPlanCallsAreAdmittedFewAtATime(t *testing.T) {
+	l := openLiar(t, "plan_sleep=250ms", registry.Config{CallTimeout: 600 * time.Millisecond})
+	ctx := testContext(t)
+	if _, err := l.r.KernelModules(ctx, "liar", h200()); err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := l.r.PlanKernel(ctx, planReq("liar", i))
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("a plan among %d asked at once: %v", n, err)
+		}
+	}
+	data, err := os.ReadFile(l.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		var k int
+		if _, err := fmt.Sscanf(line, "in_flight %d", &k); err == nil {
+			most = max(most, k)
+		}
+	}
+	if most < 1 || most > backend.MaxPlanCalls {
+		t.Errorf("the plugin held up to %d plan calls at once, want 1 to %d", most, backend.MaxPlanCalls)
+	}
+	if info := l.r.Plugins(); len(info) != 1 || info[0].Status != registry.StatusRunning || info[0].LastError != "" || info[0].Restarts != 0 {
+		t.Errorf("plugins: %+v, want liar running with no failure", info)
+	}
+}
+
+// TestOversizedPlanRequestsLeaveThePluginServing sends the plan request of
+// issue 40 to the real fa3 plugin 32 times, 8 at a time: one request of a
+// million keys at chunk capacity 1, a million prefix chunks, which used to
+// pass every check, time fa3 out (its plan grew with the chunks), and
+// after 25 of them quarantine it, every client's fa3 and fa4 then falling
+// back to triton. Each is refused before it reaches the plugin, with
+// ErrInvalidRequest naming the field, its value and the bound; fa3 has no
+// failure and answers fa3 and fa4 itself.
+func TestOversizedPlanRequestsLeaveThePluginServing(t *testing.T) {
+	r, _ := open(t, registry.Config{})
+	ctx := testContext(t)
+	if _, err := r.KernelModules(ctx, "fa3", h200()); err != nil {
+		t.Skipf("fa3 hands no device code on this machine: %v", err)
+	}
+	req := &core.PlanRequest{Backend: "fa3", Method: core.MHAChunkedKV, DType: "bf16",
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722},
+		Shape:  core.PlanShape{SeqLens: []int64{1048576}, QLens: []int64{1}, ChunkCapacity: 1},
+		Device: h200()}
+	var wg sync.WaitGroup
+	for range 4 {
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := r.PlanKernel(ctx, req)
+				if !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "shape.chunk_capacity: 1 cuts") || !strings.Contains(err.Error(), "4096") {
+					t.Errorf("got %v, want ErrInvalidRequest naming shape.chunk_capacity, its value and the bound", err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	for _, p := range r.Plugins() {
+		if p.Name == "fa3" && (p.LastError != "" || p.Restarts != 0 || p.Status == registry.StatusQuarantined) {
+			t.Errorf("fa3 after the oversized plan requests: %+v, want no failure", p)
+		}
+	}
+	for _, name := range []string{"fa3", "fa4"} {
+		if a, err := r.Dispatch(ctx, decode(name)); err != nil || a.Plugin != "fa3" || a.Fallback != "" {
+			t.Errorf("%s after the oversized plan requests: %+v, %v; want fa3's own answer", name, a, err)
+		}
 	}
 }
 

@@ -70,7 +70,10 @@
 //  5. Supervision: a call that fails (crash, deadline, protocol violation)
 //     falls back to the triton rules with a named Reason, logged as a
 //     warning; the plugin is restarted with exponential backoff, and a
-//     plugin that keeps failing is quarantined.
+//     plugin that keeps failing is quarantined, until a reload gives it a
+//     fresh start. Only the plugin's own faults count: a request it
+//     refuses is its answer, and one the host judges invalid or too large
+//     (a plan past core's bounds) never reaches it.
 //  6. Device code: a plugin whose description declares it hands kernel
 //     modules (Registry.KernelModules, once per device, hash-checked and
 //     pinned by the lock file) and launch plans (Registry.PlanKernel,
@@ -78,7 +81,12 @@
 //     error wrapping core.ErrNoPlan, and the caller runs the kernel
 //     another way (device.go).
 //  7. Reload: Registry.Reload swaps every plugin whose binary changed,
-//     after a self-test, without failing a request in flight.
+//     after a self-test, without failing a request in flight, and gives
+//     the plugins it keeps a fresh start. A name a plugin serves stays
+//     with it unless a plugin of another family that comes first passes
+//     the same self-test for it. A reload while a plugin
+//     directory that held plugins is gone, open to other users or empty
+//     is refused (ReloadRefusal): the plugins keep serving.
 //  8. End: Close kills every process the registry started; plugin
 //     processes also die with the host (a parent-death signal and a pipe
 //     that reads EOF when the host is gone), so none outlives it.

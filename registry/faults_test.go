@@ -1,10 +1,13 @@
 package registry_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +17,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/internal/testbin"
 	"github.com/attnplug/attnplug/registry"
+	"github.com/attnplug/attnplug/registry/backend"
 )
 
 // The tests of this file run the fault-injection plugin
@@ -436,5 +440,100 @@ func TestAFailedStartIsRememberedByTheCache(t *testing.T) {
 	third, logs := open(t, cfg)
 	if p := faultInfo(t, third); strings.Contains(p.Reason, "not tried again") || !strings.Contains(logs.String(), "hanging at start") {
 		t.Errorf("a new build was not tried: %+v\n%s", p, logs)
+	}
+}
+
+// TestReloadLiftsAQuarantine: a plugin quarantined by its crashes serves
+// again after a reload, which gives it a fresh start (a quarantine used
+// to last for the life of the host, a reload included), and says so.
+func TestReloadLiftsAQuarantine(t *testing.T) {
+	r, logs, _ := openFault(t, "crash_after=1", registry.Config{QuarantineAfter: 2, RestartBackoff: time.Millisecond})
+	ctx := pollContext(t, 20*time.Second)
+	for i := 0; faultInfo(t, r).Status != registry.StatusQuarantined; i++ {
+		if reason, msg := ask(t, ctx, r, false, faultReq(i)); reason == "" {
+			t.Fatalf("request %d answered by a plugin that crashes on every request: %s", i, msg)
+		}
+		poll(t, ctx, "the quarantine")
+	}
+	if reason, _ := ask(t, ctx, r, false, faultReq(0)); reason != registry.ReasonQuarantined {
+		t.Fatalf("after the quarantine: %q, want %s", reason, registry.ReasonQuarantined)
+	}
+	t.Setenv("ATTNPLUG_FAULT", "") // the next process is well
+	ch, err := r.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch) != 1 || ch[0].Plugin != "fault" || ch[0].Action != "unquarantined" || !strings.Contains(ch[0].Reason, "quarantined on") {
+		t.Errorf("reload of a quarantined plugin: %+v, want fault unquarantined", ch)
+	}
+	if p := faultInfo(t, r); p.Status == registry.StatusQuarantined || p.Status == registry.StatusFailed {
+		t.Errorf("listing after the reload: %+v, want a plugin ready to start", p)
+	}
+	if reason, msg := ask(t, ctx, r, false, faultReq(1)); reason != "" {
+		t.Fatalf("after the reload: %s, want the plugin's answer", msg)
+	}
+	if p := faultInfo(t, r); p.Status != registry.StatusRunning {
+		t.Errorf("listing after an answer: %+v, want running", p)
+	}
+	if !strings.Contains(logs.String(), "plugin quarantine lifted by a reload") {
+		t.Errorf("the lifted quarantine was not logged:\n%s", logs)
+	}
+	if ch, err := r.Reload(ctx); err != nil || len(ch) != 0 {
+		t.Errorf("a second reload: %+v, %v; want no change", ch, err)
+	}
+}
+
+// TestPluginMemoryIsLimited: a plugin whose memory grows without end
+// (32 MiB more at every request) under a limit of 256 MiB fails to
+// allocate past it and dies ("out of memory"), and is restarted as after
+// any crash, its request answered by the restarted process; the limit is
+// the process's RLIMIT_DATA, and its Go collector is told three quarters
+// of it (GOMEMLIMIT). Without the limit it grew past 1 GiB here.
+func TestPluginMemoryIsLimited(t *testing.T) {
+	const limit = 256 << 20
+	r, logs, _ := openFault(t, "alloc_mib=32", registry.Config{PluginMemoryLimit: limit, RestartBackoff: time.Millisecond})
+	ctx := pollContext(t, 20*time.Second)
+	pid := 0
+	for i := 0; i < 16 && !strings.Contains(logs.String(), "out of memory"); i++ {
+		if reason, msg := ask(t, ctx, r, false, faultReq(i)); reason != "" && reason != registry.ReasonCrashed {
+			t.Fatalf("request %d: %s, want the plugin's answer or %s", i, msg, registry.ReasonCrashed)
+		}
+		if pid == 0 {
+			pid = faultInfo(t, r).PID
+			limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+			if err != nil {
+				t.Skipf("no /proc here: %v", err)
+			}
+			if !regexp.MustCompile(`Max data size\s+268435456\s+268435456`).Match(limits) {
+				t.Errorf("the plugin's limits:\n%s\nwant a data size of %d", limits, limit)
+			}
+			if env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); !bytes.Contains(env, []byte("\x00GOMEMLIMIT=201326592\x00")) {
+				t.Errorf("the plugin's environment has no GOMEMLIMIT of three quarters of the limit")
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "out of memory") {
+		t.Fatalf("16 requests of 32 MiB more each, and the plugin did not run out of memory under a limit of 256 MiB:\n%s", logs)
+	}
+	if p := faultInfo(t, r); p.Restarts < 1 || p.PID == pid {
+		t.Errorf("listing %+v, want the plugin restarted after it ran out of memory", p)
+	}
+}
+
+// TestAPluginOfTooManyNamesIsBroken: the fault plugin declaring 100 001
+// names (its start took 47 s, in a check quadratic in the names) is listed
+// broken, saying how many names it declares and the bound, and serves
+// none.
+func TestAPluginOfTooManyNamesIsBroken(t *testing.T) {
+	dir := faultDir(t)
+	t.Setenv("ATTNPLUG_FAULT", "many_names=100000")
+	r, _ := open(t, registry.Config{PluginDirs: []string{dir}})
+	p := faultInfo(t, r)
+	if p.Status != registry.StatusBroken || !strings.Contains(p.Reason, fmt.Sprintf("declares 100001 names, more than %d", backend.MaxNames)) {
+		t.Errorf("listing %+v, want broken, naming the count of names and the bound", p)
+	}
+	a, err := r.Dispatch(testContext(t), faultReq(1))
+	if err != nil || a.Plugin != core.PluginCore || !strings.HasPrefix(a.Fallback, string(registry.ReasonPluginBroken)) {
+		t.Errorf("fault: %+v, %v; want a %s fallback", a, err, registry.ReasonPluginBroken)
 	}
 }

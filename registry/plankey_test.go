@@ -37,3 +37,31 @@ func TestPlanKeySeparatesWhatAPlanDependsOn(t *testing.T) {
 		t.Errorf("seq_lens: a plan that does not read the lengths is keyed by them")
 	}
 }
+
+// TestPlanCacheIsBoundedInBytes: plans of tens of MiB each (within core's
+// bounds) are kept up to planBudget bytes, the most recent first; small
+// ones up to planCapacity.
+func TestPlanCacheIsBoundedInBytes(t *testing.T) {
+	var c planCache
+	big := &core.Plan{Metadata: []core.MetaBuffer{{Int32s: make([]int32, 10<<20/4)}}} // 10 MiB
+	key := func(i int) [32]byte { return [32]byte{byte(i), byte(i >> 8)} }
+	for i := range 100 {
+		c.put(key(i), planOutcome{plan: big})
+	}
+	if c.bytes > planBudget || c.order.Len() != planBudget/(10<<20) {
+		t.Errorf("100 plans of 10 MiB: %d kept, %d bytes; want %d, at most %d bytes", c.order.Len(), c.bytes, planBudget/(10<<20), planBudget)
+	}
+	if _, ok := c.get(key(99)); !ok {
+		t.Errorf("the newest plan was evicted")
+	}
+	if _, ok := c.get(key(0)); ok {
+		t.Errorf("the oldest plan is still kept")
+	}
+	var small planCache
+	for i := range 2 * planCapacity {
+		small.put(key(i), planOutcome{plan: &core.Plan{}})
+	}
+	if small.order.Len() != planCapacity || len(small.byKey) != planCapacity {
+		t.Errorf("%d small plans: %d kept, want %d", 2*planCapacity, small.order.Len(), planCapacity)
+	}
+}

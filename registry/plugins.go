@@ -23,6 +23,8 @@ const (
 	StatusQuarantined = pluginproc.StatusQuarantined // failed too often; not restarted
 	StatusBroken      = pluginproc.StatusBroken      // cannot be used at all
 	StatusShadowed    = pluginproc.StatusShadowed    // the same name came first elsewhere
+	// StatusUnsupportedHardware: never started on this host's hardware.
+	StatusUnsupportedHardware = pluginproc.StatusUnsupportedHardware
 )
 
 // Lock pins plugin binaries by SHA-256: attnplug.lock, written by

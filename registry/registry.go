@@ -107,7 +107,22 @@ type Config struct {
 	// use it. Default: $XDG_RUNTIME_DIR/attnplug, else
 	// <os.TempDir()>/attnplug-<uid>.
 	SocketDir string
+	// PluginMemoryLimit bounds the memory of each plugin process, in
+	// bytes. On Linux the registry limits its data segment (RLIMIT_DATA:
+	// the memory it writes, Go's heap and every malloc, not the address
+	// space it only reserves) as soon as it runs; a Go plugin also gets a
+	// GOMEMLIMIT of three quarters of it, so that its collector works to
+	// stay below. A plugin that needs more fails to allocate (a Go plugin
+	// exits "out of memory") and is restarted as after any crash.
+	// Default: DefaultPluginMemoryLimit; negative: no limit.
+	PluginMemoryLimit int64
 }
+
+// DefaultPluginMemoryLimit is the default of Config.PluginMemoryLimit:
+// 4 GiB, some 50 times what the in-tree plugins use at most (a plan at
+// core's bounds: 85 MiB resident), and room for a vendor plugin that
+// compiles its device code (NVRTC) in its process.
+const DefaultPluginMemoryLimit = 4 << 30
 
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
@@ -136,6 +151,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SocketDir == "" {
 		c.SocketDir = pluginproc.DefaultSocketBase()
+	}
+	if c.PluginMemoryLimit == 0 {
+		c.PluginMemoryLimit = DefaultPluginMemoryLimit
 	}
 	if c.ExpectedNames == nil {
 		for _, n := range ReferenceNames() {
@@ -252,7 +270,7 @@ func New(ctx context.Context, cfg Config) (*Registry, error) {
 		Dirs: cfg.PluginDirs, Logger: cfg.Logger, CallTimeout: cfg.CallTimeout, StartTimeout: cfg.StartTimeout,
 		RestartBackoff: cfg.RestartBackoff, MaxRestartBackoff: cfg.MaxRestartBackoff, StopGrace: cfg.StopGrace,
 		QuarantineAfter: cfg.QuarantineAfter, CacheDir: cfg.CacheDir, Host: cfg.Host, Lock: cfg.Lock,
-		InsecurePluginDir: cfg.InsecurePluginDir, SocketDir: cfg.SocketDir,
+		InsecurePluginDir: cfg.InsecurePluginDir, SocketDir: cfg.SocketDir, MemoryLimit: cfg.PluginMemoryLimit,
 	}
 	r.proc.Open()
 	triton, err := r.newInProcess(ctx, core.Triton{})

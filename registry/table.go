@@ -50,7 +50,7 @@ func (r *Registry) load(ctx context.Context, prev *routeTable) (*routeTable, err
 	}
 	t.broken, t.unfound = found.Broken, found.Unfound
 	for _, p := range found.Plugins {
-		r.addPlugin(t, p)
+		r.addPlugin(t, p, prev == nil)
 	}
 	r.addLinked(t.routes)
 	// The names of a binary the lock refused fall back as broken, rather
@@ -150,15 +150,20 @@ func brokenWhy(name string, broken []PluginInfo) (why error, named bool) {
 	return nil, false
 }
 
-func (r *Registry) addPlugin(t *routeTable, p *pluginproc.Plugin) {
+// addPlugin routes the names of p that no plugin of t routes yet, and
+// logs the names that one does when logDup (at a reload, the contests of
+// Reload decide and log those).
+func (r *Registry) addPlugin(t *routeTable, p *pluginproc.Plugin, logDup bool) {
 	for _, h := range p.Description().Handlers {
 		if h.Name == core.TritonName {
 			r.log.Warn("plugin claims the triton name; the in-process triton rules keep it", "plugin", p.Family())
 			continue
 		}
 		if prev, dup := t.routes[h.Name]; dup {
-			r.log.Warn("backend name served twice; the first plugin keeps it",
-				"backend", h.Name, "plugin", p.Family(), "kept", prev.family)
+			if logDup {
+				r.log.Warn("backend name served twice; the first plugin keeps it",
+					"backend", h.Name, "plugin", p.Family(), "kept", prev.family)
+			}
 			continue
 		}
 		t.routes[h.Name] = newRoute(h, p, !r.cfg.NoAnswerCache)

@@ -1073,7 +1073,9 @@ func (*ReloadRequest) Descriptor() ([]byte, []int) {
 type PluginChange struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Plugin string                 `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`
-	// swapped, added, removed or rejected.
+	// swapped, added, removed, rejected, takeover (the plugin took names
+	// another plugin served) or unquarantined (a quarantine the reload
+	// lifted).
 	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	OldVersion    string `protobuf:"bytes,3,opt,name=old_version,json=oldVersion,proto3" json:"old_version,omitempty"`
 	NewVersion    string `protobuf:"bytes,4,opt,name=new_version,json=newVersion,proto3" json:"new_version,omitempty"`
@@ -1245,17 +1247,20 @@ func (*ListPluginsRequest) Descriptor() ([]byte, []int) {
 
 // PluginStatus is one plugin of the server.
 type PluginStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Version       string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
-	Sha256        string                 `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	Names         []string               `protobuf:"bytes,5,rep,name=names,proto3" json:"names,omitempty"`
-	Status        string                 `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
-	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	Pid           int32                  `protobuf:"varint,8,opt,name=pid,proto3" json:"pid,omitempty"`
-	Restarts      int32                  `protobuf:"varint,9,opt,name=restarts,proto3" json:"restarts,omitempty"`
-	LastError     string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Version string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Sha256  string                 `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Names   []string               `protobuf:"bytes,5,rep,name=names,proto3" json:"names,omitempty"`
+	// ready, running, failed, quarantined, broken, shadowed or
+	// unsupported_hardware (never started on the server's hardware; reason
+	// says what its names need).
+	Status        string `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Pid           int32  `protobuf:"varint,8,opt,name=pid,proto3" json:"pid,omitempty"`
+	Restarts      int32  `protobuf:"varint,9,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	LastError     string `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -320,3 +320,21 @@ func TestLockNamesTheLockFile(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 1 and %q", r.code, r.stderr, want)
 	}
 }
+
+// TestPluginMemoryFlag: --plugin-memory-mib outside [0, 2^30] is a usage
+// error naming it; within, the plugins run under it.
+func TestPluginMemoryFlag(t *testing.T) {
+	const req = `{"backend":"fa3","forward_mode":"DECODE"}` + "\n"
+	for _, v := range []string{"-1", "1073741825", "9223372036854775807"} {
+		res := host(t, bins, req, "dispatch", "--plugin-memory-mib", v)
+		if res.code != 2 || !strings.Contains(res.stderr, "--plugin-memory-mib: "+v+" is outside [0, 1073741824]") {
+			t.Errorf("--plugin-memory-mib %s: exit %d, want 2 naming the flag:\n%s", v, res.code, res.stderr)
+		}
+	}
+	for _, v := range []string{"0", "1024"} {
+		res := host(t, bins, req, "dispatch", "--plugin-memory-mib", v)
+		if res.code != 0 || !strings.Contains(res.stdout, `"plugin":"fa3"`) {
+			t.Errorf("--plugin-memory-mib %s: exit %d: %s%s", v, res.code, res.stdout, res.stderr)
+		}
+	}
+}

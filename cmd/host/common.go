@@ -35,7 +35,11 @@ type hostFlags struct {
 	strict      bool
 	lockFile    string
 	insecureDir bool
+	memoryMiB   int64
 }
+
+// maxPluginMemoryMiB bounds --plugin-memory-mib (1 PiB).
+const maxPluginMemoryMiB = 1 << 30
 
 // register adds the host flags to fs, but those named in without: the
 // flags a command would ignore are not offered (a listing has no use for
@@ -51,6 +55,7 @@ func (h *hostFlags) register(fs *flag.FlagSet, without ...string) {
 	all.BoolVar(&h.strict, "strict", false, "refuse requests instead of falling back to the triton rules")
 	all.StringVar(&h.lockFile, "lock", "", "lock file pinning the plugin binaries by SHA-256 (default: "+registry.LockFileName+" in the first plugin directory, when present)")
 	all.BoolVar(&h.insecureDir, "insecure-plugin-dir", false, "accept plugin directories and binaries that other users can write")
+	all.Int64Var(&h.memoryMiB, "plugin-memory-mib", registry.DefaultPluginMemoryLimit>>20, "memory each plugin process may write, in MiB (its RLIMIT_DATA; 0: no limit)")
 	all.VisitAll(func(f *flag.Flag) {
 		if !slices.Contains(without, f.Name) {
 			fs.Var(f.Value, f.Name, f.Usage)
@@ -218,6 +223,13 @@ func (h *hostFlags) configWithoutLock(ctx context.Context, logger hclog.Logger) 
 	if h.callTimeout <= 0 {
 		return registry.Config{}, &usageError{fmt.Sprintf("--timeout: %s is not a positive duration", h.callTimeout)}
 	}
+	if h.memoryMiB < 0 || h.memoryMiB > maxPluginMemoryMiB {
+		return registry.Config{}, &usageError{fmt.Sprintf("--plugin-memory-mib: %d is outside [0, %d] (0: no limit)", h.memoryMiB, maxPluginMemoryMiB)}
+	}
+	memory := h.memoryMiB << 20
+	if h.memoryMiB == 0 {
+		memory = -1 // no limit
+	}
 	cfg := registry.Config{
 		PluginDirs:        dirs,
 		Logger:            logger.Named("registry"),
@@ -226,6 +238,7 @@ func (h *hostFlags) configWithoutLock(ctx context.Context, logger hclog.Logger) 
 		Strict:            h.strict,
 		InsecurePluginDir: h.insecureDir,
 		Kernels:           backendkit.Run,
+		PluginMemoryLimit: memory,
 	}
 	if !h.noCache {
 		cfg.CacheDir = registry.DefaultCacheDir()
@@ -257,6 +270,9 @@ func (h *hostFlags) processArgs() ([]string, error) {
 	}
 	if h.insecureDir {
 		args = append(args, "--insecure-plugin-dir")
+	}
+	if h.memoryMiB != registry.DefaultPluginMemoryLimit>>20 {
+		args = append(args, "--plugin-memory-mib", fmt.Sprint(h.memoryMiB))
 	}
 	if h.platform != "" {
 		args = append(args, "--platform", h.platform)

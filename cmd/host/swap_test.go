@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,6 +12,8 @@ import (
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // sighup sends SIGHUP to s and returns what the server logged from then
@@ -147,4 +151,72 @@ func TestSwapToAnotherFamilyIsRefused(t *testing.T) {
 		t.Errorf("aiter's process changed: pid %d, was %d", after["aiter"].GetPid(), before["aiter"].GetPid())
 	}
 	scrape(t, s)
+}
+
+// TestReloadOfABadPluginDirIsRefused: Admin.Reload while the plugin
+// directory is world-writable, and then while it holds no plugin, is
+// refused with FAILED_PRECONDITION saying why (it used to drop every
+// plugin); the server logs it at Warn, counts it as a rejection of every
+// plugin that keeps serving, and serves on.
+func TestReloadOfABadPluginDirIsRefused(t *testing.T) {
+	tree, err := bins.CopyTree(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tree.PluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, tree, nil)
+	servedBy(t, s, "fa3", "fa3", "fa4")
+	admin := dispatchv1.NewAdminClient(s.conn)
+	const refusal = "[WARN]  attnplug.registry: reload refused; the plugins read before keep serving: error="
+	reload := func(want string) {
+		t.Helper()
+		logged := strings.Count(s.stderr.String(), refusal)
+		_, err := admin.Reload(testContext(t), &dispatchv1.ReloadRequest{})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), tree.PluginDir) {
+			t.Errorf("Admin.Reload: %v, want FAILED_PRECONDITION naming %s and %q", err, tree.PluginDir, want)
+		}
+		// The log comes through a pipe: wait for the line.
+		ctx := testContext(t)
+		for strings.Count(s.stderr.String(), refusal) == logged {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the refusal was not logged at Warn:\n%s", s.stderr.String())
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		servedBy(t, s, "fa3", "fa3", "fa4")
+		servedBy(t, s, "aiter", "aiter")
+	}
+
+	if err := os.Chmod(tree.PluginDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	reload("is world-writable")
+	if err := os.Chmod(tree.PluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	aside := t.TempDir()
+	for _, p := range bins.Plugins {
+		if err := os.Rename(tree.Plugin(p), filepath.Join(aside, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload("holds no plugin binary")
+	body := scrape(t, s)
+	for _, want := range []string{`attnplug_plugin_swap_rejections_total{plugin="fa3",reason="dir_insecure"} 1`, `attnplug_plugin_swap_rejections_total{plugin="aiter",reason="dir_empty"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	for _, p := range bins.Plugins {
+		if err := os.Rename(filepath.Join(aside, p), tree.Plugin(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rr, err := admin.Reload(testContext(t), &dispatchv1.ReloadRequest{}); err != nil || len(rr.GetChanges()) != 0 {
+		t.Errorf("reload with the plugins back: %v, %v; want no change", rr, err)
+	}
 }

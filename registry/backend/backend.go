@@ -70,10 +70,24 @@ type Limit int
 const (
 	// DispatchCall runs under the registry's call timeout.
 	DispatchCall Limit = iota
-	// LongCall (a kernel, device code, a plan) runs under the caller's own
+	// LongCall (a kernel, device code) runs under the caller's own
 	// deadline, else KernelCallTimeout.
 	LongCall
+	// PlanCall (a plan) runs under the registry's call timeout, as
+	// DispatchCall does, once the backend has room for it: the registry
+	// runs at most MaxPlanCalls plan calls of one backend at a time, and
+	// the others wait for room under their caller's context alone. A
+	// backend is never asked for more plans at once than it can answer
+	// within the deadline, nor made to hold more (each is bounded by
+	// core's bounds of a plan): however many clients ask at once, no plan
+	// call is late because of the others, and none counts against the
+	// backend for it.
+	PlanCall
 )
+
+// MaxPlanCalls is how many plan calls (PlanCall) of one backend the
+// registry runs at a time.
+const MaxPlanCalls = 4
 
 // Timeout is the deadline of a call of l when the caller gives none;
 // callTimeout is the registry's deadline of a dispatch.
@@ -86,7 +100,7 @@ func (l Limit) Timeout(callTimeout time.Duration) time.Duration {
 
 // Context returns the context a call of l runs under.
 func (l Limit) Context(ctx context.Context, callTimeout time.Duration) (context.Context, context.CancelFunc) {
-	if _, has := ctx.Deadline(); l == DispatchCall || !has {
+	if _, has := ctx.Deadline(); l != LongCall || !has {
 		return context.WithTimeout(ctx, l.Timeout(callTimeout))
 	}
 	return ctx, func() {}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/wire"
@@ -20,18 +21,48 @@ func Validate(d *core.Description) error {
 	return nil
 }
 
+// MaxNames bounds the names one plugin may declare (sglang registers a
+// dozen, fa3's plugin serves two).
+const MaxNames = 256
+
+// ValidName reports whether name may be a backend name a plugin serves:
+// lower-case ASCII letters, digits, '_', '-' and '.', starting with a
+// letter or a digit, at most core.MaxBackendNameLen bytes, as sglang's
+// names are (fa3, cutlass_mla, intel_xpu, trtllm_mla). Nothing else: no
+// '/', no other script's look-alike letters, no bidi overrides or other
+// formatting characters that could make one name read as another in a
+// listing (attnplug plugins).
+func ValidName(name string) bool {
+	if name == "" || len(name) > core.MaxBackendNameLen {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case (c == '_' || c == '-' || c == '.') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // semverRE is a semantic version, with an optional leading v.
 var semverRE = regexp.MustCompile(`^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
 
 // Problems lists every way d is not a description a host can serve, in
 // the order of its fields: the one rule of the registry (Validate, on
 // every description it loads) and of attnplug conform (the description
-// check). The plugin's name is a family name (wire.ValidFamily) and its
-// version a semantic one; it serves at least one name; each name is
-// non-empty, at most core.MaxBackendNameLen bytes, without spaces or
-// control characters, declared once, with at least one method, each a
+// check). The plugin's name is a family name (wire.ValidFamily), its
+// version a semantic one, and its vendor holds no control or formatting
+// character; it serves at least one name and at most MaxNames; each name
+// is valid (ValidName), declared once, with at least one method, each a
 // known method declared once; an alias names another name of the plugin;
 // the reads are cacheable and their constants within 0..core.MaxLength.
+// Names are quoted with %+q, non-ASCII escaped, so that a problem never
+// shows a name as the one it mimics. It takes time linear in the
+// description's size.
 func Problems(d *core.Description) []string {
 	var out []string
 	problem := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
@@ -42,28 +73,39 @@ func Problems(d *core.Description) []string {
 		problem("name %q: want letters, digits, '_' or '-', starting with a letter or digit", d.Name)
 	}
 	if !semverRE.MatchString(d.Version) {
-		problem("version %q is not a semantic version (want MAJOR.MINOR.PATCH)", d.Version)
+		problem("version %+q is not a semantic version (want MAJOR.MINOR.PATCH)", d.Version)
 	}
-	if len(d.Handlers) == 0 {
+	if strings.ContainsFunc(d.Vendor, func(r rune) bool { return unicode.In(r, unicode.Cc, unicode.Cf) }) {
+		problem("vendor %+q holds a control or formatting character (a bidi override, say)", d.Vendor)
+	}
+	switch n := len(d.Handlers); {
+	case n == 0:
 		problem("the plugin serves no names")
+	case n > MaxNames:
+		problem("the plugin declares %d names, more than %d", n, MaxNames)
+		return out // not checked one by one
 	}
 	served := map[string]int{}
 	for _, h := range d.Handlers {
 		served[h.Name]++
 	}
-	for i, h := range d.Handlers {
+	seen := make(map[string]bool, len(d.Handlers))
+	for _, h := range d.Handlers {
 		switch {
 		case h.Name == "":
 			problem("a name is empty")
 			continue
 		case len(h.Name) > core.MaxBackendNameLen:
-			problem("name %q is longer than %d bytes", h.Name[:32]+"...", core.MaxBackendNameLen)
-		case strings.ContainsFunc(h.Name, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-			problem("name %q holds a space or control character", h.Name)
+			problem("name %+q is longer than %d bytes", h.Name[:32]+"...", core.MaxBackendNameLen)
+			continue
+		case !ValidName(h.Name):
+			problem("name %+q: want lower-case ASCII letters, digits, '_', '-' and '.', starting with a letter or a digit (as fa3, cutlass_mla, intel_xpu)", h.Name)
+			continue
 		}
-		if slices.IndexFunc(d.Handlers[:i], func(o core.HandlerInfo) bool { return o.Name == h.Name }) >= 0 {
+		if seen[h.Name] {
 			problem("name %q is declared twice", h.Name)
 		}
+		seen[h.Name] = true
 		handlerProblems(h, served, problem)
 	}
 	return out
@@ -88,7 +130,7 @@ func handlerProblems(h core.HandlerInfo, served map[string]int, problem func(str
 	case h.AliasOf == h.Name:
 		problem("%s is declared an alias of itself", h.Name)
 	case served[h.AliasOf] == 0:
-		problem("%s is an alias of %q, which the plugin does not serve", h.Name, h.AliasOf)
+		problem("%s is an alias of %+q, which the plugin does not serve", h.Name, h.AliasOf)
 	}
 	if err := h.Reads.Validate(); err != nil {
 		problem("%s: the declared reads are not cacheable: %v", h.Name, err)

@@ -16,7 +16,9 @@ const (
 	// Declined: the backend's own answer, after which it is fine: it
 	// refused the request as invalid (core.ErrInvalidRequest), or has no
 	// kernel (core.ErrNoKernel) or no plan (core.ErrNoPlan) for it. The
-	// Reason is ReasonRefused.
+	// Reason is ReasonRefused. It is the request's doing, never counted
+	// against the backend. (A request the host refuses itself, invalid
+	// or past core's bounds of a plan, never reaches a backend.)
 	Declined
 	// Unavailable: no process could be had (restarting, quarantined,
 	// broken, closed, not started, refused the host); or, for a route,
@@ -24,7 +26,11 @@ const (
 	Unavailable
 	// Failed: the call failed (a crash, the deadline, a protocol
 	// violation); Reason says which. A plugin's process that ran it was
-	// retired and restarts after the backoff.
+	// retired and restarts after the backoff, and the failure counts
+	// towards its quarantine: the backend's own fault, since every call
+	// that reaches it carries a request the host checked and judged
+	// within core's bounds, and was admitted when it had room (a plan:
+	// PlanCall), so its deadline passed by the backend's doing alone.
 	Failed
 	// Canceled: the caller's context ended; Err is its error.
 	Canceled

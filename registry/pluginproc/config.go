@@ -36,6 +36,9 @@ type Config struct {
 	InsecurePluginDir bool
 	// SocketDir is the base of the private socket directory.
 	SocketDir string
+	// MemoryLimit, when positive, bounds each plugin process's memory, in
+	// bytes (spawn).
+	MemoryLimit int64
 
 	sockets *socketDir
 	// life ends at End: starts in progress end with it.

@@ -75,6 +75,42 @@ func discover(dirs []string, insecure bool) (found []candidate, broken []Info) {
 	return found, broken
 }
 
+// Why a plugin directory cannot be read as one (DirProblem).
+const (
+	DirMissing  = "dir_missing"  // gone, unreadable, or not a directory
+	DirInsecure = "dir_insecure" // others can write it or a directory above it
+	DirEmpty    = "dir_empty"    // it holds no plugin binary
+)
+
+// DirProblem says why dir cannot be read as a plugin directory now, and
+// which of DirMissing, DirInsecure (unless insecure, the
+// --insecure-plugin-dir of discovery) or DirEmpty it is; nil when it can
+// (a directory that holds only broken binaries can: they are listed).
+func DirProblem(dir string, insecure bool) (kind string, err error) {
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return DirMissing, err
+	case !st.IsDir():
+		return DirMissing, fmt.Errorf("not a directory (%s)", st.Mode().Type())
+	}
+	if !insecure {
+		if err := checkPath("plugin directory", dir); err != nil {
+			return DirInsecure, err
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return DirMissing, err
+	}
+	for _, e := range entries {
+		if _, staged, ok := wire.FamilyOf(e.Name()); ok && !staged {
+			return "", nil
+		}
+	}
+	return DirEmpty, fmt.Errorf("it holds no plugin binary (%s<name>)", wire.BinaryPrefix)
+}
+
 func checkExecutable(path string) error {
 	st, err := os.Stat(path)
 	if err != nil {

@@ -28,7 +28,9 @@
 //  3. Start (process.go, spawn.go): a process starts when the first call
 //     needs it (or at Plugin.Start), through wire.Launch, with its socket
 //     in a private directory (sockets.go), its log lines named after it
-//     (pluginlog.go), and, with a host set in Config, told the host's
+//     (pluginlog.go), its memory limited (Config.MemoryLimit: RLIMIT_DATA
+//     and GOMEMLIMIT, memlimit_linux.go), and, with a host set in Config,
+//     told the host's
 //     hardware, which it may refuse; a plugin whose hardware the host
 //     lacks is never started.
 //  4. Calls (plugin.go): Plugin.Call enters the running process, runs the
@@ -38,7 +40,8 @@
 //     sent once more, to the restarted process.
 //  5. Supervision (process.go): a failed process restarts after a backoff
 //     that doubles with every failure in a row; Config.QuarantineAfter
-//     failures quarantine the plugin; a binary changed in place is broken
+//     failures quarantine the plugin, until a reload lifts it
+//     (Plugin.Lift); a binary changed in place is broken
 //     until a reload reads it.
 //  6. End: Stop kills the process at once, Retire after its calls in
 //     flight; plugin processes also die with the host (a parent-death

@@ -11,6 +11,10 @@ const (
 	StatusQuarantined Status = "quarantined" // failed too often; not restarted
 	StatusBroken      Status = "broken"      // cannot be used at all
 	StatusShadowed    Status = "shadowed"    // the same name came first elsewhere
+	// StatusUnsupportedHardware: none of its names runs on the host's
+	// hardware, or it refused the host: never started; the reason says
+	// what its names need.
+	StatusUnsupportedHardware Status = "unsupported_hardware"
 )
 
 // Info is one entry of a listing of plugins (registry.Info).
@@ -37,7 +41,8 @@ type Info struct {
 	DeviceCode bool `json:"device_code,omitempty"`
 	// Status is its state.
 	Status Status `json:"status"`
-	// Reason says why a plugin is broken, failed or shadowed; for a plugin
+	// Reason says why a plugin is broken, failed, quarantined, shadowed or
+	// does not run on the host's hardware; for a plugin
 	// that keeps serving, why a reload refused the binary now on disk.
 	Reason string `json:"reason,omitempty"`
 	// LastError is the last failure, even when it recovered since.

@@ -165,9 +165,11 @@ func (p *Plugin) Info() Info {
 		pi.Status, pi.Reason = StatusBroken, p.proc.broken.Error()
 	case inst != nil:
 		pi.Status, pi.PID = StatusRunning, inst.pid
+	case p.Unsupported() != "":
+		pi.Status, pi.Reason = StatusUnsupportedHardware, "does not run on this host: "+p.Unsupported()
 	case p.proc.quarantined:
 		pi.Status, pi.Reason = StatusQuarantined, pi.LastError
-	case p.proc.lastErr != nil:
+	case p.proc.failures > 0:
 		pi.Status, pi.Reason = StatusFailed, pi.LastError
 	default:
 		pi.Status = StatusReady

@@ -428,6 +428,28 @@ func (p *Plugin) end(graceful bool) {
 	}
 }
 
+// Lift gives a plugin that a reload keeps a fresh start: a quarantine is
+// lifted, and the failures in a row and the backoff are forgotten, so
+// that the next call starts its process at once (a plugin that ended or
+// whose binary is broken stays so). It returns the error a quarantined
+// plugin was quarantined on, nil when it was not quarantined.
+func (p *Plugin) Lift() (quarantinedOn error) {
+	p.proc.mu.Lock()
+	defer p.proc.mu.Unlock()
+	if p.proc.closed || p.proc.broken != nil {
+		return nil
+	}
+	if p.proc.quarantined {
+		quarantinedOn = p.proc.lastErr
+		p.proc.quarantined = false
+		p.health.Degraded.Store(false)
+	}
+	p.proc.failures = 0
+	p.proc.retryAt = time.Time{}
+	p.proc.failing.Store(false)
+	return quarantinedOn
+}
+
 // Keepable reports that a reload may keep the plugin as it is: it has not
 // ended and its binary's bytes are still there.
 func (p *Plugin) Keepable() bool {

@@ -13,8 +13,9 @@ import (
 )
 
 // spawn starts the verified plugin binary bin with the host's launcher
-// (wire.Launch), from its descriptor, and returns the connected instance,
-// configured with the host's hardware; on any error the process is killed.
+// (wire.Launch), from its descriptor, limits its memory
+// (Config.MemoryLimit), and returns the connected instance, configured
+// with the host's hardware; on any error the process is killed.
 func spawn(ctx context.Context, cfg *Config, bin *verifiedBinary, logger hclog.Logger) (*instance, error) {
 	path, sum := bin.path, bin.sha256
 	file, err := bin.file()
@@ -42,6 +43,14 @@ func spawn(ctx context.Context, cfg *Config, bin *verifiedBinary, logger hclog.L
 		return nil, notPinned(err, cfg, path, sum, file)
 	}
 	plog.started.Store(true)
+	if cfg.MemoryLimit > 0 {
+		// Set once the process runs (no Go code runs between fork and
+		// exec): it has only started the Go runtime and answered the
+		// handshake, a few MiB, and is asked nothing before.
+		if err := limitMemory(proc.PID(), cfg.MemoryLimit); err != nil {
+			logger.Warn("plugin memory not limited", "error", err)
+		}
+	}
 	inst := &instance{proc: proc, backend: proc.Client(), pid: proc.PID(), stopping: plog.stopping}
 	if cfg.Host != nil {
 		if err := inst.backend.Configure(ctx, *cfg.Host); err != nil {
@@ -53,16 +62,21 @@ func spawn(ctx context.Context, cfg *Config, bin *verifiedBinary, logger hclog.L
 }
 
 // pluginEnv is a plugin's environment: the plugin log level (unless the
-// host's environment sets one), the host's environment, and the private
+// host's environment sets one), the host's environment, the private
 // directory of its socket (socketDir) instead of any
-// $PLUGIN_UNIX_SOCKET_DIR of the host. private reports that the socket
-// goes to the private directory.
+// $PLUGIN_UNIX_SOCKET_DIR of the host, and, with a memory limit, a
+// GOMEMLIMIT of three quarters of it instead of the host's, so that a Go
+// plugin's collector works to stay below the limit. private reports that
+// the socket goes to the private directory.
 func pluginEnv(cfg *Config) (env []string, private bool) {
 	env = []string{"ATTNPLUG_PLUGIN_LOG_LEVEL=" + cfg.pluginLogLevel()}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, goplugin.EnvUnixSocketDir+"=") {
+		if !strings.HasPrefix(kv, goplugin.EnvUnixSocketDir+"=") && !(cfg.MemoryLimit > 0 && strings.HasPrefix(kv, "GOMEMLIMIT=")) {
 			env = append(env, kv)
 		}
+	}
+	if cfg.MemoryLimit > 0 {
+		env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", cfg.MemoryLimit/4*3))
 	}
 	if cfg.sockets != nil {
 		if dir, err := cfg.sockets.dir(); err == nil {

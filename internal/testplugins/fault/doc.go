@@ -32,6 +32,9 @@
 //	                 parent-death pipe ($ATTNPLUG_PARENT_PIPE=3, a pipe)
 //	describe_pad=N   also serve "fault_padded", a deprecated alias whose
 //	                 reason is N bytes: a description of any size
+//	alloc_mib=N      allocate N MiB more, every page written, at every
+//	                 dispatch, and keep it: memory that grows without end
+//	many_names=N     also serve N names, fault_0 to fault_N-1
 //
 // Without faults it answers MLA for every request, like a well-behaved
 // plugin.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -23,7 +24,7 @@ import (
 type faults struct {
 	crashAtStart, garbage, undeclared, refuse, badCookie, stdoutNoise bool
 	kernels, kernelCrash, parentPipe, hangAtStart, orphanChild        bool
-	crashAfter, hangAfter, protocol, describePad                      int
+	crashAfter, hangAfter, protocol, describePad, allocMiB, manyNames int
 	sleep                                                             time.Duration
 	version, rules, name                                              string
 	names                                                             []string
@@ -76,12 +77,19 @@ func parse(spec string) (faults, error) {
 			f.orphanChild = true
 		case "describe_pad":
 			f.describePad, err = strconv.Atoi(val)
+		case "alloc_mib":
+			f.allocMiB, err = strconv.Atoi(val)
+		case "many_names":
+			f.manyNames, err = strconv.Atoi(val)
 		default:
 			err = fmt.Errorf("unknown fault %q", key)
 		}
 		if err != nil {
 			return f, fmt.Errorf("ATTNPLUG_FAULT: %s: %w", item, err)
 		}
+	}
+	for i := range f.manyNames {
+		f.names = append(f.names, fmt.Sprintf("fault_%d", i))
 	}
 	return f, nil
 }
@@ -90,6 +98,9 @@ func parse(spec string) (faults, error) {
 type backend struct {
 	f     faults
 	calls atomic.Int64
+	// held keeps what alloc_mib allocated, so that it stays allocated.
+	mu   sync.Mutex
+	held [][]byte
 }
 
 func (b *backend) Describe(context.Context) (*core.Description, error) {
@@ -152,6 +163,17 @@ func (b *backend) Dispatch(ctx context.Context, req *core.Request) (core.Method,
 	}
 	if b.f.sleep > 0 {
 		time.Sleep(b.f.sleep)
+	}
+	if b.f.allocMiB > 0 {
+		// Grow by that much at every request, every page written: a
+		// plugin whose memory grows without end.
+		buf := make([]byte, b.f.allocMiB<<20)
+		for i := 0; i < len(buf); i += 4096 {
+			buf[i] = 1
+		}
+		b.mu.Lock()
+		b.held = append(b.held, buf)
+		b.mu.Unlock()
 	}
 	if !slices.Contains(b.f.names, req.Backend) && (b.f.describePad == 0 || req.Backend != "fault_padded") {
 		return 0, fmt.Errorf("fault: %w %q", core.ErrUnknownBackend, req.Backend)

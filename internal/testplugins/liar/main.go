@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/attnplug/attnplug/backendkit"
 	"github.com/attnplug/attnplug/core"
@@ -18,10 +20,11 @@ import (
 
 // lies is what the plugin was told to lie about.
 type lies struct {
-	set      map[string]bool
-	imageMiB int
-	variant  string
-	log      string
+	set       map[string]bool
+	imageMiB  int
+	variant   string
+	log       string
+	planSleep time.Duration
 }
 
 func parse(spec, log string) (lies, error) {
@@ -41,6 +44,8 @@ func parse(spec, log string) (lies, error) {
 			}
 		case "variant":
 			l.variant = val
+		case "plan_sleep":
+			l.planSleep, err = time.ParseDuration(val)
 		default:
 			err = fmt.Errorf("unknown lie %q", key)
 		}
@@ -86,6 +91,9 @@ func entries() []core.Entry {
 // backend is the lying backend.
 type backend struct {
 	l lies
+	// planning counts the plan calls in flight under plan_sleep; each
+	// notes the count it found ("in_flight N").
+	planning atomic.Int32
 }
 
 func (b *backend) Describe(context.Context) (*core.Description, error) {
@@ -159,6 +167,14 @@ func (b *backend) KernelModules(_ context.Context, dev core.DeviceInfo) ([]core.
 // PlanKernel plans the split-KV decode of req, then tells the lies asked.
 func (b *backend) PlanKernel(_ context.Context, req *core.PlanRequest) (*core.Plan, error) {
 	b.note("plan")
+	if b.l.planSleep > 0 {
+		// A plan that takes this long to compute: noted with the plan
+		// calls the plugin holds at once.
+		n := b.planning.Add(1)
+		defer b.planning.Add(-1)
+		b.note(fmt.Sprintf("in_flight %d", n))
+		time.Sleep(b.l.planSleep)
+	}
 	if b.l.set["crash_plan"] {
 		fmt.Fprintln(os.Stderr, "liar: crashing in PlanKernel, as asked")
 		os.Exit(2)
