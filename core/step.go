@@ -93,6 +93,8 @@ type StepRequest struct {
 	Model  StepModel
 	Pool   StepPool
 	Batch  StepBatch
+	// Device is the device the plan runs on.
+	Device DeviceInfo
 }
 
 // The bounds of a step request: what no engine has.
@@ -204,7 +206,7 @@ func (s *StepRequest) check() error {
 	return nil
 }
 
-// PlanRequest is the plan request of s on dev, and the bound the plan
+// PlanRequest is the plan request of s, and the bound the plan
 // holds for (Bound): for MLA (a decode, a target verify, an extend over
 // the cache) the absorbed dims (KVLoraRank + QKRopeHeadDim queries and
 // keys, KVLoraRank values) over the pool's pages, each request QueryTokens
@@ -214,7 +216,7 @@ func (s *StepRequest) check() error {
 // the prefill dims (QKNopeHeadDim + QKRopeHeadDim, VHeadDim) over the
 // batch's own lengths. The error wraps ErrInvalidRequest and names the
 // field.
-func (s *StepRequest) PlanRequest(dev DeviceInfo) (PlanRequest, int64, error) {
+func (s *StepRequest) PlanRequest() (PlanRequest, int64, error) {
 	if err := s.check(); err != nil {
 		return PlanRequest{}, 0, err
 	}
@@ -223,7 +225,7 @@ func (s *StepRequest) PlanRequest(dev DeviceInfo) (PlanRequest, int64, error) {
 	if kv == "bf16" {
 		kv = ""
 	}
-	req := PlanRequest{Backend: s.Backend, Method: s.Method, DType: "bf16", KVDType: kv, Device: dev}
+	req := PlanRequest{Backend: s.Backend, Method: s.Method, DType: "bf16", KVDType: kv, Device: s.Device}
 	qlens := b.QLens
 	if len(qlens) == 0 {
 		qlens = slices.Repeat([]int64{int64(b.QueryTokens)}, b.Size)

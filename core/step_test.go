@@ -15,7 +15,7 @@ func v3Step() core.StepRequest {
 		Backend: "fa3", Mode: core.ModeDecode, Method: core.MLA,
 		Model: core.StepModel{Heads: 16, KVLoraRank: 512, QKRopeHeadDim: 64, QKNopeHeadDim: 128, VHeadDim: 128, SoftmaxScale: 0.1352},
 		Pool:  core.StepPool{PageSize: 64, Slots: 53056, MaxTokens: 53038, RowWidth: 163844, ContextLen: 163840},
-		Batch: core.StepBatch{Size: 8, QueryTokens: 1, Graph: true},
+		Batch: core.StepBatch{Size: 8, QueryTokens: 1, Graph: true}, Device: h200,
 	}
 }
 
@@ -27,7 +27,7 @@ var h200 = core.DeviceInfo{Platform: core.PlatformCUDA, Name: "NVIDIA H200", Com
 // verify's drafts come on top of the context length, within the pool.
 func TestStepGraphBound(t *testing.T) {
 	s := v3Step()
-	req, bound, err := s.PlanRequest(h200)
+	req, bound, err := s.PlanRequest()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +39,11 @@ func TestStepGraphBound(t *testing.T) {
 	}
 	s.Pool.MaxTokens = 1 << 30 // a large pool: the context length, or the page table's width
 	s.Mode, s.Batch.QueryTokens = core.ModeTargetVerify, 4
-	if _, bound, _ = s.PlanRequest(h200); bound != 163844 {
+	if _, bound, _ = s.PlanRequest(); bound != 163844 {
 		t.Errorf("verify of 4 drafts over a large pool: bound %d, want the context length + 4", bound)
 	}
 	s.Pool.RowWidth = 100000
-	if _, bound, _ = s.PlanRequest(h200); bound != 100000 {
+	if _, bound, _ = s.PlanRequest(); bound != 100000 {
 		t.Errorf("a narrower page table: bound %d", bound)
 	}
 }
@@ -58,7 +58,7 @@ func TestStepEagerBound(t *testing.T) {
 		s := v3Step()
 		s.Batch.Graph = false
 		s.Batch.SeqLens = []int64{1, 5, tc.longest, 3, 1, 1, 1, 1}
-		req, bound, err := s.PlanRequest(h200)
+		req, bound, err := s.PlanRequest()
 		if err != nil || bound != tc.want || req.Shape.MaxSeqLen != tc.want {
 			t.Errorf("longest %d: bound %d (%v), want %d", tc.longest, bound, err, tc.want)
 		}
@@ -66,7 +66,7 @@ func TestStepEagerBound(t *testing.T) {
 	s := v3Step()
 	s.Batch.Graph = false
 	s.Batch.SeqLens = []int64{1, 1, 1, 1, 1, 1, 1, 53039}
-	if _, _, err := s.PlanRequest(h200); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "batch.seq_lens") || !strings.Contains(err.Error(), "53039") {
+	if _, _, err := s.PlanRequest(); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "batch.seq_lens") || !strings.Contains(err.Error(), "53039") {
 		t.Errorf("a request longer than the pool: %v", err)
 	}
 }
@@ -77,20 +77,20 @@ func TestStepKinds(t *testing.T) {
 	s := v3Step()
 	s.Pool.KVDType = "fp8_e4m3"
 	s.Model.IndexTopK = 2048
-	req, _, err := s.PlanRequest(h200)
+	req, _, err := s.PlanRequest()
 	if err != nil || req.KVDType != "fp8_e4m3" || req.Dims.TopK != 2048 {
 		t.Errorf("sparse FP8: %+v, %v", req, err)
 	}
 	s = v3Step()
 	s.Mode, s.Method = core.ModeExtend, core.MHAChunkedKV
 	s.Batch = core.StepBatch{Size: 2, SeqLens: []int64{9000, 300}, QLens: []int64{1000, 300}, ChunkCapacity: 4096}
-	req, bound, err := s.PlanRequest(h200)
+	req, bound, err := s.PlanRequest()
 	if err != nil || bound != 0 || req.Graph || req.Dims.HeadDimQK != 192 || req.Dims.HeadDimV != 128 || req.Shape.ChunkCapacity != 4096 || req.Shape.QLens[0] != 1000 {
 		t.Errorf("chunked prefill: %+v bound %d, %v", req, bound, err)
 	}
 	s.Batch.SeqLens, s.Batch.QLens, s.Batch.Graph = nil, nil, true
 	s.Batch.QueryTokens = 1
-	if _, _, err := s.PlanRequest(h200); !errors.Is(err, core.ErrInvalidRequest) {
+	if _, _, err := s.PlanRequest(); !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("an MHA step in a graph: %v", err)
 	}
 }
@@ -112,7 +112,7 @@ func TestStepRefusals(t *testing.T) {
 	} {
 		s := v3Step()
 		edit(&s)
-		_, _, err := s.PlanRequest(h200)
+		_, _, err := s.PlanRequest()
 		if !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: %v", field, err)
 		}
@@ -123,7 +123,7 @@ func TestStepRefusals(t *testing.T) {
 // plan reads; the base key ignores the lengths.
 func TestPlanKey(t *testing.T) {
 	s := v3Step()
-	a, _, _ := s.PlanRequest(h200)
+	a, _, _ := s.PlanRequest()
 	b := a
 	b.Shape.SeqLens = []int64{1, 2, 3, 4, 5, 6, 7, 8}
 	if a.Key(core.PlanReadsDeclared) != b.Key(core.PlanReadsDeclared) || a.Key(0) != b.Key(0) {

@@ -121,3 +121,47 @@ func TestKernelsOverTheEngineAPI(t *testing.T) {
 		t.Errorf("a plan the host's check refuses: %v, want ErrNoPlan saying it was refused", err)
 	}
 }
+
+// TestPlanStepOverTheEngineAPI: an engine's step becomes its plan request
+// on the server, with the bound a graph plan holds for (the pool's, not the
+// context length), the page table's room and the plan's key, the plan the
+// registry's for that request; a step no engine sends is refused naming
+// the field.
+func TestPlanStepOverTheEngineAPI(t *testing.T) {
+	c, reg := kernelServer(t, &gpuBackend{})
+	ctx := testContext(t)
+	step := core.StepRequest{
+		Backend: "gpu_mla", Mode: core.ModeDecode, Method: core.MLA, Device: h200(),
+		Model: core.StepModel{Heads: 16, KVLoraRank: 512, QKRopeHeadDim: 64, QKNopeHeadDim: 128, VHeadDim: 128, SoftmaxScale: 0.1352},
+		Pool:  core.StepPool{PageSize: 64, Slots: 53056, MaxTokens: 53038, RowWidth: 163844, ContextLen: 163840},
+		Batch: core.StepBatch{Size: 4, QueryTokens: 1, Graph: true},
+	}
+	sp, err := c.PlanStep(ctx, &step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp.MaxSeqLen != 53038 || sp.PagesPerRequest != 829 || sp.Request.Shape.MaxSeqLen != 53038 || sp.Request.Shape.NumPages != 829 {
+		t.Errorf("bound %d, pages per request %d, request shape %+v", sp.MaxSeqLen, sp.PagesPerRequest, sp.Request.Shape)
+	}
+	local, err := reg.PlanKernel(ctx, &sp.Request)
+	if err != nil || !reflect.DeepEqual(sp.Plan, local) {
+		t.Errorf("the step's plan differs from the registry's for its request (%v)", err)
+	}
+	if want := sp.Request.Key(local.Reads.Effective()); sp.Key != want {
+		t.Errorf("key %s, want %s", sp.Key, want)
+	}
+	p, err := c.PlanKernel(ctx, &sp.Request)
+	if err != nil || p.Reads != sp.Plan.Reads {
+		t.Fatalf("PlanKernel of the step's request: %v", err)
+	}
+	bad := step
+	bad.Pool.ContextLen = 0
+	if _, err := c.PlanStep(ctx, &bad); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "pool.context_len") {
+		t.Errorf("a step without a context length: %v, want ErrInvalidRequest naming pool.context_len", err)
+	}
+	bad = step
+	bad.Mode = 99
+	if _, err := c.PlanStep(ctx, &bad); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "mode") {
+		t.Errorf("an unknown mode: %v", err)
+	}
+}

@@ -333,5 +333,22 @@ func (s *dispatchServer) PlanKernel(ctx context.Context, in *dispatchv1.PlanKern
 	if err != nil {
 		return nil, wire.ToStatus(err)
 	}
-	return &dispatchv1.PlanKernelResponse{Plan: convert.PlanToProto(p)}, nil
+	plan := convert.PlanToProto(p)
+	plan.Key = req.Key(p.Reads.Effective()).String()
+	return &dispatchv1.PlanKernelResponse{Plan: plan}, nil
+}
+
+// PlanStep answers the plan of an engine's forward batch, made by the
+// registry from the engine's facts (registry.PlanStep) and checked there,
+// with its bound and key.
+func (s *dispatchServer) PlanStep(ctx context.Context, in *dispatchv1.PlanStepRequest) (*dispatchv1.PlanStepResponse, error) {
+	step, err := convert.StepRequestFromProto(in)
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	p, err := s.reg.PlanStep(ctx, &step)
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return convert.StepPlanToProto(p), nil
 }

@@ -3,11 +3,8 @@ package registry
 import (
 	"container/list"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"path/filepath"
 	"sync"
 
@@ -384,39 +381,39 @@ type planOutcome struct {
 type planCache struct {
 	mu    sync.Mutex
 	order list.List // of planKeyed, most recent first
-	byKey map[[32]byte]*list.Element
-	bytes int64                       // planBytes of the outcomes kept
-	reads map[[32]byte]core.PlanReads // by base key; bounded with the plans
+	byKey map[core.PlanKey]*list.Element
+	bytes int64                           // planBytes of the outcomes kept
+	reads map[core.PlanKey]core.PlanReads // by base key; bounded with the plans
 }
 
 // keyOf is the key of req in c: by what the plans of its base read, or by
 // the whole request.
-func (c *planCache) keyOf(req *core.PlanRequest) [32]byte {
-	base := planKey(req, 0)
+func (c *planCache) keyOf(req *core.PlanRequest) core.PlanKey {
+	base := req.Key(0)
 	c.mu.Lock()
 	r, ok := c.reads[base]
 	c.mu.Unlock()
 	if !ok {
 		r = core.PlanReadsAll
 	}
-	return planKey(req, r)
+	return req.Key(r)
 }
 
 // putPlan keeps plan, answered for req, by what it reads.
 func (c *planCache) putPlan(req *core.PlanRequest, plan *core.Plan) {
 	r := plan.Reads.Effective()
-	base := planKey(req, 0)
+	base := req.Key(0)
 	c.mu.Lock()
 	if c.reads == nil || len(c.reads) >= planCapacity {
-		c.reads = map[[32]byte]core.PlanReads{}
+		c.reads = map[core.PlanKey]core.PlanReads{}
 	}
 	c.reads[base] = r
 	c.mu.Unlock()
-	c.put(planKey(req, r), planOutcome{plan: plan})
+	c.put(req.Key(r), planOutcome{plan: plan})
 }
 
 type planKeyed struct {
-	key [32]byte
+	key core.PlanKey
 	planOutcome
 }
 
@@ -433,7 +430,7 @@ func planBytes(o planOutcome) int64 {
 	return n
 }
 
-func (c *planCache) get(k [32]byte) (planOutcome, bool) {
+func (c *planCache) get(k core.PlanKey) (planOutcome, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.byKey[k]
@@ -444,11 +441,11 @@ func (c *planCache) get(k [32]byte) (planOutcome, bool) {
 	return e.Value.(planKeyed).planOutcome, true
 }
 
-func (c *planCache) put(k [32]byte, o planOutcome) {
+func (c *planCache) put(k core.PlanKey, o planOutcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byKey == nil {
-		c.byKey = map[[32]byte]*list.Element{}
+		c.byKey = map[core.PlanKey]*list.Element{}
 	}
 	if e, ok := c.byKey[k]; ok {
 		c.bytes -= planBytes(e.Value.(planKeyed).planOutcome)
@@ -467,52 +464,28 @@ func (c *planCache) put(k [32]byte, o planOutcome) {
 	}
 }
 
-// planKey is the SHA-256 of the fields of req that every plan depends on
-// (backend, method, dtype, dims, device, graph, the batch size, page size,
-// number of pages and max_seq_len) and of those reads names, each
-// length-prefixed, so that two requests share a key only when they agree
-// on all of them. reads 0 is the base key: none of the per-batch
-// quantities.
-func planKey(req *core.PlanRequest, reads core.PlanReads) [32]byte {
-	b := make([]byte, 0, 256+16*len(req.Shape.SeqLens))
-	str := func(s string) {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
+// PlanStep returns the plan of one forward batch of an engine: the plan
+// request made of what the engine's attention backend knows of it
+// (core.StepRequest.PlanRequest: the one place an engine's facts become a
+// plan request), planned and checked as PlanKernel plans and checks, with
+// the bound the plan holds for, the page table's room per request and the
+// plan's key. The errors are PlanKernel's, and core.ErrInvalidRequest,
+// naming the field, for a step no engine sends.
+func (r *Registry) PlanStep(ctx context.Context, s *core.StepRequest) (*core.StepPlan, error) {
+	req, bound, err := s.PlanRequest()
+	if err != nil {
+		return nil, err
 	}
-	num := func(xs ...int64) {
-		for _, x := range xs {
-			b = binary.AppendVarint(b, x)
+	plan, err := r.PlanKernel(ctx, &req)
+	if err != nil {
+		return nil, err
+	}
+	out := &core.StepPlan{Request: req, Plan: plan, Key: req.Key(plan.Reads.Effective())}
+	if plan.Reads.Effective()&core.PlanReadsSeqLens == 0 {
+		out.MaxSeqLen = bound
+		if bound > 0 && req.Shape.PageSize > 0 {
+			out.PagesPerRequest = (bound + int64(req.Shape.PageSize) - 1) / int64(req.Shape.PageSize)
 		}
 	}
-	lens := func(xs []int64) {
-		num(int64(len(xs)))
-		num(xs...)
-	}
-	d, s, dev := req.Dims, req.Shape, req.Device
-	str(req.Backend)
-	num(int64(req.Method))
-	str(req.DType)
-	str(req.KVDType)
-	num(int64(d.Heads), int64(d.HeadDimQK), int64(d.HeadDimV), int64(math.Float64bits(d.SoftmaxScale)), int64(d.TopK))
-	num(int64(len(s.SeqLens)), int64(s.PageSize), int64(s.NumPages), s.MaxSeqLen)
-	num(int64(dev.Platform))
-	str(dev.Name)
-	num(int64(dev.ComputeCapability), int64(dev.SMs), int64(dev.MaxThreadsPerBlock), int64(dev.MaxSharedPerBlock),
-		int64(dev.MaxGrid[0]), int64(dev.MaxGrid[1]), int64(dev.MaxGrid[2]))
-	if req.Graph {
-		num(1)
-	} else {
-		num(0)
-	}
-	num(int64(reads))
-	if reads&core.PlanReadsSeqLens != 0 {
-		lens(s.SeqLens)
-	}
-	if reads&core.PlanReadsQLens != 0 {
-		lens(s.QLens)
-	}
-	if reads&core.PlanReadsChunkCapacity != 0 {
-		num(int64(s.ChunkCapacity))
-	}
-	return sha256.Sum256(b)
+	return out, nil
 }

@@ -6,7 +6,8 @@ import (
 	"github.com/attnplug/attnplug/core"
 )
 
-// TestPlanKeySeparatesWhatAPlanDependsOn: requests that differ in what
+// TestPlanKeySeparatesWhatAPlanDependsOn: the keys the plan cache keeps
+// plans by (core.PlanRequest.Key): requests that differ in what
 // every plan depends on (the cache's dtype, the top-k of a sparse layer,
 // the dims) never share a cached plan; requests that differ only in what
 // the plan declares it does not read do.
@@ -17,7 +18,7 @@ func TestPlanKeySeparatesWhatAPlanDependsOn(t *testing.T) {
 		Shape: core.PlanShape{SeqLens: []int64{100, 5000}, QLens: []int64{1, 1}, PageSize: 64, NumPages: 200},
 	}
 	reads := core.PlanReadsDeclared | core.PlanReadsQLens
-	key := planKey(&base, reads)
+	key := base.Key(reads)
 	for name, change := range map[string]func(r *core.PlanRequest){
 		"kv_dtype": func(r *core.PlanRequest) { r.KVDType = "fp8_e4m3" },
 		"top_k":    func(r *core.PlanRequest) { r.Dims.TopK = 1024 },
@@ -27,13 +28,13 @@ func TestPlanKeySeparatesWhatAPlanDependsOn(t *testing.T) {
 	} {
 		r := base
 		change(&r)
-		if planKey(&r, reads) == key {
+		if r.Key(reads) == key {
 			t.Errorf("%s: a request that differs in %s shares the plan key", name, name)
 		}
 	}
 	r := base
 	r.Shape.SeqLens = []int64{7, 9}
-	if planKey(&r, reads) != key {
+	if r.Key(reads) != key {
 		t.Errorf("seq_lens: a plan that does not read the lengths is keyed by them")
 	}
 }

@@ -3080,7 +3080,12 @@ type Plan struct {
 	// What of the request's shape the plan depends on (core.PlanReads:
 	// bit 0 declared, 1 seq_lens, 2 q_lens, 3 chunk_capacity); 0, as an
 	// older plugin sends, is everything.
-	Reads         uint32 `protobuf:"varint,8,opt,name=reads,proto3" json:"reads,omitempty"`
+	Reads uint32 `protobuf:"varint,8,opt,name=reads,proto3" json:"reads,omitempty"`
+	// The server's key of the plan (core.PlanKey, in hex): the fields of the
+	// request that every plan depends on and those the plan reads. Requests
+	// whose plans share a key share the plan; a client keeps what it
+	// prepares of a plan by it.
+	Key           string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3171,6 +3176,13 @@ func (x *Plan) GetReads() uint32 {
 	return 0
 }
 
+func (x *Plan) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 type PlanKernelResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
@@ -3213,6 +3225,458 @@ func (x *PlanKernelResponse) GetPlan() *Plan {
 		return x.Plan
 	}
 	return nil
+}
+
+// StepModel are the model's attention dims on one rank, as the engine's
+// model config gives them (core.StepModel).
+type StepModel struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Query heads on this rank.
+	Heads int32 `protobuf:"varint,1,opt,name=heads,proto3" json:"heads,omitempty"`
+	// DeepSeek's MLA dims: the latent cache is kv_lora_rank +
+	// qk_rope_head_dim wide; the MHA methods' queries and keys
+	// qk_nope_head_dim + qk_rope_head_dim, their values v_head_dim.
+	KvLoraRank    int32   `protobuf:"varint,2,opt,name=kv_lora_rank,json=kvLoraRank,proto3" json:"kv_lora_rank,omitempty"`
+	QkRopeHeadDim int32   `protobuf:"varint,3,opt,name=qk_rope_head_dim,json=qkRopeHeadDim,proto3" json:"qk_rope_head_dim,omitempty"`
+	QkNopeHeadDim int32   `protobuf:"varint,4,opt,name=qk_nope_head_dim,json=qkNopeHeadDim,proto3" json:"qk_nope_head_dim,omitempty"`
+	VHeadDim      int32   `protobuf:"varint,5,opt,name=v_head_dim,json=vHeadDim,proto3" json:"v_head_dim,omitempty"`
+	SoftmaxScale  float64 `protobuf:"fixed64,6,opt,name=softmax_scale,json=softmaxScale,proto3" json:"softmax_scale,omitempty"`
+	// The indexer's top-k on a sparse layer (DeepSeek sparse attention); 0:
+	// dense.
+	IndexTopk     int32 `protobuf:"varint,7,opt,name=index_topk,json=indexTopk,proto3" json:"index_topk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepModel) Reset() {
+	*x = StepModel{}
+	mi := &file_dispatch_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepModel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepModel) ProtoMessage() {}
+
+func (x *StepModel) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepModel.ProtoReflect.Descriptor instead.
+func (*StepModel) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *StepModel) GetHeads() int32 {
+	if x != nil {
+		return x.Heads
+	}
+	return 0
+}
+
+func (x *StepModel) GetKvLoraRank() int32 {
+	if x != nil {
+		return x.KvLoraRank
+	}
+	return 0
+}
+
+func (x *StepModel) GetQkRopeHeadDim() int32 {
+	if x != nil {
+		return x.QkRopeHeadDim
+	}
+	return 0
+}
+
+func (x *StepModel) GetQkNopeHeadDim() int32 {
+	if x != nil {
+		return x.QkNopeHeadDim
+	}
+	return 0
+}
+
+func (x *StepModel) GetVHeadDim() int32 {
+	if x != nil {
+		return x.VHeadDim
+	}
+	return 0
+}
+
+func (x *StepModel) GetSoftmaxScale() float64 {
+	if x != nil {
+		return x.SoftmaxScale
+	}
+	return 0
+}
+
+func (x *StepModel) GetIndexTopk() int32 {
+	if x != nil {
+		return x.IndexTopk
+	}
+	return 0
+}
+
+// StepPool is the engine's KV pool and page table (core.StepPool).
+type StepPool struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	PageSize int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Rows of a layer's cache buffer, padding rows included.
+	Slots int64 `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`
+	// The tokens the pool holds for requests (sglang's max_total_num_tokens).
+	MaxTokens int64 `protobuf:"varint,3,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// The page table's width (req_to_token.shape[1]).
+	RowWidth int64 `protobuf:"varint,4,opt,name=row_width,json=rowWidth,proto3" json:"row_width,omitempty"`
+	// The model's context length.
+	ContextLen int64 `protobuf:"varint,5,opt,name=context_len,json=contextLen,proto3" json:"context_len,omitempty"`
+	// The cache's dtype: "bf16" (or empty) or "fp8_e4m3".
+	KvDtype       string `protobuf:"bytes,6,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepPool) Reset() {
+	*x = StepPool{}
+	mi := &file_dispatch_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepPool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepPool) ProtoMessage() {}
+
+func (x *StepPool) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepPool.ProtoReflect.Descriptor instead.
+func (*StepPool) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *StepPool) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *StepPool) GetSlots() int64 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *StepPool) GetMaxTokens() int64 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *StepPool) GetRowWidth() int64 {
+	if x != nil {
+		return x.RowWidth
+	}
+	return 0
+}
+
+func (x *StepPool) GetContextLen() int64 {
+	if x != nil {
+		return x.ContextLen
+	}
+	return 0
+}
+
+func (x *StepPool) GetKvDtype() string {
+	if x != nil {
+		return x.KvDtype
+	}
+	return ""
+}
+
+// StepBatch is the forward batch (core.StepBatch).
+type StepBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Requests.
+	Size int32 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// Query tokens of every request of a uniform batch (1 for decode, the
+	// draft tokens for a target verify); 0 when q_lens gives them.
+	QueryTokens int32 `protobuf:"varint,2,opt,name=query_tokens,json=queryTokens,proto3" json:"query_tokens,omitempty"`
+	// Captured in a CUDA graph: the plan must hold for every step of the
+	// batch size, and the lengths are not given.
+	Graph bool `protobuf:"varint,3,opt,name=graph,proto3" json:"graph,omitempty"`
+	// Keys and query tokens per request, where the engine has them (an
+	// eager step).
+	SeqLens []int64 `protobuf:"varint,4,rep,packed,name=seq_lens,json=seqLens,proto3" json:"seq_lens,omitempty"`
+	QLens   []int64 `protobuf:"varint,5,rep,packed,name=q_lens,json=qLens,proto3" json:"q_lens,omitempty"`
+	// MHA_CHUNKED_KV's chunk capacity.
+	ChunkCapacity int64 `protobuf:"varint,6,opt,name=chunk_capacity,json=chunkCapacity,proto3" json:"chunk_capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepBatch) Reset() {
+	*x = StepBatch{}
+	mi := &file_dispatch_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepBatch) ProtoMessage() {}
+
+func (x *StepBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepBatch.ProtoReflect.Descriptor instead.
+func (*StepBatch) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *StepBatch) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StepBatch) GetQueryTokens() int32 {
+	if x != nil {
+		return x.QueryTokens
+	}
+	return 0
+}
+
+func (x *StepBatch) GetGraph() bool {
+	if x != nil {
+		return x.Graph
+	}
+	return false
+}
+
+func (x *StepBatch) GetSeqLens() []int64 {
+	if x != nil {
+		return x.SeqLens
+	}
+	return nil
+}
+
+func (x *StepBatch) GetQLens() []int64 {
+	if x != nil {
+		return x.QLens
+	}
+	return nil
+}
+
+func (x *StepBatch) GetChunkCapacity() int64 {
+	if x != nil {
+		return x.ChunkCapacity
+	}
+	return 0
+}
+
+type PlanStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name whose plugin's kernels run the step.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The batch's forward mode, and the method the dispatch answered for it.
+	Mode          ForwardMode `protobuf:"varint,2,opt,name=mode,proto3,enum=attnplug.dispatch.v1.ForwardMode" json:"mode,omitempty"`
+	Method        Method      `protobuf:"varint,3,opt,name=method,proto3,enum=attnplug.dispatch.v1.Method" json:"method,omitempty"`
+	Model         *StepModel  `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	Pool          *StepPool   `protobuf:"bytes,5,opt,name=pool,proto3" json:"pool,omitempty"`
+	Batch         *StepBatch  `protobuf:"bytes,6,opt,name=batch,proto3" json:"batch,omitempty"`
+	Device        *DeviceInfo `protobuf:"bytes,7,opt,name=device,proto3" json:"device,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanStepRequest) Reset() {
+	*x = PlanStepRequest{}
+	mi := &file_dispatch_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanStepRequest) ProtoMessage() {}
+
+func (x *PlanStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanStepRequest.ProtoReflect.Descriptor instead.
+func (*PlanStepRequest) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PlanStepRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *PlanStepRequest) GetMode() ForwardMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ForwardMode_FORWARD_MODE_UNSPECIFIED
+}
+
+func (x *PlanStepRequest) GetMethod() Method {
+	if x != nil {
+		return x.Method
+	}
+	return Method_METHOD_UNSPECIFIED
+}
+
+func (x *PlanStepRequest) GetModel() *StepModel {
+	if x != nil {
+		return x.Model
+	}
+	return nil
+}
+
+func (x *PlanStepRequest) GetPool() *StepPool {
+	if x != nil {
+		return x.Pool
+	}
+	return nil
+}
+
+func (x *PlanStepRequest) GetBatch() *StepBatch {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *PlanStepRequest) GetDevice() *DeviceInfo {
+	if x != nil {
+		return x.Device
+	}
+	return nil
+}
+
+type PlanStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan request the server made of the step.
+	Request *PlanKernelRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// Its plan, checked by the server (plan.key is its key).
+	Plan *Plan `protobuf:"bytes,2,opt,name=plan,proto3" json:"plan,omitempty"`
+	// The longest request, in keys, the plan holds for: it serves every step
+	// of the step's shape whose requests hold at most this many; 0: the
+	// step's own lengths only.
+	MaxSeqLen int64 `protobuf:"varint,3,opt,name=max_seq_len,json=maxSeqLen,proto3" json:"max_seq_len,omitempty"`
+	// The page table's room per request in the plan's kv_indices:
+	// ceil(max_seq_len / page_size); 0 when max_seq_len is.
+	PagesPerRequest int64 `protobuf:"varint,4,opt,name=pages_per_request,json=pagesPerRequest,proto3" json:"pages_per_request,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PlanStepResponse) Reset() {
+	*x = PlanStepResponse{}
+	mi := &file_dispatch_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanStepResponse) ProtoMessage() {}
+
+func (x *PlanStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dispatch_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanStepResponse.ProtoReflect.Descriptor instead.
+func (*PlanStepResponse) Descriptor() ([]byte, []int) {
+	return file_dispatch_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PlanStepResponse) GetRequest() *PlanKernelRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *PlanStepResponse) GetPlan() *Plan {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+func (x *PlanStepResponse) GetMaxSeqLen() int64 {
+	if x != nil {
+		return x.MaxSeqLen
+	}
+	return 0
+}
+
+func (x *PlanStepResponse) GetPagesPerRequest() int64 {
+	if x != nil {
+		return x.PagesPerRequest
+	}
+	return 0
 }
 
 var File_dispatch_proto protoreflect.FileDescriptor
@@ -3431,7 +3895,7 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x04args\x18\x06 \x03(\v2\x1f.attnplug.dispatch.v1.LaunchArgR\x04args\x12\x1b\n" +
 	"\tper_batch\x18\a \x01(\bR\bperBatch\x12\x18\n" +
 	"\acluster\x18\b \x03(\rR\acluster\x12\"\n" +
-	"\fprogrammatic\x18\t \x01(\bR\fprogrammatic\"\xe1\x02\n" +
+	"\fprogrammatic\x18\t \x01(\bR\fprogrammatic\"\xf3\x02\n" +
 	"\x04Plan\x12\x16\n" +
 	"\x06kernel\x18\x01 \x01(\tR\x06kernel\x12:\n" +
 	"\atensors\x18\x02 \x03(\v2 .attnplug.dispatch.v1.TensorSpecR\atensors\x12<\n" +
@@ -3440,9 +3904,50 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x0fworkspace_bytes\x18\x05 \x01(\x03R\x0eworkspaceBytes\x128\n" +
 	"\blaunches\x18\x06 \x03(\v2\x1c.attnplug.dispatch.v1.LaunchR\blaunches\x12\x12\n" +
 	"\x04note\x18\a \x01(\tR\x04note\x12\x14\n" +
-	"\x05reads\x18\b \x01(\rR\x05reads\"D\n" +
+	"\x05reads\x18\b \x01(\rR\x05reads\x12\x10\n" +
+	"\x03key\x18\t \x01(\tR\x03key\"D\n" +
 	"\x12PlanKernelResponse\x12.\n" +
-	"\x04plan\x18\x01 \x01(\v2\x1a.attnplug.dispatch.v1.PlanR\x04plan*\x88\x02\n" +
+	"\x04plan\x18\x01 \x01(\v2\x1a.attnplug.dispatch.v1.PlanR\x04plan\"\xf7\x01\n" +
+	"\tStepModel\x12\x14\n" +
+	"\x05heads\x18\x01 \x01(\x05R\x05heads\x12 \n" +
+	"\fkv_lora_rank\x18\x02 \x01(\x05R\n" +
+	"kvLoraRank\x12'\n" +
+	"\x10qk_rope_head_dim\x18\x03 \x01(\x05R\rqkRopeHeadDim\x12'\n" +
+	"\x10qk_nope_head_dim\x18\x04 \x01(\x05R\rqkNopeHeadDim\x12\x1c\n" +
+	"\n" +
+	"v_head_dim\x18\x05 \x01(\x05R\bvHeadDim\x12#\n" +
+	"\rsoftmax_scale\x18\x06 \x01(\x01R\fsoftmaxScale\x12\x1d\n" +
+	"\n" +
+	"index_topk\x18\a \x01(\x05R\tindexTopk\"\xb5\x01\n" +
+	"\bStepPool\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x14\n" +
+	"\x05slots\x18\x02 \x01(\x03R\x05slots\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x03 \x01(\x03R\tmaxTokens\x12\x1b\n" +
+	"\trow_width\x18\x04 \x01(\x03R\browWidth\x12\x1f\n" +
+	"\vcontext_len\x18\x05 \x01(\x03R\n" +
+	"contextLen\x12\x19\n" +
+	"\bkv_dtype\x18\x06 \x01(\tR\akvDtype\"\xb1\x01\n" +
+	"\tStepBatch\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x05R\x04size\x12!\n" +
+	"\fquery_tokens\x18\x02 \x01(\x05R\vqueryTokens\x12\x14\n" +
+	"\x05graph\x18\x03 \x01(\bR\x05graph\x12\x19\n" +
+	"\bseq_lens\x18\x04 \x03(\x03R\aseqLens\x12\x15\n" +
+	"\x06q_lens\x18\x05 \x03(\x03R\x05qLens\x12%\n" +
+	"\x0echunk_capacity\x18\x06 \x01(\x03R\rchunkCapacity\"\xf4\x02\n" +
+	"\x0fPlanStepRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x125\n" +
+	"\x04mode\x18\x02 \x01(\x0e2!.attnplug.dispatch.v1.ForwardModeR\x04mode\x124\n" +
+	"\x06method\x18\x03 \x01(\x0e2\x1c.attnplug.dispatch.v1.MethodR\x06method\x125\n" +
+	"\x05model\x18\x04 \x01(\v2\x1f.attnplug.dispatch.v1.StepModelR\x05model\x122\n" +
+	"\x04pool\x18\x05 \x01(\v2\x1e.attnplug.dispatch.v1.StepPoolR\x04pool\x125\n" +
+	"\x05batch\x18\x06 \x01(\v2\x1f.attnplug.dispatch.v1.StepBatchR\x05batch\x128\n" +
+	"\x06device\x18\a \x01(\v2 .attnplug.dispatch.v1.DeviceInfoR\x06device\"\xd1\x01\n" +
+	"\x10PlanStepResponse\x12A\n" +
+	"\arequest\x18\x01 \x01(\v2'.attnplug.dispatch.v1.PlanKernelRequestR\arequest\x12.\n" +
+	"\x04plan\x18\x02 \x01(\v2\x1a.attnplug.dispatch.v1.PlanR\x04plan\x12\x1e\n" +
+	"\vmax_seq_len\x18\x03 \x01(\x03R\tmaxSeqLen\x12*\n" +
+	"\x11pages_per_request\x18\x04 \x01(\x03R\x0fpagesPerRequest*\x88\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_CODE_INVALID_REQUEST\x10\x01\x12\x1e\n" +
@@ -3489,11 +3994,12 @@ const file_dispatch_proto_rawDesc = "" +
 	"\bDispatch\x12%.attnplug.dispatch.v1.DispatchRequest\x1a&.attnplug.dispatch.v1.DispatchResponse\x12h\n" +
 	"\rDispatchBatch\x12*.attnplug.dispatch.v1.DispatchBatchRequest\x1a+.attnplug.dispatch.v1.DispatchBatchResponse\x12Y\n" +
 	"\bDescribe\x12%.attnplug.dispatch.v1.DescribeRequest\x1a&.attnplug.dispatch.v1.DescribeResponse\x12U\n" +
-	"\x05Watch\x12\".attnplug.dispatch.v1.WatchRequest\x1a&.attnplug.dispatch.v1.DescribeResponse0\x012\xd4\x01\n" +
+	"\x05Watch\x12\".attnplug.dispatch.v1.WatchRequest\x1a&.attnplug.dispatch.v1.DescribeResponse0\x012\xaf\x02\n" +
 	"\aKernels\x12h\n" +
 	"\rKernelModules\x12*.attnplug.dispatch.v1.KernelModulesRequest\x1a+.attnplug.dispatch.v1.KernelModulesResponse\x12_\n" +
 	"\n" +
-	"PlanKernel\x12'.attnplug.dispatch.v1.PlanKernelRequest\x1a(.attnplug.dispatch.v1.PlanKernelResponse2\xc0\x01\n" +
+	"PlanKernel\x12'.attnplug.dispatch.v1.PlanKernelRequest\x1a(.attnplug.dispatch.v1.PlanKernelResponse\x12Y\n" +
+	"\bPlanStep\x12%.attnplug.dispatch.v1.PlanStepRequest\x1a&.attnplug.dispatch.v1.PlanStepResponse2\xc0\x01\n" +
 	"\x05Admin\x12S\n" +
 	"\x06Reload\x12#.attnplug.dispatch.v1.ReloadRequest\x1a$.attnplug.dispatch.v1.ReloadResponse\x12b\n" +
 	"\vListPlugins\x12(.attnplug.dispatch.v1.ListPluginsRequest\x1a).attnplug.dispatch.v1.ListPluginsResponseB8Z6github.com/attnplug/attnplug/api/dispatchv1;dispatchv1b\x06proto3"
@@ -3511,7 +4017,7 @@ func file_dispatch_proto_rawDescGZIP() []byte {
 }
 
 var file_dispatch_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_dispatch_proto_goTypes = []any{
 	(ErrorCode)(0),                // 0: attnplug.dispatch.v1.ErrorCode
 	(ForwardMode)(0),              // 1: attnplug.dispatch.v1.ForwardMode
@@ -3556,6 +4062,11 @@ var file_dispatch_proto_goTypes = []any{
 	(*Launch)(nil),                // 40: attnplug.dispatch.v1.Launch
 	(*Plan)(nil),                  // 41: attnplug.dispatch.v1.Plan
 	(*PlanKernelResponse)(nil),    // 42: attnplug.dispatch.v1.PlanKernelResponse
+	(*StepModel)(nil),             // 43: attnplug.dispatch.v1.StepModel
+	(*StepPool)(nil),              // 44: attnplug.dispatch.v1.StepPool
+	(*StepBatch)(nil),             // 45: attnplug.dispatch.v1.StepBatch
+	(*PlanStepRequest)(nil),       // 46: attnplug.dispatch.v1.PlanStepRequest
+	(*PlanStepResponse)(nil),      // 47: attnplug.dispatch.v1.PlanStepResponse
 }
 var file_dispatch_proto_depIdxs = []int32{
 	21, // 0: attnplug.dispatch.v1.DispatchRequest.request:type_name -> attnplug.dispatch.v1.Request
@@ -3595,27 +4106,37 @@ var file_dispatch_proto_depIdxs = []int32{
 	36, // 34: attnplug.dispatch.v1.Plan.schedule:type_name -> attnplug.dispatch.v1.WorkItem
 	40, // 35: attnplug.dispatch.v1.Plan.launches:type_name -> attnplug.dispatch.v1.Launch
 	41, // 36: attnplug.dispatch.v1.PlanKernelResponse.plan:type_name -> attnplug.dispatch.v1.Plan
-	4,  // 37: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
-	7,  // 38: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
-	9,  // 39: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
-	10, // 40: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
-	29, // 41: attnplug.dispatch.v1.Kernels.KernelModules:input_type -> attnplug.dispatch.v1.KernelModulesRequest
-	33, // 42: attnplug.dispatch.v1.Kernels.PlanKernel:input_type -> attnplug.dispatch.v1.PlanKernelRequest
-	15, // 43: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
-	18, // 44: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
-	6,  // 45: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
-	8,  // 46: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
-	14, // 47: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
-	14, // 48: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
-	30, // 49: attnplug.dispatch.v1.Kernels.KernelModules:output_type -> attnplug.dispatch.v1.KernelModulesResponse
-	42, // 50: attnplug.dispatch.v1.Kernels.PlanKernel:output_type -> attnplug.dispatch.v1.PlanKernelResponse
-	17, // 51: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
-	20, // 52: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
-	45, // [45:53] is the sub-list for method output_type
-	37, // [37:45] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	1,  // 37: attnplug.dispatch.v1.PlanStepRequest.mode:type_name -> attnplug.dispatch.v1.ForwardMode
+	2,  // 38: attnplug.dispatch.v1.PlanStepRequest.method:type_name -> attnplug.dispatch.v1.Method
+	43, // 39: attnplug.dispatch.v1.PlanStepRequest.model:type_name -> attnplug.dispatch.v1.StepModel
+	44, // 40: attnplug.dispatch.v1.PlanStepRequest.pool:type_name -> attnplug.dispatch.v1.StepPool
+	45, // 41: attnplug.dispatch.v1.PlanStepRequest.batch:type_name -> attnplug.dispatch.v1.StepBatch
+	25, // 42: attnplug.dispatch.v1.PlanStepRequest.device:type_name -> attnplug.dispatch.v1.DeviceInfo
+	33, // 43: attnplug.dispatch.v1.PlanStepResponse.request:type_name -> attnplug.dispatch.v1.PlanKernelRequest
+	41, // 44: attnplug.dispatch.v1.PlanStepResponse.plan:type_name -> attnplug.dispatch.v1.Plan
+	4,  // 45: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
+	7,  // 46: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
+	9,  // 47: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
+	10, // 48: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
+	29, // 49: attnplug.dispatch.v1.Kernels.KernelModules:input_type -> attnplug.dispatch.v1.KernelModulesRequest
+	33, // 50: attnplug.dispatch.v1.Kernels.PlanKernel:input_type -> attnplug.dispatch.v1.PlanKernelRequest
+	46, // 51: attnplug.dispatch.v1.Kernels.PlanStep:input_type -> attnplug.dispatch.v1.PlanStepRequest
+	15, // 52: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
+	18, // 53: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
+	6,  // 54: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
+	8,  // 55: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
+	14, // 56: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
+	14, // 57: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
+	30, // 58: attnplug.dispatch.v1.Kernels.KernelModules:output_type -> attnplug.dispatch.v1.KernelModulesResponse
+	42, // 59: attnplug.dispatch.v1.Kernels.PlanKernel:output_type -> attnplug.dispatch.v1.PlanKernelResponse
+	47, // 60: attnplug.dispatch.v1.Kernels.PlanStep:output_type -> attnplug.dispatch.v1.PlanStepResponse
+	17, // 61: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
+	20, // 62: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
+	54, // [54:63] is the sub-list for method output_type
+	45, // [45:54] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_dispatch_proto_init() }
@@ -3631,7 +4152,7 @@ func file_dispatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dispatch_proto_rawDesc), len(file_dispatch_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   39,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

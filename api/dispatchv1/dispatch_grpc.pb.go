@@ -276,6 +276,7 @@ var Dispatcher_ServiceDesc = grpc.ServiceDesc{
 const (
 	Kernels_KernelModules_FullMethodName = "/attnplug.dispatch.v1.Kernels/KernelModules"
 	Kernels_PlanKernel_FullMethodName    = "/attnplug.dispatch.v1.Kernels/PlanKernel"
+	Kernels_PlanStep_FullMethodName      = "/attnplug.dispatch.v1.Kernels/PlanStep"
 )
 
 // KernelsClient is the client API for Kernels service.
@@ -300,6 +301,15 @@ type KernelsClient interface {
 	// asked with graph and a bound on the lengths holds for a batch size),
 	// and so may a client: Plan.reads says what.
 	PlanKernel(ctx context.Context, in *PlanKernelRequest, opts ...grpc.CallOption) (*PlanKernelResponse, error)
+	// PlanStep returns the plan of one forward batch of an engine, made by the
+	// server from what the engine's attention backend knows of it (the
+	// model's dims, its KV pool, the batch: PlanStepRequest): the one place
+	// where an engine's facts become a plan request, with the bound on the
+	// lengths the plan holds for and its key. A client keeps the plans it
+	// gets by the step's shape (the request without batch.seq_lens) and
+	// reuses one for every step of that shape whose requests hold at most
+	// max_seq_len keys, with no other call.
+	PlanStep(ctx context.Context, in *PlanStepRequest, opts ...grpc.CallOption) (*PlanStepResponse, error)
 }
 
 type kernelsClient struct {
@@ -330,6 +340,16 @@ func (c *kernelsClient) PlanKernel(ctx context.Context, in *PlanKernelRequest, o
 	return out, nil
 }
 
+func (c *kernelsClient) PlanStep(ctx context.Context, in *PlanStepRequest, opts ...grpc.CallOption) (*PlanStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanStepResponse)
+	err := c.cc.Invoke(ctx, Kernels_PlanStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KernelsServer is the server API for Kernels service.
 // All implementations must embed UnimplementedKernelsServer
 // for forward compatibility.
@@ -352,6 +372,15 @@ type KernelsServer interface {
 	// asked with graph and a bound on the lengths holds for a batch size),
 	// and so may a client: Plan.reads says what.
 	PlanKernel(context.Context, *PlanKernelRequest) (*PlanKernelResponse, error)
+	// PlanStep returns the plan of one forward batch of an engine, made by the
+	// server from what the engine's attention backend knows of it (the
+	// model's dims, its KV pool, the batch: PlanStepRequest): the one place
+	// where an engine's facts become a plan request, with the bound on the
+	// lengths the plan holds for and its key. A client keeps the plans it
+	// gets by the step's shape (the request without batch.seq_lens) and
+	// reuses one for every step of that shape whose requests hold at most
+	// max_seq_len keys, with no other call.
+	PlanStep(context.Context, *PlanStepRequest) (*PlanStepResponse, error)
 	mustEmbedUnimplementedKernelsServer()
 }
 
@@ -367,6 +396,9 @@ func (UnimplementedKernelsServer) KernelModules(context.Context, *KernelModulesR
 }
 func (UnimplementedKernelsServer) PlanKernel(context.Context, *PlanKernelRequest) (*PlanKernelResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method PlanKernel not implemented")
+}
+func (UnimplementedKernelsServer) PlanStep(context.Context, *PlanStepRequest) (*PlanStepResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PlanStep not implemented")
 }
 func (UnimplementedKernelsServer) mustEmbedUnimplementedKernelsServer() {}
 func (UnimplementedKernelsServer) testEmbeddedByValue()                 {}
@@ -425,6 +457,24 @@ func _Kernels_PlanKernel_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Kernels_PlanStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KernelsServer).PlanStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Kernels_PlanStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KernelsServer).PlanStep(ctx, req.(*PlanStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Kernels_ServiceDesc is the grpc.ServiceDesc for Kernels service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -439,6 +489,10 @@ var Kernels_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PlanKernel",
 			Handler:    _Kernels_PlanKernel_Handler,
+		},
+		{
+			MethodName: "PlanStep",
+			Handler:    _Kernels_PlanStep_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

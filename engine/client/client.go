@@ -157,6 +157,19 @@ func (c *Client) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.P
 	return convert.PlanFromProto(resp.GetPlan())
 }
 
+// PlanStep returns the plan of one forward batch of an engine, made by the
+// server from the engine's facts (core.StepRequest) and checked there,
+// with the bound it holds for and its key. Errors as PlanKernel's.
+func (c *Client) PlanStep(ctx context.Context, s *core.StepRequest) (*core.StepPlan, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := c.kernels.PlanStep(ctx, convert.StepRequestToProto(s))
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", kernelError(err))
+	}
+	return convert.StepPlanFromProto(resp)
+}
+
 // kernelError is the error of a Kernels call: UNIMPLEMENTED is "no device
 // plan" (core.ErrNoPlan), with the server's message; other codes as
 // grpcstatus.FromStatus reads them.

@@ -1,7 +1,9 @@
 package convert
 
 import (
+	"encoding/hex"
 	"fmt"
+	"math"
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
 	"github.com/attnplug/attnplug/core"
@@ -271,4 +273,84 @@ func argFromProto(a *dispatchv1.LaunchArg, fields bool) core.Arg {
 		}
 	}
 	return out
+}
+
+// StepRequestFromProto returns the core form of r: the server makes the
+// step's plan request (core.StepRequest.PlanRequest), which checks the
+// rest. The error wraps core.ErrInvalidRequest.
+func StepRequestFromProto(r *dispatchv1.PlanStepRequest) (core.StepRequest, error) {
+	var out core.StepRequest
+	if r == nil {
+		return out, core.NewFieldError("request", "missing")
+	}
+	m, mode := core.Method(r.GetMethod()), core.ForwardMode(r.GetMode())
+	switch {
+	case r.GetMethod() < 0 || r.GetMethod() > 255 || !m.Valid():
+		return out, core.NewFieldError("method", fmt.Sprintf("unknown method %d", int32(r.GetMethod())))
+	case r.GetMode() < 0 || r.GetMode() > 255 || !mode.Valid():
+		return out, core.NewFieldError("mode", fmt.Sprintf("unknown forward mode %d", int32(r.GetMode())))
+	case r.GetBackend() == "" || len(r.GetBackend()) > core.MaxBackendNameLen:
+		return out, core.NewFieldError("backend", "must be a name of 1 to 256 bytes")
+	}
+	b := r.GetBatch()
+	if len(b.GetSeqLens()) > MaxPlanBatch || len(b.GetQLens()) > MaxPlanBatch {
+		return out, core.NewFieldError("batch.seq_lens", fmt.Sprintf("%d and %d lengths: at most %d", len(b.GetSeqLens()), len(b.GetQLens()), MaxPlanBatch))
+	}
+	dev, err := DeviceFromProto(r.GetDevice(), "device")
+	if err != nil {
+		return out, err
+	}
+	md, p := r.GetModel(), r.GetPool()
+	return core.StepRequest{
+		Backend: r.GetBackend(), Mode: mode, Method: m, Device: dev,
+		Model: core.StepModel{Heads: int(md.GetHeads()), KVLoraRank: int(md.GetKvLoraRank()), QKRopeHeadDim: int(md.GetQkRopeHeadDim()),
+			QKNopeHeadDim: int(md.GetQkNopeHeadDim()), VHeadDim: int(md.GetVHeadDim()), SoftmaxScale: md.GetSoftmaxScale(), IndexTopK: int(md.GetIndexTopk())},
+		Pool: core.StepPool{PageSize: int(p.GetPageSize()), Slots: p.GetSlots(), MaxTokens: p.GetMaxTokens(), RowWidth: p.GetRowWidth(),
+			ContextLen: p.GetContextLen(), KVDType: p.GetKvDtype()},
+		Batch: core.StepBatch{Size: int(b.GetSize()), QueryTokens: int(b.GetQueryTokens()), Graph: b.GetGraph(),
+			SeqLens: b.GetSeqLens(), QLens: b.GetQLens(), ChunkCapacity: int(min(b.GetChunkCapacity(), math.MaxInt32))},
+	}, nil
+}
+
+// StepRequestToProto returns the engine API's form of s.
+func StepRequestToProto(s *core.StepRequest) *dispatchv1.PlanStepRequest {
+	m, p, b := s.Model, s.Pool, s.Batch
+	return &dispatchv1.PlanStepRequest{
+		Backend: s.Backend, Mode: dispatchv1.ForwardMode(s.Mode), Method: dispatchv1.Method(s.Method), Device: DeviceToProto(s.Device),
+		Model: &dispatchv1.StepModel{Heads: int32(m.Heads), KvLoraRank: int32(m.KVLoraRank), QkRopeHeadDim: int32(m.QKRopeHeadDim),
+			QkNopeHeadDim: int32(m.QKNopeHeadDim), VHeadDim: int32(m.VHeadDim), SoftmaxScale: m.SoftmaxScale, IndexTopk: int32(m.IndexTopK)},
+		Pool: &dispatchv1.StepPool{PageSize: int32(p.PageSize), Slots: p.Slots, MaxTokens: p.MaxTokens, RowWidth: p.RowWidth,
+			ContextLen: p.ContextLen, KvDtype: p.KVDType},
+		Batch: &dispatchv1.StepBatch{Size: int32(b.Size), QueryTokens: int32(b.QueryTokens), Graph: b.Graph,
+			SeqLens: b.SeqLens, QLens: b.QLens, ChunkCapacity: int64(b.ChunkCapacity)},
+	}
+}
+
+// StepPlanToProto returns the engine API's form of p, the plan carrying
+// its key.
+func StepPlanToProto(p *core.StepPlan) *dispatchv1.PlanStepResponse {
+	plan := PlanToProto(p.Plan)
+	plan.Key = p.Key.String()
+	return &dispatchv1.PlanStepResponse{Request: PlanRequestToProto(&p.Request), Plan: plan,
+		MaxSeqLen: p.MaxSeqLen, PagesPerRequest: p.PagesPerRequest}
+}
+
+// StepPlanFromProto returns the core form of p; a plan without a key of 64
+// hex digits is an error wrapping core.ErrProtocol.
+func StepPlanFromProto(p *dispatchv1.PlanStepResponse) (*core.StepPlan, error) {
+	req, err := PlanRequestFromProto(p.GetRequest())
+	if err != nil {
+		return nil, fmt.Errorf("%w: plan step: %w", core.ErrProtocol, err)
+	}
+	plan, err := PlanFromProto(p.GetPlan())
+	if err != nil {
+		return nil, err
+	}
+	out := &core.StepPlan{Request: req, Plan: plan, MaxSeqLen: p.GetMaxSeqLen(), PagesPerRequest: p.GetPagesPerRequest()}
+	k, err := hex.DecodeString(p.GetPlan().GetKey())
+	if err != nil || len(k) != len(out.Key) {
+		return nil, fmt.Errorf("%w: plan step: the plan's key %q is not %d hex digits", core.ErrProtocol, p.GetPlan().GetKey(), 2*len(out.Key))
+	}
+	copy(out.Key[:], k)
+	return out, nil
 }

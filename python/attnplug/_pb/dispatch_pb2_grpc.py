@@ -207,6 +207,11 @@ class KernelsStub(object):
                 request_serializer=attnplug_dot___pb_dot_dispatch__pb2.PlanKernelRequest.SerializeToString,
                 response_deserializer=attnplug_dot___pb_dot_dispatch__pb2.PlanKernelResponse.FromString,
                 )
+        self.PlanStep = channel.unary_unary(
+                '/attnplug.dispatch.v1.Kernels/PlanStep',
+                request_serializer=attnplug_dot___pb_dot_dispatch__pb2.PlanStepRequest.SerializeToString,
+                response_deserializer=attnplug_dot___pb_dot_dispatch__pb2.PlanStepResponse.FromString,
+                )
 
 
 class KernelsServicer(object):
@@ -239,6 +244,20 @@ class KernelsServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlanStep(self, request, context):
+        """PlanStep returns the plan of one forward batch of an engine, made by the
+        server from what the engine's attention backend knows of it (the
+        model's dims, its KV pool, the batch: PlanStepRequest): the one place
+        where an engine's facts become a plan request, with the bound on the
+        lengths the plan holds for and its key. A client keeps the plans it
+        gets by the step's shape (the request without batch.seq_lens) and
+        reuses one for every step of that shape whose requests hold at most
+        max_seq_len keys, with no other call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KernelsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -251,6 +270,11 @@ def add_KernelsServicer_to_server(servicer, server):
                     servicer.PlanKernel,
                     request_deserializer=attnplug_dot___pb_dot_dispatch__pb2.PlanKernelRequest.FromString,
                     response_serializer=attnplug_dot___pb_dot_dispatch__pb2.PlanKernelResponse.SerializeToString,
+            ),
+            'PlanStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanStep,
+                    request_deserializer=attnplug_dot___pb_dot_dispatch__pb2.PlanStepRequest.FromString,
+                    response_serializer=attnplug_dot___pb_dot_dispatch__pb2.PlanStepResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +326,23 @@ class Kernels(object):
         return grpc.experimental.unary_unary(request, target, '/attnplug.dispatch.v1.Kernels/PlanKernel',
             attnplug_dot___pb_dot_dispatch__pb2.PlanKernelRequest.SerializeToString,
             attnplug_dot___pb_dot_dispatch__pb2.PlanKernelResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PlanStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/attnplug.dispatch.v1.Kernels/PlanStep',
+            attnplug_dot___pb_dot_dispatch__pb2.PlanStepRequest.SerializeToString,
+            attnplug_dot___pb_dot_dispatch__pb2.PlanStepResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
