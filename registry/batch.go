@@ -136,7 +136,7 @@ type batchGroup struct {
 func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Request, out []BatchAnswer) *backend.Outcome {
 	be, sub := g.routes[0].be, g.reqs
 	res := make([]core.Result, len(sub))
-	fault, err := r.call(ctx, be, backend.DispatchCall, "the batch", func(ctx context.Context, c backend.Conn) error {
+	s, err := r.call(ctx, be, "", backend.DispatchCall, "the batch", func(ctx context.Context, c backend.Conn) error {
 		return c.DispatchBatch(ctx, sub, res)
 	})
 	retried := false
@@ -146,22 +146,22 @@ func (r *Registry) batchCall(ctx context.Context, g *batchGroup, reqs []core.Req
 		switch {
 		case err != nil:
 			out[i] = BatchAnswer{Err: err}
-		case fault != nil:
-			if now, ok := r.retired(fault, be, req.Backend); ok {
+		case s.verdict == answered:
+			out[i] = r.batchResult(ctx, &req, g.routes[j], g.keys[j], res[j])
+		default:
+			if now, ok := r.moved(s.o, be, req.Backend); ok {
 				// A reload swapped the plugin out since the batch's routes
 				// were looked up: the route in force answers.
 				a, derr := r.dispatch(ctx, now, &req)
 				out[i], retried = BatchAnswer{Answer: a, Err: derr}, true
 				continue
 			}
-			a, ferr := r.fallback(ctx, &req, g.routes[j], *fault)
+			a, ferr := r.fallback(ctx, &req, g.routes[j], *s.o)
 			out[i] = BatchAnswer{Answer: a, Err: ferr}
-		default:
-			out[i] = r.batchResult(ctx, &req, g.routes[j], g.keys[j], res[j])
 		}
 	}
-	if fault != nil && !declined(fault) && !retried {
-		return fault
+	if err == nil && s.verdict != answered && s.verdict != refused && !retried {
+		return s.o
 	}
 	return nil
 }

@@ -2,35 +2,61 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/registry/backend"
 )
 
-// call runs f on be under limit and settles what the call came to: the
-// registry's one switch over backend.Outcome, for dispatches, batches,
-// kernels, modules, plans and a reload's self-test alike. Each caller's f
-// is the same few lines on purpose: one method of Conn, its result kept
-// for the caller. It returns
-//
-//   - nil, nil when be answered: the fallbacks of be that were open close
-//     (fallbackLog.recovered);
-//   - nil and ctx's error when ctx ended;
-//   - otherwise the outcome to act on: be's own refusal (Declined,
-//     ReasonRefused), its error saying that be refused what (the request,
-//     the batch, the kernel call...), or why be could not answer
-//     (Unavailable, Failed), which the caller falls back for.
+// verdict is what a call came to, as its caller acts on it: the
+// registry's one after-call decision, a closed set as backend.Outcome's
+// kinds are, settled by call for dispatches, batches, kernels, modules,
+// plans and a reload's self-test alike.
+type verdict uint8
+
+const (
+	// answered: the backend answered; the fallbacks of it that were open
+	// close (fallbackLog.recovered).
+	answered verdict = iota
+	// refused: the backend's own refusal (Declined, ReasonRefused): it
+	// stays in service, and the caller answers another way without counting
+	// a fallback.
+	refused
+	// moved: a reload retired the backend since the caller took its route,
+	// and the route in force serves the name with another backend: the
+	// caller asks that route (settled.now) and does not fall back. A
+	// request can take its route from one table and reach its plugin after
+	// a reload swapped the plugin out.
+	moved
+	// failed: the backend could not answer (Unavailable, Failed): the
+	// caller falls back for settled.o.
+	failed
+)
+
+// settled is what a call came to: its verdict; the outcome of a refusal,
+// a failure or a move (the retirement); the route in force after a move.
+type settled struct {
+	verdict verdict
+	o       *backend.Outcome
+	now     *route
+}
+
+// call runs f on be under limit and settles what the call came to for the
+// caller, who asked it for name (the route in force of the name is asked
+// after a move; "" for a call outside any route, a reload's self-test). A
+// refusal's error says that be refused what (the request, the batch, the
+// kernel call...). When ctx ends, it returns ctx's error. Each caller's f is
+// the same few lines on purpose: one method of Conn, its result kept for
+// the caller.
 //
 // A plan call (backend.PlanCall) waits first, under ctx alone, until be
 // runs fewer than backend.MaxPlanCalls of them (admit): its deadline
 // starts once it runs.
-func (r *Registry) call(ctx context.Context, be backend.Backend, limit backend.Limit, what string, f func(context.Context, backend.Conn) error) (*backend.Outcome, error) {
+func (r *Registry) call(ctx context.Context, be backend.Backend, name string, limit backend.Limit, what string, f func(context.Context, backend.Conn) error) (settled, error) {
 	if limit == backend.PlanCall {
 		release, err := r.admit(ctx, be)
 		if err != nil {
-			return nil, err
+			return settled{}, err
 		}
 		defer release()
 	}
@@ -38,13 +64,27 @@ func (r *Registry) call(ctx context.Context, be backend.Backend, limit backend.L
 	switch o.Kind {
 	case backend.Answered:
 		r.fallbacks.recovered(be.Family())
-		return nil, nil
+		return settled{verdict: answered}, nil
 	case backend.Canceled:
-		return nil, o.Err
+		return settled{}, o.Err
 	case backend.Declined:
 		o.Err = fmt.Errorf("plugin %s refused %s: %w", be.Family(), what, o.Err)
+		return settled{verdict: refused, o: &o}, nil
 	}
-	return &o, nil
+	if now, ok := r.moved(&o, be, name); ok {
+		return settled{verdict: moved, o: &o, now: now}, nil
+	}
+	return settled{verdict: failed, o: &o}, nil
+}
+
+// moved returns the route in force for name when o says that a reload
+// retired be and that route serves the name with another backend.
+func (r *Registry) moved(o *backend.Outcome, be backend.Backend, name string) (*route, bool) {
+	if o.Reason != ReasonRetired || name == "" {
+		return nil, false
+	}
+	now := r.bound(r.table.Load(), name)
+	return now, now.be != be
 }
 
 // admit waits until be runs fewer than backend.MaxPlanCalls plan calls, or
@@ -59,55 +99,26 @@ func (r *Registry) admit(ctx context.Context, be backend.Backend) (release func(
 	}
 }
 
-// declined reports that o is its backend's own answer rather than a
-// failure: the backend stays in service, and the caller answers another
-// way without counting a fallback.
-func declined(o *backend.Outcome) bool { return o.Kind == backend.Declined }
-
-// retired returns the route in force for name when o says that a reload
-// retired be, the backend of the route the request was sent by, and the
-// route in force has another backend: the caller asks that route instead,
-// and does not fall back. A request can take its route from one table and
-// reach its plugin after a reload swapped the plugin out.
-func (r *Registry) retired(o *backend.Outcome, be backend.Backend, name string) (*route, bool) {
-	if o == nil || o.Reason != ReasonRetired {
-		return nil, false
-	}
-	now := r.bound(r.table.Load(), name)
-	return now, now.be != be
-}
-
-// swappedOut reports whether o says that a reload retired rt's plugin and
-// a newer table routes rt's name elsewhere (retired).
-func (r *Registry) swappedOut(o *backend.Outcome, rt *route) bool {
-	_, ok := r.retired(o, rt.be, rt.name)
-	return ok
-}
-
-// errSwappedOut marks a device-code call (modules, plan, kernel) that
-// reached a plugin a reload had retired, whose name a newer table routes
-// elsewhere: the call is made again by the route in force.
-var errSwappedOut = errors.New("the plugin was swapped out by a reload")
-
 // ask asks rt's backend for req's method, through call, under the name of
 // rt's handler: the name a backend serves (the default route's backend,
 // the triton rules, serves "triton" for every name routed to it). An
 // answer outside the handler's declared methods is a protocol failure.
-func (r *Registry) ask(ctx context.Context, rt *route, req *core.Request) (core.Method, *backend.Outcome, error) {
+func (r *Registry) ask(ctx context.Context, rt *route, req *core.Request) (core.Method, settled, error) {
+	name := req.Backend
 	if req.Backend != rt.handler.Name {
 		cp := *req
 		cp.Backend = rt.handler.Name
 		req = &cp
 	}
 	var m core.Method
-	fault, err := r.call(ctx, rt.be, backend.DispatchCall, "the request", func(ctx context.Context, c backend.Conn) (err error) {
+	s, err := r.call(ctx, rt.be, name, backend.DispatchCall, "the request", func(ctx context.Context, c backend.Conn) (err error) {
 		m, err = c.Dispatch(ctx, req)
 		if err == nil && !rt.declares(m) {
 			err = fmt.Errorf("%w: answered %s, which %q does not declare", core.ErrProtocol, m, req.Backend)
 		}
 		return err
 	})
-	return m, fault, err
+	return m, s, err
 }
 
 // newInProcess wraps b, a backend in the host's process, for the routes.
@@ -124,15 +135,14 @@ func (r *Registry) decide(ctx context.Context, rt *route, req *core.Request) (co
 	if why := r.usable(rt, req.Backend); why != nil {
 		return r.fallback(ctx, req, rt, *why)
 	}
-	m, fault, err := r.ask(ctx, rt, req)
-	if err != nil {
+	m, s, err := r.ask(ctx, rt, req)
+	switch {
+	case err != nil:
 		return core.Answer{}, err
-	}
-	if now, ok := r.retired(fault, rt.be, req.Backend); ok {
-		return r.decide(ctx, now, req)
-	}
-	if fault != nil {
-		return r.fallback(ctx, req, rt, *fault)
+	case s.verdict == moved:
+		return r.decide(ctx, s.now, req)
+	case s.verdict != answered:
+		return r.fallback(ctx, req, rt, *s.o)
 	}
 	if c := rt.cached(); c != nil {
 		c.put(rt.keys.Key(req), m)

@@ -89,11 +89,7 @@ func (r *Registry) KernelModules(ctx context.Context, backend string, dev core.D
 	if err != nil {
 		return nil, err
 	}
-	mods, err := r.modules(ctx, rt, dev)
-	if errors.Is(err, errSwappedOut) {
-		return r.KernelModules(ctx, backend, dev)
-	}
-	return mods, err
+	return r.modules(ctx, rt, dev)
 }
 
 // deviceBackend returns the route of name when its backend, a plugin or
@@ -123,7 +119,8 @@ func (r *Registry) device(be backend.Backend) *deviceState {
 }
 
 // modules returns the modules of rt's backend for dev, fetched once,
-// checked against the lock file in force.
+// checked against the lock file in force; after a reload moved rt's name
+// to another backend during the fetch, the modules of the route in force.
 func (r *Registry) modules(ctx context.Context, rt *route, dev core.DeviceInfo) ([]core.KernelModule, error) {
 	s := r.device(rt.be)
 	for {
@@ -138,7 +135,8 @@ func (r *Registry) modules(ctx context.Context, rt *route, dev core.DeviceInfo) 
 				s.modules[dev] = f
 			}
 			s.mu.Unlock()
-			f.mods, f.keep, f.err = r.fetchModules(ctx, rt, dev)
+			var now *route
+			f.mods, f.keep, now, f.err = r.fetchModules(ctx, rt, dev)
 			if !f.keep {
 				s.mu.Lock()
 				if s.modules[dev] == f {
@@ -147,7 +145,10 @@ func (r *Registry) modules(ctx context.Context, rt *route, dev core.DeviceInfo) 
 				s.mu.Unlock()
 			}
 			close(f.done)
-			if f.err != nil {
+			switch {
+			case now != nil:
+				return r.modules(ctx, now, dev)
+			case f.err != nil:
 				return nil, f.err
 			}
 			return r.pinnedModules(rt, f.mods)
@@ -170,30 +171,30 @@ func (r *Registry) modules(ctx context.Context, rt *route, dev core.DeviceInfo) 
 
 // fetchModules asks rt's backend for its modules for dev and checks them;
 // keep says whether the outcome stands for the backend (modules, or its
-// own refusal) rather than for this call (no process, a failure, ctx).
-func (r *Registry) fetchModules(ctx context.Context, rt *route, dev core.DeviceInfo) (mods []core.KernelModule, keep bool, err error) {
-	fault, err := r.call(ctx, rt.be, backend.LongCall, "the kernel modules request", func(ctx context.Context, c backend.Conn) (err error) {
+// own refusal) rather than for this call (no process, a failure, ctx, a
+// move: now, the route in force, is then set).
+func (r *Registry) fetchModules(ctx context.Context, rt *route, dev core.DeviceInfo) (mods []core.KernelModule, keep bool, now *route, err error) {
+	s, err := r.call(ctx, rt.be, rt.name, backend.LongCall, "the kernel modules request", func(ctx context.Context, c backend.Conn) (err error) {
 		mods, err = c.KernelModules(ctx, dev)
 		return err
 	})
 	switch {
 	case err != nil:
-		return nil, false, err
-	case fault != nil && declined(fault):
+		return nil, false, nil, err
+	case s.verdict == refused:
 		// The backend has no device code for dev: an expected answer.
-		rt.be.Log().Info("no device code for this device", "device", dev.Name, "compute_capability", dev.ComputeCapability, "error", fault.Err)
-		return nil, true, noPlanAnswer(fault)
-	case fault != nil:
-		if r.swappedOut(fault, rt) {
-			return nil, false, fmt.Errorf("%w: %w", errSwappedOut, fault)
-		}
-		return nil, false, r.noPlan(rt, *fault)
+		rt.be.Log().Info("no device code for this device", "device", dev.Name, "compute_capability", dev.ComputeCapability, "error", s.o.Err)
+		return nil, true, nil, noPlanAnswer(s.o)
+	case s.verdict == moved:
+		return nil, false, s.now, nil
+	case s.verdict == failed:
+		return nil, false, nil, r.noPlan(rt, *s.o)
 	}
 	if err := CheckModules(mods, dev); err != nil {
-		return nil, true, r.noPlan(rt, ReasonBadModules.Unavailable(fmt.Errorf("%s: %w", rt.family, err)))
+		return nil, true, nil, r.noPlan(rt, ReasonBadModules.Unavailable(fmt.Errorf("%s: %w", rt.family, err)))
 	}
 	rt.be.Log().Info("kernel modules received", "device", dev.Name, "compute_capability", dev.ComputeCapability, "modules", len(mods))
-	return mods, true, nil
+	return mods, true, nil, nil
 }
 
 // CheckModules is the host's check of the kernel modules a plugin hands
@@ -302,9 +303,6 @@ func (r *Registry) planKernel(ctx context.Context, req *core.PlanRequest, rt *ro
 	// The modules first, kept after the first call: a plan is only as good
 	// as the modules the lock file in force lets the host load.
 	mods, err := r.modules(ctx, rt, req.Device)
-	if errors.Is(err, errSwappedOut) {
-		return r.PlanKernel(ctx, req)
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -316,23 +314,23 @@ func (r *Registry) planKernel(ctx context.Context, req *core.PlanRequest, rt *ro
 		return e.plan, e.err
 	}
 	var plan *core.Plan
-	fault, err := r.call(ctx, rt.be, backend.PlanCall, "the plan request", func(ctx context.Context, c backend.Conn) (err error) {
+	s, err := r.call(ctx, rt.be, rt.name, backend.PlanCall, "the plan request", func(ctx context.Context, c backend.Conn) (err error) {
 		plan, err = c.PlanKernel(ctx, req)
 		return err
 	})
 	switch {
 	case err != nil:
 		return nil, err
-	case fault != nil && r.swappedOut(fault, rt):
-		return r.PlanKernel(ctx, req)
-	case fault != nil && declined(fault):
+	case s.verdict == moved:
+		return r.planKernel(ctx, req, s.now)
+	case s.verdict == refused:
 		// The backend has no plan for this request: an expected answer.
-		rt.be.Log().Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", fault.Err)
-		err = noPlanAnswer(fault)
+		rt.be.Log().Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", s.o.Err)
+		err = noPlanAnswer(s.o)
 		plans.put(key, planOutcome{err: err})
 		return nil, err
-	case fault != nil:
-		return nil, r.noPlan(rt, *fault)
+	case s.verdict == failed:
+		return nil, r.noPlan(rt, *s.o)
 	}
 	h, _ := rt.be.Description().Handler(req.Backend)
 	if err := CheckPlan(plan, req, h, mods); err != nil {

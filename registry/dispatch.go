@@ -57,12 +57,12 @@ func (d *Dispatcher) bind() *binding {
 // plugin's name does.
 func (r *Registry) bound(t *routeTable, name string) *route {
 	rt := t.route(name)
-	if !rt.unknown {
+	if rt.kind != defaultRoute {
 		return rt
 	}
 	if why := r.unserved(t, name); why != nil {
 		own := *rt
-		own.unknown, own.down = false, why
+		own.kind, own.down = downRoute, why
 		return &own
 	}
 	r.noteUnknown(name)

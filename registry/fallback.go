@@ -110,12 +110,12 @@ func (r *Registry) fallback(ctx context.Context, req *core.Request, rt *route, w
 		return core.Answer{}, fmt.Errorf("%w: %s (strict: no fallback to triton)", core.ErrRefused, msg)
 	}
 	fb := r.fallbackRoute
-	m, fault, err := r.ask(ctx, fb, req)
+	m, s, err := r.ask(ctx, fb, req)
 	switch {
 	case err != nil:
 		return core.Answer{}, err
-	case fault != nil:
-		return core.Answer{}, fmt.Errorf("%w: %s; the triton rules failed too: %w", core.ErrUnavailable, msg, fault)
+	case s.verdict != answered:
+		return core.Answer{}, fmt.Errorf("%w: %s; the triton rules failed too: %w", core.ErrUnavailable, msg, s.o)
 	}
 	a := fb.answer(m)
 	a.Fallback = msg

@@ -68,23 +68,23 @@ func (r *Registry) RunKernel(ctx context.Context, req *core.KernelRequest) (*Ker
 	// Shaped like PlanKernel's call (device.go), but the outcomes part ways:
 	// a kernel the plugin cannot run is run here, a plan it has not is cached.
 	var res *core.KernelResult
-	fault, err := r.call(ctx, rt.be, backend.LongCall, "the kernel call", func(ctx context.Context, c backend.Conn) (err error) {
+	s, err := r.call(ctx, rt.be, req.Backend, backend.LongCall, "the kernel call", func(ctx context.Context, c backend.Conn) (err error) {
 		res, err = c.RunKernel(ctx, asked)
 		return err
 	})
 	switch {
 	case err != nil:
 		return nil, err
-	case fault == nil:
+	case s.verdict == answered:
 		return &KernelAnswer{KernelResult: *res, Plugin: rt.family}, nil
-	case r.swappedOut(fault, rt):
+	case s.verdict == moved:
 		return r.RunKernel(ctx, req)
-	case declined(fault) && errors.Is(fault, core.ErrInvalidRequest):
-		return nil, fault.Err
-	case fault.Kind == backend.Failed:
-		r.log.Warn("plugin failed during a kernel call; the host runs the kernel itself", "plugin", rt.family, "reason", string(fault.Reason), "error", fault.Err)
+	case s.verdict == refused && errors.Is(s.o, core.ErrInvalidRequest):
+		return nil, s.o.Err
+	case s.o.Kind == backend.Failed:
+		r.log.Warn("plugin failed during a kernel call; the host runs the kernel itself", "plugin", rt.family, "reason", string(s.o.Reason), "error", s.o.Err)
 	}
-	return r.runInProcess(ctx, req, rt.handler.Kernels, fault.Error())
+	return r.runInProcess(ctx, req, rt.handler.Kernels, s.o.Error())
 }
 
 // runInProcess runs the catalog's kernel for req.Method with the reference

@@ -436,11 +436,11 @@ func (r *Registry) sampleTest(ctx context.Context, old, next *pluginproc.Plugin,
 // sampleAnswers asks p for reqs in one batch, through call.
 func (r *Registry) sampleAnswers(ctx context.Context, p *pluginproc.Plugin, reqs []core.Request) ([]core.Result, error) {
 	out := make([]core.Result, len(reqs))
-	fault, err := r.call(ctx, p, backend.DispatchCall, "the self-test", func(ctx context.Context, c backend.Conn) error {
+	s, err := r.call(ctx, p, "", backend.DispatchCall, "the self-test", func(ctx context.Context, c backend.Conn) error {
 		return c.DispatchBatch(ctx, reqs, out)
 	})
-	if fault != nil {
-		return nil, fault
+	if err == nil && s.verdict != answered {
+		return nil, s.o
 	}
 	return out, err
 }

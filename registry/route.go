@@ -23,17 +23,29 @@ type route struct {
 	handler core.HandlerInfo
 	methods uint32 // bit m set: method m declared
 
-	// Whether a backend serves the name, read by serves and usable alone.
-	// down is set for a name a plugin should serve but none does (missing,
-	// refused by the lock file): be is the fallback, and its requests
-	// fall back for this reason.
+	// kind says whether a backend serves the name, read by serves and
+	// usable alone; down, for a route of kind downRoute, why its requests
+	// fall back.
+	kind routeKind
 	down *backend.Outcome
-	// unknown marks the default route, that of every name no backend
-	// serves: its backend, the triton rules, answers it, as in sglang,
-	// unless the name was served before or its binary is broken
-	// (unserved.go), or Config.Strict refuses it.
-	unknown bool
 }
+
+// routeKind says whether the backend of a route serves its name.
+type routeKind uint8
+
+const (
+	// servedRoute: the route's backend serves the name.
+	servedRoute routeKind = iota
+	// downRoute: a plugin should serve the name and none does (missing,
+	// refused by the lock file): the route's backend is the fallback, and
+	// its requests fall back for route.down.
+	downRoute
+	// defaultRoute: the route of every name no backend serves: its
+	// backend, the triton rules, answers it, as in sglang, unless the name
+	// was served before or its binary is broken (unserved.go), or
+	// Config.Strict refuses it.
+	defaultRoute
+)
 
 func newRoute(h core.HandlerInfo, be backend.Backend, cache bool) *route {
 	rt := &route{name: h.Name, be: be, family: be.Family(), health: be.Health(), handler: h}
@@ -81,7 +93,7 @@ func (rt *route) declares(m core.Method) bool { return m.Valid() && rt.methods&(
 
 // serves reports that a backend serves rt's name: rt is neither the
 // default route nor that of a name whose plugin is missing.
-func (rt *route) serves() bool { return rt.down == nil && !rt.unknown }
+func (rt *route) serves() bool { return rt.kind == servedRoute }
 
 // noteDeprecated warns, once per registry and name, that a request asked
 // the deprecated name of rt, unless Config.QuietDeprecated.

@@ -62,12 +62,12 @@ func (r *Registry) Routes() (routes []RouteInfo, generation uint64, changed <-ch
 func (r *Registry) routeInfo(name string, rt *route) RouteInfo {
 	var fell Reason
 	switch {
-	case rt.down != nil:
+	case rt.kind == downRoute:
 		fell = rt.down.Reason
 	case rt.be.Unsupported() != "":
 		fell = ReasonUnsupportedHardware
 	}
-	if fell != "" || rt.unknown {
+	if fell != "" || rt.kind == defaultRoute {
 		rt = r.fallbackRoute
 	}
 	_, sum := rt.be.Binary()

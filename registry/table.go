@@ -93,7 +93,7 @@ func (r *Registry) addMissing(routes map[string]*route, broken []PluginInfo) {
 // refused, or its fallback logged: see usable).
 func (r *Registry) defaultRoute() *route {
 	rt := *r.fallbackRoute
-	rt.unknown, rt.cache = true, nil
+	rt.kind, rt.cache = defaultRoute, nil
 	return &rt
 }
 
@@ -116,7 +116,7 @@ func (r *Registry) missingRoute(name string, why error, broken bool) *route {
 		f = ReasonPluginBroken.Unavailable(fmt.Errorf("no usable plugin in %s serves %q: %w", dirs, name, why))
 	}
 	rt := *r.fallbackRoute
-	rt.name, rt.down, rt.cache = name, &f, nil
+	rt.name, rt.kind, rt.down, rt.cache = name, downRoute, &f, nil
 	return &rt
 }
 

@@ -14,10 +14,10 @@ import (
 // Config.Strict), a backend that does not run on this host. A name never
 // seen is logged once.
 func (r *Registry) usable(rt *route, name string) *backend.Outcome {
-	switch {
-	case rt.down != nil:
+	switch rt.kind {
+	case downRoute:
 		return rt.down
-	case rt.unknown:
+	case defaultRoute:
 		if why := r.unserved(r.table.Load(), name); why != nil {
 			return why
 		}
