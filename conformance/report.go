@@ -26,6 +26,12 @@ const (
 	// why. It is neither a pass nor a failure: Report.Passed holds, and
 	// the summary names it.
 	NotChecked Status = "not-checked"
+	// NotRun means a check that runs device code on a GPU ran nothing
+	// here, though the code it would run passed its other checks: the
+	// device-run check without a GPU (Options.Launch nil), its Detail and
+	// Report.DeviceCode.NotRun saying why. It is neither a pass nor a
+	// failure: Report.Passed holds, and the summary names it.
+	NotRun Status = "not-run"
 )
 
 // The names of the checks, in the order Run runs them. RunBackend runs
@@ -75,6 +81,11 @@ const (
 	// checks, when device code is declared; NotChecked when none is
 	// declared or none can be built here.
 	CheckDeviceCode = "device-code"
+	// CheckDeviceRun: the plans the device-code check checked, run on a
+	// GPU (Options.Launch) against the float64 reference; NotRun when
+	// there is no GPU to run them on, NotChecked when no device code is
+	// declared or none can be built here.
+	CheckDeviceRun = "device-run"
 	// CheckStdout: nothing was written to stdout after the handshake.
 	CheckStdout = "stdout"
 	// CheckProcess: one process served the whole suite.
@@ -119,7 +130,7 @@ const maxProblems = 5
 type Check struct {
 	// Name is the check's name, one of CheckNames.
 	Name string `json:"name"`
-	// Status is pass, fail, skip or not-checked.
+	// Status is pass, fail, skip, not-checked or not-run.
 	Status Status `json:"status"`
 	// Detail says what was checked, or what went wrong.
 	Detail string `json:"detail"`
@@ -180,11 +191,46 @@ type Report struct {
 	Seed uint64 `json:"seed"`
 	// Checks are the checks, in the order they ran.
 	Checks []Check `json:"checks"`
-	// Passed is true when no check failed; a check not checked is no
-	// failure.
+	// DeviceCode is what the device-code and device-run checks asked of
+	// the plugin's device code, and what ran; nil when the plugin declares
+	// none.
+	DeviceCode *DeviceCodeReport `json:"device_code,omitempty"`
+	// Passed is true when no check failed; a check not checked, or not
+	// run, is no failure.
 	Passed bool `json:"passed"`
 	// Duration is how long the whole suite took.
 	Duration time.Duration `json:"duration_ns"`
+}
+
+// DeviceCodeReport is what the device-code and device-run checks asked of
+// a plugin's device code and ran (Report.DeviceCode): the device asked
+// for, the plans checked, the plans run on a GPU and where, or why none
+// ran. Its JSON field names are part of conform's --json.
+type DeviceCodeReport struct {
+	// Device is the device the modules and plans were asked for
+	// (Options.Device): this machine's GPU, or an example device.
+	Device string `json:"device"`
+	// ComputeCapability is its compute capability, major*10+minor.
+	ComputeCapability int `json:"compute_capability"`
+	// PlansChecked counts the plans the plugin answered for the generated
+	// batches, each checked as a host checks it.
+	PlansChecked int `json:"plans_checked"`
+	// NoPlan counts the generated batches the plugin answered with no plan
+	// (core.ErrNoPlan).
+	NoPlan int `json:"no_plan"`
+	// PlansRun counts the plans run on a GPU and compared with the float64
+	// reference, their outputs right or wrong.
+	PlansRun int `json:"plans_run"`
+	// PlansFailed counts those of PlansRun whose outputs were wrong or
+	// whose launch failed.
+	PlansFailed int `json:"plans_failed"`
+	// PlansWithoutReference counts the plans the GPU run had no reference
+	// for (ErrLaunchNotCovered), which it did not run.
+	PlansWithoutReference int `json:"plans_without_reference"`
+	// RanOn is the GPU the plans ran on; empty when none ran.
+	RanOn string `json:"ran_on,omitempty"`
+	// NotRun says why no plan ran on a GPU; empty when some did.
+	NotRun string `json:"not_run,omitempty"`
 }
 
 // Check returns the check called name, and whether the report has it.
@@ -227,10 +273,14 @@ func (r *Report) Summary() string {
 	}
 	failed := r.Failed()
 	if len(failed) == 0 {
+		var here string
 		if nc := r.withStatus(NotChecked); len(nc) > 0 {
-			return fmt.Sprintf("PASS: %s conforms (%d checks, %d requests; not checked here: %s)", name, len(r.Checks), r.Requests, checkNames(nc))
+			here += "; not checked here: " + checkNames(nc)
 		}
-		return fmt.Sprintf("PASS: %s conforms (%d checks, %d requests)", name, len(r.Checks), r.Requests)
+		if nr := r.withStatus(NotRun); len(nr) > 0 {
+			here += "; not run here: " + checkNames(nr)
+		}
+		return fmt.Sprintf("PASS: %s conforms (%d checks, %d requests%s)", name, len(r.Checks), r.Requests, here)
 	}
 	return fmt.Sprintf("FAIL: %s: %d of %d checks failed: %s", name, len(failed), len(r.Checks), checkNames(failed))
 }

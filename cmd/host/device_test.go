@@ -201,15 +201,62 @@ func TestConformChecksPlans(t *testing.T) {
 	tree := liarTree(t)
 	liar := filepath.Join(tree.PluginDir, "attnplug-backend-liar")
 	r := host(t, tree, "", "conform", "--max-requests", "50", "--arch", "sm_100", liar)
-	if r.code != 0 || !strings.Contains(r.stdout, "PASS  device-code       modules liar_mla (ptx for compute_100) for example sm_100 device pass the host's check") {
+	if r.code != 0 || !hasRow(r.stdout, "PASS", "device-code", "modules", "liar_mla", "(ptx", "for", "compute_100)", "for", "example", "sm_100", "device", "pass") {
 		t.Errorf("conform on the honest liar: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	// The plans checked for an example device do not run: NOT RUN, saying
+	// why, no failure; the JSON counts the plans checked and none run.
+	if !hasRow(r.stdout, "NOT", "RUN", "device-run", "not", "run:", "--arch", "asks", "for", "an", "example", "device;") ||
+		!strings.Contains(r.stdout, "; not run here: device-run)") {
+		t.Errorf("conform --arch sm_100 does not say the plans did not run, and why:\n%s", r.stdout)
+	}
+	var ran struct {
+		Passed bool `json:"passed"`
+		Checks []struct{ Name, Status, Detail string }
+		// The field names of conform --json's device_code.
+		DeviceCode struct {
+			Device       string `json:"device"`
+			PlansChecked int    `json:"plans_checked"`
+			PlansRun     *int   `json:"plans_run"`
+			NoPlan       *int   `json:"no_plan"`
+			WithoutRef   *int   `json:"plans_without_reference"`
+			Failed       *int   `json:"plans_failed"`
+			RanOn        string `json:"ran_on"`
+			NotRun       string `json:"not_run"`
+		} `json:"device_code"`
+	}
+	conformJSON := func(args ...string) {
+		t.Helper()
+		r := host(t, tree, "", append([]string{"conform", "--max-requests", "50", "--json"}, append(args, liar)...)...)
+		ran.DeviceCode.PlansRun = nil
+		if err := json.Unmarshal([]byte(r.stdout), &ran); err != nil || r.code != 0 || !ran.Passed {
+			t.Fatalf("conform --json %v: exit %d, %v\n%s", args, r.code, err, r.stderr)
+		}
+	}
+	conformJSON("--arch", "sm_100")
+	d := ran.DeviceCode
+	if d.Device != "example sm_100 device" || d.PlansChecked == 0 || d.PlansRun == nil || *d.PlansRun != 0 || d.NoPlan == nil ||
+		d.WithoutRef == nil || d.Failed == nil || d.RanOn != "" || !strings.HasPrefix(d.NotRun, "--arch asks for an example device") {
+		t.Errorf("conform --json --arch sm_100: device_code %+v, want plans checked, none run, and why", d)
+	}
+	for _, c := range ran.Checks {
+		if c.Name == "device-run" && (c.Status != "not-run" || !strings.HasPrefix(c.Detail, "not run: --arch asks")) {
+			t.Errorf("conform --json: device-run %s: %s, want not-run, saying why", c.Status, c.Detail)
+		}
+	}
+	if !gpuHere(t) {
+		conformJSON()
+		if d := ran.DeviceCode; d.PlansChecked == 0 || d.PlansRun == nil || *d.PlansRun != 0 || d.NotRun != "no GPU here" {
+			t.Errorf("conform --json without a GPU: device_code %+v, want plans checked, none run: no GPU here", d)
+		}
 	}
 	// No device code for the device: not checked, saying why, in text
 	// and JSON, and no failure.
 	t.Setenv("ATTNPLUG_LIE", "no_modules")
 	r = host(t, tree, "", "conform", "--max-requests", "50", liar)
 	if r.code != 0 || !strings.Contains(r.stdout, "\nNOT CHECKED  device-code       not checked: no device code for ") ||
-		!strings.Contains(r.stdout, "; not checked here: device-code)") || strings.Contains(r.stdout, "PASS         device-code") {
+		!strings.Contains(r.stdout, "; not checked here: device-code, device-run)") || strings.Contains(r.stdout, "PASS         device-code") ||
+		!strings.Contains(r.stdout, "\nNOT CHECKED  device-run        not checked: no device code for ") {
 		t.Errorf("conform without device code for the device: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	r = host(t, tree, "", "conform", "--max-requests", "50", "--json", liar)
@@ -221,14 +268,14 @@ func TestConformChecksPlans(t *testing.T) {
 		t.Fatalf("conform --json: exit %d, %v\n%s", r.code, err, r.stderr)
 	}
 	for _, c := range rep.Checks {
-		if c.Name == "device-code" && (c.Status != "not-checked" || !strings.HasPrefix(c.Detail, "not checked: ")) {
-			t.Errorf("conform --json: device-code %s: %s, want not-checked, saying why", c.Status, c.Detail)
+		if (c.Name == "device-code" || c.Name == "device-run") && (c.Status != "not-checked" || !strings.HasPrefix(c.Detail, "not checked: ")) {
+			t.Errorf("conform --json: %s %s: %s, want not-checked, saying why", c.Name, c.Status, c.Detail)
 		}
 	}
 	t.Setenv("ATTNPLUG_LIE", "unknown_entry")
 	r = host(t, tree, "", "conform", "--max-requests", "50", liar)
 	if r.code != 1 || !strings.Contains(r.stdout, `FAIL  device-code`) || !strings.Contains(r.stdout, `has no entry "liar_mla_split_v2"`) ||
-		!strings.Contains(r.stderr, "1 of 18 checks failed: device-code") {
+		!strings.Contains(r.stderr, "1 of 19 checks failed: device-code") {
 		t.Errorf("conform on a lying plugin: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }

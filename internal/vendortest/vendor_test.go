@@ -188,7 +188,7 @@ func TestConformCommandFails(t *testing.T) {
 		t.Fatalf("conform on a faulty plugin: exit %d, want 1\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	if !regexp.MustCompile(`FAIL +catalog `).MatchString(r.stdout) || !strings.Contains(r.stdout, "answered MHA_NPU, which it does not declare") ||
-		!strings.Contains(r.stderr, "1 of 18 checks failed: catalog") {
+		!strings.Contains(r.stderr, "1 of 19 checks failed: catalog") {
 		t.Errorf("report:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	}
 	r = host(t, "", []string{"ATTNPLUG_FAULT=undeclared"}, "conform", "--json", "--max-requests", "50", faultBin)
