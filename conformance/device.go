@@ -172,6 +172,9 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		c.problem("KernelModules for %s (compute %d): %v", dev.Name, dev.ComputeCapability, err)
 		return
 	}
+	for _, m := range mods {
+		rep.Modules = append(rep.Modules, deviceModule(m))
+	}
 	if err := registry.CheckModules(mods, dev); err != nil {
 		c.problem("the host refuses the modules: %v", err)
 		c.Detail = "a host refuses these modules"
@@ -196,11 +199,11 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		c.Detail = "a host refuses these plans"
 		return
 	}
-	archs := make([]string, len(mods))
-	for i, m := range mods {
-		archs[i] = m.Name + " (" + string(m.Format) + " for " + m.Arch + ")"
+	names := make([]string, len(rep.Modules))
+	for i, m := range rep.Modules {
+		names[i] = m.String()
 	}
-	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(archs, ", "), dev.Name, t.plans, t.none)
+	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(names, ", "), dev.Name, t.plans, t.none)
 }
 
 // planTally counts what the device-code check asked.

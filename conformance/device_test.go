@@ -86,6 +86,9 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 	r := run(t, opts)
 	c, ok := r.Check(conformance.CheckDeviceRun)
 	dc, _ := r.Check(conformance.CheckDeviceCode)
+	if !strings.HasPrefix(dc.Detail, "modules liar_mla (ptx for compute_90, PTX ISA 8.0, driver 525.60.13 or newer) for example sm_90 device pass the host's check") {
+		t.Errorf("device-code does not say what the module needs of a driver: %s", dc.Detail)
+	}
 	if !ok || !r.Passed || dc.Status != conformance.Pass || c.Status != conformance.NotRun ||
 		c.Detail != "not run: no GPU here: 24 plans checked, none run against the float64 reference" {
 		t.Fatalf("without a GPU: want device-code passed and device-run not run, saying why:\n%s", text(r))
@@ -107,8 +110,19 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 			Status string `json:"status"`
 		} `json:"checks"`
 		DeviceCode *struct {
-			Device                string `json:"device"`
-			ComputeCapability     int    `json:"compute_capability"`
+			Device            string `json:"device"`
+			ComputeCapability int    `json:"compute_capability"`
+			Modules           []struct {
+				Name   string `json:"name"`
+				Arch   string `json:"arch"`
+				Format string `json:"format"`
+				Floor  struct {
+					PTXISA    string `json:"ptx_isa"`
+					ImageArch string `json:"image_arch"`
+					MinCUDA   string `json:"min_cuda"`
+					MinDriver string `json:"min_driver"`
+				} `json:"floor"`
+			} `json:"modules"`
 			PlansChecked          int    `json:"plans_checked"`
 			NoPlan                *int   `json:"no_plan"`
 			PlansRun              *int   `json:"plans_run"`
@@ -124,7 +138,9 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 	d := back.DeviceCode
 	if !back.Passed || d == nil || d.Device != "example sm_90 device" || d.ComputeCapability != 90 || d.PlansChecked != 24 ||
 		d.NoPlan == nil || *d.NoPlan != 0 || d.PlansRun == nil || *d.PlansRun != 0 || d.PlansFailed == nil || d.PlansWithoutReference == nil ||
-		d.RanOn != "" || d.NotRun != "no GPU here" {
+		d.RanOn != "" || d.NotRun != "no GPU here" || len(d.Modules) != 1 || d.Modules[0].Name != "liar_mla" || d.Modules[0].Arch != "compute_90" ||
+		d.Modules[0].Format != "ptx" || d.Modules[0].Floor.PTXISA != "8.0" || d.Modules[0].Floor.ImageArch != "sm_90" ||
+		d.Modules[0].Floor.MinCUDA != "12.0" || d.Modules[0].Floor.MinDriver != "525.60.13" {
 		t.Errorf("JSON device_code: %s", data)
 	}
 	for _, c := range back.Checks {

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/launch"
 )
 
 // Status is the outcome of one check.
@@ -212,6 +215,9 @@ type DeviceCodeReport struct {
 	Device string `json:"device"`
 	// ComputeCapability is its compute capability, major*10+minor.
 	ComputeCapability int `json:"compute_capability"`
+	// Modules are the kernel modules the plugin handed for the device,
+	// each with what its image needs of a driver.
+	Modules []DeviceModule `json:"modules,omitempty"`
 	// PlansChecked counts the plans the plugin answered for the generated
 	// batches, each checked as a host checks it.
 	PlansChecked int `json:"plans_checked"`
@@ -231,6 +237,51 @@ type DeviceCodeReport struct {
 	RanOn string `json:"ran_on,omitempty"`
 	// NotRun says why no plan ran on a GPU; empty when some did.
 	NotRun string `json:"not_run,omitempty"`
+}
+
+// DeviceModule is one kernel module of Report.DeviceCode: its name,
+// architecture and format, and what its image needs of the host's driver
+// (launch.DriverFloor: its PTX ISA or cubin architecture, the oldest CUDA
+// release and driver that load it).
+type DeviceModule struct {
+	Name   string `json:"name"`
+	Arch   string `json:"arch"`
+	Format string `json:"format"`
+	// Floor is what the image needs of a driver; nil when nothing of it
+	// could be read.
+	Floor *launch.Floor `json:"floor,omitempty"`
+	// FloorError says what of the floor is not known, and why.
+	FloorError string `json:"floor_error,omitempty"`
+}
+
+// deviceModule is m as Report.DeviceCode lists it.
+func deviceModule(m core.KernelModule) DeviceModule {
+	dm := DeviceModule{Name: m.Name, Arch: m.Arch, Format: string(m.Format)}
+	f, err := launch.DriverFloor(m)
+	if err != nil {
+		dm.FloorError = err.Error()
+	}
+	if f.PTXISA != "" || f.ImageArch != "" {
+		dm.Floor = &f
+	}
+	return dm
+}
+
+// String names the module and says what it needs: "mla_decode (ptx for
+// compute_90, PTX ISA 9.0, driver 580.65.06 or newer)", "mla_decode
+// (cubin for sm_90, built by CUDA 13.0, driver 580.65.06 or newer)".
+func (m DeviceModule) String() string {
+	s := m.Name + " (" + m.Format + " for " + m.Arch
+	switch {
+	case m.Floor != nil && m.Floor.PTXISA != "":
+		s += ", PTX ISA " + m.Floor.PTXISA
+	case m.Floor != nil && m.Floor.Toolkit != "":
+		s += ", built by CUDA " + m.Floor.Toolkit
+	}
+	if m.Floor != nil && m.Floor.Driver != "" {
+		return s + ", driver " + m.Floor.Driver + " or newer)"
+	}
+	return s + ", driver not known)"
 }
 
 // Check returns the check called name, and whether the report has it.

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/launch"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -110,6 +111,35 @@ type moduleListing struct {
 	SHA256  string   `json:"sha256"`
 	Entries []string `json:"entries"`
 	Kernels []string `json:"kernels,omitempty"`
+	// Floor is what the image needs of the host's driver
+	// (launch.DriverFloor): its PTX ISA or cubin architecture, and the
+	// oldest CUDA release and driver that load it; nil when not known.
+	Floor *launch.Floor `json:"floor,omitempty"`
+	// FloorError says what of the floor is not known, and why.
+	FloorError string `json:"floor_error,omitempty"`
+}
+
+// isa is the ISA column of plugins --kernels: a PTX image's ISA version,
+// a cubin's architecture as its image says.
+func (m moduleListing) isa() string {
+	switch {
+	case m.Floor == nil:
+		return "-"
+	case m.Floor.PTXISA != "":
+		return m.Floor.PTXISA
+	case m.Floor.ImageArch != "":
+		return m.Floor.ImageArch
+	}
+	return "-"
+}
+
+// driver is the DRIVER column of plugins --kernels: the oldest driver
+// that loads the image, and its CUDA release.
+func (m moduleListing) driver() string {
+	if m.Floor == nil || m.Floor.Driver == "" {
+		return "not known"
+	}
+	return m.Floor.Driver + " (CUDA " + m.Floor.CUDA + ")"
 }
 
 // DeviceFunc returns the device to ask the plugins' device code for, and
@@ -223,7 +253,7 @@ func deviceCodeTable(w io.Writer, list []registry.PluginInfo, codes map[string]*
 		shared = nil
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PLUGIN\tNAME\tMODULE\tARCH\tFORMAT\tBYTES\tSHA256\tENTRIES")
+	fmt.Fprintln(tw, "PLUGIN\tNAME\tMODULE\tARCH\tFORMAT\tISA\tDRIVER\tBYTES\tSHA256\tENTRIES")
 	for _, p := range list {
 		if pn := notes[p.Name]; pn != nil {
 			note := noteOf(pn.what, pn.why)
@@ -241,7 +271,8 @@ func deviceCodeTable(w io.Writer, list []registry.PluginInfo, codes map[string]*
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, n, c.Note)
 			default:
 				for _, m := range c.Modules {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Name, n, m.Name, m.Arch, m.Format, m.Bytes, m.SHA256[:min(12, len(m.SHA256))], strings.Join(m.Entries, ","))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Name, n, m.Name, m.Arch, m.Format, m.isa(), m.driver(),
+						m.Bytes, m.SHA256[:min(12, len(m.SHA256))], strings.Join(m.Entries, ","))
 				}
 			}
 		}
@@ -274,16 +305,29 @@ func nameDeviceCode(ctx context.Context, reg *registry.Registry, name string, de
 		if !runs {
 			continue
 		}
-		ml := moduleListing{Name: m.Name, Arch: m.Arch, Format: string(m.Format), Bytes: len(m.Image), SHA256: m.SHA256, Kernels: m.Kernels}
-		for _, e := range m.Entries {
-			ml.Entries = append(ml.Entries, e.Name)
-		}
-		out.Modules = append(out.Modules, ml)
+		out.Modules = append(out.Modules, listModule(m))
 	}
 	if len(out.Modules) == 0 {
 		out.Note = "device code: no module runs its kernels"
 	}
 	return out
+}
+
+// listModule is module m as plugins --kernels lists it: its image's
+// format, size, hash and entries, and what it needs of a driver.
+func listModule(m core.KernelModule) moduleListing {
+	ml := moduleListing{Name: m.Name, Arch: m.Arch, Format: string(m.Format), Bytes: len(m.Image), SHA256: m.SHA256, Kernels: m.Kernels}
+	f, err := launch.DriverFloor(m)
+	if err != nil {
+		ml.FloorError = err.Error()
+	}
+	if f.PTXISA != "" || f.ImageArch != "" {
+		ml.Floor = &f
+	}
+	for _, e := range m.Entries {
+		ml.Entries = append(ml.Entries, e.Name)
+	}
+	return ml
 }
 
 // kernelsTable writes the kernel catalogs of the plugins' names, one line
