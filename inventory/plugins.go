@@ -178,10 +178,10 @@ func WriteKernels(ctx context.Context, w io.Writer, reg *registry.Registry, list
 			Kernels    []kernelJSON       `json:"kernels"`
 			DeviceCode *deviceCodeListing `json:"device_code,omitempty"`
 		}
-		catalog := func(ks []core.Kernel) []kernelJSON {
+		catalog := func(plugin string, ks []core.Kernel) []kernelJSON {
 			out := make([]kernelJSON, len(ks))
 			for i, k := range ks {
-				out[i] = kernelToJSON(k)
+				out[i] = kernelToJSON(plugin, k)
 			}
 			return out
 		}
@@ -189,10 +189,10 @@ func WriteKernels(ctx context.Context, w io.Writer, reg *registry.Registry, list
 		for _, p := range list {
 			for _, n := range p.Names {
 				h, _, _ := reg.Handler(n)
-				rows = append(rows, row{p.Name, n, catalog(h.Catalog()), codes[n]})
+				rows = append(rows, row{p.Name, n, catalog(p.Name, h.Catalog()), codes[n]})
 			}
 		}
-		rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernels: catalog(core.TritonKernels())})
+		rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernels: catalog(core.PluginCore, core.TritonKernels())})
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
@@ -348,7 +348,7 @@ func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInf
 	}
 	rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernel: core.TritonKernels()})
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-8s %s\n", "PLUGIN", "NAME", "METHOD", "KERNEL", "LIBRARY", "DTYPES", "HEAD_DIMS", "GRAPH", "HARDWARE")
+	fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-10s %-8s %s\n", "PLUGIN", "NAME", "METHOD", "KERNEL", "LIBRARY", "DTYPES", "HEAD_DIMS", "PAGES", "GRAPH", "HARDWARE")
 	for _, r := range rows {
 		if len(r.Kernel) == 0 {
 			fmt.Fprintf(&sb, "%-10s %-15s (no kernel catalog: decides methods, runs no kernels)\n", r.Plugin, r.Name)
@@ -366,8 +366,12 @@ func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInf
 			if k.Sparse {
 				name += " (sparse)"
 			}
-			fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-8s %s\n", r.Plugin, r.Name, k.Method, name, k.Library,
-				strings.Join(k.DTypes, ","), strings.Join(dims, "/"), graph, hardwareString(k.Hardware))
+			hw := hardwareString(k.Hardware)
+			if inHost(r.Plugin, k) && len(k.Hardware) == 0 {
+				hw = "host"
+			}
+			fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-10s %-8s %s\n", r.Plugin, r.Name, k.Method, name, k.Library,
+				strings.Join(k.DTypes, ","), strings.Join(dims, "/"), pagesString(k.PageSizes), graph, hw)
 		}
 	}
 	_, err := io.WriteString(w, sb.String())
@@ -381,10 +385,34 @@ type kernelJSON struct {
 	Method    string         `json:"method"`
 	DTypes    []string       `json:"dtypes"`
 	HeadDims  []int          `json:"head_dims"`
-	PageSizes []int          `json:"page_sizes"`
+	PageSizes []int          `json:"page_sizes"` // empty: any
 	CUDAGraph bool           `json:"cuda_graph"`
 	Sparse    bool           `json:"sparse"`
 	Hardware  []hardwareJSON `json:"hardware"` // empty: any
+	// InHost reports a kernel the host runs in its own process, on its
+	// own hardware: the triton rules' kernels and the host's reference
+	// kernels (core.LibHostReference).
+	InHost bool `json:"in_host,omitempty"`
+}
+
+// inHost reports whether kernel k of plugin's catalog runs in the host's
+// process: the triton rules' (plugin core) and the host's reference
+// kernels, which complete a catalog.
+func inHost(plugin string, k core.Kernel) bool {
+	return plugin == core.PluginCore || k.Library == core.LibHostReference
+}
+
+// pagesString is the PAGES column of plugins --kernels: the page sizes a
+// kernel takes, "any" when it takes any.
+func pagesString(sizes []int) string {
+	if len(sizes) == 0 {
+		return "any"
+	}
+	s := make([]string, len(sizes))
+	for i, n := range sizes {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // hardwareJSON is one core.Hardware entry, platforms by name.
@@ -396,9 +424,9 @@ type hardwareJSON struct {
 	NeedsAMX      bool     `json:"needs_amx,omitempty"`
 }
 
-func kernelToJSON(k core.Kernel) kernelJSON {
+func kernelToJSON(plugin string, k core.Kernel) kernelJSON {
 	out := kernelJSON{Name: k.Name, Library: k.Library, Method: k.Method.String(), DTypes: k.DTypes, HeadDims: k.HeadDims,
-		PageSizes: k.PageSizes, CUDAGraph: k.CUDAGraph, Sparse: k.Sparse, Hardware: []hardwareJSON{}}
+		PageSizes: k.PageSizes, CUDAGraph: k.CUDAGraph, Sparse: k.Sparse, Hardware: []hardwareJSON{}, InHost: inHost(plugin, k)}
 	for _, h := range k.Hardware {
 		hj := hardwareJSON{Platforms: []string{}, MinCapability: h.MinCapability, MaxCapability: h.MaxCapability, Archs: h.Archs, NeedsAMX: h.NeedsAMX}
 		for _, p := range h.Platforms {

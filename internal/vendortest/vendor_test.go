@@ -72,7 +72,7 @@ func TestVendorBackendServed(t *testing.T) {
 	// MHA_CHUNKED_KV, and says so.
 	r = host(t, "", nil, "plugins", "--kernels", "--plugin-dir", dir)
 	if r.code != 0 || !regexp.MustCompile(`acme_mla +acme_mla +MLA +acme_mla_decode +acme `).MatchString(r.stdout) ||
-		!regexp.MustCompile(`acme_mla +acme_mla +MHA_CHUNKED_KV +reference +reference \(host\)`).MatchString(r.stdout) {
+		!regexp.MustCompile(`(?m)^acme_mla +acme_mla +MHA_CHUNKED_KV +reference +reference \(host\) .* any +no +host$`).MatchString(r.stdout) {
 		t.Errorf("plugins --kernels: exit %d\n%s", r.code, r.stdout)
 	}
 
