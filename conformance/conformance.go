@@ -64,8 +64,13 @@ type Options struct {
 	// outputs with a float64 reference within the catalog's tolerance
 	// (devicecheck.Env.RunPlan). It returns ErrLaunchNotCovered for a
 	// request it has no reference for; any other error fails the check,
-	// naming the batch. Nil: plans are checked, not run.
+	// naming the batch. Nil: plans are checked, not run, and the
+	// device-run check is NotRun.
 	Launch LaunchFunc
+	// NoLaunch says why Launch is nil, for the report: the device-run
+	// check's detail and Report.DeviceCode.NotRun ("no GPU here", say).
+	// Default: "no GPU to run them on (Options.Launch is not set)".
+	NoLaunch string
 }
 
 // LaunchFunc runs the plans of a plan request on a GPU (Options.Launch):
@@ -189,10 +194,11 @@ type suite struct {
 	planner core.KernelPlanner
 
 	desc      *core.Description
-	dead      error    // set once the backend cannot answer any more
-	timeout   int      // calls in a row that passed their deadline
-	cov       coverage // what the coverage check asked and was answered
-	mutations []string // calls whose request the rules changed
+	runs      []planRun // the plans the device-code check passed, for the device-run check
+	dead      error     // set once the backend cannot answer any more
+	timeout   int       // calls in a row that passed their deadline
+	cov       coverage  // what the coverage check asked and was answered
+	mutations []string  // calls whose request the rules changed
 }
 
 // coverage is what the coverage check asked and was answered, which the
@@ -244,6 +250,7 @@ func (s *suite) backendChecks() []check {
 		{name: CheckLatency, run: s.latencyCheck},
 		{name: CheckKernels, run: s.kernels},
 		{name: CheckDeviceCode, run: s.deviceCode},
+		{name: CheckDeviceRun, run: s.deviceRun},
 	}
 }
 

@@ -142,12 +142,16 @@ func planBatches(name string, m core.Method, k core.Kernel, dev core.DeviceInfo)
 // malformed one, gets no plan rather than a plan or a crash. A plugin
 // that declares no device code, or answers that it has none for the
 // device (an architecture it does not cover, no NVRTC to build it), is
-// NotChecked, with the plugin's reason.
+// NotChecked, with the plugin's reason. The plans that pass are kept for
+// the device-run check (deviceRun), which runs them.
 func (s *suite) deviceCode(ctx context.Context, c *Check) {
 	if s.desc == nil || !s.desc.DeviceCode {
 		c.Status, c.Detail = NotChecked, "not checked: the plugin declares no device code"
 		return
 	}
+	dev := *s.opts.Device
+	rep := &DeviceCodeReport{Device: dev.Name, ComputeCapability: dev.ComputeCapability}
+	s.report.DeviceCode = rep
 	if s.dead != nil {
 		c.Status, c.Detail = Skip, "not run: "+s.dead.Error()
 		return
@@ -157,7 +161,6 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		c.problem("the backend declares device code but is not a core.KernelPlanner")
 		return
 	}
-	dev := *s.opts.Device
 	mctx, cancel := context.WithTimeout(ctx, ModulesTimeout)
 	mods, err := kp.KernelModules(mctx, dev)
 	cancel()
@@ -171,45 +174,57 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		c.problem("KernelModules for %s (compute %d): %v", dev.Name, dev.ComputeCapability, err)
 		return
 	}
+	for _, m := range mods {
+		rep.Modules = append(rep.Modules, deviceModule(m))
+	}
 	if err := registry.CheckModules(mods, dev); err != nil {
 		c.problem("the host refuses the modules: %v", err)
 		c.Detail = "a host refuses these modules"
 		return
 	}
 	var t planTally
+	stopped := false
 	for _, h := range s.cov.names {
 		if h.Deprecated != "" {
 			continue
 		}
 		if !s.handlerPlans(ctx, c, kp, h, mods, &t) {
-			return
+			stopped = true
+			break
 		}
+	}
+	rep.PlansChecked, rep.NoPlan = t.plans, t.none
+	if stopped {
+		return
 	}
 	if c.Status == Fail {
 		c.Detail = "a host refuses these plans"
 		return
 	}
-	archs := make([]string, len(mods))
-	for i, m := range mods {
-		archs[i] = m.Name + " (" + string(m.Format) + " for " + m.Arch + ")"
+	names := make([]string, len(rep.Modules))
+	for i, m := range rep.Modules {
+		names[i] = m.String()
 	}
-	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(archs, ", "), dev.Name, t.plans, t.none)
-	if s.opts.Launch != nil {
-		c.Detail += fmt.Sprintf("; %d plans ran on %s within the tolerance against the float64 reference (outputs poisoned first), %d had no reference here", t.launched.ran, dev.Name, t.launched.uncovered)
-	} else {
-		c.Detail += "; no plan ran (no GPU here)"
-	}
+	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(names, ", "), dev.Name, t.plans, t.none)
 }
 
-// planTally counts what the device-code check asked and ran.
+// planTally counts what the device-code check asked.
 type planTally struct {
 	plans, none int // plans that came, batches that got none
-	launched    launchCount
+}
+
+// planRun is a plan request whose plan passed the device-code check: the
+// device-run check runs it.
+type planRun struct {
+	h    core.HandlerInfo
+	mods []core.KernelModule
+	req  core.PlanRequest
 }
 
 // handlerPlans asks the plans of every batch of h's catalog methods with a
-// device layout and checks each as a host does, then the plan requests h
-// must refuse; it reports false when the plugin stopped.
+// device layout and checks each as a host does, keeping those that pass
+// for the device-run check, then the plan requests h must refuse; it
+// reports false when the plugin stopped.
 func (s *suite) handlerPlans(ctx context.Context, c *Check, kp core.KernelPlanner, h core.HandlerInfo, mods []core.KernelModule, t *planTally) bool {
 	type layoutIssue struct {
 		first string
@@ -254,9 +269,7 @@ func (s *suite) handlerPlans(ctx context.Context, c *Check, kp core.KernelPlanne
 					c.problem("%s: %s plan for %s: %s", h.Name, m, batchString(&req), why)
 					continue
 				}
-				if s.opts.Launch != nil {
-					s.launchPlan(ctx, c, kp, h, mods, &req, &t.launched)
-				}
+				s.runs = append(s.runs, planRun{h: h, mods: mods, req: req})
 			}
 		}
 	}
@@ -274,21 +287,86 @@ func (s *suite) handlerPlans(ctx context.Context, c *Check, kp core.KernelPlanne
 	return true
 }
 
-// launchCount counts the plans the device-code check ran.
-type launchCount struct{ ran, uncovered int }
+// deviceRun runs the plans that passed the device-code check on a GPU
+// (Options.Launch), each against the float64 reference with its outputs
+// poisoned first, and fails naming a batch whose outputs are wrong or
+// whose launch fails. Without a GPU (Launch nil) it is NotRun, saying why
+// (Options.NoLaunch); where the device-code check was not checked, it is
+// not checked either; where no plan passed that check, it is skipped.
+// Report.DeviceCode counts what ran.
+func (s *suite) deviceRun(ctx context.Context, c *Check) {
+	rep := s.report.DeviceCode
+	dc, _ := s.report.Check(CheckDeviceCode)
+	switch {
+	case rep == nil || dc.Status == NotChecked:
+		c.Status, c.Detail = NotChecked, dc.Detail
+		if c.Detail == "" {
+			c.Detail = "not checked: the plugin declares no device code"
+		}
+		return
+	case s.dead != nil:
+		rep.NotRun = s.dead.Error()
+		c.Status, c.Detail = Skip, "not run: "+rep.NotRun
+		return
+	case len(s.runs) == 0:
+		why := "no plan passed the host's checks (device-code)"
+		if dc.Status != Fail && rep.PlansChecked == 0 {
+			why = "no plan to run: every batch got no plan"
+		}
+		if dc.Status == Skip {
+			why = dc.Detail
+		}
+		rep.NotRun = why
+		c.Status, c.Detail = Skip, "not run: "+why
+		return
+	case s.opts.Launch == nil:
+		rep.NotRun = s.opts.NoLaunch
+		if rep.NotRun == "" {
+			rep.NotRun = "no GPU to run them on (Options.Launch is not set)"
+		}
+		c.Status = NotRun
+		c.Detail = fmt.Sprintf("not run: %s: %d plans checked, none run against the float64 reference", rep.NotRun, len(s.runs))
+		return
+	}
+	dev := s.opts.Device.Name
+	for _, r := range s.runs {
+		if s.dead != nil {
+			c.problem("the plugin stopped: %v", s.dead)
+			break
+		}
+		s.launchPlan(ctx, c, checkedPlanner{s, s.planner, r.h, r.mods}, &r.req, rep)
+	}
+	switch {
+	case rep.PlansRun > 0:
+		rep.RanOn = dev
+	case rep.PlansWithoutReference > 0:
+		rep.NotRun = fmt.Sprintf("no reference on %s for any of the %d plans", dev, rep.PlansWithoutReference)
+	}
+	detail := fmt.Sprintf("%d plans ran on %s against the float64 reference (outputs poisoned first), %d had no reference here", rep.PlansRun, dev, rep.PlansWithoutReference)
+	switch {
+	case c.Status == Fail:
+		c.Detail = fmt.Sprintf("%d of %d plans run on %s differ from the float64 reference or failed", rep.PlansFailed, rep.PlansRun, dev)
+	case rep.PlansRun == 0:
+		c.Status, c.Detail = NotRun, fmt.Sprintf("not run: %s (%s)", rep.NotRun, detail)
+	default:
+		c.Detail = strings.Replace(detail, "reference (", "reference within the tolerance (", 1)
+	}
+}
 
 // launchPlan runs the plans of req on the GPU (Options.Launch), through
-// kp as a host sees it (checkedPlanner), and records a problem naming the
-// batch when the outputs are wrong or the launch fails.
-func (s *suite) launchPlan(ctx context.Context, c *Check, kp core.KernelPlanner, h core.HandlerInfo, mods []core.KernelModule, req *core.PlanRequest, n *launchCount) {
-	err := s.opts.Launch(ctx, checkedPlanner{s, kp, h, mods}, req)
+// kp, the plugin as a host sees it, counts it in rep, and records a
+// problem naming the batch when the outputs are wrong or the launch fails.
+func (s *suite) launchPlan(ctx context.Context, c *Check, kp checkedPlanner, req *core.PlanRequest, rep *DeviceCodeReport) {
+	err := s.opts.Launch(ctx, kp, req)
 	switch {
 	case err == nil:
-		n.ran++
+		rep.PlansRun++
 	case errors.Is(err, ErrLaunchNotCovered):
-		n.uncovered++
+		rep.PlansWithoutReference++
 	default:
-		c.problem("%s: %s plan for %s, run on the GPU: %v", h.Name, req.Method, batchString(req), err)
+		rep.PlansRun++
+		rep.PlansFailed++
+		c.problem("%s: %s plan for %s, run on the GPU: %v", kp.h.Name, req.Method, batchString(req), err)
 	}
 }
 

@@ -89,6 +89,13 @@
 //     metadata), and impossible or malformed plan requests get no plan;
 //     not checked, with the plugin's reason, when it has no device code for
 //     the example device;
+//   - device-run: the plans that passed device-code, run on a GPU
+//     (Options.Launch: attnplug conform on a machine with one) on generated
+//     tensors, outputs poisoned first, against the float64 reference; a
+//     batch whose outputs are wrong fails, named. Without a GPU it is
+//     NotRun, saying why (Options.NoLaunch), which is no failure; it is
+//     not checked where device-code is not. Report.DeviceCode counts the
+//     plans checked and run, and names the GPU or why none ran;
 //   - stdout: nothing was written to stdout after the handshake;
 //   - process: one process, never restarted, served the whole suite.
 //
@@ -96,6 +103,7 @@
 // fails its check quickly; once a plugin has stopped answering or exited,
 // the checks that need it are skipped and the report says why.
 //
-// The Report lists each check with pass, fail or skip and a detail; it
-// prints as text (WriteText) or JSON (its fields carry JSON tags).
+// The Report lists each check with pass, fail, skip, not checked or not
+// run and a detail; it prints as text (WriteText) or JSON (its fields
+// carry JSON tags).
 package conformance

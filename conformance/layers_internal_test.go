@@ -12,13 +12,14 @@ func TestLayersListEveryCheckOnce(t *testing.T) {
 		CheckRunByHand, CheckHandshake, CheckProtocolVersion, CheckDescription,
 		CheckKernelCatalog, CheckUnknownName, CheckCoverage, CheckCatalog,
 		CheckDeterminism, CheckBatch, CheckReads, CheckBadRequests,
-		CheckMutation, CheckLatency, CheckKernels, CheckDeviceCode, CheckStdout,
+		CheckMutation, CheckLatency, CheckKernels, CheckDeviceCode, CheckDeviceRun,
+		CheckStdout,
 		CheckProcess,
 	}
 	if got := CheckNames(); !slices.Equal(got, want) {
 		t.Errorf("CheckNames() = %v, want %v", got, want)
 	}
-	if got := BackendCheckNames(); !slices.Equal(got, want[3:16]) {
-		t.Errorf("BackendCheckNames() = %v, want %v", got, want[3:16])
+	if got := BackendCheckNames(); !slices.Equal(got, want[3:17]) {
+		t.Errorf("BackendCheckNames() = %v, want %v", got, want[3:17])
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/launch"
 )
 
 // Status is the outcome of one check.
@@ -26,6 +29,12 @@ const (
 	// why. It is neither a pass nor a failure: Report.Passed holds, and
 	// the summary names it.
 	NotChecked Status = "not-checked"
+	// NotRun means a check that runs device code on a GPU ran nothing
+	// here, though the code it would run passed its other checks: the
+	// device-run check without a GPU (Options.Launch nil), its Detail and
+	// Report.DeviceCode.NotRun saying why. It is neither a pass nor a
+	// failure: Report.Passed holds, and the summary names it.
+	NotRun Status = "not-run"
 )
 
 // The names of the checks, in the order Run runs them. RunBackend runs
@@ -75,6 +84,11 @@ const (
 	// checks, when device code is declared; NotChecked when none is
 	// declared or none can be built here.
 	CheckDeviceCode = "device-code"
+	// CheckDeviceRun: the plans the device-code check checked, run on a
+	// GPU (Options.Launch) against the float64 reference; NotRun when
+	// there is no GPU to run them on, NotChecked when no device code is
+	// declared or none can be built here.
+	CheckDeviceRun = "device-run"
 	// CheckStdout: nothing was written to stdout after the handshake.
 	CheckStdout = "stdout"
 	// CheckProcess: one process served the whole suite.
@@ -119,7 +133,7 @@ const maxProblems = 5
 type Check struct {
 	// Name is the check's name, one of CheckNames.
 	Name string `json:"name"`
-	// Status is pass, fail, skip or not-checked.
+	// Status is pass, fail, skip, not-checked or not-run.
 	Status Status `json:"status"`
 	// Detail says what was checked, or what went wrong.
 	Detail string `json:"detail"`
@@ -180,11 +194,94 @@ type Report struct {
 	Seed uint64 `json:"seed"`
 	// Checks are the checks, in the order they ran.
 	Checks []Check `json:"checks"`
-	// Passed is true when no check failed; a check not checked is no
-	// failure.
+	// DeviceCode is what the device-code and device-run checks asked of
+	// the plugin's device code, and what ran; nil when the plugin declares
+	// none.
+	DeviceCode *DeviceCodeReport `json:"device_code,omitempty"`
+	// Passed is true when no check failed; a check not checked, or not
+	// run, is no failure.
 	Passed bool `json:"passed"`
 	// Duration is how long the whole suite took.
 	Duration time.Duration `json:"duration_ns"`
+}
+
+// DeviceCodeReport is what the device-code and device-run checks asked of
+// a plugin's device code and ran (Report.DeviceCode): the device asked
+// for, the plans checked, the plans run on a GPU and where, or why none
+// ran. Its JSON field names are part of conform's --json.
+type DeviceCodeReport struct {
+	// Device is the device the modules and plans were asked for
+	// (Options.Device): this machine's GPU, or an example device.
+	Device string `json:"device"`
+	// ComputeCapability is its compute capability, major*10+minor.
+	ComputeCapability int `json:"compute_capability"`
+	// Modules are the kernel modules the plugin handed for the device,
+	// each with what its image needs of a driver.
+	Modules []DeviceModule `json:"modules,omitempty"`
+	// PlansChecked counts the plans the plugin answered for the generated
+	// batches, each checked as a host checks it.
+	PlansChecked int `json:"plans_checked"`
+	// NoPlan counts the generated batches the plugin answered with no plan
+	// (core.ErrNoPlan).
+	NoPlan int `json:"no_plan"`
+	// PlansRun counts the plans run on a GPU and compared with the float64
+	// reference, their outputs right or wrong.
+	PlansRun int `json:"plans_run"`
+	// PlansFailed counts those of PlansRun whose outputs were wrong or
+	// whose launch failed.
+	PlansFailed int `json:"plans_failed"`
+	// PlansWithoutReference counts the plans the GPU run had no reference
+	// for (ErrLaunchNotCovered), which it did not run.
+	PlansWithoutReference int `json:"plans_without_reference"`
+	// RanOn is the GPU the plans ran on; empty when none ran.
+	RanOn string `json:"ran_on,omitempty"`
+	// NotRun says why no plan ran on a GPU; empty when some did.
+	NotRun string `json:"not_run,omitempty"`
+}
+
+// DeviceModule is one kernel module of Report.DeviceCode: its name,
+// architecture and format, and what its image needs of the host's driver
+// (launch.DriverFloor: its PTX ISA or cubin architecture, the oldest CUDA
+// release and driver that load it).
+type DeviceModule struct {
+	Name   string `json:"name"`
+	Arch   string `json:"arch"`
+	Format string `json:"format"`
+	// Floor is what the image needs of a driver; nil when nothing of it
+	// could be read.
+	Floor *launch.Floor `json:"floor,omitempty"`
+	// FloorError says what of the floor is not known, and why.
+	FloorError string `json:"floor_error,omitempty"`
+}
+
+// deviceModule is m as Report.DeviceCode lists it.
+func deviceModule(m core.KernelModule) DeviceModule {
+	dm := DeviceModule{Name: m.Name, Arch: m.Arch, Format: string(m.Format)}
+	f, err := launch.DriverFloor(m)
+	if err != nil {
+		dm.FloorError = err.Error()
+	}
+	if f.PTXISA != "" || f.ImageArch != "" {
+		dm.Floor = &f
+	}
+	return dm
+}
+
+// String names the module and says what it needs: "mla_decode (ptx for
+// compute_90, PTX ISA 9.0, driver 580.65.06 or newer)", "mla_decode
+// (cubin for sm_90, built by CUDA 13.0, driver 580.65.06 or newer)".
+func (m DeviceModule) String() string {
+	s := m.Name + " (" + m.Format + " for " + m.Arch
+	switch {
+	case m.Floor != nil && m.Floor.PTXISA != "":
+		s += ", PTX ISA " + m.Floor.PTXISA
+	case m.Floor != nil && m.Floor.Toolkit != "":
+		s += ", built by CUDA " + m.Floor.Toolkit
+	}
+	if m.Floor != nil && m.Floor.Driver != "" {
+		return s + ", driver " + m.Floor.Driver + " or newer)"
+	}
+	return s + ", driver not known)"
 }
 
 // Check returns the check called name, and whether the report has it.
@@ -227,10 +324,14 @@ func (r *Report) Summary() string {
 	}
 	failed := r.Failed()
 	if len(failed) == 0 {
+		var here string
 		if nc := r.withStatus(NotChecked); len(nc) > 0 {
-			return fmt.Sprintf("PASS: %s conforms (%d checks, %d requests; not checked here: %s)", name, len(r.Checks), r.Requests, checkNames(nc))
+			here += "; not checked here: " + checkNames(nc)
 		}
-		return fmt.Sprintf("PASS: %s conforms (%d checks, %d requests)", name, len(r.Checks), r.Requests)
+		if nr := r.withStatus(NotRun); len(nr) > 0 {
+			here += "; not run here: " + checkNames(nr)
+		}
+		return fmt.Sprintf("PASS: %s conforms (%d checks, %d requests%s)", name, len(r.Checks), r.Requests, here)
 	}
 	return fmt.Sprintf("FAIL: %s: %d of %d checks failed: %s", name, len(failed), len(r.Checks), checkNames(failed))
 }

@@ -100,6 +100,23 @@ func TestCompilePTX(t *testing.T) {
 	}
 }
 
+// TestLoadModuleNewerPTX: a PTX image of an ISA newer than any driver
+// reads is refused by the driver, and the error wraps
+// cuda.ErrUnsupportedPTX and names the driver's CUDA release.
+func TestLoadModuleNewerPTX(t *testing.T) {
+	const ptx = ".version 99.0\n.target sm_80\n.address_size 64\n\n.visible .entry k()\n{\n\tret;\n}\n"
+	err := device(t).Do(func(c *cuda.Ctx) error {
+		m, err := c.LoadModule([]byte(ptx))
+		if err == nil {
+			c.UnloadModule(m)
+		}
+		return err
+	})
+	if !errors.Is(err, cuda.ErrUnsupportedPTX) || !strings.Contains(err.Error(), "this driver is CUDA ") {
+		t.Fatalf("PTX ISA 99.0: %v, want an error wrapping cuda.ErrUnsupportedPTX that names the driver", err)
+	}
+}
+
 // TestMemInfo: the driver's count of free memory falls by an allocation
 // and rises again when it is freed.
 func TestMemInfo(t *testing.T) {

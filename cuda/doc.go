@@ -20,7 +20,10 @@
 // Close ends the goroutine and releases the context.
 //
 // A kernel fault corrupts the context: the Device turns the driver's sticky
-// error into ErrFault and refuses further work (Faulted).
+// error into ErrFault and refuses further work (Faulted). A PTX image of
+// an ISA newer than the driver reads is refused by Ctx.LoadModule with an
+// error wrapping ErrUnsupportedPTX, naming the driver's CUDA release
+// (Info.DriverVersion, cuDriverGetVersion).
 //
 // The kernels themselves are the plugins': package devkernels holds the
 // project's, built ahead of time; launch/cudaexec loads and launches the

@@ -158,6 +158,8 @@ type Module uintptr
 type Function uintptr
 
 // LoadModule loads a PTX (NUL-terminated on the way in) or cubin image.
+// A PTX image of an ISA newer than the driver reads is refused with an
+// error wrapping ErrUnsupportedPTX that names the driver's CUDA version.
 func (c *Ctx) LoadModule(image []byte) (Module, error) {
 	if len(image) == 0 {
 		return 0, fmt.Errorf("cuda: empty module image")
@@ -168,9 +170,30 @@ func (c *Ctx) LoadModule(image []byte) (Module, error) {
 	}
 	var m uintptr
 	if err := c.drv().check("cuModuleLoadData", c.drv().cuModuleLoadData(&m, &img[0])); err != nil {
-		return 0, err
+		return 0, loadError(err, c.d.info.DriverVersion)
 	}
 	return Module(m), nil
+}
+
+// ErrUnsupportedPTX is wrapped by the error of Ctx.LoadModule when the
+// driver refuses a PTX image for its ISA version
+// (CUDA_ERROR_UNSUPPORTED_PTX_VERSION): a driver reads PTX up to the ISA
+// of its own CUDA release, and the image was built by a newer one.
+var ErrUnsupportedPTX = errors.New("cuda: the PTX image's ISA is newer than this driver reads")
+
+// loadError is err, a failed cuModuleLoadData, with what the driver's
+// version (driver, as cuDriverGetVersion reports it; 0 when not known)
+// says of it: an unsupported PTX version wraps ErrUnsupportedPTX and
+// names the driver's CUDA release.
+func loadError(err error, driver int) error {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != cudaErrorUnsupportedPTXVersion {
+		return err
+	}
+	if driver == 0 {
+		return fmt.Errorf("%w: %w", ErrUnsupportedPTX, err)
+	}
+	return fmt.Errorf("%w (this driver is CUDA %d.%d, cuDriverGetVersion %d): %w", ErrUnsupportedPTX, driver/1000, driver%1000/10, driver, err)
 }
 
 // UnloadModule unloads m.

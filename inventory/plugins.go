@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/launch"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -110,6 +111,35 @@ type moduleListing struct {
 	SHA256  string   `json:"sha256"`
 	Entries []string `json:"entries"`
 	Kernels []string `json:"kernels,omitempty"`
+	// Floor is what the image needs of the host's driver
+	// (launch.DriverFloor): its PTX ISA or cubin architecture, and the
+	// oldest CUDA release and driver that load it; nil when not known.
+	Floor *launch.Floor `json:"floor,omitempty"`
+	// FloorError says what of the floor is not known, and why.
+	FloorError string `json:"floor_error,omitempty"`
+}
+
+// isa is the ISA column of plugins --kernels: a PTX image's ISA version,
+// a cubin's architecture as its image says.
+func (m moduleListing) isa() string {
+	switch {
+	case m.Floor == nil:
+		return "-"
+	case m.Floor.PTXISA != "":
+		return m.Floor.PTXISA
+	case m.Floor.ImageArch != "":
+		return m.Floor.ImageArch
+	}
+	return "-"
+}
+
+// driver is the DRIVER column of plugins --kernels: the oldest driver
+// that loads the image, and its CUDA release.
+func (m moduleListing) driver() string {
+	if m.Floor == nil || m.Floor.Driver == "" {
+		return "not known"
+	}
+	return m.Floor.Driver + " (CUDA " + m.Floor.CUDA + ")"
 }
 
 // DeviceFunc returns the device to ask the plugins' device code for, and
@@ -148,10 +178,10 @@ func WriteKernels(ctx context.Context, w io.Writer, reg *registry.Registry, list
 			Kernels    []kernelJSON       `json:"kernels"`
 			DeviceCode *deviceCodeListing `json:"device_code,omitempty"`
 		}
-		catalog := func(ks []core.Kernel) []kernelJSON {
+		catalog := func(plugin string, ks []core.Kernel) []kernelJSON {
 			out := make([]kernelJSON, len(ks))
 			for i, k := range ks {
-				out[i] = kernelToJSON(k)
+				out[i] = kernelToJSON(plugin, k)
 			}
 			return out
 		}
@@ -159,10 +189,10 @@ func WriteKernels(ctx context.Context, w io.Writer, reg *registry.Registry, list
 		for _, p := range list {
 			for _, n := range p.Names {
 				h, _, _ := reg.Handler(n)
-				rows = append(rows, row{p.Name, n, catalog(h.Catalog()), codes[n]})
+				rows = append(rows, row{p.Name, n, catalog(p.Name, h.Catalog()), codes[n]})
 			}
 		}
-		rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernels: catalog(core.TritonKernels())})
+		rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernels: catalog(core.PluginCore, core.TritonKernels())})
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
@@ -223,7 +253,7 @@ func deviceCodeTable(w io.Writer, list []registry.PluginInfo, codes map[string]*
 		shared = nil
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PLUGIN\tNAME\tMODULE\tARCH\tFORMAT\tBYTES\tSHA256\tENTRIES")
+	fmt.Fprintln(tw, "PLUGIN\tNAME\tMODULE\tARCH\tFORMAT\tISA\tDRIVER\tBYTES\tSHA256\tENTRIES")
 	for _, p := range list {
 		if pn := notes[p.Name]; pn != nil {
 			note := noteOf(pn.what, pn.why)
@@ -241,7 +271,8 @@ func deviceCodeTable(w io.Writer, list []registry.PluginInfo, codes map[string]*
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, n, c.Note)
 			default:
 				for _, m := range c.Modules {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Name, n, m.Name, m.Arch, m.Format, m.Bytes, m.SHA256[:min(12, len(m.SHA256))], strings.Join(m.Entries, ","))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Name, n, m.Name, m.Arch, m.Format, m.isa(), m.driver(),
+						m.Bytes, m.SHA256[:min(12, len(m.SHA256))], strings.Join(m.Entries, ","))
 				}
 			}
 		}
@@ -274,16 +305,29 @@ func nameDeviceCode(ctx context.Context, reg *registry.Registry, name string, de
 		if !runs {
 			continue
 		}
-		ml := moduleListing{Name: m.Name, Arch: m.Arch, Format: string(m.Format), Bytes: len(m.Image), SHA256: m.SHA256, Kernels: m.Kernels}
-		for _, e := range m.Entries {
-			ml.Entries = append(ml.Entries, e.Name)
-		}
-		out.Modules = append(out.Modules, ml)
+		out.Modules = append(out.Modules, listModule(m))
 	}
 	if len(out.Modules) == 0 {
 		out.Note = "device code: no module runs its kernels"
 	}
 	return out
+}
+
+// listModule is module m as plugins --kernels lists it: its image's
+// format, size, hash and entries, and what it needs of a driver.
+func listModule(m core.KernelModule) moduleListing {
+	ml := moduleListing{Name: m.Name, Arch: m.Arch, Format: string(m.Format), Bytes: len(m.Image), SHA256: m.SHA256, Kernels: m.Kernels}
+	f, err := launch.DriverFloor(m)
+	if err != nil {
+		ml.FloorError = err.Error()
+	}
+	if f.PTXISA != "" || f.ImageArch != "" {
+		ml.Floor = &f
+	}
+	for _, e := range m.Entries {
+		ml.Entries = append(ml.Entries, e.Name)
+	}
+	return ml
 }
 
 // kernelsTable writes the kernel catalogs of the plugins' names, one line
@@ -304,7 +348,7 @@ func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInf
 	}
 	rows = append(rows, row{Plugin: core.PluginCore, Name: core.TritonName, Kernel: core.TritonKernels()})
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-8s %s\n", "PLUGIN", "NAME", "METHOD", "KERNEL", "LIBRARY", "DTYPES", "HEAD_DIMS", "GRAPH", "HARDWARE")
+	fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-10s %-8s %s\n", "PLUGIN", "NAME", "METHOD", "KERNEL", "LIBRARY", "DTYPES", "HEAD_DIMS", "PAGES", "GRAPH", "HARDWARE")
 	for _, r := range rows {
 		if len(r.Kernel) == 0 {
 			fmt.Fprintf(&sb, "%-10s %-15s (no kernel catalog: decides methods, runs no kernels)\n", r.Plugin, r.Name)
@@ -322,8 +366,12 @@ func kernelsTable(w io.Writer, reg *registry.Registry, list []registry.PluginInf
 			if k.Sparse {
 				name += " (sparse)"
 			}
-			fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-8s %s\n", r.Plugin, r.Name, k.Method, name, k.Library,
-				strings.Join(k.DTypes, ","), strings.Join(dims, "/"), graph, hardwareString(k.Hardware))
+			hw := hardwareString(k.Hardware)
+			if inHost(r.Plugin, k) && len(k.Hardware) == 0 {
+				hw = "host"
+			}
+			fmt.Fprintf(&sb, "%-10s %-15s %-20s %-50s %-26s %-22s %-10s %-10s %-8s %s\n", r.Plugin, r.Name, k.Method, name, k.Library,
+				strings.Join(k.DTypes, ","), strings.Join(dims, "/"), pagesString(k.PageSizes), graph, hw)
 		}
 	}
 	_, err := io.WriteString(w, sb.String())
@@ -337,10 +385,34 @@ type kernelJSON struct {
 	Method    string         `json:"method"`
 	DTypes    []string       `json:"dtypes"`
 	HeadDims  []int          `json:"head_dims"`
-	PageSizes []int          `json:"page_sizes"`
+	PageSizes []int          `json:"page_sizes"` // empty: any
 	CUDAGraph bool           `json:"cuda_graph"`
 	Sparse    bool           `json:"sparse"`
 	Hardware  []hardwareJSON `json:"hardware"` // empty: any
+	// InHost reports a kernel the host runs in its own process, on its
+	// own hardware: the triton rules' kernels and the host's reference
+	// kernels (core.LibHostReference).
+	InHost bool `json:"in_host,omitempty"`
+}
+
+// inHost reports whether kernel k of plugin's catalog runs in the host's
+// process: the triton rules' (plugin core) and the host's reference
+// kernels, which complete a catalog.
+func inHost(plugin string, k core.Kernel) bool {
+	return plugin == core.PluginCore || k.Library == core.LibHostReference
+}
+
+// pagesString is the PAGES column of plugins --kernels: the page sizes a
+// kernel takes, "any" when it takes any.
+func pagesString(sizes []int) string {
+	if len(sizes) == 0 {
+		return "any"
+	}
+	s := make([]string, len(sizes))
+	for i, n := range sizes {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // hardwareJSON is one core.Hardware entry, platforms by name.
@@ -352,9 +424,9 @@ type hardwareJSON struct {
 	NeedsAMX      bool     `json:"needs_amx,omitempty"`
 }
 
-func kernelToJSON(k core.Kernel) kernelJSON {
+func kernelToJSON(plugin string, k core.Kernel) kernelJSON {
 	out := kernelJSON{Name: k.Name, Library: k.Library, Method: k.Method.String(), DTypes: k.DTypes, HeadDims: k.HeadDims,
-		PageSizes: k.PageSizes, CUDAGraph: k.CUDAGraph, Sparse: k.Sparse, Hardware: []hardwareJSON{}}
+		PageSizes: k.PageSizes, CUDAGraph: k.CUDAGraph, Sparse: k.Sparse, Hardware: []hardwareJSON{}, InHost: inHost(plugin, k)}
 	for _, h := range k.Hardware {
 		hj := hardwareJSON{Platforms: []string{}, MinCapability: h.MinCapability, MaxCapability: h.MaxCapability, Archs: h.Archs, NeedsAMX: h.NeedsAMX}
 		for _, p := range h.Platforms {

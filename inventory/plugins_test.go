@@ -2,10 +2,13 @@ package inventory
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/ptxstub"
 	"github.com/attnplug/attnplug/registry"
 )
 
@@ -75,6 +78,71 @@ func TestDeviceCodeTableSaysACauseOnce(t *testing.T) {
 	got = out.String()
 	if !hasRow(got, "fa3", "fa3", "mla_decode", "compute_90") || !hasRow(got, "fa3", "fa4", "device", "code:") {
 		t.Errorf("fa3 with modules for fa3 only:\n%s", got)
+	}
+}
+
+// TestModulesShowTheirDriverFloor: plugins --kernels lists each module
+// with its PTX ISA (or a cubin's architecture) and the oldest driver that
+// loads it, in the table and in JSON; a module whose floor is not known
+// says so, and why, in JSON.
+func TestModulesShowTheirDriverFloor(t *testing.T) {
+	entries := []core.Entry{{Name: "split", Params: []core.Param{{Name: "q", Kind: core.ParamPtr}}}}
+	ptx := func(name, isa string) core.KernelModule {
+		img := []byte(strings.Replace(string(ptxstub.Image("compute_90", "", entries)), ".version 8.0", ".version "+isa, 1))
+		return core.KernelModule{Name: name, Platform: core.PlatformCUDA, Arch: "compute_90", Format: core.FormatPTX, Image: img, SHA256: core.ImageSHA256(img), Entries: entries}
+	}
+	stand := []byte("stand-in cubin")
+	mods := []core.KernelModule{ptx("decode", "8.0"), ptx("decode_new", "9.9"),
+		{Name: "decode_bin", Platform: core.PlatformCUDA, Arch: "sm_90", Format: core.FormatCUBIN, Image: stand, SHA256: core.ImageSHA256(stand), Entries: entries}}
+	code := &deviceCodeListing{Device: "example sm_90 device", ComputeCapability: 90}
+	for _, m := range mods {
+		code.Modules = append(code.Modules, listModule(m))
+	}
+	list := []registry.PluginInfo{{Name: "acme", Names: []string{"acme"}, DeviceCode: true}}
+	var out bytes.Buffer
+	if err := deviceCodeTable(&out, list, map[string]*deviceCodeListing{"acme": code}); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, row := range [][]string{
+		{"PLUGIN", "NAME", "MODULE", "ARCH", "FORMAT", "ISA", "DRIVER", "BYTES"},
+		{"acme", "acme", "decode", "compute_90", "ptx", "8.0", "525.60.13", "(CUDA", "12.0)"},
+		{"acme", "acme", "decode_new", "compute_90", "ptx", "9.9", "not", "known"},
+		{"acme", "acme", "decode_bin", "sm_90", "cubin", "-", "not", "known"},
+	} {
+		if !hasRow(got, row...) {
+			t.Errorf("no row %v:\n%s", row, got)
+		}
+	}
+	data, err := json.Marshal(code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Modules []struct {
+			Name  string `json:"name"`
+			Floor *struct {
+				PTXISA    string `json:"ptx_isa"`
+				ImageArch string `json:"image_arch"`
+				MinCUDA   string `json:"min_cuda"`
+				MinDriver string `json:"min_driver"`
+			} `json:"floor"`
+			FloorError string `json:"floor_error"`
+		} `json:"modules"`
+	}
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	m := back.Modules
+	if len(m) != 3 || m[0].Floor == nil || *m[0].Floor != (struct {
+		PTXISA    string `json:"ptx_isa"`
+		ImageArch string `json:"image_arch"`
+		MinCUDA   string `json:"min_cuda"`
+		MinDriver string `json:"min_driver"`
+	}{"8.0", "sm_90", "12.0", "525.60.13"}) || m[0].FloorError != "" ||
+		m[1].Floor == nil || m[1].Floor.PTXISA != "9.9" || m[1].Floor.MinDriver != "" || !strings.Contains(m[1].FloorError, "PTX ISA 9.9 is not in this host's table") ||
+		m[2].Floor != nil || !strings.Contains(m[2].FloorError, "not an ELF image") {
+		t.Errorf("JSON: %s", data)
 	}
 }
 

@@ -15,7 +15,9 @@ import (
 // package conformance on one plugin binary, as a readable report or JSON.
 // Flags may come before or after the binary. The device-code check asks
 // for the device of --arch (default: this machine's GPU, else an example
-// sm_90 device). It fails (exit status 1) when any check fails.
+// sm_90 device); the plans it checks run on this machine's GPU, when it
+// has one and --arch is not given, and the report says why they did not
+// otherwise. It fails (exit status 1) when any check fails.
 func runConform(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("conform", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -48,15 +50,22 @@ func runConform(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	var launch conformance.LaunchFunc
-	if which == deviceHere {
+	var noLaunch string
+	switch {
+	case which == deviceHere:
 		// The device code checked runs here too, against the reference.
 		l, release, err := gpuLaunch()
 		if err != nil {
 			fmt.Fprintf(e.stderr, "attnplug conform: the plans will not run on this GPU: %v\n", err)
+			noLaunch = "they cannot run on this GPU: " + err.Error()
 		} else {
 			defer release()
 			launch = l
 		}
+	case dev.arch != "":
+		noLaunch = "--arch asks for an example device; plans run on this machine's GPU, without --arch"
+	default:
+		noLaunch = "no GPU here"
 	}
 	opts := conformance.Options{
 		Binary:        pos[0],
@@ -69,6 +78,7 @@ func runConform(ctx context.Context, e *env, args []string) error {
 		Probes:        *probes,
 		Device:        &device,
 		Launch:        launch,
+		NoLaunch:      noLaunch,
 	}
 	if *budget == 0 {
 		opts.LatencyBudget = -1 // no budget

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,8 +42,21 @@ func TestConformRunsPlansOnTheGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := host(t, bins, "", "conform", bins.Plugin("fa3"))
-	if res.code != 0 || !strings.Contains(res.stdout, "plans ran on") {
+	if res.code != 0 || !hasRow(res.stdout, "PASS", "device-run") || !strings.Contains(res.stdout, "plans ran on") {
 		t.Errorf("conform fa3 on the GPU: exit %d:\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	res = host(t, bins, "", "conform", "--json", bins.Plugin("fa3"))
+	var rep struct {
+		DeviceCode struct {
+			PlansChecked int    `json:"plans_checked"`
+			PlansRun     int    `json:"plans_run"`
+			RanOn        string `json:"ran_on"`
+			NotRun       string `json:"not_run"`
+		} `json:"device_code"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil || res.code != 0 || rep.DeviceCode.PlansRun == 0 ||
+		rep.DeviceCode.PlansRun > rep.DeviceCode.PlansChecked || rep.DeviceCode.RanOn == "" || rep.DeviceCode.NotRun != "" {
+		t.Errorf("conform --json fa3 on the GPU: exit %d, %v, device_code %+v, want plans run and the GPU named", res.code, err, rep.DeviceCode)
 	}
 	res = host(t, bins, "", "conform", bad)
 	if res.code != 1 || !strings.Contains(res.stdout, "run on the GPU: the outputs differ from the float64 reference") || !strings.Contains(res.stdout, "unwritten") {

@@ -64,6 +64,12 @@ type kernelRow struct {
 			Bytes   int      `json:"bytes"`
 			SHA256  string   `json:"sha256"`
 			Entries []string `json:"entries"`
+			Floor   *struct {
+				PTXISA    string `json:"ptx_isa"`
+				ImageArch string `json:"image_arch"`
+				MinCUDA   string `json:"min_cuda"`
+				MinDriver string `json:"min_driver"`
+			} `json:"floor"`
 		} `json:"modules"`
 	} `json:"device_code"`
 }
@@ -110,6 +116,9 @@ func TestPluginsKernelsShowsDeviceCode(t *testing.T) {
 		if liar == nil || liar.Note != "" || len(liar.Modules) != 1 || liar.Modules[0].Arch != want || liar.Modules[0].Format != "ptx" ||
 			len(liar.Modules[0].SHA256) != 64 || strings.Join(liar.Modules[0].Entries, ",") != "liar_mla_split,liar_mla_combine,liar_mla_simple" {
 			t.Errorf("--arch %s: liar's device code: %+v, want its module for %s", arch, liar, want)
+		} else if f := liar.Modules[0].Floor; f == nil || f.PTXISA != "8.0" || f.ImageArch != strings.Replace(want, "compute_", "sm_", 1) ||
+			f.MinCUDA != "12.0" || f.MinDriver != "525.60.13" {
+			t.Errorf("--arch %s: liar's module needs %+v, want PTX ISA 8.0 for %s: CUDA 12.0, driver 525.60.13", arch, f, arch)
 		}
 		if rows["aiter"].DeviceCode != nil || rows["triton"].DeviceCode != nil {
 			t.Errorf("--arch %s: device code listed for aiter or triton: %+v %+v", arch, rows["aiter"].DeviceCode, rows["triton"].DeviceCode)
@@ -119,11 +128,13 @@ func TestPluginsKernelsShowsDeviceCode(t *testing.T) {
 		}
 	}
 	r := host(t, tree, "", "plugins", "--kernels", "--plugin-dir", tree.PluginDir)
-	if r.code != 0 || !strings.Contains(r.stdout, "DEVICE CODE for ") || !hasRow(r.stdout, "liar", "liar", "liar_mla") {
+	if r.code != 0 || !strings.Contains(r.stdout, "DEVICE CODE for ") || !hasRow(r.stdout, "liar", "liar", "liar_mla") ||
+		!hasRow(r.stdout, "PLUGIN", "NAME", "MODULE", "ARCH", "FORMAT", "ISA", "DRIVER") {
 		t.Errorf("plugins --kernels: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	if !gpuHere(t) && !strings.Contains(r.stdout, "DEVICE CODE for example sm_90 device (compute 90): no GPU here") {
-		t.Errorf("without a GPU, the example device is not the sm_90 one:\n%s", r.stdout)
+	if !gpuHere(t) && (!strings.Contains(r.stdout, "DEVICE CODE for example sm_90 device (compute 90): no GPU here") ||
+		!hasRow(r.stdout, "liar", "liar", "liar_mla", "compute_90", "ptx", "8.0", "525.60.13", "(CUDA", "12.0)")) {
+		t.Errorf("without a GPU, the example device is not the sm_90 one, or liar's module lacks its PTX ISA and driver:\n%s", r.stdout)
 	}
 	// Where fa3 cannot build its device code here, it says why once for
 	// its two names.
@@ -201,15 +212,74 @@ func TestConformChecksPlans(t *testing.T) {
 	tree := liarTree(t)
 	liar := filepath.Join(tree.PluginDir, "attnplug-backend-liar")
 	r := host(t, tree, "", "conform", "--max-requests", "50", "--arch", "sm_100", liar)
-	if r.code != 0 || !strings.Contains(r.stdout, "PASS  device-code       modules liar_mla (ptx for compute_100) for example sm_100 device pass the host's check") {
+	if r.code != 0 || !hasRow(r.stdout, "PASS", "device-code", "modules", "liar_mla", "(ptx", "for", "compute_100,", "PTX", "ISA", "8.0,", "driver", "525.60.13", "or", "newer)",
+		"for", "example", "sm_100", "device", "pass") {
 		t.Errorf("conform on the honest liar: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	// The plans checked for an example device do not run: NOT RUN, saying
+	// why, no failure; the JSON counts the plans checked and none run.
+	if !hasRow(r.stdout, "NOT", "RUN", "device-run", "not", "run:", "--arch", "asks", "for", "an", "example", "device;") ||
+		!strings.Contains(r.stdout, "; not run here: device-run)") {
+		t.Errorf("conform --arch sm_100 does not say the plans did not run, and why:\n%s", r.stdout)
+	}
+	var ran struct {
+		Passed bool `json:"passed"`
+		Checks []struct{ Name, Status, Detail string }
+		// The field names of conform --json's device_code.
+		DeviceCode struct {
+			Device  string `json:"device"`
+			Modules []struct {
+				Name   string `json:"name"`
+				Format string `json:"format"`
+				Floor  struct {
+					PTXISA    string `json:"ptx_isa"`
+					MinCUDA   string `json:"min_cuda"`
+					MinDriver string `json:"min_driver"`
+				} `json:"floor"`
+			} `json:"modules"`
+			PlansChecked int    `json:"plans_checked"`
+			PlansRun     *int   `json:"plans_run"`
+			NoPlan       *int   `json:"no_plan"`
+			WithoutRef   *int   `json:"plans_without_reference"`
+			Failed       *int   `json:"plans_failed"`
+			RanOn        string `json:"ran_on"`
+			NotRun       string `json:"not_run"`
+		} `json:"device_code"`
+	}
+	conformJSON := func(args ...string) {
+		t.Helper()
+		r := host(t, tree, "", append([]string{"conform", "--max-requests", "50", "--json"}, append(args, liar)...)...)
+		ran.DeviceCode.PlansRun = nil
+		if err := json.Unmarshal([]byte(r.stdout), &ran); err != nil || r.code != 0 || !ran.Passed {
+			t.Fatalf("conform --json %v: exit %d, %v\n%s", args, r.code, err, r.stderr)
+		}
+	}
+	conformJSON("--arch", "sm_100")
+	d := ran.DeviceCode
+	if d.Device != "example sm_100 device" || d.PlansChecked == 0 || d.PlansRun == nil || *d.PlansRun != 0 || d.NoPlan == nil ||
+		d.WithoutRef == nil || d.Failed == nil || d.RanOn != "" || !strings.HasPrefix(d.NotRun, "--arch asks for an example device") ||
+		len(d.Modules) != 1 || d.Modules[0].Name != "liar_mla" || d.Modules[0].Format != "ptx" ||
+		d.Modules[0].Floor.PTXISA != "8.0" || d.Modules[0].Floor.MinCUDA != "12.0" || d.Modules[0].Floor.MinDriver != "525.60.13" {
+		t.Errorf("conform --json --arch sm_100: device_code %+v, want plans checked, none run, and why", d)
+	}
+	for _, c := range ran.Checks {
+		if c.Name == "device-run" && (c.Status != "not-run" || !strings.HasPrefix(c.Detail, "not run: --arch asks")) {
+			t.Errorf("conform --json: device-run %s: %s, want not-run, saying why", c.Status, c.Detail)
+		}
+	}
+	if !gpuHere(t) {
+		conformJSON()
+		if d := ran.DeviceCode; d.PlansChecked == 0 || d.PlansRun == nil || *d.PlansRun != 0 || d.NotRun != "no GPU here" {
+			t.Errorf("conform --json without a GPU: device_code %+v, want plans checked, none run: no GPU here", d)
+		}
 	}
 	// No device code for the device: not checked, saying why, in text
 	// and JSON, and no failure.
 	t.Setenv("ATTNPLUG_LIE", "no_modules")
 	r = host(t, tree, "", "conform", "--max-requests", "50", liar)
 	if r.code != 0 || !strings.Contains(r.stdout, "\nNOT CHECKED  device-code       not checked: no device code for ") ||
-		!strings.Contains(r.stdout, "; not checked here: device-code)") || strings.Contains(r.stdout, "PASS         device-code") {
+		!strings.Contains(r.stdout, "; not checked here: device-code, device-run)") || strings.Contains(r.stdout, "PASS         device-code") ||
+		!strings.Contains(r.stdout, "\nNOT CHECKED  device-run        not checked: no device code for ") {
 		t.Errorf("conform without device code for the device: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	r = host(t, tree, "", "conform", "--max-requests", "50", "--json", liar)
@@ -221,14 +291,14 @@ func TestConformChecksPlans(t *testing.T) {
 		t.Fatalf("conform --json: exit %d, %v\n%s", r.code, err, r.stderr)
 	}
 	for _, c := range rep.Checks {
-		if c.Name == "device-code" && (c.Status != "not-checked" || !strings.HasPrefix(c.Detail, "not checked: ")) {
-			t.Errorf("conform --json: device-code %s: %s, want not-checked, saying why", c.Status, c.Detail)
+		if (c.Name == "device-code" || c.Name == "device-run") && (c.Status != "not-checked" || !strings.HasPrefix(c.Detail, "not checked: ")) {
+			t.Errorf("conform --json: %s %s: %s, want not-checked, saying why", c.Name, c.Status, c.Detail)
 		}
 	}
 	t.Setenv("ATTNPLUG_LIE", "unknown_entry")
 	r = host(t, tree, "", "conform", "--max-requests", "50", liar)
 	if r.code != 1 || !strings.Contains(r.stdout, `FAIL  device-code`) || !strings.Contains(r.stdout, `has no entry "liar_mla_split_v2"`) ||
-		!strings.Contains(r.stderr, "1 of 18 checks failed: device-code") {
+		!strings.Contains(r.stderr, "1 of 19 checks failed: device-code") {
 		t.Errorf("conform on a lying plugin: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }

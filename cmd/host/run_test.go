@@ -119,11 +119,27 @@ func TestRunRefusesLinesItCannotHold(t *testing.T) {
 }
 
 // TestRunPluginsKernels checks attnplug plugins --kernels lists every
-// name's catalog.
+// name's catalog, with the page sizes each kernel takes, and the kernels
+// the host runs in its own process (the triton rules') as the host's,
+// not as any hardware's.
 func TestRunPluginsKernels(t *testing.T) {
 	r := host(t, bins, "", "plugins", "--kernels", "--plugin-dir", bins.PluginDir)
 	if r.code != 0 {
 		t.Fatalf("exit status %d: %s", r.code, r.stderr)
+	}
+	for _, row := range [][]string{
+		{"PLUGIN", "NAME", "METHOD", "KERNEL", "LIBRARY", "DTYPES", "HEAD_DIMS", "PAGES", "GRAPH", "HARDWARE"},
+		{"core", "triton", "MLA", "decode_attention_fwd", "triton", "bf16,fp16,fp8_e4m3", "576/512", "1", "yes", "host"},
+		{"core", "triton", "MHA", "extend_attention_fwd", "triton", "bf16,fp16,fp8_e4m3", "192/128", "1", "no", "host"},
+		{"dsa", "dsa", "MLA", "flash_mla_sparse_fwd", "(sparse)", "DeepSeek", "sparse", "attention", "bf16,fp8_e4m3", "576/512", "64", "yes", "cuda"},
+		{"fa3", "fa3", "MLA", "flash_attn_with_kvcache", "FlashAttention", "3", "bf16,fp16,fp8_e4m3", "576/512", "1,16,64", "yes", "cuda"},
+	} {
+		if !hasRow(r.stdout, row...) {
+			t.Errorf("plugins --kernels: no row %v in:\n%s", row, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, " any\n") {
+		t.Errorf("plugins --kernels: a row runs on any hardware:\n%s", r.stdout)
 	}
 	for _, want := range []string{"flash_mla_sparse_fwd (sparse)", "DeepSeek sparse attention", "FlashAttention 4", "CUTLASS MLA",
 		"TRT-LLM MLA", "TokenSpeed MLA", "torch_npu", "Intel XPU", "FlashMLA", "FlashInfer", "aiter", "extend_attention_fwd"} {
@@ -138,6 +154,8 @@ func TestRunPluginsKernels(t *testing.T) {
 		Kernels      []struct {
 			Name, Method string
 			Hardware     []struct{ Platforms []string }
+			PageSizes    []int `json:"page_sizes"`
+			InHost       bool  `json:"in_host"`
 		}
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || r.code != 0 {
@@ -146,6 +164,12 @@ func TestRunPluginsKernels(t *testing.T) {
 	methods, platforms := map[string]bool{}, map[string]bool{}
 	for _, row := range rows {
 		for _, k := range row.Kernels {
+			if k.InHost != (row.Plugin == core.PluginCore) {
+				t.Errorf("%s %s: in_host %v", row.Name, k.Name, k.InHost)
+			}
+			if row.Name == "triton" && (len(k.PageSizes) != 1 || k.PageSizes[0] != 1) {
+				t.Errorf("triton %s: page_sizes %v, want [1]", k.Name, k.PageSizes)
+			}
 			if _, err := core.ParseMethod(k.Method); err != nil {
 				t.Errorf("%s %s: method %q is not a method's name", row.Name, k.Name, k.Method)
 			}

@@ -1,6 +1,8 @@
 // Package cudaexec launches checked plans on a CUDA device: an Executor
 // loads the modules a plugin handed over into the device's primary context
-// (shared with any framework in the process) and prepares plans once per
+// (shared with any framework in the process; a module whose image needs a
+// newer driver than the device's is refused before it is loaded, naming
+// what it needs: launch.CheckDriver) and prepares plans once per
 // batch (metadata uploaded, workspace allocated); Prepared.Launch then
 // queues a layer's launches on the host's stream and tensors with no RPC,
 // no host copy and no allocation, also under CUDA graph capture.

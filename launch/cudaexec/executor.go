@@ -95,9 +95,14 @@ func DeviceInfo(i cuda.Info) core.DeviceInfo {
 }
 
 // Load checks each module (its SHA-256 matches its image, its format is one
-// CUDA loads, its entries exist) and loads it once; a module already loaded
-// under the same name must have the same hash. It returns the first
-// problem.
+// CUDA loads, the driver is not older than its image needs:
+// launch.CheckDriver, its entries exist) and loads it once; a module
+// already loaded under the same name must have the same hash. It returns
+// the first problem. A module whose image needs a newer driver (a PTX ISA
+// newer than the driver reads) is refused before loading, the error
+// naming the module, its PTX ISA or cubin architecture, the CUDA release
+// and driver it needs and the driver found; when the driver refuses a
+// PTX image anyway (cuda.ErrUnsupportedPTX), the error says the same.
 func (e *Executor) Load(mods []core.KernelModule) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -113,6 +118,9 @@ func (e *Executor) Load(mods []core.KernelModule) error {
 		}
 		if m.Platform != core.PlatformCUDA || (m.Format != core.FormatPTX && m.Format != core.FormatCUBIN) {
 			return fmt.Errorf("launch: module %s is %s %s; this host loads CUDA ptx or cubin", m.Name, m.Platform, m.Format)
+		}
+		if err := launch.CheckDriver(m, e.dev.Info().DriverVersion); err != nil {
+			return fmt.Errorf("launch: %w", err)
 		}
 		l := &loaded{mod: m, funcs: map[string]cuda.Function{}, shared: map[string]int{}}
 		err := e.dev.Do(func(c deviceCtx) error {
@@ -132,11 +140,24 @@ func (e *Executor) Load(mods []core.KernelModule) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("launch: loading module %s (%s): %w", m.Name, m.Arch, err)
+			return loadError(m, err)
 		}
 		e.modules[m.Name] = l
 	}
 	return nil
+}
+
+// loadError is the error of module m's failed load: when the driver
+// refused its PTX's ISA, it says what the image is and what it needs.
+func loadError(m core.KernelModule, err error) error {
+	if !errors.Is(err, cuda.ErrUnsupportedPTX) {
+		return fmt.Errorf("launch: loading module %s (%s): %w", m.Name, m.Arch, err)
+	}
+	f, ferr := launch.DriverFloor(m)
+	if ferr != nil {
+		return fmt.Errorf("launch: loading module %s (%s for %s): %w; %v", m.Name, m.Format, m.Arch, err, ferr)
+	}
+	return fmt.Errorf("launch: loading module %s (%s for %s), %s, which needs %s: %w", m.Name, m.Format, m.Arch, f.Describe(), f.Needs(), err)
 }
 
 // Modules returns the modules loaded.

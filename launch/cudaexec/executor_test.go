@@ -3,6 +3,7 @@ package cudaexec
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -100,6 +101,48 @@ func TestLoad(t *testing.T) {
 			d.check(t, true)
 		})
 	}
+}
+
+// TestLoadRefusesAnOldDriver: a module whose image needs a newer driver
+// than the device's (PTX ISA 9.0 on a CUDA 12.4 driver) is refused before
+// it is loaded, the error naming the module, its PTX ISA, the CUDA release
+// and driver it needs and the driver found; the same image loads on a
+// CUDA 13.0 driver. When the driver refuses an image anyway
+// (cuda.ErrUnsupportedPTX: an unknown driver version, say), the error
+// says the same.
+func TestLoadRefusesAnOldDriver(t *testing.T) {
+	m := testModule("m")
+	m.Image = []byte(strings.Replace(string(m.Image), ".version 8.0", ".version 9.0", 1))
+	m.SHA256 = core.ImageSHA256(m.Image)
+	needs := "PTX ISA 9.0 for sm_90, which needs CUDA 13.0, driver 580.65.06 or newer"
+
+	d := newFakeDevice()
+	d.info.DriverVersion = 12040
+	err := newExecutor(d).Load([]core.KernelModule{m})
+	for _, want := range []string{"kernel module m (ptx for compute_90)", needs, "this driver is CUDA 12.4 (cuDriverGetVersion 12040)"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("PTX ISA 9.0 on CUDA 12.4: %v, want it to say %q", err, want)
+		}
+	}
+	if d.calls["load"] != 0 || len(d.modules) != 0 {
+		t.Errorf("the module was loaded %d times, want none", d.calls["load"])
+	}
+
+	d = newFakeDevice()
+	d.info.DriverVersion = 13000
+	if err := newExecutor(d).Load([]core.KernelModule{m}); err != nil || d.calls["load"] != 1 {
+		t.Errorf("PTX ISA 9.0 on CUDA 13.0: %v, loaded %d times", err, d.calls["load"])
+	}
+
+	d = newFakeDevice() // no driver version: the driver decides, and refuses
+	refusal := &cuda.Error{Call: "cuModuleLoadData", Code: 222, Name: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"}
+	d.loadErr = fmt.Errorf("%w (this driver is CUDA 12.4, cuDriverGetVersion 12040): %w", cuda.ErrUnsupportedPTX, refusal)
+	err = newExecutor(d).Load([]core.KernelModule{m})
+	if !errors.Is(err, cuda.ErrUnsupportedPTX) || !strings.Contains(err.Error(), "loading module m (ptx for compute_90), "+needs) ||
+		!strings.Contains(err.Error(), "this driver is CUDA 12.4") || !strings.Contains(err.Error(), "CUDA_ERROR_UNSUPPORTED_PTX_VERSION") {
+		t.Errorf("the driver refuses PTX ISA 9.0: %v", err)
+	}
+	d.check(t, true)
 }
 
 // TestPrepare: a checked plan's metadata is uploaded, its workspace

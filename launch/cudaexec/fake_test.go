@@ -31,6 +31,7 @@ type fakeDevice struct {
 	calls    map[string]int // calls made, by name
 	failAt   map[string]int // a call fails when it is the nth of its name
 	missing  map[string]bool
+	loadErr  error    // what LoadModule returns, when set (the driver refusing an image)
 	problems []string // what the Executor did wrong: a bad free, a copy outside an allocation
 }
 
@@ -162,6 +163,9 @@ func (c fakeCtx) CopyInAsync(dst uint64, src []byte, s cuda.Stream) error {
 func (c fakeCtx) LoadModule(image []byte) (cuda.Module, error) {
 	if err := c.call("load"); err != nil {
 		return 0, err
+	}
+	if c.d.loadErr != nil {
+		return 0, c.d.loadErr
 	}
 	m := cuda.Module(c.d.next)
 	c.d.next += 256

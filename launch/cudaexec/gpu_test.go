@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -254,5 +255,28 @@ func TestGPUPrepareLaunchUpdate(t *testing.T) {
 	}
 	if n := cd.liveBytes(); n != 0 {
 		t.Errorf("%d bytes of the plan left allocated after Close", n)
+	}
+}
+
+// TestGPUDriverFloor: on the device's own driver, a module of a PTX ISA
+// the driver reads (ptxstub's 8.0) loads, and one of an ISA newer than
+// any driver reads is refused by the driver, the error naming the module,
+// its PTX ISA and the driver found.
+func TestGPUDriverFloor(t *testing.T) {
+	dev := openGPU(t)
+	e := newExecutor(cudaDevice{dev})
+	defer e.Close()
+	m := gpuModule(dev)
+	if err := e.Load([]core.KernelModule{m}); err != nil {
+		t.Fatalf("PTX ISA 8.0 on CUDA %s: %v", launch.DriverRelease(dev.Info().DriverVersion), err)
+	}
+	newer := m
+	newer.Name = "newer"
+	newer.Image = []byte(strings.Replace(string(m.Image), ".version 8.0", ".version 99.0", 1))
+	newer.SHA256 = core.ImageSHA256(newer.Image)
+	err := e.Load([]core.KernelModule{newer})
+	if !errors.Is(err, cuda.ErrUnsupportedPTX) || !strings.Contains(err.Error(), "loading module newer (ptx for ") ||
+		!strings.Contains(err.Error(), "PTX ISA 99.0") || !strings.Contains(err.Error(), "this driver is CUDA "+launch.DriverRelease(dev.Info().DriverVersion)) {
+		t.Errorf("PTX ISA 99.0: %v, want the driver's refusal naming the module, its ISA and the driver", err)
 	}
 }
