@@ -24,6 +24,7 @@ __all__ = [
     "LaunchArg",
     "NoPlan",
     "Plan",
+    "StepPlan",
     "TensorSpec",
     "Description",
     "Reads",
@@ -415,6 +416,13 @@ def _int(v, field):
     return v
 
 
+def _int32(v, field):
+    v = _int(v, field)
+    if not -(1 << 31) <= v < (1 << 31):
+        raise _field_error(field, "%d does not fit in 32 bits" % v)
+    return v
+
+
 def _bool(v, field):
     if v is None:
         return False
@@ -605,7 +613,8 @@ class Plan:
     """The launches that run a kernel on a batch: kernel, tensors,
     metadata (name -> tuple of int32), schedule, workspace_bytes,
     launches, reads (what of the request's shape it depends on; 0 is
-    everything) and note."""
+    everything), note, and key: the server's key of the plan (what of the
+    request it holds for, in hex; plans of equal keys are one plan)."""
     kernel: str
     tensors: tuple
     metadata: dict
@@ -614,6 +623,7 @@ class Plan:
     launches: tuple
     reads: int
     note: str
+    key: str = ""
 
     def holds_for_batch(self):
         """Whether the plan depends on the batch size and query lengths only
@@ -669,6 +679,51 @@ def plan_request_to_proto(r):
         graph=_bool(r.get("graph"), "graph"))
 
 
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """The plan of one forward batch (Client.plan_step): plan (its key is
+    plan.key), max_seq_len (the longest request, in keys, it holds for: it
+    serves every step of the step's shape whose requests hold at most that
+    many; 0: the step's own lengths only), pages_per_request (the page
+    table's room per request in its kv_indices) and request (the server's
+    plan request, a protobuf message, for people)."""
+    plan: Plan
+    max_seq_len: int
+    pages_per_request: int
+    request: object = None
+
+
+def step_request_to_proto(s):
+    _check_keys(s, ("backend", "mode", "method", "model", "pool", "batch", "device"), "step")
+    method, mode = s.get("method"), s.get("mode")
+    if method not in METHODS:
+        raise _field_error("method", "%r is not one of %s" % (method, ", ".join(METHODS)))
+    if mode not in FORWARD_MODES:
+        raise _field_error("mode", "%r is not one of %s" % (mode, ", ".join(FORWARD_MODES)))
+    model, pool, batch = s.get("model") or {}, s.get("pool") or {}, s.get("batch") or {}
+    _check_keys(model, ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "softmax_scale", "index_topk"), "model")
+    _check_keys(pool, ("page_size", "slots", "max_tokens", "row_width", "context_len", "kv_dtype"), "pool")
+    _check_keys(batch, ("size", "query_tokens", "graph", "seq_lens", "q_lens", "chunk_capacity"), "batch")
+    return dispatch_pb2.PlanStepRequest(
+        backend=str(s.get("backend", "")),
+        mode=dispatch_pb2.ForwardMode.Value("FORWARD_MODE_" + mode),
+        method=dispatch_pb2.Method.Value("METHOD_" + method),
+        model=dispatch_pb2.StepModel(**{k: _int32(model.get(k, 0), "model." + k) for k in
+                                        ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "index_topk")},
+                                     softmax_scale=float(model.get("softmax_scale", 0.0))),
+        pool=dispatch_pb2.StepPool(page_size=_int32(pool.get("page_size", 0), "pool.page_size"),
+                                   **{k: _int(pool.get(k, 0), "pool." + k) for k in ("slots", "max_tokens", "row_width", "context_len")},
+                                   kv_dtype=str(pool.get("kv_dtype", ""))),
+        batch=dispatch_pb2.StepBatch(
+            size=_int32(batch.get("size", 0), "batch.size"),
+            query_tokens=_int32(batch.get("query_tokens", 0), "batch.query_tokens"),
+            graph=_bool(batch.get("graph"), "batch.graph"),
+            seq_lens=_lens(batch.get("seq_lens") or [], "batch.seq_lens"),
+            q_lens=_lens(batch.get("q_lens") or [], "batch.q_lens"),
+            chunk_capacity=_int(batch.get("chunk_capacity", 0), "batch.chunk_capacity")),
+        device=device_to_proto(s.get("device") or {}))
+
+
 def module_from_proto(m):
     platform = dispatch_pb2.Platform.Name(m.platform) if m.platform in dispatch_pb2.Platform.values() else ""
     return KernelModule(
@@ -699,4 +754,5 @@ def plan_from_proto(p):
                               l.per_batch, tuple(l.cluster) if any(l.cluster) else (), l.programmatic)
                        for l in p.launches),
         reads=p.reads,
-        note=p.note)
+        note=p.note,
+        key=p.key)
