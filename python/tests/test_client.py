@@ -281,6 +281,26 @@ class KernelsTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             self.client.plan_kernel(dict(decode_plan_request(), method="NOT_A_METHOD"))
 
+    def test_long_strings_are_invalid_arguments(self):
+        # A string field of 1 MB is refused naming it, its start quoted:
+        # it came back whole in the status, past gRPC's limit of a
+        # status's size (INTERNAL).
+        import grpc
+        from attnplug import NoPlan, ServerError
+        big = "x" * (1 << 20)
+        for field, call in [
+            ("dtype", lambda: self.client.plan_kernel(dict(decode_plan_request(), dtype=big))),
+            ("kv_dtype", lambda: self.client.plan_kernel(dict(decode_plan_request(), kv_dtype=big))),
+            ("device.name", lambda: self.client.plan_kernel(dict(decode_plan_request(), device=dict(H200, name=big)))),
+            ("device.name", lambda: self.client.kernel_modules("fa3", dict(H200, name=big))),
+        ]:
+            with self.assertRaises(ServerError) as ctx:
+                call()
+            self.assertEqual(ctx.exception.code, grpc.StatusCode.INVALID_ARGUMENT, str(ctx.exception)[:300])
+            self.assertNotIsInstance(ctx.exception, NoPlan)
+            self.assertIn(field, str(ctx.exception))
+            self.assertLess(len(str(ctx.exception)), 1000)
+
 
 class FieldsTest(unittest.TestCase):
     """_fields reads repeated fields by FieldDescriptor.is_repeated where
