@@ -133,13 +133,13 @@ func TestKernelsRefuseLongStrings(t *testing.T) {
 		return err
 	}
 	dev := h200()
-	dev.Name = big
+	dev.Name = big[:4096] // a modules request of 1 MB is refused by its size alone
 	_, modErr := c.KernelModules(ctx, "gpu_mla", dev)
 	for field, err := range map[string]error{
-		"dtype":                 plan(func(r *core.PlanRequest) { r.DType = big }),
-		"kv_dtype":              plan(func(r *core.PlanRequest) { r.KVDType = big }),
-		"device.name":           plan(func(r *core.PlanRequest) { r.Device.Name = big }),
-		"device.name (modules)": modErr,
+		"dtype":                       plan(func(r *core.PlanRequest) { r.DType = big }),
+		"kv_dtype":                    plan(func(r *core.PlanRequest) { r.KVDType = big }),
+		"device.name":                 plan(func(r *core.PlanRequest) { r.Device.Name = big }),
+		"device.name (modules, 4 KB)": modErr,
 	} {
 		name, _, _ := strings.Cut(field, " ")
 		if !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(fmt.Sprint(err), name+": ") || len(err.Error()) > 300 {

@@ -19,7 +19,9 @@ import (
 	"github.com/attnplug/attnplug/engine/client"
 	"github.com/attnplug/attnplug/internal/testbin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // envReloadAs names the address a re-run of the test binary calls
@@ -316,5 +318,53 @@ func TestConnectHonoursTimeout(t *testing.T) {
 	}
 	if r.code != 1 || !strings.Contains(r.stderr, "deadline") {
 		t.Errorf("exit %d, stderr %q; want exit status 1 and the deadline", r.code, r.stderr)
+	}
+}
+
+// procKB reads a field of /proc/<pid>/status in kB (VmRSS, VmHWM).
+func procKB(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
+			n, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// TestServeRefusesAnImpossibleDispatchCheaply: a 63 MB Dispatch, which no
+// valid request reaches (it cost the server 400 MB and its memory stayed
+// taken), is refused as invalid before it is decoded, costs the server
+// about its size, and the server gives the memory back once idle.
+func TestServeRefusesAnImpossibleDispatchCheaply(t *testing.T) {
+	s := startServer(t, bins, nil, "--plugin-dir", t.TempDir())
+	pid := s.cmd.Process.Pid
+	base := procKB(t, pid, "VmRSS")
+	seq := make([]int64, 21<<20)
+	for i := range seq {
+		seq[i] = 1 << 20 // 3 bytes on the wire: 63 MB
+	}
+	req := &dispatchv1.DispatchRequest{Request: &dispatchv1.Request{Backend: "fa3",
+		Batch: &dispatchv1.Batch{ForwardMode: dispatchv1.ForwardMode(core.ModeDecode), SeqLens: seq, SeqLensKnown: true}}}
+	_, err := dispatchv1.NewDispatcherClient(s.conn).Dispatch(testContext(t), req, grpc.MaxCallSendMsgSize(64<<20))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "more than any valid Dispatch request has") {
+		t.Fatalf("a 63 MB Dispatch: %v, want INVALID_ARGUMENT saying it is larger than any valid one", err)
+	}
+	if grew := procKB(t, pid, "VmHWM") - base; grew > 200<<10 {
+		t.Errorf("the server's peak RSS grew by %d MB for one refused request of 63 MB", grew>>10)
+	}
+	for end := time.Now().Add(30 * time.Second); procKB(t, pid, "VmRSS") > base+(40<<10); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the server's RSS stays at %d MB after the refusal (%d MB before)", procKB(t, pid, "VmRSS")>>10, base>>10)
+		}
 	}
 }

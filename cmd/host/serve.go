@@ -27,7 +27,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	specMode := fs.String("speculative-attention-mode", "prefill", "which backend answers target-verify and draft-extend batches: prefill or decode")
 	matchHW := fs.Bool("match-hardware", true, "start only the plugins whose hardware this host has, and check forced backends against it")
 	noAnswerCache := fs.Bool("no-answer-cache", false, "ask the plugin for every request instead of caching answers by the facts its rules read")
-	maxInflight := fs.Int64("max-inflight-bytes", engine.DefaultMaxInflightBytes, "bound of the memory of the requests served at once: a request is decoded once 16 times its wire size fits, and refused with RESOURCE_EXHAUSTED when no room comes within 5s; -1: no bound")
+	maxInflight := fs.Int64("max-inflight-bytes", engine.DefaultMaxInflightBytes, "bound of the memory of the requests and KernelModules answers served at once: a request is decoded once 16 times its wire size fits, an answer made once its size fits, and either refused with RESOURCE_EXHAUSTED when no room comes within 5s; -1: no bound")
 	var tf engine.ServerTLS
 	registerServeTLS(fs, &tf)
 	logger, err := h.parse(fs, e, args, "attnplug serve [flags]", "")
