@@ -103,21 +103,31 @@ func (b *binary) environ() []string {
 	return append(env, b.s.opts.Env...)
 }
 
-// runByHand starts the binary without the cookie, as a person would.
+// runByHand starts the binary without the cookie, as a person would. The
+// process runs in a group of its own, which is killed, whatever is left of
+// it, once the process exits or StartTimeout passes; what the group's
+// other processes keep of its pipes is waited for a moment at most.
 func (b *binary) runByHand(ctx context.Context, c *Check) {
 	s := b.s
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, s.opts.Binary)
 	cmd.Env = b.environ()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = runByHandPipeWait
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it forked and left running
+	}
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
 		c.problem("did not exit within %s (it must print what it is and exit)", s.opts.StartTimeout)
+	case errors.Is(err, exec.ErrWaitDelay):
+		c.problem("exited, but a process it started kept its stdout or stderr open (it must exit and leave nothing running)")
 	case err == nil:
 		c.problem("exited with status 0; it must exit non-zero when the host did not start it")
 	case !errors.As(err, &ee):
@@ -169,6 +179,11 @@ func (b *binary) handshake(ctx context.Context, c *Check) {
 	s.report.ProtocolVersion = v
 	c.Detail = fmt.Sprintf("go-plugin handshake over gRPC with mutual TLS; protocol version %d negotiated (host speaks %s)", v, hostVersions())
 }
+
+// runByHandPipeWait bounds how long the run by hand waits for its pipes
+// once the process exited or was killed: a process it started that left
+// its group may hold them.
+const runByHandPipeWait = time.Second
 
 var pluginVersionRE = regexp.MustCompile(`Plugin version: (\d+)`)
 

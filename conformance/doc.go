@@ -36,7 +36,9 @@
 // order:
 //
 //   - run-by-hand: started without the host's magic cookie, the binary exits
-//     with a non-zero status and writes nothing to stdout;
+//     with a non-zero status within Options.StartTimeout, writes nothing to
+//     stdout and leaves nothing running (its process group is killed
+//     either way);
 //   - handshake: go-plugin's handshake succeeds and a protocol version this
 //     host speaks is negotiated;
 //   - protocol-version: the description's protocol version is the

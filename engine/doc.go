@@ -9,7 +9,11 @@
 // backend is routed by the Config's prefill and decode backends, as
 // sglang's hybrid attention backend does; Reload hot-swaps changed plugins
 // (attnplug serve calls it on SIGHUP); Metrics serves Prometheus metrics;
-// Stop ends the Watch streams before the gRPC server stops.
+// Stop ends the Watch streams before the gRPC server stops. Listen binds
+// where a server serves (attnplug serve binds before any plugin starts): a
+// Unix socket of mode 0600 in the user's private directory by default,
+// whose every connection from another user is refused; ServeListener
+// serves there.
 //
 // The Go client of the API (Dial, Client) is package engine/client, a
 // package of its own so that a Go engine links the engine API and core

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -163,5 +164,37 @@ func TestPlanStepOverTheEngineAPI(t *testing.T) {
 	bad.Mode = 99
 	if _, err := c.PlanStep(ctx, &bad); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "mode") {
 		t.Errorf("an unknown mode: %v", err)
+	}
+}
+
+// TestKernelsRefuseLongStrings: a string field of a Kernels request
+// longer than anything valid (a 1 MB dtype) is an invalid request naming
+// the field, whose error quotes the start of the value alone.
+func TestKernelsRefuseLongStrings(t *testing.T) {
+	c, _ := kernelServer(t, &gpuBackend{})
+	ctx := testContext(t)
+	big := strings.Repeat("x", 1<<20)
+	plan := func(change func(*core.PlanRequest)) error {
+		req := &core.PlanRequest{Backend: "gpu_mla", Method: core.MLA, DType: "bf16",
+			Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+			Shape:  core.PlanShape{SeqLens: []int64{100}, QLens: []int64{1}, PageSize: 64, NumPages: 512},
+			Device: h200()}
+		change(req)
+		_, err := c.PlanKernel(ctx, req)
+		return err
+	}
+	dev := h200()
+	dev.Name = big[:4096] // a modules request of 1 MB is refused by its size alone
+	_, modErr := c.KernelModules(ctx, "gpu_mla", dev)
+	for field, err := range map[string]error{
+		"dtype":                       plan(func(r *core.PlanRequest) { r.DType = big }),
+		"kv_dtype":                    plan(func(r *core.PlanRequest) { r.KVDType = big }),
+		"device.name":                 plan(func(r *core.PlanRequest) { r.Device.Name = big }),
+		"device.name (modules, 4 KB)": modErr,
+	} {
+		name, _, _ := strings.Cut(field, " ")
+		if !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(fmt.Sprint(err), name+": ") || len(err.Error()) > 300 {
+			t.Errorf("%s of 1 MB: %.300v; want an invalid request naming the field, in a short error", field, err)
+		}
 	}
 }

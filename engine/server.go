@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -35,11 +36,12 @@ type Config struct {
 	// Logger is where reloads are logged; nil: nowhere.
 	Logger hclog.Logger
 	// MaxInflightBytes bounds the memory of the Dispatch and DispatchBatch
-	// requests the server holds at once (budget.go): a request is decoded
-	// once 16 times its wire size fits, and a request that finds no room
-	// within MaxInflightWait is refused with RESOURCE_EXHAUSTED. Default
-	// (0): DefaultMaxInflightBytes; negative: no bound. The options that
-	// put it in force are Server.ServerOptions.
+	// requests and the KernelModules answers the server holds at once
+	// (budget.go): a request is decoded once 16 times its wire size fits,
+	// an answer is made once its size fits, until its call ends, and one
+	// that finds no room within MaxInflightWait is refused with
+	// RESOURCE_EXHAUSTED. Default (0): DefaultMaxInflightBytes; negative:
+	// no bound. The options that put it in force are Server.ServerOptions.
 	MaxInflightBytes int64
 	// MaxInflightWait is how long a request waits for room in
 	// MaxInflightBytes. Default: DefaultMaxInflightWait.
@@ -52,7 +54,7 @@ type Config struct {
 // concurrent use.
 type Server struct {
 	ds       *dispatchServer
-	budget   *budget // nil: no bound
+	budget   *budget
 	health   *health.Server
 	stopOnce sync.Once
 }
@@ -64,17 +66,17 @@ func NewServer(reg *registry.Registry, cfg Config) *Server {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	var b *budget
-	if cfg.MaxInflightBytes >= 0 {
-		limit, wait := cfg.MaxInflightBytes, cfg.MaxInflightWait
-		if limit == 0 {
-			limit = DefaultMaxInflightBytes
-		}
-		if wait <= 0 {
-			wait = DefaultMaxInflightWait
-		}
-		b = newBudget(limit, wait)
+	limit, wait := cfg.MaxInflightBytes, cfg.MaxInflightWait
+	switch {
+	case limit == 0:
+		limit = DefaultMaxInflightBytes
+	case limit < 0:
+		limit = math.MaxInt64 // no bound; the sizes are still checked
 	}
+	if wait <= 0 {
+		wait = DefaultMaxInflightWait
+	}
+	b := newBudget(limit, wait)
 	return &Server{
 		budget: b,
 		ds: &dispatchServer{
@@ -83,20 +85,20 @@ func NewServer(reg *registry.Registry, cfg Config) *Server {
 			metrics: newMetrics(reg),
 			log:     log,
 			stop:    make(chan struct{}),
+			budget:  b,
 		},
 		health: health.NewServer(),
 	}
 }
 
 // ServerOptions are the options of the gRPC server that s registers on:
-// the message-size limits of wire.ServerOptions and the bound of
-// Config.MaxInflightBytes. Pass them to grpc.NewServer, with any of the
-// caller's own.
+// the message-size limits of wire.ServerOptions, the refusal of requests
+// larger than any valid one of their kind, and the bound of
+// Config.MaxInflightBytes (budget.go). Pass them to grpc.NewServer, with
+// any of the caller's own.
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	opts := wire.ServerOptions()
-	if s.budget != nil {
-		opts = append(opts, s.budget.options()...)
-	}
+	opts = append(opts, s.budget.options()...)
 	return opts
 }
 
@@ -168,6 +170,7 @@ type dispatchServer struct {
 	metrics *metrics
 	log     hclog.Logger
 	stop    chan struct{} // closed when the server stops
+	budget  *budget
 }
 
 // maxServeBatch is the most requests one DispatchBatch call may carry.
@@ -318,6 +321,9 @@ func (s *dispatchServer) KernelModules(ctx context.Context, in *dispatchv1.Kerne
 	}
 	if n > wire.MaxModulesBytes {
 		return nil, wire.ToStatus(fmt.Errorf("%w: the modules of %s are %d bytes, more than an answer carries (%d)", core.ErrNoPlan, in.GetBackend(), n, wire.MaxModulesBytes))
+	}
+	if err := s.budget.holdAnswer(ctx, int64(n)); err != nil {
+		return nil, err
 	}
 	return &dispatchv1.KernelModulesResponse{Modules: convert.ModulesToProto(mods)}, nil
 }

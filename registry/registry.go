@@ -51,7 +51,8 @@ type Config struct {
 	// negative never does. Default: 8.
 	QuarantineAfter int
 	// CacheDir keeps plugin descriptions by binary hash; empty caches
-	// nothing.
+	// nothing. It is made with mode 0700 when absent; one that another
+	// user owns or may write is not used (a warning says why).
 	CacheDir string
 	// ExpectedNames are names that some plugin should serve; when none
 	// does, their answers carry a ReasonPluginMissing fallback. Default:

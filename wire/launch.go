@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,7 +26,12 @@ type LaunchConfig struct {
 	Path string
 	// Env is the plugin's whole environment: the host's own is not added
 	// (a caller passes os.Environ() for it). Launch adds EnvParentPipe and
-	// go-plugin adds its handshake variables.
+	// go-plugin adds its handshake variables. When it names no directory
+	// of the plugin's socket ($PLUGIN_UNIX_SOCKET_DIR), Launch makes one
+	// (mode 0700, in the temporary directory) and removes it with what is
+	// left in it when the process ends (Stop, Kill, a failed start):
+	// go-plugin's default, the temporary directory itself, kept the socket
+	// of every plugin killed with SIGKILL.
 	Env []string
 	// Logger receives go-plugin's log of the process, the lines the plugin
 	// logs on stderr included. Default: none.
@@ -83,12 +89,13 @@ const DefaultStartTimeout = 10 * time.Second
 
 // Process is a plugin process that Launch started and connected to.
 type Process struct {
-	client *plugin.Client
-	conn   *Client
-	pid    int
-	pipe   *os.File // the host's end of the parent-death pipe
-	cancel context.CancelFunc
-	once   sync.Once
+	client  *plugin.Client
+	conn    *Client
+	pid     int
+	pipe    *os.File // the host's end of the parent-death pipe
+	cancel  context.CancelFunc
+	once    sync.Once
+	sockDir string // the socket directory Launch made, removed at the end; "" when the caller gave one
 }
 
 // Launch starts the plugin binary cfg.Path as a host does and returns the
@@ -115,15 +122,22 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 		}
 		secure = nil
 	}
+	sockDir, err := socketDir(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	kill, cancelKill := context.WithCancel(context.Background())
 	cmd, pr, pw, err := launchCommand(kill, cfg)
 	if err != nil {
 		cancelKill()
+		if sockDir != "" {
+			os.RemoveAll(sockDir)
+		}
 		return nil, err
 	}
 	tail := &stderrTail{}
 	client := plugin.NewClient(clientConfig(cfg, cmd, secure, tail))
-	p := &Process{client: client, pipe: pw, cancel: cancelKill}
+	p := &Process{client: client, pipe: pw, cancel: cancelKill, sockDir: sockDir}
 	type result struct {
 		raw any
 		err error
@@ -183,6 +197,22 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 		p.pid = rc.Pid
 	}
 	return p, nil
+}
+
+// socketDir makes the directory of the plugin's socket when cfg.Env names
+// none, and names it in cfg.Env; it returns the directory made, or "".
+func socketDir(cfg *LaunchConfig) (string, error) {
+	for _, kv := range cfg.Env {
+		if strings.HasPrefix(kv, plugin.EnvUnixSocketDir+"=") {
+			return "", nil
+		}
+	}
+	dir, err := os.MkdirTemp("", "attnplug-")
+	if err != nil {
+		return "", fmt.Errorf("%s: the directory of its socket: %w", cfg.Path, err)
+	}
+	cfg.Env = append(slices.Clip(cfg.Env), plugin.EnvUnixSocketDir+"="+dir)
+	return dir, nil
 }
 
 // launchCommand is the command that starts the plugin of cfg, killed with
@@ -290,6 +320,9 @@ func (p *Process) stop(grace, wait time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
+	}
+	if p.sockDir != "" {
+		os.RemoveAll(p.sockDir) // a process still alive has its listener already
 	}
 }
 

@@ -16,7 +16,7 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 	var h hostFlags
 	h.register(fs)
 	maxLine := maxLineFlag(fs, jsonl.MaxLineBytes)
-	connect := fs.String("connect", "", "send the requests to a running attnplug serve at this address (unix:///path, a socket path starting with / or ., or host:port) instead of loading plugins")
+	connect := fs.String("connect", "", "send the requests to a running attnplug serve at this address (unix:///path, a socket path starting with / or ., or host:port) instead of loading plugins; --timeout, when given, bounds connecting to it and each call (default 30s a call)")
 	var ct client.TLS
 	registerConnectTLS(fs, &ct)
 	logger, err := h.parse(fs, e, args, "attnplug dispatch [flags] < requests.jsonl > answers.jsonl", "requests come on stdin")
@@ -50,7 +50,19 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		if err := client.CheckAddress("--connect", *connect, true); err != nil {
 			return usage(err)
 		}
-		c, err := client.Dial(*connect, creds)
+		// --timeout, when given, bounds connecting to the server and each
+		// call to it; its default (one plugin call's) would cut off a
+		// request that waits for a plugin to start on the server.
+		var opts []client.DialOption
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "timeout" {
+				opts = append(opts, client.WithTimeout(h.callTimeout))
+			}
+		})
+		if h.callTimeout <= 0 {
+			return &usageError{fmt.Sprintf("--timeout: %s is not a positive duration", h.callTimeout)}
+		}
+		c, err := client.Dial(*connect, creds, opts...)
 		if err != nil {
 			return fmt.Errorf("--connect: %w", err)
 		}

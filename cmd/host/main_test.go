@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -11,6 +12,9 @@ import (
 var bins *testbin.Bins
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(envReloadAs); addr != "" {
+		os.Exit(reloadMain(addr)) // a re-run of the test binary as another user
+	}
 	testbin.Main(m, true, func(b *testbin.Bins) error {
 		bins = b
 		warmCache = filepath.Join(filepath.Dir(b.Dir), "cache")

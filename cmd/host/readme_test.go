@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,4 +74,53 @@ func connectAnswer(t *testing.T, s *server, req string) answer {
 		t.Fatalf("dispatch --connect: exit %d, %d answers\n%s\n%s", r.code, len(as), r.stdout, r.stderr)
 	}
 	return as[0]
+}
+
+// readmeServe returns the arguments of the README's first attnplug serve
+// example (its lines joined where they end with a backslash).
+func readmeServe(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmd string
+	for _, l := range strings.Split(string(data), "\n") {
+		if cmd == "" && !strings.HasPrefix(l, "bin/attnplug serve ") {
+			continue
+		}
+		cmd += strings.TrimSuffix(l, "\\") + " "
+		if !strings.HasSuffix(l, "\\") {
+			break
+		}
+	}
+	if cmd == "" {
+		t.Fatal("README.md has no example starting bin/attnplug serve")
+	}
+	return strings.Fields(cmd)[1:]
+}
+
+// TestReadmeServeExampleWithoutAGPU: on a machine without a GPU, the
+// README's serve example forcing fa3 fails, naming --match-hardware=false
+// as the README says, and serves with it.
+func TestReadmeServeExampleWithoutAGPU(t *testing.T) {
+	report, err := detect.Detect(context.Background(), detect.Options{Root: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := report.HostInfo().Platform; p != core.PlatformCPU {
+		t.Skipf("this machine serves on %s: the README's words are about a machine without a GPU", p)
+	}
+	args := readmeServe(t)
+	if !slices.Contains(args, "fa3") {
+		t.Fatalf("the README's serve example forces no fa3: %v", args)
+	}
+	here := []string{"--listen", "unix://" + filepath.Join(t.TempDir(), "s.sock"), "--metrics-listen", ""}
+	r := host(t, bins, "", append(slices.Clone(args), here...)...)
+	if r.code != 1 || !strings.Contains(r.stderr, "--match-hardware=false") {
+		t.Errorf("the README's serve example without a GPU: exit %d, stderr %q; want exit status 1 naming --match-hardware=false", r.code, r.stderr)
+	}
+	cmd := exec.Command(bins.Host, append(append(slices.Clone(args), here...), "--match-hardware=false")...)
+	cmd.Env = append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t), "ATTNPLUG_PLUGIN_DIR=")
+	startServerCmd(t, cmd)
 }

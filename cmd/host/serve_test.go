@@ -70,6 +70,13 @@ func startServer(t *testing.T, tree *testbin.Bins, env []string, args ...string)
 	args = append([]string{"serve", "--listen", "unix://" + sock, "--metrics-listen", "127.0.0.1:0", "--match-hardware=false", "--log-level", "info"}, args...)
 	cmd := exec.Command(tree.Host, args...)
 	cmd.Env = append(append(os.Environ(), "ATTNPLUG_CACHE_DIR="+warmCacheDir(t)), env...)
+	return startServerCmd(t, cmd)
+}
+
+// startServerCmd starts cmd, an attnplug serve, and waits for its ready
+// line; the test's end interrupts it.
+func startServerCmd(t *testing.T, cmd *exec.Cmd) *server {
+	t.Helper()
 	pr, pw := io.Pipe()
 	s := &server{cmd: cmd, stderr: &syncWriter{}}
 	cmd.Stderr = pw
@@ -99,6 +106,7 @@ func startServer(t *testing.T, tree *testbin.Bins, env []string, args ...string)
 	case <-testContext(t).Done():
 		t.Fatalf("serve never said it was ready; stderr:\n%s", s.stderr)
 	}
+	var err error
 	s.conn, err = grpc.NewClient("unix://"+s.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -16,5 +16,12 @@
 // on the server, and errors.As finds a *core.FieldError. KernelModules
 // and PlanKernel hand the device code and the checked plans of the
 // server's plugins. TLS builds the transport credentials of a Client,
-// CheckAddress checks an address before it is dialled.
+// CheckAddress checks an address before it is dialled, WithTimeout bounds
+// connecting and each call.
+//
+// On a Unix socket (DefaultAddress: serve.sock in the user's private
+// directory) every connection is checked before an answer is trusted: a
+// server run by another user than the client's or root, who may have
+// bound the socket's path first, is refused with an error naming the
+// socket and both uids (docs/reliability.md, "Other local users").
 package client

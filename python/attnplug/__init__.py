@@ -17,6 +17,7 @@ from attnplug.client import (
     Route,
     ServerError,
     ServerUnavailable,
+    UntrustedServer,
     default_address,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "Route",
     "ServerError",
     "ServerUnavailable",
+    "UntrustedServer",
     "default_address",
     "__version__",
 ]

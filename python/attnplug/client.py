@@ -9,8 +9,11 @@ Python.
 import collections
 import dataclasses
 import os
-import tempfile
+import pwd
+import socket
+import struct
 import threading
+import weakref
 
 import grpc
 
@@ -32,6 +35,7 @@ __all__ = [
     "Route",
     "ServerError",
     "ServerUnavailable",
+    "UntrustedServer",
     "default_address",
     "ERROR_CODES",
     "METHODS",
@@ -96,6 +100,13 @@ class NoPlan(ServerError):
 
 class ServerUnavailable(ServerError):
     """The server could not be reached, or went away during the call."""
+
+
+class UntrustedServer(ServerUnavailable):
+    """The process serving the Unix socket runs as another user than this
+    one or root: another local user may have bound the socket's path first.
+    Nothing it says is read; the message names the socket, its uid and the
+    one expected."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,30 +187,92 @@ class Description:
         return self.routes.get(name, self.default_route)
 
 
+def private_dir():
+    """The user's private directory of attnplug sockets, where ``attnplug
+    serve`` listens by default: $XDG_RUNTIME_DIR/attnplug when
+    XDG_RUNTIME_DIR is an absolute path, else attnplug-<uid> in $TMPDIR
+    (/tmp when unset), as the Go side computes it (internal/localsock)."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    if xdg and os.path.isabs(xdg):
+        return os.path.join(xdg, "attnplug")
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", "attnplug-%d" % os.getuid())
+
+
 def default_address():
     """The address ``attnplug serve`` listens on without --listen:
-    $ATTNPLUG_ADDRESS when set, else unix://$XDG_RUNTIME_DIR (or the
-    temporary directory)/attnplug-<uid>.sock."""
+    $ATTNPLUG_ADDRESS when set, else unix://<private_dir()>/serve.sock."""
     env = os.environ.get("ATTNPLUG_ADDRESS")
     if env:
         return env
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return "unix://" + os.path.join(base, "attnplug-%d.sock" % os.getuid())
+    return "unix://" + os.path.join(private_dir(), "serve.sock")
+
+
+def _unix_path(address):
+    """The socket path of a Unix address as serve's --listen spells it
+    ("@name" for an abstract socket), or None for TCP."""
+    for prefix in ("unix://", "unix:"):
+        if address.startswith(prefix):
+            path = address[len(prefix):]
+            return path if path.startswith("@") else os.path.abspath(path)
+    if address.startswith("/") or address.startswith("."):
+        return os.path.abspath(address)
+    return None
 
 
 def _target(address):
     """gRPC's target for an address as serve's --listen spells it."""
     if not isinstance(address, str) or not address:
         raise ValueError("address: %r (want unix:///path/to.sock or host:port)" % (address,))
-    if address.startswith("unix://"):
-        return address
-    if address.startswith("unix:"):
-        return "unix://" + os.path.abspath(address[len("unix:"):])
+    path = _unix_path(address)
+    if path is not None:
+        if path.startswith("@"):
+            return "unix-abstract:" + path[1:]
+        return "unix://" + path
     if address.startswith("tcp://"):
         return address[len("tcp://"):]
-    if address.startswith("/") or address.startswith("."):
-        return "unix://" + os.path.abspath(address)
     return address
+
+
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def _user(uid):
+    try:
+        return "uid %d (%s)" % (uid, pwd.getpwuid(uid).pw_name)
+    except KeyError:
+        return "uid %d" % uid
+
+
+def check_peer(path, timeout=2.0):
+    """Connects to the Unix socket path ("@name": the abstract one) and
+    checks that the process listening runs as this user or root, by the
+    kernel's record of its credentials (SO_PEERCRED). Raises
+    UntrustedServer when it does not, ServerUnavailable when nothing
+    listens there."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        raise UntrustedServer("%s: this system does not say who serves a Unix socket (no SO_PEERCRED), "
+                              "so its answers are not trusted" % path, grpc.StatusCode.UNAVAILABLE)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        try:
+            sock.connect("\0" + path[1:] if path.startswith("@") else path)
+        except OSError as exc:
+            raise ServerUnavailable("%s: UNAVAILABLE: %s" % (path, exc), grpc.StatusCode.UNAVAILABLE) from None
+        _, uid, _ = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    finally:
+        sock.close()
+    if uid in (os.getuid(), 0):
+        return
+    if path.startswith("@"):
+        hint = "any local user may take an abstract socket's name; serve on a path in a directory only you can write"
+    else:
+        hint = "another local user may have taken the socket's path; serve in a directory only you can write"
+    raise UntrustedServer("%s is served by %s, not by you (uid %d) or root: its answers are not trusted (%s, such as the default %s)"
+                          % (path, _user(uid), os.getuid(), hint, private_dir()), grpc.StatusCode.UNAVAILABLE)
+
+
+_DISPATCHER, _ADMIN, _KERNELS = 0, 1, 2
 
 
 class Client:
@@ -217,22 +290,94 @@ class Client:
     def __init__(self, address=None, timeout=2.0):
         self.address = default_address() if address is None else address
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(
-            _target(self.address),
+        self._target = _target(self.address)
+        self._unix = _unix_path(self.address)
+        self._lock = threading.Lock()
+        self._channel = None
+        self._watcher = None
+        self._stubs = None
+        self._stale = False
+        self._closed = threading.Event()
+        self._watches = weakref.WeakSet()
+
+    # On a Unix socket the server must run as this user or root: another
+    # local user may have bound the path first. grpcio has no hook on the
+    # connections it makes, so check_peer asks the kernel who listens, on a
+    # plain connection of its own, before a channel is opened; and a channel
+    # that loses its connection (leaves READY, or fails to connect) is
+    # replaced at the next call, checked first, never reused (gRPC
+    # reconnects an idle channel only for a call). This covers who serves
+    # when the client first connects and after every reconnection. It does
+    # not cover a socket file replaced by another in the moment between
+    # check_peer's connection and gRPC's own: only a user who can write the
+    # socket's directory can do that, so keep the socket in a private
+    # directory (the default, private_dir()). Loopback TCP has no peer to
+    # check: every local user may serve or connect there.
+
+    def _open(self):
+        """Opens a channel, the server checked first; call under _lock."""
+        if self._unix is not None:
+            check_peer(self._unix, self.timeout)
+        channel = grpc.insecure_channel(
+            self._target,
             options=[
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
             ],
         )
-        self._dispatcher = dispatch_pb2_grpc.DispatcherStub(self._channel)
-        self._admin = dispatch_pb2_grpc.AdminStub(self._channel)
-        self._kernels = dispatch_pb2_grpc.KernelsStub(self._channel)
-        self._closed = threading.Event()
+        watcher = None
+        if self._unix is not None:
+            seen_ready = [False]
+
+            def watcher(state):
+                if state == grpc.ChannelConnectivity.READY:
+                    seen_ready[0] = True
+                elif state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN) or seen_ready[0]:
+                    with self._lock:
+                        if self._channel is channel:
+                            self._stale = True
+
+            channel.subscribe(watcher)
+        self._channel, self._watcher, self._stale = channel, watcher, False
+        self._stubs = (dispatch_pb2_grpc.DispatcherStub(channel), dispatch_pb2_grpc.AdminStub(channel),
+                       dispatch_pb2_grpc.KernelsStub(channel))
+
+    def _retire(self):
+        """Closes the channel; call under _lock. grpcio's thread that
+        delivers connectivity changes fails (an uncaught ValueError) when it
+        finds the channel closed, which it stops looking at within 0.2 s of
+        the last unsubscribe: a watched channel is closed a second later."""
+        channel, watcher = self._channel, self._watcher
+        self._channel = self._watcher = self._stubs = None
+        if channel is None:
+            return
+        if watcher is None:
+            channel.close()
+            return
+        channel.unsubscribe(watcher)
+        timer = threading.Timer(1.0, channel.close)
+        timer.daemon = True
+        timer.start()
+
+    def _connected(self):
+        """The stubs (dispatcher, admin, kernels) of a channel whose server
+        was checked; raises UntrustedServer or ServerUnavailable."""
+        with self._lock:
+            if self._closed.is_set():
+                raise ServerUnavailable("%s: the client is closed" % self.address)
+            if self._channel is not None and not self._stale:
+                return self._stubs
+            self._retire()
+            self._open()
+            return self._stubs
 
     def close(self):
         """Closes the connection; watches end."""
-        self._closed.set()
-        self._channel.close()
+        with self._lock:
+            self._closed.set()
+            for call in list(self._watches):
+                call.cancel()
+            self._retire()
 
     def __enter__(self):
         return self
@@ -240,7 +385,8 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
-    def _call(self, rpc, message, timeout=None):
+    def _call(self, which, method, message, timeout=None):
+        rpc = getattr(self._connected()[which], method)
         try:
             return rpc(message, timeout=self.timeout if timeout is None else timeout)
         except grpc.RpcError as exc:
@@ -248,7 +394,7 @@ class Client:
 
     def dispatch(self, request):
         """Answers one request (a dict in the dispatch format)."""
-        resp = self._call(self._dispatcher.Dispatch, dispatch_pb2.DispatchRequest(request=request_to_proto(request)))
+        resp = self._call(_DISPATCHER, "Dispatch", dispatch_pb2.DispatchRequest(request=request_to_proto(request)))
         return answer_from_proto(resp.answer)
 
     def dispatch_batch(self, requests):
@@ -261,7 +407,7 @@ class Client:
         answers = []
         for i in range(0, len(requests), _MAX_BATCH):
             chunk = requests[i:i + _MAX_BATCH]
-            resp = self._call(self._dispatcher.DispatchBatch, dispatch_pb2.DispatchBatchRequest(requests=chunk))
+            resp = self._call(_DISPATCHER, "DispatchBatch", dispatch_pb2.DispatchBatchRequest(requests=chunk))
             if len(resp.answers) != len(chunk):
                 raise ServerError("server answered %d of %d requests" % (len(resp.answers), len(chunk)))
             answers.extend(answer_from_proto(a) for a in resp.answers)
@@ -269,25 +415,27 @@ class Client:
 
     def describe(self):
         """The server's routes now (a Description)."""
-        return description_from_proto(self._call(self._dispatcher.Describe, dispatch_pb2.DescribeRequest()))
+        return description_from_proto(self._call(_DISPATCHER, "Describe", dispatch_pb2.DescribeRequest()))
 
     def watch(self):
         """Returns a Watch: iterate it for the server's Description now and
         after every reload; cancel() ends it. Iteration raises
         ServerUnavailable when the server goes away."""
-        return Watch(self._dispatcher.Watch(dispatch_pb2.WatchRequest()), self.address)
+        call = self._connected()[_DISPATCHER].Watch(dispatch_pb2.WatchRequest())
+        self._watches.add(call)
+        return Watch(call, self.address)
 
     def reload(self):
         """Asks the server to hot-swap every plugin whose binary changed (as
         SIGHUP does) and returns what changed, a list of dicts with plugin,
         action, old_version, new_version, old_sha256, new_sha256 and
         reason."""
-        resp = self._call(self._admin.Reload, dispatch_pb2.ReloadRequest(), timeout=max(self.timeout, 60.0))
+        resp = self._call(_ADMIN, "Reload", dispatch_pb2.ReloadRequest(), timeout=max(self.timeout, 60.0))
         return [_fields(c) for c in resp.changes]
 
     def plugins(self):
         """The server's plugins and their state, a list of dicts."""
-        resp = self._call(self._admin.ListPlugins, dispatch_pb2.ListPluginsRequest())
+        resp = self._call(_ADMIN, "ListPlugins", dispatch_pb2.ListPluginsRequest())
         return [_fields(p) for p in resp.plugins]
 
     def kernel_modules(self, backend, device):
@@ -296,7 +444,7 @@ class Client:
         max_shared_per_block, max_grid), as the server's registry hands it
         (hashes checked, pinned by its lock file): a list of KernelModule.
         Raises NoPlan when there is none."""
-        resp = self._call(self._kernels.KernelModules,
+        resp = self._call(_KERNELS, "KernelModules",
                           dispatch_pb2.KernelModulesRequest(backend=backend, device=device_to_proto(device)),
                           timeout=max(self.timeout, 120.0))
         return [module_from_proto(m) for m in resp.modules]
@@ -311,7 +459,7 @@ class Client:
         num_pages, chunk_capacity, max_seq_len), device (as kernel_modules
         takes it) and graph. Raises NoPlan when the kernel has no device plan
         for it, ServerError (INVALID_ARGUMENT) for a malformed request."""
-        resp = self._call(self._kernels.PlanKernel, plan_request_to_proto(request), timeout=max(self.timeout, 30.0))
+        resp = self._call(_KERNELS, "PlanKernel", plan_request_to_proto(request), timeout=max(self.timeout, 30.0))
         return plan_from_proto(resp.plan)
 
 

@@ -2,6 +2,7 @@
 ($ATTNPLUG_BIN, default bin/ at the repository root: make build)."""
 
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("ATTNPLUG_BIN") or os.path.join(ROOT, "bin")
@@ -33,15 +35,34 @@ def copy_tree(dst):
     return os.path.join(dst, "attnplug")
 
 
-class Server:
-    """attnplug serve on a Unix socket in a private directory."""
+def nobody():
+    """The passwd entry of the user nobody, for a server run by another
+    local user; skips the test (unittest.SkipTest), saying why, unless this
+    process runs as root (only root may start one as another user) and the
+    user exists."""
+    if os.getuid() != 0:
+        raise unittest.SkipTest("starts attnplug serve as the user nobody, which only root may do (running as uid %d)" % os.getuid())
+    try:
+        return pwd.getpwnam("nobody")
+    except KeyError:
+        raise unittest.SkipTest("starts attnplug serve as the user nobody, who does not exist here") from None
 
-    def __init__(self, host=HOST, env=None, args=(), socket=None, tcp=False):
-        self.dir = tempfile.mkdtemp(prefix="ap-py-")
+
+class Server:
+    """attnplug serve on a Unix socket in a private directory; with user
+    (a passwd entry), run as that user, the directory (socket, description
+    cache, plugin sockets) its own."""
+
+    def __init__(self, host=HOST, env=None, args=(), socket=None, tcp=False, user=None, dir=None):
+        self.dir = dir or tempfile.mkdtemp(prefix="ap-py-")
         self.socket = socket or os.path.join(self.dir, "s.sock")
         self.address = "127.0.0.1:0" if tcp else "unix://" + self.socket
         self.host = host
         self.env = dict(os.environ, ATTNPLUG_CACHE_DIR=os.path.join(self.dir, "cache"), **(env or {}))
+        self.user = user
+        if user is not None:
+            os.chown(self.dir, user.pw_uid, user.pw_gid)
+            self.env.update(TMPDIR=self.dir, XDG_RUNTIME_DIR="")
         self.args = list(args)
         self.lines = []
         self.proc = None
@@ -50,8 +71,11 @@ class Server:
         require_binaries()
         cmd = [self.host, "serve", "--listen", self.address, "--metrics-listen", "",
                "--match-hardware=false", "--log-level", "info"] + self.args
+        as_user = {}
+        if self.user is not None:
+            as_user = dict(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[])
         self.proc = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True, **as_user)
         ready = threading.Event()
 
         def read(proc=self.proc):

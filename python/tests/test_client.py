@@ -2,11 +2,12 @@
 
 import json
 import os
+import shutil
 import tempfile
 import unittest
 
 import serve
-from attnplug import Client, ServerUnavailable
+from attnplug import Client, ServerUnavailable, UntrustedServer, default_address
 from attnplug.client import ERROR_CODES
 from attnplug import testing
 
@@ -102,6 +103,65 @@ class ClientTest(unittest.TestCase):
     def test_bad_address(self):
         with self.assertRaises(ValueError):
             Client("")
+
+
+class LocalUserTest(unittest.TestCase):
+    """No other local user stands in for the server: a real attnplug serve
+    run by nobody is refused, whether the client meets it first or after
+    its own server went away."""
+
+    def test_default_address_is_in_the_private_directory(self):
+        env = dict(os.environ)
+        try:
+            os.environ.pop("ATTNPLUG_ADDRESS", None)
+            os.environ["XDG_RUNTIME_DIR"], os.environ["TMPDIR"] = "", "/x"
+            self.assertEqual(default_address(), "unix:///x/attnplug-%d/serve.sock" % os.getuid())
+            os.environ["XDG_RUNTIME_DIR"] = "/run/user/7"
+            self.assertEqual(default_address(), "unix:///run/user/7/attnplug/serve.sock")
+            os.environ["ATTNPLUG_ADDRESS"] = "127.0.0.1:1"
+            self.assertEqual(default_address(), "127.0.0.1:1")
+        finally:
+            os.environ.clear()
+            os.environ.update(env)
+
+    def assertRefused(self, call, sock, user):
+        with self.assertRaises(UntrustedServer) as cm:
+            call()
+        for want in (sock, "uid %d" % user.pw_uid, "not by you (uid %d)" % os.getuid()):
+            self.assertIn(want, str(cm.exception))
+
+    def test_a_server_of_another_user_is_refused(self):
+        user = serve.nobody()
+        with serve.Server(user=user) as s, Client(s.address) as c:
+            req = {"backend": "fa3", "forward_mode": "EXTEND", "extend_prefix_lens": [0], "seq_lens": [100]}
+            self.assertRefused(lambda: c.dispatch(req), s.socket, user)
+            self.assertRefused(c.describe, s.socket, user)
+            self.assertRefused(lambda: c.plan_kernel(decode_plan_request()), s.socket, user)
+            self.assertRefused(c.watch, s.socket, user)
+
+    def test_a_server_of_another_user_after_a_reconnection_is_refused(self):
+        # The client's own server answers, goes away, and another user's
+        # takes its socket's path: the client's channel must not reconnect
+        # to it.
+        user = serve.nobody()
+        d = tempfile.mkdtemp(prefix="ap-py-")
+        try:
+            own = serve.Server(dir=d).start()
+            c = Client(own.address)
+            try:
+                self.assertEqual(c.dispatch({"backend": "fa3", "forward_mode": "DECODE"}).method, "MLA")
+                own.stop()
+                theirs = serve.Server(dir=d, user=user).start()
+                try:
+                    self.assertEqual(theirs.socket, own.socket)
+                    self.assertRefused(lambda: c.dispatch({"backend": "fa3", "forward_mode": "DECODE"}), own.socket, user)
+                finally:
+                    theirs.stop()
+            finally:
+                c.close()
+                own.stop()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
@@ -220,6 +280,28 @@ class KernelsTest(unittest.TestCase):
         self.assertNotIsInstance(ctx.exception, NoPlan)
         with self.assertRaises(ValueError):
             self.client.plan_kernel(dict(decode_plan_request(), method="NOT_A_METHOD"))
+
+    def test_long_strings_are_invalid_arguments(self):
+        # A string field of 1 MB is refused naming it, its start quoted:
+        # it came back whole in the status, past gRPC's limit of a
+        # status's size (INTERNAL).
+        import grpc
+        from attnplug import NoPlan, ServerError
+        big = "x" * (1 << 20)
+        for field, call in [
+            ("dtype", lambda: self.client.plan_kernel(dict(decode_plan_request(), dtype=big))),
+            ("kv_dtype", lambda: self.client.plan_kernel(dict(decode_plan_request(), kv_dtype=big))),
+            ("device.name", lambda: self.client.plan_kernel(dict(decode_plan_request(), device=dict(H200, name=big)))),
+            ("device.name", lambda: self.client.kernel_modules("fa3", dict(H200, name=big[:4096]))),
+            # A modules request of 1 MB is larger than any valid one: refused by its size.
+            ("KernelModules request", lambda: self.client.kernel_modules("fa3", dict(H200, name=big))),
+        ]:
+            with self.assertRaises(ServerError) as ctx:
+                call()
+            self.assertEqual(ctx.exception.code, grpc.StatusCode.INVALID_ARGUMENT, str(ctx.exception)[:300])
+            self.assertNotIsInstance(ctx.exception, NoPlan)
+            self.assertIn(field, str(ctx.exception))
+            self.assertLess(len(str(ctx.exception)), 1000)
 
 
 class FieldsTest(unittest.TestCase):

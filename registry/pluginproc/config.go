@@ -47,8 +47,11 @@ type Config struct {
 }
 
 // Open makes the private socket directory (on first use) and the life of
-// the plugins' starts. Call it once, before the first start.
+// the plugins' starts, and turns the description cache off when its
+// directory cannot be trusted (usableCacheDir). Call it once, before the
+// first start.
 func (c *Config) Open() {
+	c.CacheDir = usableCacheDir(c.CacheDir, c.Logger)
 	c.sockets = &socketDir{base: c.SocketDir, log: c.Logger}
 	c.life, c.endLife = context.WithCancel(context.Background())
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/internal/localsock"
+	"github.com/hashicorp/go-hclog"
 )
 
 // descCache keeps plugin descriptions on disk, keyed by the SHA-256 of the
@@ -21,6 +23,25 @@ import (
 // to start it. A zero descCache (no directory) caches nothing.
 type descCache struct {
 	dir string
+}
+
+// usableCacheDir returns dir, made with mode 0700 when absent, when it is
+// a directory of the caller's that no other user may write; else "" (no
+// cache), with a warning: a description says which rules answer for a
+// binary, and an entry another user wrote would be believed.
+func usableCacheDir(dir string, log hclog.Logger) string {
+	if dir == "" {
+		return ""
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		log.Info("no description cache", "dir", dir, "error", err)
+		return ""
+	}
+	if err := localsock.CheckOwnedDir(dir); err != nil {
+		log.Warn("description cache not used: another user owns it or may write it", "dir", dir, "error", err)
+		return ""
+	}
+	return dir
 }
 
 // cachedDescription is the file format of one cache entry.

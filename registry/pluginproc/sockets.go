@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/attnplug/attnplug/internal/localsock"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -31,13 +32,10 @@ type socketDir struct {
 	err  error
 }
 
-// defaultSocketBase is where the socket directories go by default.
-func defaultSocketBase() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
-		return filepath.Join(d, "attnplug")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("attnplug-%d", os.Getuid()))
-}
+// defaultSocketBase is where the socket directories go by default: the
+// user's private socket directory, where attnplug serve's default socket
+// lies too (localsock.Dir).
+func defaultSocketBase() string { return localsock.Dir() }
 
 // dir returns the directory, making it on first use; "" and the error when
 // it cannot be made.
@@ -66,23 +64,10 @@ func (s *socketDir) remove() {
 
 // privateDir makes dir with mode 0700 when it is absent, and refuses one
 // that is not a directory owned by the caller that only the caller can
-// use: its sockets would be open to others.
+// use: its sockets would be open to others (localsock.MakePrivateDir).
 func privateDir(dir string) error {
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := localsock.MakePrivateDir(dir); err != nil {
 		return fmt.Errorf("plugin socket directory: %w", err)
-	}
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("plugin socket directory: %w", err)
-	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	switch {
-	case !st.IsDir():
-		return fmt.Errorf("plugin socket directory %s is not a directory", dir)
-	case ok && int(sys.Uid) != os.Getuid():
-		return fmt.Errorf("plugin socket directory %s is owned by uid %d, not by you (uid %d)", dir, sys.Uid, os.Getuid())
-	case st.Mode().Perm()&0o077 != 0:
-		return fmt.Errorf("plugin socket directory %s has mode %s, want 0700", dir, st.Mode().Perm())
 	}
 	return nil
 }

@@ -14,6 +14,25 @@ import (
 // here so that a client of the engine API links no plugin protocol.
 const MaxPlanBatch = 1 << 16
 
+// The longest strings a Kernels request may carry besides its backend
+// (core.MaxBackendNameLen): a dtype names a data type ("bf16",
+// "fp8_e4m3"), a device name a GPU model ("NVIDIA H200"). A longer one is
+// refused before it reaches a plugin, and its error quotes the start of
+// it alone: an error's text travels back in the call's status.
+const (
+	MaxDTypeLen      = 64
+	MaxDeviceNameLen = 256
+)
+
+// checkText refuses a value of field longer than max bytes, quoting its
+// first bytes.
+func checkText(field, v string, max int) error {
+	if len(v) <= max {
+		return nil
+	}
+	return core.NewFieldError(field, fmt.Sprintf("%q... is %d bytes, more than %d", v[:32], len(v), max))
+}
+
 // The converters of the Kernels service: devices, kernel modules, plan
 // requests and plans, between core and the engine API's messages. They
 // mirror those of the plugin protocol (wire/convert_device.go), as the
@@ -33,8 +52,8 @@ func DeviceToProto(d core.DeviceInfo) *dispatchv1.DeviceInfo {
 	}
 }
 
-// DeviceFromProto returns the core form of d; field names the message in
-// errors.
+// DeviceFromProto returns the core form of d, whose name has at most
+// MaxDeviceNameLen bytes; field names the message in errors.
 func DeviceFromProto(d *dispatchv1.DeviceInfo, field string) (core.DeviceInfo, error) {
 	if d == nil {
 		return core.DeviceInfo{}, core.NewFieldError(field, "missing")
@@ -42,6 +61,9 @@ func DeviceFromProto(d *dispatchv1.DeviceInfo, field string) (core.DeviceInfo, e
 	p := core.Platform(d.GetPlatform())
 	if d.GetPlatform() < 0 || d.GetPlatform() > 255 || !p.Valid() {
 		return core.DeviceInfo{}, core.NewFieldError(field+".platform", fmt.Sprintf("unknown platform %d", int32(d.GetPlatform())))
+	}
+	if err := checkText(field+".name", d.GetName(), MaxDeviceNameLen); err != nil {
+		return core.DeviceInfo{}, err
 	}
 	out := core.DeviceInfo{
 		Platform:           p,
@@ -136,9 +158,10 @@ func PlanRequestToProto(r *core.PlanRequest) *dispatchv1.PlanKernelRequest {
 }
 
 // PlanRequestFromProto returns the core form of r: a named backend, a
-// method the protocol knows, as many query lengths as sequence lengths
-// and at most MaxPlanBatch of them, and a device. The planner checks the
-// rest. The error wraps core.ErrInvalidRequest.
+// method the protocol knows, dtypes of at most MaxDTypeLen bytes, as many
+// query lengths as sequence lengths and at most MaxPlanBatch of them, and
+// a device (DeviceFromProto). The planner checks the rest. The error
+// wraps core.ErrInvalidRequest.
 func PlanRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, error) {
 	var out core.PlanRequest
 	if r == nil {
@@ -150,6 +173,12 @@ func PlanRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, er
 	}
 	if r.GetBackend() == "" || len(r.GetBackend()) > core.MaxBackendNameLen {
 		return out, core.NewFieldError("backend", "must be a name of 1 to 256 bytes")
+	}
+	if err := checkText("dtype", r.GetDtype(), MaxDTypeLen); err != nil {
+		return out, err
+	}
+	if err := checkText("kv_dtype", r.GetKvDtype(), MaxDTypeLen); err != nil {
+		return out, err
 	}
 	s := r.GetShape()
 	if n := len(s.GetSeqLens()); n > MaxPlanBatch || len(s.GetQLens()) != n {
