@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/engine/client"
-	"github.com/attnplug/attnplug/internal/localsock"
+	"github.com/attnplug/attnplug/localsock"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/engine/internal/convert"
 	"github.com/attnplug/attnplug/grpcstatus"
-	"github.com/attnplug/attnplug/internal/localsock"
+	"github.com/attnplug/attnplug/localsock"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/attnplug/attnplug/core"
-	"github.com/attnplug/attnplug/internal/localsock"
+	"github.com/attnplug/attnplug/localsock"
 	"github.com/hashicorp/go-hclog"
 )
 

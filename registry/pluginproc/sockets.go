@@ -11,7 +11,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/attnplug/attnplug/internal/localsock"
+	"github.com/attnplug/attnplug/localsock"
 	"github.com/hashicorp/go-hclog"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/attnplug/attnplug/internal/localsock"
+	"github.com/attnplug/attnplug/localsock"
 	"github.com/attnplug/attnplug/internal/testbin"
 )
 
