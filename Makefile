@@ -58,7 +58,7 @@ test-python: build
 	@test -n "$(PYTHON)" || { echo "test-python: no python3 imports grpc and google.protobuf (apt-get install python3-grpcio python3-protobuf)"; exit 1; }
 	$(GO) build -o $(BIN)/test/attnplug-backend-fault ./internal/testplugins/fault
 	$(GO) build -o $(BIN)/test/attnplug-backend-liar ./internal/testplugins/liar
-	cd python && ATTNPLUG_BIN="$(CURDIR)/$(BIN)" ATTNPLUG_FAULT_BIN="$(CURDIR)/$(BIN)/test/attnplug-backend-fault" \
+	cd python && PYTHONPATH=testing ATTNPLUG_BIN="$(CURDIR)/$(BIN)" ATTNPLUG_FAULT_BIN="$(CURDIR)/$(BIN)/test/attnplug-backend-fault" \
 		$(PYTHON) -m unittest discover -s tests -v
 
 ## test-python-install: the offline install of the README on Debian's
@@ -78,9 +78,9 @@ test-python-install:
 		assert attnplug.__file__.startswith(sys.prefix + "/"), attnplug.__file__; \
 		print("test-python-install: attnplug and attnplug.sglang import from", sys.prefix)'
 
-## bench-python: python -m attnplug.bench against bin/attnplug
+## bench-python: python -m attnplug_testing.bench (python/testing) against bin/attnplug
 bench-python: build
-	cd python && $(PYTHON) -m attnplug.bench --attnplug "$(CURDIR)/$(BIN)/attnplug"
+	cd python && PYTHONPATH=testing $(PYTHON) -m attnplug_testing.bench --attnplug "$(CURDIR)/$(BIN)/attnplug"
 
 ## test-gpu: the GPU tests (device kernels against the fp64 reference on
 ## random batches, a 61-layer decode step in a CUDA graph, a kernel fault,

@@ -69,8 +69,11 @@ type StepBatch struct {
 	// for decode, the draft tokens for a target verify. 0 when QLens gives
 	// them.
 	QueryTokens int
-	// Graph says the step is captured in a CUDA graph: its plan must hold
-	// for every step of the batch size (SeqLens are not given).
+	// Graph asks for a plan that holds for every step of the batch's shape
+	// (its size and query tokens), whatever its key lengths, which are not
+	// given: what a step captured in a CUDA graph needs, and what an
+	// engine that reads no lengths on the host (sglang's
+	// needs_cpu_seq_lens False) asks for its eager steps too.
 	Graph bool
 	// SeqLens are the keys each request attends to (a target verify's
 	// drafts included) and QLens its query tokens, when the engine has
@@ -187,8 +190,8 @@ func (s *StepRequest) check() error {
 		return invalid("pool.kv_dtype", fmt.Sprintf("%q: want bf16 or fp8_e4m3", p.KVDType))
 	case b.QueryTokens < 0 || b.QueryTokens > maxStepLen:
 		return invalid("batch.query_tokens", fmt.Sprintf("%d is outside [0, %d]", b.QueryTokens, maxStepLen))
-	case b.Graph && (len(b.SeqLens) > 0 || len(b.QLens) > 0):
-		return invalid("batch.seq_lens", "a graph step gives no lengths: its plan holds for every step of the batch size")
+	case b.Graph && len(b.SeqLens) > 0:
+		return invalid("batch.seq_lens", "a graph step gives no key lengths: its plan holds for every step of its shape")
 	case len(b.SeqLens) != 0 && len(b.SeqLens) != b.Size:
 		return invalid("batch.seq_lens", fmt.Sprintf("%d lengths for a batch of %d", len(b.SeqLens), b.Size))
 	case len(b.QLens) != 0 && len(b.QLens) != b.Size:

@@ -3425,8 +3425,9 @@ type StepBatch struct {
 	// Query tokens of every request of a uniform batch (1 for decode, the
 	// draft tokens for a target verify); 0 when q_lens gives them.
 	QueryTokens int32 `protobuf:"varint,2,opt,name=query_tokens,json=queryTokens,proto3" json:"query_tokens,omitempty"`
-	// Captured in a CUDA graph: the plan must hold for every step of the
-	// batch size, and the lengths are not given.
+	// A plan that holds for every step of the batch's shape (its size and
+	// query tokens) whatever its key lengths, which are not given: what a
+	// step captured in a CUDA graph needs.
 	Graph bool `protobuf:"varint,3,opt,name=graph,proto3" json:"graph,omitempty"`
 	// Keys and query tokens per request, where the engine has them (an
 	// eager step).

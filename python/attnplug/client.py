@@ -462,6 +462,24 @@ class Client:
         resp = self._call(_KERNELS, "PlanKernel", plan_request_to_proto(request), timeout=max(self.timeout, 30.0))
         return plan_from_proto(resp.plan)
 
+    def plan_step(self, step):
+        """The plan of one forward batch of an engine, made by the server
+        from what the engine knows of it (a StepPlan): the server makes
+        the plan request (its bound on the lengths, its page table, its
+        key) as its own host does, asks the plugin and checks the plan.
+        step is a dict: backend, mode (a FORWARD_MODES name), method (a
+        METHODS name), model (heads, kv_lora_rank, qk_rope_head_dim,
+        qk_nope_head_dim, v_head_dim, softmax_scale, index_topk), pool
+        (page_size, slots, max_tokens, row_width, context_len, kv_dtype:
+        "bf16" or "fp8_e4m3"), batch (size, query_tokens, graph, seq_lens,
+        q_lens, chunk_capacity) and device (as kernel_modules takes it).
+        Raises NoPlan when the kernel has no device plan for it,
+        ServerError (INVALID_ARGUMENT, naming the field) for a malformed
+        step."""
+        resp = self._call(_KERNELS, "PlanStep", step_request_to_proto(step), timeout=max(self.timeout, 30.0))
+        return StepPlan(plan=plan_from_proto(resp.plan), max_seq_len=resp.max_seq_len,
+                        pages_per_request=resp.pages_per_request, request=resp.request)
+
 
 class Watch:
     """A stream of Descriptions (see Client.watch)."""

@@ -12,37 +12,37 @@ work and can be captured in a ``torch.cuda.graph``:
     from attnplug.device import Launcher
 
     launcher = Launcher(Client(address), "fa3")           # the plugin serving fa3
-    step = launcher.plan(request)                          # a Prepared; cached by what the plan reads
+    step = launcher.step({"mode": "DECODE", "method": "MLA",  # an engine's forward batch
+                          "model": {...}, "pool": {...}, "batch": {"size": 8, "query_tokens": 1, "graph": True}})
     step.launch({"q": q, "kv_cache": kv, "kv_indptr": indptr, "kv_indices": indices,
                  "seq_lens": seq_lens, "qo_indptr": qo_indptr, "out": out, "lse": lse})
 
-``request`` is a plan request as Client.plan_kernel takes it, without the
-device (the launcher fills in the current torch device). A plan that
-holds for a batch size (Plan.holds_for_batch: a graph request with
-shape.max_seq_len) is asked for once per batch size; its scheduler reads
-seq_lens on the device, so a graph captured for a batch size replays every
-step with no host work. A plan with metadata (one that reads the lengths)
-uploads it into buffers of fixed address; Prepared.update puts a new
-plan's metadata there before a replay.
+A step (Client.plan_step) says what the engine knows of a batch; the
+server makes its plan request (the bound on the lengths, the page table's
+room, the plan's key: in Go, once) and its plan, and says what the plan
+holds for: step.max_seq_len (every step of the shape whose requests hold at
+most that many keys; 0: the step's own lengths) and step.pages_per_request
+(the room of a request in kv_indices). Nothing here computes what a plan
+reads: plans are kept as the server says they hold (PlanSource), so a
+decode loop asks once per batch shape, and a plan whose scheduler reads
+seq_lens on the device replays in a CUDA graph with no host work.
+Launcher.plan takes a plan request as Client.plan_kernel does (without the
+device: the launcher fills in the current torch device), for callers that
+make their own. A plan with metadata (one that reads the lengths) uploads
+it into buffers of fixed address; Prepared.update puts a new plan's
+metadata there before a replay.
 
 torch is imported when a Launcher is made: the dispatch-only package does
 not need it.
 """
 
 import ctypes
+import json
 import logging
 import threading
 import time
 
-from attnplug.client import (
-    PLAN_READS_CHUNK_CAPACITY,
-    PLAN_READS_DECLARED,
-    PLAN_READS_Q_LENS,
-    PLAN_READS_SEQ_LENS,
-    NoPlan,
-    ServerError,
-    ServerUnavailable,
-)
+from attnplug.client import NoPlan, ServerError, ServerUnavailable
 
 __all__ = ["CudaError", "Launcher", "PlanSource", "Prepared", "TensorMismatch"]
 
@@ -229,34 +229,19 @@ class _Module:
         return f
 
 
-def _key(request, reads):
-    """The cache key of a plan request, as the Go registry keys plans: what
-    every plan depends on, and the per-batch quantities reads names."""
-    s = request.get("shape") or {}
-    parts = [request.get("backend"), request.get("method"), request.get("dtype"), request.get("kv_dtype", ""),
-             bool(request.get("graph")),
-             tuple(sorted((request.get("dims") or {}).items())), len(s.get("seq_lens") or ()),
-             s.get("page_size", 0), s.get("num_pages", 0), s.get("max_seq_len", 0), reads]
-    if reads & PLAN_READS_SEQ_LENS:
-        parts.append(tuple(s.get("seq_lens") or ()))
-    if reads & PLAN_READS_Q_LENS:
-        parts.append(tuple(s.get("q_lens") or ()))
-    if reads & PLAN_READS_CHUNK_CAPACITY:
-        parts.append(s.get("chunk_capacity", 0))
-    return tuple(parts)
+def _shape(step):
+    """What a step's plan is kept by: the step without its lengths, as a
+    string (its fields, in a fixed order). The server says what else the
+    plan holds for (StepPlan.max_seq_len); nothing here knows what a plan
+    reads."""
+    batch = dict(step.get("batch") or {})
+    batch.pop("seq_lens", None)
+    return json.dumps(dict(step, batch=batch), sort_keys=True, separators=(",", ":"))
 
 
-_ALL = PLAN_READS_SEQ_LENS | PLAN_READS_Q_LENS | PLAN_READS_CHUNK_CAPACITY | PLAN_READS_DECLARED
-
-
-def _refusal_key(request):
-    """The key a refused request is remembered by: a graph request with a
-    bound on the lengths by everything but its lengths (the plans of such
-    requests do not depend on them), any other by everything."""
-    s = request.get("shape") or {}
-    if request.get("graph") and s.get("max_seq_len"):
-        return _key(request, PLAN_READS_DECLARED | PLAN_READS_Q_LENS | PLAN_READS_CHUNK_CAPACITY)
-    return _key(request, _ALL)
+def _exact(request):
+    """A plan request as a string (its fields, in a fixed order)."""
+    return json.dumps(request, sort_keys=True, separators=(",", ":"))
 
 
 def _route_key(desc, backend):
@@ -264,15 +249,26 @@ def _route_key(desc, backend):
     return (r.handler, r.plugin, r.version, r.sha256)
 
 
+# The most plans and refusals a PlanSource keeps, of each kind.
+_KEPT = 1024
+
+
 class PlanSource:
     """The device code and plans of the plugin that serves backend, for
     device (a dict as Client.kernel_modules takes it), asked of client (an
     attnplug.Client): what a Launcher loads and launches, without torch.
 
-    Plans are kept by what they declare they read (one plan request per
-    batch size in a decode loop), refusals too: a request the server has no
-    plan for is not asked again, and while the server cannot be reached no
-    plan is asked for retry_s seconds (the cached plans still answer).
+    Plans are made by the server: a step's (step: the server makes the plan
+    request of an engine's facts) or a plan request's (plan). They are kept
+    as the server says they hold, and nothing here computes what a plan
+    reads: a step's plan serves every step of its shape (the step without
+    batch.seq_lens) whose requests hold at most its max_seq_len keys (one
+    plan request per batch shape in a decode loop, none at replay), or,
+    with max_seq_len 0, the step's own lengths; a plan request's plan
+    serves that request. A refusal is kept likewise (a step's by its shape,
+    with its lengths when it gave them): the server is not asked again. While
+    the server cannot be reached no plan is asked for retry_s seconds (the
+    kept plans still answer).
 
     With follow (the default), a thread follows the server's Watch stream:
     when the route of backend changes (another binary, version or plugin:
@@ -290,8 +286,8 @@ class PlanSource:
         self._lock = threading.Lock()
         self._modules = None
         self._modules_error = None
-        self._reads = {}  # base key -> reads of the last plan for it
-        self._plans = {}  # key -> Plan
+        self._steps = {}  # shape -> StepPlans that hold up to a bound, the smallest bound first
+        self._exact = {}  # exact step or plan request -> StepPlan or Plan
         self._refused = {}  # refusal key -> NoPlan
         self._down_until = 0.0
         self._down_error = None
@@ -313,19 +309,11 @@ class PlanSource:
             self._thread.join(timeout=5)
 
     def request(self, request):
-        """request with this source's device, and its backend by default."""
+        """request (a plan request or a step) with this source's device, and
+        its backend by default."""
         req = dict(request, device=self.device)
         req.setdefault("backend", self.backend)
         return req
-
-    def cached(self, request):
-        """(key, version) of the plan that answers request (from request())
-        without asking the server, or (None, version)."""
-        base = _key(request, 0)
-        with self._lock:
-            reads = self._reads.get(base, _ALL)
-            key = _key(request, reads)
-            return (key if key in self._plans else None), self.version
 
     def modules(self):
         """(modules, version): the KernelModules of backend for the device,
@@ -354,46 +342,83 @@ class PlanSource:
                 self._modules = mods
             return mods, version
 
-    def plan(self, request):
-        """(plan, key, version) for request (from request()): a cached plan
-        when one answered an equal request as far as it reads, else the
-        server's. Raises NoPlan when there is none (the refusal is kept
-        until the route changes), ServerError for a malformed request,
+    def step(self, step):
+        """(StepPlan, version) for step (from request()): a kept plan that
+        holds for it, else the server's (Client.plan_step). Raises NoPlan
+        when there is none (the refusal is kept until the route changes),
+        ServerError for a step the server refuses as malformed,
         ServerUnavailable when the server cannot be reached."""
-        base = _key(request, 0)
-        rkey = _refusal_key(request)
+        shape = _shape(step)
+        lens = tuple((step.get("batch") or {}).get("seq_lens") or ())
+        longest = max(lens) if lens else 0
+        exact = shape + repr(lens)
         with self._lock:
-            reads = self._reads.get(base, _ALL)
-            key = _key(request, reads)
-            p = self._plans.get(key)
-            if p is not None:
-                return p, key, self.version
-            refused = self._refused.get(rkey)
-            if refused is not None:
-                raise refused
-            self._check_up()
+            for sp in self._steps.get(shape, ()):
+                if sp.max_seq_len >= longest:
+                    return sp, self.version
+            sp = self._exact.get(exact)
+            if sp is not None:
+                return sp, self.version
+            self._check_refused(exact)
             version = self.version
+        sp = self._ask(exact, version, lambda: self.client.plan_step(step))
+        with self._lock:
+            if version == self.version:
+                self._trim()
+                if sp.max_seq_len > 0:
+                    kept = self._steps.setdefault(shape, [])
+                    kept.append(sp)
+                    kept.sort(key=lambda x: x.max_seq_len)
+                else:
+                    self._exact[exact] = sp
+        return sp, version
+
+    def plan(self, request):
+        """(plan, version) for request (a plan request, from request()): the
+        plan the server answered an equal request with, else the server's
+        (Client.plan_kernel). Raises as step does."""
+        exact = _exact(request)
+        with self._lock:
+            p = self._exact.get(exact)
+            if p is not None:
+                return p, self.version
+            self._check_refused(exact)
+            version = self.version
+        p = self._ask(exact, version, lambda: self.client.plan_kernel(request))
+        with self._lock:
+            if version == self.version:
+                self._trim()
+                self._exact[exact] = p
+        return p, version
+
+    def _ask(self, key, version, call):
         try:
-            plan = self.client.plan_kernel(request)
+            out = call()
         except NoPlan as exc:
             with self._lock:
-                if version == self.version and len(self._refused) < 4096:
-                    self._refused[rkey] = exc
+                if version == self.version and len(self._refused) < _KEPT:
+                    self._refused[key] = exc
             raise
         except ServerUnavailable as exc:
             self._set_down(exc)
             raise
-        reads = plan.reads if plan.reads & PLAN_READS_DECLARED else _ALL
-        key = _key(request, reads)
         with self._lock:
             self.stats["plan_requests"] += 1
-            if version == self.version:
-                if len(self._plans) > 1024:
-                    self._plans.clear()
-                    self._reads.clear()
-                self._reads[base] = reads
-                self._plans[key] = plan
-        return plan, key, version
+        return out
+
+    def _check_refused(self, key):
+        # _lock held
+        refused = self._refused.get(key)
+        if refused is not None:
+            raise refused
+        self._check_up()
+
+    def _trim(self):
+        # _lock held: what is kept stays bounded
+        if len(self._exact) >= _KEPT:
+            self._exact.clear()
+        if len(self._steps) >= _KEPT:
+            self._steps.clear()
 
     def _check_up(self):
         # _lock held
@@ -411,8 +436,8 @@ class PlanSource:
         self.stats["route_changes"] += 1
         self._modules = None
         self._modules_error = None
-        self._reads.clear()
-        self._plans.clear()
+        self._steps.clear()
+        self._exact.clear()
         self._refused.clear()
 
     def _apply(self, desc):
@@ -447,8 +472,9 @@ class Launcher:
     """Launches the kernels of the plugin that serves backend, on torch
     CUDA device ``device`` (default: the current one), with plans from
     ``client`` (an attnplug.Client). The modules are fetched and loaded at
-    the first plan; plans are kept as the Go host keeps them, by what they
-    declare they read, so a decode loop asks the server once per batch size.
+    the first plan; plans are kept as the server says they hold
+    (PlanSource), and what is prepared of a plan is kept by the plan's key
+    (the server's), so a decode loop asks the server once per batch shape.
 
     The Launcher follows the server's routes (PlanSource; follow=False
     turns it off): after a hot swap of the plugin serving backend, the next
@@ -470,7 +496,7 @@ class Launcher:
         self._version = None
         self._modules = None
         self._loaded = []  # every module loaded, of every version: never unloaded
-        self._prepared = {}  # key -> Prepared, for self._version
+        self._prepared = {}  # plan key -> Prepared, for self._version
         self.stats = {"plan_requests": 0, "plans_cached": 0, "module_loads": 0}
 
     def close(self):
@@ -498,38 +524,45 @@ class Launcher:
                 self._modules = loaded
             return self._modules
 
+    def step(self, step, keep=True):
+        """The Prepared plan of step (a step as Client.plan_step takes it,
+        without its device; its backend defaults to the Launcher's): from
+        what is kept when a plan holds for it, else made by the server and
+        prepared here (its metadata uploaded, its workspace allocated). Its
+        max_seq_len and pages_per_request say what it holds for. With keep
+        false, a new Prepared is not kept (the plan itself is). Raises
+        NoPlan when the kernel has no device plan for it, ServerUnavailable
+        when the server cannot be reached and no kept plan answers."""
+        req = self.source.request(step)
+        mods = self.modules()
+        sp, version = self.source.step(req)
+        return self._prepare(sp.plan, req, mods, version, keep, sp.max_seq_len, sp.pages_per_request)
+
     def plan(self, request, keep=True):
         """The Prepared plan of request (a plan request without its device,
-        whose backend defaults to the Launcher's): from the cache when a plan
-        answered an equal request, as far as the plan reads; else asked of
-        the server, checked there, and prepared here (its metadata uploaded,
-        its workspace allocated). With keep false, a new Prepared is not
-        kept (a prefill's, whose lengths rarely come again; the plan itself
-        is). Raises NoPlan when the kernel has no device plan for it,
-        ServerUnavailable when the server cannot be reached and no cached
-        plan answers."""
+        whose backend defaults to the Launcher's), as step prepares a
+        step's: the server's plan, kept for an equal request. Raises as step
+        does."""
         req = self.source.request(request)
-        key, version = self.source.cached(req)
-        if key is not None:
-            with self._lock:
-                self._sync(version)
-                p = self._prepared.get(key)
-            if p is not None:
-                return p
         mods = self.modules()
-        plan, key, version = self.source.plan(req)
+        plan, version = self.source.plan(req)
+        return self._prepare(plan, req, mods, version, keep, 0, 0)
+
+    def _prepare(self, plan, req, mods, version, keep, max_seq_len, pages_per_request):
+        key = plan.key or id(plan)
         with self._lock:
             self._sync(version)
             p = self._prepared.get(key)
+            self.stats["plan_requests"] = self.source.stats["plan_requests"]
             if p is not None:
                 return p
         prepared = Prepared(self, plan, req, mods)
+        prepared.max_seq_len, prepared.pages_per_request = max_seq_len, pages_per_request
         with self._lock:
             self._sync(version)
-            self.stats["plan_requests"] = self.source.stats["plan_requests"]
             if not keep:
                 return prepared
-            if len(self._prepared) > 1024:
+            if len(self._prepared) > _KEPT:
                 self._prepared.clear()
             self._prepared[key] = prepared
         return prepared

@@ -25,6 +25,7 @@ import logging
 import operator
 import threading
 
+from attnplug import _sglang
 from attnplug import client as _client
 from attnplug._pb import dispatch_pb2
 
@@ -47,35 +48,12 @@ __all__ = [
 log = logging.getLogger("attnplug.sglang")
 
 #: The sglang module that holds AttentionBackendRegistry and the handlers.
-HANDLER_MODULE = "sglang.srt.models.deepseek_common.attention_backend_handler"
-_METHODS_MODULE = "sglang.srt.models.deepseek_common.attention_forward_methods.forward_methods"
-
-
-class _AttnForwardMethodMirror(enum.IntEnum):
-    """sglang's AttnForwardMethod, for a process without sglang: the same
-    members in the same order."""
-
-    MHA = enum.auto()
-    MLA = enum.auto()
-    MHA_CHUNKED_KV = enum.auto()
-    MHA_ONE_SHOT = enum.auto()
-    MLA_FUSED_ROPE_ROCM = enum.auto()
-    MLA_FUSED_ROPE_CPU = enum.auto()
-    MHA_NPU = enum.auto()
-    MLA_NPU = enum.auto()
-    DSA_NPU = enum.auto()
-
-
-def _sglang_methods():
-    try:
-        return importlib.import_module(_METHODS_MODULE).AttnForwardMethod
-    except Exception:  # sglang not installed, or not importable here
-        return _AttnForwardMethodMirror
+HANDLER_MODULE = _sglang.HANDLER_MODULE
 
 
 #: sglang's AttnForwardMethod when sglang is importable, else a mirror with
 #: the same members.
-AttnForwardMethod = _sglang_methods()
+AttnForwardMethod = _sglang.sglang_methods()
 
 
 def _false(*_):
@@ -121,7 +99,7 @@ class SglangRuntime:
         self.mla_use_prefill_cp = mla_use_prefill_cp
         self.is_hip = is_hip
         self.use_intel_amx_backend = use_intel_amx_backend
-        self.AttnForwardMethod = AttnForwardMethod or _sglang_methods()
+        self.AttnForwardMethod = AttnForwardMethod or _sglang.sglang_methods()
 
     @classmethod
     def from_module(cls, module):
@@ -975,7 +953,7 @@ def _handler_module(module):
     return module if module is not None else importlib.import_module(HANDLER_MODULE)
 
 
-_BACKEND_NAMES = ("AttnplugMLABackend", "TorchMLABackend", "register_backend")
+_BACKEND_NAMES = ("AttnplugMLABackend", "register_backend")
 
 
 def __getattr__(name):

@@ -1,41 +1,37 @@
 """attnplug.sglang_backend: an sglang attention backend for DeepSeek MLA
 whose kernels are a plugin's.
 
-AttnplugMLABackend has the interface of sglang's AttentionBackend
-(python/sglang/srt/layers/attention/base_attn_backend.py) and makes the
-calls sglang's MLA backends make (flashinfer_mla_backend.py is the one
-followed): it reads sglang's KV pool (``token_to_kv_pool.get_key_buffer``,
-the latent cache of a layer, [slots, 1, 576]) and page table
-(``req_to_token_pool.req_to_token`` indexed by ``req_pool_indices``),
-writes new KV where those backends write it (``set_mla_kv_buffer`` for the
-split form, ``set_kv_buffer`` for the 576-wide one), and launches the
-kernels of the plugin that serves ``kernel_backend`` (the dispatch's
-answer: ``attnplug serve`` routes the name) through attnplug.device.
+AttnplugMLABackend is a thin adapter, as sglang's own flashinfer_mla and
+flashmla backends are: per forward batch it says what sglang knows of the
+batch (the model's dims on this rank, the KV pool and page table, the
+batch's mode, size and query tokens: a step) and gets the step's plan,
+which attnplug serve makes (Client.plan_step: the plan request, its bound
+on the lengths and its key are made once, in Go) and checks; per layer it
+binds sglang's tensors and launches the plugin's kernels (attnplug.device).
+It reads sglang's KV pool (``token_to_kv_pool.get_key_buffer``, the latent
+cache of a layer, [slots, 1, 576], in bf16 or viewed as fp8_e4m3) and page
+table (``req_to_token_pool.req_to_token`` by ``req_pool_indices``), and
+writes new KV where sglang's MLA backends write it (``set_mla_kv_buffer``,
+``set_kv_buffer``).
 
-What runs where:
+What runs where (docs/python.md has the table of every DeepSeek path):
 
-- MLA decode and target-verify (1 to 4 query tokens a request): the
-  plugin's MLA decode plan, a graph plan that holds for the batch size
-  (shape.max_seq_len: the model's context length in graph mode, a power of
-  two above the batch's longest in eager mode), so a decode loop asks the
-  server once per batch size and a captured step replays with no RPC and
-  no host work: the page table, the lengths and the plan's scheduler are
-  built on the device from sglang's tensors, inside the graph;
-- MHA prefill without a prefix, and MHA_ONE_SHOT (the keys of each request
-  given whole): the plugin's MHA plan, eager;
-- everything else (chunked-prefix MHA, absorbed-MLA extend, draft
-  batches, an fp8 KV cache), and every case without a plan (no server, no
-  device code, a plugin that went away): the fallback, sglang's own backend
-  of ``kernel_backend`` when sglang is importable, else TorchMLABackend (a
-  bmm-softmax-bmm in torch), with one warning, never an exception in the
-  model.
-
-Both CUDA-graph protocols are served: the capture/replay pair
-(``init_forward_metadata_capture_cuda_graph``,
-``init_forward_metadata_replay_cuda_graph``) and main's since sglang PR
-#26735 (``init_forward_metadata_out_graph(fb, in_capture)``,
-``init_forward_metadata_in_graph(fb)``, ``on_after_cuda_graph_warmup()``),
-with the pools taken from ``model_runner``.
+- MLA decode and target verify, eager and in CUDA graphs of both
+  protocols, over bf16 and fp8_e4m3 pools: the plugin's MLA plan for the
+  batch shape, which holds for every step of the shape up to the longest
+  request the pool and page table admit, so a decode loop asks the server
+  once per batch shape and a captured step replays with no RPC and no host
+  work (the page table, lengths and the plan's scheduler are built on the
+  device from sglang's tensors, inside the graph);
+- absorbed-MLA extend over the cache (an extend, a draft extend): the
+  plugin's MLA plan for the batch's query tokens;
+- MHA prefill without a prefix, MHA_ONE_SHOT, and the new tokens' part of
+  MHA_CHUNKED_KV (with their LSE): the plugin's MHA plan, eager;
+- everything else, and every batch without a plan (no server, no device
+  code, a plugin that went away): the fallback, sglang's own backend of
+  ``kernel_backend`` (or the one given), counted per path with the reason
+  (stats()), or, strict (ATTNPLUG_STRICT=1, strict=True), refused with
+  FallbackRefused.
 
 Registration in sglang: register_backend() (the ``attnplug`` name), called
 by the ``sglang.srt.plugins`` entry point (sglang_plugin), by
@@ -44,20 +40,19 @@ attention_backend=True). torch is imported when a backend is made.
 """
 
 import logging
-import math
 import os
 import threading
 
+from attnplug import _sglang
 from attnplug import client as _client
 from attnplug.device import _import_torch
 
 __all__ = [
     "AttnplugMLABackend",
     "BACKEND_NAME",
-    "TorchMLABackend",
+    "FallbackRefused",
+    "PATHS",
     "create_backend",
-    "eager_bound",
-    "mla_plan_request",
     "register_backend",
     "sglang_plugin",
 ]
@@ -69,70 +64,32 @@ BACKEND_NAME = "attnplug"
 #: The variable naming the backend whose plugin runs the kernels (default fa3).
 ENV_KERNEL_BACKEND = "ATTNPLUG_KERNEL_BACKEND"
 DEFAULT_KERNEL_BACKEND = "fa3"
+#: The variable that makes the backend strict: "1" refuses the fallback.
+ENV_STRICT = "ATTNPLUG_STRICT"
 
-# The MLA decode kernels' limit on query tokens a request (docs/device.md).
-MAX_QUERY_TOKENS = 4
-# The smallest bound of an eager plan (eager_bound).
-_MIN_EAGER_BOUND = 1024
+#: The paths stats() counts layers by: decode, target verify, absorbed-MLA
+#: extend, a draft model's batches (decode and draft extend), MHA prefill
+#: (MHA, MHA_ONE_SHOT and the new tokens of MHA_CHUNKED_KV) and the prefix
+#: chunks of MHA_CHUNKED_KV.
+PATHS = ("decode", "verify", "extend", "draft", "prefill", "chunked_prefix")
 
-
-
-def _sglang_base():
-    try:
-        from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
-        return AttentionBackend
-    except Exception:  # sglang not installed (or not importable here)
-        return object
+# sglang's backend-specific calls the model makes on the attention backend
+# that this class leaves to its fallback (the fallback runs those batches).
+_FORWARDED = frozenset(("init_mha_chunk_metadata",))
 
 
-# ---------------------------------------------------------------- shapes
+class FallbackRefused(RuntimeError):
+    """A layer the plugin's kernels could not run, raised by a strict
+    backend (ATTNPLUG_STRICT=1, or strict=True) instead of running the
+    fallback: path is one of PATHS, reason says why."""
+
+    def __init__(self, path, reason):
+        super().__init__("attnplug: the %s path would run the fallback: %s" % (path, reason))
+        self.path = path
+        self.reason = reason
 
 
-def pages_per_request(max_seq_len, page_size):
-    """The page-table room of one request: ceil(max_seq_len / page_size)."""
-    return -(-int(max_seq_len) // int(page_size))
-
-
-def eager_bound(longest, context_len):
-    """The max_seq_len of an eager plan: the smallest power of two at least
-    longest (and 1024), at most context_len; so that eager steps of a batch
-    size share a handful of plans, each with a page table no larger than
-    twice what the batch needs."""
-    b = _MIN_EAGER_BOUND
-    while b < longest:
-        b *= 2
-    return max(1, min(b, int(context_len))) if longest <= context_len else int(longest)
-
-
-def mla_plan_request(kernel_backend, heads, softmax_scale, batch, q_len, page_size, num_pages, max_seq_len,
-                     seq_lens=None, head_dim_qk=576, head_dim_v=512, graph=True):
-    """The plan request (as Client.plan_kernel takes it, without the device)
-    of an MLA decode (q_len 1) or target-verify (q_len 2 to 4) step of
-    batch requests: a graph plan bounded by max_seq_len, whose page table
-    has room for batch * ceil(max_seq_len / page_size) pages. seq_lens
-    (each kept within [q_len, max_seq_len]) default to max_seq_len: such a
-    plan does not read them."""
-    if seq_lens is None:
-        seq_lens = [max_seq_len] * batch
-    lens = [min(max(int(n), q_len), int(max_seq_len)) for n in seq_lens]
-    return {
-        "backend": kernel_backend, "method": "MLA", "dtype": "bf16", "graph": bool(graph),
-        "dims": {"heads": int(heads), "head_dim_qk": int(head_dim_qk), "head_dim_v": int(head_dim_v),
-                 "softmax_scale": float(softmax_scale)},
-        "shape": {"seq_lens": lens, "q_lens": [int(q_len)] * batch, "page_size": int(page_size),
-                  "num_pages": int(num_pages), "max_seq_len": int(max_seq_len)},
-    }
-
-
-def mha_plan_request(kernel_backend, method, heads, softmax_scale, seq_lens, q_lens, head_dim_qk, head_dim_v):
-    """The plan request of an MHA prefill (method MHA or MHA_ONE_SHOT) of
-    requests with seq_lens keys and q_lens new tokens."""
-    return {
-        "backend": kernel_backend, "method": method, "dtype": "bf16", "graph": False,
-        "dims": {"heads": int(heads), "head_dim_qk": int(head_dim_qk), "head_dim_v": int(head_dim_v),
-                 "softmax_scale": float(softmax_scale)},
-        "shape": {"seq_lens": [int(x) for x in seq_lens], "q_lens": [int(x) for x in q_lens]},
-    }
+_Base = _sglang.backend_base()
 
 
 def _ints(v):
@@ -141,6 +98,11 @@ def _ints(v):
     if hasattr(v, "tolist"):
         v = v.tolist()
     return [int(x) for x in v]
+
+
+def _capturing(torch):
+    """Whether the current CUDA stream is capturing a graph."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _attention_tp_size(model_runner):
@@ -180,29 +142,99 @@ def _query_tokens(forward_batch, bs):
     return 1
 
 
-def _capturing(torch):
-    """Whether the current CUDA stream is capturing a graph."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+def _mode_name(mode):
+    """The wire's name of sglang's forward mode (its predicates decide for
+    one that is no enum member)."""
+    name = getattr(mode, "name", None)
+    if name in _sglang.FORWARD_MODE_NAMES:
+        return name
+    for pred, n in (("is_target_verify", "TARGET_VERIFY"), ("is_draft_extend_v2", "DRAFT_EXTEND_V2"),
+                    ("is_decode", "DECODE"), ("is_idle", "IDLE")):
+        f = getattr(mode, pred, None)
+        if f is not None and f():
+            return n
+    return "EXTEND"
 
 
-class _NoPlanHere(Exception):
-    """The plugin path cannot run this batch; the fallback does."""
+class _Facts:
+    """What the backend reads of sglang once, at construction: the model's
+    attention dims on this rank, the KV pool and the page table, as a step
+    names them (Client.plan_step)."""
+
+    def __init__(self, model_runner, num_heads, torch):
+        cfg = model_runner.model_config
+        self.kv_lora_rank = int(cfg.kv_lora_rank)
+        self.qk_rope_head_dim = int(cfg.qk_rope_head_dim)
+        self.qk_nope_head_dim = int(getattr(cfg, "qk_nope_head_dim", 128))
+        self.v_head_dim = int(getattr(cfg, "v_head_dim", 128))
+        self.kv_cache_dim = self.kv_lora_rank + self.qk_rope_head_dim
+        self.heads = int(num_heads or cfg.num_attention_heads // _attention_tp_size(model_runner))
+        self.scaling = float(getattr(cfg, "scaling", (self.qk_nope_head_dim + self.qk_rope_head_dim) ** -0.5))
+        self.index_topk = int(getattr(cfg, "index_topk", 0) or 0)
+        self.context_len = int(cfg.context_len)
+        self.page_size = int(getattr(model_runner, "page_size", 1) or 1)
+        pool = model_runner.token_to_kv_pool
+        self.pool = pool
+        self.first_layer = int(getattr(pool, "start_layer", 0) or 0)
+        self.slots = int(pool.get_key_buffer(self.first_layer).shape[0])
+        self.req_to_token = model_runner.req_to_token_pool.req_to_token
+        self.row_width = int(self.req_to_token.shape[1])
+        self.max_tokens = int(getattr(model_runner, "max_total_num_tokens", 0) or getattr(pool, "size", 0) or self.slots)
+        # The pool's dtype (sglang's kv_cache_dtype: an fp8 pool stores
+        # bytes and hands a view of its fp8 dtype, as get_key_buffer does).
+        dt = getattr(pool, "dtype", torch.bfloat16)
+        fp8 = getattr(torch, "float8_e4m3fn", None)
+        self.kv_dtype = {torch.bfloat16: "bf16", fp8: "fp8_e4m3"}.get(dt) if dt is not None else None
+        self.pool_dtype = dt
+
+    def unsupported(self):
+        """Why the plugin's MLA kernels cannot read this pool, or None."""
+        if self.kv_cache_dim != 576 or self.kv_lora_rank != 512:
+            return "an MLA cache of %d (kv_lora_rank %d): the kernels read 576 (512 + 64)" % (self.kv_cache_dim, self.kv_lora_rank)
+        if self.index_topk:
+            return ("DeepSeek sparse attention (index_topk %d): its top-k indices are the indexer's of sglang's "
+                    "NSA backend, which this backend does not run" % self.index_topk)
+        if self.kv_dtype is None:
+            return "a KV pool of %s: the kernels read bf16 and fp8_e4m3" % self.pool_dtype
+        if self.slots % self.page_size:
+            return "a pool of %d slots, not a whole number of pages of %d" % (self.slots, self.page_size)
+        return None
+
+    def step(self, mode, method, batch):
+        """The step of a batch (a dict as Client.plan_step takes it,
+        without backend and device)."""
+        return {
+            "mode": mode, "method": method,
+            "model": {"heads": self.heads, "kv_lora_rank": self.kv_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
+                      "qk_nope_head_dim": self.qk_nope_head_dim, "v_head_dim": self.v_head_dim,
+                      "softmax_scale": self.scaling, "index_topk": self.index_topk},
+            "pool": {"page_size": self.page_size, "slots": self.slots, "max_tokens": self.max_tokens,
+                     "row_width": self.row_width, "context_len": self.context_len, "kv_dtype": self.kv_dtype or ""},
+            "batch": batch,
+        }
 
 
-# ---------------------------------------------------------------- steps
+class _Tables:
+    """The page table, lengths and query offsets an MLA step's launches
+    read, in buffers of fixed address: kv_indptr [bs + 1], kv_indices [bs *
+    room], seq_lens [bs], qo_indptr [bs + 1], and cols, the page starts of a
+    row of req_to_token. A graph step's are views of the graph buffers
+    (init_cuda_graph_state), an eager step's its own."""
 
+    __slots__ = ("kv_indptr", "kv_indices", "seq_lens", "qo_indptr", "cols", "room")
 
-class _Step:
-    """The plugin path of one batch shape: its prepared plan and the
-    buffers of fixed address its launches read (the page table, lengths,
-    query offsets), which the step's preparation fills on the device."""
-
-    def __init__(self, prepared, bs, q, room, page_size, graph, kv_indptr, kv_indices, seq_lens, qo_indptr, cols):
-        self.prepared = prepared
-        self.bs, self.q, self.room, self.page_size, self.graph = bs, q, room, page_size, graph
-        self.kv_indptr, self.kv_indices, self.seq_lens, self.qo_indptr = kv_indptr, kv_indices, seq_lens, qo_indptr
-        self.cols = cols  # the page starts of a row of req_to_token, [room] int64
-        self.version = 0  # of the launcher's route when planned
+    def __init__(self, torch, device, bs, room, page_size, base=None):
+        i32 = torch.int32
+        self.room = room
+        if base is None:
+            self.kv_indptr = torch.arange(0, (bs + 1) * room, room, dtype=i32, device=device)
+            self.kv_indices = torch.zeros(bs * room, dtype=i32, device=device)
+            self.seq_lens = torch.ones(bs, dtype=i32, device=device)
+            self.qo_indptr = torch.zeros(bs + 1, dtype=i32, device=device)
+            self.cols = torch.arange(room, dtype=torch.int64, device=device) * page_size
+        else:
+            self.kv_indptr, self.kv_indices = base.kv_indptr[:bs + 1], base.kv_indices[:bs * room]
+            self.seq_lens, self.qo_indptr, self.cols = base.seq_lens[:bs], base.qo_indptr[:bs + 1], base.cols
 
     def tensors(self):
         return {"kv_indptr": self.kv_indptr, "kv_indices": self.kv_indices, "seq_lens": self.seq_lens,
@@ -210,25 +242,19 @@ class _Step:
 
 
 class _Forward:
-    """What the current forward batch runs: the plugin (step) or the
-    fallback, whether init_forward_metadata_in_graph prepared its step,
-    and which metadata call the fallback got: "eager"
-    (init_forward_metadata), "graph" (init_forward_metadata_out_graph, so
-    in_graph follows), "legacy" (capture/replay) or None."""
+    """What the current forward batch runs: its path, the plugin's prepared
+    step (and its tables) or why the fallback runs it, whether
+    init_forward_metadata_in_graph prepared the step, and which metadata
+    call the fallback got ("eager", "graph", "legacy" or None)."""
 
-    __slots__ = ("kind", "step", "bs", "q", "prepped", "first_layer", "fallback")
+    __slots__ = ("path", "kind", "prepared", "tables", "bs", "q", "q_lens", "why", "prepped", "first_layer", "fallback")
 
-    def __init__(self, kind, step=None, bs=0, q=1, fallback=None):
-        self.kind = kind  # "plugin", "fallback", "extend", "idle"
-        self.step = step
-        self.bs = bs
-        self.q = q
+    def __init__(self, path, kind, bs=0, q=1, why=None):
+        self.path, self.kind, self.bs, self.q, self.why = path, kind, bs, q, why
+        self.prepared = self.tables = self.q_lens = None
         self.prepped = False
         self.first_layer = None
-        self.fallback = fallback
-
-
-_Base = _sglang_base()
+        self.fallback = None
 
 
 class AttnplugMLABackend(_Base):
@@ -237,23 +263,44 @@ class AttnplugMLABackend(_Base):
     else fa3), asked of the ``attnplug serve`` at address (default
     $ATTNPLUG_ADDRESS, else serve's socket) or through client.
 
-    model_runner is sglang's (or a stand-in's: attnplug.sglang_standins):
-    its model_config (context_len, num_attention_heads, kv_lora_rank,
-    qk_rope_head_dim, scaling), device, page_size, kv_cache_dtype,
-    req_to_token_pool and token_to_kv_pool are read. fallback is the
-    backend that runs what the plugin does not (default: sglang's own
-    backend of kernel_backend from sglang's attention registry, else
-    TorchMLABackend); it gets the metadata calls of the batches it runs.
-    launcher (default: an attnplug.device.Launcher made at the first plan)
-    is what plans and launches the plugin's kernels.
-    Attributes this class does not have are the fallback's (sglang's
-    model calls backend-specific ones, such as init_mha_chunk_metadata).
+    model_runner is sglang's: its model_config (context_len,
+    num_attention_heads, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim,
+    v_head_dim, scaling, index_topk), device, page_size,
+    max_total_num_tokens, req_to_token_pool and token_to_kv_pool are read.
+    fallback is the backend that runs what the plugin does not (default:
+    sglang's own backend of kernel_backend from sglang's attention
+    registry); it gets the metadata calls of the batches it runs. launcher
+    (default: an attnplug.device.Launcher made at the first plan) plans and
+    launches the plugin's kernels. strict (default $ATTNPLUG_STRICT == "1")
+    raises FallbackRefused where a layer would run the fallback.
 
-    stats() counts plugin and fallback layer calls, plan requests and
-    module loads. Not safe for concurrent use, as sglang's backends."""
+    stats() counts, per path, the layers the plugin ran and those the
+    fallback ran, with the last reason. Not safe for concurrent use, as
+    sglang's backends."""
+
+    # sglang's backend contract (main, 2026; _sglang.SGLANG_FOLLOWED), each
+    # as it applies here:
+    # - no path reads seq_lens_cpu or seq_lens_sum: MLA steps are planned
+    #   for their shape, the lengths read on the device; the MHA paths read
+    #   extend_*_cpu, which sglang keeps;
+    needs_cpu_seq_lens = False
+    # - eager extend metadata is per batch, not preallocated per request;
+    extend_dummy_seqs_capped_by_req_pool = False
+    # - no breakable-CUDA-graph capture of metadata: a replay prepares its
+    #   step as any replay does;
+    use_captured_forward_metadata_for_breakable_cuda_graph = False
+    supports_ragged_verify_graph = False
+    supports_full_cuda_graph_chunked_prefix = False
+    # - the runner's KVIndexTranslator, bound at boot (None until then); a
+    #   translating one (--enable-unified-memory) leaves req_to_token's ids
+    #   virtual, which the plugin's page table cannot take: the fallback
+    #   runs, counted;
+    kv_index_translator = None
+    reads_kv_index_table = False
+    attn_backend_list = None
 
     def __init__(self, model_runner, skip_prefill=False, *, kernel_backend=None, address=None, client=None,
-                 fallback=None, num_heads=None, timeout=5.0, launcher=None):
+                 fallback=None, num_heads=None, timeout=5.0, launcher=None, strict=None):
         if _Base is not object:
             try:
                 super().__init__()
@@ -264,39 +311,32 @@ class AttnplugMLABackend(_Base):
         self.model_runner = model_runner
         self.skip_prefill = skip_prefill
         self.kernel_backend = kernel_backend or os.environ.get(ENV_KERNEL_BACKEND) or DEFAULT_KERNEL_BACKEND
-        cfg = model_runner.model_config
-        self.context_len = int(cfg.context_len)
-        self.kv_lora_rank = int(cfg.kv_lora_rank)
-        self.qk_rope_head_dim = int(cfg.qk_rope_head_dim)
-        self.kv_cache_dim = self.kv_lora_rank + self.qk_rope_head_dim
-        self.num_heads = int(num_heads or cfg.num_attention_heads // _attention_tp_size(model_runner))
-        self.scaling = float(getattr(cfg, "scaling", 1.0 / math.sqrt(cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)))
+        self.strict = (os.environ.get(ENV_STRICT) == "1") if strict is None else bool(strict)
+        self.facts = _Facts(model_runner, num_heads, torch)
         self.device = torch.device(model_runner.device) if not isinstance(model_runner.device, torch.device) \
             else model_runner.device
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        self.page_size = int(getattr(model_runner, "page_size", 1) or 1)
         # Pool refs, taken at construction as sglang's backends take them.
         self.req_to_token_pool = model_runner.req_to_token_pool
         self.token_to_kv_pool = model_runner.token_to_kv_pool
         self.req_to_token = self.req_to_token_pool.req_to_token
-        self.kv_cache_dtype = getattr(model_runner, "kv_cache_dtype", None)
         self.data_type = getattr(model_runner, "dtype", torch.bfloat16)
-        self._address = address
-        self._client = client
-        self._timeout = timeout
+        self.kv_cache_dtype = getattr(model_runner, "kv_cache_dtype", None)
+        self._address, self._client, self._timeout = address, client, timeout
         self._launcher = launcher
         self._launcher_error = None
         self._lock = threading.Lock()
         self._warned = set()
         self._down = False
-        self._graph = None  # graph buffers (init_cuda_graph_state)
+        self._max_bs = 0
+        self._graph_tables = {}  # room -> _Tables of init_cuda_graph_state's max_bs
         self._graph_paths = {}  # (bs, q) -> _Forward captured
-        self._eager_steps = {}  # (bs, q, bound) -> _Step
-        self._mha_refused = {}  # MHA method -> route version the plugin had no plan for it at
-        self._refused_now = False
-        self._fwd = _Forward("idle")
-        self._stats = {"plugin_layers": 0, "fallback_layers": 0, "fallback_batches": 0, "steps_prepared": 0}
+        self._eager_tables = {}  # (bs, room) -> _Tables
+        self._scratch = {}  # name -> a buffer every layer writes and none reads
+        self._counts = {p: {"plugin": 0, "fallback": 0, "last_reason": ""} for p in PATHS}
+        self._extra = {"steps_prepared": 0, "refused_at_capture": 0, "fp8_layers": 0}
+        self._fwd = _Forward("decode", "idle")
         self.fallback = fallback if fallback is not None else self._make_fallback()
         self.forward_metadata = None
 
@@ -307,34 +347,39 @@ class AttnplugMLABackend(_Base):
         try:
             from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
         except Exception:
-            ATTENTION_BACKENDS = None
-        if ATTENTION_BACKENDS is not None and name in ATTENTION_BACKENDS and name != BACKEND_NAME:
+            return None
+        if name in ATTENTION_BACKENDS and name != BACKEND_NAME:
             try:
                 return ATTENTION_BACKENDS[name](self.model_runner)
             except Exception as exc:
-                log.warning("attnplug: sglang's %s backend cannot be made here (%s: %s); the torch MLA path is "
-                            "the fallback", name, type(exc).__name__, exc)
-        return TorchMLABackend(self.model_runner)
+                log.warning("attnplug: sglang's %s backend cannot be made here (%s: %s); the plugin's kernels run "
+                            "every batch they can, and the others are refused", name, type(exc).__name__, exc)
+        return None
 
     def __getattr__(self, name):
-        # Only for attributes this class lacks: sglang's model calls some
-        # backend-specific ones (init_mha_chunk_metadata, ...).
-        if name.startswith("__") or name in ("fallback", "_fwd"):
-            raise AttributeError(name)
+        # Only sglang's backend-specific calls of the batches the fallback
+        # runs (the model's chunked-prefix preparation); anything else this
+        # class lacks is an AttributeError, never the fallback's.
         fb = self.__dict__.get("fallback")
-        if fb is None:
-            raise AttributeError(name)
-        return getattr(fb, name)
+        if name in _FORWARDED and fb is not None:
+            return getattr(fb, name)
+        raise AttributeError("%s has no attribute %r" % (type(self).__name__, name))
 
     def stats(self):
-        """Counters: plugin_layers and fallback_layers (layer calls each path
-        ran), fallback_batches, steps_prepared (batch shapes planned), and
-        the launcher's plan_requests, module_fetches and route_changes."""
-        out = dict(self._stats)
+        """The counters: per path (PATHS), the layers the plugin ran
+        ("plugin"), those the fallback ran ("fallback") and the last reason
+        a layer of it fell back; steps_prepared (batch shapes planned),
+        refused_at_capture (CUDA-graph captures whose step the plugin has no
+        plan for), fp8_layers (plugin layers over an FP8 cache), and the launcher's plan_requests,
+        module_fetches, route_changes and module_loads; plugin_layers and
+        fallback_layers add up the paths."""
+        out = {"paths": {p: dict(c) for p, c in self._counts.items()}}
+        out.update(self._extra)
+        out["plugin_layers"] = sum(c["plugin"] for c in self._counts.values())
+        out["fallback_layers"] = sum(c["fallback"] for c in self._counts.values())
         lch = self._launcher
         if lch is not None:
-            out.update(plan_requests=lch.source.stats["plan_requests"],
-                       module_fetches=lch.source.stats["module_fetches"],
+            out.update(plan_requests=lch.source.stats["plan_requests"], module_fetches=lch.source.stats["module_fetches"],
                        route_changes=lch.source.stats["route_changes"], module_loads=lch.stats["module_loads"])
         return out
 
@@ -372,108 +417,99 @@ class AttnplugMLABackend(_Base):
         self._warned.add(key)
         log.warning(msg, *args)
 
-    def _plugin_ok(self):
-        torch = self._torch
-        pool_dtype = getattr(self.token_to_kv_pool, "dtype", torch.bfloat16)
-        return ((self.device.type == "cuda" or self._launcher is not None)
-                and self.kv_cache_dim == 576 and self.kv_lora_rank == 512
-                and pool_dtype == torch.bfloat16
-                and self.kv_cache_dtype in (None, torch.bfloat16, "auto", "bf16", "bfloat16"))
+    def shared_read_ends(self, fm):
+        """Where this backend's reads of the scheduler's shared tensors
+        (req_to_token, seq_lens, req_pool_indices) end: a decode or verify
+        step copies them into its own buffers in
+        init_forward_metadata_in_graph (IN_REPLAY); the other modes read
+        them during the forward (UNKNOWN, sglang's conservative default)."""
+        ends = _sglang.shared_read_ends()
+        if ends is None:
+            return None
+        if fm.is_decode() or fm.is_target_verify():
+            return ends.IN_REPLAY
+        return ends.UNKNOWN
 
-    def _plan(self, request, what, keep=True):
-        """The Prepared plan of request, or None with one warning (per
-        outage, or per kind of batch and reason)."""
+    def draft_extend_metadata_captured_in_graph(self):
+        return False
+
+    # ------------------------------------------------------------ plans
+
+    def _why_not(self):
+        """Why no layer of this backend can run the plugin's kernels, or
+        None."""
+        t = self.kv_index_translator
+        if t is not None and getattr(t, "is_translating", False):
+            return "the KV pool is unified (--enable-unified-memory): req_to_token holds virtual token ids"
+        if self.device.type != "cuda" and self._launcher is None:
+            return "the device is %s, not CUDA" % self.device.type
+        return self.facts.unsupported()
+
+    def _step(self, path, mode, method, batch, keep=True):
+        """The Prepared plan of a step, or (None, why)."""
+        why = self._why_not()
+        if why is not None:
+            return None, why
         lch = self._get_launcher()
         if lch is None:
-            return None
+            return None, "no launcher: %s" % self._launcher_error
         from attnplug.client import NoPlan, ServerError, ServerUnavailable
         try:
-            p = lch.plan(request, keep=keep)
+            p = lch.step(self.facts.step(mode, method, batch), keep=keep)
         except ServerUnavailable as exc:
             if not self._down:
                 self._down = True
                 log.warning("attnplug: the server is unreachable (%s); the fallback runs the batches no kept plan "
                             "answers until it is back", exc)
-            return None
+            return None, "the server is unreachable: %s" % exc
         except NoPlan as exc:
-            self._refused_now = True
-            self._warn(("noplan", what.split(" of batch")[0], lch.source.version), "attnplug: no plan of %s for %s "
-                       "(%s); the fallback runs such batches", self.kernel_backend, what, exc)
-            return None
+            return None, "no plan: %s" % exc
         except ServerError as exc:
-            self._warn(("refused", what), "attnplug: the server refused the plan of %s for %s (%s); the fallback "
-                       "runs such batches", self.kernel_backend, what, exc)
-            return None
+            return None, "the server refused the step: %s" % exc
         except Exception as exc:  # a module that does not load, a plan that does not bind
-            self._warn(("plan", what, type(exc).__name__), "attnplug: the plan of %s for %s failed here (%s: %s); "
-                       "the fallback runs such batches", self.kernel_backend, what, type(exc).__name__, exc)
-            return None
+            return None, "the plan failed here: %s: %s" % (type(exc).__name__, exc)
         if self._down:
             self._down = False
             log.warning("attnplug: the server answers again; the plugin's kernels run new batch shapes again")
-        return p
+        return p, None
 
-    def _num_pages(self):
-        rows = self.token_to_kv_pool.get_key_buffer(self._first_pool_layer()).shape[0]
-        return rows // self.page_size if rows % self.page_size == 0 else None
-
-    def _first_pool_layer(self):
-        return int(getattr(self.token_to_kv_pool, "start_layer", 0) or 0)
-
-    def _mla_step(self, bs, q, graph, bound, seq_lens=None):
-        """The _Step of an MLA batch of bs requests of q query tokens with
-        lengths up to bound: graph steps use the buffers of
-        init_cuda_graph_state, eager ones their own. None when the plugin
-        has no plan for it."""
-        torch = self._torch
-        if not self._plugin_ok() or q > MAX_QUERY_TOKENS:
-            return None
-        num_pages = self._num_pages()
-        if num_pages is None:
-            return None
-        key = (bs, q, bound)
-        lch = self._launcher
-        st = self._eager_steps.get(key) if not graph else None
-        if st is not None and lch is not None and st.version == lch.source.version:
-            return st
-        req = mla_plan_request(self.kernel_backend, self.num_heads, self.scaling, bs, q, self.page_size, num_pages,
-                               bound, seq_lens, head_dim_qk=self.kv_cache_dim, head_dim_v=self.kv_lora_rank)
-        what = "MLA %s of batch %d" % ("decode" if q == 1 else "target-verify with %d tokens" % q, bs)
-        prepared = self._plan(req, what)
-        if prepared is None:
-            return None
-        room = pages_per_request(bound, self.page_size)
-        dev = self.device
-        i32 = torch.int32
+    def _tables(self, prepared, bs, graph):
+        room = int(prepared.pages_per_request)
         if graph:
-            g = self._graph
-            kv_indptr = g["kv_indptr"][:bs + 1]
-            kv_indices = g["kv_indices"][:bs * room]
-            seq = g["seq_lens"][:bs]
-            qo = self._graph_qo(q)[:bs + 1]
-            cols = g["cols"]
-        else:
-            kv_indptr = torch.arange(0, (bs + 1) * room, room, dtype=i32, device=dev)
-            kv_indices = torch.zeros(bs * room, dtype=i32, device=dev)
-            seq = torch.zeros(bs, dtype=i32, device=dev)
-            qo = torch.arange(0, (bs + 1) * q, q, dtype=i32, device=dev)
-            cols = torch.arange(room, dtype=torch.int64, device=dev) * self.page_size
-        st = _Step(prepared, bs, q, room, self.page_size, graph, kv_indptr, kv_indices, seq, qo, cols)
-        st.version = self._launcher.source.version
-        if not graph:
-            if len(self._eager_steps) > 256:
-                self._eager_steps.clear()
-            self._eager_steps[key] = st
-        self._stats["steps_prepared"] += 1
-        return st
+            base = self._graph_tables.get(room)
+            if base is None or self._max_bs < bs:
+                self._max_bs = max(self._max_bs, bs)
+                base = _Tables(self._torch, self.device, self._max_bs, room, self.facts.page_size)
+                self._graph_tables[room] = base
+            return _Tables(self._torch, self.device, bs, room, self.facts.page_size, base)
+        key = (bs, room)
+        t = self._eager_tables.get(key)
+        if t is None:
+            if len(self._eager_tables) > 64:
+                self._eager_tables.clear()
+            t = _Tables(self._torch, self.device, bs, room, self.facts.page_size)
+            self._eager_tables[key] = t
+        return t
 
-    def _graph_qo(self, q):
-        g = self._graph
-        qo = g["qo"].get(q)
-        if qo is None:
-            qo = self._torch.arange(0, (g["max_bs"] + 1) * q, q, dtype=self._torch.int32, device=self.device)
-            g["qo"][q] = qo
-        return qo
+    def _plan_mla(self, path, fb, bs, q, graph, q_lens=None):
+        """The _Forward of an MLA batch (decode, verify: q query tokens a
+        request; extend: q_lens): the plugin's, or the fallback's with why."""
+        mode = _mode_name(fb.forward_mode)
+        batch = {"size": bs, "graph": True}
+        if q_lens is not None:
+            batch["q_lens"] = list(q_lens)
+        else:
+            batch["query_tokens"] = q
+        prepared, why = self._step(path, mode, "MLA", batch)
+        f = _Forward(path, "plugin" if prepared is not None else "fallback", bs, q, why)
+        if prepared is not None:
+            f.prepared, f.q_lens = prepared, q_lens
+            f.tables = self._tables(prepared, bs, graph)
+            if q_lens is None:
+                qo = self._torch.arange(0, (bs + 1) * q, q, dtype=self._torch.int32, device=self.device)
+                f.tables.qo_indptr.copy_(qo)
+            self._extra["steps_prepared"] += 1
+        return f
 
     # ------------------------------------------------------------ metadata
 
@@ -486,7 +522,7 @@ class AttnplugMLABackend(_Base):
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
         """Per-step preparation outside a graph (sglang main since PR
-        #26735): at capture (in_capture), the plan of the batch size; at
+        #26735): at capture (in_capture), the plan of the batch shape; at
         replay, nothing on the host for a captured plugin step."""
         self._out_graph(forward_batch, in_capture=in_capture, eager=False)
 
@@ -494,141 +530,130 @@ class AttnplugMLABackend(_Base):
         mode = fb.forward_mode
         bs = int(fb.batch_size)
         if mode.is_idle():
-            self._fwd = _Forward("idle", bs=bs)
+            self._fwd = _Forward("decode", "idle", bs)
             return
-        if (mode.is_decode() or mode.is_target_verify()) and not self.skip_decode(fb):
+        draft = mode.is_decode() and getattr(fb, "spec_info", None) is not None
+        if draft:
+            self._fwd = _Forward("draft", "fallback", bs, why="a draft model's decode (its spec_info holds the draft "
+                                                             "tokens' page table): not served by the plugin yet")
+        elif mode.is_decode() or mode.is_target_verify():
             q = _query_tokens(fb, bs)
+            path = "verify" if mode.is_target_verify() else "decode"
             if not eager and not in_capture:
                 captured = self._graph_paths.get((bs, q))
                 if captured is not None:  # a replay: the graph prepares the step
-                    self._fwd = _Forward(captured.kind, captured.step, bs, q)
+                    self._fwd = captured
                     if captured.kind == "fallback":
                         self._fallback_metadata(fb, eager=False, in_capture=False)
                     self.forward_metadata = self._fwd
                     return
-            if in_capture or (not eager and self._graph is not None and bs <= self._graph["max_bs"]):
-                self._ensure_graph_state(bs)
-                st = self._mla_step(bs, q, True, self.context_len)
-            else:
-                lens = _ints(getattr(fb, "seq_lens_cpu", None))
-                longest = (max(lens) if lens else self.context_len) + (q if mode.is_target_verify() else 0)
-                st = self._mla_step(bs, q, False, eager_bound(longest, self.context_len), lens)
-            if st is not None:
-                self._fwd = _Forward("plugin", st, bs, q)
-            else:
-                self._fwd = _Forward("fallback", None, bs, q)
-                self._stats["fallback_batches"] += 1
-                self._fallback_metadata(fb, eager, in_capture)
+            graph = in_capture or (not eager and bs <= self._max_bs)
+            self._fwd = self._plan_mla(path, fb, bs, q, graph)
             if in_capture:
                 self._graph_paths[(bs, q)] = self._fwd
-            self.forward_metadata = self._fwd
-            return
-        # Extend batches (and draft decode): the fallback's metadata always
-        # (it runs what the plugin does not), the plugin's MHA plan at the
-        # layer.
-        self._fwd = _Forward("extend", None, bs, 1)
-        self._fallback_metadata(fb, eager, in_capture)
+                if self._fwd.kind == "fallback":
+                    self._refused_at_capture(self._fwd)
+        else:
+            path = "draft" if mode.is_draft_extend_v2() else "extend"
+            self._fwd = _Forward(path, "extend", bs)
+            new = _ints(getattr(fb, "extend_seq_lens_cpu", None))
+            if new is not None and len(new) == bs and not _capturing(self._torch):
+                f = self._plan_mla(path, fb, bs, 1, False, q_lens=new)
+                self._fwd.prepared, self._fwd.tables, self._fwd.q_lens, self._fwd.why = f.prepared, f.tables, new, f.why
+        if self._fwd.kind != "plugin":
+            self._fallback_metadata(fb, eager, in_capture)
         self.forward_metadata = self._fwd
 
-    def skip_decode(self, fb):
-        """Whether a decode batch is one the plugin path leaves to the
-        fallback: a draft model's decode (its spec_info carries the page
-        table of the draft tokens)."""
-        return fb.forward_mode.is_decode() and getattr(fb, "spec_info", None) is not None
+    def _refused_at_capture(self, f):
+        self._extra["refused_at_capture"] += 1
+        self._warn(("capture", f.path, f.why), "attnplug: the captured %s step of batch %d has no plan of %s (%s); "
+                   "its replays run the fallback", f.path, f.bs, self.kernel_backend, f.why)
+        if self.strict:
+            raise FallbackRefused(f.path, "captured step of batch %d: %s" % (f.bs, f.why))
 
     def _fallback_metadata(self, fb, eager, in_capture):
+        fallback = self.fallback
+        if fallback is None:
+            return
         if eager:
-            self.fallback.init_forward_metadata(fb)
+            fallback.init_forward_metadata(fb)
             self._fwd.fallback = "eager"
         else:
-            self.fallback.init_forward_metadata_out_graph(fb, in_capture=in_capture)
+            fallback.init_forward_metadata_out_graph(fb, in_capture=in_capture)
             self._fwd.fallback = "graph"
 
     def init_forward_metadata_in_graph(self, forward_batch):
         """The graph-recordable preparation of a step (inside the capture;
-        replayed by the graph): the page table and the lengths in the
-        step's buffers, then the plan's scheduler."""
+        replayed by the graph): the page table, the lengths and the query
+        offsets in the step's buffers, then the plan's scheduler."""
         f = self._fwd
-        if f.kind == "plugin":
+        if f.prepared is not None:
             self._prep(f, forward_batch)
             f.prepped = True
-        elif f.fallback == "graph":
+        if f.fallback == "graph":
             hook = getattr(self.fallback, "init_forward_metadata_in_graph", None)
             if hook is not None:
                 hook(forward_batch)
 
     def _prep(self, f, fb):
         torch = self._torch
-        st = f.step
-        bs = st.bs
+        t = f.tables
+        bs = f.bs
         seq = fb.seq_lens[:bs]
         if fb.forward_mode.is_target_verify():
-            st.seq_lens.copy_(seq + st.q)
+            t.seq_lens.copy_(seq + f.q)
         else:
-            st.seq_lens.copy_(seq)
+            t.seq_lens.copy_(seq)
+        if f.q_lens is not None:
+            t.qo_indptr[1:].copy_(torch.cumsum(fb.extend_seq_lens[:bs], 0))
         rpi = fb.req_pool_indices[:bs].long()
-        slots = self.req_to_token[rpi[:, None], st.cols[None, :]]
-        if st.page_size > 1:
-            slots = torch.div(slots, st.page_size, rounding_mode="floor")
-        st.kv_indices.view(bs, st.room).copy_(slots)
-        st.prepared.launch_batch({"seq_lens": st.seq_lens, "qo_indptr": st.qo_indptr,
-                                  "kv_indptr": st.kv_indptr, "kv_indices": st.kv_indices})
+        slots = self.req_to_token[rpi[:, None], t.cols[None, :]]
+        if self.facts.page_size > 1:
+            slots = torch.div(slots, self.facts.page_size, rounding_mode="floor")
+        t.kv_indices.view(bs, t.room).copy_(slots)
+        f.prepared.launch_batch(t.tensors())
 
     def init_cuda_graph_state(self, max_bs, max_num_tokens, *args, **kwargs):
-        """Buffers of fixed address for graph steps of up to max_bs
-        requests: the page table (max_bs * ceil(context_len / page_size)),
-        the lengths, the query and page offsets; and the fallback's."""
-        self._graph = None
+        """Buffers of fixed address for graph steps of up to max_bs requests
+        (the page tables are made at the first plan, sized by the room it
+        holds for); and the fallback's."""
+        self._graph_tables = {}
         self._graph_paths = {}
-        self._alloc_graph(int(max_bs))
-        try:
-            self.fallback.init_cuda_graph_state(max_bs, max_num_tokens, *args, **kwargs)
-        except NotImplementedError:
-            pass
-
-    def _alloc_graph(self, max_bs):
-        torch = self._torch
-        room = pages_per_request(self.context_len, self.page_size)
-        i32, dev = torch.int32, self.device
-        self._graph = {
-            "max_bs": max_bs, "room": room,
-            "kv_indptr": torch.arange(0, (max_bs + 1) * room, room, dtype=i32, device=dev),
-            "kv_indices": torch.zeros(max_bs * room, dtype=i32, device=dev),
-            "seq_lens": torch.ones(max_bs, dtype=i32, device=dev),
-            "cols": torch.arange(room, dtype=torch.int64, device=dev) * self.page_size,
-            "qo": {},
-        }
-        n = max_bs * MAX_QUERY_TOKENS * self.num_heads
-        buf = self.__dict__.get("_lse_buf")
-        if buf is None or buf.numel() < n:
-            self._lse_buf = torch.empty(n, dtype=torch.float32, device=dev)
-
-    def _ensure_graph_state(self, bs):
-        if self._graph is None or bs > self._graph["max_bs"]:
-            self._alloc_graph(max(bs, self._graph["max_bs"] if self._graph else 0))
+        self._max_bs = int(max_bs)
+        if self.fallback is not None:
+            try:
+                self.fallback.init_cuda_graph_state(max_bs, max_num_tokens, *args, **kwargs)
+            except NotImplementedError:
+                pass
 
     def init_forward_metadata_capture_cuda_graph(self, bs, num_tokens, req_pool_indices, seq_lens, encoder_lens,
                                                  forward_mode, spec_info, *args, **kwargs):
         """Capture of a graph step (sglang before PR #26735): the plan of
-        the batch size; the page table, lengths and scheduler are built in
+        the batch shape; the page table, lengths and scheduler are built in
         the captured forward, from the runner's tensors."""
         bs = int(bs)
         q = max(1, int(num_tokens) // max(1, bs))
         draft = forward_mode.is_decode() and spec_info is not None
+        path = "verify" if forward_mode.is_target_verify() else ("draft" if draft else "decode")
+
+        class _Batch:  # what _plan_mla reads of the batch
+            pass
+        fb = _Batch()
+        fb.forward_mode = forward_mode
         if (forward_mode.is_decode() or forward_mode.is_target_verify()) and not draft:
-            self._ensure_graph_state(bs)
-            st = self._mla_step(bs, q, True, self.context_len)
-            if st is not None:
-                self._fwd = _Forward("plugin", st, bs, q)
-                self._graph_paths[(bs, q)] = self._fwd
-                self.forward_metadata = self._fwd
-                return
-        self._fwd = _Forward("fallback", None, bs, q, fallback="legacy")
-        self._graph_paths[(bs, q)] = self._fwd
-        self._stats["fallback_batches"] += 1
-        self.forward_metadata = self._fwd
-        self.fallback.init_forward_metadata_capture_cuda_graph(bs, num_tokens, req_pool_indices, seq_lens,
-                                                               encoder_lens, forward_mode, spec_info, *args, **kwargs)
+            self._max_bs = max(self._max_bs, bs)
+            f = self._plan_mla(path, fb, bs, q, True)
+        else:
+            f = _Forward(path, "fallback", bs, q, why="a draft model's decode: not served by the plugin yet")
+        self._graph_paths[(bs, q)] = self._fwd = f
+        self.forward_metadata = f
+        if f.kind == "plugin":
+            return
+        f.fallback = "legacy"
+        self._refused_at_capture(f)
+        if self.fallback is not None:
+            self.fallback.init_forward_metadata_capture_cuda_graph(bs, num_tokens, req_pool_indices, seq_lens,
+                                                                   encoder_lens, forward_mode, spec_info, *args, **kwargs)
 
     def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_sum, encoder_lens,
                                                 forward_mode, spec_info, seq_lens_cpu=None, *args, **kwargs):
@@ -644,14 +669,17 @@ class AttnplugMLABackend(_Base):
                 q = qs[0] if qs else 1
         captured = self._graph_paths.get((bs, q))
         if captured is not None and captured.kind == "plugin":
-            self._fwd = _Forward("plugin", captured.step, bs, q)
-            self.forward_metadata = self._fwd
+            self._fwd = captured
+            self.forward_metadata = captured
             return
-        self._fwd = _Forward("fallback", None, bs, q, fallback="legacy")
+        path = "verify" if forward_mode.is_target_verify() else "decode"
+        self._fwd = captured or _Forward(path, "fallback", bs, q, why="a batch size no graph was captured for")
+        self._fwd.fallback = "legacy"
         self.forward_metadata = self._fwd
-        self.fallback.init_forward_metadata_replay_cuda_graph(bs, req_pool_indices, seq_lens, seq_lens_sum,
-                                                              encoder_lens, forward_mode, spec_info, seq_lens_cpu,
-                                                              *args, **kwargs)
+        if self.fallback is not None:
+            self.fallback.init_forward_metadata_replay_cuda_graph(bs, req_pool_indices, seq_lens, seq_lens_sum,
+                                                                  encoder_lens, forward_mode, spec_info, seq_lens_cpu,
+                                                                  *args, **kwargs)
 
     def on_after_cuda_graph_warmup(self):
         """Between the warm-up runs and the capture (sglang main): the next
@@ -668,10 +696,13 @@ class AttnplugMLABackend(_Base):
         return 1
 
     def get_verify_buffers_to_fill_after_draft(self):
+        if self.fallback is None:
+            return [None, None]
         return self.fallback.get_verify_buffers_to_fill_after_draft()
 
     def update_verify_buffers_to_fill_after_draft(self, spec_info, cuda_graph_bs):
-        return self.fallback.update_verify_buffers_to_fill_after_draft(spec_info, cuda_graph_bs)
+        if self.fallback is not None:
+            self.fallback.update_verify_buffers_to_fill_after_draft(spec_info, cuda_graph_bs)
 
     def get_indexer_metadata(self, layer_id, forward_batch):
         return None
@@ -700,47 +731,56 @@ class AttnplugMLABackend(_Base):
         and k [tokens, 1, 576] with v its first 512 columns. Returns
         [tokens, heads * 512]."""
         f = self._fwd
-        if f.kind == "plugin" and self._layer_fits(layer):
-            try:
-                return self._run_mla(f, q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope)
-            except _NoPlanHere:
-                pass
-            except Exception as exc:
-                self._warn(("launch", type(exc).__name__), "attnplug: the plugin's kernel failed on a decode batch "
-                           "(%s: %s); the fallback runs it", type(exc).__name__, exc)
-        return self._fallback_call("forward_decode", q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope,
-                                   kwargs)
+        why = f.why
+        if f.prepared is not None:
+            why = self._layer_fits(layer)
+            if why is None:
+                try:
+                    return self._run_mla(f, q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope)
+                except Exception as exc:
+                    why = "the plugin's kernel failed: %s: %s" % (type(exc).__name__, exc)
+        return self._fall_back(f.path, why, "forward_decode", q, k, v, layer, forward_batch, save_kv_cache, q_rope,
+                               k_rope, kwargs)
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
                        **kwargs):
-        """An extend batch of one layer: target-verify through the MLA plan,
-        MHA prefill without a prefix and MHA_ONE_SHOT through the MHA plan;
-        the rest through the fallback."""
+        """An extend batch of one layer: target-verify and absorbed-MLA
+        extend through the MLA plan; MHA prefill without a prefix,
+        MHA_ONE_SHOT and the new tokens of MHA_CHUNKED_KV through the MHA
+        plan; the rest through the fallback."""
         f = self._fwd
-        mode = forward_batch.forward_mode
+        path, why, out = f.path, f.why, None
         try:
-            if f.kind == "plugin" and mode.is_target_verify() and self._layer_fits(layer):
-                return self._run_mla(f, q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope)
-            if f.kind == "extend" and not self._is_mla_layer(layer) and q_rope is None and k_rope is None:
-                out = self._run_mha(q, k, v, layer, forward_batch, save_kv_cache)
+            if self._is_mla_layer(layer):
+                if f.prepared is not None:
+                    why = self._layer_fits(layer)
+                    if why is None:
+                        return self._run_mla(f, q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope)
+            else:
+                path, out, why = self._run_mha(q, k, v, layer, forward_batch, save_kv_cache)
                 if out is not None:
                     return out
-        except _NoPlanHere:
-            pass
         except Exception as exc:
-            self._warn(("launch-extend", type(exc).__name__), "attnplug: the plugin's kernel failed on an extend "
-                       "batch (%s: %s); the fallback runs it", type(exc).__name__, exc)
-        return self._fallback_call("forward_extend", q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope,
-                                   kwargs)
+            why = "the plugin's kernel failed: %s: %s" % (type(exc).__name__, exc)
+        return self._fall_back(path, why, "forward_extend", q, k, v, layer, forward_batch, save_kv_cache, q_rope,
+                               k_rope, kwargs)
 
-    def _fallback_call(self, which, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs):
+    def _fall_back(self, path, why, which, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs):
+        c = self._counts[path]
+        c["last_reason"] = why or "unknown"
+        if self.strict:
+            raise FallbackRefused(path, c["last_reason"])
+        if self.fallback is None:
+            raise FallbackRefused(path, "%s, and there is no fallback (sglang's %s backend could not be made)"
+                                  % (c["last_reason"], self.kernel_backend))
+        self._warn(("fallback", path, why), "attnplug: the fallback runs %s layers: %s", path, why)
         f = self._fwd
         if f.fallback is None:
             # The plugin path could not run a batch it was planned for: the
             # fallback's metadata, now (eager batches only reach this).
             self.fallback.init_forward_metadata(fb)
             f.fallback = "eager"
-        self._stats["fallback_layers"] += 1
+        c["fallback"] += 1
         extra = dict(kwargs)
         if q_rope is not None:
             extra["q_rope"] = q_rope
@@ -749,23 +789,21 @@ class AttnplugMLABackend(_Base):
         return getattr(self.fallback, which)(q, k, v, layer, fb, save_kv_cache=save_kv_cache, **extra)
 
     def _is_mla_layer(self, layer):
-        return int(layer.head_dim) == self.kv_cache_dim and int(layer.v_head_dim) == self.kv_lora_rank
+        return int(layer.head_dim) == self.facts.kv_cache_dim and int(layer.v_head_dim) == self.facts.kv_lora_rank
 
     def _layer_fits(self, layer):
-        """Whether layer is one the step's plan runs (its heads, head dims
-        and softmax scale); a layer that is not is said once."""
-        why = None
+        """Why layer is not one the step's plan runs (its heads, head dims
+        and softmax scale), or None."""
+        facts = self.facts
         if not self._is_mla_layer(layer):
-            why = "head dims %s/%s" % (layer.head_dim, layer.v_head_dim)
-        elif int(layer.tp_q_head_num) != self.num_heads:
-            why = "%d heads where the plan has %d" % (layer.tp_q_head_num, self.num_heads)
-        elif abs(float(layer.scaling) - self.scaling) > 1e-6 * self.scaling:
-            why = "softmax scale %r where the plan has %r" % (layer.scaling, self.scaling)
-        elif getattr(layer, "logit_cap", 0):
-            why = "a logit cap"
-        if why is not None:
-            self._warn(("layer", why), "attnplug: layer %s has %s; the fallback runs it", layer.layer_id, why)
-        return why is None
+            return "head dims %s/%s" % (layer.head_dim, layer.v_head_dim)
+        if int(layer.tp_q_head_num) != facts.heads:
+            return "%d heads where the plan has %d" % (layer.tp_q_head_num, facts.heads)
+        if abs(float(layer.scaling) - facts.scaling) > 1e-6 * facts.scaling:
+            return "softmax scale %r where the plan has %r" % (layer.scaling, facts.scaling)
+        if getattr(layer, "logit_cap", 0):
+            return "a logit cap"
+        return None
 
     def _save_kv(self, layer, fb, k, v, k_rope, save_kv_cache):
         if save_kv_cache and k is not None:
@@ -775,12 +813,9 @@ class AttnplugMLABackend(_Base):
                 self.token_to_kv_pool.set_kv_buffer(layer, fb.out_cache_loc, k, v)
 
     def _run_mla(self, f, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope):
-        torch = self._torch
-        st = f.step
-        heads = self.num_heads
-        tokens = st.bs * st.q
-        if q.shape[0] != tokens:
-            raise _NoPlanHere()
+        torch, facts = self._torch, self.facts
+        heads = facts.heads
+        tokens = int(q.shape[0])
         self._save_kv(layer, fb, k, v, k_rope, save_kv_cache)
         if not f.prepped:
             # No init_forward_metadata_in_graph (a capture/replay runner):
@@ -792,75 +827,94 @@ class AttnplugMLABackend(_Base):
                 self._prep(f, fb)
         if q_rope is not None:
             # DeepSeek's q nope is the transpose of a bmm: not contiguous.
-            qq = torch.cat([q.reshape(tokens, heads, self.kv_lora_rank),
-                            q_rope.reshape(tokens, heads, self.qk_rope_head_dim)], dim=-1)
+            qq = torch.cat([q.reshape(tokens, heads, facts.kv_lora_rank),
+                            q_rope.reshape(tokens, heads, facts.qk_rope_head_dim)], dim=-1)
         else:
-            qq = q.reshape(tokens, heads, self.kv_cache_dim)
+            qq = q.reshape(tokens, heads, facts.kv_cache_dim)
             if not qq.is_contiguous():
                 qq = qq.contiguous()
         if qq.dtype != torch.bfloat16:
             qq = qq.to(torch.bfloat16)
-        kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id).view(-1, self.page_size, self.kv_cache_dim)
-        out = torch.empty(tokens, heads, self.kv_lora_rank, dtype=torch.bfloat16, device=qq.device)
-        lse = self._lse(tokens, heads)
-        t = st.tensors()
-        t.update(q=qq, kv_cache=kv, out=out, lse=lse)
-        st.prepared.launch_layer(t)
-        self._stats["plugin_layers"] += 1
-        return out.view(tokens, heads * self.kv_lora_rank).to(q.dtype)
+        kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id).view(-1, facts.page_size, facts.kv_cache_dim)
+        out = torch.empty(tokens, heads, facts.kv_lora_rank, dtype=torch.bfloat16, device=qq.device)
+        t = f.tables.tensors()
+        t.update(q=qq, kv_cache=kv, out=out, lse=self._buffer("lse", (tokens, heads), torch.float32))
+        if facts.kv_dtype == "fp8_e4m3":
+            t["kv_scale"] = self._kv_scale(layer)
+            self._extra["fp8_layers"] += 1
+        f.prepared.launch_layer(t)
+        self._counts[f.path]["plugin"] += 1
+        return out.view(tokens, heads * facts.kv_lora_rank).to(q.dtype)
 
-    def _lse(self, tokens, heads):
-        # One scratch buffer for the LSE every layer writes and none reads.
-        buf = self.__dict__.get("_lse_buf")
-        if buf is None or buf.numel() < tokens * heads:
-            g = self._graph
-            n = max(tokens * heads, (g["max_bs"] * MAX_QUERY_TOKENS * heads) if g is not None else 0)
-            if buf is not None and _capturing(self._torch):
-                raise _NoPlanHere()  # a new buffer now would be the graph's own
-            buf = self._torch.empty(n, dtype=self._torch.float32, device=self.device)
-            self._lse_buf = buf
-        return buf[:tokens * heads].view(tokens, heads)
+    def _kv_scale(self, layer):
+        """The layer's KV scale as the FP8 plan binds it: a float32 tensor
+        of one value, layer.k_scale (sglang's pool stores the plain cast,
+        1.0, where the checkpoint gives none)."""
+        s = getattr(layer, "k_scale", None)
+        torch = self._torch
+        if isinstance(s, torch.Tensor) and s.numel() == 1 and s.dtype == torch.float32 and s.device == self.device:
+            return s.reshape(1)
+        key = ("kv_scale", float(s) if s is not None else 1.0)
+        buf = self._scratch.get(key)
+        if buf is None:
+            buf = torch.full((1,), key[1], dtype=torch.float32, device=self.device)
+            self._scratch[key] = buf
+        return buf
+
+    def _buffer(self, name, shape, dtype):
+        """A scratch buffer every layer writes and none reads (the LSE of
+        the decode), of at least shape, allocated outside captures."""
+        torch = self._torch
+        n = 1
+        for d in shape:
+            n *= d
+        buf = self._scratch.get(name)
+        if buf is None or buf.numel() < n:
+            if _capturing(torch) and buf is not None:
+                raise RuntimeError("a larger %s buffer during a capture" % name)
+            rows = max(n, self._max_bs * 8 * self.facts.heads)
+            buf = torch.empty(rows, dtype=dtype, device=self.device)
+            self._scratch[name] = buf
+        return buf[:n].view(*shape)
 
     def _run_mha(self, q, k, v, layer, fb, save_kv_cache):
+        """(path, output or None, why) of an MHA layer of an extend batch:
+        the plugin's MHA plan for MHA (the new tokens over themselves),
+        MHA_ONE_SHOT (each request's keys whole) and the new tokens of
+        MHA_CHUNKED_KV (returning their LSE too); the prefix chunks of
+        MHA_CHUNKED_KV are the fallback's."""
         torch = self._torch
-        if _capturing(torch) or not self._plugin_ok():
-            return None
+        if getattr(fb, "attn_attend_prefix_cache", None):
+            return "chunked_prefix", None, "the prefix chunks of MHA_CHUNKED_KV: not served by the plugin yet"
+        if _capturing(torch):
+            return "prefill", None, "an MHA prefill inside a CUDA graph (piecewise): not served by the plugin yet"
         if save_kv_cache and k is not None:
-            return None  # the pool holds the latent cache; the model writes it (DeepSeek's MHA path)
+            return "prefill", None, "an MHA layer that writes the cache (the latent pool is written by the model)"
         prefix = _ints(getattr(fb, "extend_prefix_lens_cpu", None))
         new = _ints(getattr(fb, "extend_seq_lens_cpu", None))
-        seq = _ints(getattr(fb, "seq_lens_cpu", None))
-        if new is None or seq is None or getattr(fb, "attn_attend_prefix_cache", None):
-            return None
+        if new is None:
+            return "prefill", None, "no extend_seq_lens_cpu"
         heads = int(layer.tp_q_head_num)
         if int(layer.tp_k_head_num) != heads:
-            return None
+            return "prefill", None, "%d key heads for %d query heads" % (layer.tp_k_head_num, heads)
         dqk, dv = int(layer.head_dim), int(layer.v_head_dim)
         tokens = sum(new)
         if q.shape[0] != tokens:
-            return None
-        # The keys of each request whole (MHA_ONE_SHOT's layout; without a
-        # prefix, the new tokens themselves), else the new tokens over
-        # themselves (MHA's): the first method the plugin plans.
-        methods = []
+            return "prefill", None, "%d query rows for %d new tokens" % (q.shape[0], tokens)
+        seq = [p + n for p, n in zip(prefix or [0] * len(new), new)]
         if k.shape[0] == sum(seq):
-            methods.append(("MHA_ONE_SHOT", seq))
-        if k.shape[0] == tokens and not any(prefix or ()):
-            methods.append(("MHA", new))
-        prepared = None
-        version = self._launcher.source.version if self._launcher is not None else None
-        for method, keys in methods:
-            if self._mha_refused.get(method) == version and version is not None:
-                continue
-            req = mha_plan_request(self.kernel_backend, method, heads, float(layer.scaling), keys, new, dqk, dv)
-            self._refused_now = False
-            prepared = self._plan(req, "%s prefill" % method, keep=False)
-            if prepared is not None:
-                break
-            if self._refused_now and self._launcher is not None:
-                self._mha_refused[method] = self._launcher.source.version
+            keys = seq  # MHA_ONE_SHOT: the prefix and the new tokens; MHA: the new tokens
+        elif k.shape[0] == tokens:
+            keys = new  # the new tokens of MHA_CHUNKED_KV
+        else:
+            return "prefill", None, "%d key rows, neither the new tokens (%d) nor every key (%d)" % (k.shape[0], tokens, sum(seq))
+        # Each is one causal pass of every request's queries over the keys
+        # given, which is the plan of MHA_ONE_SHOT (a plugin's MHA_CHUNKED_KV
+        # plan also runs the prefix chunks, which sglang gives in later calls).
+        batch = {"size": len(new), "seq_lens": keys, "q_lens": new}
+        prepared, why = self._step("prefill", "EXTEND", "MHA_ONE_SHOT", batch, keep=False)
         if prepared is None:
-            return None
+            return "prefill", None, why
         bf = torch.bfloat16
         t = {"q": q.reshape(tokens, heads, dqk).to(bf).contiguous(),
              "k": k.reshape(-1, heads, dqk).to(bf).contiguous(),
@@ -868,186 +922,11 @@ class AttnplugMLABackend(_Base):
              "out": torch.empty(tokens, heads, dv, dtype=bf, device=q.device),
              "lse": torch.empty(tokens, heads, dtype=torch.float32, device=q.device)}
         prepared.launch(t)
-        self._stats["plugin_layers"] += 1
-        return t["out"].view(tokens, heads * dv).to(q.dtype)
-
-
-# ---------------------------------------------------------------- torch
-
-
-class TorchMLABackend(_Base):
-    """The fallback where sglang's own backends are not importable: MLA
-    decode, target-verify and extend over sglang's pools as a
-    bmm-softmax-bmm in torch (fp32), and MHA prefill by torch's SDPA per
-    request. Graph steps read the runner's tensors on the device, over page
-    tables as long as the model's context (correct, and slow); eager steps
-    as long as the batch's longest."""
-
-    def __init__(self, model_runner, *args, **kwargs):
-        if _Base is not object:
-            try:
-                super().__init__()
-            except TypeError:
-                pass
-        torch = _import_torch()
-        self._torch = torch
-        cfg = model_runner.model_config
-        self.context_len = int(cfg.context_len)
-        self.kv_lora_rank = int(cfg.kv_lora_rank)
-        self.kv_cache_dim = self.kv_lora_rank + int(cfg.qk_rope_head_dim)
-        self.token_to_kv_pool = model_runner.token_to_kv_pool
-        self.req_to_token = model_runner.req_to_token_pool.req_to_token
-        self.graph = False
-        self.forward_metadata = None
-
-    def init_forward_metadata(self, forward_batch):
-        self.graph = False
-
-    def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
-        self.graph = True
-
-    def init_forward_metadata_in_graph(self, forward_batch):
-        pass
-
-    def init_cuda_graph_state(self, max_bs, max_num_tokens, *args, **kwargs):
-        pass
-
-    def init_forward_metadata_capture_cuda_graph(self, *args, **kwargs):
-        self.graph = True
-
-    def init_forward_metadata_replay_cuda_graph(self, *args, **kwargs):
-        self.graph = True
-
-    def on_after_cuda_graph_warmup(self):
-        pass
-
-    def get_cuda_graph_seq_len_fill_value(self):
-        return 1
-
-    def get_verify_buffers_to_fill_after_draft(self):
-        return [None, None]
-
-    def update_verify_buffers_to_fill_after_draft(self, spec_info, cuda_graph_bs):
-        pass
-
-    def forward(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
-        mode = forward_batch.forward_mode
-        if mode.is_idle():
-            return q.new_empty(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
-        if mode.is_decode():
-            return self.forward_decode(q, k, v, layer, forward_batch, save_kv_cache=save_kv_cache, **kwargs)
-        return self.forward_extend(q, k, v, layer, forward_batch, save_kv_cache=save_kv_cache, **kwargs)
-
-    def _save(self, layer, fb, k, v, k_rope, save_kv_cache):
-        if save_kv_cache and k is not None:
-            if k_rope is not None:
-                self.token_to_kv_pool.set_mla_kv_buffer(layer, fb.out_cache_loc, k, k_rope)
-            else:
-                self.token_to_kv_pool.set_kv_buffer(layer, fb.out_cache_loc, k, v)
-
-    def _q576(self, q, q_rope, heads):
-        torch = self._torch
-        if q_rope is not None:
-            return torch.cat([q.reshape(-1, heads, self.kv_lora_rank), q_rope.reshape(-1, heads, q_rope.shape[-1])],
-                             dim=-1)
-        return q.reshape(-1, heads, self.kv_cache_dim)
-
-    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None, **kwargs):
-        self._save(layer, forward_batch, k, v, k_rope, save_kv_cache)
-        heads = int(layer.tp_q_head_num)
-        qq = self._q576(q, q_rope, heads)
-        bs = int(forward_batch.batch_size)
-        n = qq.shape[0] // max(1, bs)
-        out = self.mla_uniform(qq, layer, forward_batch, bs, n, extra=0)
-        return out.reshape(qq.shape[0], heads * self.kv_lora_rank).to(q.dtype)
-
-    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None, **kwargs):
-        fb = forward_batch
-        heads = int(layer.tp_q_head_num)
-        if int(layer.head_dim) == self.kv_cache_dim and int(layer.v_head_dim) == self.kv_lora_rank:
-            self._save(layer, fb, k, v, k_rope, save_kv_cache)
-            qq = self._q576(q, q_rope, heads)
-            bs = int(fb.batch_size)
-            if fb.forward_mode.is_target_verify():
-                n = qq.shape[0] // max(1, bs)
-                out = self.mla_uniform(qq, layer, fb, bs, n, extra=n)
-            else:
-                out = self.mla_ragged(qq, layer, fb)
-            return out.reshape(qq.shape[0], heads * self.kv_lora_rank).to(q.dtype)
-        return self.mha(q, k, v, layer, fb)
-
-    def mla_uniform(self, q, layer, fb, bs, n, extra):
-        """MLA over the pool for bs requests of n query tokens each (decode,
-        target-verify): request i's keys are its first seq_lens[i] + extra
-        slots of req_to_token, its query t sees those up to length - n + t."""
-        torch = self._torch
-        kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id).reshape(-1, self.kv_cache_dim)
-        lens = fb.seq_lens[:bs].to(torch.int64) + extra
-        if self.graph or _capturing(torch):
-            width = self.req_to_token.shape[1]
-        else:
-            width = int(lens.max().item()) if bs else 1
-        width = max(1, min(width, self.req_to_token.shape[1]))
-        slots = self.req_to_token[fb.req_pool_indices[:bs].long(), :width].long()
-        keys = kv[slots].float()  # [bs, width, 576]
-        qf = q.reshape(bs, n, -1, self.kv_cache_dim).float()
-        s = torch.einsum("bthd,bkd->bthk", qf, keys) * float(layer.scaling)
-        pos = torch.arange(width, device=q.device)
-        limit = lens[:, None] - n + torch.arange(n, device=q.device)[None, :]  # [bs, n]
-        mask = pos[None, None, :] <= limit[:, :, None]
-        s = s.masked_fill(~mask[:, :, None, :], float("-inf"))
-        p = torch.softmax(s, dim=-1)
-        out = torch.einsum("bthk,bkd->bthd", p, keys[..., :self.kv_lora_rank])
-        return out.reshape(bs * n, -1, self.kv_lora_rank)
-
-    def mla_ragged(self, q, layer, fb):
-        """MLA over the pool for an extend batch (eager): request i has
-        extend_seq_lens[i] new tokens at the end of its seq_lens[i] keys."""
-        torch = self._torch
-        kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id).reshape(-1, self.kv_cache_dim)
-        seq = _ints(fb.seq_lens_cpu if getattr(fb, "seq_lens_cpu", None) is not None else fb.seq_lens)
-        new = _ints(fb.extend_seq_lens_cpu if getattr(fb, "extend_seq_lens_cpu", None) is not None
-                    else fb.extend_seq_lens)
-        rpi = _ints(fb.req_pool_indices)
-        out = torch.empty(q.shape[0], q.shape[1], self.kv_lora_rank, dtype=torch.float32, device=q.device)
-        row = 0
-        for i, (L, m) in enumerate(zip(seq, new)):
-            keys = kv[self.req_to_token[rpi[i], :L].long()].float()
-            qi = q[row:row + m].float()
-            s = torch.einsum("thd,kd->thk", qi, keys) * float(layer.scaling)
-            limit = L - m + torch.arange(m, device=q.device)
-            mask = torch.arange(L, device=q.device)[None, :] <= limit[:, None]
-            s = s.masked_fill(~mask[:, None, :], float("-inf"))
-            out[row:row + m] = torch.einsum("thk,kd->thd", torch.softmax(s, -1), keys[:, :self.kv_lora_rank])
-            row += m
-        return out
-
-    def mha(self, q, k, v, layer, fb):
-        """Causal MHA per request over the keys given: the new tokens only
-        (no prefix) or each request's whole keys (MHA_ONE_SHOT)."""
-        torch = self._torch
-        heads, dqk, dv = int(layer.tp_q_head_num), int(layer.head_dim), int(layer.v_head_dim)
-        new = _ints(fb.extend_seq_lens_cpu if getattr(fb, "extend_seq_lens_cpu", None) is not None
-                    else fb.extend_seq_lens)
-        seq = _ints(fb.seq_lens_cpu if getattr(fb, "seq_lens_cpu", None) is not None else fb.seq_lens)
-        q3 = q.reshape(-1, heads, dqk)
-        k3 = k.reshape(-1, int(layer.tp_k_head_num), dqk)
-        v3 = v.reshape(-1, int(layer.tp_v_head_num), dv)
-        keys = new if k3.shape[0] == sum(new) else seq
-        out = torch.empty(q3.shape[0], heads, dv, dtype=q.dtype, device=q.device)
-        row = key = 0
-        for m, L in zip(new, keys):
-            qi = q3[row:row + m].float().transpose(0, 1)
-            ki = k3[key:key + L].float().transpose(0, 1)
-            vi = v3[key:key + L].float().transpose(0, 1)
-            s = torch.matmul(qi, ki.transpose(-1, -2)) * float(layer.scaling)
-            limit = L - m + torch.arange(m, device=q.device)
-            mask = torch.arange(L, device=q.device)[None, :] <= limit[:, None]
-            s = s.masked_fill(~mask[None], float("-inf"))
-            out[row:row + m] = torch.matmul(torch.softmax(s, -1), vi).transpose(0, 1).to(q.dtype)
-            row += m
-            key += L
-        return out.reshape(-1, heads * dv)
+        self._counts["prefill"]["plugin"] += 1
+        out = t["out"].view(tokens, heads * dv).to(q.dtype)
+        if getattr(fb, "mha_return_lse", None):
+            return "prefill", (out, t["lse"]), None
+        return "prefill", out, None
 
 
 # ---------------------------------------------------------------- registration
@@ -1117,8 +996,7 @@ def register_backend(name=BACKEND_NAME, kernel_backend=None):
         pass
     _join_backend_lists(name, kernel)
     try:
-        from attnplug import sglang as aps
-        mod = __import__(aps.HANDLER_MODULE, fromlist=["AttentionBackendRegistry"])
+        mod = __import__(_sglang.HANDLER_MODULE, fromlist=["AttentionBackendRegistry"])
         reg = mod.AttentionBackendRegistry
         handlers = getattr(reg, "_handlers", {})
         if name not in handlers and (getattr(reg, "_attnplug_registry", None) is None

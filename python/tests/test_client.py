@@ -9,7 +9,7 @@ import unittest
 import serve
 from attnplug import Client, ServerUnavailable, UntrustedServer, default_address
 from attnplug.client import ERROR_CODES
-from attnplug import testing
+from attnplug_testing import handlers as testing
 
 
 class ClientTest(unittest.TestCase):

@@ -1,5 +1,6 @@
 """attnplug.device on a GPU: the fa3 plugin's MLA decode, planned through a
-real attnplug serve and launched on torch tensors, against a float64
+real attnplug serve (a step's plan, and a plan request's) and launched on
+torch tensors, against a float64
 reference (outputs poisoned first), inside a captured CUDA graph over
 growing lengths. Skipped where torch or a CUDA GPU is missing (the
 dispatch-only package needs neither)."""
@@ -75,6 +76,21 @@ class LauncherTest(unittest.TestCase):
                          "num_pages": num_pages, "max_seq_len": max_seq_len}}
         return t, req, page_table
 
+    @staticmethod
+    def step_of(req):
+        """The step of an engine whose pool and page table admit exactly
+        req's max_seq_len keys a request, over req's pages: its plan is
+        req's, made by the server."""
+        s, d = req["shape"], req["dims"]
+        bound = s["max_seq_len"]
+        return {"mode": "DECODE", "method": "MLA",
+                "model": {"heads": d["heads"], "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                          "v_head_dim": 128, "softmax_scale": d["softmax_scale"]},
+                "pool": {"page_size": s["page_size"], "slots": s["num_pages"] * s["page_size"],
+                         "max_tokens": s["num_pages"] * s["page_size"], "row_width": bound, "context_len": bound,
+                         "kv_dtype": "bf16"},
+                "batch": {"size": len(s["seq_lens"]), "query_tokens": 1, "graph": True}}
+
     def check(self, t, page_table, seq_lens, page_size, heads):
         want, want_lse = reference(t["q"], t["kv_cache"], page_table, seq_lens, page_size, heads)
         got = t["out"].double()
@@ -91,8 +107,10 @@ class LauncherTest(unittest.TestCase):
             launcher = Launcher(self.client, "fa3")
             seq = [100 + 37 * i for i in range(b)]
             t, req, table = self.batch(heads, page_size, seq, 4096, seed=heads + b)
-            step = launcher.plan(req)
+            st = self.step_of(req)
+            step = launcher.step(st)
             self.assertTrue(step.holds_for_batch())
+            self.assertEqual((step.max_seq_len, step.pages_per_request), (4096, -(-4096 // page_size)))
             t["out"].fill_(float("nan"))
             step.launch(t)
             torch.cuda.synchronize()
@@ -117,8 +135,7 @@ class LauncherTest(unittest.TestCase):
             torch.cuda.synchronize()
             before = launcher.stats["plan_requests"]
             for s in range(1, 51):
-                req["shape"]["seq_lens"] = [n + s for n in seq]
-                self.assertIs(launcher.plan(req), step)  # the same plan for the batch size
+                self.assertIs(launcher.step(st), step)  # the same plan for the batch shape
                 if s % 25 == 0:
                     t["out"].fill_(float("nan"))
                 graph.replay()

@@ -9,10 +9,10 @@ import textwrap
 import unittest
 
 import serve
-from attnplug import testing
+from attnplug_testing import handlers as testing
 
 # An sglang stand-in on disk, so that a spawned process imports it too:
-# the registry module of attnplug.testing, and a launch_server that asks
+# the registry module of attnplug_testing.handlers, and a launch_server that asks
 # the registry here and in a child started with spawn.
 _MODULES = {
     "sglang/srt/layers/attention/tbo_backend.py": "class TboAttnBackend:\n    primary = None\n",
@@ -23,7 +23,7 @@ _MODULES = {
     "sglang/srt/model_executor/runner_backend_utils/tc_piecewise_cuda_graph.py":
         "def is_in_tc_piecewise_cuda_graph():\n    return False\n",
     "sglang/srt/models/deepseek_common/attention_forward_methods/forward_methods.py":
-        "from attnplug.sglang import _AttnForwardMethodMirror as AttnForwardMethod\n",
+        "from attnplug._sglang import AttnForwardMethodMirror as AttnForwardMethod\n",
     "sglang/srt/models/deepseek_common/utils.py": "_is_hip = False\n",
     "sglang/srt/runtime_context.py":
         "import types\n\ndef get_server_args():\n    return types.SimpleNamespace(enable_deterministic_inference=False)\n",

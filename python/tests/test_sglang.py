@@ -17,7 +17,7 @@ import unittest
 
 import serve
 from attnplug import sglang as aps
-from attnplug import testing as standins
+from attnplug_testing import handlers as standins
 
 N_REQUESTS = int(os.environ.get("ATTNPLUG_PY_REQUESTS", "20000"))
 

@@ -1,17 +1,23 @@
 """attnplug.sglang_backend: the sglang attention backend that runs a plugin's
-kernels, driven through the stand-ins of attnplug.sglang_standins as
+kernels, driven through the stand-ins of attnplug_testing.standins as
 sglang's model runner drives a backend.
 
-Without torch (here: the CPU suite), the parts that need none: the module
-imports, the registration in sglang's mechanisms (stand-in sglang modules),
-and the plan requests the backend makes, against a real serve and the liar
-plugin, whose plans must bind the tensors the backend binds. With torch and
-a CUDA GPU: decode, target-verify and extend against a float64 reference
-computed from the stand-in pools (16 and 128 heads, page sizes 1 and 64,
-ragged batches, both of DeepSeek's call forms); a 61-layer decode step
-captured through each protocol's CUDA-graph hooks and replayed 200 steps
-with growing lengths, no RPC after warm-up; a plugin swapped under the
-running serve; a server killed."""
+Without torch: the module imports, its contract attributes, and the
+registration in sglang's mechanisms (stand-in sglang modules). With torch,
+on the CPU or a GPU (FakeKernelTest): every DeepSeek path through a real
+``attnplug serve`` whose fa3 plugin makes the plans (the plan request, its
+bound and its key are the server's) and kernels that are torch code reading
+exactly the tensors the plans bind, checked against the plans' own specs:
+eager decode, target verify, absorbed-MLA extend, MHA prefill (one shot,
+and the new tokens of a chunked prefix with their LSE), both CUDA-graph
+protocols' hooks at DeepSeek-V3's context length, the fallback's paths and
+reasons, strict mode, a unified KV pool, a server killed for real. With a
+CUDA GPU (BackendGPUTest): the plugin's real kernels against a float64
+reference computed from the stand-in pools (16 and 128 heads, page sizes 1
+and 64, ragged batches, both of DeepSeek's call forms); a 61-layer decode
+step captured through each protocol's CUDA-graph hooks and replayed 200
+steps with growing lengths, no RPC after warm-up; a plugin swapped under
+the running serve; a server killed."""
 
 import importlib
 import logging
@@ -26,7 +32,8 @@ import unittest
 import serve
 from attnplug import Client
 from attnplug import sglang_backend as sb
-from attnplug import sglang_standins as st
+from attnplug_testing import handlers
+from attnplug_testing import standins as st
 
 try:
     import torch
@@ -62,25 +69,8 @@ def record_logs(test, name="attnplug.sglang_backend"):
 # ---------------------------------------------------------------- without torch
 
 
-class ShapesTest(unittest.TestCase):
-    """The batch shapes the backend asks plans for, in pure Python."""
-
-    def test_eager_bounds(self):
-        self.assertEqual(sb.eager_bound(1, 163840), 1024)
-        self.assertEqual(sb.eager_bound(1025, 163840), 2048)
-        self.assertEqual(sb.eager_bound(5000, 4096), 5000)
-        self.assertEqual(sb.eager_bound(3000, 2048), 3000)
-        self.assertEqual(sb.eager_bound(2000, 3000), 2048)
-        self.assertEqual(sb.eager_bound(2049, 3000), 3000)
-
-    def test_mla_request(self):
-        r = sb.mla_plan_request("fa3", 128, 0.1, 3, 2, 64, 1000, 4096, [1, 5000, 40])
-        self.assertEqual(r["shape"]["seq_lens"], [2, 4096, 40])  # within [q, max]
-        self.assertEqual(r["shape"]["q_lens"], [2, 2, 2])
-        self.assertTrue(r["graph"])
-        self.assertEqual(sb.pages_per_request(4096, 64), 64)
-        self.assertEqual(sb.pages_per_request(4097, 64), 65)
-        self.assertEqual(sb.pages_per_request(100, 1), 100)
+class ContractTest(unittest.TestCase):
+    """What the backend says of itself to sglang, in pure Python."""
 
     def test_modes_as_sglang_main(self):
         m = st.ForwardMode
@@ -95,7 +85,20 @@ class ShapesTest(unittest.TestCase):
         import attnplug.sglang as aps
         self.assertIs(aps.AttnplugMLABackend, sb.AttnplugMLABackend)
         self.assertIs(aps.register_backend, sb.register_backend)
-        self.assertNotIn("torch", sys.modules if torch is None else {})
+        with self.assertRaises(AttributeError):
+            aps.TorchMLABackend  # test code: attnplug_testing.torch_mla, never installed
+
+    def test_contract_attributes(self):
+        B = sb.AttnplugMLABackend
+        # No path reads seq_lens_cpu: MLA steps are planned for their shape.
+        self.assertIs(B.needs_cpu_seq_lens, False)
+        self.assertIs(B.use_captured_forward_metadata_for_breakable_cuda_graph, False)
+        self.assertIs(B.supports_full_cuda_graph_chunked_prefix, False)
+        self.assertIsNone(B.kv_index_translator)
+        self.assertEqual(sb.PATHS, ("decode", "verify", "extend", "draft", "prefill", "chunked_prefix"))
+        e = sb.FallbackRefused("decode", "no plan: x")
+        self.assertEqual((e.path, e.reason), ("decode", "no plan: x"))
+        self.assertIn("decode path would run the fallback: no plan: x", str(e))
 
 
 class RegistrationTest(unittest.TestCase):
@@ -129,8 +132,7 @@ class RegistrationTest(unittest.TestCase):
         return mod
 
     def test_attention_registry_and_choices(self):
-        from attnplug import testing
-        handlers_mod = testing.sglang_module(None)
+        handlers_mod = handlers.sglang_module(None)
         backends = {}
 
         def register_attention_backend(name):
@@ -151,7 +153,7 @@ class RegistrationTest(unittest.TestCase):
         reg = handlers_mod.AttentionBackendRegistry
         h = reg.get_handler("attnplug")
         self.assertIsNot(h, reg.get_handler("triton"))
-        _, attn, fb = testing.apply(testing.generate(__import__("random").Random(4)), handlers_mod)
+        _, attn, fb = handlers.apply(handlers.generate(__import__("random").Random(4)), handlers_mod)
         reg.register("fa3", lambda a, f: handlers_mod.AttnForwardMethod.MHA_NPU)
         self.assertIs(h(attn, fb), handlers_mod.AttnForwardMethod.MHA_NPU)
         # Again: nothing doubles.
@@ -204,34 +206,6 @@ class RegistrationTest(unittest.TestCase):
         self.assertTrue(callable(getattr(importlib.import_module(mod), fn)))
 
 
-H200 = {"platform": "cuda", "name": "NVIDIA H200", "compute_capability": 90, "sms": 132,
-        "max_threads_per_block": 1024, "max_shared_per_block": 232448, "max_grid": [2147483647, 65535, 65535]}
-
-
-class PlanLayoutTest(unittest.TestCase):
-    """The plans of the requests the backend makes bind the tensors it
-    binds (launch.Tensors on the server), for a device the client
-    describes: the liar plugin answers without a GPU or a compiler."""
-
-    def test_backend_requests_bind_its_tensors(self):
-        from test_plans import liar_binary
-        from attnplug.device import PlanSource
-        tree = tempfile.mkdtemp(prefix="ap-layout-")
-        self.addCleanup(shutil.rmtree, tree, True)
-        host = serve.copy_tree(tree)
-        shutil.copy2(liar_binary(), os.path.join(tree, "plugins", "attnplug-backend-liar"))
-        with serve.Server(host=host) as s, Client(s.address, timeout=10) as c:
-            src = PlanSource(c, "liar", H200, follow=False)
-            for heads, page, bs, q, bound in ((16, 64, 8, 1, 4096), (128, 1, 3, 4, 1024), (16, 1, 1, 2, 163840)):
-                room = sb.pages_per_request(bound, page)
-                num_pages = 1 + bs * room
-                req = sb.mla_plan_request("liar", heads, 0.1, bs, q, page, num_pages, bound, [q + 5] * bs)
-                plan, _, _ = src.plan(src.request(req))
-                want = {"q": (bs * q, heads, 576), "kv_cache": (num_pages, page, 576), "kv_indptr": (bs + 1,),
-                        "kv_indices": (bs * room,), "seq_lens": (bs,), "qo_indptr": (bs + 1,),
-                        "out": (bs * q, heads, 512), "lse": (bs * q, heads)}
-                self.assertEqual({t.name: t.shape for t in plan.tensors}, want, (heads, page, bs, q, bound))
-
 
 # ---------------------------------------------------------------- on the GPU
 
@@ -260,6 +234,372 @@ def rel_error(got, want):
     return (torch.linalg.norm(got - want) / torch.linalg.norm(want)).item()
 
 
+def reference_mha(q, k, v, scale, seq_lens, q_lens):
+    """float64 causal MHA over ragged q [tokens, heads, dqk], k and v [keys,
+    heads, d]: request i's q_lens[i] queries see its seq_lens[i] keys up to
+    seq_len - q_len + t. Returns (out [tokens, heads, dv], lse [tokens,
+    heads])."""
+    out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.float64, device=q.device)
+    lse = torch.empty(q.shape[0], q.shape[1], dtype=torch.float64, device=q.device)
+    row = key = 0
+    for L, m in zip(seq_lens, q_lens):
+        s = torch.einsum("thd,khd->htk", q[row:row + m].double(), k[key:key + L].double()) * scale
+        limit = L - m + torch.arange(m, device=q.device)
+        mask = torch.arange(L, device=q.device)[None, :] <= limit[:, None]
+        s = s.masked_fill(~mask[None], float("-inf"))
+        lse[row:row + m] = torch.logsumexp(s, -1).transpose(0, 1)
+        out[row:row + m] = torch.einsum("htk,khd->thd", torch.softmax(s, -1), v[key:key + L].double())
+        row += m
+        key += L
+    return out, lse
+
+
+@unittest.skipUnless(torch is not None, "needs torch")
+class FakeKernelTest(unittest.TestCase):
+    """Every DeepSeek path of the backend (steps asked, page tables,
+    lengths and query offsets built from sglang's tensors, KV written, the
+    graph hooks of both protocols, the fallback) with the fa3 plugin's real
+    plans from a real serve and kernels that are torch code reading the
+    tensors a plan binds (attnplug_testing.fake_kernels): on the GPU where
+    there is one, else on the CPU."""
+
+    device = "cuda" if HAVE_GPU else "cpu"
+
+    @classmethod
+    def setUpClass(cls):
+        serve.require_binaries()
+        cls.server = serve.Server().start()
+        cls.client = Client(cls.server.address, timeout=30)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.cleanup()
+
+    def make(self, heads=16, layers=2, page=64, context_len=1024, max_requests=8, backend="fa3", client=None,
+             runner=None, **kw):
+        from attnplug_testing.fake_kernels import FakeLauncher
+        from attnplug_testing.torch_mla import TorchMLABackend
+        mr = runner or st.ModelRunner.make(heads=heads, layers=layers, page_size=page, context_len=context_len,
+                                           max_requests=max_requests, device=self.device)
+        launcher = FakeLauncher(client or self.client, backend)
+        self.addCleanup(launcher.close)
+        kw.setdefault("fallback", TorchMLABackend(mr))
+        b = sb.AttnplugMLABackend(mr, kernel_backend=backend, launcher=launcher, **kw)
+        return mr, b, launcher
+
+    def check(self, mr, fb, inputs, outs, q_len, extra, layers=(0, 1), q_lens=None):
+        pool = mr.token_to_kv_pool
+        rpi = fb.req_pool_indices.tolist()
+        kv_lens = [n + extra for n in fb.seq_lens.tolist()]
+        for i in layers:
+            q = torch.cat(inputs[i][:2], dim=-1)
+            written = pool.get_key_buffer(i)[fb.out_cache_loc].squeeze(1)
+            self.assertTrue(torch.equal(written, torch.cat(inputs[i][2:], dim=-1).squeeze(1)), "KV of layer %d" % i)
+            want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, rpi, kv_lens, q,
+                             mr.model_config.scaling, q_lens or [q_len] * len(rpi))
+            self.assertLess(rel_error(outs[i], want), TOLERANCE, "layer %d" % i)
+
+    def paths(self, b):
+        return {p: (c["plugin"], c["fallback"]) for p, c in b.stats()["paths"].items() if c["plugin"] or c["fallback"]}
+
+    def test_eager_decode_verify_extend(self):
+        for heads, page in ((16, 64), (128, 1), (16, 16)):
+            mr, b, lch = self.make(heads=heads, page=page)
+            loop = st.DecodeLoop(mr, seed=page)
+            loop.start([1, 37, 300, 900, 64])
+            for split in (True, False, True):
+                fb = loop.decode_batch()
+                b.init_forward_metadata(fb)
+                inputs = [loop.inputs(fb.batch_size) for _ in loop.layers]
+                outs = loop.forward(b, fb, inputs, split=split)
+                self.check(mr, fb, inputs, outs, 1, 0)
+                loop.advance()
+            # One plan for the batch shape, whatever the lengths: the
+            # server's, which holds up to what the pool admits.
+            self.assertEqual(lch.source.stats["plan_requests"], 1, "one plan for the batch shape")
+            step = lch.steps[0]
+            self.assertEqual((step["mode"], step["method"], step["batch"]), ("DECODE", "MLA",
+                                                                            {"size": 5, "graph": True, "query_tokens": 1}))
+            self.assertNotIn("seq_lens", step["batch"], "an MLA step sends no lengths")
+            p = next(iter(lch.prepared.values()))
+            self.assertEqual(p.max_seq_len, 1024)  # min(context_len, the pool's tokens, req_to_token's row)
+            self.assertEqual(p.pages_per_request, -(-1024 // page))
+            for n in (2, 4):
+                fb = loop.verify_batch(n)
+                b.init_forward_metadata(fb)
+                inputs = [loop.inputs(fb.batch_size * n) for _ in loop.layers]
+                outs = loop.forward(b, fb, inputs, split=(n == 2))
+                self.check(mr, fb, inputs, outs, n, n)
+                loop.advance()
+            # Absorbed MLA over the cache (an extend with a prefix): the
+            # plugin's MLA plan for the batch's query tokens.
+            fb = loop.extend_batch([3, 9, 1, 30, 2])
+            b.init_forward_metadata(fb)
+            inputs = [loop.inputs(45) for _ in loop.layers]
+            outs = loop.forward(b, fb, inputs)
+            self.check(mr, fb, inputs, outs, None, 0, q_lens=[3, 9, 1, 30, 2])
+            loop.advance()
+            self.assertEqual(self.paths(b), {"decode": (6, 0), "verify": (4, 0), "extend": (2, 0)})
+            self.assertEqual(lch.batch_launches, 6, "one scheduler launch a step")
+            self.assertEqual(b.stats()["steps_prepared"], 6)
+
+    def test_mha_prefill(self):
+        mr, b, lch = self.make()
+        loop = st.DecodeLoop(mr, seed=1)
+        loop.start([0, 0])
+        layer = loop.mha_layers[0]
+        H = layer.tp_q_head_num
+        # MHA over the new tokens (no prefix): one causal pass.
+        fb = loop.extend_batch([30, 7])
+        b.init_forward_metadata(fb)
+        q, k, v = loop.randn(37, H, 192), loop.randn(37, H, 192), loop.randn(37, H, 128)
+        with st.forward_context(st.ForwardContext(b)):
+            out = layer.forward(q.reshape(37, -1), k, v, fb, save_kv_cache=False)
+        want, _ = reference_mha(q, k, v, layer.scaling, [30, 7], [30, 7])
+        self.assertLess(rel_error(out, want), TOLERANCE)
+        self.assertEqual(lch.steps[-1]["method"], "MHA_ONE_SHOT")
+        self.assertEqual(lch.steps[-1]["batch"], {"size": 2, "seq_lens": [30, 7], "q_lens": [30, 7]})
+        loop.advance()
+        # MHA_ONE_SHOT over a prefix: k and v hold every key of a request.
+        fb = loop.extend_batch([5, 11])
+        b.init_forward_metadata(fb)
+        keys = [35, 18]
+        q, k, v = loop.randn(16, H, 192), loop.randn(53, H, 192), loop.randn(53, H, 128)
+        with st.forward_context(st.ForwardContext(b)):
+            out = layer.forward(q.reshape(16, -1), k, v, fb, save_kv_cache=False)
+        want, _ = reference_mha(q, k, v, layer.scaling, keys, [5, 11])
+        self.assertLess(rel_error(out, want), TOLERANCE)
+        # The new tokens of MHA_CHUNKED_KV: over themselves, with their LSE.
+        fb.mha_return_lse = True
+        kn, vn = loop.randn(16, H, 192), loop.randn(16, H, 128)
+        with st.forward_context(st.ForwardContext(b)):
+            out, lse = layer.forward(q.reshape(16, -1), kn, vn, fb, save_kv_cache=False)
+        want, want_lse = reference_mha(q, kn, vn, layer.scaling, [5, 11], [5, 11])
+        self.assertLess(rel_error(out, want), TOLERANCE)
+        self.assertEqual(tuple(lse.shape), (16, H))
+        self.assertLess((lse.double() - want_lse).abs().max().item(), 1e-3)
+        # Its prefix chunks: the fallback's, counted with the reason.
+        fb.mha_return_lse = None
+        fb.attn_attend_prefix_cache = True
+        with st.forward_context(st.ForwardContext(b)):
+            layer.forward(q.reshape(16, -1), loop.randn(53, H, 192), loop.randn(53, H, 128), fb, save_kv_cache=False)
+        self.assertEqual(self.paths(b), {"prefill": (3, 0), "chunked_prefix": (0, 1)})
+        self.assertIn("prefix chunks", b.stats()["paths"]["chunked_prefix"]["last_reason"])
+
+    def graph_loop(self, protocol, q=1, steps=6, layers=4, context_len=1024, max_tokens=None, page=64):
+        mr = st.ModelRunner.make(heads=16, layers=layers, page_size=page, context_len=context_len, max_requests=8,
+                                 max_tokens=max_tokens, device=self.device)
+        mr, b, lch = self.make(runner=mr)
+        b.init_cuda_graph_state(4, 16)
+        loop = st.DecodeLoop(mr, seed=9)
+        loop.start([3, 100, 600])
+        mode = st.ForwardMode.TARGET_VERIFY if q > 1 else st.ForwardMode.DECODE
+        static = loop.inputs(4 * q)
+
+        def run(fb):
+            return loop.forward(b, fb, [static] * layers)
+
+        runner = st.GraphRunner(b, 4, mode=mode, q=q, protocol=protocol, device=self.device, dry=True)
+        runner.capture(run)
+        plans = lch.source.stats["plan_requests"]
+        self.assertEqual(plans, 1)
+        for _ in range(steps):
+            fb = loop.verify_batch(q) if q > 1 else loop.decode_batch()
+            fresh = loop.inputs(3 * q)
+            for t, f in zip(static, fresh):
+                t.zero_()
+                t[:3 * q].copy_(f)
+            outs = runner.replay(fb)
+            rows = 3 * q
+            self.check(mr, fb, [[x[:rows] for x in static]] * layers, [o[:rows] for o in outs], q, q if q > 1 else 0,
+                       layers=(0, layers - 1))
+            loop.advance()
+        self.assertEqual(lch.source.stats["plan_requests"], plans, "no plan asked at replay")
+        self.assertEqual(b.stats()["fallback_layers"], 0)
+        return mr, b, lch
+
+    def test_graph_hooks_2026_protocol(self):
+        self.graph_loop("2026")
+        self.graph_loop("2026", q=3)
+
+    def test_graph_hooks_legacy_protocol(self):
+        self.graph_loop("legacy")
+        self.graph_loop("legacy", q=2)
+
+    def test_deepseek_v3_context_length_in_a_graph(self):
+        # DeepSeek-V3's 163840 tokens of context over a pool of fewer: the
+        # plan holds for what the pool admits, and no layer falls back.
+        _, b, lch = self.graph_loop("2026", context_len=163840, max_tokens=64 * 300, steps=3)
+        p = next(iter(lch.prepared.values()))
+        self.assertEqual((p.max_seq_len, p.pages_per_request), (64 * 300, 300))
+        self.assertEqual(b.stats()["paths"]["decode"]["fallback"], 0)
+
+    def test_no_plan_falls_back_with_one_warning_and_strict_refuses(self):
+        rec = record_logs(self)
+        # aiter's plugin ships no device code: every step is refused.
+        mr, b, lch = self.make(backend="aiter")
+        loop = st.DecodeLoop(mr, seed=2)
+        loop.start([5, 500])
+        for _ in range(3):
+            fb = loop.decode_batch()
+            b.init_forward_metadata(fb)
+            inputs = [loop.inputs(2) for _ in loop.layers]
+            outs = loop.forward(b, fb, inputs)
+            self.check(mr, fb, inputs, outs, 1, 0)
+            loop.advance()
+        self.assertEqual(len(rec.warnings("the fallback runs decode layers")), 1, rec.warnings())
+        self.assertEqual(self.paths(b), {"decode": (0, 6)})
+        self.assertIn("no plan", b.stats()["paths"]["decode"]["last_reason"])
+        self.assertEqual(lch.source.stats["plan_requests"], 0)
+        # Strict: the layer raises instead, naming the path and why.
+        mr, b, _ = self.make(backend="aiter", strict=True)
+        loop = st.DecodeLoop(mr, seed=2)
+        loop.start([5, 500])
+        fb = loop.decode_batch()
+        b.init_forward_metadata(fb)
+        with self.assertRaises(sb.FallbackRefused) as cm:
+            loop.forward(b, fb, [loop.inputs(2) for _ in loop.layers])
+        self.assertEqual(cm.exception.path, "decode")
+        self.assertIn("no plan", cm.exception.reason)
+        # A capture the plugin has no plan for: counted, and strict refuses it.
+        mr, b, _ = self.make(backend="aiter")
+        b.init_cuda_graph_state(4, 4)
+        st.GraphRunner(b, 4, device=self.device, dry=True).capture(lambda fb: [])
+        self.assertEqual(b.stats()["refused_at_capture"], 1)
+        mr, b, _ = self.make(backend="aiter", strict=True)
+        b.init_cuda_graph_state(4, 4)
+        with self.assertRaises(sb.FallbackRefused):
+            st.GraphRunner(b, 4, device=self.device, dry=True).capture(lambda fb: [])
+
+    def test_strict_from_the_environment(self):
+        os.environ[sb.ENV_STRICT] = "1"
+        self.addCleanup(os.environ.pop, sb.ENV_STRICT, None)
+        _, b, _ = self.make()
+        self.assertTrue(b.strict)
+        _, b, _ = self.make(strict=False)
+        self.assertFalse(b.strict)
+
+    def test_server_killed_falls_back_with_one_warning(self):
+        rec = record_logs(self)
+        s = serve.Server().start()
+        self.addCleanup(s.cleanup)
+        c = Client(s.address, timeout=5)
+        self.addCleanup(c.close)
+        mr, b, lch = self.make(client=c)
+        loop = st.DecodeLoop(mr, seed=3)
+        loop.start([5, 500, 7])
+
+        def step():
+            fb = loop.decode_batch()
+            b.init_forward_metadata(fb)
+            inputs = [loop.inputs(fb.batch_size) for _ in loop.layers]
+            outs = loop.forward(b, fb, inputs)
+            self.check(mr, fb, inputs, outs, 1, 0)
+            loop.advance()
+
+        step()
+        s.kill()
+        step()  # a kept plan: the plugin still runs
+        self.assertEqual(self.paths(b), {"decode": (4, 0)})
+        loop.start([50])  # a new batch size: no plan, no server
+        for _ in range(3):
+            step()
+        self.assertEqual(self.paths(b), {"decode": (4, 6)})
+        # One warning that the server went away, one that the fallback runs
+        # decode layers, whatever the steps.
+        self.assertEqual(len(rec.warnings("the server is unreachable (")), 1, rec.warnings())
+        self.assertEqual(len(rec.warnings("the fallback runs decode layers")), 1, rec.warnings())
+        self.assertIn("unreachable", b.stats()["paths"]["decode"]["last_reason"])
+
+    def test_unified_kv_pool_runs_the_fallback(self):
+        mr, b, lch = self.make()
+        st.KVIndexTranslator(is_translating=True).bind_and_verify_backends([b])
+        loop = st.DecodeLoop(mr, seed=4)
+        loop.start([5, 60])
+        fb = loop.decode_batch()
+        b.init_forward_metadata(fb)
+        inputs = [loop.inputs(2) for _ in loop.layers]
+        self.check(mr, fb, inputs, loop.forward(b, fb, inputs), 1, 0)
+        self.assertEqual(self.paths(b), {"decode": (0, 2)})
+        self.assertIn("unified", b.stats()["paths"]["decode"]["last_reason"])
+        self.assertEqual(lch.source.stats["plan_requests"], 0)
+        mr, b, _ = self.make()
+        st.KVIndexTranslator(is_translating=False).bind_and_verify_backends([b])
+        loop = st.DecodeLoop(mr, seed=4)
+        loop.start([5, 60])
+        fb = loop.decode_batch()
+        b.init_forward_metadata(fb)
+        inputs = [loop.inputs(2) for _ in loop.layers]
+        self.check(mr, fb, inputs, loop.forward(b, fb, inputs), 1, 0)
+        self.assertEqual(self.paths(b), {"decode": (2, 0)})
+
+    def test_sparse_attention_is_the_fallbacks(self):
+        # DeepSeek-V3.2: the indexer's top-k is sglang's NSA backend's.
+        mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=1024, max_requests=8,
+                                 device=self.device)
+        mr.model_config.index_topk = 2048
+        mr, b, lch = self.make(runner=mr)
+        loop = st.DecodeLoop(mr, seed=5)
+        loop.start([5, 60])
+        fb = loop.decode_batch()
+        b.init_forward_metadata(fb)
+        inputs = [loop.inputs(2) for _ in loop.layers]
+        self.check(mr, fb, inputs, loop.forward(b, fb, inputs), 1, 0)
+        self.assertEqual(self.paths(b), {"decode": (0, 2)})
+        self.assertIn("index_topk 2048", b.stats()["paths"]["decode"]["last_reason"])
+        self.assertEqual(lch.steps, [])
+
+    def test_draft_decode_is_the_fallbacks(self):
+        mr, b, _ = self.make()
+        loop = st.DecodeLoop(mr, seed=6)
+        loop.start([5, 60])
+        fb = loop.decode_batch()
+        fb.spec_info = st.EagleVerifyInput(1)  # a draft model's decode
+        b.init_forward_metadata(fb)
+        inputs = [loop.inputs(2) for _ in loop.layers]
+        self.check(mr, fb, inputs, loop.forward(b, fb, inputs), 1, 0)
+        self.assertEqual(self.paths(b), {"draft": (0, 2)})
+
+    def test_only_named_calls_reach_the_fallback(self):
+        _, b, _ = self.make()
+        b.fallback.init_mha_chunk_metadata = lambda fb: "prepared"
+        self.assertEqual(b.init_mha_chunk_metadata(None), "prepared")
+        with self.assertRaises(AttributeError):
+            b.forward_decode_with_some_other_name  # not the fallback's, whatever it has
+        b.fallback.some_other_name = 1
+        with self.assertRaises(AttributeError):
+            b.some_other_name
+
+    def test_shared_read_ends(self):
+        import enum
+        mod = types.ModuleType(sb._sglang.BACKEND_MODULE)
+        mod.SharedReadEnds = enum.Enum("SharedReadEnds", ["IN_REPLAY", "UNKNOWN"])
+        saved = sys.modules.get(sb._sglang.BACKEND_MODULE)
+        sys.modules[sb._sglang.BACKEND_MODULE] = mod
+        self.addCleanup(lambda: sys.modules.pop(sb._sglang.BACKEND_MODULE) if saved is None else
+                        sys.modules.__setitem__(sb._sglang.BACKEND_MODULE, saved))
+        _, b, _ = self.make()
+        self.assertIs(b.shared_read_ends(st.ForwardMode.DECODE), mod.SharedReadEnds.IN_REPLAY)
+        self.assertIs(b.shared_read_ends(st.ForwardMode.TARGET_VERIFY), mod.SharedReadEnds.IN_REPLAY)
+        self.assertIs(b.shared_read_ends(st.ForwardMode.EXTEND), mod.SharedReadEnds.UNKNOWN)
+
+    @unittest.skipUnless(torch is not None and hasattr(torch, "float8_e4m3fn"), "needs torch with float8_e4m3fn")
+    def test_fp8_pool(self):
+        mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=1024, max_requests=8,
+                                 device=self.device, kv_dtype=torch.float8_e4m3fn)
+        mr, b, lch = self.make(runner=mr)
+        loop = st.DecodeLoop(mr, seed=8)
+        loop.start([5, 300])
+        fb = loop.decode_batch()
+        b.init_forward_metadata(fb)
+        inputs = [loop.inputs(2) for _ in loop.layers]
+        loop.forward(b, fb, inputs)
+        self.assertEqual(lch.steps[0]["pool"]["kv_dtype"], "fp8_e4m3")
+        self.assertEqual(self.paths(b), {"decode": (2, 0)})
+        self.assertEqual(b.stats()["fp8_layers"], 2)
+
+
 class CountingClient(Client):
     """A Client that counts every call it makes of the server."""
 
@@ -267,9 +607,9 @@ class CountingClient(Client):
         super().__init__(*a, **kw)
         self.rpcs = 0
 
-    def _call(self, rpc, message, timeout=None):
+    def _call(self, *args, **kwargs):
         self.rpcs += 1
-        return super()._call(rpc, message, timeout)
+        return super()._call(*args, **kwargs)
 
 
 @unittest.skipUnless(HAVE_GPU, "needs torch and a CUDA GPU")
@@ -283,7 +623,9 @@ class BackendGPUTest(unittest.TestCase):
         cls.server.cleanup()
 
     def backend(self, mr, **kw):
+        from attnplug_testing.torch_mla import TorchMLABackend
         client = kw.pop("client", None) or CountingClient(self.server.address, timeout=120)
+        kw.setdefault("fallback", TorchMLABackend(mr))
         b = sb.AttnplugMLABackend(mr, kernel_backend="fa3", client=client, **kw)
         self.addCleanup(b.close)
         return b, client
@@ -360,7 +702,7 @@ class BackendGPUTest(unittest.TestCase):
         self.assertEqual(b.stats()["plugin_layers"], 1, b.stats())
         loop.advance()
         # Absorbed MLA over a prefix (the dispatch's MLA for an extend with a
-        # prefix): the fallback, correct.
+        # prefix): the plugin's MLA plan for the batch's query tokens.
         fb = loop.extend_batch([5, 60, 1])
         b.init_forward_metadata(fb)
         inputs = [loop.inputs(66) for _ in loop.layers]
@@ -371,6 +713,9 @@ class BackendGPUTest(unittest.TestCase):
             want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, fb.req_pool_indices.tolist(),
                              fb.seq_lens.tolist(), q, mr.model_config.scaling, [5, 60, 1])
             self.assertLess(rel_error(outs[i], want), TOLERANCE)
+        stats = b.stats()
+        self.assertEqual((stats["paths"]["prefill"]["plugin"], stats["paths"]["extend"]["plugin"]), (1, 2), stats)
+        self.assertEqual(stats["fallback_layers"], 0, stats)
 
     def graph_steps(self, protocol, heads=16, page=64, bs=8, layers=61, steps=200):
         mr = st.ModelRunner.make(heads=heads, layers=layers, page_size=page, context_len=4096, max_requests=bs)
@@ -486,150 +831,3 @@ class BackendGPUTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
-
-
-@unittest.skipUnless(torch is not None, "needs torch")
-class FakeKernelTest(unittest.TestCase):
-    """The backend's bookkeeping (plans asked, page tables, lengths and
-    query offsets built from sglang's tensors, KV written, the graph hooks
-    of both protocols, the fallback) with a launcher whose kernels are
-    torch code reading the tensors a plan binds (fake_kernels): on the GPU
-    where there is one, else on the CPU."""
-
-    device = "cuda" if HAVE_GPU else "cpu"
-
-    def make(self, heads=16, layers=2, page=64, context_len=1024, max_requests=8, **kw):
-        from fake_kernels import FakeLauncher
-        mr = st.ModelRunner.make(heads=heads, layers=layers, page_size=page, context_len=context_len,
-                                 max_requests=max_requests, device=self.device)
-        launcher = kw.pop("launcher", None) or FakeLauncher()
-        b = sb.AttnplugMLABackend(mr, kernel_backend="fa3", launcher=launcher, **kw)
-        return mr, b, launcher
-
-    def check(self, mr, fb, inputs, outs, q_len, extra, layers=(0, 1)):
-        pool = mr.token_to_kv_pool
-        rpi = fb.req_pool_indices.tolist()
-        kv_lens = [n + extra for n in fb.seq_lens.tolist()]
-        for i in layers:
-            q = torch.cat(inputs[i][:2], dim=-1)
-            written = pool.get_key_buffer(i)[fb.out_cache_loc].squeeze(1)
-            self.assertTrue(torch.equal(written, torch.cat(inputs[i][2:], dim=-1).squeeze(1)), "KV of layer %d" % i)
-            want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, rpi, kv_lens, q,
-                             mr.model_config.scaling, [q_len] * len(rpi))
-            self.assertLess(rel_error(outs[i], want), TOLERANCE, "layer %d" % i)
-
-    def test_eager_decode_verify_extend(self):
-        for heads, page in ((16, 64), (128, 1), (16, 16)):
-            mr, b, lch = self.make(heads=heads, page=page)
-            loop = st.DecodeLoop(mr, seed=page)
-            loop.start([1, 37, 300, 1000, 64])
-            for step, split in enumerate((True, False, True)):
-                fb = loop.decode_batch()
-                b.init_forward_metadata(fb)
-                inputs = [loop.inputs(fb.batch_size) for _ in loop.layers]
-                outs = loop.forward(b, fb, inputs, split=split)
-                self.check(mr, fb, inputs, outs, 1, 0)
-                loop.advance()
-            self.assertEqual(lch.source.stats["plan_requests"], 1, "one plan for the batch size")
-            for n in (2, 4):
-                fb = loop.verify_batch(n)
-                b.init_forward_metadata(fb)
-                inputs = [loop.inputs(fb.batch_size * n) for _ in loop.layers]
-                outs = loop.forward(b, fb, inputs, split=(n == 2))
-                self.check(mr, fb, inputs, outs, n, n)
-                loop.advance()
-            self.assertEqual(b.stats()["fallback_layers"], 0, b.stats())
-            self.assertEqual(lch.batch_launches, 5, "one scheduler launch a step")
-
-    def test_mha_prefill_and_the_fallback(self):
-        mr, b, lch = self.make()
-        loop = st.DecodeLoop(mr, seed=1)
-        loop.start([0, 0])
-        fb = loop.extend_batch([30, 7])
-        b.init_forward_metadata(fb)
-        layer = loop.mha_layers[0]
-        q, k, v = loop.randn(37, 16, 192), loop.randn(37, 16, 192), loop.randn(37, 16, 128)
-        with st.forward_context(st.ForwardContext(b)):
-            out = layer.forward(q.reshape(37, -1), k, v, fb, save_kv_cache=False)
-        fallback = b.fallback.mha(q.reshape(37, -1), k, v, layer, fb)
-        self.assertLess(rel_error(out, fallback.double()), TOLERANCE)
-        self.assertEqual(b.stats()["plugin_layers"], 1)
-        loop.advance()
-        # Absorbed MLA over a prefix: the fallback.
-        fb = loop.extend_batch([3, 9])
-        b.init_forward_metadata(fb)
-        inputs = [loop.inputs(12) for _ in loop.layers]
-        outs = loop.forward(b, fb, inputs)
-        pool = mr.token_to_kv_pool
-        for i in range(2):
-            want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, fb.req_pool_indices.tolist(),
-                             fb.seq_lens.tolist(), torch.cat(inputs[i][:2], dim=-1), mr.model_config.scaling, [3, 9])
-            self.assertLess(rel_error(outs[i], want), TOLERANCE)
-        self.assertEqual(b.stats()["fallback_layers"], 2)
-
-    def test_no_plan_and_no_server_fall_back_with_one_warning(self):
-        from fake_kernels import FakeLauncher
-        rec = record_logs(self)
-        lch = FakeLauncher(refuse=("MLA",))
-        mr, b, _ = self.make(launcher=lch)
-        loop = st.DecodeLoop(mr, seed=2)
-        loop.start([5, 500])
-        for _ in range(3):
-            fb = loop.decode_batch()
-            b.init_forward_metadata(fb)
-            inputs = [loop.inputs(2) for _ in loop.layers]
-            outs = loop.forward(b, fb, inputs)
-            self.check(mr, fb, inputs, outs, 1, 0)
-            loop.advance()
-        self.assertEqual(len(rec.warnings("no plan")), 1, rec.warnings())
-        self.assertEqual(b.stats()["fallback_layers"], 6)
-        lch.refuse.clear()
-        lch.down = True
-        mr, b, _ = self.make(launcher=lch)
-        loop = st.DecodeLoop(mr, seed=3)
-        loop.start([5, 500, 7])
-        for _ in range(3):
-            fb = loop.decode_batch()
-            b.init_forward_metadata(fb)
-            inputs = [loop.inputs(3) for _ in loop.layers]
-            outs = loop.forward(b, fb, inputs)
-            self.check(mr, fb, inputs, outs, 1, 0)
-            loop.advance()
-        self.assertEqual(len(rec.warnings("unreachable")), 1, rec.warnings())
-
-    def graph_loop(self, protocol, q=1, steps=12, layers=4):
-        mr, b, lch = self.make(layers=layers)
-        b.init_cuda_graph_state(4, 16)
-        loop = st.DecodeLoop(mr, seed=9)
-        loop.start([3, 100, 600])
-        mode = st.ForwardMode.TARGET_VERIFY if q > 1 else st.ForwardMode.DECODE
-        static = loop.inputs(4 * q)
-
-        def run(fb):
-            return loop.forward(b, fb, [static] * layers)
-
-        runner = st.GraphRunner(b, 4, mode=mode, q=q, protocol=protocol, device=self.device, dry=True)
-        runner.capture(run)
-        plans = lch.source.stats["plan_requests"]
-        self.assertEqual(plans, 1)
-        for step in range(steps):
-            fb = loop.verify_batch(q) if q > 1 else loop.decode_batch()
-            fresh = loop.inputs(3 * q)
-            for t, f in zip(static, fresh):
-                t.zero_()
-                t[:3 * q].copy_(f)
-            outs = runner.replay(fb)
-            rows = 3 * q
-            self.check(mr, fb, [[x[:rows] for x in static]] * layers, [o[:rows] for o in outs], q, q if q > 1 else 0,
-                       layers=(0, layers - 1))
-            loop.advance()
-        self.assertEqual(lch.source.stats["plan_requests"], plans, "no plan asked at replay")
-        self.assertEqual(b.stats()["fallback_layers"], 0)
-
-    def test_graph_hooks_2026_protocol(self):
-        self.graph_loop("2026")
-        self.graph_loop("2026", q=3)
-
-    def test_graph_hooks_legacy_protocol(self):
-        self.graph_loop("legacy")
-        self.graph_loop("legacy", q=2)

@@ -33,8 +33,11 @@ attributes and call signatures of:
 - ModelRunner (model_executor/model_runner.py) with model_config
   (context_len, num_attention_heads, kv_lora_rank, qk_nope_head_dim,
   qk_rope_head_dim, v_head_dim, scaling, num_hidden_layers), server_args,
-  device, gpu_id, page_size, dtype, kv_cache_dtype, req_to_token_pool,
-  token_to_kv_pool, tp_size, use_mla_backend;
+  device, gpu_id, page_size, dtype, kv_cache_dtype, max_total_num_tokens,
+  req_to_token_pool, token_to_kv_pool, tp_size, use_mla_backend;
+- KVIndexTranslator (mem_cache/kv_index_translator.py): is_translating,
+  and bind_and_verify_backends(backends), which sets each backend's
+  kv_index_translator at boot as the runner does;
 - GraphRunner follows cuda_graph_runner.py's capture_one_batch_size and
   replay_prepare in both protocols: "legacy" (init_forward_metadata_
   capture_cuda_graph before two warm-up runs and the capture;
@@ -64,6 +67,7 @@ SGLANG_FOLLOWED = {
     "model_executor/cuda_graph_runner.py": "main after #26742 (capture_one_batch_size, replay_prepare)",
     "layers/attention/attention_registry.py": "43681aaa768047065d50fb746c884077a44ed505",
     "srt/plugins/__init__.py": "32c764af5f16beac1afaf71d2d6fcf39a064f304 (entry point group sglang.srt.plugins)",
+    "mem_cache/kv_index_translator.py": "main (2026): is_translating, bind_and_verify_backends",
 }
 
 _torch = None
@@ -363,6 +367,7 @@ class ModelRunner:
         self.kv_cache_dtype = kv_cache_dtype or torch.bfloat16
         self.req_to_token_pool = req_to_token_pool
         self.token_to_kv_pool = token_to_kv_pool
+        self.max_total_num_tokens = int(token_to_kv_pool.size)
         self.tp_size = tp_size
         self.attn_tp_size = tp_size
         self.use_mla_backend = True
@@ -372,16 +377,34 @@ class ModelRunner:
 
     @classmethod
     def make(cls, heads=16, layers=61, page_size=64, context_len=4096, max_requests=64, max_tokens=None,
-             device="cuda", scaling=0.1352337788608801):
+             device="cuda", scaling=0.1352337788608801, row_width=None, kv_dtype=None):
+        """row_width: the page table's row (req_to_token's second
+        dimension; default context_len + 4, as sglang sizes it); kv_dtype:
+        the pool's torch dtype (default bfloat16)."""
         torch = _t()
+        kv_dtype = kv_dtype or torch.bfloat16
         max_tokens = max_tokens or max_requests * context_len
         max_tokens = -(-max_tokens // page_size) * page_size
         cfg = ModelConfig(context_len=context_len, num_attention_heads=heads, num_hidden_layers=layers,
                           scaling=scaling)
-        rtp = ReqToTokenPool(max_requests + 1, context_len + 4, device)
-        kv = MLATokenToKVPool(max_tokens, page_size, torch.bfloat16, cfg.kv_lora_rank, cfg.qk_rope_head_dim,
+        rtp = ReqToTokenPool(max_requests + 1, row_width or context_len + 4, device)
+        kv = MLATokenToKVPool(max_tokens, page_size, kv_dtype, cfg.kv_lora_rank, cfg.qk_rope_head_dim,
                               layers, device)
-        return cls(cfg, ServerArgs(page_size=page_size), device, page_size, rtp, kv)
+        return cls(cfg, ServerArgs(page_size=page_size), device, page_size, rtp, kv, kv_cache_dtype=kv_dtype)
+
+
+class KVIndexTranslator:
+    """sglang's KVIndexTranslator as a backend sees it: is_translating
+    (true under --enable-unified-memory: req_to_token holds virtual token
+    ids), and bind_and_verify_backends, which sets each backend's
+    kv_index_translator."""
+
+    def __init__(self, is_translating=False):
+        self.is_translating = is_translating
+
+    def bind_and_verify_backends(self, backends):
+        for b in backends:
+            b.kv_index_translator = self
 
 
 class PagedAllocator:

@@ -1,6 +1,6 @@
 """Stand-ins for the parts of sglang that its DeepSeek attention dispatch
 reads, and generated requests: for the tests and the benchmark, in a
-process without sglang.
+process without sglang. ForwardMode is the one of standins.
 
 sglang_module() loads sglang's own attention_backend_handler.py (the
 reference file, when present) as the sglang module it is, its imports
@@ -10,14 +10,14 @@ The objects (ForwardMode, ForwardBatch, an attention layer) have the shapes
 sglang gives them.
 """
 
-import enum
 import json
 import os
 import random
 import sys
 import types
 
-from attnplug import sglang as ap_sglang
+from attnplug import _sglang
+from attnplug_testing.standins import ForwardMode
 
 #: The state the stand-in modules read.
 STATE = {
@@ -33,38 +33,6 @@ REFERENCE_NAMES = (
 )
 #: Names a request may ask: the reference's and names that fall back.
 NAMES = REFERENCE_NAMES + ("FA3", "torch_native", "no_such_backend", "Flashinfer")
-
-_EXTEND = {"EXTEND", "MIXED", "TARGET_VERIFY", "SPLIT_PREFILL", "DLLM_EXTEND"}
-
-
-class ForwardMode(enum.IntEnum):
-    """sglang's ForwardMode: an IntEnum whose predicates the rules call."""
-
-    EXTEND = enum.auto()
-    DECODE = enum.auto()
-    MIXED = enum.auto()
-    IDLE = enum.auto()
-    TARGET_VERIFY = enum.auto()
-    DRAFT_EXTEND_V2 = enum.auto()
-    PREBUILT = enum.auto()
-    SPLIT_PREFILL = enum.auto()
-    DLLM_EXTEND = enum.auto()
-
-    def is_extend(self, include_draft_extend_v2=False):
-        return self.name in _EXTEND or (include_draft_extend_v2 and self is ForwardMode.DRAFT_EXTEND_V2)
-
-    def is_extend_without_speculative(self):
-        return self.is_extend() and self is not ForwardMode.TARGET_VERIFY
-
-    def is_decode(self):
-        return self is ForwardMode.DECODE
-
-    def is_target_verify(self):
-        return self is ForwardMode.TARGET_VERIFY
-
-    def is_draft_extend_v2(self):
-        return self is ForwardMode.DRAFT_EXTEND_V2
-
 
 class PredicateMode:
     """A forward mode that is no enum: only its predicates say what it is
@@ -136,12 +104,12 @@ def _module(name, **attrs):
 
 def reference_path():
     """sglang's attention_backend_handler.py: $ATTNPLUG_REFERENCE, else
-    shared/reference beside the repository this package is in; None when
+    shared/reference beside the repository this folder is in; None when
     absent."""
     env = os.environ.get("ATTNPLUG_REFERENCE")
     if env:
         return env if os.path.exists(env) else None
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     p = os.path.join(os.path.dirname(root), "shared", "reference", "attention_backend_handler.py.txt")
     return p if os.path.exists(p) else None
 
@@ -159,11 +127,11 @@ def sglang_module(reference=None):
     _module("sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph",
             is_in_tc_piecewise_cuda_graph=lambda: STATE["piecewise"])
     _module("sglang.srt.models.deepseek_common.attention_forward_methods.forward_methods",
-            AttnForwardMethod=ap_sglang._AttnForwardMethodMirror)
+            AttnForwardMethod=_sglang.AttnForwardMethodMirror)
     _module("sglang.srt.models.deepseek_common.utils", _is_hip=False)
     _module("sglang.srt.runtime_context", get_server_args=lambda: STATE["server_args"])
     _module("sglang.srt.utils", use_intel_amx_backend=lambda layer: getattr(layer, "use_intel_amx_backend", False))
-    mod = types.ModuleType(ap_sglang.HANDLER_MODULE)
+    mod = types.ModuleType(_sglang.HANDLER_MODULE)
     if reference is not None:
         with open(reference) as f:
             lines = f.read().split("\n")
@@ -173,7 +141,7 @@ def sglang_module(reference=None):
         exec(compile("\n".join(lines), reference, "exec"), mod.__dict__)
     else:
         exec(compile(_REGISTRY_ONLY, "<sglang registry stand-in>", "exec"), mod.__dict__)
-    sys.modules[ap_sglang.HANDLER_MODULE] = mod
+    sys.modules[_sglang.HANDLER_MODULE] = mod
     return mod
 
 

@@ -1,4 +1,4 @@
-"""python -m attnplug.bench: the cost of one handler call of attnplug.sglang
+"""python -m attnplug_testing.bench: the cost of one handler call of attnplug.sglang
 after warm-up, next to sglang's own handler in the same run, and the RPCs
 of a 61-layer forward pass. With --gpu: the plugin's MLA decode launched
 from Python (attnplug.device) on torch tensors, next to torch's
@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from attnplug import sglang as aps
-from attnplug import testing
+from attnplug_testing import handlers as testing
 
 LAYERS = 61
 
@@ -98,7 +98,7 @@ def gpu_main(address, reps=20):
     client = Client(address, timeout=120)
     launcher = Launcher(client, "fa3")
     scale, page, rows = 0.1352337788608801, 64, []
-    print("attnplug.bench --gpu: fa3's MLA decode through attnplug.device on %s, page size %d" % (torch.cuda.get_device_name(), page))
+    print("attnplug_testing.bench --gpu: fa3's MLA decode through attnplug.device on %s, page size %d" % (torch.cuda.get_device_name(), page))
     print("%-16s %9s %12s %14s %12s %9s %8s" % ("shape", "layer us", "61-layer us", "replay call us", "launch us", "torch us", "vs torch"))
     for heads, b, s in GPU_SHAPES:
         per = s // page
@@ -176,7 +176,7 @@ def gpu_main(address, reps=20):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m attnplug.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m attnplug_testing.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--address", help="a running attnplug serve (default: start one from --attnplug)")
     p.add_argument("--attnplug", default=shutil.which("attnplug") or "bin/attnplug",
                    help="the attnplug binary to start serve from (default: attnplug on PATH, else bin/attnplug)")
@@ -217,7 +217,7 @@ def main(argv=None):
         sglang_get = module.AttentionBackendRegistry.get_handler  # sglang's own, bound before install
         reg = aps.install(address, module=module)
         ours_get = module.AttentionBackendRegistry.get_handler
-        print("attnplug.bench: sglang's %s vs attnplug.sglang via %s; %d layers, best of %d x %d passes"
+        print("attnplug_testing.bench: sglang's %s vs attnplug.sglang via %s; %d layers, best of %d x %d passes"
               % (os.path.basename(ref), address, LAYERS, args.repeat, args.passes))
         print("%-12s %-11s %12s %12s %7s %13s" % ("backend", "batch", "sglang ns", "attnplug ns", "ratio", "RPCs/pass"))
         ratios, warm_rpcs = [], 0

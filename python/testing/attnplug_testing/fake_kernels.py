@@ -1,0 +1,146 @@
+"""A launcher whose plans are the server's and whose "kernels" are torch
+code: FakeLauncher asks a real ``attnplug serve`` for every step's plan
+through attnplug.device.PlanSource (the plan request, its bound, its page
+table's room and its key are the server's, as on the GPU), and its
+FakePrepared checks the tensors bound against the plan's own tensor specs
+(name, dtype, shape, contiguity) before computing what the plan's kernels
+compute from them, in the layout of docs/device.md: the MLA plans' paged
+latent cache, page table, lengths and query offsets, their scheduler
+reading seq_lens and qo_indptr when the step launches it (later layers read
+what it wrote then); the MHA plans' ragged q, k and v. It runs on any torch
+device, CPU included, so that the sglang backend's bookkeeping is tested
+against real plans without a GPU."""
+
+import torch
+
+from attnplug.device import PlanSource
+
+__all__ = ["FakeLauncher", "FakePrepared", "H200"]
+
+_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32, "fp16": torch.float16}
+_FP8 = getattr(torch, "float8_e4m3fn", None)
+if _FP8 is not None:
+    _DTYPES["fp8_e4m3"] = _FP8
+
+#: The device the plans are made for: an H200, as the fa3 and flashinfer
+#: plugins' planners take it (nothing here runs on it).
+H200 = {"platform": "cuda", "name": "NVIDIA H200", "compute_capability": 90, "sms": 132,
+        "max_threads_per_block": 1024, "max_shared_per_block": 232448, "max_grid": [2147483647, 65535, 65535]}
+
+
+class FakePrepared:
+    """A step's plan (attnplug.device.Prepared's interface): launch_batch
+    runs the plan's scheduler (it keeps the lengths and query offsets),
+    launch_layer a layer over what the scheduler kept, launch both."""
+
+    def __init__(self, launcher, step, step_plan):
+        self.launcher = launcher
+        self.step = step
+        self.plan = step_plan.plan
+        self.max_seq_len = step_plan.max_seq_len
+        self.pages_per_request = step_plan.pages_per_request
+        self.specs = {t.name: t for t in self.plan.tensors}
+        self.batch_reads = set()
+        for launch in self.plan.launches:
+            if launch.per_batch:
+                self.batch_reads.update(a.name for a in launch.args if a.kind in ("tensor", "tensormap"))
+        self.schedule = None
+
+    def check(self, tensors, names):
+        for n in names:
+            spec = self.specs[n]
+            t = tensors.get(n)
+            assert t is not None, "tensor %s not bound (the plan binds %s)" % (n, sorted(self.specs))
+            assert t.dtype == _DTYPES.get(spec.dtype), "tensor %s: dtype %s, the plan wants %s" % (n, t.dtype, spec.dtype)
+            assert tuple(t.shape) == tuple(spec.shape), "tensor %s: shape %s, the plan wants %s" % (
+                n, tuple(t.shape), tuple(spec.shape))
+            assert t.is_contiguous(), "tensor %s not contiguous" % n
+
+    def launch_batch(self, tensors, stream=None):
+        assert self.batch_reads, "launch_batch of a plan without per-batch launches"
+        self.check(tensors, self.batch_reads)
+        self.launcher.batch_launches += 1
+        # The scheduler reads the lengths now; the layers read what it wrote.
+        self.schedule = (tensors["seq_lens"].clone(), tensors["qo_indptr"].clone())
+
+    def launch_layer(self, tensors, stream=None):
+        assert self.schedule is not None, "a layer launched before the step's scheduler"
+        self.check(tensors, self.specs)
+        self.launcher.layer_launches += 1
+        self._mla(tensors, *self.schedule)
+
+    def launch(self, tensors, stream=None):
+        self.check(tensors, self.specs)
+        self.launcher.layer_launches += 1
+        if self.step["method"] == "MLA":
+            self._mla(tensors, tensors["seq_lens"], tensors["qo_indptr"])
+        else:
+            self._mha(tensors)
+
+    def _mla(self, t, seq_lens, qo_indptr):
+        page = self.step["pool"]["page_size"]
+        scale = self.step["model"]["softmax_scale"]
+        cache = t["kv_cache"]
+        flat = cache.reshape(-1, cache.shape[-1])
+        kv_scale = float(t["kv_scale"].item()) if "kv_scale" in t else 1.0
+        indptr, indices = t["kv_indptr"].tolist(), t["kv_indices"]
+        dev = flat.device
+        for i, L in enumerate(seq_lens.tolist()):
+            a, b = qo_indptr[i].item(), qo_indptr[i + 1].item()
+            m = b - a
+            pages = indices[indptr[i]:indptr[i + 1]].long()
+            pos = torch.arange(L, device=dev)
+            rows = pages[pos // page] * page + pos % page
+            keys = flat[rows].float() * kv_scale
+            s = torch.einsum("thd,kd->thk", t["q"][a:b].float(), keys) * scale
+            limit = L - m + torch.arange(m, device=dev)
+            s = s.masked_fill(~(pos[None, :] <= limit[:, None])[:, None, :], float("-inf"))
+            t["lse"][a:b] = torch.logsumexp(s, -1)
+            t["out"][a:b] = torch.einsum("thk,kd->thd", torch.softmax(s, -1), keys[:, :t["out"].shape[-1]]).to(
+                t["out"].dtype)
+
+    def _mha(self, t):
+        b = self.step["batch"]
+        scale = self.step["model"]["softmax_scale"]
+        row = key = 0
+        dev = t["q"].device
+        for L, m in zip(b["seq_lens"], b["q_lens"]):
+            q = t["q"][row:row + m].float()
+            k = t["k"][key:key + L].float()
+            v = t["v"][key:key + L].float()
+            s = torch.einsum("thd,khd->htk", q, k) * scale
+            limit = L - m + torch.arange(m, device=dev)
+            s = s.masked_fill(~(torch.arange(L, device=dev)[None, :] <= limit[:, None])[None], float("-inf"))
+            t["lse"][row:row + m] = torch.logsumexp(s, -1).transpose(0, 1)
+            t["out"][row:row + m] = torch.einsum("htk,khd->thd", torch.softmax(s, -1), v).to(t["out"].dtype)
+            row += m
+            key += L
+
+
+class FakeLauncher:
+    """attnplug.device.Launcher's step(step, keep) over a real server's
+    plans (PlanSource, for an H200) with FakePrepared kernels. Prepared
+    plans are kept by the server's plan key, as the Launcher keeps them."""
+
+    def __init__(self, client, backend="fa3", device=None):
+        self.source = PlanSource(client, backend, device or H200, follow=False)
+        self.stats = {"module_loads": 1}
+        self.prepared = {}
+        self.steps = []  # every step asked, as sent
+        self.batch_launches = 0
+        self.layer_launches = 0
+
+    def close(self):
+        self.source.close()
+
+    def step(self, step, keep=True):
+        req = self.source.request(step)
+        self.steps.append(req)
+        sp, _ = self.source.step(req)
+        p = self.prepared.get(sp.plan.key)
+        if p is None:
+            p = FakePrepared(self, req, sp)
+            if keep:
+                self.prepared[sp.plan.key] = p
+        return p
+
