@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: device-code all build plugins run check test test-short test-go test-python test-python-install test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
+.PHONY: device-code all build plugins run check deps test test-short test-go test-python test-python-install test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
 
 all: build
 
@@ -39,7 +39,13 @@ check: build
 ## test: the full suite: vet, format check, the Go tests (under the race
 ## detector, and the CPU-bound ones it would slow most without it), the
 ## Python package's tests and its offline install
-test: lint test-go test-python test-python-install
+test: deps lint test-go test-python test-python-install
+
+## deps: what make test needs besides Go (a python3 with grpc, protobuf,
+## venv and wheel), checked first, in a second, and installed from
+## Debian's packages where apt-get and root allow (scripts/deps.sh)
+deps:
+	@sh scripts/deps.sh
 
 # test-go: every package under the race detector, then, without it, the
 # tests it would slow most and that check no concurrency of their own: the
