@@ -131,18 +131,36 @@ func prefillMap(param, name string, ts []core.TensorSpec) (core.Arg, bool) {
 // box; else mha_prefill (mma.sync).
 func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	s, d := req.Shape, req.Dims
-	b := len(s.SeqLens)
-	cuQ := make([]int32, b+1)
-	prefix := make([]int64, b)
-	for i := range b {
-		cuQ[i+1] = cuQ[i] + int32(s.QLens[i])
-		prefix[i] = s.SeqLens[i] - s.QLens[i]
-	}
 	chunked := req.Method == core.MHAChunkedKV
-	// The keys of the causal pass, per request, as [begin, end) rows of k.
-	keys := make([]int32, 2*b)
+	cuQ, keys := prefillRows(s, chunked)
+	sched := prefillSchedule(s, keys)
+	pl := &prefillPasses{req: req, tensors: tensors, blocks: len(sched) / 4, entries: map[string]int{}}
+	p := &core.Plan{
+		Tensors:  tensors,
+		Metadata: []core.MetaBuffer{{Name: "cu_q", Int32s: cuQ}, {Name: "k_ranges", Int32s: keys}, {Name: "blocks", Int32s: sched}},
+		Launches: []core.Launch{pl.pass("k", "v", prefillTensor("out", "out"), prefillTensor("lse", "lse"), "k_ranges", 1)},
+	}
+	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal", pl.note(), pl.blocks, prefillBM, d.Heads)
+	if !chunked {
+		return p
+	}
+	size, chunks := pl.addPrefixChunks(p)
+	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal, then %d prefix chunk(s) of %d keys per request merged by LSE",
+		pl.note(), pl.blocks, prefillBM, d.Heads, chunks, size)
+	return p
+}
+
+// prefillRows returns the query offsets of a prefill batch (cu_q: request
+// i's queries are rows cu_q[i]:cu_q[i+1] of q) and the keys of its causal
+// pass, per request, as [begin, end) rows of k: every key of the request,
+// or for MHA_CHUNKED_KV its new tokens alone.
+func prefillRows(s core.PlanShape, chunked bool) (cuQ, keys []int32) {
+	b := len(s.SeqLens)
+	cuQ = make([]int32, b+1)
+	keys = make([]int32, 2*b)
 	var kOff int32
 	for i := range b {
+		cuQ[i+1] = cuQ[i] + int32(s.QLens[i])
 		n := int32(s.SeqLens[i])
 		if chunked {
 			n = int32(s.QLens[i])
@@ -150,12 +168,19 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 		keys[2*i], keys[2*i+1] = kOff, kOff+n
 		kOff += n
 	}
+	return cuQ, keys
+}
+
+// prefillSchedule returns the blocks of the causal pass, four int32 each
+// (request, first query row, 0, 0), the costliest first: a block's cost
+// is the keys its last row sees.
+func prefillSchedule(s core.PlanShape, keys []int32) []int32 {
 	type block struct {
 		req, q0 int32
 		cost    int64
 	}
 	var blocks []block
-	for i := range b {
+	for i := range s.SeqLens {
 		kn := keys[2*i+1] - keys[2*i]
 		for q0 := int32(0); q0 < int32(s.QLens[i]); q0 += prefillBM {
 			last := int64(kn) - s.QLens[i] + int64(q0) + prefillBM // keys the block's last row sees
@@ -167,51 +192,69 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	for _, bl := range blocks {
 		sched = append(sched, bl.req, bl.q0, 0, 0)
 	}
-	ptr := func(param, tensor string) core.Arg { return core.Arg{Param: param, Kind: core.ArgTensor, Name: tensor} }
+	return sched
+}
+
+func prefillTensor(param, tensor string) core.Arg {
+	return core.Arg{Param: param, Kind: core.ArgTensor, Name: tensor}
+}
+
+func prefillWorkspace(param string, off int64) core.Arg {
+	return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off}
+}
+
+// prefillPasses makes the launches of one prefill plan, counting the
+// entries they run (for the plan's note).
+type prefillPasses struct {
+	req     *core.PlanRequest
+	tensors []core.TensorSpec
+	blocks  int
+	entries map[string]int
+}
+
+// pass launches a pass over keys k and values v (tensors of the plan) into
+// out and lse, over the key ranges of metadata buffer ranges: on Hopper
+// through their descriptors when each tensor has rows enough for a box.
+func (pl *prefillPasses) pass(k, v string, out, lse core.Arg, ranges string, causal int) core.Launch {
+	d := pl.req.Dims
 	meta := func(param, name string) core.Arg { return core.Arg{Param: param, Kind: core.ArgMeta, Name: name} }
 	i32 := func(param string, v int) core.Arg { return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)} }
-	scale := core.Arg{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}
-	grid := [3]uint32{uint32(len(blocks)), uint32(d.Heads), 1}
-	block3 := [3]uint32{prefillThreads, 1, 1}
-	hopper := req.Device.ComputeCapability == hopperCC
-	entries := map[string]int{}
-	// pass launches a pass over keys k and values v (tensors of the plan):
-	// on Hopper through their descriptors when each tensor has rows enough
-	// for a box.
-	pass := func(k, v string, out, lse core.Arg, ranges string, causal int) core.Launch {
-		l := core.Launch{Module: ModuleMHAPrefill, Entry: EntryPrefill, Grid: grid, Block: block3, SharedBytes: prefillShared,
-			Args: []core.Arg{ptr("q", "q"), ptr("k", k), ptr("v", v), out, lse, meta("cu_q", "cu_q"), meta("k_ranges", ranges),
-				meta("schedule", "blocks"), i32("heads", d.Heads), i32("causal", causal), scale}}
-		if hopper {
-			l.Module, l.Entry, l.Block, l.SharedBytes = ModuleMHAPrefillSM90, EntryPrefillWG, [3]uint32{prefillSM90Threads, 1, 1}, prefillSM90Shared
-			qm, okq := prefillMap("q_map", "q", tensors)
-			km, okk := prefillMap("k_map", k, tensors)
-			vm, okv := prefillMap("v_map", v, tensors)
-			if okq && okk && okv {
-				l.Entry, l.Args = EntryPrefillTMA, append(l.Args, qm, km, vm)
-			}
+	l := core.Launch{Module: ModuleMHAPrefill, Entry: EntryPrefill, Grid: [3]uint32{uint32(pl.blocks), uint32(d.Heads), 1},
+		Block: [3]uint32{prefillThreads, 1, 1}, SharedBytes: prefillShared,
+		Args: []core.Arg{prefillTensor("q", "q"), prefillTensor("k", k), prefillTensor("v", v), out, lse,
+			meta("cu_q", "cu_q"), meta("k_ranges", ranges), meta("schedule", "blocks"), i32("heads", d.Heads), i32("causal", causal),
+			{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}}}
+	if pl.req.Device.ComputeCapability == hopperCC {
+		l.Module, l.Entry, l.Block, l.SharedBytes = ModuleMHAPrefillSM90, EntryPrefillWG, [3]uint32{prefillSM90Threads, 1, 1}, prefillSM90Shared
+		qm, okq := prefillMap("q_map", "q", pl.tensors)
+		km, okk := prefillMap("k_map", k, pl.tensors)
+		vm, okv := prefillMap("v_map", v, pl.tensors)
+		if okq && okk && okv {
+			l.Entry, l.Args = EntryPrefillTMA, append(l.Args, qm, km, vm)
 		}
-		entries[l.Entry]++
-		return l
 	}
-	p := &core.Plan{
-		Tensors:  tensors,
-		Metadata: []core.MetaBuffer{{Name: "cu_q", Int32s: cuQ}, {Name: "k_ranges", Int32s: keys}, {Name: "blocks", Int32s: sched}},
-		Launches: []core.Launch{pass("k", "v", ptr("out", "out"), ptr("lse", "lse"), "k_ranges", 1)},
+	pl.entries[l.Entry]++
+	return l
+}
+
+// note names the entries the passes run, sorted.
+func (pl *prefillPasses) note() string {
+	names := make([]string, 0, len(pl.entries))
+	for e := range pl.entries {
+		names = append(names, e)
 	}
-	note := func() string {
-		names := make([]string, 0, len(entries))
-		for e := range entries {
-			names = append(names, e)
-		}
-		slices.Sort(names)
-		return strings.Join(names, ", ")
-	}
-	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal", note(), len(blocks), prefillBM, d.Heads)
-	if !chunked {
-		return p
-	}
-	size, chunks := s.PrefixChunks() // within core's bounds: launch.CheckRequest checked req
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// addPrefixChunks adds MHA_CHUNKED_KV's prefix chunks to p: for each, a
+// pass without a mask over the chunk's keys of every request into the
+// workspace, merged into out and lse by merge_state. It returns the
+// chunk size and count.
+func (pl *prefillPasses) addPrefixChunks(p *core.Plan) (size, chunks int64) {
+	s, d := pl.req.Shape, pl.req.Dims
+	b := len(s.SeqLens)
+	size, chunks = s.PrefixChunks() // within core's bounds: launch.CheckRequest checked req
 	var tokens int64
 	for _, q := range s.QLens {
 		tokens += q
@@ -219,34 +262,30 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	rows := tokens * int64(d.Heads)
 	outBytes := rows * int64(d.HeadDimV) * 2
 	p.WorkspaceBytes = outBytes + rows*4
-	var pOff int64
 	starts := make([]int64, b)
+	var pOff int64
 	for i := range b {
 		starts[i] = pOff
-		pOff += prefix[i]
+		pOff += s.SeqLens[i] - s.QLens[i]
 	}
 	// The chunk passes see every key of their chunk: all blocks do the same
 	// work, so they keep the causal pass's order.
 	for c := range chunks {
 		r := make([]int32, 2*b)
 		for i := range b {
-			lo := min(int64(c)*size, prefix[i])
-			hi := min(int64(c+1)*size, prefix[i])
+			prefix := s.SeqLens[i] - s.QLens[i]
+			lo := min(int64(c)*size, prefix)
+			hi := min(int64(c+1)*size, prefix)
 			r[2*i], r[2*i+1] = int32(starts[i]+lo), int32(starts[i]+hi)
 		}
 		name := fmt.Sprintf("chunk%d", c)
 		p.Metadata = append(p.Metadata, core.MetaBuffer{Name: name, Int32s: r})
-		ws := func(param string, off int64) core.Arg {
-			return core.Arg{Param: param, Kind: core.ArgWorkspace, Offset: off}
-		}
 		p.Launches = append(p.Launches,
-			pass("k_prefix", "v_prefix", ws("out", 0), ws("lse", outBytes), name, 0),
+			pl.pass("k_prefix", "v_prefix", prefillWorkspace("out", 0), prefillWorkspace("lse", outBytes), name, 0),
 			core.Launch{Module: ModuleMHAPrefill, Entry: EntryMergeState,
-				Grid: [3]uint32{uint32((rows + 15) / 16), 1, 1}, Block: block3,
-				Args: []core.Arg{ptr("o", "out"), ptr("lse", "lse"), ws("o2", 0), ws("lse2", outBytes),
+				Grid: [3]uint32{uint32((rows + 15) / 16), 1, 1}, Block: [3]uint32{prefillThreads, 1, 1},
+				Args: []core.Arg{prefillTensor("o", "out"), prefillTensor("lse", "lse"), prefillWorkspace("o2", 0), prefillWorkspace("lse2", outBytes),
 					{Param: "rows", Kind: core.ArgInt, Int: rows}}})
 	}
-	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal, then %d prefix chunk(s) of %d keys per request merged by LSE",
-		note(), len(blocks), prefillBM, d.Heads, chunks, size)
-	return p
+	return size, chunks
 }
