@@ -27,9 +27,14 @@ const exceptFile = "except.txt"
 
 // sdkPackages are the packages of the SDK: what a plugin built in another
 // module imports.
+// The module's packages that SDK signatures name (refkernels' and
+// backendkit's tensors are package kernels' types, wire's server answers
+// the plugin protocol's messages of wire/pluginv1) are part of it:
+// TestSDKNamesOnlyItsOwnPackages holds the list to that.
 func sdkPackages() []string {
 	const mod = "github.com/attnplug/attnplug/"
-	return []string{mod + "core", mod + "wire", mod + "refkernels", mod + "backendkit", mod + "conformance", mod + "launch"}
+	return []string{mod + "core", mod + "wire", mod + "refkernels", mod + "backendkit", mod + "conformance", mod + "launch",
+		mod + "kernels", mod + "wire/pluginv1"}
 }
 
 // features returns the exported API of pkgs, one feature a line, sorted,
@@ -39,9 +44,17 @@ func sdkPackages() []string {
 //	pkg core, type Request struct, Backend string
 //	pkg core, method (*RuleBackend) Dispatch(context.Context, *Request) (Method, error)
 func features(dir string, pkgs []string) ([]string, error) {
+	out, _, err := featuresNaming(dir, pkgs)
+	return out, err
+}
+
+// featuresNaming is features, with the import paths of the other packages
+// the features name.
+func featuresNaming(dir string, pkgs []string) ([]string, map[string]bool, error) {
+	names := map[string]bool{}
 	exports, err := exportData(dir, pkgs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fset := token.NewFileSet()
 	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
@@ -55,12 +68,12 @@ func features(dir string, pkgs []string) ([]string, error) {
 	for _, path := range pkgs {
 		p, err := imp.Import(path)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, nil, fmt.Errorf("%s: %w", path, err)
 		}
-		out = append(out, packageFeatures(p)...)
+		out = append(out, packageFeaturesNaming(p, func(q *types.Package) { names[q.Path()] = true })...)
 	}
 	sort.Strings(out)
-	return out, nil
+	return out, names, nil
 }
 
 // exportData runs go list -export in dir and returns the export data file
@@ -91,11 +104,18 @@ func exportData(dir string, pkgs []string) (map[string]string, error) {
 
 // packageFeatures lists the exported features of p.
 func packageFeatures(p *types.Package) []string {
+	return packageFeaturesNaming(p, func(*types.Package) {})
+}
+
+// packageFeaturesNaming is packageFeatures, calling named with each other
+// package that a feature names.
+func packageFeaturesNaming(p *types.Package, named func(*types.Package)) []string {
 	prefix := "pkg " + p.Name() + ", "
 	qual := func(q *types.Package) string {
 		if q == p {
 			return ""
 		}
+		named(q)
 		return q.Name()
 	}
 	ts := func(t types.Type) string { return types.TypeString(t, qual) }

@@ -163,3 +163,23 @@ func TestParseVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestSDKNamesOnlyItsOwnPackages: every package of the module that an SDK
+// signature names is in the SDK, so that the compatibility check covers
+// every type a plugin can reach through it (refkernels' tensors were
+// package kernels' types, outside it).
+func TestSDKNamesOnlyItsOwnPackages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the SDK's export data")
+	}
+	_, names, err := featuresNaming("../..", sdkPackages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mod = "github.com/attnplug/attnplug"
+	for path := range names {
+		if (path == mod || strings.HasPrefix(path, mod+"/")) && !slices.Contains(sdkPackages(), path) {
+			t.Errorf("an SDK signature names package %s, which is not in the SDK (sdkPackages): add it, or keep its types out of the SDK's API", path)
+		}
+	}
+}
