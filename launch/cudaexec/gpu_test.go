@@ -162,58 +162,21 @@ func TestGPUPrepareLaunchUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stream cuda.Stream
-	bufs := make([]Buffer, len(pr.Tensors()))
-	defer func() {
-		dev.Do(func(c *cuda.Ctx) error {
-			for _, b := range bufs {
-				c.Free(b.Ptr)
-			}
-			if stream != 0 {
-				c.DestroyStream(stream)
-			}
-			return nil
-		})
-	}()
-	err = dev.Do(func(c *cuda.Ctx) error {
-		s, err := c.NewStream()
-		if err != nil {
-			return err
-		}
-		stream = s
-		for i, s := range pr.Tensors() {
-			p, err := c.Alloc(s.Bytes())
-			if err != nil {
-				return err
-			}
-			bufs[i] = Buffer{Ptr: p, Bytes: s.Bytes()}
-		}
-		if err := pr.Launch(c, stream, bufs); err != nil {
-			return err
-		}
-		return c.SyncStream(stream)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta := func() []int32 {
+	stream, bufs := gpuBuffers(t, dev, pr)
+	launchOnce := func() {
 		t.Helper()
-		b := make([]byte, 16)
 		err := dev.Do(func(c *cuda.Ctx) error {
-			if err := c.SyncStream(stream); err != nil {
+			if err := pr.Launch(c, stream, bufs); err != nil {
 				return err
 			}
-			return c.CopyOut(b, pr.meta["sched"].Ptr)
+			return c.SyncStream(stream)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := make([]int32, 4)
-		for i := range out {
-			out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		return out
 	}
+	launchOnce()
+	meta := func() []int32 { return gpuMeta(t, dev, pr, stream) }
 	if got := meta(); !slices.Equal(got, []int32{1, 2, 3, 4}) {
 		t.Fatalf("metadata on the device %v, want [1 2 3 4]", got)
 	}
@@ -241,21 +204,72 @@ func TestGPUPrepareLaunchUpdate(t *testing.T) {
 	if got := meta(); !slices.Equal(got, []int32{9, 10, 11, 12}) {
 		t.Errorf("metadata after UpdateChecked %v, want [9 10 11 12]", got)
 	}
-	err = dev.Do(func(c *cuda.Ctx) error {
-		if err := pr.Launch(c, stream, bufs); err != nil {
-			return err
-		}
-		return c.SyncStream(stream)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	launchOnce()
 	if err := pr.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if n := cd.liveBytes(); n != 0 {
 		t.Errorf("%d bytes of the plan left allocated after Close", n)
 	}
+}
+
+// gpuBuffers makes a stream and a device buffer for each tensor of pr,
+// given back when the test ends.
+func gpuBuffers(t *testing.T, dev *cuda.Device, pr *Prepared) (cuda.Stream, []Buffer) {
+	t.Helper()
+	var stream cuda.Stream
+	bufs := make([]Buffer, len(pr.Tensors()))
+	t.Cleanup(func() {
+		dev.Do(func(c *cuda.Ctx) error {
+			for _, b := range bufs {
+				c.Free(b.Ptr)
+			}
+			if stream != 0 {
+				c.DestroyStream(stream)
+			}
+			return nil
+		})
+	})
+	err := dev.Do(func(c *cuda.Ctx) error {
+		s, err := c.NewStream()
+		if err != nil {
+			return err
+		}
+		stream = s
+		for i, s := range pr.Tensors() {
+			p, err := c.Alloc(s.Bytes())
+			if err != nil {
+				return err
+			}
+			bufs[i] = Buffer{Ptr: p, Bytes: s.Bytes()}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream, bufs
+}
+
+// gpuMeta reads back pr's four-value "sched" metadata buffer once stream's
+// work is done.
+func gpuMeta(t *testing.T, dev *cuda.Device, pr *Prepared, stream cuda.Stream) []int32 {
+	t.Helper()
+	b := make([]byte, 16)
+	err := dev.Do(func(c *cuda.Ctx) error {
+		if err := c.SyncStream(stream); err != nil {
+			return err
+		}
+		return c.CopyOut(b, pr.meta["sched"].Ptr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]int32, 4)
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
 }
 
 // TestGPUDriverFloor: on the device's own driver, a module of a PTX ISA
