@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/attnplug/attnplug/localsock"
 	"github.com/attnplug/attnplug/internal/testbin"
+	"github.com/attnplug/attnplug/localsock"
 )
 
 // TestDir: $XDG_RUNTIME_DIR/attnplug when it is an absolute path, else
