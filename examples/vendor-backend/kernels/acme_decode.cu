@@ -64,6 +64,11 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
     return s;
 }
 
+// One block of THREADS (128) threads per (request, head). Request i's keys
+// are its seq_lens[i] tokens, in the pages kv_indices[kv_indptr[i]:kv_indptr[i+1]]
+// of page_size tokens each; its queries are the rows qo_indptr[i]:qo_indptr[i+1]
+// of q, out and lse: one in decode, several in target verify, where query t
+// of n sees the keys up to seq_len - n + t.
 extern "C" __global__ void __launch_bounds__(THREADS) acme_decode(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv_cache,
     const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,

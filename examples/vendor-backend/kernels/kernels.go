@@ -33,8 +33,9 @@ const (
 	Module = "acme_decode"
 	// Entry is the kernel's symbol in the module (extern "C").
 	Entry = "acme_decode"
-	// Arch is the virtual architecture the PTX is built for: the oldest
-	// the kernel's bf16 conversions need (compute capability 8.0).
+	// Arch is the virtual architecture the PTX is built for: compute
+	// capability 8.0 (A100) and every newer GPU, which the driver compiles
+	// it for at load.
 	Arch = "compute_80"
 	// MinComputeCapability is the least compute capability the PTX runs on.
 	MinComputeCapability = 80
