@@ -110,9 +110,10 @@ func TestVendorDeviceCode(t *testing.T) {
 }
 
 // TestVendorDeviceCodeConforms runs `attnplug conform --arch sm_90` on the
-// vendor's binary: its modules and every plan for conform's batches pass
-// the host's checks, and, with no GPU asked for, none ran, which the
-// report says.
+// vendor's binary: its modules and every plan it answers for conform's
+// batches pass the host's checks (what it refuses, it refuses with
+// core.ErrNoPlan), and, with no GPU asked for, none ran, which the report
+// says.
 func TestVendorDeviceCodeConforms(t *testing.T) {
 	r := host(t, "", nil, "conform", "--arch", "sm_90", "--json", "--max-requests", "100", acmeBin)
 	var rep struct {
@@ -132,7 +133,7 @@ func TestVendorDeviceCodeConforms(t *testing.T) {
 	}
 	dc := rep.DeviceCode
 	if status["device-code"] != string(conformance.Pass) || status["device-run"] != string(conformance.NotRun) || dc == nil || len(dc.Modules) != 1 || dc.Modules[0].Name != "acme_decode" ||
-		dc.Modules[0].Floor == nil || dc.Modules[0].Floor.PTXISA != "7.8" || dc.PlansChecked == 0 || dc.NoPlan != 0 || dc.PlansRun != 0 {
-		t.Errorf("device-code %s, report %+v; want acme_decode's module (PTX ISA 7.8) and every plan checked", status["device-code"], dc)
+		dc.Modules[0].Floor == nil || dc.Modules[0].Floor.PTXISA != "7.8" || dc.PlansChecked == 0 || dc.PlansRun != 0 {
+		t.Errorf("device-code %s, report %+v; want acme_decode's module (PTX ISA 7.8) and its plans checked, none run", status["device-code"], dc)
 	}
 }
