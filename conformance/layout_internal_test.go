@@ -106,9 +106,10 @@ func TestLayoutRefusesTheExamplePlan(t *testing.T) {
 	}
 }
 
-// docsPlan is the plan of docs/writing-a-backend.md section 11: one
-// block per request and head, binding seq_lens and qo_indptr, holding for
-// the batch size where the request allows it.
+// docsPlan is the plan of docs/writing-a-backend.md section 11
+// (examples/vendor-backend's kernels.Plan, whose own tests and conform run
+// it through the binary): one block per request and head, binding seq_lens
+// and qo_indptr, holding for the batch size where the request allows it.
 func docsPlan(req *core.PlanRequest) (*core.Plan, error) {
 	tensors, err := launch.Tensors(req)
 	if err != nil {
@@ -116,7 +117,7 @@ func docsPlan(req *core.PlanRequest) (*core.Plan, error) {
 	}
 	t := func(n string) core.Arg { return core.Arg{Param: n, Kind: core.ArgTensor, Name: n} }
 	p := &core.Plan{
-		Kernel: "acme_flash_mla", Tensors: tensors,
+		Kernel: "acme_mla_decode", Tensors: tensors,
 		Launches: []core.Launch{{
 			Module: "acme_decode", Entry: "acme_decode",
 			Grid: [3]uint32{uint32(len(req.Shape.SeqLens)), uint32(req.Dims.Heads), 1}, Block: [3]uint32{128, 1, 1},

@@ -2,8 +2,10 @@
 // the way a vendor builds them, against the unchanged attnplug host:
 //
 //   - examples/vendor-backend, the made-up acme_mla backend, a module of
-//     its own that imports only the public SDK (core and wire): the host
-//     loads it, dispatches through it, and `attnplug conform` passes it;
+//     its own that imports only the public SDK (core, wire, refkernels,
+//     launch): the host loads it, dispatches through it, gets its device
+//     code (a PTX module of its own CUDA C kernel) and plans it checks and
+//     keeps, and `attnplug conform` passes it, with --arch sm_90 too;
 //   - testdata/protocol/v1fixture, a plugin generated from the pinned copy
 //     of protocol v1 without the wire package: every later host must still
 //     load it;

@@ -66,6 +66,10 @@ ENV_KERNEL_BACKEND = "ATTNPLUG_KERNEL_BACKEND"
 DEFAULT_KERNEL_BACKEND = "fa3"
 #: The variable that makes the backend strict: "1" refuses the fallback.
 ENV_STRICT = "ATTNPLUG_STRICT"
+#: The variable naming sglang's backend that is the fallback (default: the
+#: kernel backend's name): for a kernel backend sglang has no backend of,
+#: such as a vendor's.
+ENV_FALLBACK_BACKEND = "ATTNPLUG_FALLBACK_BACKEND"
 
 #: The paths stats() counts layers by: decode, target verify, absorbed-MLA
 #: extend, a draft model's batches (decode and draft extend), MHA prefill
@@ -268,8 +272,9 @@ class AttnplugMLABackend(_Base):
     v_head_dim, scaling, index_topk), device, page_size,
     max_total_num_tokens, req_to_token_pool and token_to_kv_pool are read.
     fallback is the backend that runs what the plugin does not (default:
-    sglang's own backend of kernel_backend from sglang's attention
-    registry); it gets the metadata calls of the batches it runs. launcher
+    sglang's own backend of $ATTNPLUG_FALLBACK_BACKEND, else of
+    kernel_backend, from sglang's attention registry); it gets the metadata
+    calls of the batches it runs. launcher
     (default: an attnplug.device.Launcher made at the first plan) plans and
     launches the plugin's kernels. strict (default $ATTNPLUG_STRICT == "1")
     raises FallbackRefused where a layer would run the fallback.
@@ -343,11 +348,14 @@ class AttnplugMLABackend(_Base):
     # ------------------------------------------------------------ set-up
 
     def _make_fallback(self):
-        name = self.kernel_backend
+        name = os.environ.get(ENV_FALLBACK_BACKEND) or self.kernel_backend
         try:
             from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
         except Exception:
             return None
+        if name not in ATTENTION_BACKENDS and os.environ.get(ENV_FALLBACK_BACKEND):
+            log.warning("attnplug: %s=%s is not one of sglang's attention backends; the plugin's kernels run "
+                        "every batch they can, and the others are refused", ENV_FALLBACK_BACKEND, name)
         if name in ATTENTION_BACKENDS and name != BACKEND_NAME:
             try:
                 return ATTENTION_BACKENDS[name](self.model_runner)

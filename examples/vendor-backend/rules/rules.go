@@ -1,9 +1,15 @@
 // Package rules holds the dispatch rules of the acme_mla backend, a made-up
 // vendor backend: chunked-prefix MHA only from its own prefix threshold on,
-// MLA otherwise.
+// MLA otherwise; and the backend itself (New), which also hands the host
+// its device code (package kernels).
 package rules
 
 import (
+	"context"
+	"errors"
+	"fmt"
+
+	"example.com/acme-backend/kernels"
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/refkernels"
 	"github.com/hashicorp/go-hclog"
@@ -58,12 +64,14 @@ func Hardware() []core.Hardware {
 	}}
 }
 
-// DecodeKernel is acme_mla's one kernel: its absorbed-MLA decode on acme's
-// accelerator.
+// DecodeKernel is acme_mla's one kernel: its absorbed-MLA decode and
+// target verify, over a bf16 cache of pages of 1 or 64 tokens; the device
+// code that runs it is kernels.Modules', and it can be captured in a CUDA
+// graph (its plans for a batch size read the lengths on the device).
 func DecodeKernel() core.Kernel {
 	return core.Kernel{
 		Name: "acme_mla_decode", Library: "acme", Method: core.MLA, DTypes: []string{"bf16"},
-		HeadDims: []int{576, 512}, PageSizes: []int{1, 64}, Hardware: Hardware(),
+		HeadDims: []int{kernels.HeadDimQK, kernels.HeadDimV}, PageSizes: []int{1, 64}, CUDAGraph: true, Hardware: Hardware(),
 	}
 }
 
@@ -88,15 +96,58 @@ func Rules() []core.Rule {
 	}}
 }
 
+// Backend is the acme_mla backend: acme's rules, its catalog kernel run on
+// the CPU by the SDK's reference kernels (RunKernel, for attnplug conform
+// and attnplug run), and its device code (KernelModules, PlanKernel: a
+// core.KernelPlanner), which the host runs in its own process on its GPU.
+// It is safe for concurrent use.
+type Backend struct {
+	*refkernels.Backend
+}
+
 // New returns the acme_mla backend; it is the plugin's wire.Factory. It
 // runs its catalog's kernel (RunKernel) with the SDK's reference kernels
 // (package refkernels: the float64-checked math of the kernel on the CPU,
 // not acme's device kernel), so the binary stays static and passes
-// attnplug conform's kernels check with no emulation of its own.
+// attnplug conform's kernels check with no emulation of its own; and it
+// says that it hands the host device code (RuleBackendOptions.DeviceCode),
+// which the host asks for only then.
 func New(logger hclog.Logger) (core.Backend, error) {
-	rb, err := core.NewRuleBackendWith(core.RuleBackendOptions{Name: Name, Version: Version, Vendor: Vendor, Logger: logger}, Rules()...)
+	rb, err := core.NewRuleBackendWith(core.RuleBackendOptions{
+		Name: Name, Version: Version, Vendor: Vendor, Logger: logger,
+		DeviceCode: true, // Backend is a core.KernelPlanner
+	}, Rules()...)
 	if err != nil {
 		return nil, err
 	}
-	return refkernels.New(rb), nil
+	return &Backend{Backend: refkernels.New(rb)}, nil
+}
+
+// KernelModules returns acme's device code for dev: the PTX of
+// acme_decode (kernels.Modules). The host calls it once per device. The
+// error wraps core.ErrNoPlan for a device acme has no code for.
+func (b *Backend) KernelModules(ctx context.Context, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	return kernels.Modules(dev, DecodeKernel())
+}
+
+// PlanKernel returns the launches that run the catalog kernel of
+// req.Method on req's batch (kernels.Plan). The host calls it once per
+// batch shape, and keeps the plan by what it reads. The error wraps
+// core.ErrUnknownBackend for a name acme does not serve, core.ErrNoPlan
+// (naming why) for what acme's device code does not run (MHA_CHUNKED_KV,
+// which the host's reference kernels run; an FP8 cache; other head dims
+// or page sizes), core.ErrInvalidRequest for a malformed request.
+func (b *Backend) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
+	d, err := b.Describe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k, err := refkernels.CatalogKernel(d, req.Backend, req.Method)
+	if errors.Is(err, core.ErrNoKernel) {
+		return nil, fmt.Errorf("%w: %s's catalog has no kernel for %s, which the host runs with its reference kernels", core.ErrNoPlan, req.Backend, req.Method)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return kernels.Plan(req, k)
 }

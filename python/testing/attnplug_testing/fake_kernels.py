@@ -7,7 +7,8 @@ FakePrepared checks the tensors bound against the plan's own tensor specs
 compute from them, in the layout of docs/device.md: the MLA plans' paged
 latent cache, page table, lengths and query offsets, their scheduler
 reading seq_lens and qo_indptr when the step launches it (later layers read
-what it wrote then); the MHA plans' ragged q, k and v. It runs on any torch
+what it wrote then), or, for a plan without one, each layer reading them;
+the MHA plans' ragged q, k and v. It runs on any torch
 device, CPU included, so that the sglang backend's bookkeeping is tested
 against real plans without a GPU."""
 
@@ -31,7 +32,9 @@ H200 = {"platform": "cuda", "name": "NVIDIA H200", "compute_capability": 90, "sm
 class FakePrepared:
     """A step's plan (attnplug.device.Prepared's interface): launch_batch
     runs the plan's scheduler (it keeps the lengths and query offsets),
-    launch_layer a layer over what the scheduler kept, launch both."""
+    launch_layer a layer over what the scheduler kept, launch both. A plan
+    without a scheduler (no PerBatch launch) runs nothing in launch_batch,
+    and its layers read the lengths and query offsets bound to them."""
 
     def __init__(self, launcher, step, step_plan):
         self.launcher = launcher
@@ -57,16 +60,22 @@ class FakePrepared:
             assert t.is_contiguous(), "tensor %s not contiguous" % n
 
     def launch_batch(self, tensors, stream=None):
-        assert self.batch_reads, "launch_batch of a plan without per-batch launches"
+        if not self.batch_reads:
+            # A plan without a scheduler: nothing runs (as in
+            # attnplug.device.Prepared); its layers read the lengths.
+            return
         self.check(tensors, self.batch_reads)
         self.launcher.batch_launches += 1
         # The scheduler reads the lengths now; the layers read what it wrote.
         self.schedule = (tensors["seq_lens"].clone(), tensors["qo_indptr"].clone())
 
     def launch_layer(self, tensors, stream=None):
-        assert self.schedule is not None, "a layer launched before the step's scheduler"
         self.check(tensors, self.specs)
         self.launcher.layer_launches += 1
+        if not self.batch_reads:
+            self._mla(tensors, tensors["seq_lens"], tensors["qo_indptr"])
+            return
+        assert self.schedule is not None, "a layer launched before the step's scheduler"
         self._mla(tensors, *self.schedule)
 
     def launch(self, tensors, stream=None):
