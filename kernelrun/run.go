@@ -156,12 +156,15 @@ func runLine(ctx context.Context, reg *registry.Registry, o Options, line []byte
 	if err := jsonl.DecodeRequest(rest, &req); err != nil {
 		return nil, err
 	}
+	if spec == nil && !o.RandomTensors {
+		return nil, core.NewFieldError("tensors", `missing: give "tensors" ({"random": SEED} or the inputs) or run with --random-tensors`)
+	}
 	if spec == nil {
-		if !o.RandomTensors {
-			return nil, core.NewFieldError("tensors", `missing: give "tensors" ({"random": SEED} or the inputs) or run with --random-tensors`)
-		}
+		spec = &TensorSpec{}
+	}
+	if spec.Random == nil && !spec.inline() && o.RandomTensors {
 		seed := o.Seed + uint64(n)
-		spec = &TensorSpec{Random: &seed}
+		spec.Random = &seed
 	}
 	return Run(ctx, reg, o, &req, spec)
 }
@@ -171,8 +174,13 @@ func runLine(ctx context.Context, reg *registry.Registry, o Options, line []byte
 // the CPU (o.Device nil, or a method the device does not run) the tensors
 // are made in shared memory and the kernel runs where reg.RunKernel sends
 // it; with o.Device the plugin's device code runs on the GPU. spec's
-// dimensions replace o.Dims'; an error names the field and value.
+// dimensions replace o.Dims'; a spec that gives neither a seed nor the
+// inputs is refused (o.RandomTensors is for Stream's lines). An error
+// names the field and value.
 func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Request, spec *TensorSpec) (*Answer, error) {
+	if spec == nil || spec.Random == nil && !spec.inline() {
+		return nil, core.NewFieldError("tensors", `gives neither "random" nor the inputs: give {"random": SEED} or the inputs, or run with --random-tensors`)
+	}
 	cfg, topK := specDims(o, spec)
 	b, err := batchShape(req)
 	if err != nil {
@@ -306,10 +314,7 @@ func runOnDevice(ctx context.Context, reg *registry.Registry, o Options, d devic
 	if spec.arrays != nil {
 		return nil, "", core.NewFieldError("tensors", `--device cuda generates the tensors on the device: give {"random": SEED} or run with --random-tensors`)
 	}
-	d.seed = o.Seed
-	if spec.Random != nil {
-		d.seed = *spec.Random
-	}
+	d.seed = *spec.Random // Run refused a spec with neither
 	a, why, err := o.Device.run(ctx, reg, d)
 	if err != nil || a == nil {
 		return nil, why, err
