@@ -215,11 +215,11 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 		cfg.TopK = topK
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, core.NewFieldError("tensors", err.Error())
+		return nil, inTensors(err)
 	}
 	l, err := kernels.Layout(cfg, b)
 	if err != nil {
-		return nil, core.NewFieldError("tensors", err.Error())
+		return nil, inTensors(err)
 	}
 	if err := checkTensorBytes(cfg, b, l, ans.Method, o.MaxTensorBytes); err != nil {
 		return nil, err
@@ -258,7 +258,7 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 		want, err = kernels.Reference(cfg, b, raw)
 	}
 	if err != nil {
-		return nil, core.NewFieldError("tensors", err.Error())
+		return nil, inTensors(err)
 	}
 	a := &Answer{
 		Method: ans.Method.String(), Handler: ans.Handler, Plugin: ans.Plugin, Fallback: ans.Fallback,
@@ -279,6 +279,18 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 		}
 	}
 	return a, nil
+}
+
+// inTensors is an error of the kernels about a line whose lengths were
+// checked (batchShape): a *core.FieldError names a dimension, which the
+// line gives in "tensors" (the flags' were checked before any line); any
+// other is about the tensors.
+func inTensors(err error) error {
+	var fe *core.FieldError
+	if errors.As(err, &fe) {
+		return core.NewFieldError("tensors."+fe.Field, fe.Msg)
+	}
+	return core.NewFieldError("tensors", err.Error())
 }
 
 // specDims are o's dimensions and top-k with those spec gives; a softmax
@@ -333,7 +345,7 @@ func runOnDevice(ctx context.Context, reg *registry.Registry, o Options, d devic
 func outsideSGLang(cfg kernels.Config, b kernels.BatchShape, raw kernels.Tensors, want []float64, req *core.Request, method string, longest, topK int) (string, error) {
 	sparse, err := kernels.SparseReference(cfg, b, raw)
 	if err != nil {
-		return "", core.NewFieldError("tensors", err.Error())
+		return "", inTensors(err)
 	}
 	forced := ""
 	if req.Runtime.DSAUseMHAGiven() {

@@ -157,3 +157,30 @@ func TestStreamTensorsWithoutInputs(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamDimsErrorsNameTheLine: a dimension or a length out of range
+// is refused naming the field as the line spells it, and its value.
+func TestStreamDimsErrorsNameTheLine(t *testing.T) {
+	reg := openTestRegistry(t, bins.PluginDir)
+	const head = `{"backend":"fa3","forward_mode":"DECODE","seq_lens":[3],"tensors":{"random":1,`
+	for _, tc := range []struct{ line, want string }{
+		{head + `"softmax_scale":-1}}`, "line 1: tensors.softmax_scale: -1: want a finite number > 0"},
+		{head + `"qk_rope_head_dim":3}}`, "line 1: tensors.qk_rope_head_dim: 3 is odd (RoPE rotates pairs)"},
+		{head + `"heads":0}}`, "line 1: tensors.heads: 0 is outside [1, 65536]"},
+		{head + `"rope_base":1}}`, "line 1: tensors.rope_base: 1: want a finite number > 1"},
+		{`{"backend":"dsa","forward_mode":"DECODE","seq_lens":[3],"tensors":{"random":1,"top_k":70000}}`, "line 1: tensors.top_k: 70000 is outside [0, 65536]"},
+		{`{"backend":"fa3","forward_mode":"EXTEND","seq_lens":[0]}`, "line 1: seq_lens[0]: request 0 has no new token (extend_prefix_lens[0] = seq_lens[0] = 0)"},
+		{`{"backend":"fa3","forward_mode":"EXTEND","seq_lens":[20000000]}`, "line 1: seq_lens[0]: 20000000 is more than 16777216"},
+	} {
+		var out bytes.Buffer
+		o := DefaultOptions()
+		o.RandomTensors = true
+		if _, err := Stream(testContext(t), reg, strings.NewReader(tc.line+"\n"), &out, o); err != nil {
+			t.Fatal(err)
+		}
+		var a struct{ Error string }
+		if err := json.Unmarshal(out.Bytes(), &a); err != nil || a.Error != tc.want {
+			t.Errorf("%s: got %s, want the error %q", tc.line, out.String(), tc.want)
+		}
+	}
+}

@@ -145,7 +145,7 @@ func inputs(cfg kernels.Config, b kernels.BatchShape, spec *TensorSpec) (kernels
 		seed := *spec.Random // Run refused a spec with neither
 		t, err := kernels.RandomTensors(rand.New(rand.NewPCG(seed, seed^0x6a09e667f3bcc908)), cfg, b)
 		if err != nil {
-			return t, core.NewFieldError("tensors", err.Error())
+			return t, inTensors(err)
 		}
 		return t, nil
 	}
@@ -154,7 +154,7 @@ func inputs(cfg kernels.Config, b kernels.BatchShape, spec *TensorSpec) (kernels
 	}
 	l, err := kernels.Layout(cfg, b)
 	if err != nil {
-		return kernels.Tensors{}, core.NewFieldError("tensors", err.Error())
+		return kernels.Tensors{}, inTensors(err)
 	}
 	fields := []kernels.Field{l.QNope, l.QPe, l.Positions, l.CKV, l.KPe, l.WKC, l.WVC, l.TopKIndices}
 	for _, f := range fields {
