@@ -27,7 +27,7 @@ plugins:
 run: build
 	$(BIN)/attnplug demo
 
-## check: a first try, under a minute on a warm build cache: go vet, the
+## check: a first try (the README says how long it took): go vet, the
 ## short tests of the contract, the plugins' rules, the registry, the wire,
 ## the engine and the JSON Lines stream, and attnplug demo through the real
 ## host and plugins; make test is the full suite

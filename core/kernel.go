@@ -223,38 +223,42 @@ func TritonKernels() []Kernel {
 // overflow int.
 const maxKernelDim = 1 << 16
 
-// Validate reports the first field of c that is out of range for the kernels,
-// naming the field and value.
+// Validate reports the first field of c that is out of range for the
+// kernels: a *FieldError (errors.Is ErrInvalidRequest) naming the field
+// as the plugin protocol's KernelDims and attnplug run's "tensors" object
+// spell it ("heads", "softmax_scale", ...), and its value. A caller that
+// holds the dims inside a message gives the error that message's path
+// (the protocol's "dims", run's "tensors").
 func (c KernelDims) Validate() error {
 	dims := []struct {
 		name string
 		v    int
 	}{
-		{"Heads", c.Heads},
-		{"KVLoraRank", c.KVLoraRank},
-		{"QKNopeHeadDim", c.QKNopeHeadDim},
-		{"QKRopeHeadDim", c.QKRopeHeadDim},
-		{"VHeadDim", c.VHeadDim},
+		{"heads", c.Heads},
+		{"kv_lora_rank", c.KVLoraRank},
+		{"qk_nope_head_dim", c.QKNopeHeadDim},
+		{"qk_rope_head_dim", c.QKRopeHeadDim},
+		{"v_head_dim", c.VHeadDim},
 	}
 	for _, d := range dims {
 		if d.v <= 0 || d.v > maxKernelDim {
-			return fmt.Errorf("KernelDims.%s=%d must be in [1, %d]", d.name, d.v, maxKernelDim)
+			return invalid(d.name, fmt.Sprintf("%d is outside [1, %d]", d.v, maxKernelDim))
 		}
 	}
 	if c.QKRopeHeadDim%2 != 0 {
-		return fmt.Errorf("KernelDims.QKRopeHeadDim=%d must be even (RoPE rotates pairs)", c.QKRopeHeadDim)
+		return invalid("qk_rope_head_dim", fmt.Sprintf("%d is odd (RoPE rotates pairs)", c.QKRopeHeadDim))
 	}
 	if !(c.SoftmaxScale > 0) || math.IsInf(c.SoftmaxScale, 0) {
-		return fmt.Errorf("KernelDims.SoftmaxScale=%v must be finite and > 0", c.SoftmaxScale)
+		return invalid("softmax_scale", fmt.Sprintf("%v: want a finite number > 0", c.SoftmaxScale))
 	}
 	if !(c.RopeBase > 1) || math.IsInf(c.RopeBase, 0) {
-		return fmt.Errorf("KernelDims.RopeBase=%v must be finite and > 1", c.RopeBase)
+		return invalid("rope_base", fmt.Sprintf("%v: want a finite number > 1", c.RopeBase))
 	}
 	if c.ChunkCapacity <= 0 || c.ChunkCapacity > 1<<30 {
-		return fmt.Errorf("KernelDims.ChunkCapacity=%d must be in [1, %d]", c.ChunkCapacity, 1<<30)
+		return invalid("chunk_capacity", fmt.Sprintf("%d is outside [1, %d]", c.ChunkCapacity, 1<<30))
 	}
 	if c.TopK < 0 || c.TopK > maxKernelDim {
-		return fmt.Errorf("KernelDims.TopK=%d must be in [0, %d]", c.TopK, maxKernelDim)
+		return invalid("top_k", fmt.Sprintf("%d is outside [0, %d]", c.TopK, maxKernelDim))
 	}
 	return nil
 }

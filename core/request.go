@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -88,6 +89,70 @@ type Runtime struct {
 	// dtype (bf16 for DeepSeek).
 	KVCacheDType string
 }
+
+// String returns l as the dispatch format's "layer" object, for messages:
+// chunked_prefix_cache_threshold, and each flag that is true, such as
+// {"chunked_prefix_cache_threshold":8192,"use_dsa":true}.
+func (l Layer) String() string {
+	var o jsonObject
+	o.add("chunked_prefix_cache_threshold", strconv.FormatInt(l.ChunkedPrefixCacheThreshold, 10))
+	o.flag("disable_chunked_prefix_cache", l.DisableChunkedPrefixCache)
+	o.flag("flashinfer_mla_disable_ragged", l.FlashinferMLADisableRagged)
+	o.flag("rocm_fused_decode_mla", l.ROCmFusedDecodeMLA)
+	o.flag("use_dsa", l.UseDSA)
+	o.flag("fused_qkv_a_proj_with_mqa", l.FusedQKVAProjWithMQA)
+	o.flag("intel_amx", l.IntelAMX)
+	return o.String()
+}
+
+// String returns r as the dispatch format's "runtime" object, for
+// messages: the fields a request sets (the platform when set, each flag
+// that is true, dsa_use_mha when given, compute_capability and
+// kv_cache_dtype when set), such as {"platform":"cuda","dsa_use_mha":false}.
+// A platform this host does not know is its number.
+func (r Runtime) String() string {
+	var o jsonObject
+	switch {
+	case r.Platform == PlatformUnset:
+	case r.Platform.Valid():
+		o.add("platform", strconv.Quote(r.Platform.String()))
+	default:
+		o.add("platform", strconv.Itoa(int(r.Platform)))
+	}
+	o.flag("piecewise_cuda_graph", r.PiecewiseCUDAGraph)
+	o.flag("breakable_cuda_graph", r.BreakableCUDAGraph)
+	o.flag("deterministic_inference", r.DeterministicInference)
+	if r.DSAUseMHAGiven() {
+		o.add("dsa_use_mha", strconv.FormatBool(r.DSAUseMHA))
+	}
+	o.flag("two_batch_overlap", r.TwoBatchOverlap)
+	if r.ComputeCapability != 0 {
+		o.add("compute_capability", strconv.Itoa(r.ComputeCapability))
+	}
+	if r.KVCacheDType != "" {
+		o.add("kv_cache_dtype", strconv.Quote(shortText(r.KVCacheDType)))
+	}
+	return o.String()
+}
+
+// jsonObject writes a one-line JSON object of members whose values are
+// already JSON.
+type jsonObject struct{ b strings.Builder }
+
+func (o *jsonObject) add(key, value string) {
+	if o.b.Len() > 0 {
+		o.b.WriteByte(',')
+	}
+	o.b.WriteString(`"` + key + `":` + value)
+}
+
+func (o *jsonObject) flag(key string, v bool) {
+	if v {
+		o.add(key, "true")
+	}
+}
+
+func (o *jsonObject) String() string { return "{" + o.b.String() + "}" }
 
 // DSAUseMHAGiven reports that the request carries the DSA backend's
 // prefill choice: DSAUseMHASet, or DSAUseMHA true (which a client older
@@ -180,10 +245,10 @@ func (r *Request) Validate() error {
 		return invalid("backend", fmt.Sprintf("name of %d bytes is longer than %d", len(r.Backend), MaxBackendNameLen))
 	}
 	if !r.Batch.Mode.Valid() {
-		return invalid("forward_mode", fmt.Sprintf("unknown mode %s", r.Batch.Mode))
+		return invalid("forward_mode", fmt.Sprintf("unknown mode %d", uint8(r.Batch.Mode)))
 	}
 	if !r.Runtime.Platform.Valid() {
-		return invalid("runtime.platform", fmt.Sprintf("unknown platform %s", r.Runtime.Platform))
+		return invalid("runtime.platform", fmt.Sprintf("unknown platform %d", uint8(r.Runtime.Platform)))
 	}
 	if cc := r.Runtime.ComputeCapability; cc < 0 || cc > MaxComputeCapability {
 		return invalid("runtime.compute_capability", fmt.Sprintf("%d is out of [0, %d]", cc, MaxComputeCapability))

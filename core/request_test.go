@@ -76,9 +76,9 @@ func TestRequestValidate(t *testing.T) {
 		{"valid_max_name_len", valid(func(r *core.Request) { r.Backend = strings.Repeat("a", core.MaxBackendNameLen) }), ""},
 		{"empty_backend", valid(func(r *core.Request) { r.Backend = "" }), "backend: must not be empty"},
 		{"backend_name_too_long", valid(func(r *core.Request) { r.Backend = strings.Repeat("a", 257) }), "backend: name of 257 bytes is longer than 256"},
-		{"mode_zero", req(0), "forward_mode: unknown mode ForwardMode(0)"},
-		{"mode_past_last", req(10), "forward_mode: unknown mode ForwardMode(10)"},
-		{"platform_unknown", valid(platform(9)), "runtime.platform: unknown platform Platform(9)"},
+		{"mode_zero", req(0), "forward_mode: unknown mode 0"},
+		{"mode_past_last", req(10), "forward_mode: unknown mode 10"},
+		{"platform_unknown", valid(platform(9)), "runtime.platform: unknown platform 9"},
 		{"negative_prefix_names_index", valid(prefix(0, -1), seq(1, 1)), "extend_prefix_lens[1]: negative length -1"},
 		{"negative_seq_names_index", valid(seq(1, 2, -3)), "seq_lens[2]: negative length -3"},
 		{"prefix_over_max_length", valid(prefix(core.MaxLength + 1)), fmt.Sprintf("extend_prefix_lens[0]: length %d is past the limit of %d", int64(core.MaxLength)+1, int64(core.MaxLength))},
@@ -119,6 +119,35 @@ func TestRequestValidate(t *testing.T) {
 				t.Errorf("errors.As FieldError: got %+v, want one naming the field of %q", fe, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestLayerRuntimeString: a layer and a runtime print as the dispatch
+// format's "layer" and "runtime" objects, with the fields a request sets
+// (the threshold always, a flag when true, dsa_use_mha when given), never
+// as Go's structs.
+func TestLayerRuntimeString(t *testing.T) {
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{
+		{core.Layer{}, `{"chunked_prefix_cache_threshold":0}`},
+		{core.NewRequest("fa3", core.ModeDecode).Layer, `{"chunked_prefix_cache_threshold":8192}`},
+		{core.Layer{ChunkedPrefixCacheThreshold: 8, DisableChunkedPrefixCache: true, FlashinferMLADisableRagged: true, ROCmFusedDecodeMLA: true,
+			UseDSA: true, FusedQKVAProjWithMQA: true, IntelAMX: true},
+			`{"chunked_prefix_cache_threshold":8,"disable_chunked_prefix_cache":true,"flashinfer_mla_disable_ragged":true,"rocm_fused_decode_mla":true,` +
+				`"use_dsa":true,"fused_qkv_a_proj_with_mqa":true,"intel_amx":true}`},
+		{core.Runtime{}, `{}`},
+		{core.Runtime{Platform: core.PlatformHIP, DSAUseMHASet: true}, `{"platform":"hip","dsa_use_mha":false}`},
+		{core.Runtime{Platform: core.PlatformCUDA, PiecewiseCUDAGraph: true, BreakableCUDAGraph: true, DeterministicInference: true, DSAUseMHA: true,
+			TwoBatchOverlap: true, ComputeCapability: 90, KVCacheDType: "fp8_e4m3"},
+			`{"platform":"cuda","piecewise_cuda_graph":true,"breakable_cuda_graph":true,"deterministic_inference":true,"dsa_use_mha":true,` +
+				`"two_batch_overlap":true,"compute_capability":90,"kv_cache_dtype":"fp8_e4m3"}`},
+		{core.Runtime{Platform: 9}, `{"platform":9}`},
+	} {
+		if got := fmt.Sprintf("%+v", tc.v); got != tc.want {
+			t.Errorf("got %s, want %s", got, tc.want)
+		}
 	}
 }
 

@@ -104,6 +104,9 @@ type StepRequest struct {
 const (
 	maxStepBatch = 1 << 16
 	maxStepLen   = 1 << 24
+	// maxStepHeadDim bounds each head dim of the plan request made of a
+	// step, as the host's check of a plan request does (launch.MaxHeadDim).
+	maxStepHeadDim = 1024
 )
 
 // minEagerBound is the least bound of an eager step's plan.
@@ -167,7 +170,10 @@ func (s *StepRequest) check() error {
 		field   string
 		v, most int64
 	}{
-		{"model.heads", int64(m.Heads), 1024}, {"pool.page_size", int64(p.PageSize), 4096}, {"pool.slots", p.Slots, 1 << 40},
+		{"model.heads", int64(m.Heads), 1024},
+		{"model.kv_lora_rank", int64(m.KVLoraRank), maxStepHeadDim}, {"model.qk_rope_head_dim", int64(m.QKRopeHeadDim), maxStepHeadDim},
+		{"model.qk_nope_head_dim", int64(m.QKNopeHeadDim), maxStepHeadDim}, {"model.v_head_dim", int64(m.VHeadDim), maxStepHeadDim},
+		{"pool.page_size", int64(p.PageSize), 4096}, {"pool.slots", p.Slots, 1 << 40},
 		{"pool.max_tokens", p.MaxTokens, 1 << 40}, {"pool.row_width", p.RowWidth, maxStepLen}, {"pool.context_len", p.ContextLen, maxStepLen},
 		{"batch.size", int64(b.Size), maxStepBatch},
 	} {
@@ -235,6 +241,10 @@ func (s *StepRequest) PlanRequest() (PlanRequest, int64, error) {
 	}
 	switch s.Method {
 	case MLA:
+		if w := m.KVLoraRank + m.QKRopeHeadDim; w > maxStepHeadDim {
+			return PlanRequest{}, 0, invalid("model.kv_lora_rank", fmt.Sprintf("%d and qk_rope_head_dim %d make a latent cache %d wide, more than %d",
+				m.KVLoraRank, m.QKRopeHeadDim, w, maxStepHeadDim))
+		}
 		bound, err := s.Bound()
 		if err != nil {
 			return PlanRequest{}, 0, err
@@ -247,6 +257,12 @@ func (s *StepRequest) PlanRequest() (PlanRequest, int64, error) {
 	case MHA, MHAOneShot, MHAChunkedKV:
 		if b.Graph || len(b.SeqLens) == 0 {
 			return PlanRequest{}, 0, invalid("batch.seq_lens", fmt.Sprintf("%s reads each request's lengths: an eager step gives them", s.Method))
+		}
+		switch qk := m.QKNopeHeadDim + m.QKRopeHeadDim; {
+		case qk > maxStepHeadDim:
+			return PlanRequest{}, 0, invalid("model.qk_nope_head_dim", fmt.Sprintf("%d + qk_rope_head_dim %d is %d, more than %d", m.QKNopeHeadDim, m.QKRopeHeadDim, qk, maxStepHeadDim))
+		case m.VHeadDim > qk:
+			return PlanRequest{}, 0, invalid("model.v_head_dim", fmt.Sprintf("%d is more than qk_nope_head_dim %d + qk_rope_head_dim %d (%d)", m.VHeadDim, m.QKNopeHeadDim, m.QKRopeHeadDim, qk))
 		}
 		req.Dims = PlanDims{Heads: m.Heads, HeadDimQK: m.QKNopeHeadDim + m.QKRopeHeadDim, HeadDimV: m.VHeadDim, SoftmaxScale: m.SoftmaxScale}
 		req.Shape = PlanShape{SeqLens: b.SeqLens, QLens: qlens, ChunkCapacity: b.ChunkCapacity}

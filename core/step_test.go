@@ -109,6 +109,18 @@ func TestStepRefusals(t *testing.T) {
 		"batch.query_tokens":  func(s *core.StepRequest) { s.Batch.QueryTokens = 0 },
 		"method":              func(s *core.StepRequest) { s.Method = core.MLANPU },
 		"mode":                func(s *core.StepRequest) { s.Mode = 0 },
+		// The model's dims, named as the engine gives them, not as the
+		// plan request made of them (dims.head_dim_qk, dims.head_dim_v).
+		"model.kv_lora_rank: 0 is outside [1, 1024]":       func(s *core.StepRequest) { s.Model.KVLoraRank = 0 },
+		"model.qk_rope_head_dim: -64 is outside [1, 1024]": func(s *core.StepRequest) { s.Model.QKRopeHeadDim = -64 },
+		"model.kv_lora_rank: 1000 and qk_rope_head_dim 64 make a latent cache 1064 wide, more than 1024": func(s *core.StepRequest) {
+			s.Model.KVLoraRank = 1000
+		},
+		"model.v_head_dim: 0 is outside [1, 1024]": func(s *core.StepRequest) { s.Model.VHeadDim = 0 },
+		"model.v_head_dim: 256 is more than qk_nope_head_dim 128 + qk_rope_head_dim 64 (192)": func(s *core.StepRequest) {
+			s.Method, s.Mode, s.Batch = core.MHA, core.ModeExtend, core.StepBatch{Size: 1, SeqLens: []int64{9}, QLens: []int64{9}}
+			s.Model.VHeadDim = 256
+		},
 	} {
 		s := v3Step()
 		edit(&s)

@@ -156,12 +156,15 @@ func runLine(ctx context.Context, reg *registry.Registry, o Options, line []byte
 	if err := jsonl.DecodeRequest(rest, &req); err != nil {
 		return nil, err
 	}
+	if spec == nil && !o.RandomTensors {
+		return nil, core.NewFieldError("tensors", `missing: give "tensors" ({"random": SEED} or the inputs) or run with --random-tensors`)
+	}
 	if spec == nil {
-		if !o.RandomTensors {
-			return nil, core.NewFieldError("tensors", `missing: give "tensors" ({"random": SEED} or the inputs) or run with --random-tensors`)
-		}
+		spec = &TensorSpec{}
+	}
+	if spec.Random == nil && !spec.inline() && o.RandomTensors {
 		seed := o.Seed + uint64(n)
-		spec = &TensorSpec{Random: &seed}
+		spec.Random = &seed
 	}
 	return Run(ctx, reg, o, &req, spec)
 }
@@ -171,8 +174,13 @@ func runLine(ctx context.Context, reg *registry.Registry, o Options, line []byte
 // the CPU (o.Device nil, or a method the device does not run) the tensors
 // are made in shared memory and the kernel runs where reg.RunKernel sends
 // it; with o.Device the plugin's device code runs on the GPU. spec's
-// dimensions replace o.Dims'; an error names the field and value.
+// dimensions replace o.Dims'; a spec that gives neither a seed nor the
+// inputs is refused (o.RandomTensors is for Stream's lines). An error
+// names the field and value.
 func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Request, spec *TensorSpec) (*Answer, error) {
+	if spec == nil || spec.Random == nil && !spec.inline() {
+		return nil, core.NewFieldError("tensors", `gives neither "random" nor the inputs: give {"random": SEED} or the inputs, or run with --random-tensors`)
+	}
 	cfg, topK := specDims(o, spec)
 	b, err := batchShape(req)
 	if err != nil {
@@ -207,11 +215,11 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 		cfg.TopK = topK
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, core.NewFieldError("tensors", err.Error())
+		return nil, inTensors(err)
 	}
 	l, err := kernels.Layout(cfg, b)
 	if err != nil {
-		return nil, core.NewFieldError("tensors", err.Error())
+		return nil, inTensors(err)
 	}
 	if err := checkTensorBytes(cfg, b, l, ans.Method, o.MaxTensorBytes); err != nil {
 		return nil, err
@@ -250,7 +258,7 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 		want, err = kernels.Reference(cfg, b, raw)
 	}
 	if err != nil {
-		return nil, core.NewFieldError("tensors", err.Error())
+		return nil, inTensors(err)
 	}
 	a := &Answer{
 		Method: ans.Method.String(), Handler: ans.Handler, Plugin: ans.Plugin, Fallback: ans.Fallback,
@@ -271,6 +279,18 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 		}
 	}
 	return a, nil
+}
+
+// inTensors is an error of the kernels about a line whose lengths were
+// checked (batchShape): a *core.FieldError names a dimension, which the
+// line gives in "tensors" (the flags' were checked before any line); any
+// other is about the tensors.
+func inTensors(err error) error {
+	var fe *core.FieldError
+	if errors.As(err, &fe) {
+		return core.NewFieldError("tensors."+fe.Field, fe.Msg)
+	}
+	return core.NewFieldError("tensors", err.Error())
 }
 
 // specDims are o's dimensions and top-k with those spec gives; a softmax
@@ -306,10 +326,7 @@ func runOnDevice(ctx context.Context, reg *registry.Registry, o Options, d devic
 	if spec.arrays != nil {
 		return nil, "", core.NewFieldError("tensors", `--device cuda generates the tensors on the device: give {"random": SEED} or run with --random-tensors`)
 	}
-	d.seed = o.Seed
-	if spec.Random != nil {
-		d.seed = *spec.Random
-	}
+	d.seed = *spec.Random // Run refused a spec with neither
 	a, why, err := o.Device.run(ctx, reg, d)
 	if err != nil || a == nil {
 		return nil, why, err
@@ -328,7 +345,7 @@ func runOnDevice(ctx context.Context, reg *registry.Registry, o Options, d devic
 func outsideSGLang(cfg kernels.Config, b kernels.BatchShape, raw kernels.Tensors, want []float64, req *core.Request, method string, longest, topK int) (string, error) {
 	sparse, err := kernels.SparseReference(cfg, b, raw)
 	if err != nil {
-		return "", core.NewFieldError("tensors", err.Error())
+		return "", inTensors(err)
 	}
 	forced := ""
 	if req.Runtime.DSAUseMHAGiven() {

@@ -3,6 +3,7 @@ package kernelrun
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -95,5 +96,91 @@ func TestAppendAnswerRefusesNaN(t *testing.T) {
 	got, err := appendAnswer(nil, &Answer{Method: "MLA", RelError: 1e-8})
 	if err != nil || !strings.HasPrefix(string(got), `{"method":"MLA"`) || !strings.HasSuffix(string(got), "}\n") {
 		t.Errorf("a finite answer: %q, %v", got, err)
+	}
+}
+
+// TestStreamTensorsWithoutInputs: a "tensors" object that gives neither
+// "random" nor the inputs ({}, dimensions alone, "random": null) gives no
+// tensors: without --random-tensors the line is refused naming the field,
+// as a line without "tensors" is; with it, the tensors are those of
+// --seed plus the line number, as for a line without "tensors", at the
+// object's dimensions.
+func TestStreamTensorsWithoutInputs(t *testing.T) {
+	reg := openTestRegistry(t, bins.PluginDir)
+	const head = `{"backend":"fa3","forward_mode":"DECODE","seq_lens":[6],"tensors":`
+	objects := []string{`{}`, `{"heads":3}`, `{"random":null,"top_k":0}`}
+	stream := func(o Options, in string) []map[string]any {
+		t.Helper()
+		var out bytes.Buffer
+		if _, err := Stream(testContext(t), reg, strings.NewReader(in), &out, o); err != nil {
+			t.Fatal(err)
+		}
+		var answers []map[string]any
+		for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+			var a map[string]any
+			if err := json.Unmarshal([]byte(line), &a); err != nil {
+				t.Fatalf("%v: %q", err, line)
+			}
+			answers = append(answers, a)
+		}
+		return answers
+	}
+	var in strings.Builder
+	for _, obj := range objects {
+		in.WriteString(head + obj + "}\n")
+	}
+	for i, a := range stream(DefaultOptions(), in.String()) {
+		want := fmt.Sprintf(`line %d: tensors: gives neither "random" nor the inputs: `, i+1)
+		if e, _ := a["error"].(string); !strings.HasPrefix(e, want) || !strings.Contains(e, "--random-tensors") {
+			t.Errorf("%s without --random-tensors: got %v, want an error starting %q that names --random-tensors", objects[i], a, want)
+		}
+	}
+	// With --random-tensors, line n of each object against the same line
+	// with "random": Seed+n written out.
+	o := DefaultOptions()
+	o.RandomTensors, o.Seed = true, 40
+	for i, obj := range objects {
+		n := i + 1
+		seeded := strings.Replace(obj, "{", fmt.Sprintf(`{"random":%d,`, o.Seed+uint64(n)), 1)
+		seeded = strings.Replace(strings.Replace(seeded, `"random":null,`, "", 1), ",}", "}", 1)
+		var in strings.Builder
+		for range n - 1 {
+			in.WriteString("\n")
+		}
+		in.WriteString(head + obj + "}\n" + head + seeded + "}\n")
+		got := stream(o, in.String())
+		if len(got) != 2 || got[0]["error"] != nil || got[1]["error"] != nil {
+			t.Fatalf("%s and %s: %v, want two answers", obj, seeded, got)
+		}
+		if got[0]["rel_error"] != got[1]["rel_error"] {
+			t.Errorf("%s at line %d: rel_error %v, want %v, that of %s", obj, n, got[0]["rel_error"], got[1]["rel_error"], seeded)
+		}
+	}
+}
+
+// TestStreamDimsErrorsNameTheLine: a dimension or a length out of range
+// is refused naming the field as the line spells it, and its value.
+func TestStreamDimsErrorsNameTheLine(t *testing.T) {
+	reg := openTestRegistry(t, bins.PluginDir)
+	const head = `{"backend":"fa3","forward_mode":"DECODE","seq_lens":[3],"tensors":{"random":1,`
+	for _, tc := range []struct{ line, want string }{
+		{head + `"softmax_scale":-1}}`, "line 1: tensors.softmax_scale: -1: want a finite number > 0"},
+		{head + `"qk_rope_head_dim":3}}`, "line 1: tensors.qk_rope_head_dim: 3 is odd (RoPE rotates pairs)"},
+		{head + `"heads":0}}`, "line 1: tensors.heads: 0 is outside [1, 65536]"},
+		{head + `"rope_base":1}}`, "line 1: tensors.rope_base: 1: want a finite number > 1"},
+		{`{"backend":"dsa","forward_mode":"DECODE","seq_lens":[3],"tensors":{"random":1,"top_k":70000}}`, "line 1: tensors.top_k: 70000 is outside [0, 65536]"},
+		{`{"backend":"fa3","forward_mode":"EXTEND","seq_lens":[0]}`, "line 1: seq_lens[0]: request 0 has no new token (extend_prefix_lens[0] = seq_lens[0] = 0)"},
+		{`{"backend":"fa3","forward_mode":"EXTEND","seq_lens":[20000000]}`, "line 1: seq_lens[0]: 20000000 is more than 16777216"},
+	} {
+		var out bytes.Buffer
+		o := DefaultOptions()
+		o.RandomTensors = true
+		if _, err := Stream(testContext(t), reg, strings.NewReader(tc.line+"\n"), &out, o); err != nil {
+			t.Fatal(err)
+		}
+		var a struct{ Error string }
+		if err := json.Unmarshal(out.Bytes(), &a); err != nil || a.Error != tc.want {
+			t.Errorf("%s: got %s, want the error %q", tc.line, out.String(), tc.want)
+		}
 	}
 }

@@ -16,8 +16,9 @@ import (
 // Options', and either a seed ("random") or every input given inline. The
 // inline arrays stay as they were written, slices of the line, until
 // their lengths have been checked against the shapes the dimensions and
-// the batch declare: only then is memory allocated for them. A Go caller
-// of Run gives a seed: &TensorSpec{Random: &seed}.
+// the batch declare: only then is memory allocated for them. One that
+// gives neither a seed nor the inputs gives no tensors, and Run refuses
+// it. A Go caller of Run gives a seed: &TensorSpec{Random: &seed}.
 type TensorSpec struct {
 	Random        *uint64
 	Heads         *int
@@ -141,13 +142,10 @@ func isInputName(key string) bool {
 // positions, when not given, are each request's prefix length onwards.
 func inputs(cfg kernels.Config, b kernels.BatchShape, spec *TensorSpec) (kernels.Tensors, error) {
 	if !spec.inline() {
-		var seed uint64
-		if spec.Random != nil {
-			seed = *spec.Random
-		}
+		seed := *spec.Random // Run refused a spec with neither
 		t, err := kernels.RandomTensors(rand.New(rand.NewPCG(seed, seed^0x6a09e667f3bcc908)), cfg, b)
 		if err != nil {
-			return t, core.NewFieldError("tensors", err.Error())
+			return t, inTensors(err)
 		}
 		return t, nil
 	}
@@ -156,7 +154,7 @@ func inputs(cfg kernels.Config, b kernels.BatchShape, spec *TensorSpec) (kernels
 	}
 	l, err := kernels.Layout(cfg, b)
 	if err != nil {
-		return kernels.Tensors{}, core.NewFieldError("tensors", err.Error())
+		return kernels.Tensors{}, inTensors(err)
 	}
 	fields := []kernels.Field{l.QNope, l.QPe, l.Positions, l.CKV, l.KPe, l.WKC, l.WVC, l.TopKIndices}
 	for _, f := range fields {

@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/attnplug/attnplug/core"
 )
 
 // BatchShape describes a batch of requests the way sglang's ForwardBatch does: per
@@ -39,35 +41,35 @@ func (b BatchShape) KVTokens() int {
 	return n
 }
 
-// Validate reports the first inconsistency in b, naming the field, the request and the value.
+// Validate reports the first inconsistency in b: a *core.FieldError
+// (errors.Is core.ErrInvalidRequest) naming the field as the dispatch
+// format does (seq_lens, extend_prefix_lens), the request and the value.
 func (b BatchShape) Validate() error {
 	if len(b.SeqLens) == 0 {
-		return fmt.Errorf("kernels: BatchShape.SeqLens is empty (a batch needs at least one request)")
+		return core.NewFieldError("seq_lens", "empty (a batch needs at least one request)")
 	}
 	if len(b.PrefixLens) != len(b.SeqLens) {
-		return fmt.Errorf("kernels: BatchShape.PrefixLens has %d entries, SeqLens has %d", len(b.PrefixLens), len(b.SeqLens))
+		return core.NewFieldError("extend_prefix_lens", fmt.Sprintf("has %d entries, seq_lens %d", len(b.PrefixLens), len(b.SeqLens)))
 	}
 	total := 0
 	for r := range b.SeqLens {
 		s, p := b.SeqLens[r], b.PrefixLens[r]
-		if s < 0 {
-			return fmt.Errorf("kernels: BatchShape.SeqLens[%d]=%d is negative", r, s)
-		}
-		if p < 0 {
-			return fmt.Errorf("kernels: BatchShape.PrefixLens[%d]=%d is negative", r, p)
-		}
-		if p > s {
-			return fmt.Errorf("kernels: BatchShape.PrefixLens[%d]=%d exceeds SeqLens[%d]=%d", r, p, r, s)
-		}
-		if p == s {
-			return fmt.Errorf("kernels: request %d has no new token (PrefixLens[%d]=SeqLens[%d]=%d)", r, r, r, s)
-		}
-		if s > maxTokens {
-			return fmt.Errorf("kernels: BatchShape.SeqLens[%d]=%d exceeds %d", r, s, maxTokens)
+		seq, prefix := fmt.Sprintf("seq_lens[%d]", r), fmt.Sprintf("extend_prefix_lens[%d]", r)
+		switch {
+		case s < 0:
+			return core.NewFieldError(seq, fmt.Sprintf("%d is negative", s))
+		case p < 0:
+			return core.NewFieldError(prefix, fmt.Sprintf("%d is negative", p))
+		case p > s:
+			return core.NewFieldError(prefix, fmt.Sprintf("%d is longer than %s = %d", p, seq, s))
+		case p == s:
+			return core.NewFieldError(seq, fmt.Sprintf("request %d has no new token (%s = %s = %d)", r, prefix, seq, s))
+		case s > maxTokens:
+			return core.NewFieldError(seq, fmt.Sprintf("%d is more than %d", s, maxTokens))
 		}
 		total += s
 		if total > maxTokens {
-			return fmt.Errorf("kernels: batch has more than %d KV tokens", maxTokens)
+			return core.NewFieldError("seq_lens", fmt.Sprintf("add up to more than %d KV tokens", maxTokens))
 		}
 	}
 	return nil
@@ -276,7 +278,7 @@ func validateInputs(cfg Config, b BatchShape, t *Tensors, outLen int, sparse boo
 // the query's request, without duplicates, and that every row selects at least one token.
 func validateTopK(cfg Config, b BatchShape, t *Tensors) error {
 	if cfg.TopK <= 0 {
-		return fmt.Errorf("kernels: KernelDims.TopK=%d, sparse methods need TopK >= 1", cfg.TopK)
+		return core.NewFieldError("top_k", fmt.Sprintf("%d: a sparse method needs 1 or more", cfg.TopK))
 	}
 	T, K := b.Tokens(), cfg.TopK
 	if err := checkLen("TopKIndices", len(t.TopKIndices), T*K, fmt.Sprintf("[tokens=%d, top_k=%d]", T, K)); err != nil {

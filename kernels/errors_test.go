@@ -27,21 +27,21 @@ func TestRunErrors(t *testing.T) {
 		want   string // substring of the error
 	}{
 		{"unknown method", "FLASH", nil, `unknown method "FLASH"`},
-		{"zero heads", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.Heads = 0 }, "KernelDims.Heads=0"},
-		{"odd rope dim", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.QKRopeHeadDim = 3 }, "KernelDims.QKRopeHeadDim=3"},
-		{"negative lora", MHA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.KVLoraRank = -8 }, "KernelDims.KVLoraRank=-8"},
-		{"nan scale", MHA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.SoftmaxScale = math.NaN() }, "KernelDims.SoftmaxScale=NaN"},
-		{"rope base 1", MLAFusedRopeCPU, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.RopeBase = 1 }, "KernelDims.RopeBase=1"},
-		{"zero capacity", MHAChunkedKV, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.ChunkCapacity = 0 }, "KernelDims.ChunkCapacity=0"},
-		{"capacity below batch size", MHAChunkedKV, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.ChunkCapacity = 1 }, "KernelDims.ChunkCapacity=1 is smaller than the batch size 2"},
-		{"negative top-k", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.TopK = -1 }, "KernelDims.TopK=-1"},
-		{"sparse without top-k", DSAMLA, func(c *Config, _ *BatchShape, in *Tensors, _ *[]float32) { c.TopK = 0; in.TopKIndices = nil }, "KernelDims.TopK=0"},
-		{"empty batch", MLA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { *b = BatchShape{} }, "SeqLens is empty"},
-		{"mismatched batch", MLA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.PrefixLens = []int{3} }, "PrefixLens has 1 entries, SeqLens has 2"},
-		{"negative seq", MHA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.SeqLens = []int{5, -3} }, "SeqLens[1]=-3"},
-		{"negative prefix", MHA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.PrefixLens = []int{-1, 0} }, "PrefixLens[0]=-1"},
-		{"prefix beyond seq", MHAOneShot, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.PrefixLens = []int{6, 0} }, "PrefixLens[0]=6 exceeds SeqLens[0]=5"},
-		{"no new token", MLA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.PrefixLens = []int{5, 0} }, "request 0 has no new token"},
+		{"zero heads", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.Heads = 0 }, "heads: 0 is outside [1, 65536]"},
+		{"odd rope dim", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.QKRopeHeadDim = 3 }, "qk_rope_head_dim: 3 is odd"},
+		{"negative lora", MHA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.KVLoraRank = -8 }, "kv_lora_rank: -8 is outside"},
+		{"nan scale", MHA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.SoftmaxScale = math.NaN() }, "softmax_scale: NaN: want a finite number > 0"},
+		{"rope base 1", MLAFusedRopeCPU, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.RopeBase = 1 }, "rope_base: 1: want a finite number > 1"},
+		{"zero capacity", MHAChunkedKV, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.ChunkCapacity = 0 }, "chunk_capacity: 0 is outside"},
+		{"capacity below batch size", MHAChunkedKV, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.ChunkCapacity = 1 }, "chunk_capacity: 1 is smaller than the batch size 2"},
+		{"negative top-k", MLA, func(c *Config, _ *BatchShape, _ *Tensors, _ *[]float32) { c.TopK = -1 }, "top_k: -1 is outside"},
+		{"sparse without top-k", DSAMLA, func(c *Config, _ *BatchShape, in *Tensors, _ *[]float32) { c.TopK = 0; in.TopKIndices = nil }, "top_k: 0: a sparse method needs 1 or more"},
+		{"empty batch", MLA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { *b = BatchShape{} }, "seq_lens: empty"},
+		{"mismatched batch", MLA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.PrefixLens = []int{3} }, "extend_prefix_lens: has 1 entries, seq_lens 2"},
+		{"negative seq", MHA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.SeqLens = []int{5, -3} }, "seq_lens[1]: -3 is negative"},
+		{"negative prefix", MHA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.PrefixLens = []int{-1, 0} }, "extend_prefix_lens[0]: -1 is negative"},
+		{"prefix beyond seq", MHAOneShot, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.PrefixLens = []int{6, 0} }, "extend_prefix_lens[0]: 6 is longer than seq_lens[0] = 5"},
+		{"no new token", MLA, func(_ *Config, b *BatchShape, _ *Tensors, _ *[]float32) { b.PrefixLens = []int{5, 0} }, "seq_lens[0]: request 0 has no new token"},
 		{"short q_nope", MHA, func(_ *Config, _ *BatchShape, in *Tensors, _ *[]float32) { in.QNope = in.QNope[1:] }, "Tensors.QNope has 39 elements, want 40"},
 		{"short q_pe", MLA, func(_ *Config, _ *BatchShape, in *Tensors, _ *[]float32) { in.QPe = nil }, "Tensors.QPe has 0 elements, want 20"},
 		{"short positions", MLAFusedRopeROCm, func(_ *Config, _ *BatchShape, in *Tensors, _ *[]float32) { in.Positions = in.Positions[:4] }, "Tensors.Positions has 4 elements, want 5"},
@@ -85,7 +85,7 @@ func TestRunErrors(t *testing.T) {
 func TestOtherEntryPointErrors(t *testing.T) {
 	cfg, b, in := errorBase(t)
 	bad := BatchShape{SeqLens: []int{2}, PrefixLens: []int{3}}
-	if _, err := Reference(cfg, bad, in); err == nil || !strings.Contains(err.Error(), "PrefixLens[0]=3") {
+	if _, err := Reference(cfg, bad, in); err == nil || !strings.Contains(err.Error(), "extend_prefix_lens[0]: 3") {
 		t.Errorf("Reference(bad batch) error = %v", err)
 	}
 	in2 := in
@@ -97,7 +97,7 @@ func TestOtherEntryPointErrors(t *testing.T) {
 	if _, err := ApplyRoPE(cfg, b, Tensors{}); err == nil || !strings.Contains(err.Error(), "Tensors.QNope") {
 		t.Errorf("ApplyRoPE(empty) error = %v", err)
 	}
-	if _, err := Layout(Config{}, b); err == nil || !strings.Contains(err.Error(), "KernelDims.Heads=0") {
+	if _, err := Layout(Config{}, b); err == nil || !strings.Contains(err.Error(), "heads: 0 ") {
 		t.Errorf("Layout(zero config) error = %v", err)
 	}
 	if _, err := RandomTensors(rand.New(rand.NewPCG(1, 1)), cfg, bad); err == nil {

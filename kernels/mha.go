@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"math"
+
+	"github.com/attnplug/attnplug/core"
 )
 
 // mhaScratch is one worker's scratch for the decompressing (MHA-style) kernels.
@@ -173,7 +175,7 @@ func PrefixChunks(cfg Config, b BatchShape) (chunkLen, chunks int, err error) {
 	}
 	chunkLen = cfg.ChunkCapacity / b.Requests()
 	if chunkLen == 0 {
-		return 0, 0, fmt.Errorf("kernels: KernelDims.ChunkCapacity=%d is smaller than the batch size %d (prefix_chunk_len would be 0)", cfg.ChunkCapacity, b.Requests())
+		return 0, 0, core.NewFieldError("chunk_capacity", fmt.Sprintf("%d is smaller than the batch size %d (prefix_chunk_len would be 0)", cfg.ChunkCapacity, b.Requests()))
 	}
 	maxPre := 0
 	for _, p := range b.PrefixLens {

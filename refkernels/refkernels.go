@@ -2,6 +2,7 @@ package refkernels
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unsafe"
@@ -80,6 +81,9 @@ func Run(ctx context.Context, k core.Kernel, req *core.KernelRequest) (*core.Ker
 	if !k.Sparse {
 		cfg.TopK = 0 // a dense kernel reads no indices
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, inDims(err)
+	}
 	b, err := Batch(req.SeqLens, req.PrefixLens)
 	if err != nil {
 		return nil, err
@@ -104,7 +108,7 @@ func Run(ctx context.Context, k core.Kernel, req *core.KernelRequest) (*core.Ker
 		}
 	}
 	if err := kernels.Run(m, cfg, b, in, out); err != nil {
-		return nil, core.NewFieldError("tensors", err.Error())
+		return nil, inDims(err)
 	}
 	return &core.KernelResult{
 		Kernel: k.Name, Library: k.Library, Emulated: true, Sparse: k.Sparse,
@@ -112,6 +116,18 @@ func Run(ctx context.Context, k core.Kernel, req *core.KernelRequest) (*core.Ker
 		Note: fmt.Sprintf("reference: the CPU kernels of package kernels (kernels.%s, float32 data, float64 accumulation) ran the math of %s %s, not its device kernel",
 			m, k.Library, k.Name),
 	}, nil
+}
+
+// inDims is an error of the kernels about req: a *core.FieldError names a
+// dimension (dims and lengths are checked before, so the one the method
+// needs: top_k, chunk_capacity), placed in the request's "dims"; any other
+// is about the tensors.
+func inDims(err error) error {
+	var fe *core.FieldError
+	if errors.As(err, &fe) {
+		return core.NewFieldError("dims."+fe.Field, fe.Msg)
+	}
+	return core.NewFieldError("tensors", err.Error())
 }
 
 // KernelMethod returns the reference kernel that runs k's math: the one of
@@ -141,7 +157,7 @@ func Batch(seq, prefix []int64) (kernels.BatchShape, error) {
 		b.SeqLens[i], b.PrefixLens[i] = int(seq[i]), int(prefix[i])
 	}
 	if err := b.Validate(); err != nil {
-		return kernels.BatchShape{}, core.NewFieldError("seq_lens", err.Error())
+		return kernels.BatchShape{}, err
 	}
 	return b, nil
 }

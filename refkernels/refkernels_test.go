@@ -127,6 +127,34 @@ func TestRunRefusesBadTensors(t *testing.T) {
 	}
 }
 
+// TestRunRefusesBadDims: dimensions out of range, or a chunk capacity or
+// top-k the method cannot run with, are an invalid request naming the
+// field of the plugin protocol's RunKernelRequest (dims.*) and its value;
+// lengths by the dispatch format's seq_lens and extend_prefix_lens.
+func TestRunRefusesBadDims(t *testing.T) {
+	cfg := kernels.Config{Heads: 2, KVLoraRank: 8, QKNopeHeadDim: 4, QKRopeHeadDim: 4, VHeadDim: 4, SoftmaxScale: 0.35, RopeBase: 10000, ChunkCapacity: 4, TopK: 3}
+	b := kernels.BatchShape{SeqLens: []int{7, 3}, PrefixLens: []int{5, 0}}
+	for _, tc := range []struct {
+		m    core.Method
+		edit func(*core.KernelRequest)
+		want string
+	}{
+		{core.MLA, func(r *core.KernelRequest) { r.Dims.Heads = 0 }, "dims.heads: 0 is outside [1, 65536]"},
+		{core.MLA, func(r *core.KernelRequest) { r.Dims.SoftmaxScale = -2 }, "dims.softmax_scale: -2: want a finite number > 0"},
+		{core.MHAChunkedKV, func(r *core.KernelRequest) { r.Dims.ChunkCapacity = 1 }, "dims.chunk_capacity: 1 is smaller than the batch size 2 (prefix_chunk_len would be 0)"},
+		{core.DSANPU, func(r *core.KernelRequest) { r.Dims.TopK = 0 }, "dims.top_k: 0: a sparse method needs 1 or more"},
+		{core.MLA, func(r *core.KernelRequest) { r.PrefixLens[1] = 4 }, "extend_prefix_lens[1]: 4 is longer than seq_lens[1] = 3"},
+		{core.MLA, func(r *core.KernelRequest) { r.SeqLens[0] = 5 }, "seq_lens[0]: request 0 has no new token (extend_prefix_lens[0] = seq_lens[0] = 5)"},
+	} {
+		req, _, _ := request(t, cfg, b, "x", tc.m)
+		tc.edit(req)
+		_, err := refkernels.Run(context.Background(), core.Kernel{Name: "k", Method: tc.m, Sparse: tc.m == core.DSANPU}, req)
+		if !errors.Is(err, core.ErrInvalidRequest) || err == nil || err.Error() != tc.want {
+			t.Errorf("%s: got %v, want an invalid request %q", tc.m, err, tc.want)
+		}
+	}
+}
+
 // TestStaticSafe: the package links no cgo, no CUDA binding and none of
 // the project's device code, so a plugin built on it with CGO_ENABLED=0 is
 // a static binary.

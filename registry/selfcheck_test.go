@@ -56,6 +56,12 @@ func TestSelfCheckRefusesAMethodWithoutKernel(t *testing.T) {
 		if p.Name == "fault" && (p.Status != registry.StatusBroken || !strings.Contains(p.Reason, "fault answered MHA_NPU, which it does not declare and its kernel catalog lacks")) {
 			t.Errorf("listing %+v: want broken, naming fault and MHA_NPU", p)
 		}
+		// The request is named as the dispatch format names it, never by
+		// Go's fields.
+		if p.Name == "fault" && (!strings.Contains(p.Reason, ", to EXTEND on cuda, extend_prefix_lens [") || !strings.Contains(p.Reason, `, runtime {"platform":"cuda"`) ||
+			!strings.Contains(p.Reason, `, layer {"chunked_prefix_cache_threshold":`) || strings.ContainsAny(p.Reason, "+") || strings.Contains(p.Reason, "Platform:")) {
+			t.Errorf("reason %q: want the request in the dispatch format's names", p.Reason)
+		}
 	}
 }
 

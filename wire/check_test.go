@@ -45,7 +45,7 @@ func TestCheckRequests(t *testing.T) {
 	c := connectChecked(t, b, true)
 	for _, tc := range []struct{ name, says string }{
 		{"sorts", "seq_lens [9 3] became [3 9]"},
-		{"layer", "layer {ChunkedPrefixCacheThreshold:8192"},
+		{"layer", `layer {"chunked_prefix_cache_threshold":8192} became {"chunked_prefix_cache_threshold":0}`},
 		{"fine", ""},
 	} {
 		r := request(tc.name, core.ModeDecode, []int64{1, 2}, []int64{9, 3})

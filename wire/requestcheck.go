@@ -35,14 +35,14 @@ func RequestChanged(before, after *core.Request) error {
 		what = append(what, fmt.Sprintf("backend %q became %q", b.Backend, a.Backend))
 	}
 	if b.Layer != a.Layer {
-		what = append(what, fmt.Sprintf("layer %+v became %+v", b.Layer, a.Layer))
+		what = append(what, fmt.Sprintf("layer %v became %v", b.Layer, a.Layer))
 	}
 	if b.Batch.Mode != a.Batch.Mode || b.Batch.MaxChunkCapacity != a.Batch.MaxChunkCapacity || b.Batch.MLAPrefillCP != a.Batch.MLAPrefillCP {
 		what = append(what, fmt.Sprintf("forward_mode, max_chunk_capacity, mla_prefill_cp %s, %d, %v became %s, %d, %v",
 			b.Batch.Mode, b.Batch.MaxChunkCapacity, b.Batch.MLAPrefillCP, a.Batch.Mode, a.Batch.MaxChunkCapacity, a.Batch.MLAPrefillCP))
 	}
 	if b.Runtime != a.Runtime {
-		what = append(what, fmt.Sprintf("runtime %+v became %+v", b.Runtime, a.Runtime))
+		what = append(what, fmt.Sprintf("runtime %v became %v", b.Runtime, a.Runtime))
 	}
 	if len(what) == 0 {
 		return nil

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
+	"strings"
 
+	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/kernelrun"
 )
 
@@ -61,10 +64,17 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if o.TopK < 0 {
 		return &usageError{fmt.Sprintf("run: --top-k=%d is negative (0 runs DSA layers dense)", o.TopK)}
 	}
-	o.Dims.ChunkCapacity, o.Dims.TopK = 1, 0
+	o.Dims.ChunkCapacity, o.Dims.TopK = 1, o.TopK
 	if err := o.Dims.Validate(); err != nil {
+		// The field is a dimension's name, which its flag spells with
+		// dashes: heads, --heads; top_k, --top-k.
+		var fe *core.FieldError
+		if errors.As(err, &fe) {
+			return &usageError{fmt.Sprintf("run: --%s: %s", strings.ReplaceAll(fe.Field, "_", "-"), fe.Msg)}
+		}
 		return &usageError{"run: " + err.Error()}
 	}
+	o.Dims.TopK = 0 // set per line
 	o.MaxLine = *maxLine
 	if *device == "cuda" {
 		o.Device = kernelrun.NewDevice(*pageSize)

@@ -377,3 +377,23 @@ func TestRunDeviceCUDAWithoutGPU(t *testing.T) {
 		t.Errorf("--allow-cpu alone: exit %d, stderr %q; want a usage error", r.code, r.stderr)
 	}
 }
+
+// TestRunDimensionFlags: a dimension flag out of range is a usage error
+// naming the flag and its value, before a line is read.
+func TestRunDimensionFlags(t *testing.T) {
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--heads", "0"}, "run: --heads: 0 is outside [1, 65536]"},
+		{[]string{"--qk-rope-head-dim", "5"}, "run: --qk-rope-head-dim: 5 is odd (RoPE rotates pairs)"},
+		{[]string{"--softmax-scale", "-1"}, "run: --softmax-scale: -1: want a finite number > 0"},
+		{[]string{"--rope-base", "0.5"}, "run: --rope-base: 0.5: want a finite number > 1"},
+		{[]string{"--top-k", "100000"}, "run: --top-k: 100000 is outside [0, 65536]"},
+	} {
+		r := host(t, bins, "", append([]string{"run", "--random-tensors", "--plugin-dir", bins.PluginDir}, tc.flags...)...)
+		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want a usage error %q", tc.flags, r.code, r.stdout, r.stderr, tc.want)
+		}
+	}
+}

@@ -185,6 +185,6 @@ func distinctRequests(h core.HandlerInfo, reqs []core.Request) []core.Request {
 }
 
 func sampleString(r *core.Request) string {
-	return fmt.Sprintf("%s on %s, prefix_lens %v, seq_lens %v, capacity %d, runtime %+v, layer %+v",
+	return fmt.Sprintf("%s on %s, extend_prefix_lens %v, seq_lens %v, max_chunk_capacity %d, runtime %v, layer %v",
 		r.Batch.Mode, r.Runtime.Platform, r.Batch.ExtendPrefixLens, r.Batch.SeqLens, r.Batch.MaxChunkCapacity, r.Runtime, r.Layer)
 }
