@@ -214,6 +214,46 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 	if sparseLayer {
 		cfg.TopK = topK
 	}
+	c, err := runOnCPU(ctx, reg, o, cfg, b, req, ans, spec)
+	if err != nil {
+		return nil, err
+	}
+	ka, out, want, raw := c.ka, c.out, c.want, c.raw
+	a := &Answer{
+		Method: ans.Method.String(), Handler: ans.Handler, Plugin: ans.Plugin, Fallback: ans.Fallback,
+		Kernel: ka.Kernel, Library: ka.Library, Emulated: ka.Emulated, TimeNS: ka.TimeNS,
+		RelError: kernels.RelError(out, want), KernelPlugin: ka.Plugin, KernelFallback: ka.Fallback,
+		Sparse: ka.Sparse, Note: ka.Note, out: out,
+	}
+	if what := nonFinite(ka.Kernel, out, want, a.RelError, 0); what != "" {
+		return nil, core.NewFieldError("tensors", fmt.Sprintf("result not finite: %s: softmax_scale %g or the inputs are too large for the arithmetic",
+			what, cfg.SoftmaxScale))
+	}
+	if deviceNote != "" {
+		a.Note = strings.TrimPrefix(a.Note+"; "+deviceNote, "; ")
+	}
+	if longest := slices.Max(b.SeqLens); sparseLayer && !ka.Sparse && longest > topK {
+		if a.OutsideSGLang, err = outsideSGLang(cfg, b, raw, want, req, a.Method, longest, topK); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// cpuRun is a kernel run where reg.RunKernel sends it, on tensors in
+// shared memory: its answer, a copy of its output, the float64 reference
+// of the math that ran and the inputs.
+type cpuRun struct {
+	ka   *registry.KernelAnswer
+	out  []float32
+	want []float64
+	raw  kernels.Tensors
+}
+
+// runOnCPU runs the kernel of ans on the tensors of spec at cfg's
+// dimensions, as Run does without a device.
+func runOnCPU(ctx context.Context, reg *registry.Registry, o Options, cfg kernels.Config, b kernels.BatchShape, req *core.Request,
+	ans core.Answer, spec *TensorSpec) (*cpuRun, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, inTensors(err)
 	}
@@ -260,25 +300,7 @@ func Run(ctx context.Context, reg *registry.Registry, o Options, req *core.Reque
 	if err != nil {
 		return nil, inTensors(err)
 	}
-	a := &Answer{
-		Method: ans.Method.String(), Handler: ans.Handler, Plugin: ans.Plugin, Fallback: ans.Fallback,
-		Kernel: ka.Kernel, Library: ka.Library, Emulated: ka.Emulated, TimeNS: ka.TimeNS,
-		RelError: kernels.RelError(out, want), KernelPlugin: ka.Plugin, KernelFallback: ka.Fallback,
-		Sparse: ka.Sparse, Note: ka.Note, out: slices.Clone(out),
-	}
-	if what := nonFinite(ka.Kernel, out, want, a.RelError, 0); what != "" {
-		return nil, core.NewFieldError("tensors", fmt.Sprintf("result not finite: %s: softmax_scale %g or the inputs are too large for the arithmetic",
-			what, cfg.SoftmaxScale))
-	}
-	if deviceNote != "" {
-		a.Note = strings.TrimPrefix(a.Note+"; "+deviceNote, "; ")
-	}
-	if longest := slices.Max(b.SeqLens); sparseLayer && !ka.Sparse && longest > topK {
-		if a.OutsideSGLang, err = outsideSGLang(cfg, b, raw, want, req, a.Method, longest, topK); err != nil {
-			return nil, err
-		}
-	}
-	return a, nil
+	return &cpuRun{ka: ka, out: slices.Clone(out), want: want, raw: raw}, nil
 }
 
 // inTensors is an error of the kernels about a line whose lengths were
