@@ -47,12 +47,16 @@ type Kernel struct {
 	Library string
 	// Method is the forward method the kernel runs.
 	Method Method
-	// DTypes are the KV cache dtypes the real kernel takes ("bf16",
-	// "fp8_e4m3", ...). The reference kernels always compute in float32
-	// with float64 accumulation.
+	// DTypes are the dtypes the real kernel takes ("bf16", "fp8_e4m3",
+	// ...): its KV caches', and its queries' and output's (a kernel of
+	// FP8 caches and bf16 queries lists both). The host asks for a plan
+	// only of dtypes listed here (Covers); empty lists none. The reference
+	// kernels always compute in float32 with float64 accumulation.
 	DTypes []string
 	// HeadDims are the head dimensions the kernel supports (192 and 128
-	// for decompressed MHA: q·k and v; 576 and 512 for absorbed MLA).
+	// for decompressed MHA: q·k and v; 576 and 512 for absorbed MLA). The
+	// host asks for a plan only where both of the request's are listed;
+	// empty lists none.
 	HeadDims []int
 	// PageSizes are the KV cache page sizes it supports; empty: any page
 	// size (a kernel that reads each request's pages through kv_indptr
@@ -63,7 +67,8 @@ type Kernel struct {
 	// Hardware lists what the real kernel needs (any entry); empty: any.
 	Hardware []Hardware
 	// Sparse reports a kernel that attends only to the DSA indexer's top-k
-	// positions of each query.
+	// positions of each query: it is asked for plans of sparse requests
+	// (PlanDims.TopK > 0) alone, and a dense kernel for dense ones alone.
 	Sparse bool
 }
 
