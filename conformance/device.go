@@ -194,6 +194,7 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		}
 	}
 	rep.PlansChecked, rep.NoPlan = t.plans, t.none
+	rep.Probes, rep.ProbePlans = t.probes, t.probePlans
 	if stopped {
 		return
 	}
@@ -206,11 +207,15 @@ func (s *suite) deviceCode(ctx context.Context, c *Check) {
 		names[i] = m.String()
 	}
 	c.Detail = fmt.Sprintf("modules %s for %s pass the host's check; %d plans pass it, %d batches got no plan", strings.Join(names, ", "), dev.Name, t.plans, t.none)
+	if t.probes > 0 {
+		c.Detail += fmt.Sprintf("; of %d probes (FP8 caches, sparse and dense layers, unusual shapes), %d got plans that pass it, the others no plan", t.probes, t.probePlans)
+	}
 }
 
 // planTally counts what the device-code check asked.
 type planTally struct {
-	plans, none int // plans that came, batches that got none
+	plans, none        int // plans that came, batches that got none
+	probes, probePlans int // probes asked (planProbes), plans that came
 }
 
 // planRun is a plan request whose plan passed the device-code check: the
@@ -283,6 +288,7 @@ func (s *suite) handlerPlans(ctx context.Context, c *Check, kp core.KernelPlanne
 		}
 		c.problem("%s", l.first)
 	}
+	s.probePlans(ctx, c, kp, h, mods, t)
 	s.badPlanRequests(ctx, c, kp, h, dev)
 	return true
 }
@@ -533,8 +539,19 @@ func (s *suite) badPlanRequests(ctx context.Context, c *Check, kp core.KernelPla
 
 // batchString names a plan request's batch in a problem.
 func batchString(r *core.PlanRequest) string {
-	return fmt.Sprintf("%d requests (seq_lens %s, q_lens %s), page size %d, %d heads, graph %v",
-		len(r.Shape.SeqLens), lensString(r.Shape.SeqLens), lensString(r.Shape.QLens), r.Shape.PageSize, r.Dims.Heads, r.Graph)
+	s := fmt.Sprintf("%d requests (seq_lens %s, q_lens %s), page size %d, %d heads, head dims %d/%d, graph %v",
+		len(r.Shape.SeqLens), lensString(r.Shape.SeqLens), lensString(r.Shape.QLens), r.Shape.PageSize, r.Dims.Heads,
+		r.Dims.HeadDimQK, r.Dims.HeadDimV, r.Graph)
+	if r.Shape.MaxSeqLen > 0 {
+		s += fmt.Sprintf(", max_seq_len %d", r.Shape.MaxSeqLen)
+	}
+	if r.KVDType != "" {
+		s += ", kv_dtype " + r.KVDType
+	}
+	if r.Dims.TopK > 0 {
+		s += fmt.Sprintf(", top_k %d", r.Dims.TopK)
+	}
+	return s
 }
 
 func lensString(xs []int64) string {

@@ -17,7 +17,7 @@ import (
 // the lie, and nothing else does. The device code does not depend on the
 // requests asked: the suite asks no probes.
 func TestDeviceCodeCatchesLies(t *testing.T) {
-	skipHeavy(t, "the suite on ten lies of the liar plugin")
+	skipHeavy(t, "the suite on twelve lies of the liar plugin")
 	for _, tc := range []struct{ lie, want string }{
 		{"", ""},
 		{"unknown_entry", `module "liar_mla" has no entry "liar_mla_split_v2"`},
@@ -31,6 +31,12 @@ func TestDeviceCodeCatchesLies(t *testing.T) {
 		{"holds_for_batch", "the plan declares it reads batch+q_lens, but another plan answers the same request with other seq_lens"},
 		{"example_plan", "no launch binds seq_lens (nor metadata): with page size 64 the kernels cannot know a request's keys"},
 		{"example_plan", "no launch binds qo_indptr (nor metadata): with "},
+		// A plugin that never reads the cache dtype, or the top-k: the
+		// probes ask it what its catalog does not list, and the plan it
+		// makes for the request it knows is refused, naming the request.
+		{"ignores_kv_dtype", `liar: probe a dense layer over an FP8 cache (kv_dtype fp8_e4m3): MLA plan for 3 requests (seq_lens [1 300 4097], q_lens [1 1 1]), page size 1, 16 heads, head dims 576/512, graph false, kv_dtype fp8_e4m3: plan refused: no launch binds tensor "kv_scale", and the request's KV cache is kv_dtype fp8_e4m3: the plan was not made for this request`},
+		{"ignores_kv_dtype", `liar: probe an FP8 cache in a CUDA graph (shape.max_seq_len 8192): MLA plan for 3 requests (seq_lens [1 300 4097], q_lens [1 1 1]), page size 1, 16 heads, head dims 576/512, graph true, max_seq_len 8192, kv_dtype fp8_e4m3: plan refused: no launch binds tensor "kv_scale"`},
+		{"ignores_top_k", `liar: probe a sparse layer (dims.top_k 2048) over a bf16 cache: MLA plan for 3 requests (seq_lens [1 300 4097], q_lens [1 1 1]), page size 1, 16 heads, head dims 576/512, graph false, top_k 2048: plan refused: no launch binds tensor "topk_indices", and the request is sparse (dims.top_k 2048): the plan was not made for this request`},
 	} {
 		t.Run("lie_"+tc.lie, func(t *testing.T) {
 			t.Parallel()
@@ -90,13 +96,13 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 		t.Errorf("device-code does not say what the module needs of a driver: %s", dc.Detail)
 	}
 	if !ok || !r.Passed || dc.Status != conformance.Pass || c.Status != conformance.NotRun ||
-		c.Detail != "not run: no GPU here: 24 plans checked, none run against the float64 reference" {
+		c.Detail != "not run: no GPU here: 35 plans checked, none run against the float64 reference" {
 		t.Fatalf("without a GPU: want device-code passed and device-run not run, saying why:\n%s", text(r))
 	}
 	if s := r.Summary(); !strings.HasSuffix(s, "; not run here: device-run)") {
 		t.Errorf("summary %q does not say device-run did not run", s)
 	}
-	if !hasLine(text(r), "NOT RUN", "device-run", "not run: no GPU here: 24 plans checked") {
+	if !hasLine(text(r), "NOT RUN", "device-run", "not run: no GPU here: 35 plans checked") {
 		t.Errorf("the text report does not say NOT RUN:\n%s", text(r))
 	}
 	data, err := json.Marshal(r)
@@ -125,6 +131,8 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 			} `json:"modules"`
 			PlansChecked          int    `json:"plans_checked"`
 			NoPlan                *int   `json:"no_plan"`
+			Probes                int    `json:"probes"`
+			ProbePlans            int    `json:"probe_plans"`
 			PlansRun              *int   `json:"plans_run"`
 			PlansFailed           *int   `json:"plans_failed"`
 			PlansWithoutReference *int   `json:"plans_without_reference"`
@@ -137,7 +145,7 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 	}
 	d := back.DeviceCode
 	if !back.Passed || d == nil || d.Device != "example sm_90 device" || d.ComputeCapability != 90 || d.PlansChecked != 24 ||
-		d.NoPlan == nil || *d.NoPlan != 0 || d.PlansRun == nil || *d.PlansRun != 0 || d.PlansFailed == nil || d.PlansWithoutReference == nil ||
+		d.NoPlan == nil || *d.NoPlan != 0 || d.Probes != 22 || d.ProbePlans != 11 || d.PlansRun == nil || *d.PlansRun != 0 || d.PlansFailed == nil || d.PlansWithoutReference == nil ||
 		d.RanOn != "" || d.NotRun != "no GPU here" || len(d.Modules) != 1 || d.Modules[0].Name != "liar_mla" || d.Modules[0].Arch != "compute_90" ||
 		d.Modules[0].Format != "ptx" || d.Modules[0].Floor.PTXISA != "8.0" || d.Modules[0].Floor.ImageArch != "sm_90" ||
 		d.Modules[0].Floor.MinCUDA != "12.0" || d.Modules[0].Floor.MinDriver != "525.60.13" {
@@ -173,10 +181,10 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 	r = run(t, opts)
 	c, _ = r.Check(conformance.CheckDeviceRun)
 	d2 := r.DeviceCode
-	if r.Passed || c.Status != conformance.Fail || asked != 24 || d2 == nil || d2.PlansRun+d2.PlansWithoutReference != 24 ||
+	if r.Passed || c.Status != conformance.Fail || asked != 35 || d2 == nil || d2.PlansRun+d2.PlansWithoutReference != 35 ||
 		d2.PlansWithoutReference == 0 || d2.PlansFailed != 1 || d2.RanOn != "example sm_90 device" || d2.NotRun != "" ||
 		!strings.Contains(strings.Join(c.Problems, "\n"), "liar: MLA plan for 64 requests") ||
-		!strings.Contains(strings.Join(c.Problems, "\n"), "page size 64, 128 heads, graph false, run on the GPU: the outputs differ") {
+		!strings.Contains(strings.Join(c.Problems, "\n"), "page size 64, 128 heads, head dims 576/512, graph false, run on the GPU: the outputs differ") {
 		t.Errorf("with a GPU stand-in: asked %d plans, report %+v:\n%s", asked, d2, text(r))
 	}
 	if failed := r.Failed(); len(failed) != 1 || failed[0].Name != conformance.CheckDeviceRun {

@@ -86,9 +86,14 @@
 //     (registry.CheckModules, registry.CheckPlan: hashes, PTX entry
 //     signatures against the declared Entries, known entries, grids and
 //     shared memory within the device's limits, every tensor bound, shapes,
-//     schedule items inside their requests), each plan lets its kernels
-//     know every request's keys and query rows (seq_lens, qo_indptr or
-//     metadata), and impossible or malformed plan requests get no plan;
+//     schedule items inside their requests, a plan made for its request:
+//     kv_scale of an FP8 cache and topk_indices of a sparse layer bound),
+//     each plan lets its kernels know every request's keys and query rows
+//     (seq_lens, qo_indptr or metadata), every MLA planner's probes
+//     (planProbes: FP8 caches, sparse and dense layers, unusual page
+//     sizes, heads, head dims and batches, whatever its catalog lists) get
+//     no plan or a plan that passes the same checks, and impossible or
+//     malformed plan requests get no plan;
 //     not checked, with the plugin's reason, when it has no device code for
 //     the example device;
 //   - device-run: the plans that passed device-code, run on a GPU

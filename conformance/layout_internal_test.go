@@ -106,18 +106,26 @@ func TestLayoutRefusesTheExamplePlan(t *testing.T) {
 	}
 }
 
+// docsKernel is the catalog kernel of docs/writing-a-backend.md section
+// 11 (the vendor example's DecodeKernel).
+var docsKernel = core.Kernel{Name: "acme_mla_decode", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1, 64}}
+
 // docsPlan is the plan of docs/writing-a-backend.md section 11
 // (examples/vendor-backend's kernels.Plan, whose own tests and conform run
-// it through the binary): one block per request and head, binding seq_lens
-// and qo_indptr, holding for the batch size where the request allows it.
+// it through the binary): none for what the catalog kernel does not list,
+// else one block per request and head, binding seq_lens and qo_indptr,
+// holding for the batch size where the request allows it.
 func docsPlan(req *core.PlanRequest) (*core.Plan, error) {
+	if err := docsKernel.Covers(req); err != nil {
+		return nil, err
+	}
 	tensors, err := launch.Tensors(req)
 	if err != nil {
 		return nil, err
 	}
 	t := func(n string) core.Arg { return core.Arg{Param: n, Kind: core.ArgTensor, Name: n} }
 	p := &core.Plan{
-		Kernel: "acme_mla_decode", Tensors: tensors,
+		Kernel: docsKernel.Name, Tensors: tensors,
 		Launches: []core.Launch{{
 			Module: "acme_decode", Entry: "acme_decode",
 			Grid: [3]uint32{uint32(len(req.Shape.SeqLens)), uint32(req.Dims.Heads), 1}, Block: [3]uint32{128, 1, 1},
@@ -134,7 +142,8 @@ func docsPlan(req *core.PlanRequest) (*core.Plan, error) {
 }
 
 // TestTheDocsPlanPasses: the docs' example plan passes the host's check
-// and the layout checks on every MLA batch the device-code check asks.
+// and the layout checks on every MLA batch the device-code check asks,
+// and every probe gets no plan or a plan that passes them too.
 func TestTheDocsPlanPasses(t *testing.T) {
 	dev, err := ExampleDevice(DefaultArch)
 	if err != nil {
@@ -145,16 +154,35 @@ func TestTheDocsPlanPasses(t *testing.T) {
 		ptr("q"), ptr("kv_cache"), ptr("kv_indptr"), ptr("kv_indices"), ptr("seq_lens"), ptr("qo_indptr"), ptr("out"), ptr("lse"),
 		{Name: "heads", Kind: core.ParamI32}, {Name: "page_size", Kind: core.ParamI32}, {Name: "scale", Kind: core.ParamF32},
 	}}}}}
-	for _, req := range planBatches("acme_mla", core.MLA, core.Kernel{Name: "acme_decode", Method: core.MLA}, dev) {
+	check := func(what string, req *core.PlanRequest, p *core.Plan) {
+		t.Helper()
+		if err := launch.Check(p, req, mods, dev); err != nil {
+			t.Errorf("%s%s: %v", what, batchString(req), err)
+		}
+		if why := layoutProblem(p, req); why != "" {
+			t.Errorf("%s%s: %s", what, batchString(req), why)
+		}
+	}
+	for _, req := range planBatches("acme_mla", core.MLA, docsKernel, dev) {
 		p, err := docsPlan(&req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := launch.Check(p, &req, mods, dev); err != nil {
-			t.Errorf("%s: %v", batchString(&req), err)
+		check("", &req, p)
+	}
+	plans := 0
+	for _, pr := range planProbes("acme_mla", docsKernel, dev) {
+		p, err := docsPlan(&pr.req)
+		switch {
+		case errors.Is(err, core.ErrNoPlan):
+		case err != nil:
+			t.Errorf("probe %s: %v", pr.what, err)
+		default:
+			plans++
+			check("probe "+pr.what+": ", &pr.req, p)
 		}
-		if why := layoutProblem(p, &req); why != "" {
-			t.Errorf("%s: %s", batchString(&req), why)
-		}
+	}
+	if plans == 0 {
+		t.Error("no probe got a plan")
 	}
 }

@@ -224,6 +224,14 @@ type DeviceCodeReport struct {
 	// NoPlan counts the generated batches the plugin answered with no plan
 	// (core.ErrNoPlan).
 	NoPlan int `json:"no_plan"`
+	// Probes counts the plan requests sent every MLA planner beyond its
+	// catalog's batches, whatever its catalog lists (FP8 caches, sparse
+	// and dense layers, unusual page sizes, heads, head dims and batches);
+	// ProbePlans those the plugin answered with a plan, each checked as a
+	// host checks it and run with the others on a GPU. The other probes
+	// got no plan.
+	Probes     int `json:"probes"`
+	ProbePlans int `json:"probe_plans"`
 	// PlansRun counts the plans run on a GPU and compared with the float64
 	// reference, their outputs right or wrong.
 	PlansRun int `json:"plans_run"`

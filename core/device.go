@@ -505,12 +505,18 @@ type WorkItem struct {
 	Split int32
 }
 
-// Plan is the launches that run one method's kernel on one batch.
+// Plan is the launches that run one method's kernel on one batch. It
+// states the request it was made for through its Tensors (the layout of
+// that request: dtypes and shapes) and the tensors its launches bind.
 type Plan struct {
 	// Kernel is the catalog name of the kernel the plan runs.
 	Kernel string
 	// Tensors are the tensors the host binds, with the shapes this batch
-	// gives them.
+	// gives them: exactly the request's layout (launch.Tensors). Every
+	// one that holds the batch's data is bound by some launch (kv_scale
+	// of an FP8 cache, topk_indices of a sparse layer among them); only
+	// kv_indptr, seq_lens and qo_indptr, which restate the batch's shape,
+	// may be left to the plan's metadata.
 	Tensors []TensorSpec
 	// Metadata are uploaded once per batch.
 	Metadata []MetaBuffer
@@ -549,7 +555,11 @@ type KernelPlanner interface {
 	// PlanKernel returns the launches that run req.Method's kernel of the
 	// handler req.Backend on req's batch. It is called once per batch
 	// shape (the host caches plans), concurrently; it must not keep req.
-	// An error wrapping ErrNoPlan means the kernel has no device plan for
-	// req; ErrInvalidRequest, that req is malformed.
+	// The host calls it only where the handler's catalog kernel for the
+	// method covers req (Kernel.Covers), and checks that the plan is made
+	// for req: the tensors of its layout, and launches that read what
+	// makes req what it is (an FP8 cache's kv_scale, a sparse layer's
+	// topk_indices). An error wrapping ErrNoPlan means the kernel has no
+	// device plan for req; ErrInvalidRequest, that req is malformed.
 	PlanKernel(ctx context.Context, req *PlanRequest) (*Plan, error)
 }

@@ -47,12 +47,16 @@ type Kernel struct {
 	Library string
 	// Method is the forward method the kernel runs.
 	Method Method
-	// DTypes are the KV cache dtypes the real kernel takes ("bf16",
-	// "fp8_e4m3", ...). The reference kernels always compute in float32
-	// with float64 accumulation.
+	// DTypes are the dtypes the real kernel takes ("bf16", "fp8_e4m3",
+	// ...): its KV caches', and its queries' and output's (a kernel of
+	// FP8 caches and bf16 queries lists both). The host asks for a plan
+	// only of dtypes listed here (Covers); empty lists none. The reference
+	// kernels always compute in float32 with float64 accumulation.
 	DTypes []string
 	// HeadDims are the head dimensions the kernel supports (192 and 128
-	// for decompressed MHA: q·k and v; 576 and 512 for absorbed MLA).
+	// for decompressed MHA: q·k and v; 576 and 512 for absorbed MLA). The
+	// host asks for a plan only where both of the request's are listed;
+	// empty lists none.
 	HeadDims []int
 	// PageSizes are the KV cache page sizes it supports; empty: any page
 	// size (a kernel that reads each request's pages through kv_indptr
@@ -63,8 +67,45 @@ type Kernel struct {
 	// Hardware lists what the real kernel needs (any entry); empty: any.
 	Hardware []Hardware
 	// Sparse reports a kernel that attends only to the DSA indexer's top-k
-	// positions of each query.
+	// positions of each query: it is asked for plans of sparse requests
+	// (PlanDims.TopK > 0) alone, and a dense kernel for dense ones alone.
 	Sparse bool
+}
+
+// Covers reports whether k's catalog entry lists what the plan request
+// req asks for: k runs req.Method; DTypes lists req.DType and, for a cache
+// of another dtype (req.KVDType, such as "fp8_e4m3"), that dtype too;
+// HeadDims lists req.Dims.HeadDimQK and HeadDimV; for the paged MLA
+// layout, PageSizes lists req.Shape.PageSize (empty: any); and k is
+// Sparse exactly when req is (Dims.TopK > 0). An empty DTypes or HeadDims
+// lists nothing. The host asks a plugin for a plan only where its catalog
+// kernel for the method covers the request, and a planner may answer
+// with this error itself. The error wraps ErrNoPlan and names the field
+// and value no entry lists.
+func (k Kernel) Covers(req *PlanRequest) error {
+	no := func(format string, args ...any) error {
+		return fmt.Errorf("%w: kernel %s %s", ErrNoPlan, k.Name, fmt.Sprintf(format, args...))
+	}
+	d := req.Dims
+	switch {
+	case k.Method != req.Method:
+		return no("runs %s, not method %s", k.Method, req.Method)
+	case !slices.Contains(k.DTypes, req.DType):
+		return no("takes dtypes %v, not dtype %s", k.DTypes, req.DType)
+	case req.KVDType != "" && !slices.Contains(k.DTypes, req.KVDType):
+		return no("takes KV caches of %v, not kv_dtype %s", k.DTypes, req.KVDType)
+	case !slices.Contains(k.HeadDims, d.HeadDimQK):
+		return no("takes head dims %v, not dims.head_dim_qk %d", k.HeadDims, d.HeadDimQK)
+	case !slices.Contains(k.HeadDims, d.HeadDimV):
+		return no("takes head dims %v, not dims.head_dim_v %d", k.HeadDims, d.HeadDimV)
+	case req.Method == MLA && len(k.PageSizes) > 0 && !slices.Contains(k.PageSizes, req.Shape.PageSize):
+		return no("takes page sizes %v, not shape.page_size %d", k.PageSizes, req.Shape.PageSize)
+	case d.TopK > 0 && !k.Sparse:
+		return no("is dense, and the request is sparse (dims.top_k %d)", d.TopK)
+	case d.TopK <= 0 && k.Sparse:
+		return no("is sparse (DeepSeek sparse attention), and the request is dense (no dims.top_k)")
+	}
+	return nil
 }
 
 // Kernel returns the catalog entry of h for m, and whether there is one.

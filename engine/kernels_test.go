@@ -11,6 +11,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/devkernels"
+	"github.com/attnplug/attnplug/internal/testbin"
 	"github.com/attnplug/attnplug/registry"
 	"github.com/hashicorp/go-hclog"
 )
@@ -164,6 +165,68 @@ func TestPlanStepOverTheEngineAPI(t *testing.T) {
 	bad.Mode = 99
 	if _, err := c.PlanStep(ctx, &bad); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "mode") {
 		t.Errorf("an unknown mode: %v", err)
+	}
+}
+
+// TestKernelsPlanOnlyForWhatPlansWereMadeFor runs serve's Kernels
+// service over the real liar plugin told to ignore the cache dtype (or
+// the top-k) of a plan request: an FP8 (a sparse) request, asked as a
+// plan request (PlanKernel) or as an engine's step (PlanStep), gets no
+// plan, naming what the catalog lacks when it lists a bf16 cache (a dense
+// kernel), and the tensor the plan never reads when the catalog claims
+// it; the bf16 dense step still gets its plan.
+func TestKernelsPlanOnlyForWhatPlansWereMadeFor(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := testbin.BuildTestPlugin(dir, "liar"); err != nil {
+		t.Fatal(err)
+	}
+	plan := &core.PlanRequest{Backend: "liar", Method: core.MLA, DType: "bf16",
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+		Shape:  core.PlanShape{SeqLens: []int64{100, 2000}, QLens: []int64{1, 1}, PageSize: 64, NumPages: 512},
+		Device: h200()}
+	step := core.StepRequest{
+		Backend: "liar", Mode: core.ModeDecode, Method: core.MLA, Device: h200(),
+		Model: core.StepModel{Heads: 16, KVLoraRank: 512, QKRopeHeadDim: 64, QKNopeHeadDim: 128, VHeadDim: 128, SoftmaxScale: 0.1352},
+		Pool:  core.StepPool{PageSize: 64, Slots: 65536, MaxTokens: 65000, RowWidth: 8192, ContextLen: 8192},
+		Batch: core.StepBatch{Size: 4, QueryTokens: 1, Graph: true},
+	}
+	fp8Plan, fp8Step := *plan, step
+	fp8Plan.KVDType, fp8Step.Pool.KVDType = "fp8_e4m3", "fp8_e4m3"
+	sparsePlan, sparseStep := *plan, step
+	sparsePlan.Dims.TopK, sparseStep.Model.IndexTopK = 2048, 2048
+	for _, tc := range []struct {
+		lies string
+		plan *core.PlanRequest
+		step *core.StepRequest
+		want string
+	}{
+		{"ignores_kv_dtype", &fp8Plan, &fp8Step, "kernel liar_mla_decode takes KV caches of [bf16], not kv_dtype fp8_e4m3"},
+		{"ignores_top_k", &sparsePlan, &sparseStep, "kernel liar_mla_decode is dense, and the request is sparse (dims.top_k 2048)"},
+		{"ignores_kv_dtype,catalog_fp8", &fp8Plan, &fp8Step, `no launch binds tensor "kv_scale", and the request's KV cache is kv_dtype fp8_e4m3`},
+		{"ignores_top_k,catalog_sparse", &sparsePlan, &sparseStep, `no launch binds tensor "topk_indices", and the request is sparse (dims.top_k 2048)`},
+	} {
+		t.Run(tc.lies, func(t *testing.T) {
+			t.Setenv("ATTNPLUG_LIE", tc.lies)
+			ctx := testContext(t)
+			reg, err := registry.New(ctx, registry.Config{PluginDirs: []string{dir}, Platform: core.PlatformCUDA, Logger: hclog.NewNullLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { reg.Close() })
+			c, _ := serveRegistry(t, reg, Config{})
+			if _, err := c.PlanKernel(ctx, tc.plan); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("PlanKernel: %v, want ErrNoPlan naming %q", err, tc.want)
+			}
+			if _, err := c.PlanStep(ctx, tc.step); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("PlanStep: %v, want ErrNoPlan naming %q", err, tc.want)
+			}
+			if strings.Contains(tc.lies, "catalog_sparse") {
+				return
+			}
+			if sp, err := c.PlanStep(ctx, &step); err != nil || sp.Plan.Kernel != "liar_mla_decode" {
+				t.Errorf("the bf16 dense step: %v", err)
+			}
+		})
 	}
 }
 

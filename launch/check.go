@@ -46,6 +46,10 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 	if err := checkTensors(p, req); err != nil {
 		return err
 	}
+	bound := boundTensors(p)
+	if err := checkMadeFor(p, req, bound); err != nil {
+		return err
+	}
 	if err := p.CheckSize(); err != nil {
 		return refuse(-1, "%v", err)
 	}
@@ -101,7 +105,91 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 			return err
 		}
 	}
+	return checkBound(p, bound)
+}
+
+// boundTensors returns the tensors some launch of p binds: by address
+// (ArgTensor, or a struct field of one) or through a TMA descriptor.
+func boundTensors(p *core.Plan) map[string]bool {
+	bound := map[string]bool{}
+	for _, l := range p.Launches {
+		for _, a := range l.Args {
+			switch a.Kind {
+			case core.ArgTensor, core.ArgTensorMap:
+				bound[a.Name] = true
+			case core.ArgStruct:
+				for _, f := range a.Fields {
+					if f.Arg.Kind == core.ArgTensor {
+						bound[f.Arg.Name] = true
+					}
+				}
+			}
+		}
+	}
+	return bound
+}
+
+// checkMadeFor checks that the launches read what makes req the request
+// it is, beyond the shapes checkTensors compared: the scale of an FP8
+// cache (kv_scale) and the indexer's top-k of a sparse layer
+// (topk_indices). A plan whose launches do not read them was made for
+// another request (a bf16 cache, a dense layer), whatever it declares.
+// p's tensors are the layout's (checkTensors).
+func checkMadeFor(p *core.Plan, req *core.PlanRequest, bound map[string]bool) error {
+	for _, t := range p.Tensors {
+		if (t.Name == "kv_scale" || t.Name == "topk_indices") && !bound[t.Name] {
+			return refuse(-1, "no launch binds tensor %q, and %s: the plan was not made for this request", t.Name, requestNeeds(t.Name, req))
+		}
+	}
 	return nil
+}
+
+// indexTensors are the tensors of the layout that restate the batch's
+// shape, which a plan was asked for: a plan that reads the lengths may
+// carry what they hold in its metadata instead of binding them
+// (attnplug conform checks that its kernels can know each request's keys
+// and query rows).
+var indexTensors = map[string]bool{"kv_indptr": true, "seq_lens": true, "qo_indptr": true}
+
+// checkBound checks that some launch of p binds every tensor of the
+// layout that holds the batch's data (all but indexTensors), unless it
+// has no element (the prefix of MHA_CHUNKED_KV without one): an unbound
+// tensor is an input the kernels never read or an output they never
+// write.
+func checkBound(p *core.Plan, bound map[string]bool) error {
+	for _, t := range p.Tensors {
+		if bound[t.Name] || indexTensors[t.Name] || t.Bytes() == 0 {
+			continue
+		}
+		what := "an input the kernels never read"
+		if t.Output {
+			what = "an output the kernels never write"
+		}
+		return refuse(-1, "no launch binds tensor %q, %s (every tensor of the layout but kv_indptr, seq_lens and qo_indptr is bound)", t.Name, what)
+	}
+	return nil
+}
+
+// requestNeeds says why req's layout has, or lacks, tensor name: the
+// request's cache dtype for kv_scale and kv_cache, its sparsity for
+// topk_indices and the page table; "" for the others.
+func requestNeeds(name string, req *core.PlanRequest) string {
+	switch name {
+	case "kv_scale", "kv_cache":
+		if req.KVDType == "" {
+			return fmt.Sprintf("the request's KV cache is of its dtype, %s (no kv_dtype)", req.DType)
+		}
+		return fmt.Sprintf("the request's KV cache is kv_dtype %s", req.KVDType)
+	case "topk_indices", "kv_indptr", "kv_indices", "seq_lens", "qo_indptr":
+		if req.Method != core.MLA {
+			return ""
+		}
+		if req.Dims.TopK > 0 {
+			return fmt.Sprintf("the request is sparse (dims.top_k %d)", req.Dims.TopK)
+		}
+		return "the request is dense (no dims.top_k)"
+	}
+	return ""
 }
 
 func checkDims(i int, l core.Launch, dev core.DeviceInfo) error {
@@ -141,19 +229,31 @@ func checkTensors(p *core.Plan, req *core.PlanRequest) error {
 		}
 		got[t.Name] = t
 	}
+	because := func(name string) string {
+		if why := requestNeeds(name, req); why != "" {
+			return " (" + why + ")"
+		}
+		return ""
+	}
 	for _, w := range want {
 		g, ok := got[w.Name]
 		if !ok {
-			return refuse(-1, "tensor %q is not declared", w.Name)
+			return refuse(-1, "tensor %q is not declared%s", w.Name, because(w.Name))
 		}
 		if g.DType != w.DType || !slices.Equal(g.Shape, w.Shape) || g.Output != w.Output {
-			return refuse(-1, "tensor %q declared as %s %v (output %t), the batch gives %s %v (output %t)",
-				w.Name, g.DType, g.Shape, g.Output, w.DType, w.Shape, w.Output)
+			note := because(w.Name)
+			if w.Name == "kv_cache" && g.DType == w.DType {
+				note = ""
+			}
+			return refuse(-1, "tensor %q declared as %s %v (output %t), the batch gives %s %v (output %t)%s",
+				w.Name, g.DType, g.Shape, g.Output, w.DType, w.Shape, w.Output, note)
 		}
 		delete(got, w.Name)
 	}
-	for name := range got {
-		return refuse(-1, "tensor %q is not one the host binds", name)
+	for _, t := range p.Tensors {
+		if _, extra := got[t.Name]; extra {
+			return refuse(-1, "tensor %q is not one the host binds%s", t.Name, because(t.Name))
+		}
 	}
 	return nil
 }

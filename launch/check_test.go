@@ -2,6 +2,7 @@ package launch_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -147,5 +148,147 @@ func TestCheckRequestBounds(t *testing.T) {
 				t.Errorf("got %v, want ErrInvalidRequest naming %s", err, tc.field)
 			}
 		})
+	}
+}
+
+// TestCheckRefusesPlansMadeForAnotherRequest: a plan states what it was
+// made for through the tensors it declares and binds. A plan of a bf16
+// cache for an FP8 request, of a dense layer for a sparse one or of
+// another batch is refused, naming what the request needs; so is a plan
+// whose launches leave a tensor of the layout unbound. The planner's own
+// plans for each request pass.
+func TestCheckRefusesPlansMadeForAnotherRequest(t *testing.T) {
+	dense := core.Kernel{Name: "flash_attn_with_kvcache", Method: core.MLA, PageSizes: []int{64}, DTypes: []string{"bf16", "fp8_e4m3"}}
+	sparse := core.Kernel{Name: "flash_mla_sparse_fwd", Method: core.MLA, PageSizes: []int{64}, DTypes: []string{"bf16", "fp8_e4m3"}, Sparse: true}
+	decode := func(edit func(*core.PlanRequest)) *core.PlanRequest {
+		r := &core.PlanRequest{Backend: "fa3", Method: core.MLA, DType: "bf16",
+			Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+			Shape:  core.PlanShape{SeqLens: []int64{3000, 70, 9000}, QLens: []int64{1, 1, 1}, PageSize: 64, NumPages: 300},
+			Device: h200}
+		if edit != nil {
+			edit(r)
+		}
+		return r
+	}
+	fp8 := func(r *core.PlanRequest) { r.KVDType = "fp8_e4m3" }
+	topk := func(r *core.PlanRequest) { r.Dims.TopK = 2048 }
+	plan := func(k core.Kernel, r *core.PlanRequest) *core.Plan {
+		t.Helper()
+		p, err := devkernels.Plan(k, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// withTensors is p with the tensors of r: a plugin that calls
+	// launch.Tensors on the request and plans as it always did.
+	withTensors := func(p *core.Plan, r *core.PlanRequest) *core.Plan {
+		t.Helper()
+		ts, err := launch.Tensors(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Tensors = ts
+		return p
+	}
+	for _, r := range []*core.PlanRequest{decode(nil), decode(fp8), decode(topk), decode(func(r *core.PlanRequest) { fp8(r); topk(r) })} {
+		k := dense
+		if r.Dims.TopK > 0 {
+			k = sparse
+		}
+		if err := launch.Check(plan(k, r), r, devkernels.Spec(), h200); err != nil {
+			t.Errorf("the planner's plan for kv_dtype %q, top_k %d: %v", r.KVDType, r.Dims.TopK, err)
+		}
+	}
+	// A plan that binds no lse: the modules' entries take none.
+	noLSE := func() (*core.Plan, []core.KernelModule) {
+		p := plan(dense, decode(nil))
+		for i := range p.Launches {
+			p.Launches[i].Args = slices.DeleteFunc(p.Launches[i].Args, func(a core.Arg) bool { return a.Param == "lse" })
+		}
+		mods := devkernels.Spec()
+		for i := range mods {
+			for j := range mods[i].Entries {
+				e := &mods[i].Entries[j]
+				e.Params = slices.DeleteFunc(e.Params, func(p core.Param) bool { return p.Name == "lse" })
+			}
+		}
+		return p, mods
+	}
+	for _, tc := range []struct {
+		name string
+		req  *core.PlanRequest
+		plan func() (*core.Plan, []core.KernelModule)
+		want string
+	}{
+		{"a bf16 plan for an FP8 cache", decode(fp8), func() (*core.Plan, []core.KernelModule) {
+			return plan(dense, decode(nil)), devkernels.Spec()
+		}, `tensor "kv_cache" declared as bf16 [300 64 576] (output false), the batch gives fp8_e4m3 [300 64 576] (output false) (the request's KV cache is kv_dtype fp8_e4m3)`},
+		{"a bf16 plan declaring the FP8 tensors", decode(fp8), func() (*core.Plan, []core.KernelModule) {
+			return withTensors(plan(dense, decode(nil)), decode(fp8)), devkernels.Spec()
+		}, `no launch binds tensor "kv_scale", and the request's KV cache is kv_dtype fp8_e4m3: the plan was not made for this request`},
+		{"an FP8 plan for a bf16 cache", decode(nil), func() (*core.Plan, []core.KernelModule) {
+			return plan(dense, decode(fp8)), devkernels.Spec()
+		}, `tensor "kv_cache" declared as fp8_e4m3`},
+		{"a dense plan for a sparse layer", decode(topk), func() (*core.Plan, []core.KernelModule) {
+			return plan(dense, decode(nil)), devkernels.Spec()
+		}, `tensor "topk_indices" is not declared (the request is sparse (dims.top_k 2048))`},
+		{"a dense plan declaring the sparse tensors", decode(topk), func() (*core.Plan, []core.KernelModule) {
+			return withTensors(plan(dense, decode(nil)), decode(topk)), devkernels.Spec()
+		}, `no launch binds tensor "topk_indices", and the request is sparse (dims.top_k 2048): the plan was not made for this request`},
+		{"a sparse plan for a dense layer", decode(nil), func() (*core.Plan, []core.KernelModule) {
+			return plan(sparse, decode(topk)), devkernels.Spec()
+		}, `(the request is dense (no dims.top_k))`},
+		{"a plan of other query lengths", decode(func(r *core.PlanRequest) { r.Shape.QLens = []int64{2, 1, 1} }), func() (*core.Plan, []core.KernelModule) {
+			return plan(dense, decode(nil)), devkernels.Spec()
+		}, `tensor "q" declared as bf16 [3 16 576] (output false), the batch gives bf16 [4 16 576]`},
+		{"a plan of other heads", decode(func(r *core.PlanRequest) { r.Dims.Heads = 128 }), func() (*core.Plan, []core.KernelModule) {
+			return plan(dense, decode(nil)), devkernels.Spec()
+		}, `tensor "q" declared as bf16 [3 16 576] (output false), the batch gives bf16 [3 128 576]`},
+		{"a plan of another cache", decode(func(r *core.PlanRequest) { r.Shape.NumPages = 301 }), func() (*core.Plan, []core.KernelModule) {
+			return plan(dense, decode(nil)), devkernels.Spec()
+		}, `tensor "kv_cache" declared as bf16 [300 64 576] (output false), the batch gives bf16 [301 64 576] (output false)`},
+		{"an output no launch writes", decode(nil), noLSE, `no launch binds tensor "lse", an output the kernels never write`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, mods := tc.plan()
+			err := launch.Check(p, tc.req, mods, h200)
+			var pe *launch.PlanError
+			if !errors.As(err, &pe) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a *PlanError naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCheckLeavesIndexTensorsAndEmptyTensorsUnbound: kv_indptr, seq_lens
+// and qo_indptr restate the shape a plan was asked for, so a plan that
+// carries them in its metadata need not bind them; nor need a plan bind a
+// tensor of no element (the prefixes of MHA_CHUNKED_KV without any).
+func TestCheckLeavesIndexTensorsAndEmptyTensorsUnbound(t *testing.T) {
+	p, _ := goodPlan(t) // checked there
+	for _, name := range []string{"seq_lens", "qo_indptr"} {
+		for _, l := range p.Launches {
+			for _, a := range l.Args {
+				if a.Kind == core.ArgTensor && a.Name == name {
+					t.Fatalf("the decode plan binds %s: pick a plan that does not", name)
+				}
+			}
+		}
+	}
+	chunked := &core.PlanRequest{Backend: "fa3", Method: core.MHAChunkedKV, DType: "bf16",
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722},
+		Shape:  core.PlanShape{SeqLens: []int64{300, 40}, QLens: []int64{300, 40}, ChunkCapacity: 8192},
+		Device: h200}
+	k := core.Kernel{Name: "flash_attn_varlen_func", Method: core.MHAChunkedKV, DTypes: []string{"bf16"}}
+	p, err := devkernels.Plan(k, chunked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Tensors[3].Name != "k_prefix" || p.Tensors[3].Bytes() != 0 {
+		t.Fatalf("tensor 3 is %+v, want k_prefix of no element", p.Tensors[3])
+	}
+	if err := launch.Check(p, chunked, devkernels.Spec(), h200); err != nil {
+		t.Errorf("MHA_CHUNKED_KV without a prefix: %v", err)
 	}
 }

@@ -9,18 +9,22 @@ import (
 )
 
 // hopperModule is a module whose entry takes what Hopper's kernels take: a
-// TMA descriptor, a struct by value, a pointer.
+// TMA descriptor, a struct by value, pointers.
 func hopperModule() core.KernelModule {
 	return core.KernelModule{Name: "hopper", Platform: core.PlatformCUDA, Entries: []core.Entry{{Name: "tma_copy", Params: []core.Param{
 		{Name: "src_map", Kind: core.ParamTensorMap},
 		{Name: "params", Kind: core.ParamStruct, Size: 24},
 		{Name: "out", Kind: core.ParamPtr},
+		{Name: "q", Kind: core.ParamPtr},
+		{Name: "lse", Kind: core.ParamPtr},
+		{Name: "kv_indices", Kind: core.ParamPtr},
 	}}}}
 }
 
 // hopperPlan is a plan of that entry over a decode batch's tensors: a TMA
 // descriptor over the paged cache viewed as rows, a struct of the output's
-// address, a row count and a scale, in clusters of two, programmatic.
+// address, a row count and a scale, and the other tensors the kernels
+// read and write, in clusters of two, programmatic.
 func hopperPlan(t *testing.T) (*core.Plan, *core.PlanRequest) {
 	t.Helper()
 	req := &core.PlanRequest{
@@ -46,6 +50,9 @@ func hopperPlan(t *testing.T) (*core.Plan, *core.PlanRequest) {
 					{Offset: 16, Size: 8, Arg: core.Arg{Kind: core.ArgInt, Int: 1 << 40}},
 				}},
 				{Param: "out", Kind: core.ArgTensor, Name: "out"},
+				{Param: "q", Kind: core.ArgTensor, Name: "q"},
+				{Param: "lse", Kind: core.ArgTensor, Name: "lse"},
+				{Param: "kv_indices", Kind: core.ArgTensor, Name: "kv_indices"},
 			},
 		}},
 	}
@@ -158,7 +165,10 @@ func TestCheckEntriesSizesStructsAndDescriptors(t *testing.T) {
 .visible .entry tma_copy(
 	.param .align 64 .b8 tma_copy_param_0[128],
 	.param .align 8 .b8 tma_copy_param_1[24],
-	.param .u64 .ptr .align 1 tma_copy_param_2
+	.param .u64 .ptr .align 1 tma_copy_param_2,
+	.param .u64 .ptr .align 1 tma_copy_param_3,
+	.param .u64 .ptr .align 1 tma_copy_param_4,
+	.param .u64 .ptr .align 1 tma_copy_param_5
 )
 {
 	ret;

@@ -275,6 +275,12 @@ func (r *Registry) noPlan(rt *route, why backend.Outcome) error {
 // refused when it runs another kernel than the handler's catalog names for
 // the method.
 //
+// The plugin is asked only where the catalog kernel of the method covers
+// the request (core.Kernel.Covers: its dtypes, cache dtype, head dims,
+// page size and sparsity); otherwise the answer is an error wrapping
+// core.ErrNoPlan that names what the kernel does not list, and the plugin
+// is not called.
+//
 // Plans are kept by what they depend on: every field of the request but
 // the per-batch quantities a plan declares it does not read
 // (core.Plan.Reads), so that a plan that holds for a batch size (a graph
@@ -299,6 +305,10 @@ func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 
 // planKernel is PlanKernel by rt, the route of req.Backend.
 func (r *Registry) planKernel(ctx context.Context, req *core.PlanRequest, rt *route) (*core.Plan, error) {
+	if err := catalogCovers(rt, req); err != nil {
+		rt.be.Log().Debug("no catalog kernel for the plan request", "backend", req.Backend, "method", req.Method.String(), "error", err)
+		return nil, err
+	}
 	plans := &r.device(rt.be).plans
 	// The modules first, kept after the first call: a plan is only as good
 	// as the modules the lock file in force lets the host load.
@@ -342,6 +352,24 @@ func (r *Registry) planKernel(ctx context.Context, req *core.PlanRequest, rt *ro
 	}
 	plans.putPlan(req, plan)
 	return plan, nil
+}
+
+// catalogCovers is the one place where the host decides whether a plugin
+// may be asked for a plan: only where the catalog kernel of req.Method of
+// the handler req.Backend lists the request's dtype, cache dtype, head
+// dims, page size and sparsity (core.Kernel.Covers). A plugin is never
+// asked for a plan its catalog does not claim, so that a field it does not
+// read (an FP8 cache, a top-k) cannot get it a plan for a request it does
+// not know. The error wraps core.ErrNoPlan and names what no kernel lists.
+func catalogCovers(rt *route, req *core.PlanRequest) error {
+	k, ok := rt.handler.Kernel(req.Method)
+	if !ok {
+		return fmt.Errorf("%w: %s's catalog has no kernel for %s", core.ErrNoPlan, req.Backend, req.Method)
+	}
+	if err := k.Covers(req); err != nil {
+		return fmt.Errorf("%s's catalog: %w", req.Backend, err)
+	}
+	return nil
 }
 
 // CheckPlan is the host's check of plan, a plugin's answer to req for the

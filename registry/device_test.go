@@ -226,6 +226,80 @@ func TestLyingPlansRefused(t *testing.T) {
 	}
 }
 
+// fp8Req and sparseReq are planReq over an FP8 cache, and on a sparse
+// layer (DeepSeek sparse attention's top-2048).
+func fp8Req(backend string) *core.PlanRequest {
+	r := planReq(backend, 0)
+	r.KVDType = "fp8_e4m3"
+	return r
+}
+
+func sparseReq(backend string) *core.PlanRequest {
+	r := planReq(backend, 0)
+	r.Dims.TopK = 2048
+	return r
+}
+
+// TestPlansOnlyForWhatTheyWereMadeFor runs the liar plugin as a plugin
+// that ignores the cache dtype (or the top-k) of a plan request: one whose
+// catalog lists a bf16 cache (a dense kernel) is never asked for an FP8
+// (a sparse) plan, and the answer names what the catalog lacks; one whose
+// catalog claims it is asked, and its plan, made for a bf16 cache (a dense
+// layer), is refused by the host's check, naming the tensor its launches
+// never read. Either way the bf16 dense plan still comes.
+func TestPlansOnlyForWhatTheyWereMadeFor(t *testing.T) {
+	for _, tc := range []struct {
+		lies  string
+		req   *core.PlanRequest
+		want  string
+		asked bool // the catalog claims the request: the plugin is asked, its plan refused
+	}{
+		{"ignores_kv_dtype", fp8Req("liar"), "liar's catalog: no device plan: kernel liar_mla_decode takes KV caches of [bf16], not kv_dtype fp8_e4m3", false},
+		{"ignores_top_k", sparseReq("liar"), "liar's catalog: no device plan: kernel liar_mla_decode is dense, and the request is sparse (dims.top_k 2048)", false},
+		{"ignores_kv_dtype,catalog_fp8", fp8Req("liar"), `no launch binds tensor "kv_scale", and the request's KV cache is kv_dtype fp8_e4m3: the plan was not made for this request`, true},
+		{"ignores_top_k,catalog_sparse", sparseReq("liar"), `no launch binds tensor "topk_indices", and the request is sparse (dims.top_k 2048): the plan was not made for this request`, true},
+	} {
+		t.Run(tc.lies, func(t *testing.T) {
+			l := openLiar(t, tc.lies, registry.Config{})
+			ctx := testContext(t)
+			for i := 0; i < 2; i++ {
+				_, err := l.r.PlanKernel(ctx, tc.req)
+				var pe *launch.PlanError
+				switch {
+				case !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), tc.want):
+					t.Fatalf("call %d: got %v, want ErrNoPlan naming %q", i, err, tc.want)
+				case errors.As(err, &pe) != tc.asked:
+					t.Errorf("call %d: errors.As(*launch.PlanError) is %v, want %v", i, !tc.asked, tc.asked)
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[tc.asked]; l.calls(t, "plan") != want {
+				t.Errorf("%d plan requests reached the plugin, want %d", l.calls(t, "plan"), want)
+			}
+			if tc.asked && !strings.Contains(l.logs.String(), string(registry.ReasonBadPlan)) {
+				t.Errorf("the refused plan was not logged with %s:\n%s", registry.ReasonBadPlan, l.logs)
+			}
+			if !tc.asked && strings.Contains(l.logs.String(), noDeviceCodeLog) {
+				t.Errorf("a request the catalog does not list was logged as a fallback:\n%s", l.logs)
+			}
+			// The catalog's own request: a plan, which the host's check passes.
+			dense := planReq("liar", 0)
+			if strings.Contains(tc.lies, "catalog_sparse") {
+				dense.Dims.TopK = 0
+				if _, err := l.r.PlanKernel(ctx, dense); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), "the request is dense") {
+					t.Errorf("a dense request to a sparse catalog: %v, want ErrNoPlan saying the request is dense", err)
+				}
+				return
+			}
+			if _, err := l.r.PlanKernel(ctx, dense); err != nil {
+				t.Errorf("the bf16 dense request: %v", err)
+			}
+		})
+	}
+}
+
+// noDeviceCodeLog is what the registry logs of a device-code fallback.
+const noDeviceCodeLog = "no device plan: the kernel runs another way"
+
 // TestPlanPluginDies checks that a plugin that dies while planning is
 // asked once more, on its restarted process, and when that one dies too
 // gives ErrNoPlan with the reason; it is restarted as after a failed

@@ -77,9 +77,10 @@
 //  6. Device code: a plugin whose description declares it hands kernel
 //     modules (Registry.KernelModules, once per device, hash-checked and
 //     pinned by the lock file) and launch plans (Registry.PlanKernel,
-//     checked by launch.Check and kept by request); every refusal is an
-//     error wrapping core.ErrNoPlan, and the caller runs the kernel
-//     another way (device.go).
+//     asked only where the handler's catalog kernel covers the request,
+//     core.Kernel.Covers; checked by launch.Check and kept by request);
+//     every refusal is an error wrapping core.ErrNoPlan, and the caller
+//     runs the kernel another way (device.go).
 //  7. Reload: Registry.Reload swaps every plugin whose binary changed,
 //     after a self-test, without failing a request in flight, and gives
 //     the plugins it keeps a fresh start. A name a plugin serves stays

@@ -207,7 +207,7 @@ func TestLockModules(t *testing.T) {
 // and lying.
 func TestConformChecksPlans(t *testing.T) {
 	if testing.Short() {
-		t.Skip("long: runs attnplug conform on the liar plugin four times (make test runs it)")
+		t.Skip("long: runs attnplug conform on the liar plugin eight times (make test runs it)")
 	}
 	tree := liarTree(t)
 	liar := filepath.Join(tree.PluginDir, "attnplug-backend-liar")
@@ -300,6 +300,19 @@ func TestConformChecksPlans(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stdout, `FAIL  device-code`) || !strings.Contains(r.stdout, `has no entry "liar_mla_split_v2"`) ||
 		!strings.Contains(r.stderr, "1 of 19 checks failed: device-code") {
 		t.Errorf("conform on a lying plugin: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	// A plugin that never reads the cache dtype (the top-k) fails, naming
+	// the request its plan was not made for.
+	for _, tc := range []struct{ lie, want string }{
+		{"ignores_kv_dtype", `liar: probe a dense layer over an FP8 cache (kv_dtype fp8_e4m3): MLA plan for 3 requests (seq_lens [1 300 4097], q_lens [1 1 1]), page size 1, 16 heads, head dims 576/512, graph false, kv_dtype fp8_e4m3: plan refused: no launch binds tensor "kv_scale"`},
+		{"ignores_top_k", `liar: probe a sparse layer (dims.top_k 2048) over a bf16 cache: MLA plan for 3 requests (seq_lens [1 300 4097], q_lens [1 1 1]), page size 1, 16 heads, head dims 576/512, graph false, top_k 2048: plan refused: no launch binds tensor "topk_indices"`},
+	} {
+		t.Setenv("ATTNPLUG_LIE", tc.lie)
+		r = host(t, tree, "", "conform", "--max-requests", "50", liar)
+		if r.code != 1 || !hasRow(r.stdout, "FAIL", "device-code") || !strings.Contains(r.stdout, tc.want) ||
+			!strings.Contains(r.stderr, "1 of 19 checks failed: device-code") {
+			t.Errorf("conform on a plugin that %s: exit %d, want it failed naming %q\n%s\n%s", strings.ReplaceAll(tc.lie, "_", " "), r.code, tc.want, r.stdout, r.stderr)
+		}
 	}
 }
 

@@ -56,8 +56,8 @@ class CudaError(RuntimeError):
 
 class TensorMismatch(ValueError):
     """A tensor bound to a plan is not the one the plan describes: a
-    missing one, or another dtype, shape, device or layout. Raised before
-    any launch."""
+    missing one, one the plan does not declare, or another dtype, shape,
+    device or layout. Raised before any launch."""
 
 
 _torch = None
@@ -801,8 +801,15 @@ class Prepared:
         """The device addresses of tensors (a dict by name) in the plan's
         order, after checking each against the plan: present, of its dtype,
         shape and device, contiguous. Raises TensorMismatch naming the
-        tensor. With only (a set of indexes in the plan's order), the others
-        are neither checked nor bound (address 0)."""
+        tensor, and for a tensor the plan does not declare (a kv_scale given
+        to a plan made for a bf16 cache, topk_indices to a dense one: the
+        plan was made for another request). With only (a set of indexes in
+        the plan's order), the others are neither checked nor bound
+        (address 0)."""
+        for name in tensors:
+            if name not in self._dtypes:
+                raise TensorMismatch("tensor %s: the plan does not declare it (it declares %s): the plan was made for "
+                                     "another request" % (name, ", ".join(s.name for s in self.specs)))
         ptrs = [0] * len(self.specs)
         for i, spec in enumerate(self.specs):
             if only is not None and i not in only:

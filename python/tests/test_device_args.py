@@ -10,7 +10,7 @@ import unittest
 
 from attnplug._pb import dispatch_pb2
 from attnplug.client import KernelModule, Launch, LaunchArg, StructField, TensorMap, TensorSpec, module_from_proto, plan_from_proto
-from attnplug.device import CudaError, _Step
+from attnplug.device import CudaError, Prepared, TensorMismatch, _Step
 
 
 class FakeDriver:
@@ -157,6 +157,63 @@ class ParamsTest(unittest.TestCase):
         with self.assertRaises(CudaError) as cm:
             _Step(FakeDriver(launch_ex=False), {"m": FakeModule(module((("x", "i32"),)))}, launch, 0, {}, SPECS)
         self.assertIn("cuLaunchKernelEx", str(cm.exception))
+
+
+class FakeTensor:
+    """What Prepared.check reads of a torch tensor."""
+
+    def __init__(self, spec, ptr, device="cuda:0"):
+        self.dtype, self.shape, self.device, self.ptr = spec.dtype, spec.shape, device, ptr
+
+    def is_contiguous(self):
+        return True
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def prepared(specs):
+    """A Prepared of a plan declaring specs, without a GPU: Prepared.check
+    alone (dtypes stand for torch's by their names)."""
+    p = Prepared.__new__(Prepared)
+    p.specs, p._dtypes, p._device = specs, {t.name: t.dtype for t in specs}, "cuda:0"
+    return p
+
+
+class CheckTest(unittest.TestCase):
+    # A plan made for a bf16 cache: no kv_scale.
+    BF16 = (TensorSpec("q", "bf16", (4, 16, 576), False), TensorSpec("kv_cache", "bf16", (8, 64, 576), False),
+            TensorSpec("kv_indices", "i32", (8,), False), TensorSpec("out", "bf16", (4, 16, 512), True))
+
+    def tensors(self, specs):
+        return {t.name: FakeTensor(t, 0x1000 * (i + 1)) for i, t in enumerate(specs)}
+
+    def test_the_declared_tensors_bind(self):
+        self.assertEqual(prepared(self.BF16).check(self.tensors(self.BF16)), [0x1000, 0x2000, 0x3000, 0x4000])
+
+    def test_a_tensor_the_plan_does_not_declare_is_refused(self):
+        # An FP8 pool's scale, given to a plan made for a bf16 cache; a
+        # sparse layer's indices, given to a dense plan.
+        for name, spec in (("kv_scale", TensorSpec("kv_scale", "f32", (1,), False)),
+                           ("topk_indices", TensorSpec("topk_indices", "i32", (4, 2048), False))):
+            t = self.tensors(self.BF16)
+            t[name] = FakeTensor(spec, 0x9000)
+            with self.assertRaises(TensorMismatch) as cm:
+                prepared(self.BF16).check(t)
+            self.assertIn("tensor %s: the plan does not declare it (it declares q, kv_cache, kv_indices, out)" % name,
+                          str(cm.exception))
+            with self.assertRaises(TensorMismatch):
+                prepared(self.BF16).check(t, only={0})  # a launch that reads q alone
+
+    def test_a_missing_or_wrong_tensor_is_refused(self):
+        t = self.tensors(self.BF16)
+        del t["kv_indices"]
+        with self.assertRaisesRegex(TensorMismatch, "tensor kv_indices: not bound"):
+            prepared(self.BF16).check(t)
+        t = self.tensors(self.BF16)
+        t["kv_cache"] = FakeTensor(TensorSpec("kv_cache", "fp8_e4m3", (8, 64, 576), False), 0x2000)
+        with self.assertRaisesRegex(TensorMismatch, "tensor kv_cache: dtype fp8_e4m3, the plan wants bf16"):
+            prepared(self.BF16).check(t)
 
 
 class DecodeTest(unittest.TestCase):

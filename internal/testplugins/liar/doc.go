@@ -31,6 +31,17 @@
 //	                the scale, neither seq_lens nor qo_indptr, which cannot
 //	                know a request's keys with pages of more than one token
 //	                nor its query rows in target verify
+//	ignores_kv_dtype never read PlanRequest.KVDType, as a plugin built before
+//	                it existed: an FP8 request gets the bf16 plan, over the
+//	                tensors launch.Tensors gives it (kv_scale among them),
+//	                which no launch binds
+//	ignores_top_k   never read Dims.TopK: a sparse request gets the dense
+//	                plan, over the sparse layout's tensors (topk_indices,
+//	                no page table), binding the page table
+//	catalog_fp8     the catalog's kernel lists fp8_e4m3 too, whatever the
+//	                plans do (with ignores_kv_dtype: a catalog that claims
+//	                what the kernels do not do, so that the host asks)
+//	catalog_sparse  the catalog's kernel is sparse, whatever the plans do
 //	image_mib=N     make the module image N MiB
 //	variant=V       build the image with V in it (a rebuilt plugin)
 //
@@ -40,5 +51,7 @@
 //
 // Without lies the plans are honest: a split-KV decode over the paged
 // cache (keys split in chunks of 256, one block per item and head) and a
-// combine launch, within every limit, which the host's check accepts.
+// combine launch, within every limit, which the host's check accepts; a
+// request the kernel does not cover (core.Kernel.Covers: an FP8 cache, a
+// sparse layer, another page size or head dims) gets no plan.
 package main

@@ -35,7 +35,8 @@ func parse(spec, log string) (lies, error) {
 		switch key {
 		case "":
 		case "unknown_entry", "unknown_module", "grid", "block", "shared", "unbound", "schedule", "shape",
-			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan", "holds_for_batch", "swapped_params", "example_plan":
+			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan", "holds_for_batch", "swapped_params", "example_plan",
+			"ignores_kv_dtype", "ignores_top_k", "catalog_fp8", "catalog_sparse":
 			l.set[key] = true
 		case "image_mib":
 			l.imageMiB, err = strconv.Atoi(val)
@@ -69,12 +70,27 @@ const (
 	chunk = 256
 )
 
-func catalog() []core.Kernel {
-	return []core.Kernel{{
+// kernel is what the plugin's kernels do: the dense MLA decode of a bf16
+// cache, pages of 1 or 64 tokens, DeepSeek's head dims.
+func kernel() core.Kernel {
+	return core.Kernel{
 		Name: kernelName, Library: "liar", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512},
 		PageSizes: []int{1, 64}, CUDAGraph: true,
 		Hardware: []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 80}},
-	}}
+	}
+}
+
+// catalog is what the plugin's catalog claims: kernel, or more with the
+// catalog_fp8 and catalog_sparse lies.
+func (l lies) catalog() []core.Kernel {
+	k := kernel()
+	if l.set["catalog_fp8"] {
+		k.DTypes = append(k.DTypes, "fp8_e4m3")
+	}
+	if l.set["catalog_sparse"] {
+		k.Sparse = true
+	}
+	return []core.Kernel{k}
 }
 
 func entries() []core.Entry {
@@ -98,7 +114,7 @@ type backend struct {
 
 func (b *backend) Describe(context.Context) (*core.Description, error) {
 	return &core.Description{Name: "liar", Version: "0.0.1-liar", DeviceCode: true, Handlers: []core.HandlerInfo{{
-		Name: "liar", Reads: core.Reads{Facts: core.FactMode}, Methods: []core.Method{core.MLA}, Kernels: catalog(),
+		Name: "liar", Reads: core.Reads{Facts: core.FactMode}, Methods: []core.Method{core.MLA}, Kernels: b.l.catalog(),
 	}}}, nil
 }
 
@@ -115,7 +131,7 @@ func (b *backend) RunKernel(ctx context.Context, req *core.KernelRequest) (*core
 	if req.Method != core.MLA {
 		return nil, fmt.Errorf("%w: no liar kernel for %s", core.ErrNoKernel, req.Method)
 	}
-	return backendkit.Run(ctx, catalog()[0], req, nil)
+	return backendkit.Run(ctx, b.l.catalog()[0], req, nil)
 }
 
 // note appends what to the call log, if any.
@@ -185,6 +201,21 @@ func (b *backend) PlanKernel(_ context.Context, req *core.PlanRequest) (*core.Pl
 	if req.Backend != "liar" {
 		return nil, fmt.Errorf("liar: %w %q", core.ErrUnknownBackend, req.Backend)
 	}
+	// What the plugin reads of the request: all of it, or, told to ignore
+	// a field, the request as a plugin built before that field existed
+	// sees it.
+	read := *req
+	if b.l.set["ignores_kv_dtype"] {
+		read.KVDType = ""
+	}
+	if b.l.set["ignores_top_k"] {
+		read.Dims.TopK = 0
+	}
+	if err := kernel().Covers(&read); err != nil {
+		return nil, fmt.Errorf("liar: %w", err)
+	}
+	// The tensors of the request, as the SDK gives them: an FP8 cache's
+	// kv_scale and a sparse layer's topk_indices among them.
 	tensors, err := launch.Tensors(req)
 	if err != nil {
 		return nil, err
