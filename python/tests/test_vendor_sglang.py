@@ -274,9 +274,9 @@ class AcmeFakeKernelTest(unittest.TestCase):
             self.assertEqual(self.paths(b), {"extend": (0, 2), "decode": (2, 0)})
             self.assertIn("q_lens[0] 100", b.stats()["paths"]["extend"]["last_reason"])
 
-    def test_page_size_off_the_catalog_falls_back_with_acmes_reason(self):
-        # acme_mla's catalog lists pages of 1 and 64 tokens: its plugin
-        # answers no plan for 16, naming why, and the fallback runs.
+    def test_page_size_off_the_catalog_falls_back_with_the_reason(self):
+        # acme_mla's catalog lists pages of 1 and 64 tokens: the host asks
+        # its plugin no plan for 16 and says why, and the fallback runs.
         mr, b, lch = self.make(page=16, strict=False)
         loop = st.DecodeLoop(mr, seed=2)
         loop.start([5, 500])
@@ -285,7 +285,8 @@ class AcmeFakeKernelTest(unittest.TestCase):
         inputs = [loop.inputs(2) for _ in loop.layers]
         self.check(mr, fb, inputs, loop.forward(b, fb, inputs), 1, 0)
         self.assertEqual(self.paths(b), {"decode": (0, 2)})
-        self.assertIn("page size 16", b.stats()["paths"]["decode"]["last_reason"])
+        self.assertIn("acme_mla_decode takes page sizes [1 64], not shape.page_size 16",
+                      b.stats()["paths"]["decode"]["last_reason"])
         # Strict mode refuses it instead, with the same reason.
         mr, b, _ = self.make(page=16)
         loop = st.DecodeLoop(mr, seed=2)
@@ -295,7 +296,7 @@ class AcmeFakeKernelTest(unittest.TestCase):
         with self.assertRaises(sb.FallbackRefused) as cm:
             loop.forward(b, fb, [loop.inputs(2) for _ in loop.layers])
         self.assertEqual(cm.exception.path, "decode")
-        self.assertIn("page size 16", cm.exception.reason)
+        self.assertIn("not shape.page_size 16", cm.exception.reason)
 
 
 @unittest.skipUnless(HAVE_GPU, "needs torch and a CUDA GPU: acme_decode's PTX runs on compute capability 8.0 or newer")
