@@ -213,6 +213,8 @@ var testEntries = []core.Entry{
 		{Name: "total", Kind: core.ParamI64}, {Name: "scale", Kind: core.ParamF32}}},
 	{Name: "none"},
 	{Name: "tma", Params: []core.Param{{Name: "n", Kind: core.ParamI32}, {Name: "q_map", Kind: core.ParamTensorMap}}},
+	{Name: "rest", Params: []core.Param{{Name: "kv_cache", Kind: core.ParamPtr}, {Name: "kv_indices", Kind: core.ParamPtr},
+		{Name: "lse", Kind: core.ParamPtr}}},
 }
 
 func testModule(name string) core.KernelModule {
@@ -231,7 +233,8 @@ func testRequest(dev core.DeviceInfo) *core.PlanRequest {
 
 // testPlan is a plan for req that launch.Check accepts: the "decode" entry
 // over q and out, a schedule in metadata, the workspace, 64 KB of shared
-// memory (more than a block has without opting in).
+// memory (more than a block has without opting in); then "rest" over the
+// other tensors of the layout that hold data (a plan binds them all).
 func testPlan(t *testing.T, req *core.PlanRequest, sched []int32) *core.Plan {
 	t.Helper()
 	ts, err := launch.Tensors(req)
@@ -246,7 +249,10 @@ func testPlan(t *testing.T, req *core.PlanRequest, sched []int32) *core.Plan {
 				{Param: "q", Kind: core.ArgTensor, Name: "q"}, {Param: "out", Kind: core.ArgTensor, Name: "out"},
 				{Param: "sched", Kind: core.ArgMeta, Name: "sched", Offset: 4}, {Param: "ws", Kind: core.ArgWorkspace, Offset: 512},
 				{Param: "n", Kind: core.ArgInt, Int: -3}, {Param: "total", Kind: core.ArgInt, Int: 1 << 40},
-				{Param: "scale", Kind: core.ArgFloat, Float: 0.5}}}}}
+				{Param: "scale", Kind: core.ArgFloat, Float: 0.5}}},
+			{Module: "m", Entry: "rest", Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}, Args: []core.Arg{
+				{Param: "kv_cache", Kind: core.ArgTensor, Name: "kv_cache"}, {Param: "kv_indices", Kind: core.ArgTensor, Name: "kv_indices"},
+				{Param: "lse", Kind: core.ArgTensor, Name: "lse"}}}}}
 }
 
 // loadedExecutor is an Executor on a fake device with the test module
