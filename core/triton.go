@@ -84,4 +84,4 @@ func (Triton) Dispatch(ctx context.Context, req *Request) (Method, error) {
 }
 
 // Version is the version of this attnplug module's core rules.
-const Version = "0.1.0"
+const Version = "0.2.0"
