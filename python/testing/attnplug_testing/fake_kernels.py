@@ -128,13 +128,15 @@ class FakePrepared:
 
 class FakeLauncher:
     """attnplug.device.Launcher's step(step, keep) over a real server's
-    plans (PlanSource, for an H200) with FakePrepared kernels. Prepared
+    plans (PlanSource, for an H200; with follow, it follows the server's
+    routes as the Launcher does) with FakePrepared kernels. Prepared
     plans are kept by the server's plan key, as the Launcher keeps them."""
 
-    def __init__(self, client, backend="fa3", device=None):
-        self.source = PlanSource(client, backend, device or H200, follow=False)
+    def __init__(self, client, backend="fa3", device=None, follow=False):
+        self.source = PlanSource(client, backend, device or H200, follow=follow)
         self.stats = {"module_loads": 1}
         self.prepared = {}
+        self.version = 0
         self.steps = []  # every step asked, as sent
         self.batch_launches = 0
         self.layer_launches = 0
@@ -145,7 +147,9 @@ class FakeLauncher:
     def step(self, step, keep=True):
         req = self.source.request(step)
         self.steps.append(req)
-        sp, _ = self.source.step(req)
+        sp, version = self.source.step(req)
+        if version != self.version:  # the route changed: nothing prepared before holds
+            self.version, self.prepared = version, {}
         p = self.prepared.get(sp.plan.key)
         if p is None:
             p = FakePrepared(self, req, sp)
