@@ -63,6 +63,12 @@ class Server:
         if user is not None:
             os.chown(self.dir, user.pw_uid, user.pw_gid)
             self.env.update(TMPDIR=self.dir, XDG_RUNTIME_DIR="")
+            if host == HOST:
+                # The checkout may sit where that user cannot reach (a
+                # clone in a 0700 temporary directory): a copy of the
+                # binaries in the server's own directory, which it can.
+                require_binaries()
+                self.host = copy_tree(os.path.join(self.dir, "tree"))
         self.args = list(args)
         self.lines = []
         self.proc = None
