@@ -42,7 +42,7 @@ func TestHopperLaunchFeatures(t *testing.T) {
 		Image: []byte(ptx), SHA256: core.ImageSHA256([]byte(ptx)), Kernels: []string{"acme_decode"},
 		Entries: []core.Entry{{Name: "tma_copy", Params: []core.Param{
 			{Name: "src_map", Kind: core.ParamTensorMap}, {Name: "params", Kind: core.ParamStruct, Size: 24}, {Name: "lse", Kind: core.ParamPtr},
-		}}}}
+		}}, {Name: "reads", Params: []core.Param{{Name: "q", Kind: core.ParamPtr}, {Name: "kv_indices", Kind: core.ParamPtr}}}}}
 	if err := e.Host.Executor().Load([]core.KernelModule{mod}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +144,11 @@ func hopperPlanFor(t *testing.T, dev core.DeviceInfo) (*core.PlanRequest, *core.
 			}},
 			{Param: "lse", Kind: core.ArgTensor, Name: "lse"},
 		},
+	}, {
+		// The tensors tma_copy does not take: a plan binds every one that
+		// holds data (launch.Check).
+		Module: "hopper_test", Entry: "reads", Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1},
+		Args: []core.Arg{{Param: "q", Kind: core.ArgTensor, Name: "q"}, {Param: "kv_indices", Kind: core.ArgTensor, Name: "kv_indices"}},
 	}}}
 	return req, p
 }

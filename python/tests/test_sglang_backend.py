@@ -675,6 +675,35 @@ class BackendGPUTest(unittest.TestCase):
             self.assertEqual(stats["fallback_layers"], 0, stats)
             self.assertEqual(stats["plugin_layers"], 2 * 5, stats)
 
+    @unittest.skipUnless(torch is not None and hasattr(torch, "float8_e4m3fn"), "needs torch with float8_e4m3fn")
+    def test_fp8_pool_matches_the_reference(self):
+        # sglang's --kv-cache-dtype fp8_e4m3: the plugin's FP8 plan over the
+        # pool as sglang stores it, against float64 of the stored values.
+        mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=4096, max_requests=8,
+                                 kv_dtype=torch.float8_e4m3fn)
+        b, _ = self.backend(mr)
+        loop = st.DecodeLoop(mr, seed=21)
+        loop.start([1, 37, 700, 2047, 64])
+        pool = mr.token_to_kv_pool
+        for n in (1, 2, 4):
+            fb = loop.decode_batch() if n == 1 else loop.verify_batch(n)
+            b.init_forward_metadata(fb)
+            inputs = [loop.inputs(fb.batch_size * n) for _ in loop.layers]
+            for split in (True, False):
+                outs = loop.forward(b, fb, inputs, split=split)
+                for i in range(2):
+                    q = torch.cat(inputs[i][:2], dim=-1)
+                    kv_lens = [x + (n if n > 1 else 0) for x in fb.seq_lens.tolist()]
+                    want = reference(pool.get_key_buffer(i).float(), mr.req_to_token_pool.req_to_token,
+                                     fb.req_pool_indices.tolist(), kv_lens, q, mr.model_config.scaling, [n] * fb.batch_size)
+                    err = rel_error(outs[i], want)
+                    self.assertLess(err, TOLERANCE, "fp8 q_len %d layer %d" % (n, i))
+                print("fp8 cache, %d query token(s) a request, %s form: rel err %.2e" % (n, "split" if split else "576", err))
+            loop.advance()
+        stats = b.stats()
+        self.assertEqual(stats["fallback_layers"], 0, stats)
+        self.assertEqual(stats["fp8_layers"], 12, stats)
+
     def test_extend_matches_the_reference(self):
         mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=4096, max_requests=8)
         b, _ = self.backend(mr)
@@ -826,7 +855,8 @@ class BackendGPUTest(unittest.TestCase):
         for _ in range(3):
             step()
         self.assertEqual(b.stats()["fallback_layers"], 6, b.stats())
-        self.assertEqual(len(rec.warnings("unreachable")), 1, rec.warnings())
+        self.assertEqual(len(rec.warnings("the server is unreachable (")), 1, rec.warnings())
+        self.assertEqual(len(rec.warnings("the fallback runs decode layers")), 1, rec.warnings())
 
 
 if __name__ == "__main__":

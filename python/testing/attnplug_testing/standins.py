@@ -475,7 +475,7 @@ class DecodeLoop:
             rtp.req_to_token[r, :n] = torch.tensor(slots, dtype=torch.int32, device=self.device)
             loc = torch.tensor(slots, dtype=torch.int64, device=self.device)
             for layer in range(pool.layer_num):
-                pool.kv_buffer[layer][loc] = self.randn(n, 1, pool.kv_cache_dim)
+                pool.kv_buffer[layer][loc] = self.randn(n, 1, pool.kv_cache_dim).to(pool.dtype)
             self.rpi.append(r)
             self.lens.append(n)
             self.last.append(slots[-1] if slots else None)
