@@ -84,9 +84,8 @@ func TestDeviceCodeCatchesLies(t *testing.T) {
 // TestDeviceRunSaysWhatRan: the plans the device-code check passes are
 // run by the device-run check, which reports what ran. Without a GPU
 // (no Options.Launch) it is NOT RUN, saying why, and no failure; the
-// report's device_code counts the plans checked and none run. With a
-// LaunchFunc it counts the plans run, those without a reference and
-// those that failed, and fails naming the batch of a failure.
+// report's device_code counts the plans checked and none run
+// (TestDeviceRunWithALaunch has a GPU stand-in).
 func TestDeviceRunSaysWhatRan(t *testing.T) {
 	opts := conformance.Options{Binary: liar, MaxRequests: 50, Probes: -1, NoLaunch: "no GPU here"}
 	r := run(t, opts)
@@ -156,12 +155,17 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 			t.Errorf("JSON: device-run %q, want not-run", c.Status)
 		}
 	}
+}
 
-	// A GPU stand-in: each plan is asked again through the planner the
-	// check hands over (the plugin as a host sees it); the target-verify
-	// batches have no reference, and one batch of 64 requests fails.
+// TestDeviceRunWithALaunch: with a LaunchFunc (a GPU stand-in: each plan
+// is asked again through the planner the check hands over, the plugin as
+// a host sees it; the target-verify batches have no reference, and one
+// batch of 64 requests fails) device-run counts the plans run, those
+// without a reference and those that failed, and fails naming the batch
+// of a failure.
+func TestDeviceRunWithALaunch(t *testing.T) {
+	opts := conformance.Options{Binary: liar, MaxRequests: 50, Probes: -1}
 	var asked int
-	opts.NoLaunch = ""
 	opts.Launch = func(ctx context.Context, kp core.KernelPlanner, req *core.PlanRequest) error {
 		if _, err := kp.KernelModules(ctx, req.Device); err != nil {
 			return err
@@ -178,8 +182,8 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 		}
 		return nil
 	}
-	r = run(t, opts)
-	c, _ = r.Check(conformance.CheckDeviceRun)
+	r := run(t, opts)
+	c, _ := r.Check(conformance.CheckDeviceRun)
 	d2 := r.DeviceCode
 	if r.Passed || c.Status != conformance.Fail || asked != 35 || d2 == nil || d2.PlansRun+d2.PlansWithoutReference != 35 ||
 		d2.PlansWithoutReference == 0 || d2.PlansFailed != 1 || d2.RanOn != "example sm_90 device" || d2.NotRun != "" ||

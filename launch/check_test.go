@@ -155,31 +155,13 @@ func TestCheckRequestBounds(t *testing.T) {
 // made for through the tensors it declares and binds. A plan of a bf16
 // cache for an FP8 request, of a dense layer for a sparse one or of
 // another batch is refused, naming what the request needs; so is a plan
-// whose launches leave a tensor of the layout unbound. The planner's own
-// plans for each request pass.
+// whose launches leave a tensor of the layout unbound
+// (TestCheckPassesPlansMadeForTheirRequest: the planner's own plans pass).
 func TestCheckRefusesPlansMadeForAnotherRequest(t *testing.T) {
-	dense := core.Kernel{Name: "flash_attn_with_kvcache", Method: core.MLA, PageSizes: []int{64}, DTypes: []string{"bf16", "fp8_e4m3"}}
-	sparse := core.Kernel{Name: "flash_mla_sparse_fwd", Method: core.MLA, PageSizes: []int{64}, DTypes: []string{"bf16", "fp8_e4m3"}, Sparse: true}
-	decode := func(edit func(*core.PlanRequest)) *core.PlanRequest {
-		r := &core.PlanRequest{Backend: "fa3", Method: core.MLA, DType: "bf16",
-			Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
-			Shape:  core.PlanShape{SeqLens: []int64{3000, 70, 9000}, QLens: []int64{1, 1, 1}, PageSize: 64, NumPages: 300},
-			Device: h200}
-		if edit != nil {
-			edit(r)
-		}
-		return r
-	}
+	dense, sparse, decode := madeForKernels()
 	fp8 := func(r *core.PlanRequest) { r.KVDType = "fp8_e4m3" }
 	topk := func(r *core.PlanRequest) { r.Dims.TopK = 2048 }
-	plan := func(k core.Kernel, r *core.PlanRequest) *core.Plan {
-		t.Helper()
-		p, err := devkernels.Plan(k, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	plan := func(k core.Kernel, r *core.PlanRequest) *core.Plan { return plannersPlan(t, k, r) }
 	// withTensors is p with the tensors of r: a plugin that calls
 	// launch.Tensors on the request and plans as it always did.
 	withTensors := func(p *core.Plan, r *core.PlanRequest) *core.Plan {
@@ -190,15 +172,6 @@ func TestCheckRefusesPlansMadeForAnotherRequest(t *testing.T) {
 		}
 		p.Tensors = ts
 		return p
-	}
-	for _, r := range []*core.PlanRequest{decode(nil), decode(fp8), decode(topk), decode(func(r *core.PlanRequest) { fp8(r); topk(r) })} {
-		k := dense
-		if r.Dims.TopK > 0 {
-			k = sparse
-		}
-		if err := launch.Check(plan(k, r), r, devkernels.Spec(), h200); err != nil {
-			t.Errorf("the planner's plan for kv_dtype %q, top_k %d: %v", r.KVDType, r.Dims.TopK, err)
-		}
 	}
 	// A plan that binds no lse: the modules' entries take none.
 	noLSE := func() (*core.Plan, []core.KernelModule) {
@@ -258,6 +231,51 @@ func TestCheckRefusesPlansMadeForAnotherRequest(t *testing.T) {
 				t.Fatalf("got %v, want a *PlanError naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// madeForKernels returns the catalog kernels of a dense and a sparse MLA
+// decode, and decode, a request of three requests that edit changes.
+func madeForKernels() (dense, sparse core.Kernel, decode func(edit func(*core.PlanRequest)) *core.PlanRequest) {
+	dense = core.Kernel{Name: "flash_attn_with_kvcache", Method: core.MLA, PageSizes: []int{64}, DTypes: []string{"bf16", "fp8_e4m3"}}
+	sparse = core.Kernel{Name: "flash_mla_sparse_fwd", Method: core.MLA, PageSizes: []int{64}, DTypes: []string{"bf16", "fp8_e4m3"}, Sparse: true}
+	decode = func(edit func(*core.PlanRequest)) *core.PlanRequest {
+		r := &core.PlanRequest{Backend: "fa3", Method: core.MLA, DType: "bf16",
+			Dims:   core.PlanDims{Heads: 16, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352},
+			Shape:  core.PlanShape{SeqLens: []int64{3000, 70, 9000}, QLens: []int64{1, 1, 1}, PageSize: 64, NumPages: 300},
+			Device: h200}
+		if edit != nil {
+			edit(r)
+		}
+		return r
+	}
+	return dense, sparse, decode
+}
+
+// plannersPlan is devkernels' plan of r for kernel k.
+func plannersPlan(t *testing.T, k core.Kernel, r *core.PlanRequest) *core.Plan {
+	t.Helper()
+	p, err := devkernels.Plan(k, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestCheckPassesPlansMadeForTheirRequest: the planner's own plans for a
+// bf16 and an FP8 cache, dense and sparse, pass the check.
+func TestCheckPassesPlansMadeForTheirRequest(t *testing.T) {
+	dense, sparse, decode := madeForKernels()
+	fp8 := func(r *core.PlanRequest) { r.KVDType = "fp8_e4m3" }
+	topk := func(r *core.PlanRequest) { r.Dims.TopK = 2048 }
+	for _, r := range []*core.PlanRequest{decode(nil), decode(fp8), decode(topk), decode(func(r *core.PlanRequest) { fp8(r); topk(r) })} {
+		k := dense
+		if r.Dims.TopK > 0 {
+			k = sparse
+		}
+		if err := launch.Check(plannersPlan(t, k, r), r, devkernels.Spec(), h200); err != nil {
+			t.Errorf("the planner's plan for kv_dtype %q, top_k %d: %v", r.KVDType, r.Dims.TopK, err)
+		}
 	}
 }
 

@@ -207,7 +207,7 @@ func TestLockModules(t *testing.T) {
 // and lying.
 func TestConformChecksPlans(t *testing.T) {
 	if testing.Short() {
-		t.Skip("long: runs attnplug conform on the liar plugin eight times (make test runs it)")
+		t.Skip("long: runs attnplug conform on the liar plugin three times (make test runs it)")
 	}
 	tree := liarTree(t)
 	liar := filepath.Join(tree.PluginDir, "attnplug-backend-liar")
@@ -273,10 +273,19 @@ func TestConformChecksPlans(t *testing.T) {
 			t.Errorf("conform --json without a GPU: device_code %+v, want plans checked, none run: no GPU here", d)
 		}
 	}
-	// No device code for the device: not checked, saying why, in text
-	// and JSON, and no failure.
+}
+
+// TestConformChecksLyingPlans runs attnplug conform on the liar plugin
+// without device code for the device (not checked, saying why, no
+// failure) and lying about its plans (a failure naming the request).
+func TestConformChecksLyingPlans(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs attnplug conform on the liar plugin five times (make test runs it)")
+	}
+	tree := liarTree(t)
+	liar := filepath.Join(tree.PluginDir, "attnplug-backend-liar")
 	t.Setenv("ATTNPLUG_LIE", "no_modules")
-	r = host(t, tree, "", "conform", "--max-requests", "50", liar)
+	r := host(t, tree, "", "conform", "--max-requests", "50", liar)
 	if r.code != 0 || !strings.Contains(r.stdout, "\nNOT CHECKED  device-code       not checked: no device code for ") ||
 		!strings.Contains(r.stdout, "; not checked here: device-code, device-run)") || strings.Contains(r.stdout, "PASS         device-code") ||
 		!strings.Contains(r.stdout, "\nNOT CHECKED  device-run        not checked: no device code for ") {
