@@ -8,14 +8,18 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/devkernels"
@@ -33,6 +37,7 @@ func run() error {
 	out := flag.String("out", "devkernels/images", "directory the images and manifest.json are written to")
 	nvcc := flag.String("nvcc", "nvcc", "the nvcc to compile with")
 	setName := flag.String("set", "kernels", "the set of device code to build: kernels (the plugins') or fill (the verification layer's)")
+	parallel := flag.Int("j", runtime.NumCPU(), "nvcc runs at once")
 	flag.Parse()
 	sets := map[string]*devkernels.Set{devkernels.Kernels.Name: devkernels.Kernels, fill.Set.Name: fill.Set}
 	set, ok := sets[*setName]
@@ -59,6 +64,10 @@ func run() error {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	// Every (module, architecture) is one nvcc run, at most -j at once;
+	// the manifest lists them in order.
+	type job struct{ name, arch string }
+	var jobs []job
 	for _, name := range names {
 		src := filepath.Join(tmp, name+".cu")
 		if err := os.WriteFile(src, []byte(sources[name]), 0o644); err != nil {
@@ -66,36 +75,62 @@ func run() error {
 		}
 		m.Sources[name] = devkernels.SourceSHA256(sources[name])
 		for _, arch := range set.Archs(name) {
-			format, mode, ext := core.FormatCUBIN, "--cubin", "cubin"
-			virtual := strings.Replace(arch, "sm_", "compute_", 1)
-			if strings.HasPrefix(arch, "compute_") {
-				format, mode, ext = core.FormatPTX, "--ptx", "ptx"
-			}
-			file := fmt.Sprintf("%s.%s.%s", name, arch, ext)
-			// -gencode names the architecture-specific targets (sm_90a)
-			// exactly; nvcc 13.0's -arch=sm_90a also runs a plain sm_90 pass.
-			target := "-arch=" + arch
-			if strings.HasSuffix(arch, "a") {
-				target = fmt.Sprintf("-gencode=arch=%s,code=%s", virtual, arch)
-			}
-			args := append([]string{target, mode}, devkernels.Flags...)
-			args = append(args, "-o", filepath.Join(*out, file), src)
-			cmd := exec.Command(*nvcc, args...)
-			cmd.Stderr = os.Stderr
-			if err := cmd.Run(); err != nil {
-				return fmt.Errorf("nvcc %s: %w", strings.Join(args, " "), err)
-			}
-			image, err := os.ReadFile(filepath.Join(*out, file))
-			if err != nil {
-				return err
-			}
-			m.Images = append(m.Images, devkernels.ManifestImage{Module: name, Arch: arch, Format: format, File: file, SHA256: core.ImageSHA256(image)})
-			fmt.Fprintf(os.Stderr, "gen: %s: %d bytes\n", file, len(image))
+			jobs = append(jobs, job{name, arch})
 		}
 	}
+	images := make([]devkernels.ManifestImage, len(jobs))
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, max(*parallel, 1))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			images[i], errs[i] = compile(*nvcc, *out, filepath.Join(tmp, j.name+".cu"), j.name, j.arch)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	m.Images = images
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(*out, "manifest.json"), append(data, '\n'), 0o644)
+}
+
+// compile builds module name's source src for arch into dir: PTX for a
+// compute_XX, a cubin for an sm_XX.
+func compile(nvcc, dir, src, name, arch string) (devkernels.ManifestImage, error) {
+	format, mode, ext := core.FormatCUBIN, "--cubin", "cubin"
+	virtual := strings.Replace(arch, "sm_", "compute_", 1)
+	if strings.HasPrefix(arch, "compute_") {
+		format, mode, ext = core.FormatPTX, "--ptx", "ptx"
+	}
+	file := fmt.Sprintf("%s.%s.%s", name, arch, ext)
+	// -gencode names the architecture-specific targets (sm_90a) exactly;
+	// nvcc 13.0's -arch=sm_90a also runs a plain sm_90 pass.
+	target := "-arch=" + arch
+	if strings.HasSuffix(arch, "a") {
+		target = fmt.Sprintf("-gencode=arch=%s,code=%s", virtual, arch)
+	}
+	args := append([]string{target, mode}, devkernels.Flags...)
+	args = append(args, "-o", filepath.Join(dir, file), src)
+	var stderr bytes.Buffer
+	cmd := exec.Command(nvcc, args...)
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return devkernels.ManifestImage{}, fmt.Errorf("nvcc %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	os.Stderr.Write(stderr.Bytes())
+	image, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return devkernels.ManifestImage{}, err
+	}
+	fmt.Fprintf(os.Stderr, "gen: %s: %d bytes\n", file, len(image))
+	return devkernels.ManifestImage{Module: name, Arch: arch, Format: format, File: file, SHA256: core.ImageSHA256(image)}, nil
 }
