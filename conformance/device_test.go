@@ -95,13 +95,13 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 		t.Errorf("device-code does not say what the module needs of a driver: %s", dc.Detail)
 	}
 	if !ok || !r.Passed || dc.Status != conformance.Pass || c.Status != conformance.NotRun ||
-		c.Detail != "not run: no GPU here: 35 plans checked, none run against the float64 reference" {
+		c.Detail != "not run: no GPU here: 36 plans checked, none run against the float64 reference" {
 		t.Fatalf("without a GPU: want device-code passed and device-run not run, saying why:\n%s", text(r))
 	}
 	if s := r.Summary(); !strings.HasSuffix(s, "; not run here: device-run)") {
 		t.Errorf("summary %q does not say device-run did not run", s)
 	}
-	if !hasLine(text(r), "NOT RUN", "device-run", "not run: no GPU here: 35 plans checked") {
+	if !hasLine(text(r), "NOT RUN", "device-run", "not run: no GPU here: 36 plans checked") {
 		t.Errorf("the text report does not say NOT RUN:\n%s", text(r))
 	}
 	data, err := json.Marshal(r)
@@ -144,7 +144,7 @@ func TestDeviceRunSaysWhatRan(t *testing.T) {
 	}
 	d := back.DeviceCode
 	if !back.Passed || d == nil || d.Device != "example sm_90 device" || d.ComputeCapability != 90 || d.PlansChecked != 24 ||
-		d.NoPlan == nil || *d.NoPlan != 0 || d.Probes != 22 || d.ProbePlans != 11 || d.PlansRun == nil || *d.PlansRun != 0 || d.PlansFailed == nil || d.PlansWithoutReference == nil ||
+		d.NoPlan == nil || *d.NoPlan != 0 || d.Probes != 23 || d.ProbePlans != 12 || d.PlansRun == nil || *d.PlansRun != 0 || d.PlansFailed == nil || d.PlansWithoutReference == nil ||
 		d.RanOn != "" || d.NotRun != "no GPU here" || len(d.Modules) != 1 || d.Modules[0].Name != "liar_mla" || d.Modules[0].Arch != "compute_90" ||
 		d.Modules[0].Format != "ptx" || d.Modules[0].Floor.PTXISA != "8.0" || d.Modules[0].Floor.ImageArch != "sm_90" ||
 		d.Modules[0].Floor.MinCUDA != "12.0" || d.Modules[0].Floor.MinDriver != "525.60.13" {
@@ -185,7 +185,7 @@ func TestDeviceRunWithALaunch(t *testing.T) {
 	r := run(t, opts)
 	c, _ := r.Check(conformance.CheckDeviceRun)
 	d2 := r.DeviceCode
-	if r.Passed || c.Status != conformance.Fail || asked != 35 || d2 == nil || d2.PlansRun+d2.PlansWithoutReference != 35 ||
+	if r.Passed || c.Status != conformance.Fail || asked != 36 || d2 == nil || d2.PlansRun+d2.PlansWithoutReference != 36 ||
 		d2.PlansWithoutReference == 0 || d2.PlansFailed != 1 || d2.RanOn != "example sm_90 device" || d2.NotRun != "" ||
 		!strings.Contains(strings.Join(c.Problems, "\n"), "liar: MLA plan for 64 requests") ||
 		!strings.Contains(strings.Join(c.Problems, "\n"), "page size 64, 128 heads, head dims 576/512, graph false, run on the GPU: the outputs differ") {

@@ -29,8 +29,10 @@ type planProbe struct {
 //     (dims.top_k 2048), and an FP8 cache in a CUDA graph;
 //   - page sizes 2, 3, 16, 17, 128 and 4096;
 //   - 1, 3, 20, 127 and 1024 heads; head dims 192/128 and 512/512;
-//   - a target verify of 64 query tokens (launch.MaxQLen), one request of
-//     one key, one of 131072 keys, and 4096 requests.
+//   - a target verify of 64 query tokens (launch.MaxQLen), an extend of
+//     1000 query tokens over a prefix (more than a work request's
+//     launch.MaxQLen), one request of one key, one of 131072 keys, and
+//     4096 requests.
 //
 // The shapes are of the kernel's own sparsity, cache and page size (its
 // first, else 64), so that a probe changes one thing at a time; every
@@ -98,6 +100,7 @@ func planProbes(name string, k core.Kernel, dev core.DeviceInfo) []planProbe {
 	}
 	add(fmt.Sprintf("a target verify of %d query tokens", launch.MaxQLen),
 		base([]int64{launch.MaxQLen, 300, 4097}, []int64{launch.MaxQLen, 2, 7}))
+	add("an extend of 1000 query tokens over a prefix of 300", base([]int64{1300, 300, 4097}, []int64{1000, 2, 200}))
 	add("one request of one key", base([]int64{1}, []int64{1}))
 	add("one request of 131072 keys", base([]int64{131072}, []int64{1}))
 	rng := rand.New(rand.NewPCG(31, 37))

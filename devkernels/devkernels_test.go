@@ -2,6 +2,7 @@ package devkernels
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -522,5 +523,138 @@ func TestCombineCutsShortBatches(t *testing.T) {
 				t.Errorf("%d heads, batch %d, %d query tokens, graph %v: combine %s grid %v, want %s %v", tc.heads, tc.batch, tc.qlen, graph, l.Entry, l.Grid, tc.entry, tc.grid)
 			}
 		}
+	}
+}
+
+// TestLongExtendsAreCutIntoWorkRequests: a request of more query tokens
+// than a work request holds (launch.MaxQLen) is cut into work requests of
+// at most that many, in order, scheduled on the device by
+// mla_schedule_split, whose page-table offsets the decode reads as its
+// kv_indptr; the plan passes the host's check, in a graph or not, and one
+// that is not a graph's reads the key lengths too. Batches of MaxQLen
+// tokens or fewer keep mla_schedule and the kv_indptr tensor.
+func TestLongExtendsAreCutIntoWorkRequests(t *testing.T) {
+	seq, q := []int64{1300, 300, 4097, 65}, []int64{1000, 2, 129, 64}
+	wantSplit := []int32{}
+	for i, n := range q {
+		for off := int64(0); off < n; off += launch.MaxQLen {
+			wantSplit = append(wantSplit, int32(i), int32(off), int32(min(launch.MaxQLen, n-off)))
+		}
+	}
+	for _, heads := range []int{16, 128} {
+		for _, graph := range []bool{false, true} {
+			req := request(heads, 64, seq, q, graph)
+			if graph {
+				req.Shape.MaxSeqLen = 8192
+				req.Shape.NumPages = 8192/64 + 1
+			}
+			p, err := Plan(fa3MLA, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := launch.Check(p, req, Spec(), h200); err != nil {
+				t.Fatalf("%d heads graph %v (%s): %v", heads, graph, p.Note, err)
+			}
+			want := core.PlanReadsDeclared | core.PlanReadsQLens
+			if !graph {
+				want |= core.PlanReadsSeqLens
+			}
+			if p.Reads != want {
+				t.Errorf("%d heads graph %v: reads %v, want %v", heads, graph, p.Reads, want)
+			}
+			if len(p.Metadata) != 1 || p.Metadata[0].Name != "split" || !slices.Equal(p.Metadata[0].Int32s, wantSplit) {
+				t.Fatalf("%d heads graph %v: metadata %+v, want the split map %v", heads, graph, p.Metadata, wantSplit)
+			}
+			s, d := p.Launches[0], p.Launches[1]
+			var work, kvIndptr core.Arg
+			for _, a := range s.Args {
+				if a.Param == "work_indptr" {
+					work = a
+				}
+			}
+			for _, a := range d.Args {
+				if a.Param == "kv_indptr" {
+					kvIndptr = a
+				}
+			}
+			works := int64(len(wantSplit) / 3)
+			switch {
+			case s.Entry != EntryScheduleSplit || !s.PerBatch:
+				t.Errorf("%d heads graph %v: first launch %s (per batch %v), want %s", heads, graph, s.Entry, s.PerBatch, EntryScheduleSplit)
+			case work.Kind != core.ArgWorkspace || !reflect.DeepEqual(kvIndptr, core.Arg{Param: "kv_indptr", Kind: core.ArgWorkspace, Offset: work.Offset}):
+				t.Errorf("%d heads graph %v: the decode reads kv_indptr %+v, the schedule writes %+v", heads, graph, kvIndptr, work)
+			case work.Offset+4*works > p.WorkspaceBytes:
+				t.Errorf("%d heads graph %v: %d work requests' offsets at %d past the workspace of %d bytes", heads, graph, works, work.Offset, p.WorkspaceBytes)
+			case !strings.Contains(p.Note, fmt.Sprintf("%d work request(s) of at most %d query tokens", works, launch.MaxQLen)):
+				t.Errorf("%d heads graph %v: note %q", heads, graph, p.Note)
+			}
+		}
+	}
+	req := request(16, 64, seq, []int64{64, 2, 64, 64}, true)
+	req.Shape.MaxSeqLen, req.Shape.NumPages = 8192, 8192/64+1
+	p, err := Plan(fa3MLA, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Launches[0].Entry != EntrySchedule || len(p.Metadata) != 0 || !reflect.DeepEqual(p.Launches[1].Args[2], tensorArg("kv_indptr")) {
+		t.Errorf("a batch of %d query tokens a request at most: %s, metadata %+v, kv_indptr %+v", launch.MaxQLen, p.Launches[0].Entry, p.Metadata, p.Launches[1].Args[2])
+	}
+}
+
+// TestPrefixChunkPlans: a prefix chunk's pass (shape.prefix_chunk, sglang's
+// attn_attend_prefix_cache call) is one pass without a mask of every
+// request's new tokens over its keys in the chunk, a request without any
+// included, into out and lse: no merge, no prefix tensors, on Hopper and
+// elsewhere; the host's check accepts it, and a kernel whose catalog entry
+// takes no prefix chunks gets no request.
+func TestPrefixChunkPlans(t *testing.T) {
+	a100 := h200
+	a100.Name, a100.ComputeCapability, a100.SMs, a100.MaxSharedPerBlock = "NVIDIA A100", 80, 108, 166912
+	k := core.Kernel{Name: "flash_attn_varlen_func+merge_state", Method: core.MHAChunkedKV, DTypes: []string{"bf16"}, HeadDims: []int{192, 128}, PageSizes: []int{1}, PrefixChunks: true}
+	for _, dev := range []core.DeviceInfo{h200, a100} {
+		req := &core.PlanRequest{
+			Backend: "fa3", Method: core.MHAChunkedKV, DType: "bf16",
+			Dims:   core.PlanDims{Heads: 16, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722},
+			Shape:  core.PlanShape{SeqLens: []int64{1024, 0, 300}, QLens: []int64{500, 7, 2000}, PrefixChunk: true},
+			Device: dev,
+		}
+		if err := k.Covers(req); err != nil {
+			t.Fatal(err)
+		}
+		p, err := Plan(k, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := launch.Check(p, req, specFor(dev.ComputeCapability), dev); err != nil {
+			t.Fatalf("%s (%s): %v", dev.Name, p.Note, err)
+		}
+		var causal core.Arg
+		for _, a := range p.Launches[0].Args {
+			if a.Param == "causal" {
+				causal = a
+			}
+		}
+		if len(p.Launches) != 1 || causal.Int != 0 || p.WorkspaceBytes != 0 || !strings.HasPrefix(p.Note, "prefix chunk") {
+			t.Errorf("%s: %d launches, causal %d, workspace %d: %s", dev.Name, len(p.Launches), causal.Int, p.WorkspaceBytes, p.Note)
+		}
+		for _, ts := range p.Tensors {
+			if ts.Name == "k" && ts.Shape[0] != 1324 || ts.Name == "k_prefix" {
+				t.Errorf("%s: tensor %s %v: want k over the chunk's 1324 keys and no prefix tensors", dev.Name, ts.Name, ts.Shape)
+			}
+		}
+		var ranges []int32
+		for _, m := range p.Metadata {
+			if m.Name == "k_ranges" {
+				ranges = m.Int32s
+			}
+		}
+		if !slices.Equal(ranges, []int32{0, 1024, 1024, 1024, 1024, 1324}) {
+			t.Errorf("%s: key ranges %v", dev.Name, ranges)
+		}
+		k.PrefixChunks = false
+		if err := k.Covers(req); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), "prefix_chunk") {
+			t.Errorf("a kernel without prefix_chunks: %v", err)
+		}
+		k.PrefixChunks = true
 	}
 }

@@ -11,7 +11,7 @@ import (
 const (
 	MaxBatch     = 1 << 16
 	MaxSeqLen    = 1 << 24
-	MaxQLen      = 64 // query tokens per request of a decode (MLA) plan
+	MaxQLen      = 64 // query tokens of a work request of a dense MLA plan: a longer request is cut into work requests of MaxQLen
 	MaxHeads     = 1024
 	MaxHeadDim   = 1024
 	MaxPageSize  = 4096
@@ -23,8 +23,8 @@ const (
 
 // CheckRequest verifies a plan request's shape: positive dimensions within
 // the limits above, one query length per request, every request with at
-// least one query and at least as many keys as queries, enough pages for
-// the keys, and a plan within the bounds of a plan (core's
+// least one query and at least as many keys as queries (a prefix chunk's:
+// any keys, none included, and one key in all), enough pages for the keys, and a plan within the bounds of a plan (core's
 // PlanRequest.CheckSize: the query tokens, and the prefix chunks of
 // MHA_CHUNKED_KV). The error wraps core.ErrInvalidRequest and names the
 // field. The host checks every plan request with it before asking a
@@ -59,6 +59,8 @@ func CheckRequest(req *core.PlanRequest) error {
 		return bad("shape.chunk_capacity %d is outside [0, %d]", s.ChunkCapacity, MaxSeqLen*64)
 	case req.Device.SMs < 0 || req.Device.SMs > MaxSMs:
 		return bad("device.sms %d is outside [0, %d]", req.Device.SMs, MaxSMs)
+	case s.PrefixChunk && req.Method != core.MHAChunkedKV:
+		return bad("shape.prefix_chunk: a prefix chunk is a pass of MHA_CHUNKED_KV, the method is %s", req.Method)
 	}
 	paged := req.Method == core.MLA
 	if paged {
@@ -69,15 +71,25 @@ func CheckRequest(req *core.PlanRequest) error {
 			return bad("shape.num_pages %d is outside [1, %d]", s.NumPages, MaxNumPages)
 		}
 	}
-	maxQ := int64(MaxQLen)
-	if !paged || d.TopK > 0 {
-		// Ragged prefills, and sparse MLA (decode or an extend), whose
-		// query tokens each have their own keys.
-		maxQ = MaxSeqLen
-	}
+	// Any request may have as many query tokens as keys: a ragged
+	// prefill, a sparse MLA request (each query token has its own keys),
+	// a dense MLA extend (cut into work requests of MaxQLen tokens).
+	maxQ := int64(MaxSeqLen)
 	var keys int64
 	for i, n := range s.SeqLens {
 		q := s.QLens[i]
+		if s.PrefixChunk {
+			// The chunk's keys, none for a prefix that ended before it;
+			// every new token sees them all.
+			if n < 0 || n > MaxSeqLen {
+				return bad("shape.seq_lens[%d] %d is outside [0, %d]", i, n, MaxSeqLen)
+			}
+			if q < 1 || q > MaxSeqLen {
+				return bad("shape.q_lens[%d] %d is outside [1, %d]", i, q, MaxSeqLen)
+			}
+			keys += n
+			continue
+		}
 		if n < 1 || n > MaxSeqLen {
 			return bad("shape.seq_lens[%d] %d is outside [1, %d]", i, n, MaxSeqLen)
 		}
@@ -95,8 +107,11 @@ func CheckRequest(req *core.PlanRequest) error {
 		}
 		keys += n
 	}
-	if keys > maxTotalKeys {
+	switch {
+	case keys > maxTotalKeys:
 		return bad("shape.seq_lens add up to %d keys, more than %d", keys, int64(maxTotalKeys))
+	case s.PrefixChunk && keys == 0:
+		return bad("shape.seq_lens are all 0: a prefix chunk without a key")
 	}
 	if d.TopK > 0 {
 		var tokens int64
@@ -238,9 +253,11 @@ func SparseFP8RowBytes(d core.PlanDims) int64 {
 //	                                         prefix then new tokens, request by request
 //	                                         (keys = sum of seq_lens; MHA with no prefix:
 //	                                         the new tokens over themselves);
-//	                                         MHA_CHUNKED_KV: the new tokens' keys
-//	k_prefix, v_prefix [prefix, heads, ...]  MHA_CHUNKED_KV only: the prefixes,
-//	                                         decompressed, request by request
+//	                                         MHA_CHUNKED_KV: the new tokens' keys; its
+//	                                         prefix chunk (shape.prefix_chunk): the
+//	                                         chunk's keys, request by request
+//	k_prefix, v_prefix [prefix, heads, ...]  MHA_CHUNKED_KV only (not a prefix chunk):
+//	                                         the prefixes, decompressed, request by request
 //	out      [tokens, heads, head_dim_v]    output
 //	lse      [tokens, heads] f32            natural log-sum-exp of the scaled scores
 func raggedTensors(req *core.PlanRequest) []core.TensorSpec {
@@ -252,7 +269,7 @@ func raggedTensors(req *core.PlanRequest) []core.TensorSpec {
 	}
 	h, dqk, dv := int64(d.Heads), int64(d.HeadDimQK), int64(d.HeadDimV)
 	kv := keys
-	if req.Method == core.MHAChunkedKV {
+	if req.Method == core.MHAChunkedKV && !s.PrefixChunk {
 		kv = tokens
 	}
 	ts := []core.TensorSpec{
@@ -260,7 +277,7 @@ func raggedTensors(req *core.PlanRequest) []core.TensorSpec {
 		{Name: "k", DType: req.DType, Shape: []int64{kv, h, dqk}},
 		{Name: "v", DType: req.DType, Shape: []int64{kv, h, dv}},
 	}
-	if req.Method == core.MHAChunkedKV {
+	if req.Method == core.MHAChunkedKV && !s.PrefixChunk {
 		ts = append(ts,
 			core.TensorSpec{Name: "k_prefix", DType: req.DType, Shape: []int64{keys - tokens, h, dqk}},
 			core.TensorSpec{Name: "v_prefix", DType: req.DType, Shape: []int64{keys - tokens, h, dv}})

@@ -223,10 +223,10 @@ class AcmeFakeKernelTest(unittest.TestCase):
         self.graph_loop("legacy")
         self.graph_loop("legacy", q=2)
 
-    def test_long_prefill_runs_the_fallback_named(self):
+    def test_a_batch_off_the_catalog_runs_the_fallback_named(self):
         # sglang has no backend named acme_mla: the fallback is the one
-        # $ATTNPLUG_FALLBACK_BACKEND names. A prefill of more query tokens a
-        # request than an MLA plan takes (launch.MaxQLen, 64) has no plan.
+        # $ATTNPLUG_FALLBACK_BACKEND names. A pool of pages of 16 tokens,
+        # which acme_mla's catalog does not list, has no plan.
         from attnplug_testing.fake_kernels import FakeLauncher
         from attnplug_testing.torch_mla import TorchMLABackend
         saved = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.")}
@@ -247,7 +247,7 @@ class AcmeFakeKernelTest(unittest.TestCase):
         for fallback in (None, "triton"):
             if fallback:
                 os.environ[sb.ENV_FALLBACK_BACKEND] = fallback
-            mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=1024, max_requests=8,
+            mr = st.ModelRunner.make(heads=16, layers=2, page_size=16, context_len=1024, max_requests=8,
                                      device=self.device)
             launcher = FakeLauncher(self.client, BACKEND)
             self.addCleanup(launcher.close)
@@ -261,7 +261,7 @@ class AcmeFakeKernelTest(unittest.TestCase):
                 self.assertIsNone(b.fallback)
                 with self.assertRaises(sb.FallbackRefused) as cm:
                     loop.forward(b, fb, inputs)
-                self.assertIn("q_lens[0] 100", cm.exception.reason)
+                self.assertIn("not shape.page_size 16", cm.exception.reason)
                 self.assertIn("no fallback", cm.exception.reason)
                 continue
             self.assertIsInstance(b.fallback, TorchMLABackend)
@@ -271,8 +271,8 @@ class AcmeFakeKernelTest(unittest.TestCase):
             b.init_forward_metadata(fb)
             inputs = [loop.inputs(2) for _ in loop.layers]
             self.check(mr, fb, inputs, loop.forward(b, fb, inputs), 1, 0)
-            self.assertEqual(self.paths(b), {"extend": (0, 2), "decode": (2, 0)})
-            self.assertIn("q_lens[0] 100", b.stats()["paths"]["extend"]["last_reason"])
+            self.assertEqual(self.paths(b), {"extend": (0, 2), "decode": (0, 2)})
+            self.assertIn("not shape.page_size 16", b.stats()["paths"]["extend"]["last_reason"])
 
     def test_page_size_off_the_catalog_falls_back_with_the_reason(self):
         # acme_mla's catalog lists pages of 1 and 64 tokens: the host asks
