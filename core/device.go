@@ -212,6 +212,16 @@ type PlanShape struct {
 	// holds ceil(MaxSeqLen/PageSize) pages per request), so that one plan
 	// serves every step of a batch size. 0: none declared.
 	MaxSeqLen int64
+	// PrefixChunk asks, of MHA_CHUNKED_KV, for the pass over one prefix
+	// chunk alone (sglang's attn_attend_prefix_cache call): every query
+	// token of request i (QLens[i], the batch's new tokens) attends to
+	// every one of the chunk's SeqLens[i] keys, with no causal mask, and
+	// the plan writes that chunk's output and LSE, which the engine merges
+	// (merge_state). SeqLens[i] may be 0, a request whose prefix ended
+	// before the chunk: its rows get an LSE of -inf and a zero output. The
+	// host asks for it only a kernel whose catalog entry says it takes
+	// such requests (Kernel.PrefixChunks).
+	PrefixChunk bool
 }
 
 // PlanDims are the model dimensions a plan is for.

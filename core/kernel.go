@@ -70,6 +70,11 @@ type Kernel struct {
 	// positions of each query: it is asked for plans of sparse requests
 	// (PlanDims.TopK > 0) alone, and a dense kernel for dense ones alone.
 	Sparse bool
+	// PrefixChunks reports an MHA_CHUNKED_KV kernel whose planner takes
+	// the requests of one prefix chunk's pass (PlanShape.PrefixChunk): a
+	// kernel without it is asked for none, since a planner that ignores
+	// the field would plan a causal pass.
+	PrefixChunks bool
 }
 
 // Covers reports whether k's catalog entry lists what the plan request
@@ -77,7 +82,8 @@ type Kernel struct {
 // of another dtype (req.KVDType, such as "fp8_e4m3"), that dtype too;
 // HeadDims lists req.Dims.HeadDimQK and HeadDimV; for the paged MLA
 // layout, PageSizes lists req.Shape.PageSize (empty: any); and k is
-// Sparse exactly when req is (Dims.TopK > 0). An empty DTypes or HeadDims
+// Sparse exactly when req is (Dims.TopK > 0); and k takes PrefixChunks
+// where req asks for one (Shape.PrefixChunk). An empty DTypes or HeadDims
 // lists nothing. The host asks a plugin for a plan only where its catalog
 // kernel for the method covers the request, and a planner may answer
 // with this error itself. The error wraps ErrNoPlan and names the field
@@ -104,6 +110,8 @@ func (k Kernel) Covers(req *PlanRequest) error {
 		return no("is dense, and the request is sparse (dims.top_k %d)", d.TopK)
 	case d.TopK <= 0 && k.Sparse:
 		return no("is sparse (DeepSeek sparse attention), and the request is dense (no dims.top_k)")
+	case req.Shape.PrefixChunk && !k.PrefixChunks:
+		return no("takes no prefix-chunk requests (shape.prefix_chunk: its catalog entry has no prefix_chunks)")
 	}
 	return nil
 }

@@ -93,8 +93,8 @@ func (r *PlanRequest) CheckSize() error {
 	if tokens > MaxPlanTokens {
 		return NewFieldError("shape.q_lens", fmt.Sprintf("add up to more than %d query tokens, the bound of one plan (core.MaxPlanTokens); split the batch", MaxPlanTokens))
 	}
-	if r.Method != MHAChunkedKV {
-		return nil
+	if r.Method != MHAChunkedKV || s.PrefixChunk {
+		return nil // a prefix chunk's pass is one pass over the keys given
 	}
 	size, chunks := s.PrefixChunks()
 	b := int64(len(s.SeqLens))

@@ -82,6 +82,11 @@ type StepBatch struct {
 	// ChunkCapacity is MHA_CHUNKED_KV's chunk capacity (sglang's
 	// get_max_chunk_capacity()).
 	ChunkCapacity int
+	// PrefixChunk asks, of MHA_CHUNKED_KV, for the pass over one prefix
+	// chunk (sglang's attn_attend_prefix_cache call): SeqLens are each
+	// request's keys in the chunk (0 for a prefix that ended before it),
+	// QLens its new tokens (PlanShape.PrefixChunk).
+	PrefixChunk bool
 }
 
 // StepRequest asks for the plan of one forward batch of an engine.
@@ -206,10 +211,16 @@ func (s *StepRequest) check() error {
 		return invalid("batch.query_tokens", "0, and no batch.q_lens")
 	case b.ChunkCapacity < 0:
 		return invalid("batch.chunk_capacity", fmt.Sprintf("%d is negative", b.ChunkCapacity))
+	case b.PrefixChunk && s.Method != MHAChunkedKV:
+		return invalid("batch.prefix_chunk", fmt.Sprintf("a prefix chunk is a pass of MHA_CHUNKED_KV, the method is %s", s.Method))
+	}
+	least := int64(1)
+	if b.PrefixChunk {
+		least = 0 // a request whose prefix ended before the chunk
 	}
 	for i, n := range b.SeqLens {
-		if n < 1 || n > maxStepLen {
-			return invalid("batch.seq_lens", fmt.Sprintf("[%d] %d is outside [1, %d]", i, n, maxStepLen))
+		if n < least || n > maxStepLen {
+			return invalid("batch.seq_lens", fmt.Sprintf("[%d] %d is outside [%d, %d]", i, n, least, maxStepLen))
 		}
 	}
 	return nil
@@ -265,7 +276,7 @@ func (s *StepRequest) PlanRequest() (PlanRequest, int64, error) {
 			return PlanRequest{}, 0, invalid("model.v_head_dim", fmt.Sprintf("%d is more than qk_nope_head_dim %d + qk_rope_head_dim %d (%d)", m.VHeadDim, m.QKNopeHeadDim, m.QKRopeHeadDim, qk))
 		}
 		req.Dims = PlanDims{Heads: m.Heads, HeadDimQK: m.QKNopeHeadDim + m.QKRopeHeadDim, HeadDimV: m.VHeadDim, SoftmaxScale: m.SoftmaxScale}
-		req.Shape = PlanShape{SeqLens: b.SeqLens, QLens: qlens, ChunkCapacity: b.ChunkCapacity}
+		req.Shape = PlanShape{SeqLens: b.SeqLens, QLens: qlens, ChunkCapacity: b.ChunkCapacity, PrefixChunk: b.PrefixChunk}
 		return req, 0, nil
 	}
 	return PlanRequest{}, 0, invalid("method", fmt.Sprintf("%s has no device plan (MLA and the MHA methods do)", s.Method))
@@ -327,6 +338,11 @@ func (r *PlanRequest) Key(reads PlanReads) PlanKey {
 	str(r.KVDType)
 	num(int64(d.Heads), int64(d.HeadDimQK), int64(d.HeadDimV), int64(math.Float64bits(d.SoftmaxScale)), int64(d.TopK))
 	num(int64(len(s.SeqLens)), int64(s.PageSize), int64(s.NumPages), s.MaxSeqLen)
+	if s.PrefixChunk {
+		num(1)
+	} else {
+		num(0)
+	}
 	num(int64(dev.Platform))
 	str(dev.Name)
 	num(int64(dev.ComputeCapability), int64(dev.SMs), int64(dev.MaxThreadsPerBlock), int64(dev.MaxSharedPerBlock),

@@ -88,8 +88,28 @@ func TestStepKinds(t *testing.T) {
 	if err != nil || bound != 0 || req.Graph || req.Dims.HeadDimQK != 192 || req.Dims.HeadDimV != 128 || req.Shape.ChunkCapacity != 4096 || req.Shape.QLens[0] != 1000 {
 		t.Errorf("chunked prefill: %+v bound %d, %v", req, bound, err)
 	}
-	s.Batch.SeqLens, s.Batch.QLens, s.Batch.Graph = nil, nil, true
-	s.Batch.QueryTokens = 1
+	// A prefix chunk's pass: the chunk's keys of each request, none for a
+	// prefix that ended before it; a key of its own.
+	s.Batch = core.StepBatch{Size: 2, SeqLens: []int64{4096, 0}, QLens: []int64{1000, 300}, PrefixChunk: true}
+	req, _, err = s.PlanRequest()
+	if err != nil || !req.Shape.PrefixChunk || req.Shape.SeqLens[1] != 0 {
+		t.Errorf("a prefix chunk: %+v, %v", req, err)
+	}
+	k := req
+	k.Shape.PrefixChunk = false
+	if req.Key(core.PlanReadsAll) == k.Key(core.PlanReadsAll) {
+		t.Error("a prefix chunk's request shares a key with the causal pass's")
+	}
+	s.Batch.SeqLens = []int64{4096, -1}
+	if _, _, err := s.PlanRequest(); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "batch.seq_lens: [1] -1 is outside [0, ") {
+		t.Errorf("a prefix chunk of -1 keys: %v", err)
+	}
+	s.Batch.SeqLens, s.Method = []int64{4096, 0}, core.MHAOneShot
+	if _, _, err := s.PlanRequest(); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "batch.prefix_chunk") {
+		t.Errorf("a prefix chunk of MHA_ONE_SHOT: %v", err)
+	}
+	s.Method = core.MHAChunkedKV
+	s.Batch = core.StepBatch{Size: 2, Graph: true, QueryTokens: 1}
 	if _, _, err := s.PlanRequest(); !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("an MHA step in a graph: %v", err)
 	}

@@ -122,7 +122,10 @@ func prefillMap(param, name string, ts []core.TensorSpec) (core.Arg, bool) {
 //     out and lse, then for each prefix chunk (as sglang cuts them:
 //     core.PlanShape.PrefixChunks) a pass
 //     without a mask into the workspace, merged into out and lse by
-//     merge_state.
+//     merge_state;
+//   - MHA_CHUNKED_KV's pass over one prefix chunk (shape.prefix_chunk):
+//     one pass without a mask of each request's new tokens over its keys
+//     in the chunk, into out and lse.
 //
 // Blocks of 128 queries of one request and one head are ordered longest
 // first (their causal work), so the long blocks start in the first wave.
@@ -131,15 +134,20 @@ func prefillMap(param, name string, ts []core.TensorSpec) (core.Arg, bool) {
 // box; else mha_prefill (mma.sync).
 func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	s, d := req.Shape, req.Dims
-	chunked := req.Method == core.MHAChunkedKV
+	chunked := req.Method == core.MHAChunkedKV && !s.PrefixChunk
 	cuQ, keys := prefillRows(s, chunked)
 	sched := prefillSchedule(s, keys)
 	pl := &prefillPasses{req: req, tensors: tensors, blocks: len(sched) / 4, entries: map[string]int{}}
 	p := &core.Plan{
 		Tensors:  tensors,
 		Metadata: []core.MetaBuffer{{Name: "cu_q", Int32s: cuQ}, {Name: "k_ranges", Int32s: keys}, {Name: "blocks", Int32s: sched}},
-		Launches: []core.Launch{pl.pass("k", "v", prefillTensor("out", "out"), prefillTensor("lse", "lse"), "k_ranges", 1)},
 	}
+	if s.PrefixChunk {
+		p.Launches = []core.Launch{pl.pass("k", "v", prefillTensor("out", "out"), prefillTensor("lse", "lse"), "k_ranges", 0)}
+		p.Note = fmt.Sprintf("prefix chunk (%s): %d block(s) of %d queries x %d heads, every key of the chunk", pl.note(), pl.blocks, prefillBM, d.Heads)
+		return p
+	}
+	p.Launches = []core.Launch{pl.pass("k", "v", prefillTensor("out", "out"), prefillTensor("lse", "lse"), "k_ranges", 1)}
 	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal", pl.note(), pl.blocks, prefillBM, d.Heads)
 	if !chunked {
 		return p
@@ -184,6 +192,9 @@ func prefillSchedule(s core.PlanShape, keys []int32) []int32 {
 		kn := keys[2*i+1] - keys[2*i]
 		for q0 := int32(0); q0 < int32(s.QLens[i]); q0 += prefillBM {
 			last := int64(kn) - s.QLens[i] + int64(q0) + prefillBM // keys the block's last row sees
+			if s.PrefixChunk {
+				last = int64(kn) // every key of the chunk
+			}
 			blocks = append(blocks, block{int32(i), q0, min(last, int64(kn))})
 		}
 	}

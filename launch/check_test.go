@@ -135,12 +135,23 @@ func TestCheckRequestBounds(t *testing.T) {
 	_, decode := goodPlan(t)
 	sms := *decode
 	sms.Device.SMs = 1 << 30
+	chunk := func(method core.Method, seq ...int64) *core.PlanRequest {
+		r := *chunked
+		r.Method, r.Shape = method, core.PlanShape{SeqLens: seq, QLens: []int64{5, 7}, PrefixChunk: true}
+		return &r
+	}
+	if err := launch.CheckRequest(chunk(core.MHAChunkedKV, 0, 3)); err != nil {
+		t.Errorf("a prefix chunk of 0 and 3 keys under 5 and 7 new tokens: %v", err)
+	}
 	for _, tc := range []struct {
 		name, field string
 		req         *core.PlanRequest
 	}{
 		{"a million prefix chunks", "shape.chunk_capacity", chunked},
 		{"a device of a billion multiprocessors", "device.sms", &sms},
+		{"a prefix chunk of MHA_ONE_SHOT", "shape.prefix_chunk", chunk(core.MHAOneShot, 4, 4)},
+		{"a prefix chunk of no key", "shape.seq_lens are all 0", chunk(core.MHAChunkedKV, 0, 0)},
+		{"a prefix chunk of -1 keys", "shape.seq_lens[1] -1", chunk(core.MHAChunkedKV, 4, -1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := launch.CheckRequest(tc.req)

@@ -441,12 +441,13 @@ func kernelsToProto(ks []core.Kernel) []*pb.Kernel {
 	var out []*pb.Kernel
 	for _, k := range ks {
 		pk := &pb.Kernel{
-			Name:      k.Name,
-			Library:   k.Library,
-			Method:    methodToProto(k.Method),
-			Dtypes:    k.DTypes,
-			CudaGraph: k.CUDAGraph,
-			Sparse:    k.Sparse,
+			Name:         k.Name,
+			Library:      k.Library,
+			Method:       methodToProto(k.Method),
+			Dtypes:       k.DTypes,
+			CudaGraph:    k.CUDAGraph,
+			Sparse:       k.Sparse,
+			PrefixChunks: k.PrefixChunks,
 		}
 		for _, d := range k.HeadDims {
 			pk.HeadDims = append(pk.HeadDims, int32(d))
@@ -472,12 +473,13 @@ func kernelsFromProto(ks []*pb.Kernel) ([]core.Kernel, error) {
 			return nil, fmt.Errorf("kernel %q: %w", pk.GetName(), err)
 		}
 		k := core.Kernel{
-			Name:      pk.GetName(),
-			Library:   pk.GetLibrary(),
-			Method:    m,
-			DTypes:    pk.GetDtypes(),
-			CUDAGraph: pk.GetCudaGraph(),
-			Sparse:    pk.GetSparse(),
+			Name:         pk.GetName(),
+			Library:      pk.GetLibrary(),
+			Method:       m,
+			DTypes:       pk.GetDtypes(),
+			CUDAGraph:    pk.GetCudaGraph(),
+			Sparse:       pk.GetSparse(),
+			PrefixChunks: pk.GetPrefixChunks(),
 		}
 		for _, d := range pk.GetHeadDims() {
 			k.HeadDims = append(k.HeadDims, int(d))

@@ -135,7 +135,7 @@ func planRequestToProto(r *core.PlanRequest) *pb.PlanKernelRequest {
 		Shape: &pb.PlanShape{
 			SeqLens: r.Shape.SeqLens, QLens: r.Shape.QLens,
 			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages), ChunkCapacity: int64(r.Shape.ChunkCapacity),
-			MaxSeqLen: r.Shape.MaxSeqLen,
+			MaxSeqLen: r.Shape.MaxSeqLen, PrefixChunk: r.Shape.PrefixChunk,
 		},
 		Device:  deviceToProto(r.Device),
 		Graph:   r.Graph,
@@ -179,7 +179,7 @@ func planRequestFromProto(r *pb.PlanKernelRequest) (core.PlanRequest, error) {
 		Shape: core.PlanShape{
 			SeqLens: s.GetSeqLens(), QLens: s.GetQLens(),
 			PageSize: int(s.GetPageSize()), NumPages: int(s.GetNumPages()), ChunkCapacity: int(s.GetChunkCapacity()),
-			MaxSeqLen: s.GetMaxSeqLen(),
+			MaxSeqLen: s.GetMaxSeqLen(), PrefixChunk: s.GetPrefixChunk(),
 		},
 		Device:  dev,
 		Graph:   r.GetGraph(),

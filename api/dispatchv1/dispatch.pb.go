@@ -2244,7 +2244,13 @@ type PlanShape struct {
 	ChunkCapacity int64 `protobuf:"varint,5,opt,name=chunk_capacity,json=chunkCapacity,proto3" json:"chunk_capacity,omitempty"`
 	// A bound the host declares on every seq_lens entry over the plan's
 	// life; 0: none. A graph plan depends on it instead of on seq_lens.
-	MaxSeqLen     int64 `protobuf:"varint,6,opt,name=max_seq_len,json=maxSeqLen,proto3" json:"max_seq_len,omitempty"`
+	MaxSeqLen int64 `protobuf:"varint,6,opt,name=max_seq_len,json=maxSeqLen,proto3" json:"max_seq_len,omitempty"`
+	// MHA_CHUNKED_KV's pass over one prefix chunk (sglang's
+	// attn_attend_prefix_cache call): seq_lens are each request's keys in
+	// the chunk (0 allowed), every new token (q_lens) sees them all, no
+	// causal mask; out and lse are the chunk's. Asked only of a kernel whose
+	// catalog entry has prefix_chunks.
+	PrefixChunk   bool `protobuf:"varint,7,opt,name=prefix_chunk,json=prefixChunk,proto3" json:"prefix_chunk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2319,6 +2325,13 @@ func (x *PlanShape) GetMaxSeqLen() int64 {
 		return x.MaxSeqLen
 	}
 	return 0
+}
+
+func (x *PlanShape) GetPrefixChunk() bool {
+	if x != nil {
+		return x.PrefixChunk
+	}
+	return false
 }
 
 // PlanDims are the model dimensions of a plan.
@@ -3435,6 +3448,10 @@ type StepBatch struct {
 	QLens   []int64 `protobuf:"varint,5,rep,packed,name=q_lens,json=qLens,proto3" json:"q_lens,omitempty"`
 	// MHA_CHUNKED_KV's chunk capacity.
 	ChunkCapacity int64 `protobuf:"varint,6,opt,name=chunk_capacity,json=chunkCapacity,proto3" json:"chunk_capacity,omitempty"`
+	// MHA_CHUNKED_KV's pass over one prefix chunk: seq_lens are each
+	// request's keys in the chunk (0 for a prefix that ended before it),
+	// q_lens its new tokens (PlanShape.prefix_chunk).
+	PrefixChunk   bool `protobuf:"varint,7,opt,name=prefix_chunk,json=prefixChunk,proto3" json:"prefix_chunk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3509,6 +3526,13 @@ func (x *StepBatch) GetChunkCapacity() int64 {
 		return x.ChunkCapacity
 	}
 	return 0
+}
+
+func (x *StepBatch) GetPrefixChunk() bool {
+	if x != nil {
+		return x.PrefixChunk
+	}
+	return false
 }
 
 type PlanStepRequest struct {
@@ -3828,14 +3852,15 @@ const file_dispatch_proto_rawDesc = "" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x128\n" +
 	"\x06device\x18\x02 \x01(\v2 .attnplug.dispatch.v1.DeviceInfoR\x06device\"U\n" +
 	"\x15KernelModulesResponse\x12<\n" +
-	"\amodules\x18\x01 \x03(\v2\".attnplug.dispatch.v1.KernelModuleR\amodules\"\xbe\x01\n" +
+	"\amodules\x18\x01 \x03(\v2\".attnplug.dispatch.v1.KernelModuleR\amodules\"\xe1\x01\n" +
 	"\tPlanShape\x12\x19\n" +
 	"\bseq_lens\x18\x01 \x03(\x03R\aseqLens\x12\x15\n" +
 	"\x06q_lens\x18\x02 \x03(\x03R\x05qLens\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1b\n" +
 	"\tnum_pages\x18\x04 \x01(\x03R\bnumPages\x12%\n" +
 	"\x0echunk_capacity\x18\x05 \x01(\x03R\rchunkCapacity\x12\x1e\n" +
-	"\vmax_seq_len\x18\x06 \x01(\x03R\tmaxSeqLen\"\x98\x01\n" +
+	"\vmax_seq_len\x18\x06 \x01(\x03R\tmaxSeqLen\x12!\n" +
+	"\fprefix_chunk\x18\a \x01(\bR\vprefixChunk\"\x98\x01\n" +
 	"\bPlanDims\x12\x14\n" +
 	"\x05heads\x18\x01 \x01(\x05R\x05heads\x12\x1e\n" +
 	"\vhead_dim_qk\x18\x02 \x01(\x05R\theadDimQk\x12\x1c\n" +
@@ -3928,14 +3953,15 @@ const file_dispatch_proto_rawDesc = "" +
 	"\trow_width\x18\x04 \x01(\x03R\browWidth\x12\x1f\n" +
 	"\vcontext_len\x18\x05 \x01(\x03R\n" +
 	"contextLen\x12\x19\n" +
-	"\bkv_dtype\x18\x06 \x01(\tR\akvDtype\"\xb1\x01\n" +
+	"\bkv_dtype\x18\x06 \x01(\tR\akvDtype\"\xd4\x01\n" +
 	"\tStepBatch\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x05R\x04size\x12!\n" +
 	"\fquery_tokens\x18\x02 \x01(\x05R\vqueryTokens\x12\x14\n" +
 	"\x05graph\x18\x03 \x01(\bR\x05graph\x12\x19\n" +
 	"\bseq_lens\x18\x04 \x03(\x03R\aseqLens\x12\x15\n" +
 	"\x06q_lens\x18\x05 \x03(\x03R\x05qLens\x12%\n" +
-	"\x0echunk_capacity\x18\x06 \x01(\x03R\rchunkCapacity\"\xf4\x02\n" +
+	"\x0echunk_capacity\x18\x06 \x01(\x03R\rchunkCapacity\x12!\n" +
+	"\fprefix_chunk\x18\a \x01(\bR\vprefixChunk\"\xf4\x02\n" +
 	"\x0fPlanStepRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x125\n" +
 	"\x04mode\x18\x02 \x01(\x0e2!.attnplug.dispatch.v1.ForwardModeR\x04mode\x124\n" +

@@ -456,7 +456,8 @@ class Client:
         dtype when it is not dtype, "fp8_e4m3"), dims (heads, head_dim_qk,
         head_dim_v, softmax_scale, top_k for a sparse kernel: DeepSeek
         sparse attention), shape (seq_lens, q_lens, page_size,
-        num_pages, chunk_capacity, max_seq_len), device (as kernel_modules
+        num_pages, chunk_capacity, max_seq_len, prefix_chunk: the pass of
+        MHA_CHUNKED_KV over one prefix chunk), device (as kernel_modules
         takes it) and graph. Raises NoPlan when the kernel has no device plan
         for it, ServerError (INVALID_ARGUMENT) for a malformed request."""
         resp = self._call(_KERNELS, "PlanKernel", plan_request_to_proto(request), timeout=max(self.timeout, 30.0))
@@ -472,7 +473,9 @@ class Client:
         qk_nope_head_dim, v_head_dim, softmax_scale, index_topk), pool
         (page_size, slots, max_tokens, row_width, context_len, kv_dtype:
         "bf16" or "fp8_e4m3"), batch (size, query_tokens, graph, seq_lens,
-        q_lens, chunk_capacity) and device (as kernel_modules takes it).
+        q_lens, chunk_capacity, prefix_chunk: MHA_CHUNKED_KV's pass over one
+        prefix chunk, seq_lens its keys in the chunk) and device (as
+        kernel_modules takes it).
         Raises NoPlan when the kernel has no device plan for it,
         ServerError (INVALID_ARGUMENT, naming the field) for a malformed
         step."""
@@ -822,7 +825,7 @@ def plan_request_to_proto(r):
         raise _field_error("method", "%r is not one of %s" % (method, ", ".join(METHODS)))
     dims, shape = r.get("dims") or {}, r.get("shape") or {}
     _check_keys(dims, ("heads", "head_dim_qk", "head_dim_v", "softmax_scale", "top_k"), "dims")
-    _check_keys(shape, ("seq_lens", "q_lens", "page_size", "num_pages", "chunk_capacity", "max_seq_len"), "shape")
+    _check_keys(shape, ("seq_lens", "q_lens", "page_size", "num_pages", "chunk_capacity", "max_seq_len", "prefix_chunk"), "shape")
     return dispatch_pb2.PlanKernelRequest(
         backend=str(r.get("backend", "")),
         method=dispatch_pb2.Method.Value("METHOD_" + method),
@@ -840,7 +843,8 @@ def plan_request_to_proto(r):
             page_size=_int(shape.get("page_size", 0), "shape.page_size"),
             num_pages=_int(shape.get("num_pages", 0), "shape.num_pages"),
             chunk_capacity=_int(shape.get("chunk_capacity", 0), "shape.chunk_capacity"),
-            max_seq_len=_int(shape.get("max_seq_len", 0), "shape.max_seq_len")),
+            max_seq_len=_int(shape.get("max_seq_len", 0), "shape.max_seq_len"),
+            prefix_chunk=_bool(shape.get("prefix_chunk"), "shape.prefix_chunk")),
         device=device_to_proto(r.get("device") or {}),
         graph=_bool(r.get("graph"), "graph"))
 
@@ -869,7 +873,7 @@ def step_request_to_proto(s):
     model, pool, batch = s.get("model") or {}, s.get("pool") or {}, s.get("batch") or {}
     _check_keys(model, ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "softmax_scale", "index_topk"), "model")
     _check_keys(pool, ("page_size", "slots", "max_tokens", "row_width", "context_len", "kv_dtype"), "pool")
-    _check_keys(batch, ("size", "query_tokens", "graph", "seq_lens", "q_lens", "chunk_capacity"), "batch")
+    _check_keys(batch, ("size", "query_tokens", "graph", "seq_lens", "q_lens", "chunk_capacity", "prefix_chunk"), "batch")
     return dispatch_pb2.PlanStepRequest(
         backend=str(s.get("backend", "")),
         mode=dispatch_pb2.ForwardMode.Value("FORWARD_MODE_" + mode),
@@ -886,7 +890,8 @@ def step_request_to_proto(s):
             graph=_bool(batch.get("graph"), "batch.graph"),
             seq_lens=_lens(batch.get("seq_lens") or [], "batch.seq_lens"),
             q_lens=_lens(batch.get("q_lens") or [], "batch.q_lens"),
-            chunk_capacity=_int(batch.get("chunk_capacity", 0), "batch.chunk_capacity")),
+            chunk_capacity=_int(batch.get("chunk_capacity", 0), "batch.chunk_capacity"),
+            prefix_chunk=_bool(batch.get("prefix_chunk"), "batch.prefix_chunk")),
         device=device_to_proto(s.get("device") or {}))
 
 

@@ -23,10 +23,13 @@ What runs where (docs/python.md has the table of every DeepSeek path):
   once per batch shape and a captured step replays with no RPC and no host
   work (the page table, lengths and the plan's scheduler are built on the
   device from sglang's tensors, inside the graph);
-- absorbed-MLA extend over the cache (an extend, a draft extend): the
-  plugin's MLA plan for the batch's query tokens;
-- MHA prefill without a prefix, MHA_ONE_SHOT, and the new tokens' part of
-  MHA_CHUNKED_KV (with their LSE): the plugin's MHA plan, eager;
+- absorbed-MLA extend over the cache (an extend, a draft extend), of any
+  number of query tokens a request: the plugin's MLA plan for the batch's
+  query tokens;
+- MHA prefill without a prefix, MHA_ONE_SHOT, the new tokens' part of
+  MHA_CHUNKED_KV (with their LSE) and each of its prefix chunks (output
+  and LSE of the chunk, which the model merges): the plugin's MHA plans,
+  eager;
 - everything else, and every batch without a plan (no server, no device
   code, a plugin that went away): the fallback, sglang's own backend of
   ``kernel_backend`` (or the one given), counted per path with the reason
@@ -889,40 +892,51 @@ class AttnplugMLABackend(_Base):
         """(path, output or None, why) of an MHA layer of an extend batch:
         the plugin's MHA plan for MHA (the new tokens over themselves),
         MHA_ONE_SHOT (each request's keys whole) and the new tokens of
-        MHA_CHUNKED_KV (returning their LSE too); the prefix chunks of
-        MHA_CHUNKED_KV are the fallback's."""
+        MHA_CHUNKED_KV (returning their LSE too); its prefix-chunk plan for
+        the prefix chunks of MHA_CHUNKED_KV (attn_attend_prefix_cache:
+        the output and LSE of the chunk, which sglang's model merges)."""
         torch = self._torch
-        if getattr(fb, "attn_attend_prefix_cache", None):
-            return "chunked_prefix", None, "the prefix chunks of MHA_CHUNKED_KV: not served by the plugin yet"
+        chunk = bool(getattr(fb, "attn_attend_prefix_cache", None))
+        path = "chunked_prefix" if chunk else "prefill"
         if _capturing(torch):
-            return "prefill", None, "an MHA prefill inside a CUDA graph (piecewise): not served by the plugin yet"
+            return path, None, "an MHA prefill inside a CUDA graph (piecewise): not served by the plugin yet"
         if save_kv_cache and k is not None:
-            return "prefill", None, "an MHA layer that writes the cache (the latent pool is written by the model)"
+            return path, None, "an MHA layer that writes the cache (the latent pool is written by the model)"
         prefix = _ints(getattr(fb, "extend_prefix_lens_cpu", None))
         new = _ints(getattr(fb, "extend_seq_lens_cpu", None))
         if new is None:
-            return "prefill", None, "no extend_seq_lens_cpu"
+            return path, None, "no extend_seq_lens_cpu"
         heads = int(layer.tp_q_head_num)
         if int(layer.tp_k_head_num) != heads:
-            return "prefill", None, "%d key heads for %d query heads" % (layer.tp_k_head_num, heads)
-        dqk, dv = int(layer.head_dim), int(layer.v_head_dim)
+            return path, None, "%d key heads for %d query heads" % (layer.tp_k_head_num, heads)
         tokens = sum(new)
         if q.shape[0] != tokens:
-            return "prefill", None, "%d query rows for %d new tokens" % (q.shape[0], tokens)
-        seq = [p + n for p, n in zip(prefix or [0] * len(new), new)]
-        if k.shape[0] == sum(seq):
-            keys = seq  # MHA_ONE_SHOT: the prefix and the new tokens; MHA: the new tokens
-        elif k.shape[0] == tokens:
-            keys = new  # the new tokens of MHA_CHUNKED_KV
+            return path, None, "%d query rows for %d new tokens" % (q.shape[0], tokens)
+        if chunk:
+            keys, why = _chunk_keys(fb, prefix, len(new))
+            if why is not None:
+                return path, None, why
+            if k.shape[0] != sum(keys):
+                return path, None, "%d key rows for the %d keys of prefix chunk %d" % (k.shape[0], sum(keys), fb.prefix_chunk_idx)
+            batch = {"size": len(new), "seq_lens": keys, "q_lens": new, "prefix_chunk": True}
+            prepared, why = self._step(path, "EXTEND", "MHA_CHUNKED_KV", batch, keep=False)
         else:
-            return "prefill", None, "%d key rows, neither the new tokens (%d) nor every key (%d)" % (k.shape[0], tokens, sum(seq))
-        # Each is one causal pass of every request's queries over the keys
-        # given, which is the plan of MHA_ONE_SHOT (a plugin's MHA_CHUNKED_KV
-        # plan also runs the prefix chunks, which sglang gives in later calls).
-        batch = {"size": len(new), "seq_lens": keys, "q_lens": new}
-        prepared, why = self._step("prefill", "EXTEND", "MHA_ONE_SHOT", batch, keep=False)
+            seq = [p + n for p, n in zip(prefix or [0] * len(new), new)]
+            if k.shape[0] == sum(seq):
+                keys = seq  # MHA_ONE_SHOT: the prefix and the new tokens; MHA: the new tokens
+            elif k.shape[0] == tokens:
+                keys = new  # the new tokens of MHA_CHUNKED_KV
+            else:
+                return path, None, "%d key rows, neither the new tokens (%d) nor every key (%d)" % (k.shape[0], tokens, sum(seq))
+            # Each is one causal pass of every request's queries over the
+            # keys given, which is the plan of MHA_ONE_SHOT (a plugin's
+            # MHA_CHUNKED_KV plan also runs the prefix chunks, which sglang
+            # gives in calls of their own).
+            batch = {"size": len(new), "seq_lens": keys, "q_lens": new}
+            prepared, why = self._step(path, "EXTEND", "MHA_ONE_SHOT", batch, keep=False)
         if prepared is None:
-            return "prefill", None, why
+            return path, None, why
+        dqk, dv = int(layer.head_dim), int(layer.v_head_dim)
         bf = torch.bfloat16
         t = {"q": q.reshape(tokens, heads, dqk).to(bf).contiguous(),
              "k": k.reshape(-1, heads, dqk).to(bf).contiguous(),
@@ -930,11 +944,24 @@ class AttnplugMLABackend(_Base):
              "out": torch.empty(tokens, heads, dv, dtype=bf, device=q.device),
              "lse": torch.empty(tokens, heads, dtype=torch.float32, device=q.device)}
         prepared.launch(t)
-        self._counts["prefill"]["plugin"] += 1
+        self._counts[path]["plugin"] += 1
         out = t["out"].view(tokens, heads * dv).to(q.dtype)
-        if getattr(fb, "mha_return_lse", None):
-            return "prefill", (out, t["lse"]), None
-        return "prefill", out, None
+        if chunk or getattr(fb, "mha_return_lse", None):
+            return path, (out, t["lse"]), None
+        return path, out, None
+
+
+def _chunk_keys(fb, prefix, bs):
+    """([keys of each request in the batch's current prefix chunk], None),
+    as sglang cuts the prefixes (ForwardBatchDeepSeekMHAMixin: chunk c of a
+    request is its prefix keys [c*prefix_chunk_len, min((c+1)*prefix_chunk_len,
+    prefix))), from the lengths on the host; or (None, why)."""
+    idx, size = getattr(fb, "prefix_chunk_idx", None), getattr(fb, "prefix_chunk_len", None)
+    if prefix is None or len(prefix) != bs:
+        return None, "no extend_prefix_lens_cpu for the prefix chunks"
+    if not isinstance(idx, int) or not isinstance(size, int) or idx < 0 or size < 1:
+        return None, "no prefix chunk (prefix_chunk_idx %r, prefix_chunk_len %r)" % (idx, size)
+    return [max(0, min(p, (idx + 1) * size) - idx * size) for p in prefix], None
 
 
 # ---------------------------------------------------------------- registration

@@ -254,6 +254,61 @@ def reference_mha(q, k, v, scale, seq_lens, q_lens):
     return out, lse
 
 
+def merge_state(o1, lse1, o2, lse2):
+    """sglang's merge_state_v2 in float64: the attention over the keys of
+    both states ([tokens, heads, d] outputs, [tokens, heads] LSE; an LSE of
+    -inf weighs nothing)."""
+    m = torch.maximum(lse1, lse2)
+    w1, w2 = torch.exp(lse1 - m), torch.exp(lse2 - m)
+    return (o1 * w1[..., None] + o2 * w2[..., None]) / (w1 + w2)[..., None], m + torch.log(w1 + w2)
+
+
+def check_chunked_prefix(case, b, loop, layer, fb, q, kn, vn, out_new, lse_new):
+    """MHA_CHUNKED_KV as sglang's DeepSeek model runs it over an extend of
+    [5, 11] new tokens after prefixes of [30, 7], with a chunk capacity of
+    40 (chunks of 20 keys a request): each prefix chunk through the
+    backend (attn_attend_prefix_cache), checked against float64 without a
+    mask, then merged with the new tokens' (out_new, lse_new) as the model
+    merges them: the whole is causal attention over every key."""
+    H = layer.tp_q_head_num
+    fb.extend_prefix_lens_cpu = [30, 7]
+    fb._max_chunk_capacity = 40
+    fb.prepare_chunked_prefix_cache_info()
+    case.assertEqual((fb.prefix_chunk_len, fb.num_prefix_chunks), (20, 2))
+    kp, vp = loop.randn(37, H, 192), loop.randn(37, H, 128)  # the prefixes, request by request
+    acc_o, acc_lse = out_new.view(16, H, 128).double(), lse_new.double()
+    fb.mha_return_lse = True
+    fb.set_attn_attend_prefix_cache(True)
+    for c, keys in enumerate(([20, 7], [10, 0])):
+        fb.set_prefix_chunk_idx(c)
+        rows = [torch.arange(c * 20, c * 20 + n) + start for n, start in zip(keys, (0, 30))]
+        rows = torch.cat(rows).to(kp.device)
+        with st.forward_context(st.ForwardContext(b)):
+            o, l = layer.forward(q.reshape(16, -1), kp[rows], vp[rows], fb, save_kv_cache=False)
+        want = torch.zeros(16, H, 128, dtype=torch.float64, device=q.device)
+        want_lse = torch.full((16, H), float("-inf"), dtype=torch.float64, device=q.device)
+        row = key = 0
+        for n, m in zip(keys, (5, 11)):
+            if n:
+                sc = torch.einsum("thd,khd->htk", q[row:row + m].double(), kp[rows][key:key + n].double()) * layer.scaling
+                want_lse[row:row + m] = torch.logsumexp(sc, -1).transpose(0, 1)
+                want[row:row + m] = torch.einsum("htk,khd->thd", torch.softmax(sc, -1), vp[rows][key:key + n].double())
+            row, key = row + m, key + n
+        case.assertLess(rel_error(o, want), TOLERANCE, "prefix chunk %d" % c)
+        case.assertEqual(tuple(l.shape), (16, H))
+        finite = torch.isfinite(want_lse)
+        case.assertTrue(torch.equal(torch.isfinite(l), finite), "prefix chunk %d: the LSE of a request without keys" % c)
+        case.assertLess((l.double()[finite] - want_lse[finite]).abs().max().item(), 1e-3)
+        acc_o, acc_lse = merge_state(o.view(16, H, 128).double(), l.double(), acc_o, acc_lse)
+    fb.set_attn_attend_prefix_cache(False)
+    fb.mha_return_lse = None
+    k_all = torch.cat([kp[:30], kn[:5], kp[30:], kn[5:]])
+    v_all = torch.cat([vp[:30], vn[:5], vp[30:], vn[5:]])
+    want, want_lse = reference_mha(q, k_all, v_all, layer.scaling, [35, 18], [5, 11])
+    case.assertLess(rel_error(acc_o, want), TOLERANCE, "the merged chunks and new tokens")
+    case.assertLess((acc_lse - want_lse).abs().max().item(), 1e-3)
+
+
 @unittest.skipUnless(torch is not None, "needs torch")
 class FakeKernelTest(unittest.TestCase):
     """Every DeepSeek path of the backend (steps asked, page tables,
@@ -340,9 +395,18 @@ class FakeKernelTest(unittest.TestCase):
             outs = loop.forward(b, fb, inputs)
             self.check(mr, fb, inputs, outs, None, 0, q_lens=[3, 9, 1, 30, 2])
             loop.advance()
-            self.assertEqual(self.paths(b), {"decode": (6, 0), "verify": (4, 0), "extend": (2, 0)})
-            self.assertEqual(lch.batch_launches, 6, "one scheduler launch a step")
-            self.assertEqual(b.stats()["steps_prepared"], 6)
+            # An extend of more query tokens a request than a work request
+            # holds (the host's launch.MaxQLen, 64): the same plugin plan,
+            # cut into work requests by the server's plan.
+            fb = loop.extend_batch([130, 2, 65, 1, 64])
+            b.init_forward_metadata(fb)
+            inputs = [loop.inputs(262) for _ in loop.layers]
+            outs = loop.forward(b, fb, inputs)
+            self.check(mr, fb, inputs, outs, None, 0, q_lens=[130, 2, 65, 1, 64])
+            loop.advance()
+            self.assertEqual(self.paths(b), {"decode": (6, 0), "verify": (4, 0), "extend": (4, 0)})
+            self.assertEqual(lch.batch_launches, 7, "one scheduler launch a step")
+            self.assertEqual(b.stats()["steps_prepared"], 7)
 
     def test_mha_prefill(self):
         mr, b, lch = self.make()
@@ -379,13 +443,11 @@ class FakeKernelTest(unittest.TestCase):
         self.assertLess(rel_error(out, want), TOLERANCE)
         self.assertEqual(tuple(lse.shape), (16, H))
         self.assertLess((lse.double() - want_lse).abs().max().item(), 1e-3)
-        # Its prefix chunks: the fallback's, counted with the reason.
-        fb.mha_return_lse = None
-        fb.attn_attend_prefix_cache = True
-        with st.forward_context(st.ForwardContext(b)):
-            layer.forward(q.reshape(16, -1), loop.randn(53, H, 192), loop.randn(53, H, 128), fb, save_kv_cache=False)
-        self.assertEqual(self.paths(b), {"prefill": (3, 0), "chunked_prefix": (0, 1)})
-        self.assertIn("prefix chunks", b.stats()["paths"]["chunked_prefix"]["last_reason"])
+        self.assertEqual(self.paths(b), {"prefill": (3, 0)})
+        check_chunked_prefix(self, b, loop, layer, fb, q, kn, vn, out, lse)
+        self.assertEqual(self.paths(b), {"prefill": (3, 0), "chunked_prefix": (2, 0)})
+        self.assertEqual(lch.steps[-1]["method"], "MHA_CHUNKED_KV")
+        self.assertEqual(lch.steps[-1]["batch"], {"size": 2, "seq_lens": [10, 0], "q_lens": [5, 11], "prefix_chunk": True})
 
     def graph_loop(self, protocol, q=1, steps=6, layers=4, context_len=1024, max_tokens=None, page=64):
         mr = st.ModelRunner.make(heads=16, layers=layers, page_size=page, context_len=context_len, max_requests=8,
@@ -742,8 +804,43 @@ class BackendGPUTest(unittest.TestCase):
             want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, fb.req_pool_indices.tolist(),
                              fb.seq_lens.tolist(), q, mr.model_config.scaling, [5, 60, 1])
             self.assertLess(rel_error(outs[i], want), TOLERANCE)
+        loop.advance()
+        # Extends of more query tokens a request than a work request holds
+        # (launch.MaxQLen, 64): cut into work requests by the server's plan.
+        fb = loop.extend_batch([700, 65, 129])
+        b.init_forward_metadata(fb)
+        inputs = [loop.inputs(894) for _ in loop.layers]
+        outs = loop.forward(b, fb, inputs)
+        for i in range(2):
+            q = torch.cat(inputs[i][:2], dim=-1)
+            want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, fb.req_pool_indices.tolist(),
+                             fb.seq_lens.tolist(), q, mr.model_config.scaling, [700, 65, 129])
+            err = rel_error(outs[i], want)
+            self.assertLess(err, TOLERANCE)
+            print("extend of [700, 65, 129] query tokens, layer %d: rel err %.2e" % (i, err))
         stats = b.stats()
-        self.assertEqual((stats["paths"]["prefill"]["plugin"], stats["paths"]["extend"]["plugin"]), (1, 2), stats)
+        self.assertEqual((stats["paths"]["prefill"]["plugin"], stats["paths"]["extend"]["plugin"]), (1, 4), stats)
+        self.assertEqual(stats["fallback_layers"], 0, stats)
+
+    def test_chunked_prefix_matches_the_reference(self):
+        # MHA_CHUNKED_KV as sglang's model runs it: the new tokens with
+        # their LSE, then each prefix chunk, all on the plugin's kernels,
+        # merged as the model merges them.
+        mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=4096, max_requests=8)
+        b, _ = self.backend(mr)
+        loop = st.DecodeLoop(mr, seed=5)
+        loop.start([0, 0])
+        fb = loop.extend_batch([5, 11])
+        b.init_forward_metadata(fb)
+        layer = loop.mha_layers[0]
+        H = layer.tp_q_head_num
+        q, kn, vn = loop.randn(16, H, 192), loop.randn(16, H, 192), loop.randn(16, H, 128)
+        fb.mha_return_lse = True
+        with st.forward_context(st.ForwardContext(b)):
+            out, lse = layer.forward(q.reshape(16, -1), kn, vn, fb, save_kv_cache=False)
+        check_chunked_prefix(self, b, loop, layer, fb, q, kn, vn, out, lse)
+        stats = b.stats()
+        self.assertEqual((stats["paths"]["prefill"]["plugin"], stats["paths"]["chunked_prefix"]["plugin"]), (1, 2), stats)
         self.assertEqual(stats["fallback_layers"], 0, stats)
 
     def graph_steps(self, protocol, heads=16, page=64, bs=8, layers=61, steps=200):

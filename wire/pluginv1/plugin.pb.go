@@ -838,7 +838,10 @@ type Kernel struct {
 	// What the real kernel needs (any entry); empty: anything.
 	Hardware []*Hardware `protobuf:"bytes,8,rep,name=hardware,proto3" json:"hardware,omitempty"`
 	// Whether it attends only to the DSA indexer's top-k positions.
-	Sparse        bool `protobuf:"varint,9,opt,name=sparse,proto3" json:"sparse,omitempty"`
+	Sparse bool `protobuf:"varint,9,opt,name=sparse,proto3" json:"sparse,omitempty"`
+	// Whether its planner takes MHA_CHUNKED_KV's prefix-chunk requests
+	// (PlanShape.prefix_chunk); a kernel without it is asked for none.
+	PrefixChunks  bool `protobuf:"varint,10,opt,name=prefix_chunks,json=prefixChunks,proto3" json:"prefix_chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -932,6 +935,13 @@ func (x *Kernel) GetHardware() []*Hardware {
 func (x *Kernel) GetSparse() bool {
 	if x != nil {
 		return x.Sparse
+	}
+	return false
+}
+
+func (x *Kernel) GetPrefixChunks() bool {
+	if x != nil {
+		return x.PrefixChunks
 	}
 	return false
 }
@@ -2954,7 +2964,13 @@ type PlanShape struct {
 	ChunkCapacity int64 `protobuf:"varint,5,opt,name=chunk_capacity,json=chunkCapacity,proto3" json:"chunk_capacity,omitempty"`
 	// A bound the host declares on every seq_lens entry over the plan's
 	// life; 0: none. A graph plan depends on it instead of on seq_lens.
-	MaxSeqLen     int64 `protobuf:"varint,6,opt,name=max_seq_len,json=maxSeqLen,proto3" json:"max_seq_len,omitempty"`
+	MaxSeqLen int64 `protobuf:"varint,6,opt,name=max_seq_len,json=maxSeqLen,proto3" json:"max_seq_len,omitempty"`
+	// MHA_CHUNKED_KV's pass over one prefix chunk (sglang's
+	// attn_attend_prefix_cache call): seq_lens are each request's keys in
+	// the chunk (0 allowed), every new token (q_lens) sees them all, no
+	// causal mask; out and lse are the chunk's. Asked only of a kernel whose
+	// catalog entry has prefix_chunks.
+	PrefixChunk   bool `protobuf:"varint,7,opt,name=prefix_chunk,json=prefixChunk,proto3" json:"prefix_chunk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3029,6 +3045,13 @@ func (x *PlanShape) GetMaxSeqLen() int64 {
 		return x.MaxSeqLen
 	}
 	return 0
+}
+
+func (x *PlanShape) GetPrefixChunk() bool {
+	if x != nil {
+		return x.PrefixChunk
+	}
+	return false
 }
 
 // PlanDims are the model dimensions of a plan.
@@ -3951,7 +3974,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\x05reads\x18\x04 \x01(\v2\x19.attnplug.plugin.v1.ReadsR\x05reads\x124\n" +
 	"\amethods\x18\x05 \x03(\x0e2\x1a.attnplug.plugin.v1.MethodR\amethods\x128\n" +
 	"\bhardware\x18\x06 \x03(\v2\x1c.attnplug.plugin.v1.HardwareR\bhardware\x124\n" +
-	"\akernels\x18\a \x03(\v2\x1a.attnplug.plugin.v1.KernelR\akernels\"\xaf\x02\n" +
+	"\akernels\x18\a \x03(\v2\x1a.attnplug.plugin.v1.KernelR\akernels\"\xd4\x02\n" +
 	"\x06Kernel\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\alibrary\x18\x02 \x01(\tR\alibrary\x122\n" +
@@ -3963,7 +3986,9 @@ const file_plugin_proto_rawDesc = "" +
 	"\n" +
 	"cuda_graph\x18\a \x01(\bR\tcudaGraph\x128\n" +
 	"\bhardware\x18\b \x03(\v2\x1c.attnplug.plugin.v1.HardwareR\bhardware\x12\x16\n" +
-	"\x06sparse\x18\t \x01(\bR\x06sparse\"\xa5\x02\n" +
+	"\x06sparse\x18\t \x01(\bR\x06sparse\x12#\n" +
+	"\rprefix_chunks\x18\n" +
+	" \x01(\bR\fprefixChunks\"\xa5\x02\n" +
 	"\bHardware\x12:\n" +
 	"\tplatforms\x18\x01 \x03(\x0e2\x1c.attnplug.plugin.v1.PlatformR\tplatforms\x12%\n" +
 	"\x0emin_capability\x18\x02 \x01(\x05R\rminCapability\x12%\n" +
@@ -4118,14 +4143,15 @@ const file_plugin_proto_rawDesc = "" +
 	"\x14KernelModulesRequest\x126\n" +
 	"\x06device\x18\x01 \x01(\v2\x1e.attnplug.plugin.v1.DeviceInfoR\x06device\"S\n" +
 	"\x15KernelModulesResponse\x12:\n" +
-	"\amodules\x18\x01 \x03(\v2 .attnplug.plugin.v1.KernelModuleR\amodules\"\xbe\x01\n" +
+	"\amodules\x18\x01 \x03(\v2 .attnplug.plugin.v1.KernelModuleR\amodules\"\xe1\x01\n" +
 	"\tPlanShape\x12\x19\n" +
 	"\bseq_lens\x18\x01 \x03(\x03R\aseqLens\x12\x15\n" +
 	"\x06q_lens\x18\x02 \x03(\x03R\x05qLens\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1b\n" +
 	"\tnum_pages\x18\x04 \x01(\x03R\bnumPages\x12%\n" +
 	"\x0echunk_capacity\x18\x05 \x01(\x03R\rchunkCapacity\x12\x1e\n" +
-	"\vmax_seq_len\x18\x06 \x01(\x03R\tmaxSeqLen\"\x98\x01\n" +
+	"\vmax_seq_len\x18\x06 \x01(\x03R\tmaxSeqLen\x12!\n" +
+	"\fprefix_chunk\x18\a \x01(\bR\vprefixChunk\"\x98\x01\n" +
 	"\bPlanDims\x12\x14\n" +
 	"\x05heads\x18\x01 \x01(\x05R\x05heads\x12\x1e\n" +
 	"\vhead_dim_qk\x18\x02 \x01(\x05R\theadDimQk\x12\x1c\n" +

@@ -149,7 +149,7 @@ func PlanRequestToProto(r *core.PlanRequest) *dispatchv1.PlanKernelRequest {
 		Shape: &dispatchv1.PlanShape{
 			SeqLens: r.Shape.SeqLens, QLens: r.Shape.QLens,
 			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages), ChunkCapacity: int64(r.Shape.ChunkCapacity),
-			MaxSeqLen: r.Shape.MaxSeqLen,
+			MaxSeqLen: r.Shape.MaxSeqLen, PrefixChunk: r.Shape.PrefixChunk,
 		},
 		Device:  DeviceToProto(r.Device),
 		Graph:   r.Graph,
@@ -200,7 +200,7 @@ func PlanRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, er
 		Shape: core.PlanShape{
 			SeqLens: s.GetSeqLens(), QLens: s.GetQLens(),
 			PageSize: int(s.GetPageSize()), NumPages: int(s.GetNumPages()), ChunkCapacity: int(s.GetChunkCapacity()),
-			MaxSeqLen: s.GetMaxSeqLen(),
+			MaxSeqLen: s.GetMaxSeqLen(), PrefixChunk: s.GetPrefixChunk(),
 		},
 		Device:  dev,
 		Graph:   r.GetGraph(),
@@ -337,7 +337,7 @@ func StepRequestFromProto(r *dispatchv1.PlanStepRequest) (core.StepRequest, erro
 		Pool: core.StepPool{PageSize: int(p.GetPageSize()), Slots: p.GetSlots(), MaxTokens: p.GetMaxTokens(), RowWidth: p.GetRowWidth(),
 			ContextLen: p.GetContextLen(), KVDType: p.GetKvDtype()},
 		Batch: core.StepBatch{Size: int(b.GetSize()), QueryTokens: int(b.GetQueryTokens()), Graph: b.GetGraph(),
-			SeqLens: b.GetSeqLens(), QLens: b.GetQLens(), ChunkCapacity: int(min(b.GetChunkCapacity(), math.MaxInt32))},
+			SeqLens: b.GetSeqLens(), QLens: b.GetQLens(), ChunkCapacity: int(min(b.GetChunkCapacity(), math.MaxInt32)), PrefixChunk: b.GetPrefixChunk()},
 	}, nil
 }
 
@@ -351,7 +351,7 @@ func StepRequestToProto(s *core.StepRequest) *dispatchv1.PlanStepRequest {
 		Pool: &dispatchv1.StepPool{PageSize: int32(p.PageSize), Slots: p.Slots, MaxTokens: p.MaxTokens, RowWidth: p.RowWidth,
 			ContextLen: p.ContextLen, KvDtype: p.KVDType},
 		Batch: &dispatchv1.StepBatch{Size: int32(b.Size), QueryTokens: int32(b.QueryTokens), Graph: b.Graph,
-			SeqLens: b.SeqLens, QLens: b.QLens, ChunkCapacity: int64(b.ChunkCapacity)},
+			SeqLens: b.SeqLens, QLens: b.QLens, ChunkCapacity: int64(b.ChunkCapacity), PrefixChunk: b.PrefixChunk},
 	}
 }
 

@@ -58,7 +58,7 @@ func FA3Kernels() []core.Kernel {
 	mha := []int{192, 128}
 	return append([]core.Kernel{
 		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention3, Method: core.MHAOneShot, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware()},
-		{Name: "flash_attn_varlen_func+merge_state", Library: core.LibFlashAttention3, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware()},
+		{Name: "flash_attn_varlen_func+merge_state", Library: core.LibFlashAttention3, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware(), PrefixChunks: true},
 		{Name: "flash_attn_with_kvcache", Library: core.LibFlashAttention3, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1, 16, 64}, CUDAGraph: true, Hardware: fa3Hardware()},
 	}, backendkit.FusedRoPEKernels()...)
 }
@@ -67,7 +67,7 @@ func FA3Kernels() []core.Kernel {
 // prefill per prefix chunk, on the sm100 family.
 func FA4Kernels() []core.Kernel {
 	return []core.Kernel{
-		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention4, Method: core.MHAChunkedKV, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{192, 128}, PageSizes: []int{1, 128}, Hardware: fa4Hardware()},
+		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention4, Method: core.MHAChunkedKV, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{192, 128}, PageSizes: []int{1, 128}, Hardware: fa4Hardware(), PrefixChunks: true},
 	}
 }
 

@@ -73,7 +73,7 @@ func Kernels(name string) []core.Kernel {
 	ragged := func(hw []core.Hardware) []core.Kernel {
 		return []core.Kernel{
 			{Name: "BatchPrefillWithRaggedKVCacheWrapper", Library: core.LibFlashInfer, Method: core.MHAOneShot, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: hw},
-			{Name: "BatchPrefillWithRaggedKVCacheWrapper+merge_state", Library: core.LibFlashInfer, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: hw},
+			{Name: "BatchPrefillWithRaggedKVCacheWrapper+merge_state", Library: core.LibFlashInfer, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: hw, PrefixChunks: true},
 		}
 	}
 	var ks []core.Kernel

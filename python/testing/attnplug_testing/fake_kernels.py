@@ -113,13 +113,20 @@ class FakePrepared:
         scale = self.step["model"]["softmax_scale"]
         row = key = 0
         dev = t["q"].device
+        chunk = bool(b.get("prefix_chunk"))  # a prefix chunk's pass: every key, none perhaps
         for L, m in zip(b["seq_lens"], b["q_lens"]):
+            if L == 0:
+                t["lse"][row:row + m] = float("-inf")
+                t["out"][row:row + m] = 0
+                row += m
+                continue
             q = t["q"][row:row + m].float()
             k = t["k"][key:key + L].float()
             v = t["v"][key:key + L].float()
             s = torch.einsum("thd,khd->htk", q, k) * scale
-            limit = L - m + torch.arange(m, device=dev)
-            s = s.masked_fill(~(torch.arange(L, device=dev)[None, :] <= limit[:, None])[None], float("-inf"))
+            if not chunk:
+                limit = L - m + torch.arange(m, device=dev)
+                s = s.masked_fill(~(torch.arange(L, device=dev)[None, :] <= limit[:, None])[None], float("-inf"))
             t["lse"][row:row + m] = torch.logsumexp(s, -1).transpose(0, 1)
             t["out"][row:row + m] = torch.einsum("htk,khd->thd", torch.softmax(s, -1), v).to(t["out"].dtype)
             row += m

@@ -178,7 +178,11 @@ class ForwardBatch:
         self.spec_info = spec_info
         self.attn_attend_prefix_cache = attn_attend_prefix_cache
         self.mha_return_lse = None
+        # ForwardBatchDeepSeekMHAMixin's chunked prefix: the chunk being
+        # attended to and the keys of a request in each chunk.
         self.num_prefix_chunks = None
+        self.prefix_chunk_idx = None
+        self.prefix_chunk_len = None
         self.attn_dcp_metadata = None
         self.forward_metadata_ready = False
         self._max_chunk_capacity = max_chunk_capacity
@@ -186,6 +190,23 @@ class ForwardBatch:
 
     def get_max_chunk_capacity(self):
         return self._max_chunk_capacity
+
+    def set_prefix_chunk_idx(self, idx):
+        self.prefix_chunk_idx = idx
+
+    def set_attn_attend_prefix_cache(self, attn_attend_prefix_cache):
+        self.attn_attend_prefix_cache = attn_attend_prefix_cache
+
+    def prepare_chunked_prefix_cache_info(self, device=None):
+        """The chunk length and count of the prefixes (sglang's, on the
+        host's lengths: get_max_chunk_capacity() // batch_size keys of each
+        request a chunk)."""
+        if not any(self.extend_prefix_lens_cpu or ()):
+            self.num_prefix_chunks = 0
+            return
+        self.prefix_chunk_idx = -1
+        self.prefix_chunk_len = self.get_max_chunk_capacity() // self.batch_size
+        self.num_prefix_chunks = -(-max(self.extend_prefix_lens_cpu) // self.prefix_chunk_len)
 
 
 # The forward context (model_executor/forward_context.py): where
