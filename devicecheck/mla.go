@@ -200,7 +200,11 @@ func (b *MLABatch) Cost() Cost {
 	var flops float64
 	for i, n := range c.SeqLens {
 		keys += n
-		flops += 2 * float64(c.QLens[i]*int64(c.Heads)) * float64(n) * (576 + 512)
+		// Each query token sees the keys up to its own: the prefix and the
+		// tokens before it.
+		q := c.QLens[i]
+		seen := float64(q*(n-q)) + float64(q*(q+1))/2
+		flops += 2 * float64(c.Heads) * seen * (576 + 512)
 	}
 	tokens := b.Tokens * int64(c.Heads)
 	return Cost{Bytes: float64(keys*576*2 + tokens*576*2 + tokens*512*2 + tokens*4), FLOPs: flops}

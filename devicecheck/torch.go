@@ -43,7 +43,7 @@ func RunTorch(ctx context.Context, python string, decode []MLA, prefill []Prefil
 		Prefill []shape `json:"prefill"`
 	}
 	for _, c := range decode {
-		in.Decode = append(in.Decode, shape{c.Name, c.Heads, c.SeqLens, nil, Scale})
+		in.Decode = append(in.Decode, shape{c.Name, c.Heads, c.SeqLens, c.QLens, Scale})
 	}
 	for _, c := range prefill {
 		if c.Method == core.MHAChunkedKV {

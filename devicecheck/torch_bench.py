@@ -1,8 +1,9 @@
 # torch's figures for attnplug bench --gpu: copy bandwidth, bf16 matmul
-# rate, absorbed-MLA decode as bmm-softmax-bmm, and causal prefill through
-# scaled_dot_product_attention, on the shapes read from stdin (JSON:
-# {"decode": [{name, heads, seq_lens, scale}], "prefill": [{name, heads,
-# seq_lens, q_lens, scale}]}). Prints one JSON line.
+# rate, absorbed-MLA decode and extend as bmm-softmax-bmm, and causal
+# prefill through scaled_dot_product_attention, on the shapes read from
+# stdin (JSON: {"decode": [{name, heads, seq_lens, q_lens, scale}],
+# "prefill": [{name, heads, seq_lens, q_lens, scale}]}). Prints one JSON
+# line.
 import json
 import sys
 
@@ -52,16 +53,21 @@ def main():
     out = {}
     for s in shapes:
         h, lens, scale = s["heads"], s["seq_lens"], s["scale"]
+        ql = (s.get("q_lens") or [1])[0]  # a uniform batch: 1 (decode), or an extend's new tokens
         bsz, smax = len(lens), max(lens)
-        # Layers: enough copies that one pass exceeds the L2, as in the Go run.
+        # Layers: enough copies that one pass exceeds the L2, as in the Go run
+        # (an extend's products are its cost: two).
         kv_bytes = bsz * smax * 576 * 2
-        copies = max(1, min(61, (512 << 20) // max(kv_bytes, 1)))
+        copies = max(1, min(61 if ql == 1 else 2, (512 << 20) // max(kv_bytes, 1)))
         try:
             kvs = [torch.randn(bsz, smax, 576, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
-            q = torch.randn(bsz, h, 576, device=dev, dtype=torch.bfloat16)
+            q = torch.randn(bsz, ql * h, 576, device=dev, dtype=torch.bfloat16)  # row t*h + head
             mask = None
-            if min(lens) != smax:
-                idx = torch.arange(smax, device=dev)[None, None, :]
+            idx = torch.arange(smax, device=dev)[None, None, :]
+            if ql > 1:  # causal within the extend: token t sees the keys up to len - ql + t
+                t = torch.arange(ql * h, device=dev) // h
+                mask = idx > (torch.tensor(lens, device=dev)[:, None, None] - ql + t[None, :, None])
+            elif min(lens) != smax:
                 mask = idx >= torch.tensor(lens, device=dev)[:, None, None]
             state = {"i": 0}
 
@@ -76,7 +82,7 @@ def main():
 
             # As attnplug's kernels are timed: the layers of a step captured
             # in a CUDA graph and replayed, so launches cost nothing.
-            n = max(copies, 10)
+            n = max(copies, 10 if ql == 1 else 2)
 
             def all_layers():
                 for _ in range(n):
