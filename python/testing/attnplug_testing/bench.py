@@ -2,7 +2,8 @@
 after warm-up, next to sglang's own handler in the same run, and the RPCs
 of a 61-layer forward pass. With --gpu: the plugin's MLA decode launched
 from Python (attnplug.device) on torch tensors, next to torch's
-bmm-softmax-bmm on the same tensors (gpu_main).
+bmm-softmax-bmm on the same tensors (gpu_main), and an eager decode layer
+through AttnplugMLABackend beside its kernel time (eager_main).
 
 Both registries answer the same stand-in layers and batches in one process:
 sglang's own attention_backend_handler.py (the reference file, or the one
@@ -172,7 +173,61 @@ def gpu_main(address, reps=20):
         print("%-16s %9.1f %12.1f %14.1f %12.1f %9.1f %7.2fx" % (name, layer_us, step_us, replay_us, launch_us, torch_us, torch_us / layer_us))
     print("plan requests: %d for %d shapes" % (launcher.stats["plan_requests"], len(GPU_SHAPES)))
     client.close()
+    kernel = {r["name"]: r["layer_us"] for r in rows}
+    for r in eager_main(address, kernel, reps=reps):
+        rows.append(r)
     return rows
+
+
+#: The shapes of the eager measurement: batch 1 at 4096 cached, the
+#: backend's eager target (its kernel time plus 25 us).
+EAGER_SHAPES = ((16, 1, 4096), (128, 1, 4096))
+
+
+def eager_main(address, kernel_us, reps=20, layers=8, passes=50):
+    """Times an eager decode layer through AttnplugMLABackend (sglang's
+    call: forward_decode with the split q/k of DeepSeek, writing the new
+    token's KV, on the plugin's plan; strict, so no layer runs the
+    fallback) over stand-in pools, host and device together (a pass of
+    layers, then a synchronize), next to the same shape's kernel time
+    replayed in a graph (kernel_us, by name): the host's cost of a layer is
+    the difference. Prints a table; returns its rows."""
+    import torch
+    from attnplug import Client
+    from attnplug import sglang_backend as sb
+    from attnplug_testing import standins as st
+    from attnplug_testing.torch_mla import TorchMLABackend
+    out = []
+    print("\neager decode layers through AttnplugMLABackend (%d layers a pass, %d passes, median of %d)" % (layers, passes, reps))
+    print("%-16s %9s %13s %9s" % ("shape", "eager us", "kernel us", "host us"))
+    for heads, b, s in EAGER_SHAPES:
+        mr = st.ModelRunner.make(heads=heads, layers=layers, page_size=64, context_len=2 * s, max_requests=b)
+        client = Client(address, timeout=120)
+        backend = sb.AttnplugMLABackend(mr, kernel_backend="fa3", client=client, fallback=TorchMLABackend(mr), strict=True)
+        loop = st.DecodeLoop(mr, seed=1)
+        loop.start([s - 1] * b)
+        fb = loop.decode_batch()
+        inputs = [loop.inputs(b) for _ in loop.layers]
+        backend.init_forward_metadata(fb)
+        loop.forward(backend, fb, inputs)
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter_ns()
+            for _ in range(passes):
+                loop.forward(backend, fb, inputs)
+            torch.cuda.synchronize()
+            ts.append((time.perf_counter_ns() - t0) / 1000 / (passes * layers))
+        eager = sorted(ts)[len(ts) // 2]
+        name = "h%d_b%d_s%d" % (heads, b, s)
+        k = kernel_us.get(name, 0.0)
+        stats = backend.stats()
+        assert stats["fallback_layers"] == 0, stats
+        out.append({"name": name + "_eager", "eager_layer_us": eager, "layer_us": k, "host_us": eager - k})
+        print("%-16s %9.1f %13.1f %9.1f" % (name, eager, k, eager - k))
+        backend.close()
+        client.close()
+    return out
 
 
 def main(argv=None):
