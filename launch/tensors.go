@@ -71,41 +71,9 @@ func CheckRequest(req *core.PlanRequest) error {
 			return bad("shape.num_pages %d is outside [1, %d]", s.NumPages, MaxNumPages)
 		}
 	}
-	// Any request may have as many query tokens as keys: a ragged
-	// prefill, a sparse MLA request (each query token has its own keys),
-	// a dense MLA extend (cut into work requests of MaxQLen tokens).
-	maxQ := int64(MaxSeqLen)
-	var keys int64
-	for i, n := range s.SeqLens {
-		q := s.QLens[i]
-		if s.PrefixChunk {
-			// The chunk's keys, none for a prefix that ended before it;
-			// every new token sees them all.
-			if n < 0 || n > MaxSeqLen {
-				return bad("shape.seq_lens[%d] %d is outside [0, %d]", i, n, MaxSeqLen)
-			}
-			if q < 1 || q > MaxSeqLen {
-				return bad("shape.q_lens[%d] %d is outside [1, %d]", i, q, MaxSeqLen)
-			}
-			keys += n
-			continue
-		}
-		if n < 1 || n > MaxSeqLen {
-			return bad("shape.seq_lens[%d] %d is outside [1, %d]", i, n, MaxSeqLen)
-		}
-		if q < 1 || q > maxQ || q > n {
-			return bad("shape.q_lens[%d] %d is outside [1, min(%d, seq_lens[%d] %d)]", i, q, maxQ, i, n)
-		}
-		if !paged {
-			keys += n
-			continue
-		}
-		if p := (n + int64(s.PageSize) - 1) / int64(s.PageSize); p > int64(s.NumPages) {
-			// Pages may be shared between requests (a common prefix), but
-			// one request cannot use more pages than the cache has.
-			return bad("shape.seq_lens[%d] %d needs %d pages of %d tokens, the cache has %d", i, n, p, s.PageSize, s.NumPages)
-		}
-		keys += n
+	keys, err := checkLens(s, paged)
+	if err != nil {
+		return err
 	}
 	switch {
 	case keys > maxTotalKeys:
@@ -139,6 +107,45 @@ func CheckRequest(req *core.PlanRequest) error {
 		}
 	}
 	return req.CheckSize()
+}
+
+// checkLens checks each request's keys and query tokens (CheckRequest) and
+// returns the keys of the batch. Any request may have as many query tokens
+// as keys: a ragged prefill, a sparse MLA request (each query token has
+// its own keys), a dense MLA extend (cut into work requests of MaxQLen
+// tokens); a prefix chunk's, any number over its chunk's keys, none
+// included.
+func checkLens(s core.PlanShape, paged bool) (keys int64, err error) {
+	bad := func(format string, args ...any) (int64, error) {
+		return 0, fmt.Errorf("%w: %s", core.ErrInvalidRequest, fmt.Sprintf(format, args...))
+	}
+	least := int64(1)
+	if s.PrefixChunk {
+		least = 0
+	}
+	for i, n := range s.SeqLens {
+		q := s.QLens[i]
+		if n < least || n > MaxSeqLen {
+			return bad("shape.seq_lens[%d] %d is outside [%d, %d]", i, n, least, MaxSeqLen)
+		}
+		switch {
+		case s.PrefixChunk && (q < 1 || q > MaxSeqLen):
+			return bad("shape.q_lens[%d] %d is outside [1, %d]", i, q, MaxSeqLen)
+		case !s.PrefixChunk && (q < 1 || q > n):
+			return bad("shape.q_lens[%d] %d is outside [1, seq_lens[%d] %d]", i, q, i, n)
+		}
+		if !paged {
+			keys += n
+			continue
+		}
+		if p := (n + int64(s.PageSize) - 1) / int64(s.PageSize); p > int64(s.NumPages) {
+			// Pages may be shared between requests (a common prefix), but
+			// one request cannot use more pages than the cache has.
+			return bad("shape.seq_lens[%d] %d needs %d pages of %d tokens, the cache has %d", i, n, p, s.PageSize, s.NumPages)
+		}
+		keys += n
+	}
+	return keys, nil
 }
 
 // PagesPerRequest is the page-table room a graph plan gives each request
