@@ -17,7 +17,9 @@ var PrefillScale = 1 / math.Sqrt(192)
 // Prefill is a ragged prefill batch for an MHA method (MHA, MHA_ONE_SHOT,
 // MHA_CHUNKED_KV) with DeepSeek's MHA dims (queries and keys 192 wide,
 // values 128): request i has SeqLens[i] keys, of which the last QLens[i]
-// are its new tokens, causal among themselves.
+// are its new tokens, causal among themselves. With PrefixChunk (of
+// MHA_CHUNKED_KV: a prefix chunk's pass) request i has SeqLens[i] keys of
+// the chunk, 0 allowed, and QLens[i] new tokens that see every one.
 type Prefill struct {
 	Name          string
 	Method        core.Method
@@ -25,12 +27,17 @@ type Prefill struct {
 	SeqLens       []int64 // keys per request: prefix + new tokens
 	QLens         []int64 // new tokens per request
 	ChunkCapacity int
+	PrefixChunk   bool
 	Seed          uint64
 }
 
 // Describe returns a short description of c.
 func (c Prefill) Describe() string {
-	return fmt.Sprintf("%s heads %d batch %d seq %v q %v capacity %d", c.Method, c.Heads, len(c.SeqLens), short(c.SeqLens), short(c.QLens), c.ChunkCapacity)
+	what := c.Method.String()
+	if c.PrefixChunk {
+		what += " prefix chunk"
+	}
+	return fmt.Sprintf("%s heads %d batch %d seq %v q %v capacity %d", what, c.Heads, len(c.SeqLens), short(c.SeqLens), short(c.QLens), c.ChunkCapacity)
 }
 
 func short(v []int64) string {
@@ -45,7 +52,7 @@ func (c Prefill) Request(dev core.DeviceInfo) core.PlanRequest {
 	return core.PlanRequest{
 		Method: c.Method, DType: "bf16",
 		Dims:   core.PlanDims{Heads: c.Heads, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: PrefillScale},
-		Shape:  core.PlanShape{SeqLens: c.SeqLens, QLens: c.QLens, ChunkCapacity: c.ChunkCapacity},
+		Shape:  core.PlanShape{SeqLens: c.SeqLens, QLens: c.QLens, ChunkCapacity: c.ChunkCapacity, PrefixChunk: c.PrefixChunk},
 		Device: dev,
 	}
 }
@@ -56,6 +63,10 @@ func (c Prefill) CausalFLOPs() float64 {
 	var pairs float64
 	for i, n := range c.SeqLens {
 		q := float64(c.QLens[i])
+		if c.PrefixChunk {
+			pairs += q * float64(n) // every key of the chunk
+			continue
+		}
 		p := float64(n) - q
 		pairs += q*p + q*(q+1)/2
 	}
@@ -86,7 +97,7 @@ func (c Prefill) Alloc(e *Env, copies int) (Batch, error) { return e.AllocPrefil
 
 // AllocPrefill is c.Alloc, as the *PrefillBatch it is.
 func (e *Env) AllocPrefill(c Prefill) (*PrefillBatch, error) {
-	if err := checkLens(c.SeqLens, c.QLens); err != nil {
+	if err := c.checkLens(); err != nil {
 		return nil, err
 	}
 	b := &PrefillBatch{Case: c, qSeed: c.Seed*3 + 1, kSeed: c.Seed*3 + 2, vSeed: c.Seed*3 + 3, env: e}
@@ -121,7 +132,7 @@ func (e *Env) AllocPrefill(c Prefill) (*PrefillBatch, error) {
 		if err := x.SyncStream(e.stream); err != nil {
 			return err
 		}
-		if c.Method != core.MHAChunkedKV {
+		if c.Method != core.MHAChunkedKV || c.PrefixChunk {
 			b.K, b.V = b.KFull, b.VFull
 			return nil
 		}
@@ -143,6 +154,28 @@ func (e *Env) AllocPrefill(c Prefill) (*PrefillBatch, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// checkLens refuses lengths c cannot have: each request's query tokens at
+// least one and at most its keys (a prefix chunk's: any keys, one in all).
+func (c Prefill) checkLens() error {
+	if !c.PrefixChunk {
+		return checkLens(c.SeqLens, c.QLens)
+	}
+	if len(c.SeqLens) == 0 || len(c.QLens) != len(c.SeqLens) {
+		return core.NewFieldError("seq_lens", fmt.Sprintf("%d requests with %d query lengths", len(c.SeqLens), len(c.QLens)))
+	}
+	var keys int64
+	for i, n := range c.SeqLens {
+		if n < 0 || c.QLens[i] < 1 {
+			return core.NewFieldError("seq_lens", fmt.Sprintf("request %d has %d keys in the chunk and %d query tokens", i, n, c.QLens[i]))
+		}
+		keys += n
+	}
+	if keys == 0 {
+		return core.NewFieldError("seq_lens", "a prefix chunk without a key")
+	}
+	return nil
 }
 
 // SplitChunked copies KFull/VFull into the chunked layout: each request's
@@ -192,7 +225,7 @@ func (b *PrefillBatch) Outputs() (cudaexec.Buffer, cudaexec.Buffer) { return b.O
 // Tensors are the batch's tensors by name (every layer's are the same).
 func (b *PrefillBatch) Tensors(int) devicehost.Tensors {
 	t := devicehost.Tensors{"q": b.Q, "k": b.K, "v": b.V, "out": b.Out, "lse": b.LSE}
-	if b.Case.Method == core.MHAChunkedKV {
+	if b.Case.Method == core.MHAChunkedKV && !b.Case.PrefixChunk {
 		t["k_prefix"], t["v_prefix"] = b.KPre, b.VPre
 	}
 	return t
@@ -238,13 +271,21 @@ func (b *PrefillBatch) Verify(_, maxRows int) (Check, error) {
 		tok := b.tokStart[r.req] + r.t
 		q := hashRow(b.qSeed, (tok*h+r.head)*192, make([]float64, 192))
 		seen := c.SeqLens[r.req] - c.QLens[r.req] + r.t + 1
+		if c.PrefixChunk {
+			seen = c.SeqLens[r.req]
+		}
+		ref := rowRef{out: (tok*h + r.head) * 128, lse: tok*h + r.head}
+		if seen == 0 { // a request without keys in the chunk: a zero row, an LSE of -inf
+			ref.want, ref.wantLSE = make([]float64, 128), math.Inf(-1)
+			return ref
+		}
 		key := func(j int64, buf []float64) []float64 {
 			return hashRow(b.kSeed, ((b.seqStart[r.req]+j)*h+r.head)*192, buf)
 		}
 		value := func(j int64, buf []float64) []float64 {
 			return hashRow(b.vSeed, ((b.seqStart[r.req]+j)*h+r.head)*128, buf[:128])
 		}
-		want, wantLSE := attend(q, seen, PrefillScale, key, value)
-		return rowRef{out: (tok*h + r.head) * 128, lse: tok*h + r.head, want: want, wantLSE: wantLSE}
+		ref.want, ref.wantLSE = attend(q, seen, PrefillScale, key, value)
+		return ref
 	}), nil
 }

@@ -622,3 +622,21 @@ func TestPrefillMethods(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixChunks runs MHA_CHUNKED_KV's prefix-chunk passes (sglang's
+// attn_attend_prefix_cache calls) on fa3's prefix-chunk plans against the
+// fp64 reference, outputs poisoned first: every new token over every key
+// of its request's chunk, a request without keys in the chunk a zero row
+// with an LSE of -inf.
+func TestPrefixChunks(t *testing.T) {
+	e := openEnv(t)
+	for _, c := range []devicecheck.Prefill{
+		{Name: "chunk with an empty request", Heads: 16, SeqLens: []int64{1024, 0, 300}, QLens: []int64{500, 7, 2000}, Seed: 1},
+		{Name: "one new token", Heads: 128, SeqLens: []int64{4096}, QLens: []int64{1}, Seed: 2},
+		{Name: "short chunks, long extends", Heads: 128, SeqLens: []int64{17, 130, 1}, QLens: []int64{3000, 129, 64}, Seed: 3},
+	} {
+		c.Method, c.PrefixChunk = core.MHAChunkedKV, true
+		ch := runCase(t, e, dense, c, 48)
+		t.Logf("%-28s %s: %v", c.Name, c.Describe(), ch)
+	}
+}
