@@ -233,6 +233,9 @@ func TestCheckRefusesPlansMadeForAnotherRequest(t *testing.T) {
 			return plan(dense, decode(nil)), devkernels.Spec()
 		}, `tensor "kv_cache" declared as bf16 [300 64 576] (output false), the batch gives bf16 [301 64 576] (output false)`},
 		{"an output no launch writes", decode(nil), noLSE, `no launch binds tensor "lse", an output the kernels never write`},
+		{"a causal MHA_CHUNKED_KV plan for a prefix chunk", chunkReq(true), func() (*core.Plan, []core.KernelModule) {
+			return plan(chunkKernel, chunkReq(false)), devkernels.Spec()
+		}, `tensor "k" declared as bf16 [150 16 192] (output false), the batch gives bf16 [700 16 192]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, mods := tc.plan()
@@ -243,6 +246,20 @@ func TestCheckRefusesPlansMadeForAnotherRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chunkKernel is fa3's MHA_CHUNKED_KV kernel, and chunkReq an MHA_CHUNKED_KV
+// request of 100 and 50 new tokens over 500 and 200 keys: the keys of a
+// prefix chunk (a planner that ignores shape.prefix_chunk plans it as the
+// whole method: the new tokens over themselves, then 400 and 150 keys of
+// prefix).
+var chunkKernel = core.Kernel{Name: "flash_attn_varlen_func+merge_state", Method: core.MHAChunkedKV, DTypes: []string{"bf16"}, HeadDims: []int{192, 128}, PrefixChunks: true}
+
+func chunkReq(prefixChunk bool) *core.PlanRequest {
+	return &core.PlanRequest{Backend: "fa3", Method: core.MHAChunkedKV, DType: "bf16",
+		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722},
+		Shape:  core.PlanShape{SeqLens: []int64{500, 200}, QLens: []int64{100, 50}, PrefixChunk: prefixChunk},
+		Device: h200}
 }
 
 // madeForKernels returns the catalog kernels of a dense and a sparse MLA
