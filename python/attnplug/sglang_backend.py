@@ -1003,8 +1003,8 @@ def register_backend(name=BACKEND_NAME, kernel_backend=None):
     chunked prefix cache (MLA_ATTENTION_BACKENDS and
     CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS of model_runner or
     server_args, in the releases that check them), NAME joins the first,
-    and the second where kernel_backend is in it (the fallback runs the
-    chunked prefix). It also registers a DeepSeek dispatch handler for NAME
+    and the second where kernel_backend is in it (the plugin's prefix-chunk
+    plans run the chunked prefix, the fallback where it has none). It also registers a DeepSeek dispatch handler for NAME
     in sglang's AttentionBackendRegistry, which answers as kernel_backend's
     rules. Safe to call again; never raises."""
     kernel = kernel_backend or os.environ.get(ENV_KERNEL_BACKEND) or DEFAULT_KERNEL_BACKEND
