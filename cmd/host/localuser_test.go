@@ -219,9 +219,10 @@ func host2(t *testing.T, args ...string) result {
 }
 
 // TestServeDrainingKeepsTheNextServersSocket: a server draining after
-// SIGTERM (a call holds it, for the drain's 5 s at most) while the next
-// server starts on its socket's path leaves the next server's socket in
-// place when it ends.
+// SIGTERM (a call holds it, for the drain's 5 s at most; the test stops
+// it with SIGSTOP once its listener is closed, so that a slow start of the
+// next server cannot outlast the drain) while the next server starts on
+// its socket's path leaves the next server's socket in place when it ends.
 func TestServeDrainingKeepsTheNextServersSocket(t *testing.T) {
 	plugins := t.TempDir()
 	if err := testbin.FaultScript(plugins, faultPlugin(t), "slow", "name=slow,names=slow,sleep=8s"); err != nil {
@@ -254,11 +255,24 @@ func TestServeDrainingKeepsTheNextServersSocket(t *testing.T) {
 		c.Close()
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Hold A where it is (draining, its listener closed) while B starts,
+	// however long B takes on a loaded machine: A's drain is bounded (5 s).
+	if err := testbin.Stop(a.cmd.Process.Pid, 10*time.Second); err != nil {
+		select {
+		case <-exited:
+			t.Fatal("the first server ended before it could be held: nothing was shown")
+		default:
+		}
+		t.Fatal(err)
+	}
 	b := startServer(t, bins, nil, "--listen", "unix://"+sock, "--plugin-dir", t.TempDir())
 	select {
 	case <-exited:
 		t.Fatal("the first server ended before the second one started: nothing was shown")
 	default:
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
 	}
 	<-exited // the held call ended with it, answered or cut off by the drain's bound
 	if _, err := os.Lstat(sock); err != nil {
