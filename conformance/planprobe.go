@@ -30,8 +30,8 @@ type planProbe struct {
 //   - page sizes 2, 3, 16, 17, 128 and 4096;
 //   - 1, 3, 20, 127 and 1024 heads; head dims 192/128 and 512/512;
 //   - a target verify of 64 query tokens (launch.MaxQLen), an extend of
-//     1000 query tokens over a prefix (more than launch.MaxQLen), one
-//     request of one key, one of 131072 keys, and
+//     1000 query tokens over a prefix (more than a work request's
+//     launch.MaxQLen), one request of one key, one of 131072 keys, and
 //     4096 requests.
 //
 // The shapes are of the kernel's own sparsity, cache and page size (its

@@ -146,9 +146,10 @@ type BenchResult struct {
 // DecodeShapes are the benchmark's DeepSeek-V3 decode shapes: heads 16
 // and 128 (per GPU under tensor parallelism 8, and without it), batch 1,
 // 16, 64, 128, cached 4096 and 16384 tokens, page size 64, plus a ragged
-// batch of each head count. Each is planned as a serving loop plans it: a
-// graph plan for the batch size with a bound on the lengths, scheduled on
-// the device.
+// batch of each head count, and absorbed-MLA extends of 130 to 8192 query
+// tokens a request over a cached prefix. Each is planned as a serving loop
+// plans it: a graph plan for the batch size (and query lengths) with a
+// bound on the lengths, scheduled on the device.
 func DecodeShapes() []MLA {
 	var cs []MLA
 	for _, h := range []int{16, 128} {
@@ -166,6 +167,16 @@ func DecodeShapes() []MLA {
 		}
 		c.MaxSeqLen = slices.Max(c.SeqLens)
 		cs = append(cs, c)
+	}
+	// Absorbed-MLA extends over a cached prefix (sglang's MLA for an extend
+	// under the chunked-prefix threshold): a prefix-cache hit's short
+	// extends, and chunks of a chunked prefill up to its 8192 tokens.
+	for _, x := range []struct {
+		h, b    int
+		q, seen int64
+	}{{16, 16, 130, 2048}, {16, 4, 1024, 4096}, {16, 1, 8192, 16384}, {128, 1, 2048, 4096}} {
+		cs = append(cs, MLA{Name: fmt.Sprintf("h%d_extend_b%d_q%d", x.h, x.b, x.q), Heads: x.h, PageSize: 64, SeqLens: repeatLen(x.b, x.seen), QLens: repeatLen(x.b, x.q),
+			Seed: uint64(x.h + x.b + int(x.q)), Graph: true, MaxSeqLen: x.seen})
 	}
 	return cs
 }

@@ -47,6 +47,10 @@ type RowSelector struct {
 	// Heads and MinBatch bound the rows' heads and batch (0: any).
 	Heads    int `json:"heads,omitempty"`
 	MinBatch int `json:"min_batch,omitempty"`
+	// MinQLen and MaxQLen bound the query tokens of a decode row's
+	// requests (0: any): 1 for decode, more for an absorbed-MLA extend.
+	MinQLen int `json:"min_q_len,omitempty"`
+	MaxQLen int `json:"max_q_len,omitempty"`
 }
 
 // Goal is one target judged on one run: every row the target covers
@@ -110,8 +114,10 @@ func LoadTargets(file string) ([]Target, error) {
 			return nil, fmt.Errorf("%s: target %q: metric %q is not one of the %s rows' (%s)", file, t.Text, t.Metric, t.Rows.Table, strings.Join(metrics, ", "))
 		case !(t.Goal > 0) || math.IsInf(t.Goal, 0):
 			return nil, fmt.Errorf("%s: target %q: goal %v is not a positive number", file, t.Text, t.Goal)
-		case len(t.Rows.Names) == 0 && t.Rows.NamePrefix == "" && t.Rows.Heads == 0 && t.Rows.MinBatch == 0:
-			return nil, fmt.Errorf("%s: target %q: rows select the whole %s table: name them, or give a prefix, heads or min_batch", file, t.Text, t.Rows.Table)
+		case t.Rows.MinQLen < 0 || t.Rows.MaxQLen < 0 || (t.Rows.MaxQLen > 0 && t.Rows.MinQLen > t.Rows.MaxQLen):
+			return nil, fmt.Errorf("%s: target %q: rows.min_q_len %d and max_q_len %d select no row", file, t.Text, t.Rows.MinQLen, t.Rows.MaxQLen)
+		case len(t.Rows.Names) == 0 && t.Rows.NamePrefix == "" && t.Rows.Heads == 0 && t.Rows.MinBatch == 0 && t.Rows.MinQLen == 0:
+			return nil, fmt.Errorf("%s: target %q: rows select the whole %s table: name them, or give a prefix, heads, min_batch or min_q_len", file, t.Text, t.Rows.Table)
 		}
 	}
 	return doc.Targets, nil
@@ -128,16 +134,16 @@ type goalRow struct {
 // rowFields is a row as its JSON fields: its name, heads and batch, its
 // error, and its figures.
 type rowFields struct {
-	name         string
-	heads, batch int
-	failed       bool
-	figures      map[string]float64
+	name               string
+	heads, batch, qlen int
+	failed             bool
+	figures            map[string]float64
 }
 
 // rowsOf returns the rows of rep's table.
 func rowsOf(rep *Report, table string) []rowFields {
 	var out []rowFields
-	add := func(name string, heads, batch int, failed bool, row any) {
+	add := func(name string, heads, batch, qlen int, failed bool, row any) {
 		data, _ := json.Marshal(row)
 		var m map[string]any
 		json.Unmarshal(data, &m)
@@ -147,20 +153,20 @@ func rowsOf(rep *Report, table string) []rowFields {
 				f[k] = x
 			}
 		}
-		out = append(out, rowFields{name, heads, batch, failed, f})
+		out = append(out, rowFields{name, heads, batch, qlen, failed, f})
 	}
 	switch table {
 	case "decode":
 		for _, r := range rep.Decode {
-			add(r.Name, r.Heads, r.Batch, r.Error != "", r)
+			add(r.Name, r.Heads, r.Batch, int(max(r.QLen, 1)), r.Error != "", r)
 		}
 	case "prefill":
 		for _, r := range rep.Prefill {
-			add(r.Name, r.Heads, 0, r.Error != "", r)
+			add(r.Name, r.Heads, 0, 0, r.Error != "", r)
 		}
 	case "sparse_fp8":
 		for _, r := range rep.Quant {
-			add(r.Name, r.Heads, r.Batch, r.Error != "", r)
+			add(r.Name, r.Heads, r.Batch, 1, r.Error != "", r)
 		}
 	}
 	return out
@@ -172,7 +178,8 @@ func (t Target) rows(rep *Report) []goalRow {
 	var out []goalRow
 	for _, r := range rowsOf(rep, s.Table) {
 		if (len(s.Names) > 0 && !slices.Contains(s.Names, r.name)) || !strings.HasPrefix(r.name, s.NamePrefix) ||
-			(s.Heads > 0 && r.heads != s.Heads) || (s.MinBatch > 0 && r.batch < s.MinBatch) {
+			(s.Heads > 0 && r.heads != s.Heads) || (s.MinBatch > 0 && r.batch < s.MinBatch) ||
+			(s.MinQLen > 0 && r.qlen < s.MinQLen) || (s.MaxQLen > 0 && r.qlen > s.MaxQLen) {
 			continue
 		}
 		v := r.figures[t.Metric]

@@ -52,6 +52,7 @@ const (
 	EntryCombine        = "mla_combine"
 	EntryCombineRows    = "mla_combine_rows"
 	EntrySchedule       = "mla_schedule"
+	EntryScheduleSplit  = "mla_schedule_split"
 )
 
 // Tile constants of mla_decode.cu (keep in step with its #defines).
@@ -248,6 +249,12 @@ func scheduleParams() []core.Param {
 		i("batch"), i("heads"), i("capacity"), i("nslots"), i("item_cost")}
 }
 
+func scheduleSplitParams() []core.Param {
+	ps := scheduleParams()
+	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
+	return slices.Concat(ps[:2], []core.Param{p("kv_indptr"), p("split"), p("work_indptr")}, ps[2:])
+}
+
 func combineParams() []core.Param {
 	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
 	return []core.Param{p("out"), p("lse"), p("requests"), p("part_o"), p("part_lse"),
@@ -266,7 +273,7 @@ func Spec() []core.KernelModule {
 	}
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()},
 		core.Entry{Name: EntryCombineRows, Params: append(combineParams(), core.Param{Name: "max_rows", Kind: core.ParamI32})},
-		core.Entry{Name: EntrySchedule, Params: scheduleParams()})
+		core.Entry{Name: EntrySchedule, Params: scheduleParams()}, core.Entry{Name: EntryScheduleSplit, Params: scheduleSplitParams()})
 	hopper := make([]core.Entry, 0, 2*int(numForms))
 	for _, v := range []decodeVariant{hopperVariant, hopperNarrow} {
 		for f := range numForms {
@@ -344,9 +351,6 @@ func Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) {
 	if req.CacheDType() == "fp8_e4m3" {
 		form = formDenseFP8
 	}
-	if !k.Sparse && slices.ContainsFunc(req.Shape.QLens, func(q int64) bool { return q > launch.MaxQLen }) {
-		return nil, fmt.Errorf("%w: a request of more than %d query tokens (the MLA decode kernels take at most launch.MaxQLen a request)", core.ErrNoPlan, launch.MaxQLen)
-	}
 	var p *core.Plan
 	switch {
 	case k.Sparse:
@@ -420,11 +424,16 @@ func planSparse(req *core.PlanRequest, form decodeForm) *core.Plan {
 }
 
 // onDevice reports whether req's decode is scheduled on the device: a
-// graph request with a declared bound on the lengths. Its plan holds for
-// the batch size (and query lengths): no metadata, the schedule computed
-// by mla_schedule from seq_lens and qo_indptr at each step.
+// graph request with a declared bound on the lengths, whose plan holds for
+// the batch size (and query lengths), the schedule computed by
+// mla_schedule from seq_lens and qo_indptr at each step; and any dense
+// request with more query tokens than a work request holds (a long
+// extend), whose work requests mla_schedule_split cuts.
 func onDevice(req *core.PlanRequest) bool {
-	return req.Graph && req.Shape.MaxSeqLen > 0 && req.Dims.TopK == 0
+	if req.Dims.TopK != 0 {
+		return false
+	}
+	return req.Graph && req.Shape.MaxSeqLen > 0 || slices.ContainsFunc(req.Shape.QLens, func(q int64) bool { return q > launch.MaxQLen })
 }
 
 // decodeShape is what a decode plan's launches follow: the variant for the
@@ -482,8 +491,23 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 // per-request metadata, the item count and the slot starts written into
 // the workspace by mla_schedule at each step (a PerBatch launch), from the
 // host's seq_lens and qo_indptr, exactly as planDecode cuts them.
+//
+// A batch with a request of more query tokens than a decode block's rows
+// take (launch.MaxQLen: a long absorbed-MLA extend) is scheduled over its
+// work requests (splitQueries) by mla_schedule_split, which also writes
+// each work request's page-table offset for the decode to read as its
+// kv_indptr. Such a plan is made for any request that needs it, a graph
+// one or not; one that is not a graph's also reads the key lengths (its
+// page table's size follows them).
 func planDecodeGraph(req *core.PlanRequest, form decodeForm) *core.Plan {
-	ds := shapeOf(req, form)
+	split, workQ := splitQueries(req.Shape.QLens)
+	work := req
+	if split != nil {
+		w := *req
+		w.Shape.QLens, w.Shape.SeqLens = workQ, workQ
+		work = &w
+	}
+	ds := shapeOf(work, form)
 	d := req.Dims
 	align := func(n int64) int64 { return (n + 255) &^ 255 }
 	partRows := ds.partialRows()
@@ -493,33 +517,71 @@ func planDecodeGraph(req *core.PlanRequest, form decodeForm) *core.Plan {
 	offReqs := align(offSched + int64(ds.capacity)*16)
 	offCounts := align(offReqs + int64(ds.batch)*32)
 	offSlots := align(offCounts + 16)
-	total := align(offSlots + int64(ds.capacity+1)*4)
+	offWork := align(offSlots + int64(ds.capacity+1)*4)
+	total := offWork
 	buf := decodeBuffers{
 		schedule: wsArg("schedule", offSched), requests: wsArg("requests", offReqs),
 		counts: wsArg("counts", offCounts), slots: wsArg("slots", offSlots),
-		partO: wsArg("part_o", 0), partLSE: wsArg("part_lse", offLSE),
+		partO: wsArg("part_o", 0), partLSE: wsArg("part_lse", offLSE), kvIndptr: tensorArg("kv_indptr"),
 	}
-	return &core.Plan{
-		WorkspaceBytes: total,
-		Reads:          core.PlanReadsDeclared | core.PlanReadsQLens,
-		Launches: []core.Launch{{
-			Module: ModuleMLADecode, Entry: EntrySchedule, PerBatch: true,
-			Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1024, 1, 1},
-			Args: []core.Arg{
-				tensorArg("seq_lens"), tensorArg("qo_indptr"),
-				buf.schedule, buf.requests, buf.counts, buf.slots,
-				intArg("batch", ds.batch), intArg("heads", d.Heads), intArg("capacity", ds.capacity), intArg("nslots", ds.slots), intArg("item_cost", ds.itemCost),
-			},
-		}, decodeLaunch(ds, ds.capacity, req, buf), combineLaunch(ds, d, buf, req.Device)},
-		Note: fmt.Sprintf("mla decode, scheduled on the device: %d rows per block (%s), %d head block(s), %d item slots, %d stages",
-			ds.v.rows, ds.entry(), ds.hb, ds.capacity, ds.v.stages),
+	sched := core.Launch{
+		Module: ModuleMLADecode, Entry: EntrySchedule, PerBatch: true,
+		Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{schedThreads, 1, 1},
+		Args: []core.Arg{tensorArg("seq_lens"), tensorArg("qo_indptr")},
 	}
+	p := &core.Plan{Reads: core.PlanReadsDeclared | core.PlanReadsQLens}
+	note := ""
+	if split != nil {
+		total = align(offWork + int64(ds.batch)*4)
+		buf.kvIndptr = wsArg("kv_indptr", offWork)
+		sched.Entry = EntryScheduleSplit
+		sched.Args = append(sched.Args, tensorArg("kv_indptr"), core.Arg{Param: "split", Kind: core.ArgMeta, Name: "split"}, wsArg("work_indptr", offWork))
+		p.Metadata = []core.MetaBuffer{{Name: "split", Int32s: split}}
+		note = fmt.Sprintf(", %d work request(s) of at most %d query tokens", ds.batch, launch.MaxQLen)
+		if !req.Graph {
+			p.Reads |= core.PlanReadsSeqLens
+		}
+	}
+	sched.Args = append(sched.Args, buf.schedule, buf.requests, buf.counts, buf.slots,
+		intArg("batch", ds.batch), intArg("heads", d.Heads), intArg("capacity", ds.capacity), intArg("nslots", ds.slots), intArg("item_cost", ds.itemCost))
+	p.WorkspaceBytes = total
+	p.Launches = []core.Launch{sched, decodeLaunch(ds, ds.capacity, req, buf), combineLaunch(ds, d, buf, req.Device)}
+	p.Note = fmt.Sprintf("mla decode, scheduled on the device: %d rows per block (%s), %d head block(s), %d item slots, %d stages%s",
+		ds.v.rows, ds.entry(), ds.hb, ds.capacity, ds.v.stages, note)
+	return p
+}
+
+// schedThreads is the threads of mla_schedule's one block (SCHED_THREADS).
+const schedThreads = 1024
+
+// splitQueries cuts every request of more than launch.MaxQLen query
+// tokens into work requests of at most that many, its tokens in order: a
+// decode block holds the rows of a work request's tokens, each token
+// seeing the keys up to its own (causal within the extend), so a work
+// request's keys are those its last token sees. It returns the split map,
+// three int32 a work request (its request, its first token within it, its
+// tokens), and the work requests' query lengths; nil, nil when no request
+// has more than launch.MaxQLen tokens.
+func splitQueries(qlens []int64) (split []int32, workQ []int64) {
+	if !slices.ContainsFunc(qlens, func(q int64) bool { return q > launch.MaxQLen }) {
+		return nil, nil
+	}
+	for i, q := range qlens {
+		for off := int64(0); off < q; off += launch.MaxQLen {
+			n := min(launch.MaxQLen, q-off)
+			split = append(split, int32(i), int32(off), int32(n))
+			workQ = append(workQ, n)
+		}
+	}
+	return split, workQ
 }
 
 // decodeBuffers are where a decode plan's launches find the schedule, the
 // per-request metadata, the item count, the slot starts (metadata the host
-// uploads, or the workspace mla_schedule writes) and the partial results.
-type decodeBuffers struct{ schedule, requests, counts, slots, partO, partLSE core.Arg }
+// uploads, or the workspace mla_schedule writes), the partial results and
+// the page-table offsets of the requests (the kv_indptr tensor, or where
+// mla_schedule_split writes those of the work requests).
+type decodeBuffers struct{ schedule, requests, counts, slots, partO, partLSE, kvIndptr core.Arg }
 
 func tensorArg(name string) core.Arg { return core.Arg{Param: name, Kind: core.ArgTensor, Name: name} }
 func wsArg(param string, off int64) core.Arg {
@@ -537,7 +599,7 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 	if ds.form.sparse() {
 		args = append(args, tensorArg("topk_indices"))
 	} else {
-		args = append(args, tensorArg("kv_indptr"), tensorArg("kv_indices"))
+		args = append(args, buf.kvIndptr, tensorArg("kv_indices"))
 	}
 	if ds.form == formDenseFP8 {
 		args = append(args, tensorArg("kv_scale"))
@@ -799,7 +861,7 @@ func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
 	meta := func(param string) core.Arg { return core.Arg{Param: param, Kind: core.ArgMeta, Name: param} }
 	buf := decodeBuffers{
 		schedule: meta("schedule"), requests: meta("requests"), counts: meta("counts"), slots: meta("slots"),
-		partO: wsArg("part_o", 0), partLSE: wsArg("part_lse", partO),
+		partO: wsArg("part_o", 0), partLSE: wsArg("part_lse", partO), kvIndptr: tensorArg("kv_indptr"),
 	}
 	p := &core.Plan{
 		Metadata: []core.MetaBuffer{

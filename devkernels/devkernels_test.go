@@ -2,6 +2,7 @@ package devkernels
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -525,12 +526,78 @@ func TestCombineCutsShortBatches(t *testing.T) {
 	}
 }
 
-// TestLongExtendsGetNoPlan: a request of more query tokens than the MLA
-// decode kernels take (launch.MaxQLen) gets no plan, naming why.
-func TestLongExtendsGetNoPlan(t *testing.T) {
-	req := request(16, 64, []int64{1300, 300}, []int64{1000, 2}, false)
-	if _, err := Plan(fa3MLA, req); !errors.Is(err, core.ErrNoPlan) || !strings.Contains(err.Error(), "more than 64 query tokens") {
-		t.Errorf("an extend of 1000 query tokens: %v", err)
+// TestLongExtendsAreCutIntoWorkRequests: a request of more query tokens
+// than a work request holds (launch.MaxQLen) is cut into work requests of
+// at most that many, in order, scheduled on the device by
+// mla_schedule_split, whose page-table offsets the decode reads as its
+// kv_indptr; the plan passes the host's check, in a graph or not, and one
+// that is not a graph's reads the key lengths too. Batches of MaxQLen
+// tokens or fewer keep mla_schedule and the kv_indptr tensor.
+func TestLongExtendsAreCutIntoWorkRequests(t *testing.T) {
+	seq, q := []int64{1300, 300, 4097, 65}, []int64{1000, 2, 129, 64}
+	wantSplit := []int32{}
+	for i, n := range q {
+		for off := int64(0); off < n; off += launch.MaxQLen {
+			wantSplit = append(wantSplit, int32(i), int32(off), int32(min(launch.MaxQLen, n-off)))
+		}
+	}
+	for _, heads := range []int{16, 128} {
+		for _, graph := range []bool{false, true} {
+			req := request(heads, 64, seq, q, graph)
+			if graph {
+				req.Shape.MaxSeqLen = 8192
+				req.Shape.NumPages = 8192/64 + 1
+			}
+			p, err := Plan(fa3MLA, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := launch.Check(p, req, Spec(), h200); err != nil {
+				t.Fatalf("%d heads graph %v (%s): %v", heads, graph, p.Note, err)
+			}
+			want := core.PlanReadsDeclared | core.PlanReadsQLens
+			if !graph {
+				want |= core.PlanReadsSeqLens
+			}
+			if p.Reads != want {
+				t.Errorf("%d heads graph %v: reads %v, want %v", heads, graph, p.Reads, want)
+			}
+			if len(p.Metadata) != 1 || p.Metadata[0].Name != "split" || !slices.Equal(p.Metadata[0].Int32s, wantSplit) {
+				t.Fatalf("%d heads graph %v: metadata %+v, want the split map %v", heads, graph, p.Metadata, wantSplit)
+			}
+			s, d := p.Launches[0], p.Launches[1]
+			var work, kvIndptr core.Arg
+			for _, a := range s.Args {
+				if a.Param == "work_indptr" {
+					work = a
+				}
+			}
+			for _, a := range d.Args {
+				if a.Param == "kv_indptr" {
+					kvIndptr = a
+				}
+			}
+			works := int64(len(wantSplit) / 3)
+			switch {
+			case s.Entry != EntryScheduleSplit || !s.PerBatch:
+				t.Errorf("%d heads graph %v: first launch %s (per batch %v), want %s", heads, graph, s.Entry, s.PerBatch, EntryScheduleSplit)
+			case work.Kind != core.ArgWorkspace || !reflect.DeepEqual(kvIndptr, core.Arg{Param: "kv_indptr", Kind: core.ArgWorkspace, Offset: work.Offset}):
+				t.Errorf("%d heads graph %v: the decode reads kv_indptr %+v, the schedule writes %+v", heads, graph, kvIndptr, work)
+			case work.Offset+4*works > p.WorkspaceBytes:
+				t.Errorf("%d heads graph %v: %d work requests' offsets at %d past the workspace of %d bytes", heads, graph, works, work.Offset, p.WorkspaceBytes)
+			case !strings.Contains(p.Note, fmt.Sprintf("%d work request(s) of at most %d query tokens", works, launch.MaxQLen)):
+				t.Errorf("%d heads graph %v: note %q", heads, graph, p.Note)
+			}
+		}
+	}
+	req := request(16, 64, seq, []int64{64, 2, 64, 64}, true)
+	req.Shape.MaxSeqLen, req.Shape.NumPages = 8192, 8192/64+1
+	p, err := Plan(fa3MLA, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Launches[0].Entry != EntrySchedule || len(p.Metadata) != 0 || !reflect.DeepEqual(p.Launches[1].Args[2], tensorArg("kv_indptr")) {
+		t.Errorf("a batch of %d query tokens a request at most: %s, metadata %+v, kv_indptr %+v", launch.MaxQLen, p.Launches[0].Entry, p.Metadata, p.Launches[1].Args[2])
 	}
 }
 

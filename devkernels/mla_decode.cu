@@ -750,10 +750,37 @@ __device__ __forceinline__ int sched_items(int seq, long long target, int item_c
     return (tiles + *per - 1) / *per;
 }
 
-extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
-    mla_schedule(const int* __restrict__ seq_lens, const int* __restrict__ qo_indptr, int* __restrict__ schedule,
-                 int* __restrict__ requests, int* __restrict__ counts, int* __restrict__ slots, int batch, int heads,
-                 int capacity, int nslots, int item_cost) {
+// The requests the schedule cuts: the batch's own (seq_lens and qo_indptr
+// read as they are), or, with a split map (an extend of more query tokens
+// than a work request holds, launch.MaxQLen), its work requests: request
+// v of the map is query tokens off..off+len of the batch's request real,
+// whose keys are those its last token sees (causal within the extend),
+// and whose page table is real's (kv_indptr, copied to the decode's
+// kv_indptr for the work requests).
+struct SchedReqs {
+    const int* seq_lens;
+    const int* qo_indptr;
+    const int* split; // nullptr, or 3 int32 a work request: real, off, len
+    __device__ __forceinline__ int real(int v) const { return split ? split[3 * v] : v; }
+    __device__ __forceinline__ int q_len(int v) const {
+        return split ? split[3 * v + 2] : qo_indptr[v + 1] - qo_indptr[v];
+    }
+    __device__ __forceinline__ int q_start(int v) const {
+        return split ? qo_indptr[split[3 * v]] + split[3 * v + 1] : qo_indptr[v];
+    }
+    __device__ __forceinline__ int seq(int v) const {
+        if (!split) return seq_lens[v];
+        const int r = split[3 * v];
+        const int given = qo_indptr[r + 1] - qo_indptr[r]; // the request's query tokens
+        return max(0, seq_lens[r] - given + split[3 * v + 1] + split[3 * v + 2]);
+    }
+};
+
+__device__ __forceinline__ void mla_schedule_body(const SchedReqs rs, const int* __restrict__ kv_indptr,
+                                                  int* __restrict__ work_indptr, int* __restrict__ schedule,
+                                                  int* __restrict__ requests, int* __restrict__ counts,
+                                                  int* __restrict__ slots, int batch, int heads, int capacity,
+                                                  int nslots, int item_cost) {
     __shared__ long long red[2 * SCHED_THREADS / 32];
     __shared__ long long scan_items[65], scan_rows[64];
     pdl_launch_dependents(); // the decode may start; it waits for this schedule
@@ -763,7 +790,7 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
 
     long long total = 0, longest = 0;
     for (int i = lo; i < hi; i++) {
-        const long long t = (seq_lens[i] + BN - 1) / BN;
+        const long long t = (rs.seq(i) + BN - 1) / BN;
         total += t + item_cost;
         longest = max(longest, t);
     }
@@ -774,7 +801,7 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
         long long n = 0, most = 0;
         for (int i = lo; i < hi; i++) {
             int per;
-            const int k = sched_items(seq_lens[i], t, item_cost, &per);
+            const int k = sched_items(rs.seq(i), t, item_cost, &per);
             n += k;
             if (k > 0) most = max(most, (long long)per + item_cost);
         }
@@ -808,9 +835,9 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     long long my_items = 0, my_rows = 0;
     for (int i = lo; i < hi; i++) {
         int per;
-        const int n = sched_items(seq_lens[i], target, item_cost, &per);
+        const int n = sched_items(rs.seq(i), target, item_cost, &per);
         my_items += n;
-        if (n > 1) my_rows += (long long)n * (qo_indptr[i + 1] - qo_indptr[i]) * heads;
+        if (n > 1) my_rows += (long long)n * rs.q_len(i) * heads;
     }
     const int warp = tid >> 5, lane = tid & 31;
     long long inc_items = my_items, inc_rows = my_rows; // inclusive within the warp
@@ -847,9 +874,10 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     const int count = (int)scan_items[64];
     for (int i = lo; i < hi; i++) {
         int per;
-        const int seq = seq_lens[i];
+        const int seq = rs.seq(i);
         const int n = sched_items(seq, target, item_cost, &per);
-        const int q0 = qo_indptr[i], ql = qo_indptr[i + 1] - q0;
+        const int q0 = rs.q_start(i), ql = rs.q_len(i);
+        if (work_indptr) work_indptr[i] = kv_indptr[rs.real(i)];
         for (int c = 0; c < n; c++, item++) {
             int* it = schedule + 4 * item;
             it[0] = i;
@@ -872,4 +900,24 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     }
     for (int k = tid; k <= capacity; k += SCHED_THREADS) slots[k] = min(k, count);
     if (tid == 0) counts[0] = count;
+}
+
+extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
+    mla_schedule(const int* __restrict__ seq_lens, const int* __restrict__ qo_indptr, int* __restrict__ schedule,
+                 int* __restrict__ requests, int* __restrict__ counts, int* __restrict__ slots, int batch, int heads,
+                 int capacity, int nslots, int item_cost) {
+    mla_schedule_body(SchedReqs{seq_lens, qo_indptr, nullptr}, nullptr, nullptr, schedule, requests, counts, slots,
+                      batch, heads, capacity, nslots, item_cost);
+}
+
+// mla_schedule over the work requests of a split map (batch of them): it
+// also writes each work request's page-table offset, kv_indptr of its
+// request, into work_indptr, which the decode reads as its kv_indptr.
+extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
+    mla_schedule_split(const int* __restrict__ seq_lens, const int* __restrict__ qo_indptr,
+                       const int* __restrict__ kv_indptr, const int* __restrict__ split, int* __restrict__ work_indptr,
+                       int* __restrict__ schedule, int* __restrict__ requests, int* __restrict__ counts,
+                       int* __restrict__ slots, int batch, int heads, int capacity, int nslots, int item_cost) {
+    mla_schedule_body(SchedReqs{seq_lens, qo_indptr, split}, kv_indptr, work_indptr, schedule, requests, counts,
+                      slots, batch, heads, capacity, nslots, item_cost);
 }

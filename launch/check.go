@@ -68,7 +68,7 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 	}
 	sparse := req.Dims.TopK > 0 // the keys of each query token are its top-k, whatever the lengths
 	// A plan that reads the query lengths alone may carry metadata of them
-	// (a split of each request's queries); a schedule cuts the keys.
+	// (the work requests of a long extend); a schedule cuts the keys.
 	if r := p.Reads.Effective(); r&core.PlanReadsSeqLens == 0 && !sparse && (len(p.Schedule) > 0 || len(p.Metadata) > 0 && r&core.PlanReadsQLens == 0) {
 		return refuse(-1, "the plan declares it does not read the lengths (reads %s), yet carries metadata or a schedule of them", r)
 	}

@@ -11,7 +11,7 @@ import (
 const (
 	MaxBatch     = 1 << 16
 	MaxSeqLen    = 1 << 24
-	MaxQLen      = 64 // query tokens a request of a dense MLA plan of devkernels (a decode block's rows); the host takes more, a planner may not
+	MaxQLen      = 64 // query tokens of a work request of a dense MLA plan: a longer request is cut into work requests of MaxQLen
 	MaxHeads     = 1024
 	MaxHeadDim   = 1024
 	MaxPageSize  = 4096
@@ -112,8 +112,8 @@ func CheckRequest(req *core.PlanRequest) error {
 // checkLens checks each request's keys and query tokens (CheckRequest) and
 // returns the keys of the batch. Any request may have as many query tokens
 // as keys: a ragged prefill, a sparse MLA request (each query token has
-// its own keys), a dense MLA extend (a planner that cannot run it answers
-// ErrNoPlan); a prefix chunk's, any number over its chunk's keys, none
+// its own keys), a dense MLA extend (cut into work requests of MaxQLen
+// tokens); a prefix chunk's, any number over its chunk's keys, none
 // included.
 func checkLens(s core.PlanShape, paged bool) (keys int64, err error) {
 	bad := func(format string, args ...any) (int64, error) {

@@ -85,8 +85,9 @@ func runCase(t *testing.T, e *rig, backend string, w devicecheck.Workload, rows 
 
 // TestMLADecodeRandom checks the decode kernels against the fp64 reference
 // on random ragged batches: heads 16/32/64/128, page sizes 1 and 64, batch
-// 1..256, 1..4 query tokens, lengths up to 16k (and fixed cases up to 128k),
-// shuffled pages, outputs poisoned first.
+// 1..256, 1..4 query tokens, lengths up to 16k (and fixed cases up to 128k,
+// and extends of up to 8192 query tokens), shuffled pages, outputs poisoned
+// first.
 func TestMLADecodeRandom(t *testing.T) {
 	e := openEnv(t)
 	// The fixed batches run on fa3's plans, but those named after another
@@ -106,6 +107,12 @@ func TestMLADecodeRandom(t *testing.T) {
 		// lanes: mla_combine_rows takes the weights 32 at a time.
 		{Name: "combine rows", Heads: 16, PageSize: 64, SeqLens: append([]int64{65536, 100, 65536}, repeat(17, 7)...), QLens: repeat(20, 4), Seed: 10},
 		{Name: "combine rows, graph", Heads: 128, PageSize: 64, SeqLens: []int64{40000, 3, 9000, 5, 700, 5, 5, 5, 64}, QLens: repeat(9, 1), Seed: 11, Graph: true, MaxSeqLen: 50000},
+		// Absorbed-MLA extends of more query tokens than a work request
+		// holds (launch.MaxQLen): cut into work requests by
+		// mla_schedule_split, causal within the extend.
+		{Name: "extend 1000 over 300", Heads: 16, PageSize: 64, SeqLens: []int64{1300, 300, 4097}, QLens: []int64{1000, 2, 129}, Seed: 12},
+		{Name: "extend 300, graph", Heads: 128, PageSize: 1, SeqLens: []int64{2300, 65, 9000}, QLens: []int64{300, 65, 64}, Seed: 13, Graph: true, MaxSeqLen: 10000},
+		{Name: "extend 8192 over 3000", Heads: 16, PageSize: 64, SeqLens: []int64{11192}, QLens: []int64{8192}, Seed: 14},
 	}
 	for _, c := range fixed {
 		backend := dense

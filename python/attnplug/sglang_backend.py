@@ -23,9 +23,9 @@ What runs where (docs/python.md has the table of every DeepSeek path):
   once per batch shape and a captured step replays with no RPC and no host
   work (the page table, lengths and the plan's scheduler are built on the
   device from sglang's tensors, inside the graph);
-- absorbed-MLA extend over the cache (an extend, a draft extend): the
-  plugin's MLA plan for the batch's query tokens (fa3's device plans take
-  at most 64 a request);
+- absorbed-MLA extend over the cache (an extend, a draft extend), of any
+  number of query tokens a request: the plugin's MLA plan for the batch's
+  query tokens;
 - MHA prefill without a prefix, MHA_ONE_SHOT, the new tokens' part of
   MHA_CHUNKED_KV (with their LSE) and each of its prefix chunks (output
   and LSE of the chunk, which the model merges): the plugin's MHA plans,

@@ -395,9 +395,18 @@ class FakeKernelTest(unittest.TestCase):
             outs = loop.forward(b, fb, inputs)
             self.check(mr, fb, inputs, outs, None, 0, q_lens=[3, 9, 1, 30, 2])
             loop.advance()
-            self.assertEqual(self.paths(b), {"decode": (6, 0), "verify": (4, 0), "extend": (2, 0)})
-            self.assertEqual(lch.batch_launches, 6, "one scheduler launch a step")
-            self.assertEqual(b.stats()["steps_prepared"], 6)
+            # An extend of more query tokens a request than a work request
+            # holds (the host's launch.MaxQLen, 64): the same plugin plan,
+            # cut into work requests by the server's plan.
+            fb = loop.extend_batch([130, 2, 65, 1, 64])
+            b.init_forward_metadata(fb)
+            inputs = [loop.inputs(262) for _ in loop.layers]
+            outs = loop.forward(b, fb, inputs)
+            self.check(mr, fb, inputs, outs, None, 0, q_lens=[130, 2, 65, 1, 64])
+            loop.advance()
+            self.assertEqual(self.paths(b), {"decode": (6, 0), "verify": (4, 0), "extend": (4, 0)})
+            self.assertEqual(lch.batch_launches, 7, "one scheduler launch a step")
+            self.assertEqual(b.stats()["steps_prepared"], 7)
 
     def test_mha_prefill(self):
         mr, b, lch = self.make()
@@ -795,8 +804,22 @@ class BackendGPUTest(unittest.TestCase):
             want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, fb.req_pool_indices.tolist(),
                              fb.seq_lens.tolist(), q, mr.model_config.scaling, [5, 60, 1])
             self.assertLess(rel_error(outs[i], want), TOLERANCE)
+        loop.advance()
+        # Extends of more query tokens a request than a work request holds
+        # (launch.MaxQLen, 64): cut into work requests by the server's plan.
+        fb = loop.extend_batch([700, 65, 129])
+        b.init_forward_metadata(fb)
+        inputs = [loop.inputs(894) for _ in loop.layers]
+        outs = loop.forward(b, fb, inputs)
+        for i in range(2):
+            q = torch.cat(inputs[i][:2], dim=-1)
+            want = reference(pool.get_key_buffer(i), mr.req_to_token_pool.req_to_token, fb.req_pool_indices.tolist(),
+                             fb.seq_lens.tolist(), q, mr.model_config.scaling, [700, 65, 129])
+            err = rel_error(outs[i], want)
+            self.assertLess(err, TOLERANCE)
+            print("extend of [700, 65, 129] query tokens, layer %d: rel err %.2e" % (i, err))
         stats = b.stats()
-        self.assertEqual((stats["paths"]["prefill"]["plugin"], stats["paths"]["extend"]["plugin"]), (1, 2), stats)
+        self.assertEqual((stats["paths"]["prefill"]["plugin"], stats["paths"]["extend"]["plugin"]), (1, 4), stats)
         self.assertEqual(stats["fallback_layers"], 0, stats)
 
     def test_chunked_prefix_matches_the_reference(self):

@@ -8,16 +8,17 @@
 set -u
 S=$(date +%s)
 left() { echo $(( $1 - ($(date +%s) - S) )); }
-mkdir -p /tmp/d && tar -C /tmp/d -xJf .device/devA.tar.xz || exit 1
+mkdir -p /tmp/d && tar -C /tmp/d -xJf .device/devA2.tar.xz || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1
 ( /tmp/d/gen -set kernels -out /tmp/img > $OUT/gen.log 2>&1; echo "gen rc=$? at $(( $(date +%s) - S ))s"; tar -C /tmp -czf $OUT/images.tgz img ) &
 export ATTNPLUG_REQUIRE_GPU=1 ATTNPLUG_FIRST_USE_PLUGINS=/tmp/d/bin/plugins
-(cd internal/gpucheck && timeout 140 /tmp/d/gpucheck.test -test.v -test.count=1 -test.run 'TestMLADecodeRandom|TestMethodsAgreeWithMLA|TestPrefixChunks' -test.short -test.timeout 135s > $OUT/gpucheck.log 2>&1; echo "gpucheck rc=$? at $(( $(date +%s) - S ))s")
+(cd internal/gpucheck && timeout 140 /tmp/d/gpucheck.test -test.v -test.count=1 -test.run 'TestMLADecodeRandom|TestMethodsAgreeWithMLA|TestPrefixChunks|TestPrefillMethods' -test.short -test.timeout 135s > $OUT/gpucheck.log 2>&1; echo "gpucheck rc=$? at $(( $(date +%s) - S ))s")
 grep -E "^(--- |FAIL|ok|PASS|panic)|extend|NVRTC" $OUT/gpucheck.log | cut -c1-200 | head -24
 grep -B2 -A10 -- "--- FAIL" $OUT/gpucheck.log | head -24
 mkdir -p bin/plugins && cp /tmp/d/bin/attnplug bin/ && cp /tmp/d/bin/plugins/attnplug-backend-fa3 bin/plugins/
-(cd python && PYTHONUNBUFFERED=1 PYTHONPATH=testing:tests ATTNPLUG_BIN=$PWD/../bin timeout 100 python3 -m unittest -v \
-  test_sglang_backend.BackendGPUTest.test_extend_matches_the_reference test_sglang_backend.BackendGPUTest.test_chunked_prefix_matches_the_reference > $OUT/python.log 2>&1; echo "python rc=$? at $(( $(date +%s) - S ))s")
+(cd python && PYTHONUNBUFFERED=1 PYTHONPATH=testing:tests ATTNPLUG_BIN=$PWD/../bin timeout 150 python3 -m unittest -v \
+  test_sglang_backend.BackendGPUTest.test_extend_matches_the_reference test_sglang_backend.BackendGPUTest.test_chunked_prefix_matches_the_reference \
+  test_sglang_backend.BackendGPUTest.test_draft_steps_match_the_reference test_sglang_backend.FakeKernelTest.test_draft_decode_steps test_sglang_backend.FakeKernelTest.test_draft_graph_hooks_2026_protocol > $OUT/python.log 2>&1; echo "python rc=$? at $(( $(date +%s) - S ))s")
 grep -E "(ok|FAIL|ERROR)$|^Ran|^OK|^FAILED|rel err" $OUT/python.log | cut -c1-200 | head -12
 grep -A25 "^FAIL:\|^ERROR:" $OUT/python.log | head -30
 wait
