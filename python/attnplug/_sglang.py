@@ -39,6 +39,8 @@ SGLANG_FOLLOWED = {
                                                  "fp8_e4m3 (set_mla_kv_buffer casts, no scale)",
     "layers/attention/attention_registry.py": "43681aaa768047065d50fb746c884077a44ed505",
     "srt/plugins/__init__.py": "32c764af5f16beac1afaf71d2d6fcf39a064f304 (entry point group sglang.srt.plugins)",
+    "speculative/draft_utils.py": "00ac7105db02776e90962fc6bb311d20dffe87ae (DraftBackendFactory: _create_backend and "
+                                  "its maps, entries answering (stamp, backend); older releases' the backend)",
 }
 
 

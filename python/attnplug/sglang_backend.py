@@ -26,6 +26,11 @@ What runs where (docs/python.md has the table of every DeepSeek path):
 - absorbed-MLA extend over the cache (an extend, a draft extend), of any
   number of query tokens a request: the plugin's MLA plan for the batch's
   query tokens;
+- a draft model's DECODE steps (EAGLE's and MTP's chains of drafts), eager
+  and in the draft's CUDA graphs: AttnplugMLAMultiStepDraftBackend, whose
+  step i is an AttnplugMLABackend reading the drafts 0 to i; it is what
+  sglang's DraftBackendFactory makes for the attnplug name
+  (register_backend);
 - MHA prefill without a prefix, MHA_ONE_SHOT, the new tokens' part of
   MHA_CHUNKED_KV (with their LSE) and each of its prefix chunks (output
   and LSE of the chunk, which the model merges): the plugin's MHA plans,
@@ -36,7 +41,8 @@ What runs where (docs/python.md has the table of every DeepSeek path):
   (stats()), or, strict (ATTNPLUG_STRICT=1, strict=True), refused with
   FallbackRefused.
 
-Registration in sglang: register_backend() (the ``attnplug`` name), called
+Registration in sglang: register_backend() (the ``attnplug`` name, in the
+attention registry and in DraftBackendFactory's maps), called
 by the ``sglang.srt.plugins`` entry point (sglang_plugin), by
 ``python -m attnplug.launch`` and by attnplug.sglang.install(...,
 attention_backend=True). torch is imported when a backend is made.
@@ -52,6 +58,7 @@ from attnplug.device import _import_torch
 
 __all__ = [
     "AttnplugMLABackend",
+    "AttnplugMLAMultiStepDraftBackend",
     "BACKEND_NAME",
     "FallbackRefused",
     "PATHS",
@@ -79,6 +86,9 @@ ENV_FALLBACK_BACKEND = "ATTNPLUG_FALLBACK_BACKEND"
 #: (MHA, MHA_ONE_SHOT and the new tokens of MHA_CHUNKED_KV) and the prefix
 #: chunks of MHA_CHUNKED_KV.
 PATHS = ("decode", "verify", "extend", "draft", "prefill", "chunked_prefix")
+
+_LONE_DRAFT = ("a draft model's decode outside attnplug's multi-step draft backend (its spec_info holds the "
+               "draft tokens, which this backend does not know)")
 
 # sglang's backend-specific calls the model makes on the attention backend
 # that this class leaves to its fallback (the fallback runs those batches).
@@ -281,6 +291,10 @@ class AttnplugMLABackend(_Base):
     (default: an attnplug.device.Launcher made at the first plan) plans and
     launches the plugin's kernels. strict (default $ATTNPLUG_STRICT == "1")
     raises FallbackRefused where a layer would run the fallback.
+    speculative_step_id makes it step i of a multi-step draft backend (its
+    DECODE batches are draft steps reading the drafts 0 to i), and
+    launcher_owner another backend whose launcher it uses (both set by
+    AttnplugMLAMultiStepDraftBackend).
 
     stats() counts, per path, the layers the plugin ran and those the
     fallback ran, with the last reason. Not safe for concurrent use, as
@@ -308,7 +322,8 @@ class AttnplugMLABackend(_Base):
     attn_backend_list = None
 
     def __init__(self, model_runner, skip_prefill=False, *, kernel_backend=None, address=None, client=None,
-                 fallback=None, num_heads=None, timeout=5.0, launcher=None, strict=None):
+                 fallback=None, num_heads=None, timeout=5.0, launcher=None, strict=None, speculative_step_id=None,
+                 launcher_owner=None):
         if _Base is not object:
             try:
                 super().__init__()
@@ -334,6 +349,13 @@ class AttnplugMLABackend(_Base):
         self._address, self._client, self._timeout = address, client, timeout
         self._launcher = launcher
         self._launcher_error = None
+        self._launcher_owner = launcher_owner
+        # A step of a multi-step draft (AttnplugMLAMultiStepDraftBackend):
+        # its decode reads the requests' keys and the draft tokens 0 to
+        # speculative_step_id, and the container makes the fallback's
+        # metadata calls.
+        self.speculative_step_id = None if speculative_step_id is None else int(speculative_step_id)
+        self._draft = None
         self._lock = threading.Lock()
         self._warned = set()
         self._down = False
@@ -406,6 +428,8 @@ class AttnplugMLABackend(_Base):
             self._launcher.close()
 
     def _get_launcher(self):
+        if self._launcher_owner is not None:
+            return self._launcher_owner._get_launcher()
         if self._launcher is not None or self._launcher_error is not None:
             return self._launcher
         with self._lock:
@@ -543,13 +567,11 @@ class AttnplugMLABackend(_Base):
         if mode.is_idle():
             self._fwd = _Forward("decode", "idle", bs)
             return
-        draft = mode.is_decode() and getattr(fb, "spec_info", None) is not None
-        if draft:
-            self._fwd = _Forward("draft", "fallback", bs, why="a draft model's decode (its spec_info holds the draft "
-                                                             "tokens' page table): not served by the plugin yet")
+        if self._lone_draft(mode, getattr(fb, "spec_info", None)):
+            self._fwd = _Forward("draft", "fallback", bs, why=_LONE_DRAFT)
         elif mode.is_decode() or mode.is_target_verify():
             q = _query_tokens(fb, bs)
-            path = "verify" if mode.is_target_verify() else "decode"
+            path = self._decode_path(mode)
             if not eager and not in_capture:
                 captured = self._graph_paths.get((bs, q))
                 if captured is not None:  # a replay: the graph prepares the step
@@ -582,9 +604,20 @@ class AttnplugMLABackend(_Base):
         if self.strict:
             raise FallbackRefused(f.path, "captured step of batch %d: %s" % (f.bs, f.why))
 
+    def _lone_draft(self, mode, spec_info):
+        """Whether a batch is a draft model's decode this backend cannot
+        run: one outside a multi-step draft backend, whose draft tokens it
+        does not know."""
+        return self.speculative_step_id is None and mode.is_decode() and spec_info is not None
+
+    def _decode_path(self, mode):
+        if mode.is_target_verify():
+            return "verify"
+        return "decode" if self.speculative_step_id is None else "draft"
+
     def _fallback_metadata(self, fb, eager, in_capture):
         fallback = self.fallback
-        if fallback is None:
+        if fallback is None or self._draft is not None:  # a draft step's: its container's
             return
         if eager:
             fallback.init_forward_metadata(fb)
@@ -598,10 +631,13 @@ class AttnplugMLABackend(_Base):
         replayed by the graph): the page table, the lengths and the query
         offsets in the step's buffers, then the plan's scheduler."""
         f = self._fwd
-        if f.prepared is not None:
+        if f.prepared is not None and self.speculative_step_id is None:
+            # (A draft step prepares at its first layer: the steps of a
+            # draft share their plan's scheduler buffers, and the container
+            # prepares every step before the first runs.)
             self._prep(f, forward_batch)
             f.prepped = True
-        if f.fallback == "graph":
+        if f.fallback == "graph" and self._draft is None:
             hook = getattr(self.fallback, "init_forward_metadata_in_graph", None)
             if hook is not None:
                 hook(forward_batch)
@@ -613,6 +649,11 @@ class AttnplugMLABackend(_Base):
         seq = fb.seq_lens[:bs]
         if fb.forward_mode.is_target_verify():
             t.seq_lens.copy_(seq + f.q)
+        elif self.speculative_step_id is not None:
+            # sglang's draft tokens of a chain (topk 1) follow the requests'
+            # keys in req_to_token (assign_draft_cache_locs); step i reads
+            # drafts 0 to i (generate_draft_decode_kv_indices).
+            t.seq_lens.copy_(seq + (self.speculative_step_id + 1))
         else:
             t.seq_lens.copy_(seq)
         if f.q_lens is not None:
@@ -631,7 +672,7 @@ class AttnplugMLABackend(_Base):
         self._graph_tables = {}
         self._graph_paths = {}
         self._max_bs = int(max_bs)
-        if self.fallback is not None:
+        if self.fallback is not None and self._draft is None:
             try:
                 self.fallback.init_cuda_graph_state(max_bs, max_num_tokens, *args, **kwargs)
             except NotImplementedError:
@@ -644,25 +685,25 @@ class AttnplugMLABackend(_Base):
         the captured forward, from the runner's tensors."""
         bs = int(bs)
         q = max(1, int(num_tokens) // max(1, bs))
-        draft = forward_mode.is_decode() and spec_info is not None
-        path = "verify" if forward_mode.is_target_verify() else ("draft" if draft else "decode")
+        lone = self._lone_draft(forward_mode, spec_info)
+        path = "draft" if lone else self._decode_path(forward_mode)
 
         class _Batch:  # what _plan_mla reads of the batch
             pass
         fb = _Batch()
         fb.forward_mode = forward_mode
-        if (forward_mode.is_decode() or forward_mode.is_target_verify()) and not draft:
+        if (forward_mode.is_decode() or forward_mode.is_target_verify()) and not lone:
             self._max_bs = max(self._max_bs, bs)
             f = self._plan_mla(path, fb, bs, q, True)
         else:
-            f = _Forward(path, "fallback", bs, q, why="a draft model's decode: not served by the plugin yet")
+            f = _Forward(path, "fallback", bs, q, why=_LONE_DRAFT)
         self._graph_paths[(bs, q)] = self._fwd = f
         self.forward_metadata = f
         if f.kind == "plugin":
             return
         f.fallback = "legacy"
         self._refused_at_capture(f)
-        if self.fallback is not None:
+        if self.fallback is not None and self._draft is None:
             self.fallback.init_forward_metadata_capture_cuda_graph(bs, num_tokens, req_pool_indices, seq_lens,
                                                                    encoder_lens, forward_mode, spec_info, *args, **kwargs)
 
@@ -683,11 +724,11 @@ class AttnplugMLABackend(_Base):
             self._fwd = captured
             self.forward_metadata = captured
             return
-        path = "verify" if forward_mode.is_target_verify() else "decode"
+        path = self._decode_path(forward_mode)
         self._fwd = captured or _Forward(path, "fallback", bs, q, why="a batch size no graph was captured for")
         self._fwd.fallback = "legacy"
         self.forward_metadata = self._fwd
-        if self.fallback is not None:
+        if self.fallback is not None and self._draft is None:
             self.fallback.init_forward_metadata_replay_cuda_graph(bs, req_pool_indices, seq_lens, seq_lens_sum,
                                                                   encoder_lens, forward_mode, spec_info, seq_lens_cpu,
                                                                   *args, **kwargs)
@@ -788,8 +829,12 @@ class AttnplugMLABackend(_Base):
         f = self._fwd
         if f.fallback is None:
             # The plugin path could not run a batch it was planned for: the
-            # fallback's metadata, now (eager batches only reach this).
-            self.fallback.init_forward_metadata(fb)
+            # fallback's metadata, now (eager batches only reach this); a
+            # draft step's is its container's, for every step.
+            if self._draft is not None:
+                self._draft._fallback_eager(fb)
+            else:
+                self.fallback.init_forward_metadata(fb)
             f.fallback = "eager"
         c["fallback"] += 1
         extra = dict(kwargs)
@@ -964,6 +1009,137 @@ def _chunk_keys(fb, prefix, bs):
     return [max(0, min(p, (idx + 1) * size) - idx * size) for p in prefix], None
 
 
+class AttnplugMLAMultiStepDraftBackend:
+    """sglang's multi-step draft backend for attnplug (what
+    DraftBackendFactory makes for a draft model's DECODE, as
+    FlashMLAMultiStepDraftBackend for flashmla): attn_backends holds one
+    AttnplugMLABackend a draft step (speculative_num_steps - 1 of them, as
+    sglang's), step i reading each request's keys and its draft tokens 0
+    to i, which sglang puts after the keys in req_to_token for a chain
+    (topk 1). The steps share one launcher and one plan of the batch shape
+    (each prepares its lengths and the plan's scheduler at its first
+    layer, so that no step overwrites another's), eager and in the draft's
+    CUDA graphs of both protocols.
+
+    fallback is sglang's multi-step draft backend that runs the batches the
+    plugin has no plan for (DraftBackendFactory makes the one of the
+    fallback's name); step i falls back to its step i, and the metadata
+    calls of such a batch go to it whole. kernel_backend, address, client,
+    strict and timeout are as AttnplugMLABackend's. topk must be 1: a tree
+    of drafts (topk > 1) puts each branch's tokens elsewhere, which
+    DraftBackendFactory leaves to sglang's own backend (register_backend)."""
+
+    # Read by sglang's decide_needs_cpu_seq_lens: no step reads the host's
+    # lengths.
+    needs_cpu_seq_lens = False
+
+    def __init__(self, model_runner, topk, speculative_num_steps, *, fallback=None, **kwargs):
+        topk, steps = int(topk), int(speculative_num_steps)
+        if topk != 1:
+            raise ValueError("AttnplugMLAMultiStepDraftBackend: topk %d: the plugin's draft decode runs chains of "
+                             "drafts (--speculative-eagle-topk 1)" % topk)
+        if steps < 2:
+            raise ValueError("AttnplugMLAMultiStepDraftBackend: speculative_num_steps %d: a multi-step draft has "
+                             "at least 2 steps" % steps)
+        self.topk, self.speculative_num_steps = topk, steps
+        self.model_runner = model_runner
+        self.fallback = fallback
+        kids = getattr(fallback, "attn_backends", None) or []
+        self.attn_backends = []
+        for i in range(steps - 1):
+            owner = self.attn_backends[0] if self.attn_backends else None
+            b = AttnplugMLABackend(model_runner, skip_prefill=True, speculative_step_id=i, launcher_owner=owner,
+                                   fallback=kids[i] if i < len(kids) else None, **kwargs)
+            b._draft = self
+            self.attn_backends.append(b)
+        self._fallback_called = None  # the batch whose fallback metadata was made (eager)
+
+    def _steps(self, call):
+        for b in self.attn_backends:
+            call(b)
+        return any(b._fwd.kind == "fallback" for b in self.attn_backends)
+
+    def init_forward_metadata(self, forward_batch):
+        """An eager draft batch: each step's plan; the fallback's metadata
+        where a step has none."""
+        self._fallback_called = None
+        if self._steps(lambda b: b._out_graph(forward_batch, in_capture=False, eager=True)):
+            self._fallback_eager(forward_batch)
+
+    def _fallback_eager(self, forward_batch):
+        if self.fallback is not None and self._fallback_called is not forward_batch:
+            self.fallback.init_forward_metadata(forward_batch)
+            self._fallback_called = forward_batch
+        for b in self.attn_backends:
+            b._fwd.fallback = "eager"
+
+    def init_cuda_graph_state(self, max_bs, max_num_tokens, *args, **kwargs):
+        for b in self.attn_backends:
+            b.init_cuda_graph_state(max_bs, max_num_tokens)
+        if self.fallback is not None:
+            self.fallback.init_cuda_graph_state(max_bs, max_num_tokens, *args, **kwargs)
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
+        """Outside the draft's graph (sglang main): at capture, each step's
+        plan of the batch shape; at replay, nothing on the host for plugin
+        steps."""
+        if self._steps(lambda b: b._out_graph(forward_batch, in_capture=in_capture, eager=False)) \
+                and self.fallback is not None:
+            self.fallback.init_forward_metadata_out_graph(forward_batch, in_capture=in_capture)
+            for b in self.attn_backends:
+                b._fwd.fallback = "graph"
+
+    def init_forward_metadata_in_graph(self, forward_batch):
+        """Inside the draft's graph: nothing for plugin steps (each prepares
+        at its first layer); the fallback's for a fallback batch."""
+        if any(b._fwd.fallback == "graph" for b in self.attn_backends):
+            hook = getattr(self.fallback, "init_forward_metadata_in_graph", None)
+            if hook is not None:
+                hook(forward_batch)
+
+    def on_after_cuda_graph_warmup(self):
+        for b in self.attn_backends:
+            b.on_after_cuda_graph_warmup()
+
+    def init_forward_metadata_capture_cuda_graph(self, forward_batch):
+        """Capture of the draft's graph (sglang before PR #26735)."""
+        bs = int(forward_batch.batch_size)
+
+        def capture(b):
+            b.init_forward_metadata_capture_cuda_graph(bs, bs * self.topk, forward_batch.req_pool_indices,
+                                                       forward_batch.seq_lens, None, forward_batch.forward_mode,
+                                                       forward_batch.spec_info)
+        if self._steps(capture) and self.fallback is not None:
+            self.fallback.init_forward_metadata_capture_cuda_graph(forward_batch)
+
+    def init_forward_metadata_replay_cuda_graph(self, forward_batch, bs):
+        """Replay of the draft's graph (sglang before PR #26735)."""
+
+        def replay(b):
+            b.init_forward_metadata_replay_cuda_graph(bs, forward_batch.req_pool_indices, forward_batch.seq_lens, -1,
+                                                      None, forward_batch.forward_mode, forward_batch.spec_info,
+                                                      getattr(forward_batch, "seq_lens_cpu", None))
+        if self._steps(replay) and self.fallback is not None:
+            self.fallback.init_forward_metadata_replay_cuda_graph(forward_batch, bs)
+
+    def stats(self):
+        """The steps' counters added up (AttnplugMLABackend.stats; the
+        launcher's are the shared launcher's)."""
+        per = [b.stats() for b in self.attn_backends]
+        out = dict(per[0])
+        out["paths"] = {p: {"plugin": sum(s["paths"][p]["plugin"] for s in per),
+                            "fallback": sum(s["paths"][p]["fallback"] for s in per),
+                            "last_reason": next((s["paths"][p]["last_reason"] for s in per
+                                                 if s["paths"][p]["last_reason"]), "")} for p in PATHS}
+        for k in ("steps_prepared", "refused_at_capture", "fp8_layers", "plugin_layers", "fallback_layers"):
+            out[k] = sum(s[k] for s in per)
+        return out
+
+    def close(self):
+        for b in self.attn_backends:
+            b.close()
+
+
 # ---------------------------------------------------------------- registration
 
 
@@ -1006,7 +1182,8 @@ def register_backend(name=BACKEND_NAME, kernel_backend=None):
     and the second where kernel_backend is in it (the plugin's prefix-chunk
     plans run the chunked prefix, the fallback where it has none). It also registers a DeepSeek dispatch handler for NAME
     in sglang's AttentionBackendRegistry, which answers as kernel_backend's
-    rules. Safe to call again; never raises."""
+    rules, and gives sglang's DraftBackendFactory the name's draft backends
+    (_wrap_draft_factory). Safe to call again; never raises."""
     kernel = kernel_backend or os.environ.get(ENV_KERNEL_BACKEND) or DEFAULT_KERNEL_BACKEND
     how = None
     try:
@@ -1030,6 +1207,7 @@ def register_backend(name=BACKEND_NAME, kernel_backend=None):
     except Exception:
         pass
     _join_backend_lists(name, kernel)
+    _wrap_draft_factory(name)
     try:
         mod = __import__(_sglang.HANDLER_MODULE, fromlist=["AttentionBackendRegistry"])
         reg = mod.AttentionBackendRegistry
@@ -1059,6 +1237,79 @@ def _join_backend_lists(name, kernel):
                 add(name) if add is not None else names.append(name)
             except Exception:
                 pass
+
+
+def _wrap_draft_factory(name):
+    """Gives sglang's DraftBackendFactory (speculative/draft_utils.py) an
+    entry for NAME in both its maps, so that an EAGLE or MTP draft of an
+    attnplug target runs on the plugin: the draft's DECODE on an
+    AttnplugMLAMultiStepDraftBackend (its fallback sglang's multi-step
+    backend of the fallback's name), its DRAFT_EXTEND on an
+    AttnplugMLABackend. A tree of drafts (topk > 1) gets sglang's own
+    multi-step backend of the fallback's name, with one warning (strict:
+    refused). The factory's maps are local to its methods: _create_backend,
+    which every version has, is wrapped. Returns whether it was."""
+    try:
+        from sglang.srt.speculative import draft_utils
+    except Exception:
+        return False
+    cls = getattr(draft_utils, "DraftBackendFactory", None)
+    orig = getattr(cls, "_create_backend", None)
+    if orig is None:
+        return False
+    names = getattr(orig, "_attnplug_names", None)
+    if names is not None:
+        names.add(name)
+        return True
+    names = {name}
+    # Since 2026 a map's entries answer (stamp, backend); before, the backend.
+    stamped = "stamp" in getattr(getattr(orig, "__code__", None), "co_varnames", ())
+
+    def _create_backend(self, backend_name, backend_map, error_template, *args, **kwargs):
+        m = dict(backend_map)
+        decode = _is_decode_map(backend_map)
+        for n in names:
+            m.setdefault(n, lambda n=n: _draft_backend(self, backend_map, decode, n, stamped))
+        return orig(self, backend_name, m, error_template, *args, **kwargs)
+
+    _create_backend._attnplug_names = names
+    cls._create_backend = _create_backend
+    return True
+
+
+def _is_decode_map(backend_map):
+    """Whether a DraftBackendFactory map is create_decode_backend's (its
+    entries are the factory's _create_*_decode_backend methods)."""
+    return any(getattr(f, "__name__", "").endswith("_decode_backend") for f in backend_map.values())
+
+
+def _draft_backend(factory, sglang_map, decode, name, stamped):
+    runner = factory.draft_model_runner
+    if not decode:
+        backend = AttnplugMLABackend(runner)
+        return (name, backend) if stamped else backend
+    kernel = os.environ.get(ENV_KERNEL_BACKEND) or DEFAULT_KERNEL_BACKEND
+    fb_name = os.environ.get(ENV_FALLBACK_BACKEND) or kernel
+    fallback = None
+    make = sglang_map.get(fb_name)
+    if make is not None:
+        try:
+            made = make()
+            fallback = made[1] if stamped and isinstance(made, tuple) else made
+        except Exception as exc:
+            log.warning("attnplug: sglang's %s multi-step draft backend cannot be made here (%s: %s)", fb_name,
+                        type(exc).__name__, exc)
+    if int(factory.topk) != 1:
+        why = ("attnplug: a tree of drafts (--speculative-eagle-topk %d) runs sglang's %s multi-step draft backend: "
+               "the plugin's draft decode runs chains (topk 1)" % (factory.topk, fb_name))
+        if os.environ.get(ENV_STRICT) == "1" or fallback is None:
+            raise FallbackRefused("draft", why)
+        log.warning(why)
+        backend = fallback
+    else:
+        backend = AttnplugMLAMultiStepDraftBackend(runner, factory.topk, factory.speculative_num_steps,
+                                                   fallback=fallback)
+    return (name, backend) if stamped else backend
 
 
 def _wrap_model_runner(name):

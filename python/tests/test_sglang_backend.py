@@ -101,9 +101,9 @@ class ContractTest(unittest.TestCase):
         self.assertIn("decode path would run the fallback: no plan: x", str(e))
 
 
-class RegistrationTest(unittest.TestCase):
-    """register_backend() in each sglang mechanism, with stand-in sglang
-    modules (the real ones are not installed here)."""
+class SglangModules(unittest.TestCase):
+    """Stand-in sglang modules for a test (the real ones are not installed
+    here): module() makes one; those of other tests are put back after."""
 
     def setUp(self):
         # Stand-in sglang modules of other tests stay as they were; these
@@ -130,6 +130,10 @@ class RegistrationTest(unittest.TestCase):
                 p = sys.modules[parent] = types.ModuleType(parent)
             setattr(p, parts[i], sys.modules.get(".".join(parts[:i + 1])))
         return mod
+
+
+class RegistrationTest(SglangModules):
+    """register_backend() in each sglang mechanism."""
 
     def test_attention_registry_and_choices(self):
         handlers_mod = handlers.sglang_module(None)
@@ -307,6 +311,92 @@ def check_chunked_prefix(case, b, loop, layer, fb, q, kn, vn, out_new, lse_new):
     want, want_lse = reference_mha(q, k_all, v_all, layer.scaling, [35, 18], [5, 11])
     case.assertLess(rel_error(acc_o, want), TOLERANCE, "the merged chunks and new tokens")
     case.assertLess((acc_lse - want_lse).abs().max().item(), 1e-3)
+
+
+@unittest.skipUnless(torch is not None, "needs torch")
+class DraftFactoryTest(SglangModules):
+    """register_backend() gives sglang's DraftBackendFactory (a stand-in of
+    main's, and one of the releases whose entries answer the backend
+    itself) the attnplug entries of a draft model's backends."""
+
+    def runner(self):
+        return st.ModelRunner.make(heads=16, layers=1, page_size=64, context_len=1024, max_requests=4,
+                                   device="cuda" if HAVE_GPU else "cpu")
+
+    def factory_module(self, base):
+        cls = type("DraftBackendFactory", (base,), {})
+        self.module("sglang.srt.speculative.draft_utils", DraftBackendFactory=cls)
+        return cls
+
+    def test_main(self):
+        from attnplug_testing.torch_mla import TorchMLABackend, TorchMLAMultiStepDraftBackend
+        mr = self.runner()
+        Factory = self.factory_module(st.DraftBackendFactory)
+        with self.assertRaises(ValueError) as cm:  # sglang alone: no draft backend of the name
+            Factory(mr, 1, 3).create_decode_backend()
+        self.assertIn("attnplug", str(cm.exception))
+        sb.register_backend()
+        sb.register_backend()  # again: wrapped once
+        f = Factory(mr, 1, 3)
+        d = f.create_decode_backend()
+        self.assertIsInstance(d, sb.AttnplugMLAMultiStepDraftBackend)
+        self.assertEqual(len(d.attn_backends), 2)
+        self.assertEqual([n for n, _ in f.made], ["fa3"], "the fallback: sglang's multi-step backend of fa3")
+        self.assertIs(d.fallback, f.made[0][1])
+        for i, b in enumerate(d.attn_backends):
+            self.assertIs(b.fallback, d.fallback.attn_backends[i])
+            self.assertEqual((b.speculative_step_id, b.decode_attention_backend_str), (i, "attnplug"))
+        self.assertEqual(d.decode_attention_backend_str, "attnplug")
+        e = f.create_draft_extend_backend()
+        self.assertIsInstance(e, sb.AttnplugMLABackend)
+        self.assertIsNone(e.speculative_step_id)
+        self.assertIsNone(Factory(mr, 1, 1).create_decode_backend(), "one step: no multi-step backend, as sglang")
+        # A tree of drafts: sglang's own multi-step backend, with a warning;
+        # strict refuses it at boot.
+        rec = record_logs(self)
+        self.assertIsInstance(Factory(mr, 2, 3).create_decode_backend(), TorchMLAMultiStepDraftBackend)
+        self.assertEqual(len(rec.warnings("a tree of drafts (--speculative-eagle-topk 2)")), 1, rec.warnings())
+        os.environ[sb.ENV_STRICT] = "1"
+        self.addCleanup(os.environ.pop, sb.ENV_STRICT, None)
+        with self.assertRaises(sb.FallbackRefused):
+            Factory(mr, 2, 3).create_decode_backend()
+        self.assertIsInstance(Factory(mr, 1, 3).create_draft_extend_backend(), sb.AttnplugMLABackend)
+        # Other names are sglang's.
+        mr.server_args.decode_attention_backend = mr.server_args.prefill_attention_backend = "triton"
+        self.assertIsInstance(Factory(mr, 1, 3).create_draft_extend_backend(), TorchMLABackend)
+
+    def test_releases_whose_entries_answer_the_backend(self):
+        from attnplug_testing.torch_mla import TorchMLAMultiStepDraftBackend
+
+        class Older:  # sglang's DraftBackendFactory before the (stamp, backend) entries
+            def __init__(self, server_args, draft_model_runner, topk, speculative_num_steps):
+                self.server_args = server_args
+                self.draft_model_runner = draft_model_runner
+                self.topk = topk
+                self.speculative_num_steps = speculative_num_steps
+
+            def _create_backend(self, backend_name, backend_map, error_template):
+                backend_type = getattr(self.server_args, backend_name)
+                if backend_type is None:
+                    backend_type = self.server_args.attention_backend
+                if backend_type not in backend_map:
+                    raise ValueError(error_template.format(backend_type=backend_type))
+                return backend_map[backend_type]()
+
+            def create_decode_backend(self):
+                return self._create_backend("decode_attention_backend", {"fa3": self._create_fa3_decode_backend},
+                                            "EAGLE is not supported in decode attention backend {backend_type}")
+
+            def _create_fa3_decode_backend(self):
+                return TorchMLAMultiStepDraftBackend(self.draft_model_runner, self.topk, self.speculative_num_steps)
+
+        mr = self.runner()
+        Factory = self.factory_module(Older)
+        sb.register_backend()
+        d = Factory(mr.server_args, mr, 1, 4).create_decode_backend()
+        self.assertIsInstance(d, sb.AttnplugMLAMultiStepDraftBackend)
+        self.assertEqual(len(d.attn_backends), 3)
+        self.assertIsInstance(d.fallback, TorchMLAMultiStepDraftBackend)
 
 
 @unittest.skipUnless(torch is not None, "needs torch")
@@ -612,16 +702,120 @@ class FakeKernelTest(unittest.TestCase):
         self.assertIn("index_topk 2048", b.stats()["paths"]["decode"]["last_reason"])
         self.assertEqual(lch.steps, [])
 
-    def test_draft_decode_is_the_fallbacks(self):
+    def test_a_lone_draft_decode_is_the_fallbacks(self):
+        # A draft model's decode given to a backend that is no step of a
+        # multi-step draft backend: which drafts it reads is not known.
         mr, b, _ = self.make()
         loop = st.DecodeLoop(mr, seed=6)
         loop.start([5, 60])
         fb = loop.decode_batch()
-        fb.spec_info = st.EagleVerifyInput(1)  # a draft model's decode
+        fb.spec_info = st.EagleDraftInput()
         b.init_forward_metadata(fb)
         inputs = [loop.inputs(2) for _ in loop.layers]
         self.check(mr, fb, inputs, loop.forward(b, fb, inputs), 1, 0)
         self.assertEqual(self.paths(b), {"draft": (0, 2)})
+        self.assertIn("outside attnplug's multi-step draft backend", b.stats()["paths"]["draft"]["last_reason"])
+
+    def make_draft(self, steps=3, page=64, backend="fa3", **kw):
+        from attnplug_testing.fake_kernels import FakeLauncher
+        from attnplug_testing.torch_mla import TorchMLAMultiStepDraftBackend
+        mr = st.ModelRunner.make(heads=16, layers=2, page_size=page, context_len=1024, max_requests=8,
+                                 device=self.device)
+        launcher = FakeLauncher(self.client, backend)
+        self.addCleanup(launcher.close)
+        d = sb.AttnplugMLAMultiStepDraftBackend(mr, 1, steps, fallback=TorchMLAMultiStepDraftBackend(mr, 1, steps),
+                                                kernel_backend=backend, launcher=launcher, **kw)
+        return mr, d, launcher
+
+    def check_draft(self, mr, fb, inputs, outs, steps, rows=None):
+        """Step i of a chain draft wrote its layers' KV to the drafts' slots
+        of column i and read each request's keys and drafts 0 to i."""
+        per_step = fb.out_cache_loc.view(int(fb.batch_size), steps).t()
+        self.assertEqual(len(outs), steps - 1)
+        for i in range(steps - 1):
+            view = types.SimpleNamespace(req_pool_indices=fb.req_pool_indices, seq_lens=fb.seq_lens,
+                                         out_cache_loc=per_step[i])
+            ins = [[x[:rows] for x in layer] for layer in inputs[i]] if rows else inputs[i]
+            self.check(mr, view, ins, [o[:rows] for o in outs[i]] if rows else outs[i], 1, i + 1)
+
+    def test_draft_decode_steps(self):
+        for page in (64, 1):
+            mr, d, lch = self.make_draft(page=page)
+            self.assertEqual([b.speculative_step_id for b in d.attn_backends], [0, 1])
+            loop = st.DecodeLoop(mr, seed=page + 3)
+            loop.start([1, 37, 300, 64])
+            for _ in range(2):
+                fb = loop.draft_batch(3)
+                d.init_forward_metadata(fb)
+                inputs = [[loop.inputs(4) for _ in loop.layers] for _ in range(2)]
+                self.check_draft(mr, fb, inputs, loop.draft_forward(d, fb, inputs, 3), 3)
+                loop.advance()
+            # The steps share one launcher and the plan of the batch shape;
+            # each runs the plan's scheduler for its own lengths.
+            self.assertEqual(lch.source.stats["plan_requests"], 1)
+            self.assertEqual((lch.steps[0]["mode"], lch.steps[0]["batch"]),
+                             ("DECODE", {"size": 4, "graph": True, "query_tokens": 1}))
+            self.assertEqual(lch.batch_launches, 4, "one scheduler launch a draft step")
+            self.assertEqual(self.paths(d), {"draft": (8, 0)})
+            self.assertEqual(d.fallback.calls, [])
+
+    def draft_graph(self, protocol):
+        mr, d, lch = self.make_draft()
+        d.init_cuda_graph_state(4, 16)
+        loop = st.DecodeLoop(mr, seed=12)
+        loop.start([3, 100, 600])
+        static = [[loop.inputs(4) for _ in loop.layers] for _ in range(2)]
+
+        def run(fb):
+            return [o for outs in loop.draft_forward(d, fb, static, 3) for o in outs]
+
+        runner = st.GraphRunner(d, 4, protocol=protocol, device=self.device, dry=True, draft_steps=3)
+        runner.capture(run)
+        self.assertEqual(lch.source.stats["plan_requests"], 1)
+        for _ in range(3):
+            fb = loop.draft_batch(3)
+            for step in static:
+                for layer in step:
+                    for t, fresh in zip(layer, loop.inputs(3)):
+                        t.zero_()
+                        t[:3].copy_(fresh)
+            outs = runner.replay(fb)
+            self.check_draft(mr, fb, static, [outs[:2], outs[2:]], 3, rows=3)
+            loop.advance()
+        self.assertEqual(lch.source.stats["plan_requests"], 1, "no plan asked at replay")
+        self.assertEqual(d.stats()["fallback_layers"], 0)
+        self.assertEqual(d.fallback.calls, ["init_cuda_graph_state"])
+
+    def test_draft_graph_hooks_2026_protocol(self):
+        self.draft_graph("2026")
+
+    def test_draft_graph_hooks_legacy_protocol(self):
+        self.draft_graph("legacy")
+
+    def test_draft_without_a_plan_runs_sglangs_multi_step_backend(self):
+        rec = record_logs(self)
+        mr, d, _ = self.make_draft(backend="aiter")  # no device code: no plan
+        loop = st.DecodeLoop(mr, seed=4)
+        loop.start([5, 500])
+        fb = loop.draft_batch(3)
+        d.init_forward_metadata(fb)
+        self.assertEqual(d.fallback.calls, ["init_forward_metadata"], "the fallback's metadata, once a batch")
+        inputs = [[loop.inputs(2) for _ in loop.layers] for _ in range(2)]
+        self.check_draft(mr, fb, inputs, loop.draft_forward(d, fb, inputs, 3), 3)
+        self.assertEqual(self.paths(d), {"draft": (0, 4)})
+        self.assertIn("no plan", d.stats()["paths"]["draft"]["last_reason"])
+        self.assertEqual(len(rec.warnings("the fallback runs draft layers")), 2, rec.warnings())  # one a step
+        mr, d, _ = self.make_draft(backend="aiter", strict=True)
+        loop = st.DecodeLoop(mr, seed=4)
+        loop.start([5, 500])
+        fb = loop.draft_batch(3)
+        d.init_forward_metadata(fb)
+        with self.assertRaises(sb.FallbackRefused) as cm:
+            loop.draft_forward(d, fb, [[loop.inputs(2) for _ in loop.layers] for _ in range(2)], 3)
+        self.assertEqual(cm.exception.path, "draft")
+        with self.assertRaises(ValueError) as cm:
+            sb.AttnplugMLAMultiStepDraftBackend(mr, 2, 3)
+        self.assertIn("topk 2", str(cm.exception))
 
     def test_only_named_calls_reach_the_fallback(self):
         _, b, _ = self.make()
@@ -736,6 +930,61 @@ class BackendGPUTest(unittest.TestCase):
             stats = b.stats()
             self.assertEqual(stats["fallback_layers"], 0, stats)
             self.assertEqual(stats["plugin_layers"], 2 * 5, stats)
+
+    def test_draft_steps_match_the_reference(self):
+        # An MTP/EAGLE chain draft of 4 tokens (3 draft steps) through the
+        # multi-step draft backend, eager and replayed from a CUDA graph of
+        # sglang's draft runner, outputs poisoned before each replay.
+        for heads, page in ((16, 64), (128, 1)):
+            mr = st.ModelRunner.make(heads=heads, layers=2, page_size=page, context_len=4096, max_requests=8)
+            client = CountingClient(self.server.address, timeout=120)
+            from attnplug_testing.torch_mla import TorchMLAMultiStepDraftBackend
+            d = sb.AttnplugMLAMultiStepDraftBackend(mr, 1, 4, fallback=TorchMLAMultiStepDraftBackend(mr, 1, 4),
+                                                    kernel_backend="fa3", client=client)
+            self.addCleanup(d.close)
+            loop = st.DecodeLoop(mr, seed=heads + page + 1)
+            loop.start([1, 37, 700, 2047, 64, 3000])
+            fb = loop.draft_batch(4)
+            d.init_forward_metadata(fb)
+            inputs = [[loop.inputs(6) for _ in loop.layers] for _ in range(3)]
+            outs = loop.draft_forward(d, fb, inputs, 4)
+            worst = 0.0
+            per_step = fb.out_cache_loc.view(6, 4).t()
+            for i in range(3):
+                view = types.SimpleNamespace(req_pool_indices=fb.req_pool_indices, seq_lens=fb.seq_lens,
+                                             out_cache_loc=per_step[i])
+                worst = max(worst, self.check_mla(loop, mr, view, inputs[i], outs[i], range(2), 1, i + 1))
+            loop.advance()
+            print("draft steps heads %d page %d eager: rel err %.2e" % (heads, page, worst))
+            d.init_cuda_graph_state(8, 8 * 4)
+            static = [[loop.inputs(8) for _ in loop.layers] for _ in range(3)]
+            runner = st.GraphRunner(d, 8, draft_steps=4)
+            runner.capture(lambda fb: [o for step in loop.draft_forward(d, fb, static, 4) for o in step])
+            rpcs = client.rpcs
+            for _ in range(3):
+                fb = loop.draft_batch(4)
+                for step in static:
+                    for layer in step:
+                        for t, fresh in zip(layer, loop.inputs(6)):
+                            t.zero_()
+                            t[:6].copy_(fresh)
+                for o in runner.outputs:
+                    o.fill_(float("nan"))
+                outs = runner.replay(fb)
+                torch.cuda.synchronize()
+                per_step = fb.out_cache_loc.view(6, 4).t()
+                for i in range(3):
+                    view = types.SimpleNamespace(req_pool_indices=fb.req_pool_indices, seq_lens=fb.seq_lens,
+                                                 out_cache_loc=per_step[i])
+                    got = [o[:6] for o in outs[2 * i:2 * i + 2]]
+                    ins = [[x[:6] for x in layer] for layer in static[i]]
+                    worst = max(worst, self.check_mla(loop, mr, view, ins, got, range(2), 1, i + 1))
+                loop.advance()
+            print("draft steps heads %d page %d graph: rel err %.2e" % (heads, page, worst))
+            self.assertEqual(client.rpcs, rpcs, "RPCs at replay")
+            stats = d.stats()
+            self.assertEqual(stats["fallback_layers"], 0, stats)
+            self.assertEqual(stats["paths"]["draft"]["plugin"], 3 * 2 * (1 + 3), stats)  # eager; 2 warm-ups and the capture
 
     @unittest.skipUnless(torch is not None and hasattr(torch, "float8_e4m3fn"), "needs torch with float8_e4m3fn")
     def test_fp8_pool_matches_the_reference(self):

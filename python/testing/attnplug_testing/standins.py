@@ -68,6 +68,9 @@ SGLANG_FOLLOWED = {
     "layers/attention/attention_registry.py": "43681aaa768047065d50fb746c884077a44ed505",
     "srt/plugins/__init__.py": "32c764af5f16beac1afaf71d2d6fcf39a064f304 (entry point group sglang.srt.plugins)",
     "mem_cache/kv_index_translator.py": "main (2026): is_translating, bind_and_verify_backends",
+    "speculative/draft_utils.py": "00ac7105db02776e90962fc6bb311d20dffe87ae (DraftBackendFactory)",
+    "speculative/eagle_worker.py": "main (2026): draft_forward's steps, assign_draft_cache_locs for topk 1",
+    "speculative/eagle_draft_cuda_graph_runner.py": "main (2026): the draft's capture and replay calls",
 }
 
 _torch = None
@@ -150,6 +153,91 @@ class EagleVerifyInput:
         self.custom_mask = custom_mask
         self.spec_input_type = spec_input_type
         self.ragged_verify_layout = None
+
+
+class EagleDraftInput:
+    """The spec_info of a draft model's DECODE batch (speculative/
+    eagle_info.py), as far as attention backends read it: its presence."""
+
+    def __init__(self, topk_p=None, topk_index=None, hidden_states=None, capture_hidden_mode=None, draft_probs=None):
+        self.topk_p = topk_p
+        self.topk_index = topk_index
+        self.hidden_states = hidden_states
+        self.capture_hidden_mode = capture_hidden_mode
+        self.draft_probs = draft_probs
+        self.dsa_topk_indices = None
+        self.spec_input_type = "EAGLE_DRAFT"
+
+
+class DraftBackendFactory:
+    """sglang's DraftBackendFactory (speculative/draft_utils.py at
+    00ac7105db02776e90962fc6bb311d20dffe87ae): its two maps of backend
+    creators, local to create_decode_backend and create_draft_extend_backend
+    and passed to _create_backend, whose entries answer (stamp, backend);
+    the backend type is the draft runner's draft_attention_backend, else
+    the configured one (here the runner's server_args). The fa3 and triton
+    entries make the tests' torch stand-ins of sglang's backends
+    (attnplug_testing.torch_mla); made records what each made."""
+
+    def __init__(self, draft_model_runner, topk, speculative_num_steps, seed_dsa_topk_from_draft_extend=False,
+                 qsa_profile=None):
+        self.draft_model_runner = draft_model_runner
+        self.topk = topk
+        self.speculative_num_steps = speculative_num_steps
+        self.seed_dsa_topk_from_draft_extend = seed_dsa_topk_from_draft_extend
+        self.qsa_profile = qsa_profile
+        self.draft_attn_backend = getattr(draft_model_runner, "draft_attention_backend", None)
+        self.made = []
+
+    def _create_backend(self, backend_name, backend_map, error_template, stamps_children=False):
+        configured = getattr(self.draft_model_runner.server_args, backend_name)
+        backend_type = self.draft_attn_backend or configured
+        if backend_type not in backend_map:
+            raise ValueError(error_template.format(backend_type=backend_type))
+        stamp, backend = backend_map[backend_type]()
+        if backend is not None:
+            backend.prefill_attention_backend_str = stamp
+            backend.decode_attention_backend_str = stamp
+            if stamps_children:
+                for child in backend.attn_backends:
+                    child.prefill_attention_backend_str = stamp
+                    child.decode_attention_backend_str = stamp
+        return backend
+
+    def create_decode_backend(self):
+        if self.speculative_num_steps <= 1:
+            return None
+        backend_map = {"fa3": self._create_fa3_decode_backend, "triton": self._create_triton_decode_backend}
+        return self._create_backend("decode_attention_backend", backend_map,
+                                    "EAGLE is not supported in decode attention backend {backend_type}",
+                                    stamps_children=True)
+
+    def create_draft_extend_backend(self):
+        backend_map = {"fa3": self._create_fa3_prefill_backend, "triton": self._create_triton_prefill_backend}
+        return self._create_backend("prefill_attention_backend", backend_map,
+                                    "EAGLE is not supported in attention backend {backend_type}")
+
+    def _made(self, name, backend):
+        self.made.append((name, backend))
+        return name, backend
+
+    def _create_fa3_decode_backend(self):
+        from attnplug_testing.torch_mla import TorchMLAMultiStepDraftBackend
+        return self._made("fa3", TorchMLAMultiStepDraftBackend(self.draft_model_runner, self.topk,
+                                                               self.speculative_num_steps))
+
+    def _create_triton_decode_backend(self):
+        from attnplug_testing.torch_mla import TorchMLAMultiStepDraftBackend
+        return self._made("triton", TorchMLAMultiStepDraftBackend(self.draft_model_runner, self.topk,
+                                                                  self.speculative_num_steps))
+
+    def _create_fa3_prefill_backend(self):
+        from attnplug_testing.torch_mla import TorchMLABackend
+        return self._made("fa3", TorchMLABackend(self.draft_model_runner, skip_prefill=False))
+
+    def _create_triton_prefill_backend(self):
+        from attnplug_testing.torch_mla import TorchMLABackend
+        return self._made("triton", TorchMLABackend(self.draft_model_runner, skip_prefill=False))
 
 
 class ForwardBatch:
@@ -546,6 +634,48 @@ class DecodeLoop:
                                    device=self.device),
             spec_info=EagleVerifyInput(n))
 
+    def draft_batch(self, steps):
+        """The DECODE ForwardBatch of a chain draft (EAGLE's, topk 1) of
+        steps tokens a request, as EagleWorker._draft_preprocess_decode
+        makes it: the drafts' slots follow each request's keys in
+        req_to_token (assign_draft_cache_locs), out_cache_loc holds them
+        request by request, seq_lens and positions are the requests'
+        lengths without them, spec_info an EagleDraftInput. advance()
+        keeps the drafts (as if all were accepted)."""
+        torch = _t()
+        bs = len(self.rpi)
+        loc = self._new_slots(steps)
+        self.pending = steps
+        return ForwardBatch(
+            forward_mode=ForwardMode.DECODE, batch_size=bs,
+            input_ids=torch.zeros(bs, dtype=torch.int64, device=self.device),
+            req_pool_indices=torch.tensor(self.rpi, dtype=torch.int64, device=self.device),
+            seq_lens=torch.tensor(self.lens, dtype=torch.int64, device=self.device), out_cache_loc=loc,
+            seq_lens_sum=sum(self.lens), seq_lens_cpu=torch.tensor(self.lens, dtype=torch.int64),
+            positions=torch.tensor(self.lens, dtype=torch.int64, device=self.device), spec_info=EagleDraftInput())
+
+    def draft_forward(self, draft_backend, fb, inputs, steps):
+        """The draft steps of fb (draft_batch(steps)) as
+        EagleWorker.draft_forward runs them after the draft backend's
+        metadata call: step i (of steps - 1) writes the drafts' slots of
+        column i, moves positions on and runs the layers on
+        draft_backend.attn_backends[i]; inputs[i] are step i's (one set a
+        layer). Returns each step's outputs; fb's out_cache_loc and
+        positions are restored."""
+        bs = int(fb.batch_size)
+        loc, pos = fb.out_cache_loc, fb.positions.clone()
+        per_step = loc.view(bs, steps).t()
+        outs = []
+        try:
+            for i in range(steps - 1):
+                fb.out_cache_loc = per_step[i].contiguous()
+                fb.positions.add_(1)
+                outs.append(self.forward(draft_backend.attn_backends[i], fb, inputs[i]))
+        finally:
+            fb.out_cache_loc = loc
+            fb.positions.copy_(pos)
+        return outs
+
     def extend_batch(self, new_lens):
         """The EXTEND ForwardBatch of new_lens[i] new tokens for request i
         (a prefill after start(), whose prefixes are the requests')."""
@@ -625,20 +755,31 @@ class GraphRunner:
     dry (the default on a CPU device) makes the same calls without a
     graph: the capture is a third run, and a replay runs the captured
     function again (what the graph would replay) after the backend's
-    replay preparation."""
+    replay preparation.
 
-    def __init__(self, backend, bs, mode=ForwardMode.DECODE, q=1, protocol="2026", device="cuda", dry=None):
+    draft_steps makes it sglang's EAGLEDraftCudaGraphRunner instead
+    (eagle_draft_cuda_graph_runner.py): backend is a multi-step draft
+    backend, the batch a chain draft's DECODE (DecodeLoop.draft_batch) with
+    draft_steps slots a request; the legacy protocol's calls are the
+    container's (init_forward_metadata_capture_cuda_graph(fb),
+    init_forward_metadata_replay_cuda_graph(fb, bs)), and the padding
+    length its first step's fill value."""
+
+    def __init__(self, backend, bs, mode=ForwardMode.DECODE, q=1, protocol="2026", device="cuda", dry=None,
+                 draft_steps=None):
         torch = _t()
         self.backend = backend
         self.bs, self.mode, self.q, self.protocol = bs, mode, q, protocol
         self.dry = (str(device) == "cpu") if dry is None else dry
         self.run_once = None
+        self.draft_steps = draft_steps
         n = bs * q
-        self.fill = backend.get_cuda_graph_seq_len_fill_value()
+        first = backend.attn_backends[0] if draft_steps else backend
+        self.fill = first.get_cuda_graph_seq_len_fill_value()
         self.req_pool_indices = torch.zeros(bs, dtype=torch.int64, device=device)
         self.seq_lens = torch.full((bs,), self.fill, dtype=torch.int64, device=device)
         self.seq_lens_cpu = torch.full((bs,), self.fill, dtype=torch.int64)
-        self.out_cache_loc = torch.zeros(n, dtype=torch.int64, device=device)
+        self.out_cache_loc = torch.zeros(n * (draft_steps or 1), dtype=torch.int64, device=device)
         self.positions = torch.zeros(n, dtype=torch.int64, device=device)
         self.input_ids = torch.zeros(n, dtype=torch.int64, device=device)
         self.graph = None
@@ -646,6 +787,8 @@ class GraphRunner:
 
     def static_batch(self):
         spec = EagleVerifyInput(self.q) if self.mode.is_target_verify() else None
+        if self.draft_steps:
+            spec = EagleDraftInput()
         return ForwardBatch(forward_mode=self.mode, batch_size=self.bs, input_ids=self.input_ids,
                             req_pool_indices=self.req_pool_indices, seq_lens=self.seq_lens,
                             out_cache_loc=self.out_cache_loc, seq_lens_sum=int(self.seq_lens_cpu.sum()),
@@ -657,7 +800,12 @@ class GraphRunner:
         b = self.backend
         fb = self.static_batch()
         self._run = run
-        if self.protocol == "legacy":
+        if self.protocol == "legacy" and self.draft_steps:
+            b.init_forward_metadata_capture_cuda_graph(fb)
+
+            def run_once():
+                return run(fb)
+        elif self.protocol == "legacy":
             b.init_forward_metadata_capture_cuda_graph(self.bs, self.bs * self.q, self.req_pool_indices,
                                                        self.seq_lens, None, self.mode, fb.spec_info)
 
@@ -698,7 +846,7 @@ class GraphRunner:
         """Replays the graph for fb (at most bs requests of the captured
         mode): its tensors copied into the buffers first."""
         raw = int(fb.batch_size)
-        n = raw * self.q
+        n = raw * self.q * (self.draft_steps or 1)
         if raw < self.bs:
             self.seq_lens.fill_(self.fill)
             self.seq_lens_cpu.fill_(self.fill)
@@ -709,9 +857,11 @@ class GraphRunner:
         self.seq_lens_cpu[:raw].copy_(fb.seq_lens_cpu)
         self.out_cache_loc[:n].copy_(fb.out_cache_loc)
         if fb.positions is not None:
-            self.positions[:n].copy_(fb.positions)
+            self.positions[:raw * self.q].copy_(fb.positions)
         view = self.static_batch()
-        if self.protocol == "legacy":
+        if self.protocol == "legacy" and self.draft_steps:
+            self.backend.init_forward_metadata_replay_cuda_graph(view, self.bs)
+        elif self.protocol == "legacy":
             self.backend.init_forward_metadata_replay_cuda_graph(
                 self.bs, self.req_pool_indices, self.seq_lens, int(self.seq_lens_cpu.sum()), None, self.mode,
                 view.spec_info, self.seq_lens_cpu)

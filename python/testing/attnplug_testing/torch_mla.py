@@ -29,8 +29,10 @@ class TorchMLABackend:
     tables as long as the model's context (correct, and slow); eager steps
     as long as the batch's longest."""
 
-    def __init__(self, model_runner, *args, **kwargs):
+    def __init__(self, model_runner, *args, speculative_step_id=None, **kwargs):
         self._torch = torch
+        # A draft step's decode reads the drafts 0 to speculative_step_id too.
+        self.speculative_step_id = speculative_step_id
         cfg = model_runner.model_config
         self.context_len = int(cfg.context_len)
         self.kv_lora_rank = int(cfg.kv_lora_rank)
@@ -98,7 +100,8 @@ class TorchMLABackend:
         qq = self._q576(q, q_rope, heads)
         bs = int(forward_batch.batch_size)
         n = qq.shape[0] // max(1, bs)
-        out = self.mla_uniform(qq, layer, forward_batch, bs, n, extra=0)
+        extra = 0 if self.speculative_step_id is None else self.speculative_step_id + 1
+        out = self.mla_uniform(qq, layer, forward_batch, bs, n, extra=extra)
         return out.reshape(qq.shape[0], heads * self.kv_lora_rank).to(q.dtype)
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None, **kwargs):
@@ -188,3 +191,38 @@ class TorchMLABackend:
             row += m
             key += L
         return out.reshape(-1, heads * dv)
+
+
+class TorchMLAMultiStepDraftBackend:
+    """sglang's multi-step draft backend of the tests' torch fallback:
+    attn_backends holds a TorchMLABackend a draft step (step i reading the
+    drafts 0 to i), and calls counts the container's metadata calls."""
+
+    def __init__(self, model_runner, topk, speculative_num_steps):
+        self.topk, self.speculative_num_steps = topk, speculative_num_steps
+        self.attn_backends = [TorchMLABackend(model_runner, speculative_step_id=i)
+                              for i in range(speculative_num_steps - 1)]
+        self.calls = []
+
+    def _each(self, name, graph, *args, **kwargs):
+        self.calls.append(name)
+        for b in self.attn_backends:
+            b.graph = graph
+
+    def init_forward_metadata(self, forward_batch):
+        self._each("init_forward_metadata", False)
+
+    def init_cuda_graph_state(self, max_bs, max_num_tokens):
+        self.calls.append("init_cuda_graph_state")
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
+        self._each("init_forward_metadata_out_graph", True)
+
+    def init_forward_metadata_in_graph(self, forward_batch):
+        self.calls.append("init_forward_metadata_in_graph")
+
+    def init_forward_metadata_capture_cuda_graph(self, forward_batch):
+        self._each("init_forward_metadata_capture_cuda_graph", True)
+
+    def init_forward_metadata_replay_cuda_graph(self, forward_batch, bs):
+        self._each("init_forward_metadata_replay_cuda_graph", True)
