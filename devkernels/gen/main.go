@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/devkernels"
@@ -49,11 +50,11 @@ func run() error {
 		return fmt.Errorf("%s --version: %w (gen needs the CUDA toolkit's nvcc)", *nvcc, err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(version)), "\n")
-	tmp, err := os.MkdirTemp("", "devkernels-gen-")
+	tmp, unlock, err := buildDir()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer unlock()
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
@@ -71,6 +72,10 @@ func run() error {
 	for _, name := range names {
 		src := filepath.Join(tmp, name+".cu")
 		if err := os.WriteFile(src, []byte(sources[name]), 0o644); err != nil {
+			return err
+		}
+		// The cubins' line tables record the source's modification time.
+		if err := os.Chtimes(src, sourceTime, sourceTime); err != nil {
 			return err
 		}
 		m.Sources[name] = devkernels.SourceSHA256(sources[name])
@@ -101,6 +106,29 @@ func run() error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(*out, "manifest.json"), append(data, '\n'), 0o644)
+}
+
+// sourceTime is the modification time every source is given before it
+// is compiled.
+var sourceTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// buildDir makes the one directory the sources are compiled in, at the
+// same path on every machine: nvcc writes the source's path into the
+// images (PTX .file lines, the names of internal functions), so a build
+// from a path of its own each time would differ from the last in every
+// image. It holds a lock file while gen runs; unlock removes it all.
+func buildDir() (string, func(), error) {
+	dir := filepath.Join(os.TempDir(), "attnplug-devkernels-gen")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	lock := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(lock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: another gen is building here (remove %s if none is): %w", dir, lock, err)
+	}
+	f.Close()
+	return dir, func() { os.RemoveAll(dir) }, nil
 }
 
 // compile builds module name's source src for arch into dir: PTX for a
