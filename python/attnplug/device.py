@@ -727,6 +727,11 @@ class _Step:
                 raise CudaError("entry %s: parameter %s is a %s, which this launcher does not pass "
                                 "(it takes ptr, i32, i64, f32, tensormap and struct)" % (launch.entry, name, kind))
         self.params = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        # What each launch passes, read from the plan once.
+        self.dims = (int(launch.grid[0]), int(launch.grid[1]), int(launch.grid[2]), int(launch.block[0]),
+                     int(launch.block[1]), int(launch.block[2]), int(launch.shared_bytes))
+        self.what = "%s(%s.%s)" % ("cuLaunchKernelEx" if self.config is not None else "cuLaunchKernel",
+                                   launch.module, launch.entry)
 
     def tensors(self):
         """The indexes of the tensors the launch reads or writes."""
@@ -740,15 +745,14 @@ class _Step:
             buf.put(off, n, tensors[i])
         for m in self.maps:
             m.encode(drv, tensors[m.tensor])
-        l = self.launch
         if self.config is not None:
             self.config.stream = stream.value
-            drv.check(drv.cuLaunchKernelEx(ctypes.byref(self.config), self.fn, self.params, None),
-                      "cuLaunchKernelEx(%s.%s)" % (l.module, l.entry))
-            return
-        drv.check(drv.cuLaunchKernel(self.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
-                                     l.shared_bytes, stream, self.params, None),
-                  "cuLaunchKernel(%s.%s)" % (l.module, l.entry))
+            rc = drv.cuLaunchKernelEx(ctypes.byref(self.config), self.fn, self.params, None)
+        else:
+            gx, gy, gz, bx, by, bz, shared = self.dims
+            rc = drv.cuLaunchKernel(self.fn, gx, gy, gz, bx, by, bz, shared, stream, self.params, None)
+        if rc:
+            drv.check(rc, self.what)
 
 
 class Prepared:
@@ -773,9 +777,10 @@ class Prepared:
         for name, values in plan.metadata.items():
             t = torch.tensor(list(values) or [0], dtype=torch.int32, device=dev)
             self.metadata[name] = t
-        self.specs = plan.tensors
-        self._dtypes = {t.name: getattr(torch, _DTYPES.get(t.dtype, ""), None) for t in self.specs}
-        self._device = dev
+        self._declare(plan.tensors, {t.name: getattr(torch, _DTYPES.get(t.dtype, ""), None) for t in plan.tensors}, dev)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        index = dev.index
+        self._raw_stream = (lambda: raw(index)) if raw is not None else None
         meta = {n: t.data_ptr() for n, t in self.metadata.items()}
         self._steps = [_Step(self._drv, mods, l, self.workspace.data_ptr(), meta, self.specs) for l in plan.launches]
         self._torch = torch
@@ -786,7 +791,21 @@ class Prepared:
             for st in self._steps:
                 if pick(st.launch):
                     used.update(st.tensors())
-            self._reads[which] = (pick, used)
+            # launch binds every tensor of the plan, launch_batch and
+            # launch_layer only those their launches read.
+            bind = range(len(self.specs)) if which == "all" else sorted(used)
+            self._reads[which] = (pick, used, [(i,) + self._want[i] for i in bind])
+
+    def _declare(self, specs, dtypes, device):
+        """The plan's tensors as check reads them: the specs, each one's
+        dtype (torch's) and the device; (name, dtype, shape) of each in the
+        plan's order; and the tensor objects last found to match, by
+        identity (a tensor object keeps its dtype and device, and its shape
+        and layout unless resized in place: it is checked again for its
+        shape only)."""
+        self.specs, self._dtypes, self._device = specs, dtypes, device
+        self._want = [(t.name, dtypes[t.name], tuple(t.shape)) for t in specs]
+        self._seen = [None] * len(specs)
 
     def tensors_read(self, which="all"):
         """The names of the tensors the launches read: of all of them, the
@@ -806,34 +825,45 @@ class Prepared:
         plan was made for another request). With only (a set of indexes in
         the plan's order), the others are neither checked nor bound
         (address 0)."""
-        for name in tensors:
-            if name not in self._dtypes:
-                raise TensorMismatch("tensor %s: the plan does not declare it (it declares %s): the plan was made for "
-                                     "another request" % (name, ", ".join(s.name for s in self.specs)))
-        ptrs = [0] * len(self.specs)
-        for i, spec in enumerate(self.specs):
-            if only is not None and i not in only:
-                continue
-            t = tensors.get(spec.name)
+        pick = range(len(self._want)) if only is None else sorted(only)
+        return self._bind(tensors, [(i,) + self._want[i] for i in pick])
+
+    def _bind(self, tensors, want):
+        """check's work over want, (index, name, dtype, shape) of the
+        tensors to bind."""
+        if not tensors.keys() <= self._dtypes.keys():
+            for name in tensors:
+                if name not in self._dtypes:
+                    raise TensorMismatch("tensor %s: the plan does not declare it (it declares %s): the plan was made "
+                                         "for another request" % (name, ", ".join(s.name for s in self.specs)))
+        ptrs = [0] * len(self._want)
+        seen = self._seen
+        for i, name, want, shape in want:
+            t = tensors.get(name)
             if t is None:
-                raise TensorMismatch("tensor %s: not bound (the plan binds %s)" % (spec.name, ", ".join(s.name for s in self.specs)))
-            want = self._dtypes[spec.name]
-            if want is None or t.dtype != want:
-                raise TensorMismatch("tensor %s: dtype %s, the plan wants %s" % (spec.name, t.dtype, spec.dtype))
-            if tuple(t.shape) != tuple(spec.shape):
-                raise TensorMismatch("tensor %s: shape %s, the plan wants %s" % (spec.name, tuple(t.shape), tuple(spec.shape)))
-            if t.device != self._device:
-                raise TensorMismatch("tensor %s: on %s, the plan runs on %s" % (spec.name, t.device, self._device))
-            if not t.is_contiguous():
-                raise TensorMismatch("tensor %s: not contiguous" % spec.name)
+                raise TensorMismatch("tensor %s: not bound (the plan binds %s)" % (name, ", ".join(s.name for s in self.specs)))
+            if t is not seen[i] or t.shape != shape:
+                self._check_one(t, name, want, shape, self.specs[i].dtype)
+                seen[i] = t
             ptrs[i] = t.data_ptr()
         return ptrs
 
+    def _check_one(self, t, name, want, shape, dtype_name):
+        if want is None or t.dtype != want:
+            raise TensorMismatch("tensor %s: dtype %s, the plan wants %s" % (name, t.dtype, dtype_name))
+        if tuple(t.shape) != shape:
+            raise TensorMismatch("tensor %s: shape %s, the plan wants %s" % (name, tuple(t.shape), shape))
+        if t.device != self._device:
+            raise TensorMismatch("tensor %s: on %s, the plan runs on %s" % (name, t.device, self._device))
+        if not t.is_contiguous():
+            raise TensorMismatch("tensor %s: not contiguous" % name)
+
     def _run(self, tensors, stream, which):
-        pick, used = self._reads[which]
-        ptrs = self.check(tensors, None if which == "all" else used)
+        pick, used, want = self._reads[which]
+        ptrs = self._bind(tensors, want)
         if stream is None:
-            stream = self._torch.cuda.current_stream(self._device).cuda_stream
+            stream = self._raw_stream() if self._raw_stream is not None else \
+                self._torch.cuda.current_stream(self._device).cuda_stream
         elif hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
         s = ctypes.c_void_p(stream)

@@ -264,11 +264,12 @@ class _Forward:
     init_forward_metadata_in_graph prepared the step, and which metadata
     call the fallback got ("eager", "graph", "legacy" or None)."""
 
-    __slots__ = ("path", "kind", "prepared", "tables", "bs", "q", "q_lens", "why", "prepped", "first_layer", "fallback")
+    __slots__ = ("path", "kind", "prepared", "tables", "bs", "q", "q_lens", "why", "prepped", "first_layer", "fallback",
+                 "bound")
 
     def __init__(self, path, kind, bs=0, q=1, why=None):
         self.path, self.kind, self.bs, self.q, self.why = path, kind, bs, q, why
-        self.prepared = self.tables = self.q_lens = None
+        self.prepared = self.tables = self.q_lens = self.bound = None
         self.prepped = False
         self.first_layer = None
         self.fallback = None
@@ -364,6 +365,7 @@ class AttnplugMLABackend(_Base):
         self._graph_paths = {}  # (bs, q) -> _Forward captured
         self._eager_tables = {}  # (bs, room) -> _Tables
         self._scratch = {}  # name -> a buffer every layer writes and none reads
+        self._views = {}  # (name, shape) -> a view of a scratch buffer
         self._counts = {p: {"plugin": 0, "fallback": 0, "last_reason": ""} for p in PATHS}
         self._extra = {"steps_prepared": 0, "refused_at_capture": 0, "fp8_layers": 0}
         self._fwd = _Forward("decode", "idle")
@@ -893,14 +895,18 @@ class AttnplugMLABackend(_Base):
             qq = qq.to(torch.bfloat16)
         kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id).view(-1, facts.page_size, facts.kv_cache_dim)
         out = torch.empty(tokens, heads, facts.kv_lora_rank, dtype=torch.bfloat16, device=qq.device)
-        t = f.tables.tensors()
-        t.update(q=qq, kv_cache=kv, out=out, lse=self._buffer("lse", (tokens, heads), torch.float32))
+        t = f.bound
+        if t is None:  # the step's tensors, then each layer's in the same dict
+            t = f.bound = f.tables.tensors()
+        t["q"], t["kv_cache"], t["out"] = qq, kv, out
+        t["lse"] = self._buffer("lse", (tokens, heads), torch.float32)
         if facts.kv_dtype == "fp8_e4m3":
             t["kv_scale"] = self._kv_scale(layer)
             self._extra["fp8_layers"] += 1
         f.prepared.launch_layer(t)
         self._counts[f.path]["plugin"] += 1
-        return out.view(tokens, heads * facts.kv_lora_rank).to(q.dtype)
+        out = out.view(tokens, heads * facts.kv_lora_rank)
+        return out if out.dtype == q.dtype else out.to(q.dtype)
 
     def _kv_scale(self, layer):
         """The layer's KV scale as the FP8 plan binds it: a float32 tensor
@@ -919,7 +925,11 @@ class AttnplugMLABackend(_Base):
 
     def _buffer(self, name, shape, dtype):
         """A scratch buffer every layer writes and none reads (the LSE of
-        the decode), of at least shape, allocated outside captures."""
+        the decode), of at least shape, allocated outside captures; its
+        view of each shape is kept, so that a layer allocates nothing."""
+        view = self._views.get((name, shape))
+        if view is not None:
+            return view
         torch = self._torch
         n = 1
         for d in shape:
@@ -931,7 +941,9 @@ class AttnplugMLABackend(_Base):
             rows = max(n, self._max_bs * 8 * self.facts.heads)
             buf = torch.empty(rows, dtype=dtype, device=self.device)
             self._scratch[name] = buf
-        return buf[:n].view(*shape)
+            self._views = {k: v for k, v in self._views.items() if k[0] != name}
+        view = self._views[(name, shape)] = buf[:n].view(*shape)
+        return view
 
     def _run_mha(self, q, k, v, layer, fb, save_kv_cache):
         """(path, output or None, why) of an MHA layer of an extend batch:

@@ -176,7 +176,7 @@ def prepared(specs):
     """A Prepared of a plan declaring specs, without a GPU: Prepared.check
     alone (dtypes stand for torch's by their names)."""
     p = Prepared.__new__(Prepared)
-    p.specs, p._dtypes, p._device = specs, {t.name: t.dtype for t in specs}, "cuda:0"
+    p._declare(specs, {t.name: t.dtype for t in specs}, "cuda:0")
     return p
 
 
@@ -204,6 +204,24 @@ class CheckTest(unittest.TestCase):
                           str(cm.exception))
             with self.assertRaises(TensorMismatch):
                 prepared(self.BF16).check(t, only={0})  # a launch that reads q alone
+
+    def test_a_tensor_checked_once_is_checked_again_for_its_shape(self):
+        # The tensor objects found to match are not checked again for their
+        # dtype, device and layout; a new object is, and one resized in
+        # place is refused.
+        p = prepared(self.BF16)
+        t = self.tensors(self.BF16)
+        self.assertEqual(p.check(t), [0x1000, 0x2000, 0x3000, 0x4000])
+        t["q"].ptr = 0x5000
+        self.assertEqual(p.check(t)[0], 0x5000, "the address is read at every check")
+        t["q"].shape = (2, 16, 576)
+        with self.assertRaisesRegex(TensorMismatch, r"tensor q: shape \(2, 16, 576\), the plan wants \(4, 16, 576\)"):
+            p.check(t)
+        t = self.tensors(self.BF16)
+        p.check(t)
+        t["out"] = FakeTensor(TensorSpec("out", "f32", (4, 16, 512), True), 0x4000)
+        with self.assertRaisesRegex(TensorMismatch, "tensor out: dtype f32, the plan wants bf16"):
+            p.check(t)
 
     def test_a_missing_or_wrong_tensor_is_refused(self):
         t = self.tensors(self.BF16)

@@ -558,10 +558,7 @@ class FakeKernelTest(unittest.TestCase):
         self.assertEqual(plans, 1)
         for _ in range(steps):
             fb = loop.verify_batch(q) if q > 1 else loop.decode_batch()
-            fresh = loop.inputs(3 * q)
-            for t, f in zip(static, fresh):
-                t.zero_()
-                t[:3 * q].copy_(f)
+            loop.refresh([static], 3 * q)
             outs = runner.replay(fb)
             rows = 3 * q
             self.check(mr, fb, [[x[:rows] for x in static]] * layers, [o[:rows] for o in outs], q, q if q > 1 else 0,
@@ -775,10 +772,7 @@ class FakeKernelTest(unittest.TestCase):
         for _ in range(3):
             fb = loop.draft_batch(3)
             for step in static:
-                for layer in step:
-                    for t, fresh in zip(layer, loop.inputs(3)):
-                        t.zero_()
-                        t[:3].copy_(fresh)
+                loop.refresh(step, 3)
             outs = runner.replay(fb)
             self.check_draft(mr, fb, static, [outs[:2], outs[2:]], 3, rows=3)
             loop.advance()
@@ -931,6 +925,20 @@ class BackendGPUTest(unittest.TestCase):
             self.assertEqual(stats["fallback_layers"], 0, stats)
             self.assertEqual(stats["plugin_layers"], 2 * 5, stats)
 
+    def check_draft(self, loop, mr, fb, inputs, outs, rows):
+        """Step i of a chain draft of rows requests: its layers' KV in the
+        drafts' slots of column i, its output over the keys and drafts 0 to
+        i against float64. Returns the worst relative error."""
+        steps = len(outs) + 1
+        per_step = fb.out_cache_loc.view(rows, steps).t()
+        worst = 0.0
+        for i in range(steps - 1):
+            view = types.SimpleNamespace(req_pool_indices=fb.req_pool_indices, seq_lens=fb.seq_lens,
+                                         out_cache_loc=per_step[i])
+            ins = [[x[:rows] for x in layer] for layer in inputs[i]]
+            worst = max(worst, self.check_mla(loop, mr, view, ins, [o[:rows] for o in outs[i]], range(2), 1, i + 1))
+        return worst
+
     def test_draft_steps_match_the_reference(self):
         # An MTP/EAGLE chain draft of 4 tokens (3 draft steps) through the
         # multi-step draft backend, eager and replayed from a CUDA graph of
@@ -947,13 +955,7 @@ class BackendGPUTest(unittest.TestCase):
             fb = loop.draft_batch(4)
             d.init_forward_metadata(fb)
             inputs = [[loop.inputs(6) for _ in loop.layers] for _ in range(3)]
-            outs = loop.draft_forward(d, fb, inputs, 4)
-            worst = 0.0
-            per_step = fb.out_cache_loc.view(6, 4).t()
-            for i in range(3):
-                view = types.SimpleNamespace(req_pool_indices=fb.req_pool_indices, seq_lens=fb.seq_lens,
-                                             out_cache_loc=per_step[i])
-                worst = max(worst, self.check_mla(loop, mr, view, inputs[i], outs[i], range(2), 1, i + 1))
+            worst = self.check_draft(loop, mr, fb, inputs, loop.draft_forward(d, fb, inputs, 4), 6)
             loop.advance()
             print("draft steps heads %d page %d eager: rel err %.2e" % (heads, page, worst))
             d.init_cuda_graph_state(8, 8 * 4)
@@ -964,21 +966,12 @@ class BackendGPUTest(unittest.TestCase):
             for _ in range(3):
                 fb = loop.draft_batch(4)
                 for step in static:
-                    for layer in step:
-                        for t, fresh in zip(layer, loop.inputs(6)):
-                            t.zero_()
-                            t[:6].copy_(fresh)
+                    loop.refresh(step, 6)
                 for o in runner.outputs:
                     o.fill_(float("nan"))
                 outs = runner.replay(fb)
                 torch.cuda.synchronize()
-                per_step = fb.out_cache_loc.view(6, 4).t()
-                for i in range(3):
-                    view = types.SimpleNamespace(req_pool_indices=fb.req_pool_indices, seq_lens=fb.seq_lens,
-                                                 out_cache_loc=per_step[i])
-                    got = [o[:6] for o in outs[2 * i:2 * i + 2]]
-                    ins = [[x[:6] for x in layer] for layer in static[i]]
-                    worst = max(worst, self.check_mla(loop, mr, view, ins, got, range(2), 1, i + 1))
+                worst = max(worst, self.check_draft(loop, mr, fb, static, [outs[2 * i:2 * i + 2] for i in range(3)], 6))
                 loop.advance()
             print("draft steps heads %d page %d graph: rel err %.2e" % (heads, page, worst))
             self.assertEqual(client.rpcs, rpcs, "RPCs at replay")

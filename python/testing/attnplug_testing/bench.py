@@ -174,9 +174,66 @@ def gpu_main(address, reps=20):
     print("plan requests: %d for %d shapes" % (launcher.stats["plan_requests"], len(GPU_SHAPES)))
     client.close()
     kernel = {r["name"]: r["layer_us"] for r in rows}
-    for r in eager_main(address, kernel, reps=reps):
-        rows.append(r)
+    rows.extend(class_graph_main(address, kernel, reps=reps))
+    rows.extend(eager_main(address, kernel, reps=reps))
     return rows
+
+
+def class_graph_main(address, kernel_us, reps=20, layers=LAYERS):
+    """Times a decode step of layers layers through AttnplugMLABackend
+    captured in a CUDA graph as sglang's runner captures it (the 2026
+    protocol: init_forward_metadata_out_graph, then in the graph
+    init_forward_metadata_in_graph and each layer's forward_decode with
+    DeepSeek's split q and k; save_kv_cache off, so that only the class's
+    own device work is timed: the q concatenation, the plan's scheduler
+    once a step, the decode and the combine), replayed, beside the same
+    shape's kernel time (kernel_us). Prints a table; returns its rows."""
+    import torch
+    from attnplug import Client
+    from attnplug import sglang_backend as sb
+    from attnplug_testing import standins as st
+    from attnplug_testing.torch_mla import TorchMLABackend
+    out = []
+    print("\n%d-layer decode steps through AttnplugMLABackend in a CUDA graph (median of %d replays)" % (layers, reps))
+    print("%-16s %12s %13s %9s" % ("shape", "class us", "kernel us", "over us"))
+    for heads, b, s in GPU_SHAPES:
+        mr = st.ModelRunner.make(heads=heads, layers=1, page_size=64, context_len=2 * s, max_requests=b)
+        client = Client(address, timeout=120)
+        backend = sb.AttnplugMLABackend(mr, kernel_backend="fa3", client=client, fallback=TorchMLABackend(mr), strict=True)
+        backend.init_cuda_graph_state(b, b)
+        loop = st.DecodeLoop(mr, seed=2)
+        loop.start([s - 1] * b)
+        qn, qr, kn, kr = loop.inputs(b)
+        qn = qn.transpose(0, 1).contiguous().transpose(0, 1)
+        layer = loop.layers[0]
+
+        def run(fb):
+            return [backend.forward_decode(qn, kn, kn, layer, fb, save_kv_cache=False, q_rope=qr, k_rope=kr)
+                    for _ in range(layers)]
+
+        runner = st.GraphRunner(backend, b)
+        runner.capture(run)
+        fb = loop.decode_batch()
+        runner.replay(fb)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ts = []
+        for _ in range(reps):
+            start.record()
+            runner.graph.replay()
+            end.record()
+            end.synchronize()
+            ts.append(start.elapsed_time(end) * 1000 / layers)
+        us = sorted(ts)[len(ts) // 2]
+        name = "h%d_b%d_s%d" % (heads, b, s)
+        k = kernel_us.get(name, 0.0)
+        stats = backend.stats()
+        assert stats["fallback_layers"] == 0, stats
+        out.append({"name": name + "_class_graph", "class_layer_us": us, "layer_us": k, "over_us": us - k})
+        print("%-16s %12.1f %13.1f %9.1f" % (name, us, k, us - k))
+        backend.close()
+        client.close()
+    return out
 
 
 #: The shapes of the eager measurement: batch 1 at 4096 cached, the
@@ -185,21 +242,37 @@ EAGER_SHAPES = ((16, 1, 4096), (128, 1, 4096))
 
 
 def eager_main(address, kernel_us, reps=20, layers=8, passes=50):
-    """Times an eager decode layer through AttnplugMLABackend (sglang's
-    call: forward_decode with the split q/k of DeepSeek, writing the new
-    token's KV, on the plugin's plan; strict, so no layer runs the
-    fallback) over stand-in pools, host and device together (a pass of
-    layers, then a synchronize), next to the same shape's kernel time
-    replayed in a graph (kernel_us, by name): the host's cost of a layer is
-    the difference. Prints a table; returns its rows."""
+    """Times an eager decode layer through AttnplugMLABackend: the call
+    sglang's RadixAttention makes of it (forward_decode with DeepSeek's
+    split q and k, the q nope a transpose, writing the new token's KV into
+    the pool, on the plugin's plan; strict, so no layer runs the
+    fallback), over stand-in pools, a pass of layers then a synchronize,
+    next to the same shape's kernel time replayed in a graph (kernel_us, by
+    name) and to the pool's write alone (the stand-in's set_mla_kv_buffer,
+    sglang's part of the call, which every backend makes). Prints a table;
+    returns its rows."""
     import torch
     from attnplug import Client
     from attnplug import sglang_backend as sb
     from attnplug_testing import standins as st
     from attnplug_testing.torch_mla import TorchMLABackend
     out = []
-    print("\neager decode layers through AttnplugMLABackend (%d layers a pass, %d passes, median of %d)" % (layers, passes, reps))
-    print("%-16s %9s %13s %9s" % ("shape", "eager us", "kernel us", "host us"))
+    print("\neager decode layers through AttnplugMLABackend.forward_decode (%d layers a pass, %d passes, median of %d)"
+          % (layers, passes, reps))
+    print("%-16s %9s %13s %9s %14s" % ("shape", "eager us", "kernel us", "write us", "over kernel us"))
+
+    def timed(run):
+        run()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter_ns()
+            for _ in range(passes):
+                run()
+            torch.cuda.synchronize()
+            ts.append((time.perf_counter_ns() - t0) / 1000 / (passes * layers))
+        return sorted(ts)[len(ts) // 2]
+
     for heads, b, s in EAGER_SHAPES:
         mr = st.ModelRunner.make(heads=heads, layers=layers, page_size=64, context_len=2 * s, max_requests=b)
         client = Client(address, timeout=120)
@@ -207,24 +280,29 @@ def eager_main(address, kernel_us, reps=20, layers=8, passes=50):
         loop = st.DecodeLoop(mr, seed=1)
         loop.start([s - 1] * b)
         fb = loop.decode_batch()
-        inputs = [loop.inputs(b) for _ in loop.layers]
         backend.init_forward_metadata(fb)
-        loop.forward(backend, fb, inputs)
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter_ns()
-            for _ in range(passes):
-                loop.forward(backend, fb, inputs)
-            torch.cuda.synchronize()
-            ts.append((time.perf_counter_ns() - t0) / 1000 / (passes * layers))
-        eager = sorted(ts)[len(ts) // 2]
+        calls = []
+        for layer in loop.layers:
+            qn, qr, kn, kr = loop.inputs(b)
+            calls.append((layer, qn.transpose(0, 1).contiguous().transpose(0, 1), qr, kn, kr))
+        pool = mr.token_to_kv_pool
+
+        def layers_pass():
+            for layer, qn, qr, kn, kr in calls:
+                backend.forward_decode(qn, kn, kn, layer, fb, q_rope=qr, k_rope=kr)
+
+        def writes_pass():
+            for layer, _, _, kn, kr in calls:
+                pool.set_mla_kv_buffer(layer, fb.out_cache_loc, kn, kr)
+
+        eager, write = timed(layers_pass), timed(writes_pass)
         name = "h%d_b%d_s%d" % (heads, b, s)
         k = kernel_us.get(name, 0.0)
         stats = backend.stats()
         assert stats["fallback_layers"] == 0, stats
-        out.append({"name": name + "_eager", "eager_layer_us": eager, "layer_us": k, "host_us": eager - k})
-        print("%-16s %9.1f %13.1f %9.1f" % (name, eager, k, eager - k))
+        out.append({"name": name + "_eager", "eager_layer_us": eager, "layer_us": k, "pool_write_us": write,
+                    "host_us": eager - k})
+        print("%-16s %9.1f %13.1f %9.1f %14.1f" % (name, eager, k, write, eager - k))
         backend.close()
         client.close()
     return out

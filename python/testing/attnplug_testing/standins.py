@@ -620,19 +620,22 @@ class DecodeLoop:
     def verify_batch(self, n):
         """The TARGET_VERIFY ForwardBatch of n draft tokens a request
         (seq_lens the prefixes, without the drafts, as sglang's)."""
-        torch = _t()
-        bs = len(self.rpi)
         loc = self._new_slots(n)
         self.pending = n
+        return self._unextended(ForwardMode.TARGET_VERIFY, n, loc, [p for n0 in self.lens for p in range(n0, n0 + n)],
+                                EagleVerifyInput(n))
+
+    def _unextended(self, mode, n, loc, positions, spec_info):
+        """A batch of n query tokens a request whose seq_lens are the
+        requests' lengths without them (a verify, a draft)."""
+        torch = _t()
+        bs = len(self.rpi)
         return ForwardBatch(
-            forward_mode=ForwardMode.TARGET_VERIFY, batch_size=bs,
-            input_ids=torch.zeros(bs * n, dtype=torch.int64, device=self.device),
+            forward_mode=mode, batch_size=bs, input_ids=torch.zeros(bs * n, dtype=torch.int64, device=self.device),
             req_pool_indices=torch.tensor(self.rpi, dtype=torch.int64, device=self.device),
             seq_lens=torch.tensor(self.lens, dtype=torch.int64, device=self.device), out_cache_loc=loc,
             seq_lens_sum=sum(self.lens), seq_lens_cpu=torch.tensor(self.lens, dtype=torch.int64),
-            positions=torch.tensor([p for n0 in self.lens for p in range(n0, n0 + n)], dtype=torch.int64,
-                                   device=self.device),
-            spec_info=EagleVerifyInput(n))
+            positions=torch.tensor(positions, dtype=torch.int64, device=self.device), spec_info=spec_info)
 
     def draft_batch(self, steps):
         """The DECODE ForwardBatch of a chain draft (EAGLE's, topk 1) of
@@ -642,17 +645,9 @@ class DecodeLoop:
         request by request, seq_lens and positions are the requests'
         lengths without them, spec_info an EagleDraftInput. advance()
         keeps the drafts (as if all were accepted)."""
-        torch = _t()
-        bs = len(self.rpi)
         loc = self._new_slots(steps)
         self.pending = steps
-        return ForwardBatch(
-            forward_mode=ForwardMode.DECODE, batch_size=bs,
-            input_ids=torch.zeros(bs, dtype=torch.int64, device=self.device),
-            req_pool_indices=torch.tensor(self.rpi, dtype=torch.int64, device=self.device),
-            seq_lens=torch.tensor(self.lens, dtype=torch.int64, device=self.device), out_cache_loc=loc,
-            seq_lens_sum=sum(self.lens), seq_lens_cpu=torch.tensor(self.lens, dtype=torch.int64),
-            positions=torch.tensor(self.lens, dtype=torch.int64, device=self.device), spec_info=EagleDraftInput())
+        return self._unextended(ForwardMode.DECODE, 1, loc, self.lens, EagleDraftInput())
 
     def draft_forward(self, draft_backend, fb, inputs, steps):
         """The draft steps of fb (draft_batch(steps)) as
@@ -710,6 +705,14 @@ class DecodeLoop:
         else:
             self.lens = [n + p for n in self.lens]
         self.pending = None
+
+    def refresh(self, inputs, rows):
+        """New random values in the first rows of each of inputs (lists of
+        a layer's inputs, per step), the rest zero: the next replay's."""
+        for layer in inputs:
+            for t, fresh in zip(layer, self.inputs(rows)):
+                t.zero_()
+                t[:rows].copy_(fresh)
 
     def inputs(self, tokens):
         """Random inputs of one layer: q nope [tokens, heads, 512], q rope
