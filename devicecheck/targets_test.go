@@ -45,7 +45,7 @@ func TestJudge(t *testing.T) {
 			{Name: "h16_b16_s4096", Heads: 16, Batch: 16, OfCopy: 0.58},
 			{Name: "h16_b64_s4096", Heads: 16, Batch: 64, OfCopy: 0.90},
 			{Name: "h128_b1_s4096", Heads: 128, Batch: 1, US: 11.5},
-			{Name: "h128_b64_s4096", Heads: 128, Batch: 64, OfMatmul: 0.60},
+			{Name: "h128_b64_s4096", Heads: 128, Batch: 64, OfMatmul: 0.85},
 			{Name: "h128_b128_s4096", Heads: 128, Batch: 128, Error: "check failed"},
 			// Extends: judged by their own target, not the decode ones'.
 			{Name: "h16_extend_b16_q130", Heads: 16, Batch: 16, QLen: 130, OfCopy: 0.10, VsTorch: 3.6},
@@ -76,7 +76,7 @@ func TestJudge(t *testing.T) {
 	if g := goalOf(t, goals, "MLA decode, batch 1, 4096 cached, 128 heads"); !g.Met || g.ShortBy != 0 {
 		t.Errorf("128-head batch 1 at 11.5 us of 12: %+v", g)
 	}
-	if g := goalOf(t, goals, "MLA decode, 128 heads"); g.Met || len(g.Missing) != 1 || g.Missing[0] != "h128_b128_s4096" || g.Min != 0.60 {
+	if g := goalOf(t, goals, "MLA decode, 128 heads"); g.Met || len(g.Missing) != 1 || g.Missing[0] != "h128_b128_s4096" || g.Min != 0.85 {
 		t.Errorf("128-head decode with a failed row: %+v", g)
 	}
 	if g := goalOf(t, goals, "prefill, 128 heads"); g.Met || g.Worst != "h128_prefill_4k" || math.Abs(g.ShortBy-0.04) > 1e-12 {
@@ -142,9 +142,9 @@ func TestJudgeRecordedRun(t *testing.T) {
 			t.Errorf("%s: range %v..%v against %v, met %v, short by %v", g.Target, g.Min, g.Max, g.Goal, g.Met, g.ShortBy)
 		}
 	}
-	// That run's sparse prefill was at 48-50% of the matmul peak, and its
-	// 128-head prefill at 0.46-0.53x torch.
-	if g := goalOf(t, goals, "sparse prefill"); !g.Met {
+	// That run's sparse prefill was at 364-375 TFLOP/s (48-50% of the
+	// matmul peak), and its 128-head prefill at 0.46-0.53x torch.
+	if g := goalOf(t, goals, "sparse prefill"); g.Met || g.Min < 364 || g.Max > 376 {
 		t.Errorf("sparse prefill: %+v", g)
 	}
 	if g := goalOf(t, goals, "prefill, 128 heads"); g.Met || g.ShortBy < 0.4 {
