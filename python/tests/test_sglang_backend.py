@@ -713,11 +713,11 @@ class FakeKernelTest(unittest.TestCase):
         self.assertEqual(self.paths(b), {"draft": (0, 2)})
         self.assertIn("outside attnplug's multi-step draft backend", b.stats()["paths"]["draft"]["last_reason"])
 
-    def make_draft(self, steps=3, page=64, backend="fa3", **kw):
+    def make_draft(self, steps=3, page=64, backend="fa3", context_len=1024, max_tokens=None, **kw):
         from attnplug_testing.fake_kernels import FakeLauncher
         from attnplug_testing.torch_mla import TorchMLAMultiStepDraftBackend
-        mr = st.ModelRunner.make(heads=16, layers=2, page_size=page, context_len=1024, max_requests=8,
-                                 device=self.device)
+        mr = st.ModelRunner.make(heads=16, layers=2, page_size=page, context_len=context_len, max_requests=8,
+                                 max_tokens=max_tokens, device=self.device)
         launcher = FakeLauncher(self.client, backend)
         self.addCleanup(launcher.close)
         d = sb.AttnplugMLAMultiStepDraftBackend(mr, 1, steps, fallback=TorchMLAMultiStepDraftBackend(mr, 1, steps),
@@ -756,8 +756,8 @@ class FakeKernelTest(unittest.TestCase):
             self.assertEqual(self.paths(d), {"draft": (8, 0)})
             self.assertEqual(d.fallback.calls, [])
 
-    def draft_graph(self, protocol):
-        mr, d, lch = self.make_draft()
+    def draft_graph(self, protocol, **kw):
+        mr, d, lch = self.make_draft(**kw)
         d.init_cuda_graph_state(4, 16)
         loop = st.DecodeLoop(mr, seed=12)
         loop.start([3, 100, 600])
@@ -779,12 +779,20 @@ class FakeKernelTest(unittest.TestCase):
         self.assertEqual(lch.source.stats["plan_requests"], 1, "no plan asked at replay")
         self.assertEqual(d.stats()["fallback_layers"], 0)
         self.assertEqual(d.fallback.calls, ["init_cuda_graph_state"])
+        return lch
 
     def test_draft_graph_hooks_2026_protocol(self):
         self.draft_graph("2026")
 
     def test_draft_graph_hooks_legacy_protocol(self):
         self.draft_graph("legacy")
+
+    def test_draft_at_deepseek_v3_context_length(self):
+        # The draft's graph at DeepSeek-V3's 163840 tokens of context over a
+        # pool of fewer: its steps' plan holds for what the pool admits.
+        lch = self.draft_graph("2026", context_len=163840, max_tokens=64 * 300)
+        p = next(iter(lch.prepared.values()))
+        self.assertEqual((p.max_seq_len, p.pages_per_request), (64 * 300, 300))
 
     def test_draft_without_a_plan_runs_sglangs_multi_step_backend(self):
         rec = record_logs(self)
@@ -943,8 +951,10 @@ class BackendGPUTest(unittest.TestCase):
         # An MTP/EAGLE chain draft of 4 tokens (3 draft steps) through the
         # multi-step draft backend, eager and replayed from a CUDA graph of
         # sglang's draft runner, outputs poisoned before each replay.
+        # DeepSeek-V3's context length over a pool of 32768 tokens.
         for heads, page in ((16, 64), (128, 1)):
-            mr = st.ModelRunner.make(heads=heads, layers=2, page_size=page, context_len=4096, max_requests=8)
+            mr = st.ModelRunner.make(heads=heads, layers=2, page_size=page, context_len=163840, max_requests=8,
+                                     max_tokens=32768)
             client = CountingClient(self.server.address, timeout=120)
             from attnplug_testing.torch_mla import TorchMLAMultiStepDraftBackend
             d = sb.AttnplugMLAMultiStepDraftBackend(mr, 1, 4, fallback=TorchMLAMultiStepDraftBackend(mr, 1, 4),
@@ -957,6 +967,8 @@ class BackendGPUTest(unittest.TestCase):
             inputs = [[loop.inputs(6) for _ in loop.layers] for _ in range(3)]
             worst = self.check_draft(loop, mr, fb, inputs, loop.draft_forward(d, fb, inputs, 4), 6)
             loop.advance()
+            p = d.attn_backends[0]._fwd.prepared
+            self.assertEqual(p.max_seq_len, 32768, "the plan holds for what the pool admits")
             print("draft steps heads %d page %d eager: rel err %.2e" % (heads, page, worst))
             d.init_cuda_graph_state(8, 8 * 4)
             static = [[loop.inputs(8) for _ in loop.layers] for _ in range(3)]
