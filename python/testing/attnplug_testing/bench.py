@@ -176,7 +176,141 @@ def gpu_main(address, reps=20):
     kernel = {r["name"]: r["layer_us"] for r in rows}
     rows.extend(class_graph_main(address, kernel, reps=reps))
     rows.extend(eager_main(address, kernel, reps=reps))
+    rows.extend(paths_main(address, reps=reps))
     return rows
+
+
+#: The shapes of the per-path table: heads, requests and cached tokens.
+PATH_SHAPES = ((16, 16, 4096), (128, 16, 4096))
+
+
+def _timer(torch, device):
+    """A timer of fn run n times: CUDA events on a GPU, else the host's
+    clock (a CPU run checks the code, not the figures)."""
+    def timed(fn, n):
+        fn()
+        if str(device) == "cpu":
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                fn()
+            return (time.perf_counter_ns() - t0) / 1000 / n
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1000 / n
+    return timed
+
+
+def paths_main(address, reps=20, layers=8, device="cuda", shapes=PATH_SHAPES, launcher=None):
+    """Times each DeepSeek path through AttnplugMLABackend beside the
+    same path through a torch backend (attnplug_testing.torch_mla: fp32
+    bmm-softmax-bmm over the pool, SDPA-free causal MHA) on the same
+    batch and inputs, each as sglang runs it: decode and target verify (4
+    draft tokens) replayed from a CUDA graph of layers layers (the pool's
+    write off: the class's own work), a chain draft's 3 steps from one
+    graph (each writing its token's KV, as the draft model does), an
+    absorbed-MLA extend of 130 new tokens a request over the cache and an
+    MHA prefill of up to 1024 tokens a request, eager. Per layer (per step
+    for the draft). Prints a table; returns its rows. launcher (a function of
+    a Client) makes the backends' launcher: a test's fake one on the CPU."""
+    import torch
+    from attnplug import Client
+    from attnplug import sglang_backend as sb
+    from attnplug_testing import standins as st
+    from attnplug_testing.torch_mla import TorchMLABackend, TorchMLAMultiStepDraftBackend
+    timed = _timer(torch, device)
+    graph = str(device) != "cpu"
+    out = []
+    print("\neach path through AttnplugMLABackend beside a torch backend on the same batch (us a layer)")
+    print("%-10s %-22s %12s %10s %9s" % ("path", "shape", "attnplug us", "torch us", "vs torch"))
+    for heads, b, s in shapes:
+        client = Client(address, timeout=120)
+        mr = st.ModelRunner.make(heads=heads, layers=1, page_size=64, context_len=s + 256, max_requests=max(b, 4),
+                                 device=device)
+        kw = {"kernel_backend": "fa3", "client": client, "strict": True}
+        if launcher is not None:
+            kw["launcher"] = launcher(client)
+        ours = sb.AttnplugMLABackend(mr, fallback=TorchMLABackend(mr), **kw)
+        theirs = TorchMLABackend(mr)
+        loop = st.DecodeLoop(mr, seed=3)
+        loop.start([s - 8] * b)
+        layer = loop.layers[0]
+        shape = "h%d_b%d_s%d" % (heads, b, s)
+
+        def row(path, us, torch_us):
+            out.append({"name": "%s_%s" % (path, shape), "path": path, "us": us, "torch_us": torch_us})
+            print("%-10s %-22s %12.1f %10.1f %8.2fx" % (path, shape, us, torch_us, torch_us / us))
+
+        def graphed(backend, mode, q, run, draft_steps=None):
+            backend.init_cuda_graph_state(b, b * q * (draft_steps or 1))
+            runner = st.GraphRunner(backend, b, mode=mode, q=q, device=device, dry=not graph, draft_steps=draft_steps)
+            runner.capture(run)
+            return runner
+
+        for path, mode, q in (("decode", st.ForwardMode.DECODE, 1), ("verify", st.ForwardMode.TARGET_VERIFY, 4)):
+            qn, qr, kn, kr = loop.inputs(b * q)
+            qn = qn.transpose(0, 1).contiguous().transpose(0, 1)
+            fb = loop.decode_batch() if q == 1 else loop.verify_batch(q)
+            us = []
+            for backend in (ours, theirs):
+                def run(f, backend=backend):
+                    call = backend.forward_decode if q == 1 else backend.forward_extend
+                    return [call(qn, kn, kn, layer, f, save_kv_cache=False, q_rope=qr, k_rope=kr)
+                            for _ in range(layers)]
+                runner = graphed(backend, mode, q, run)
+                runner.replay(fb)
+                replay = runner.graph.replay if graph else (lambda r=runner, f=fb: r.replay(f))
+                us.append(timed(replay, reps) / layers)
+            loop.advance()
+            row(path, *us)
+        # A chain draft of 4 tokens: its 3 steps in one graph.
+        steps, us = 4, []
+        ins = [[loop.inputs(b)] for _ in range(steps - 1)]
+        fb = loop.draft_batch(steps)
+        ours_draft = sb.AttnplugMLAMultiStepDraftBackend(mr, 1, steps, fallback=TorchMLAMultiStepDraftBackend(mr, 1, steps),
+                                                         **kw)
+        for draft in (ours_draft, TorchMLAMultiStepDraftBackend(mr, 1, steps)):
+            def run(f, draft=draft):
+                return [o for step in loop.draft_forward(draft, f, ins, steps) for o in step]
+            runner = graphed(draft, st.ForwardMode.DECODE, 1, run, draft_steps=steps)
+            runner.replay(fb)
+            replay = runner.graph.replay if graph else (lambda r=runner, f=fb: r.replay(f))
+            us.append(timed(replay, reps) / (steps - 1))
+        loop.advance()
+        row("draft", *us)
+        # Absorbed-MLA extend over the cache, eager.
+        new = [130] * b
+        fb = loop.extend_batch(new)
+        qn, qr, kn, kr = loop.inputs(sum(new))
+        us = []
+        for backend in (ours, theirs):
+            backend.init_forward_metadata(fb)
+            us.append(timed(lambda backend=backend: backend.forward_extend(qn, kn, kn, layer, fb, q_rope=qr, k_rope=kr),
+                            reps))
+        row("extend", *us)
+        # MHA prefill of new requests (no prefix), eager.
+        pre = st.DecodeLoop(mr, seed=4)
+        mlayer = pre.mha_layers[0]
+        n = min(1024, s)
+        mr.req_to_token_pool.free(list(loop.rpi))
+        pre.start([0] * 4)
+        fb = pre.extend_batch([n] * 4)
+        q, k, v = pre.randn(4 * n, heads, 192), pre.randn(4 * n, heads, 192), pre.randn(4 * n, heads, 128)
+        us = []
+        for backend in (ours, theirs):
+            backend.init_forward_metadata(fb)
+            us.append(timed(lambda backend=backend: backend.forward_extend(q, k, v, mlayer, fb, save_kv_cache=False), reps))
+        row("prefill", *us)
+        for backend in (ours, ours_draft):
+            stats = backend.stats()
+            assert stats["fallback_layers"] == 0, stats
+            backend.close()
+        client.close()
+    return out
 
 
 def class_graph_main(address, kernel_us, reps=20, layers=LAYERS):

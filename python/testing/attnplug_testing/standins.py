@@ -822,11 +822,13 @@ class GraphRunner:
                 return run(fb)
 
         self.run_once = run_once
+        # (sglang's draft runner calls the hook where the backend has it.)
+        warmed = getattr(b, "on_after_cuda_graph_warmup", None) or (lambda: None)
         if self.dry:
             for _ in range(2):
                 run_once()
                 if self.protocol != "legacy":
-                    b.on_after_cuda_graph_warmup()
+                    warmed()
             self.outputs = run_once()
             return self.outputs
         stream = torch.cuda.Stream()
@@ -836,7 +838,7 @@ class GraphRunner:
                 torch.cuda.synchronize()
                 run_once()
                 if self.protocol != "legacy":
-                    b.on_after_cuda_graph_warmup()
+                    warmed()
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
