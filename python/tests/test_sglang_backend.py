@@ -870,6 +870,20 @@ class CountingClient(Client):
         return super()._call(*args, **kwargs)
 
 
+#: The GPU tests' model and pool: DeepSeek-V3's context length over a pool
+#: of fewer tokens, as sglang's is on most GPUs (max_total_num_tokens <
+#: context_len): every plan must hold for what the pool admits.
+DEEPSEEK_V3_CONTEXT = 163840
+POOL_TOKENS = 32768
+
+
+def deepseek_runner(heads=16, layers=2, page=64, max_requests=8, **kw):
+    """A stand-in ModelRunner of DeepSeek-V3's context length over a pool of
+    POOL_TOKENS tokens."""
+    return st.ModelRunner.make(heads=heads, layers=layers, page_size=page, context_len=DEEPSEEK_V3_CONTEXT,
+                               max_requests=max_requests, max_tokens=POOL_TOKENS, **kw)
+
+
 @unittest.skipUnless(HAVE_GPU, "needs torch and a CUDA GPU")
 class BackendGPUTest(unittest.TestCase):
     @classmethod
@@ -909,7 +923,7 @@ class BackendGPUTest(unittest.TestCase):
 
     def test_decode_and_verify_match_the_reference(self):
         for heads, page in ((16, 64), (128, 1), (16, 1), (128, 64)):
-            mr = st.ModelRunner.make(heads=heads, layers=2, page_size=page, context_len=4096, max_requests=8)
+            mr = deepseek_runner(heads=heads, page=page)
             b, client = self.backend(mr)
             loop = st.DecodeLoop(mr, seed=heads + page)
             loop.start([1, 37, 700, 2047, 64, 3000])
@@ -929,6 +943,7 @@ class BackendGPUTest(unittest.TestCase):
                 err = self.check_mla(loop, mr, fb, inputs, outs, range(2), n, n)
                 loop.advance()
                 print("verify %d heads %d page %d: rel err %.2e" % (n, heads, page, err))
+            self.assertEqual(b._fwd.prepared.max_seq_len, POOL_TOKENS, "the plan holds for what the pool admits")
             stats = b.stats()
             self.assertEqual(stats["fallback_layers"], 0, stats)
             self.assertEqual(stats["plugin_layers"], 2 * 5, stats)
@@ -953,8 +968,7 @@ class BackendGPUTest(unittest.TestCase):
         # sglang's draft runner, outputs poisoned before each replay.
         # DeepSeek-V3's context length over a pool of 32768 tokens.
         for heads, page in ((16, 64), (128, 1)):
-            mr = st.ModelRunner.make(heads=heads, layers=2, page_size=page, context_len=163840, max_requests=8,
-                                     max_tokens=32768)
+            mr = deepseek_runner(heads=heads, page=page)
             client = CountingClient(self.server.address, timeout=120)
             from attnplug_testing.torch_mla import TorchMLAMultiStepDraftBackend
             d = sb.AttnplugMLAMultiStepDraftBackend(mr, 1, 4, fallback=TorchMLAMultiStepDraftBackend(mr, 1, 4),
@@ -968,7 +982,7 @@ class BackendGPUTest(unittest.TestCase):
             worst = self.check_draft(loop, mr, fb, inputs, loop.draft_forward(d, fb, inputs, 4), 6)
             loop.advance()
             p = d.attn_backends[0]._fwd.prepared
-            self.assertEqual(p.max_seq_len, 32768, "the plan holds for what the pool admits")
+            self.assertEqual(p.max_seq_len, POOL_TOKENS, "the plan holds for what the pool admits")
             print("draft steps heads %d page %d eager: rel err %.2e" % (heads, page, worst))
             d.init_cuda_graph_state(8, 8 * 4)
             static = [[loop.inputs(8) for _ in loop.layers] for _ in range(3)]
@@ -995,8 +1009,7 @@ class BackendGPUTest(unittest.TestCase):
     def test_fp8_pool_matches_the_reference(self):
         # sglang's --kv-cache-dtype fp8_e4m3: the plugin's FP8 plan over the
         # pool as sglang stores it, against float64 of the stored values.
-        mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=4096, max_requests=8,
-                                 kv_dtype=torch.float8_e4m3fn)
+        mr = deepseek_runner(kv_dtype=torch.float8_e4m3fn)
         b, _ = self.backend(mr)
         loop = st.DecodeLoop(mr, seed=21)
         loop.start([1, 37, 700, 2047, 64])
@@ -1021,7 +1034,7 @@ class BackendGPUTest(unittest.TestCase):
         self.assertEqual(stats["fp8_layers"], 12, stats)
 
     def test_extend_matches_the_reference(self):
-        mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=4096, max_requests=8)
+        mr = deepseek_runner()
         b, _ = self.backend(mr)
         loop = st.DecodeLoop(mr, seed=3)
         loop.start([0, 0, 0])
@@ -1080,7 +1093,7 @@ class BackendGPUTest(unittest.TestCase):
         # MHA_CHUNKED_KV as sglang's model runs it: the new tokens with
         # their LSE, then each prefix chunk, all on the plugin's kernels,
         # merged as the model merges them.
-        mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=4096, max_requests=8)
+        mr = deepseek_runner()
         b, _ = self.backend(mr)
         loop = st.DecodeLoop(mr, seed=5)
         loop.start([0, 0])
@@ -1098,7 +1111,7 @@ class BackendGPUTest(unittest.TestCase):
         self.assertEqual(stats["fallback_layers"], 0, stats)
 
     def graph_steps(self, protocol, heads=16, page=64, bs=8, layers=61, steps=200):
-        mr = st.ModelRunner.make(heads=heads, layers=layers, page_size=page, context_len=4096, max_requests=bs)
+        mr = deepseek_runner(heads=heads, layers=layers, page=page, max_requests=bs)
         b, client = self.backend(mr)
         b.init_cuda_graph_state(bs, bs)
         loop = st.DecodeLoop(mr, seed=7)
