@@ -223,6 +223,11 @@ func (s *StepRequest) check() error {
 			return invalid("batch.seq_lens", fmt.Sprintf("[%d] %d is outside [%d, %d]", i, n, least, maxStepLen))
 		}
 	}
+	for i, n := range b.QLens {
+		if n < 1 || n > maxStepLen {
+			return invalid("batch.q_lens", fmt.Sprintf("[%d] %d is outside [1, %d]", i, n, maxStepLen))
+		}
+	}
 	return nil
 }
 
@@ -232,7 +237,8 @@ func (s *StepRequest) check() error {
 // keys, KVLoraRank values) over the pool's pages, each request QueryTokens
 // (or QLens) query tokens; a graph plan that holds for the batch size,
 // scheduled on the device, whose lengths are the bound (it reads none of
-// them); the sparse kernel's top-k on a sparse layer. For an MHA method,
+// them); on a sparse layer the sparse kernel's top-k, over the step's
+// query tokens as requests of one token each. For an MHA method,
 // the prefill dims (QKNopeHeadDim + QKRopeHeadDim, VHeadDim) over the
 // batch's own lengths. The error wraps ErrInvalidRequest and names the
 // field.
@@ -250,8 +256,24 @@ func (s *StepRequest) PlanRequest() (PlanRequest, int64, error) {
 	if len(qlens) == 0 {
 		qlens = slices.Repeat([]int64{int64(b.QueryTokens)}, b.Size)
 	}
+	size := b.Size
 	switch s.Method {
 	case MLA:
+		if m.IndexTopK > 0 {
+			// Sparse attention: each query token attends to its own top-k
+			// keys (its row of topk_indices), whatever its request, so the
+			// plan is one of the step's query tokens alone, each a request
+			// of one token; its key depends on their number only.
+			var tokens int64
+			for _, q := range qlens {
+				tokens += q
+			}
+			if tokens > maxStepBatch {
+				return PlanRequest{}, 0, invalid("batch.q_lens", fmt.Sprintf("%d query tokens on a sparse layer, more than %d", tokens, maxStepBatch))
+			}
+			size = int(tokens)
+			qlens = slices.Repeat([]int64{1}, size)
+		}
 		if w := m.KVLoraRank + m.QKRopeHeadDim; w > maxStepHeadDim {
 			return PlanRequest{}, 0, invalid("model.kv_lora_rank", fmt.Sprintf("%d and qk_rope_head_dim %d make a latent cache %d wide, more than %d",
 				m.KVLoraRank, m.QKRopeHeadDim, w, maxStepHeadDim))
@@ -261,7 +283,7 @@ func (s *StepRequest) PlanRequest() (PlanRequest, int64, error) {
 			return PlanRequest{}, 0, err
 		}
 		req.Dims = PlanDims{Heads: m.Heads, HeadDimQK: m.KVLoraRank + m.QKRopeHeadDim, HeadDimV: m.KVLoraRank, SoftmaxScale: m.SoftmaxScale, TopK: m.IndexTopK}
-		req.Shape = PlanShape{SeqLens: slices.Repeat([]int64{bound}, b.Size), QLens: qlens, PageSize: p.PageSize,
+		req.Shape = PlanShape{SeqLens: slices.Repeat([]int64{bound}, size), QLens: qlens, PageSize: p.PageSize,
 			NumPages: int(min(p.Slots/int64(p.PageSize), math.MaxInt32)), MaxSeqLen: bound}
 		req.Graph = true
 		return req, bound, nil

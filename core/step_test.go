@@ -81,6 +81,27 @@ func TestStepKinds(t *testing.T) {
 	if err != nil || req.KVDType != "fp8_e4m3" || req.Dims.TopK != 2048 {
 		t.Errorf("sparse FP8: %+v, %v", req, err)
 	}
+	// A sparse step's plan is of its query tokens alone, each a request
+	// of one: a verify of 8 requests of 3 drafts and an extend of 24
+	// tokens in 2 requests ask for the same plan.
+	s.Mode, s.Batch.QueryTokens = core.ModeTargetVerify, 3
+	verify, _, err := s.PlanRequest()
+	if err != nil || len(verify.Shape.QLens) != 24 || len(verify.Shape.SeqLens) != 24 || verify.Shape.QLens[23] != 1 {
+		t.Fatalf("a sparse verify: %+v, %v", verify.Shape, err)
+	}
+	s.Mode, s.Batch = core.ModeExtend, core.StepBatch{Size: 2, Graph: true, QLens: []int64{20, 4}}
+	extend, _, err := s.PlanRequest()
+	if err != nil || extend.Key(core.PlanReadsAll) != verify.Key(core.PlanReadsAll) {
+		t.Errorf("a sparse extend of 24 tokens: %+v, %v; its key differs from the verify's", extend.Shape, err)
+	}
+	s.Batch.QLens = []int64{20, 0}
+	if _, _, err := s.PlanRequest(); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "batch.q_lens: [1] 0 is outside [1, ") {
+		t.Errorf("a request of no query tokens: %v", err)
+	}
+	s.Batch.QLens = []int64{1 << 24, 1 << 24}
+	if _, _, err := s.PlanRequest(); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "query tokens on a sparse layer") {
+		t.Errorf("a sparse step of 2^25 query tokens: %v", err)
+	}
 	s = v3Step()
 	s.Mode, s.Method = core.ModeExtend, core.MHAChunkedKV
 	s.Batch = core.StepBatch{Size: 2, SeqLens: []int64{9000, 300}, QLens: []int64{1000, 300}, ChunkCapacity: 4096}

@@ -31,6 +31,9 @@ What runs where (docs/python.md has the table of every DeepSeek path):
   step i is an AttnplugMLABackend reading the drafts 0 to i; it is what
   sglang's DraftBackendFactory makes for the attnplug name
   (register_backend);
+- DeepSeek-V3.2's sparse attention (a model with an indexer):
+  AttnplugDSABackend (attnplug.sglang_dsa), which create_backend makes
+  for such a model: the plugin's sparse MLA over the indexer's top-k;
 - MHA prefill without a prefix, MHA_ONE_SHOT, the new tokens' part of
   MHA_CHUNKED_KV (with their LSE) and each of its prefix chunks (output
   and LSE of the chunk, which the model merges): the plugin's MHA plans,
@@ -204,13 +207,14 @@ class _Facts:
         self.kv_dtype = {torch.bfloat16: "bf16", fp8: "fp8_e4m3"}.get(dt) if dt is not None else None
         self.pool_dtype = dt
 
-    def unsupported(self):
-        """Why the plugin's MLA kernels cannot read this pool, or None."""
+    def unsupported(self, sparse=False):
+        """Why the plugin's MLA kernels (sparse: the sparse ones) cannot
+        read this pool, or None."""
         if self.kv_cache_dim != 576 or self.kv_lora_rank != 512:
             return "an MLA cache of %d (kv_lora_rank %d): the kernels read 576 (512 + 64)" % (self.kv_cache_dim, self.kv_lora_rank)
-        if self.index_topk:
-            return ("DeepSeek sparse attention (index_topk %d): its top-k indices are the indexer's of sglang's "
-                    "NSA backend, which this backend does not run" % self.index_topk)
+        if self.index_topk and not sparse:
+            return ("DeepSeek sparse attention (index_topk %d): a dense MLA backend, where create_backend makes "
+                    "AttnplugDSABackend" % self.index_topk)
         if self.kv_dtype is None:
             return "a KV pool of %s: the kernels read bf16 and fp8_e4m3" % self.pool_dtype
         if self.slots % self.page_size:
@@ -321,6 +325,8 @@ class AttnplugMLABackend(_Base):
     kv_index_translator = None
     reads_kv_index_table = False
     attn_backend_list = None
+    # Whether its MLA layers are sparse (AttnplugDSABackend).
+    _sparse = False
 
     def __init__(self, model_runner, skip_prefill=False, *, kernel_backend=None, address=None, client=None,
                  fallback=None, num_heads=None, timeout=5.0, launcher=None, strict=None, speculative_step_id=None,
@@ -480,7 +486,7 @@ class AttnplugMLABackend(_Base):
             return "the KV pool is unified (--enable-unified-memory): req_to_token holds virtual token ids"
         if self.device.type != "cuda" and self._launcher is None:
             return "the device is %s, not CUDA" % self.device.type
-        return self.facts.unsupported()
+        return self.facts.unsupported(sparse=self._sparse)
 
     def _step(self, path, mode, method, batch, keep=True):
         """The Prepared plan of a step, or (None, why)."""
@@ -1158,7 +1164,12 @@ class AttnplugMLAMultiStepDraftBackend:
 def create_backend(model_runner, *args, **kwargs):
     """The factory sglang's attention registry calls with its model
     runner: an AttnplugMLABackend (its kernel backend from
-    $ATTNPLUG_KERNEL_BACKEND, else fa3)."""
+    $ATTNPLUG_KERNEL_BACKEND, else fa3), or, for a model with an indexer
+    (DeepSeek sparse attention: index_topk), an AttnplugDSABackend (else
+    dsa)."""
+    from attnplug import sglang_dsa
+    if sglang_dsa.is_sparse_model(model_runner):
+        return sglang_dsa.AttnplugDSABackend(model_runner, *args, **kwargs)
     return AttnplugMLABackend(model_runner, *args, **kwargs)
 
 
@@ -1169,7 +1180,10 @@ def _dispatch_handler(kernel_backend, registry_cls):
     methods that backend's rules choose."""
 
     def handle_attention_attnplug(attn, forward_batch):
-        return registry_cls.get_handler(kernel_backend)(attn, forward_batch)
+        # A layer of DeepSeek sparse attention answers as sglang's DSA
+        # backend (its use_mha: AttnplugDSABackend's).
+        name = "dsa" if getattr(attn, "use_dsa", False) else kernel_backend
+        return registry_cls.get_handler(name)(attn, forward_batch)
 
     return handle_attention_attnplug
 
@@ -1298,10 +1312,12 @@ def _is_decode_map(backend_map):
 def _draft_backend(factory, sglang_map, decode, name, stamped):
     runner = factory.draft_model_runner
     if not decode:
-        backend = AttnplugMLABackend(runner)
+        backend = create_backend(runner)
         return (name, backend) if stamped else backend
-    kernel = os.environ.get(ENV_KERNEL_BACKEND) or DEFAULT_KERNEL_BACKEND
-    fb_name = os.environ.get(ENV_FALLBACK_BACKEND) or kernel
+    from attnplug import sglang_dsa
+    sparse = sglang_dsa.is_sparse_model(runner)
+    kernel = os.environ.get(ENV_KERNEL_BACKEND) or (sglang_dsa.DSA_KERNEL_BACKEND if sparse else DEFAULT_KERNEL_BACKEND)
+    fb_name = os.environ.get(ENV_FALLBACK_BACKEND) or (sglang_dsa.DSA_KERNEL_BACKEND if sparse else kernel)
     fallback = None
     make = sglang_map.get(fb_name)
     if make is not None:
@@ -1311,9 +1327,14 @@ def _draft_backend(factory, sglang_map, decode, name, stamped):
         except Exception as exc:
             log.warning("attnplug: sglang's %s multi-step draft backend cannot be made here (%s: %s)", fb_name,
                         type(exc).__name__, exc)
-    if int(factory.topk) != 1:
+    why = None
+    if sparse:
+        why = ("attnplug: the draft decode steps of a DeepSeek sparse attention model run sglang's %s multi-step "
+               "draft backend: the plugin's draft decode runs dense MLA" % fb_name)
+    elif int(factory.topk) != 1:
         why = ("attnplug: a tree of drafts (--speculative-eagle-topk %d) runs sglang's %s multi-step draft backend: "
                "the plugin's draft decode runs chains (topk 1)" % (factory.topk, fb_name))
+    if why is not None:
         if os.environ.get(ENV_STRICT) == "1" or fallback is None:
             raise FallbackRefused("draft", why)
         log.warning(why)

@@ -683,8 +683,10 @@ class FakeKernelTest(unittest.TestCase):
         self.check(mr, fb, inputs, loop.forward(b, fb, inputs), 1, 0)
         self.assertEqual(self.paths(b), {"decode": (2, 0)})
 
-    def test_sparse_attention_is_the_fallbacks(self):
-        # DeepSeek-V3.2: the indexer's top-k is sglang's NSA backend's.
+    def test_a_dense_backend_of_a_sparse_model_is_the_fallbacks(self):
+        # DeepSeek-V3.2 given to the dense backend (create_backend makes
+        # AttnplugDSABackend for it: test_sglang_dsa): every layer falls
+        # back, saying why.
         mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=1024, max_requests=8,
                                  device=self.device)
         mr.model_config.index_topk = 2048
@@ -697,6 +699,7 @@ class FakeKernelTest(unittest.TestCase):
         self.check(mr, fb, inputs, loop.forward(b, fb, inputs), 1, 0)
         self.assertEqual(self.paths(b), {"decode": (0, 2)})
         self.assertIn("index_topk 2048", b.stats()["paths"]["decode"]["last_reason"])
+        self.assertIn("AttnplugDSABackend", b.stats()["paths"]["decode"]["last_reason"])
         self.assertEqual(lch.steps, [])
 
     def test_a_lone_draft_decode_is_the_fallbacks(self):

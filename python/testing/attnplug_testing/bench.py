@@ -177,6 +177,7 @@ def gpu_main(address, reps=20):
     rows.extend(class_graph_main(address, kernel, reps=reps))
     rows.extend(eager_main(address, kernel, reps=reps))
     rows.extend(paths_main(address, reps=reps))
+    rows.extend(sparse_paths_main(address, reps=reps))
     return rows
 
 
@@ -310,6 +311,81 @@ def paths_main(address, reps=20, layers=8, device="cuda", shapes=PATH_SHAPES, la
             assert stats["fallback_layers"] == 0, stats
             backend.close()
         client.close()
+    return out
+
+
+def sparse_paths_main(address, reps=20, layers=8, device="cuda", shapes=PATH_SHAPES, kv_dtypes=("bf16", "fp8"),
+                      launcher=None):
+    """Times DeepSeek-V3.2's sparse decode (each token over its indexer's
+    2048 keys) through AttnplugDSABackend replayed from a CUDA graph of
+    layers layers, as sglang runs it (sglang's DSA backend's metadata, the
+    stand-in's, in the same graph), beside torch on the same top-k: the
+    keys gathered (FP8 rows dequantised), bmm-softmax-bmm. Per layer, over
+    a bf16 and an FP8 pool. Prints a table; returns its rows."""
+    import torch
+    from attnplug import Client
+    from attnplug import sglang_dsa as sd
+    from attnplug_testing import dsa
+    from attnplug_testing import standins as st
+    timed = _timer(torch, device)
+    graph = str(device) != "cpu"
+    out = []
+    print("\nsparse decode (top-2048) through AttnplugDSABackend beside torch on the same top-k (us a layer)")
+    print("%-10s %-26s %12s %10s %9s" % ("path", "shape", "attnplug us", "torch us", "vs torch"))
+    for heads, b, s in shapes:
+        for kv in kv_dtypes:
+            client = Client(address, timeout=120)
+            mr = dsa.dsa_runner(heads=heads, layers=1, context_len=s + 256, max_requests=max(b, 4),
+                                max_tokens=max(b, 4) * (s + 256), device=device,
+                                kv_dtype=torch.float8_e4m3fn if kv == "fp8" else None)
+            kw = {"kernel_backend": "dsa", "client": client, "strict": True}
+            if launcher is not None:
+                kw["launcher"] = launcher(client)
+            ours = sd.AttnplugDSABackend(mr, fallback=dsa.TorchDSABackend(mr), **kw)
+            loop = dsa.DSALoop(mr, seed=5)
+            loop.start([s - 8] * b)
+            layer = loop.layers[0]
+            qn, qr, kn, kr = loop.inputs(b)
+            q = torch.cat([qn, qr], dim=-1).reshape(b, -1)
+            fb = loop.decode_batch()
+            ours.init_forward_metadata(fb)
+            with st.forward_context(st.ForwardContext(ours)):
+                topk = loop.indexers[0](qr[:, 0, 0], kn[:, 0, 0], fb, mr.token_to_kv_pool)
+            ours.init_cuda_graph_state(b, b)
+            runner = st.GraphRunner(ours, b, device=device, dry=not graph)
+            runner.capture(lambda f: [ours.forward_decode(q, None, None, layer, f, save_kv_cache=False,
+                                                          topk_indices=topk) for _ in range(layers)])
+            runner.replay(fb)
+            replay = runner.graph.replay if graph else (lambda f=fb: runner.replay(f))
+            us = timed(replay, reps) / layers
+            cache = mr.token_to_kv_pool.get_key_buffer(0)
+            slots = topk.clamp(min=0).long()
+            valid = (topk >= 0)[:, None, :]
+            qh = q.view(b, heads, 576)
+
+            def torch_layer():  # gather (and dequantise), bf16 matmuls, softmax in fp32
+                rows = cache[slots].reshape(b, slots.shape[1], -1)
+                k = dsa.dequantize_rows(rows).view(b, -1, 576).to(torch.bfloat16) if kv == "fp8" else rows
+                sc = (torch.bmm(qh, k.transpose(1, 2)).float() * layer.scaling).masked_fill(~valid, float("-inf"))
+                return torch.bmm(torch.softmax(sc, -1).to(torch.bfloat16), k[:, :, :512])
+
+            if graph:
+                torch_layer()
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    for _ in range(4):
+                        torch_layer()
+                torch_us = timed(g.replay, reps) / 4
+            else:
+                torch_us = timed(torch_layer, reps)
+            name = "sparse_%s_h%d_b%d_s%d" % (kv, heads, b, s)
+            out.append({"name": name, "path": "sparse", "us": us, "torch_us": torch_us})
+            print("%-10s %-26s %12.1f %10.1f %8.2fx" % ("sparse", name[7:], us, torch_us, torch_us / us))
+            stats = ours.stats()
+            assert stats["fallback_layers"] == 0 and stats["sparse_layers"] > 0, stats
+            ours.close()
+            client.close()
     return out
 
 

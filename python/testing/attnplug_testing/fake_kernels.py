@@ -81,7 +81,9 @@ class FakePrepared:
     def launch(self, tensors, stream=None):
         self.check(tensors, self.specs)
         self.launcher.layer_launches += 1
-        if self.step["method"] == "MLA":
+        if "topk_indices" in self.specs:
+            self._sparse(tensors)
+        elif self.step["method"] == "MLA":
             self._mla(tensors, tensors["seq_lens"], tensors["qo_indptr"])
         else:
             self._mha(tensors)
@@ -107,6 +109,25 @@ class FakePrepared:
             t["lse"][a:b] = torch.logsumexp(s, -1)
             t["out"][a:b] = torch.einsum("thk,kd->thd", torch.softmax(s, -1), keys[:, :t["out"].shape[-1]]).to(
                 t["out"].dtype)
+
+    def _sparse(self, t):
+        # Query token t over the slots of its row of topk_indices (one out
+        # of the cache, or -1, is no key), the cache's rows dequantised
+        # where they are DeepSeek-V3.2's FP8 ones.
+        from attnplug_testing.dsa import latent_rows
+        scale = self.step["model"]["softmax_scale"]
+        cache = t["kv_cache"]
+        keys = latent_rows(cache.reshape(-1, 1, cache.shape[-1]))
+        for i, row in enumerate(t["topk_indices"]):
+            sl = row[(row >= 0) & (row < keys.shape[0])].long()
+            if sl.numel() == 0:
+                t["out"][i] = 0
+                t["lse"][i] = float("-inf")
+                continue
+            kt = keys[sl]
+            s = torch.einsum("hd,kd->hk", t["q"][i].float(), kt) * scale
+            t["lse"][i] = torch.logsumexp(s, -1)
+            t["out"][i] = (torch.softmax(s, -1) @ kt[:, :t["out"].shape[-1]]).to(t["out"].dtype)
 
     def _mha(self, t):
         b = self.step["batch"]
