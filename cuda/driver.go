@@ -23,6 +23,7 @@ type driver struct {
 	cuModuleLoadData          func(mod *uintptr, image *byte) int32
 	cuModuleUnload            func(mod uintptr) int32
 	cuModuleGetFunction       func(fn *uintptr, mod uintptr, name string) int32
+	cuModuleGetGlobal         func(ptr *uint64, size *uintptr, mod uintptr, name string) int32
 	cuMemAlloc                func(p *uint64, size uintptr) int32
 	cuMemFree                 func(p uint64) int32
 	cuMemGetInfo              func(free, total *uint64) int32

@@ -35,6 +35,7 @@ func loadDriver() (*driver, error) {
 		{&drv.cuModuleLoadData, []string{"cuModuleLoadData"}},
 		{&drv.cuModuleUnload, []string{"cuModuleUnload"}},
 		{&drv.cuModuleGetFunction, []string{"cuModuleGetFunction"}},
+		{&drv.cuModuleGetGlobal, []string{"cuModuleGetGlobal_v2"}},
 		{&drv.cuMemAlloc, []string{"cuMemAlloc_v2"}},
 		{&drv.cuMemFree, []string{"cuMemFree_v2"}},
 		{&drv.cuMemGetInfo, []string{"cuMemGetInfo_v2"}},

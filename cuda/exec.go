@@ -210,6 +210,17 @@ func (c *Ctx) Function(m Module, name string) (Function, error) {
 	return Function(f), nil
 }
 
+// Global looks up the module-scope variable name of m (a __device__ or
+// __constant__ one): its device address and size in bytes.
+func (c *Ctx) Global(m Module, name string) (uint64, int64, error) {
+	var p uint64
+	var n uintptr
+	if err := c.drv().check("cuModuleGetGlobal("+name+")", c.drv().cuModuleGetGlobal(&p, &n, uintptr(m), name)); err != nil {
+		return 0, 0, err
+	}
+	return p, int64(n), nil
+}
+
 // SetMaxDynamicShared lets f use up to n bytes of dynamic shared memory
 // (needed above 48 KiB).
 func (c *Ctx) SetMaxDynamicShared(f Function, n int) error {

@@ -172,51 +172,6 @@ const DSARowBytes = mlaDV + 4*(mlaDV/128) + 2*(mlaDQK-mlaDV)
 
 func (v decodeVariant) entry(f decodeForm) string { return formPrefixes[f] + v.suffix }
 
-// shared is the dynamic shared memory of the variant's entry in form f: the
-// queries, the bf16 key tiles (the stages, or the one an FP8 tile is
-// dequantised into), P and the reductions, and the staged FP8 tiles.
-func (v decodeVariant) shared(f decodeForm) int {
-	m := v.rows
-	if v.hopper {
-		// 1024 bytes of alignment, the queries (9 column blocks of m rows x
-		// 128 bytes) and the key tiles (9 blocks of 64 rows each), P (m rows
-		// of 64 keys), the maxima and the sums (2 x 64 of each for 64 rows,
-		// 4 x 16 for 16), the keys' validity (64 a stage), the staged FP8
-		// tiles (one for 64 rows; the FP8 16-row forms stage their rows in
-		// registers and convert them into two f16 tiles), and the bf16
-		// 16-row stages' mbarriers (64 bytes).
-		const tile, wbn = 64 * mlaDQK * 2, 64
-		tiles, raw, valid := 2, 0, 2
-		switch {
-		case f.fp8() && m == 16: // two f16 tiles, no raw stages
-		case f.fp8():
-			tiles, raw = 1, 1
-		}
-		red, bars := 2*2*m, 0
-		if m == 16 {
-			red = 2 * 4 * m
-			if !f.fp8() {
-				bars = 64
-			}
-		}
-		return 1024 + 9*128*m + tiles*tile + 128*m + 4*(red+valid*wbn) + raw*wbn*f.rowBytes() + bars
-	}
-	if v.wide {
-		const wbn = 64
-		tiles, staged := 2, 0
-		if f.fp8() {
-			tiles, staged = 1, wbn*f.rowBytes()
-		}
-		return 2*(m*mlaDQK+tiles*wbn*mlaDQK+m*wbn) + 4*(2*m+2*m+m) + staged
-	}
-	cgq := mlaBN / max(8, mlaBN/(8/(m/16)))
-	tiles, staged := v.stages, 0
-	if f.fp8() {
-		tiles, staged = 1, v.stages*mlaBN*f.rowBytes()
-	}
-	return 2*(m*qStride+tiles*mlaBN*qStride+m*pStride) + 4*2*cgq*m + staged
-}
-
 // mlaKernelNames are the catalog kernels the MLA decode module runs: the
 // absorbed MLA decode of FlashAttention 3, FlashInfer and FlashMLA (dense),
 // and FlashMLA's sparse MLA of DeepSeek sparse attention (dsa).
@@ -342,8 +297,15 @@ func Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) {
 	if err := covers(k, req, qk, v); err != nil {
 		return nil, err
 	}
+	shared, err := Kernels.Shared(req.Device.ComputeCapability)
+	if err != nil {
+		return nil, err
+	}
 	if req.Method != core.MLA {
-		p := planPrefill(req, tensors)
+		p, err := planPrefill(req, tensors, shared)
+		if err != nil {
+			return nil, err
+		}
 		p.Kernel = k.Name
 		return p, nil
 	}
@@ -354,11 +316,14 @@ func Plan(k core.Kernel, req *core.PlanRequest) (*core.Plan, error) {
 	var p *core.Plan
 	switch {
 	case k.Sparse:
-		p = planSparse(req, form+formSparse)
+		p, err = planSparse(req, form+formSparse, shared)
 	case onDevice(req):
-		p = planDecodeGraph(req, form)
+		p, err = planDecodeGraph(req, form, shared)
 	default:
-		p = planDecode(req, form)
+		p, err = planDecode(req, form, shared)
+	}
+	if err != nil {
+		return nil, err
 	}
 	p.Kernel = k.Name
 	p.Tensors = tensors
@@ -409,7 +374,7 @@ func covers(k core.Kernel, req *core.PlanRequest, qk, v int) error {
 // TopK keys (its topk_indices row), cut into items as planDecode cuts a
 // dense batch. The plan depends only on the number of query tokens, so it
 // holds for a batch size and, with Graph, for every step of it.
-func planSparse(req *core.PlanRequest, form decodeForm) *core.Plan {
+func planSparse(req *core.PlanRequest, form decodeForm, shared layouts) (*core.Plan, error) {
 	var tokens int64
 	for _, q := range req.Shape.QLens {
 		tokens += q
@@ -417,10 +382,13 @@ func planSparse(req *core.PlanRequest, form decodeForm) *core.Plan {
 	sub := *req
 	sub.Shape.SeqLens = slices.Repeat([]int64{int64(req.Dims.TopK)}, int(tokens))
 	sub.Shape.QLens = slices.Repeat([]int64{1}, int(tokens))
-	p := planDecode(&sub, form)
+	p, err := planDecode(&sub, form, shared)
+	if err != nil {
+		return nil, err
+	}
 	p.Reads = core.PlanReadsDeclared | core.PlanReadsQLens
 	p.Note = fmt.Sprintf("sparse over top-%d, %d token(s): %s", req.Dims.TopK, tokens, strings.TrimPrefix(p.Note, "mla decode: "))
-	return p
+	return p, nil
 }
 
 // onDevice reports whether req's decode is scheduled on the device: a
@@ -442,6 +410,7 @@ func onDevice(req *core.PlanRequest) bool {
 type decodeShape struct {
 	v                  decodeVariant
 	form               decodeForm
+	shared             int // the entry's dynamic shared memory
 	maxRows, hb, slots int
 	capacity, batch    int
 	itemCost           int // an item's cost beyond its key tiles, in tiles
@@ -458,7 +427,7 @@ func (ds decodeShape) partialRows() int64 {
 	return int64(min(ds.capacity, 2*ds.slots)) * int64(ds.maxRows)
 }
 
-func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
+func shapeOf(req *core.PlanRequest, form decodeForm, shared layouts) (decodeShape, error) {
 	s, d := req.Shape, req.Dims
 	var maxQ int64
 	for _, q := range s.QLens {
@@ -471,19 +440,26 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 	// a consumer card's 99 KB only the 16-row one); else the widest that
 	// fits, over more head blocks.
 	for _, c := range vs {
-		if c.shared(form) > req.Device.MaxSharedPerBlock && req.Device.MaxSharedPerBlock > 0 {
+		n, ok := shared[c.entry(form)]
+		if !ok {
+			return ds, fmt.Errorf("%w: the device code gives no shared memory of %s (make device-code)", core.ErrNoPlan, c.entry(form))
+		}
+		if n > req.Device.MaxSharedPerBlock && req.Device.MaxSharedPerBlock > 0 {
 			continue
 		}
-		ds.v = c
+		ds.v, ds.shared = c, n
 		if ds.maxRows <= c.rows {
 			break
 		}
+	}
+	if ds.shared == 0 {
+		ds.shared = shared[ds.v.entry(form)]
 	}
 	ds.hb = (ds.maxRows + ds.v.rows - 1) / ds.v.rows
 	ds.slots = max(max(req.Device.SMs, 1)*ds.v.perSM/ds.hb, 1)
 	ds.capacity = ds.batch + ds.slots
 	ds.itemCost = itemCost
-	return ds
+	return ds, nil
 }
 
 // planDecodeGraph is planDecode for a plan that holds for a batch size:
@@ -499,7 +475,7 @@ func shapeOf(req *core.PlanRequest, form decodeForm) decodeShape {
 // kv_indptr. Such a plan is made for any request that needs it, a graph
 // one or not; one that is not a graph's also reads the key lengths (its
 // page table's size follows them).
-func planDecodeGraph(req *core.PlanRequest, form decodeForm) *core.Plan {
+func planDecodeGraph(req *core.PlanRequest, form decodeForm, shared layouts) (*core.Plan, error) {
 	split, workQ := splitQueries(req.Shape.QLens)
 	work := req
 	if split != nil {
@@ -507,7 +483,10 @@ func planDecodeGraph(req *core.PlanRequest, form decodeForm) *core.Plan {
 		w.Shape.QLens, w.Shape.SeqLens = workQ, workQ
 		work = &w
 	}
-	ds := shapeOf(work, form)
+	ds, err := shapeOf(work, form, shared)
+	if err != nil {
+		return nil, err
+	}
 	d := req.Dims
 	align := func(n int64) int64 { return (n + 255) &^ 255 }
 	partRows := ds.partialRows()
@@ -548,7 +527,7 @@ func planDecodeGraph(req *core.PlanRequest, form decodeForm) *core.Plan {
 	p.Launches = []core.Launch{sched, decodeLaunch(ds, ds.capacity, req, buf), combineLaunch(ds, d, buf, req.Device)}
 	p.Note = fmt.Sprintf("mla decode, scheduled on the device: %d rows per block (%s), %d head block(s), %d item slots, %d stages%s",
 		ds.v.rows, ds.entry(), ds.hb, ds.capacity, ds.v.stages, note)
-	return p
+	return p, nil
 }
 
 // schedThreads is the threads of mla_schedule's one block (SCHED_THREADS).
@@ -619,7 +598,7 @@ func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBu
 	return core.Launch{
 		Module: ds.v.module(), Entry: ds.entry(),
 		Grid: [3]uint32{uint32(slots * ds.hb), 1, 1}, Block: [3]uint32{mlaThreads, 1, 1},
-		SharedBytes:  uint32(ds.v.shared(ds.form)),
+		SharedBytes:  uint32(ds.shared),
 		Args:         args,
 		Programmatic: programmatic(req.Device),
 	}
@@ -792,9 +771,12 @@ func oneWave(tiles []int, target, n0, c0, cost, slots, most int) int {
 // thread block, one block per multiprocessor, so the items are sized to
 // fill the GPU once. A request whose keys span several items gets partial
 // results that mla_combine merges.
-func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
+func planDecode(req *core.PlanRequest, form decodeForm, shared layouts) (*core.Plan, error) {
 	s, d := req.Shape, req.Dims
-	ds := shapeOf(req, form)
+	ds, err := shapeOf(req, form, shared)
+	if err != nil {
+		return nil, err
+	}
 	b, v, hb := ds.batch, ds.v, ds.hb
 	m := v.rows
 
@@ -879,5 +861,5 @@ func planDecode(req *core.PlanRequest, form decodeForm) *core.Plan {
 	if combine || req.Graph {
 		p.Launches = append(p.Launches, combineLaunch(ds, d, buf, req.Device))
 	}
-	return p
+	return p, nil
 }

@@ -48,6 +48,10 @@ type Manifest struct {
 	Sources map[string]string `json:"sources"`
 	// Images are the built images.
 	Images []ManifestImage `json:"images"`
+	// Shared is each entry's dynamic shared memory in bytes, as its
+	// source exports it (<entry>_shared: SharedConstants), read from the
+	// PTX built.
+	Shared map[string]int `json:"shared,omitempty"`
 }
 
 // ManifestImage is one image of the manifest.

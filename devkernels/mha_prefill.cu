@@ -19,6 +19,18 @@
 #define BM 128
 #define BKN 64
 #define NT 256
+// The shared memory of a block, byte offsets: 128 query rows (384 bytes
+// each), two stages of 64 key rows, then two of 64 value rows (256 bytes).
+#define PF_K (BM * DQK * 2)
+#define PF_V (PF_K + 2 * BKN * DQK * 2)
+#define PF_SHARED (PF_V + 2 * BKN * DVV * 2)
+
+// The entry's dynamic shared memory, exported beside it (as mla_common.cuh's
+// MLA_SHARED does the decode's): the one figure of it, which the planner
+// reads from the images' manifest.
+extern "C" {
+__constant__ int mha_prefill_shared = PF_SHARED;
+}
 
 // Schedule items: 4 int32 each (request, first query row of the block within
 // the request, pad, pad).
@@ -30,8 +42,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     constexpr int QB = DQK * 2, VB = DVV * 2; // row bytes: 384 (3 lines), 256 (2 lines)
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char* sq = smem;                 // 128 x 384
-    unsigned char* sk = sq + BM * QB;         // 2 x 64 x 384
-    unsigned char* sv = sk + 2 * BKN * QB;    // 2 x 64 x 256
+    unsigned char* sk = smem + PF_K;          // 2 x 64 x 384
+    unsigned char* sv = smem + PF_V;          // 2 x 64 x 256
 
     const int req = schedule[4 * blockIdx.x], q0 = schedule[4 * blockIdx.x + 1];
     const int h = blockIdx.y;

@@ -51,6 +51,14 @@
 #define PW_BARS (3 * PW_QT + 2 * PW_VT) /* 9 mbarriers: FULL keys, FULL values, EMPTY keys, EMPTY values (x2 stages), FULL queries */
 #define PW_SHARED (PW_BARS + 128 + 1024) /* and 1024 bytes to align the swizzle atoms */
 
+// Both entries' dynamic shared memory, exported beside them (as
+// mla_common.cuh's MLA_SHARED does the decode's): the one figure of it,
+// which the planner reads from the images' manifest.
+extern "C" {
+__constant__ int mha_prefill_wg_shared = PW_SHARED;
+__constant__ int mha_prefill_tma_shared = PW_SHARED;
+}
+
 // The values' descriptor: MN-major (transposed B), the next 64 columns one
 // column block on, 8-key groups 1024 bytes apart; a k-step of 16 keys
 // moves the start by 2048 bytes.

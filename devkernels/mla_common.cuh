@@ -260,33 +260,50 @@ __device__ __forceinline__ void pdl_launch_dependents() {
         const int *__restrict__ requests, const int *__restrict__ counts, const int *__restrict__ slots,       \
         float *__restrict__ part_o, float *__restrict__ part_lse, int heads
 
+// An entry's dynamic shared memory, in bytes: the layout of its body
+// (LAYOUT<ARGS>::bytes, the carve-up the body itself uses), exported beside
+// the entry as the constant NAME_shared. It is the one figure of it:
+// devkernels/gen reads it from the PTX into the images' manifest, which the
+// planner reads, and the GPU tests read it from the loaded module.
+#define MLA_ARGS(...) __VA_ARGS__
+#define MLA_SHARED(NAME, LAYOUT, ARGS)                                                                        \
+    extern "C" {                                                                                               \
+    __constant__ int NAME##_shared = LAYOUT<MLA_ARGS ARGS>::bytes;                                             \
+    }
+
+// The entries: NAME runs BODY<ARGS, sparse> over each item of its slot,
+// with LAYOUT<ARGS>'s shared memory.
+
 // The dense decode over the paged bf16 cache.
-#define MLA_DECODE_ENTRY(NAME, BLOCKS, BODY)                                                                   \
+#define MLA_DECODE_ENTRY(NAME, BLOCKS, BODY, LAYOUT, ARGS)                                                     \
+    MLA_SHARED(NAME, LAYOUT, ARGS)                                                                             \
     extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
         NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
              const int* __restrict__ kv_indices, MLA_COMMON_PARAMS, int page_shift, float scale_log2,           \
              int head_blocks) {                                                                                 \
         const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, 1.f};        \
-        MLA_ITEMS(BODY, ks)                                                                                     \
+        MLA_ITEMS((BODY<MLA_ARGS ARGS, false>), ks)                                                             \
     }
 
 // The dense decode over the paged FP8 cache, with the layer's scale.
-#define MLA_DECODE_FP8_ENTRY(NAME, BLOCKS, BODY)                                                               \
+#define MLA_DECODE_FP8_ENTRY(NAME, BLOCKS, BODY, LAYOUT, ARGS)                                                 \
+    MLA_SHARED(NAME, LAYOUT, ARGS)                                                                             \
     extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
         NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
              const int* __restrict__ kv_indices, const float* __restrict__ kv_scale, MLA_COMMON_PARAMS,         \
              int page_shift, float scale_log2, int head_blocks) {                                               \
         const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, kv_scale[0]}; \
-        MLA_ITEMS(BODY, ks)                                                                                     \
+        MLA_ITEMS((BODY<MLA_ARGS ARGS, false>), ks)                                                             \
     }
 
 // The sparse decode: query token t attends to the slots topk_indices[t, :].
-#define MLA_SPARSE_ENTRY(NAME, BLOCKS, BODY)                                                                   \
+#define MLA_SPARSE_ENTRY(NAME, BLOCKS, BODY, LAYOUT, ARGS)                                                     \
+    MLA_SHARED(NAME, LAYOUT, ARGS)                                                                             \
     extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
         NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache,                                    \
              const int* __restrict__ topk_indices, MLA_COMMON_PARAMS, int topk, long long num_slots,           \
              float scale_log2, int head_blocks) {                                                               \
         const Keys ks = {(const unsigned char*)kv_cache, nullptr, topk_indices, 0, topk, num_slots, 1.f};      \
-        MLA_ITEMS(BODY, ks)                                                                                     \
+        MLA_ITEMS((BODY<MLA_ARGS ARGS, true>), ks)                                                              \
     }
 

@@ -22,6 +22,27 @@
 // cut into several chunks writes fp32 partial outputs and their LSE to the
 // workspace; mla_combine merges them.
 
+// The shared memory of mla_decode_body<M, STAGES, FMT, *>, byte offsets
+// from its start: the queries (M x QSTRIDE bf16), the key tiles (the
+// stages, or the one an FP8 tile is dequantised into: NT x BN x QSTRIDE),
+// P (M x PSTRIDE), the partial row maxima and sums (CGQ x M floats each;
+// the sums are reused for l at the end, CG x M), and the staged FP8 tiles
+// (STAGES x BN rows as cached).
+template <int M, int STAGES, int FMT>
+struct NarrowLayout {
+    static constexpr int CG = 8 / (M / 16);                    // column groups
+    static constexpr int NQ = (BN / CG >= 8) ? BN / CG : 8;    // keys per warp in S
+    static constexpr int CGQ = BN / NQ;                        // column groups that compute S
+    static constexpr int NT = FMT == FMT_BF16 ? STAGES : 1;    // key tiles
+    static constexpr int q = 0;
+    static constexpr int kv = q + 2 * M * QSTRIDE;
+    static constexpr int p = kv + 2 * NT * BN * QSTRIDE;
+    static constexpr int red_max = p + 2 * M * PSTRIDE;
+    static constexpr int red_sum = red_max + 4 * CGQ * M;
+    static constexpr int raw = red_sum + 4 * CGQ * M;
+    static constexpr int bytes = raw + (FMT == FMT_BF16 ? 0 : STAGES * BN * row_bytes(FMT));
+};
+
 template <int M, int STAGES, int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
                                                 float* __restrict__ lse, const Item it,
@@ -40,13 +61,15 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
     constexpr int NT = FMT == FMT_BF16 ? STAGES : 1;    // key tiles: the stages, or the one dequantised
     constexpr bool H = FMT != FMT_BF16;                 // f16 tiles, queries and P
 
+    using L = NarrowLayout<M, STAGES, FMT>;
+    static_assert(L::CG == CG && L::CGQ == CGQ && L::NT == NT, "NarrowLayout follows the body's split");
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16* sq = (bf16*)smem;                              // M x QSTRIDE
-    bf16* skv = sq + M * QSTRIDE;                        // NT x BN x QSTRIDE
-    bf16* sp = skv + NT * BN * QSTRIDE;                  // M x PSTRIDE
-    float* red_max = (float*)(sp + M * PSTRIDE);         // CGQ x M
-    float* red_sum = red_max + CGQ * M;                  // CGQ x M (reused for l at the end: CG x M)
-    unsigned char* sraw = (unsigned char*)(red_sum + CGQ * M); // FP8: STAGES x BN x RB staged
+    bf16* sq = (bf16*)(smem + L::q);
+    bf16* skv = (bf16*)(smem + L::kv);
+    bf16* sp = (bf16*)(smem + L::p);
+    float* red_max = (float*)(smem + L::red_max);
+    float* red_sum = (float*)(smem + L::red_sum);
+    unsigned char* sraw = smem + L::raw;
 
     const ReqInfo rq = reqs[it.req];
     const int* krows = key_rows<SPARSE>(ks, it.req); // read beside the request
@@ -300,6 +323,25 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
 // reads less shared memory per MMA than a 16 x 256 split.
 #define WBN 64
 
+// The shared memory of mla_decode_wide<FMT, *>, byte offsets from its
+// start: 64 query rows (1152 bytes each), the key tiles (two stages, or
+// the one an FP8 tile is dequantised into), P (64 x 64 bf16), the partial
+// row maxima and sums (2 x 64 floats each), the running row maxima (64),
+// and the next FP8 tile, staged (64 rows as cached).
+template <int FMT>
+struct WideLayout {
+    static constexpr int M = 64, RB = DQK * 2, PB = WBN * 2;
+    static constexpr int NT = FMT == FMT_BF16 ? 2 : 1;
+    static constexpr int q = 0;
+    static constexpr int kv = q + M * RB;
+    static constexpr int p = kv + NT * WBN * RB;
+    static constexpr int red_max = p + M * PB;
+    static constexpr int red_sum = red_max + 4 * 2 * M;
+    static constexpr int m_row = red_sum + 4 * 2 * M;
+    static constexpr int raw = m_row + 4 * M;
+    static constexpr int bytes = raw + (FMT == FMT_BF16 ? 0 : WBN * row_bytes(FMT));
+};
+
 template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
                                                 float* __restrict__ lse, const Item it,
@@ -313,14 +355,16 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
     constexpr int ITERS = (WBN * CH + NTHREADS - 1) / NTHREADS;
     constexpr int NT = FMT == FMT_BF16 ? 2 : 1;      // key tiles: two stages, or the one dequantised
     constexpr bool H = FMT != FMT_BF16;              // f16 tiles, queries and P
+    using L = WideLayout<FMT>;
+    static_assert(L::RB == RB && L::PB == PB && L::NT == NT, "WideLayout follows the body");
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char* sq = smem;                          // 64 rows
-    unsigned char* skv = sq + M * RB;                  // NT x 64 rows
-    unsigned char* sp = skv + NT * WBN * RB;           // 64 x 64 bf16
-    float* red_max = (float*)(sp + M * PB);            // 2 x 64
-    float* red_sum = red_max + 2 * M;                  // 2 x 64
-    float* m_row = red_sum + 2 * M;                    // 64: the running row maxima
-    unsigned char* sraw = (unsigned char*)(m_row + M); // FP8: one staged tile of 64 x KB (the next)
+    unsigned char* sq = smem + L::q;
+    unsigned char* skv = smem + L::kv;
+    unsigned char* sp = smem + L::p;
+    float* red_max = (float*)(smem + L::red_max);
+    float* red_sum = (float*)(smem + L::red_sum);
+    float* m_row = (float*)(smem + L::m_row);
+    unsigned char* sraw = smem + L::raw;
 
     const ReqInfo rq = reqs[it.req];
     const int* krows = key_rows<SPARSE>(ks, it.req); // read beside the request
@@ -533,18 +577,18 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
 // forms: dense bf16, dense FP8, sparse bf16, sparse FP8 (FMT_DSA); the
 // dense FP8 16-row body keeps three of its smaller tiles in flight
 // (devkernels.go's variants).
-MLA_DECODE_ENTRY(mla_decode_m16, 2, (mla_decode_body<16, 2, FMT_BF16, false>))
-MLA_DECODE_ENTRY(mla_decode_m32, 1, (mla_decode_body<32, 4, FMT_BF16, false>))
-MLA_DECODE_ENTRY(mla_decode_m64, 1, (mla_decode_wide<FMT_BF16, false>))
-MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m16, 2, (mla_decode_body<16, 3, FMT_FP8, false>))
-MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m32, 1, (mla_decode_body<32, 4, FMT_FP8, false>))
-MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m64, 1, (mla_decode_wide<FMT_FP8, false>))
-MLA_SPARSE_ENTRY(mla_sparse_m16, 2, (mla_decode_body<16, 2, FMT_BF16, true>))
-MLA_SPARSE_ENTRY(mla_sparse_m32, 1, (mla_decode_body<32, 4, FMT_BF16, true>))
-MLA_SPARSE_ENTRY(mla_sparse_m64, 1, (mla_decode_wide<FMT_BF16, true>))
-MLA_SPARSE_ENTRY(mla_sparse_fp8_m16, 2, (mla_decode_body<16, 2, FMT_DSA, true>))
-MLA_SPARSE_ENTRY(mla_sparse_fp8_m32, 1, (mla_decode_body<32, 4, FMT_DSA, true>))
-MLA_SPARSE_ENTRY(mla_sparse_fp8_m64, 1, (mla_decode_wide<FMT_DSA, true>))
+MLA_DECODE_ENTRY(mla_decode_m16, 2, mla_decode_body, NarrowLayout, (16, 2, FMT_BF16))
+MLA_DECODE_ENTRY(mla_decode_m32, 1, mla_decode_body, NarrowLayout, (32, 4, FMT_BF16))
+MLA_DECODE_ENTRY(mla_decode_m64, 1, mla_decode_wide, WideLayout, (FMT_BF16))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m16, 2, mla_decode_body, NarrowLayout, (16, 3, FMT_FP8))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m32, 1, mla_decode_body, NarrowLayout, (32, 4, FMT_FP8))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_m64, 1, mla_decode_wide, WideLayout, (FMT_FP8))
+MLA_SPARSE_ENTRY(mla_sparse_m16, 2, mla_decode_body, NarrowLayout, (16, 2, FMT_BF16))
+MLA_SPARSE_ENTRY(mla_sparse_m32, 1, mla_decode_body, NarrowLayout, (32, 4, FMT_BF16))
+MLA_SPARSE_ENTRY(mla_sparse_m64, 1, mla_decode_wide, WideLayout, (FMT_BF16))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_m16, 2, mla_decode_body, NarrowLayout, (16, 2, FMT_DSA))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_m32, 1, mla_decode_body, NarrowLayout, (32, 4, FMT_DSA))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_m64, 1, mla_decode_wide, WideLayout, (FMT_DSA))
 
 // Merges the partial outputs of every request cut into several chunks, for
 // a batch of at most 1024 query rows (the plan's combineManyRows; a longer

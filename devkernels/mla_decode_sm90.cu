@@ -161,6 +161,27 @@ __device__ __forceinline__ void wg_issue(u32 stage, const Keys& ks, long long ro
     }
 }
 
+// The shared memory of mla_decode_wg<FMT, *>, byte offsets from a start
+// aligned to 1024 bytes (the swizzle atoms'), and the 1024 bytes the
+// alignment may take: 64 query rows (a tile), the key tiles (two stages,
+// or the one an FP8 tile is converted into), P (64 rows x 64 keys), each
+// warpgroup's row maxima and sums (2 x 64 floats each), the keys of a tile
+// that are rows (2 x 64 ints), and the next FP8 tile, staged (64 rows as
+// cached).
+template <int FMT>
+struct WgLayout {
+    static constexpr int M = 64;
+    static constexpr int NT = FMT == FMT_BF16 ? 2 : 1;
+    static constexpr int q = 0;
+    static constexpr int kv = q + WG_TILE;
+    static constexpr int p = kv + NT * WG_TILE;
+    static constexpr int red_max = p + WG_BLOCK;
+    static constexpr int red_sum = red_max + 4 * 2 * M;
+    static constexpr int kvalid = red_sum + 4 * 2 * M;
+    static constexpr int raw = kvalid + 4 * 2 * WG_BN;
+    static constexpr int bytes = 1024 + raw + (FMT == FMT_BF16 ? 0 : WG_BN * row_bytes(FMT));
+};
+
 template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
                                               float* __restrict__ lse, const Item it,
@@ -171,15 +192,17 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
     constexpr bool H = FMT != FMT_BF16;          // f16 tiles, queries and P
     constexpr int KB = row_bytes(FMT); // cached bytes per key
     constexpr int NT = H ? 1 : 2;                // key tiles: two stages, or the one dequantised
+    using L = WgLayout<FMT>;
+    static_assert(L::M == M && L::NT == NT, "WgLayout follows the body");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); // the atoms' alignment
-    unsigned char* sq = smem;                                 // 64 query rows
-    unsigned char* skv = sq + WG_TILE;                        // NT key tiles
-    unsigned char* sp = skv + NT * WG_TILE;                   // P: 64 rows x 64 keys
-    float* red_max = (float*)(sp + WG_BLOCK);                 // 2 x 64: each warpgroup's row maxima
-    float* red_sum = red_max + 2 * M;                         // 2 x 64: its row sums, at the end
-    int* kvalid = (int*)(red_sum + 2 * M);                    // 2 x 64: the keys of a tile that are rows
-    unsigned char* sraw = (unsigned char*)(kvalid + 2 * WG_BN); // FP8: the next tile, staged (64 x KB)
+    unsigned char* sq = smem + L::q;
+    unsigned char* skv = smem + L::kv;
+    unsigned char* sp = smem + L::p;
+    float* red_max = (float*)(smem + L::red_max);
+    float* red_sum = (float*)(smem + L::red_sum);
+    int* kvalid = (int*)(smem + L::kvalid);
+    unsigned char* sraw = smem + L::raw;
 
     const ReqInfo rq = reqs[it.req];
     const int* krows = key_rows<SPARSE>(ks, it.req); // read beside the request
@@ -389,10 +412,10 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
 
 // One block of two warpgroups per multiprocessor (its shared memory), in
 // the four forms (devkernels.go's sm90 variant).
-MLA_DECODE_ENTRY(mla_decode_wg64, 1, (mla_decode_wg<FMT_BF16, false>))
-MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg64, 1, (mla_decode_wg<FMT_FP8, false>))
-MLA_SPARSE_ENTRY(mla_sparse_wg64, 1, (mla_decode_wg<FMT_BF16, true>))
-MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, (mla_decode_wg<FMT_DSA, true>))
+MLA_DECODE_ENTRY(mla_decode_wg64, 1, mla_decode_wg, WgLayout, (FMT_BF16))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg64, 1, mla_decode_wg, WgLayout, (FMT_FP8))
+MLA_SPARSE_ENTRY(mla_sparse_wg64, 1, mla_decode_wg, WgLayout, (FMT_BF16))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, mla_decode_wg, WgLayout, (FMT_DSA))
 
 // ---------------------------------------------------------------------------
 // The narrow shapes (16 query rows of a request per block: 16 heads and one
@@ -450,6 +473,27 @@ __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 128;
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
+// The shared memory of mla_decode_wgn<FMT, *>, byte offsets from a start
+// aligned to 1024 bytes, and the 1024 bytes the alignment may take: 16
+// query rows (9 column blocks), two key tiles (bf16, or f16 converted from
+// FP8), P^T (16 rows x 64 keys), 4 warps' row maxima and sums (4 x 16
+// floats each), each tile's keys' validity (2 x 64 ints), and the bf16
+// stages' mbarriers (64 bytes; the FP8 forms stage their rows in
+// registers).
+template <int FMT>
+struct WgnLayout {
+    static constexpr int M = WN_ROWS;
+    static constexpr int NT = 2;
+    static constexpr int q = 0;
+    static constexpr int kv = q + 9 * WN_QBLOCK;
+    static constexpr int p = kv + NT * WG_TILE;
+    static constexpr int red_max = p + WN_QBLOCK;
+    static constexpr int red_sum = red_max + 4 * 4 * M;
+    static constexpr int kvalid = red_sum + 4 * 4 * M;
+    static constexpr int bars = kvalid + 4 * 2 * WG_BN;
+    static constexpr int bytes = 1024 + bars + (FMT == FMT_BF16 ? 64 : 0);
+};
+
 template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
                                                float* __restrict__ lse, const Item it,
@@ -467,15 +511,17 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     constexpr bool RS = H;
     constexpr int KB = row_bytes(FMT);
     constexpr int NT = 2;
+    using L = WgnLayout<FMT>;
+    static_assert(L::M == M && L::NT == NT, "WgnLayout follows the body");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    unsigned char* sq = smem;                                  // 16 query rows: 9 x 2 KB
-    unsigned char* skv = sq + 9 * WN_QBLOCK;                   // NT key tiles (72 KB each)
-    unsigned char* sp = skv + NT * WG_TILE;                    // P^T: 16 rows x 64 keys (2 KB)
-    float* red_max = (float*)(sp + WN_QBLOCK);                 // 4 warps x 16 columns
-    float* red_sum = red_max + 4 * M;                          // 4 x 16, at the end
-    int* kvalid = (int*)(red_sum + 4 * M);                     // 2 x 64: each tile's keys' validity
-    unsigned char* sraw = (unsigned char*)(kvalid + 2 * WG_BN); // the bf16 stages' mbarriers (64 bytes)
+    unsigned char* sq = smem + L::q;
+    unsigned char* skv = smem + L::kv;
+    unsigned char* sp = smem + L::p;
+    float* red_max = (float*)(smem + L::red_max);
+    float* red_sum = (float*)(smem + L::red_sum);
+    int* kvalid = (int*)(smem + L::kvalid);
+    unsigned char* sraw = smem + L::bars;
 
     const ReqInfo rq = reqs[it.req];
     const int* krows = key_rows<SPARSE>(ks, it.req); // read beside the request
@@ -821,7 +867,7 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
     }
 }
 
-MLA_DECODE_ENTRY(mla_decode_wg16, 1, (mla_decode_wgn<FMT_BF16, false>))
-MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg16, 1, (mla_decode_wgn<FMT_FP8, false>))
-MLA_SPARSE_ENTRY(mla_sparse_wg16, 1, (mla_decode_wgn<FMT_BF16, true>))
-MLA_SPARSE_ENTRY(mla_sparse_fp8_wg16, 1, (mla_decode_wgn<FMT_DSA, true>))
+MLA_DECODE_ENTRY(mla_decode_wg16, 1, mla_decode_wgn, WgnLayout, (FMT_BF16))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_wg16, 1, mla_decode_wgn, WgnLayout, (FMT_FP8))
+MLA_SPARSE_ENTRY(mla_sparse_wg16, 1, mla_decode_wgn, WgnLayout, (FMT_BF16))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_wg16, 1, mla_decode_wgn, WgnLayout, (FMT_DSA))

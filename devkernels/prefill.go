@@ -44,15 +44,10 @@ const (
 	prefillThreads = 256
 	prefillDQK     = 192
 	prefillDV      = 128
-	// prefillShared: 128 query rows, two stages of 64 key rows and 64 value
-	// rows, unpadded.
-	prefillShared = 2 * (prefillBM*prefillDQK + 2*64*prefillDQK + 2*64*prefillDV)
 	// mha_prefill_wg and mha_prefill_tma: two consumer warpgroups and a
-	// producer's; shared memory for 128 query rows, two stages of 128 key
-	// rows and of 128 value rows, nine mbarriers, and 1024 bytes to align
-	// the swizzle atoms (PW_THREADS and PW_SHARED in mha_prefill_sm90.cu).
+	// producer's (PW_THREADS in mha_prefill_sm90.cu). The entries' shared
+	// memory is their sources' (layout.go).
 	prefillSM90Threads = 384
-	prefillSM90Shared  = 2*(prefillBM*prefillDQK+2*128*prefillDQK+2*128*prefillDV) + 128 + 1024
 )
 
 // mhaKernelNames are the catalog kernels the prefill module runs: the
@@ -132,12 +127,21 @@ func prefillMap(param, name string, ts []core.TensorSpec) (core.Arg, bool) {
 // On compute capability 9.0 the passes run mha_prefill_tma (wgmma, TMA
 // loads), or mha_prefill_wg (cp.async) over tensors of fewer rows than a
 // box; else mha_prefill (mma.sync).
-func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
+func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec, shared layouts) (*core.Plan, error) {
 	s, d := req.Shape, req.Dims
+	entries := []string{EntryPrefill}
+	if req.Device.ComputeCapability == hopperCC {
+		entries = []string{EntryPrefillWG, EntryPrefillTMA}
+	}
+	for _, e := range entries {
+		if _, ok := shared[e]; !ok {
+			return nil, fmt.Errorf("%w: the device code gives no shared memory of %s (make device-code)", core.ErrNoPlan, e)
+		}
+	}
 	chunked := req.Method == core.MHAChunkedKV && !s.PrefixChunk
 	cuQ, keys := prefillRows(s, chunked)
 	sched := prefillSchedule(s, keys)
-	pl := &prefillPasses{req: req, tensors: tensors, blocks: len(sched) / 4, entries: map[string]int{}}
+	pl := &prefillPasses{req: req, tensors: tensors, blocks: len(sched) / 4, entries: map[string]int{}, shared: shared}
 	p := &core.Plan{
 		Tensors:  tensors,
 		Metadata: []core.MetaBuffer{{Name: "cu_q", Int32s: cuQ}, {Name: "k_ranges", Int32s: keys}, {Name: "blocks", Int32s: sched}},
@@ -145,17 +149,17 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec) *core.Plan {
 	if s.PrefixChunk {
 		p.Launches = []core.Launch{pl.pass("k", "v", prefillTensor("out", "out"), prefillTensor("lse", "lse"), "k_ranges", 0)}
 		p.Note = fmt.Sprintf("prefix chunk (%s): %d block(s) of %d queries x %d heads, every key of the chunk", pl.note(), pl.blocks, prefillBM, d.Heads)
-		return p
+		return p, nil
 	}
 	p.Launches = []core.Launch{pl.pass("k", "v", prefillTensor("out", "out"), prefillTensor("lse", "lse"), "k_ranges", 1)}
 	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal", pl.note(), pl.blocks, prefillBM, d.Heads)
 	if !chunked {
-		return p
+		return p, nil
 	}
 	size, chunks := pl.addPrefixChunks(p)
 	p.Note = fmt.Sprintf("varlen prefill (%s): %d block(s) of %d queries x %d heads, causal, then %d prefix chunk(s) of %d keys per request merged by LSE",
 		pl.note(), pl.blocks, prefillBM, d.Heads, chunks, size)
-	return p
+	return p, nil
 }
 
 // prefillRows returns the query offsets of a prefill batch (cu_q: request
@@ -221,6 +225,7 @@ type prefillPasses struct {
 	tensors []core.TensorSpec
 	blocks  int
 	entries map[string]int
+	shared  layouts
 }
 
 // pass launches a pass over keys k and values v (tensors of the plan) into
@@ -231,17 +236,17 @@ func (pl *prefillPasses) pass(k, v string, out, lse core.Arg, ranges string, cau
 	meta := func(param, name string) core.Arg { return core.Arg{Param: param, Kind: core.ArgMeta, Name: name} }
 	i32 := func(param string, v int) core.Arg { return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)} }
 	l := core.Launch{Module: ModuleMHAPrefill, Entry: EntryPrefill, Grid: [3]uint32{uint32(pl.blocks), uint32(d.Heads), 1},
-		Block: [3]uint32{prefillThreads, 1, 1}, SharedBytes: prefillShared,
+		Block: [3]uint32{prefillThreads, 1, 1}, SharedBytes: uint32(pl.shared[EntryPrefill]),
 		Args: []core.Arg{prefillTensor("q", "q"), prefillTensor("k", k), prefillTensor("v", v), out, lse,
 			meta("cu_q", "cu_q"), meta("k_ranges", ranges), meta("schedule", "blocks"), i32("heads", d.Heads), i32("causal", causal),
 			{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}}}
 	if pl.req.Device.ComputeCapability == hopperCC {
-		l.Module, l.Entry, l.Block, l.SharedBytes = ModuleMHAPrefillSM90, EntryPrefillWG, [3]uint32{prefillSM90Threads, 1, 1}, prefillSM90Shared
+		l.Module, l.Entry, l.Block, l.SharedBytes = ModuleMHAPrefillSM90, EntryPrefillWG, [3]uint32{prefillSM90Threads, 1, 1}, uint32(pl.shared[EntryPrefillWG])
 		qm, okq := prefillMap("q_map", "q", pl.tensors)
 		km, okk := prefillMap("k_map", k, pl.tensors)
 		vm, okv := prefillMap("v_map", v, pl.tensors)
 		if okq && okk && okv {
-			l.Entry, l.Args = EntryPrefillTMA, append(l.Args, qm, km, vm)
+			l.Entry, l.Args, l.SharedBytes = EntryPrefillTMA, append(l.Args, qm, km, vm), uint32(pl.shared[EntryPrefillTMA])
 		}
 	}
 	pl.entries[l.Entry]++

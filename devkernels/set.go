@@ -36,6 +36,9 @@ type Set struct {
 	// Virtual returns the architecture NVRTC compiles a module for on a
 	// device of compute capability cc.
 	Virtual func(module string, cc int) string
+
+	mu       sync.Mutex
+	compiled map[int]result // NVRTC's builds, by compute capability
 }
 
 // Stale returns why the images the plugins' kernels embed cannot serve
@@ -126,8 +129,23 @@ func bestImage(images []ManifestImage, module string, cc int) *ManifestImage {
 }
 
 // build compiles every module a device of compute capability cc runs with
-// NVRTC, each for its virtual architecture.
+// NVRTC, each for its virtual architecture, once for each cc.
 func (s *Set) build(cc int) ([]core.KernelModule, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.compiled[cc]; ok {
+		return r.mods, r.err
+	}
+	mods, err := s.compile(cc)
+	if s.compiled == nil {
+		s.compiled = map[int]result{}
+	}
+	s.compiled[cc] = result{mods, err}
+	return mods, err
+}
+
+// compile is build's work, uncached.
+func (s *Set) compile(cc int) ([]core.KernelModule, error) {
 	mods := s.Spec(cc)
 	sources := s.Sources()
 	for i := range mods {

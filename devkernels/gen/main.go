@@ -101,6 +101,9 @@ func run() error {
 		return err
 	}
 	m.Images = images
+	if m.Shared, err = sharedOf(*out, images); err != nil {
+		return err
+	}
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
@@ -129,6 +132,33 @@ func buildDir() (string, func(), error) {
 	}
 	f.Close()
 	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
+// sharedOf reads every entry's dynamic shared memory from the PTX images
+// in dir (the <entry>_shared constants its source exports:
+// devkernels.SharedConstants), which every PTX of a module must agree on.
+// A set whose sources export none (the fills) has none.
+func sharedOf(dir string, images []devkernels.ManifestImage) (map[string]int, error) {
+	var out map[string]int
+	for _, im := range images {
+		if im.Format != core.FormatPTX {
+			continue
+		}
+		ptx, err := os.ReadFile(filepath.Join(dir, im.File))
+		if err != nil {
+			return nil, err
+		}
+		for entry, n := range devkernels.SharedConstants(string(ptx)) {
+			if out == nil {
+				out = map[string]int{}
+			}
+			if was, ok := out[entry]; ok && was != n {
+				return nil, fmt.Errorf("%s: %s_shared is %d, another image of its module says %d", im.File, entry, n, was)
+			}
+			out[entry] = n
+		}
+	}
+	return out, nil
 }
 
 // compile builds module name's source src for arch into dir: PTX for a
