@@ -36,8 +36,8 @@ work here beyond sglang's own metadata.
 
 import os
 
-from attnplug.sglang_backend import (ENV_FALLBACK_BACKEND, ENV_KERNEL_BACKEND, AttnplugMLABackend, _Forward,
-                                     _LONE_DRAFT, _ints, _mode_name, _query_tokens)
+from attnplug.sglang_mla import (ENV_FALLBACK_BACKEND, ENV_KERNEL_BACKEND, AttnplugMLABackend, _Forward,
+                                 _LONE_DRAFT, _ints, _mode_name, _query_tokens)
 
 __all__ = ["AttnplugDSABackend", "DSA_KERNEL_BACKEND", "is_sparse_model"]
 
