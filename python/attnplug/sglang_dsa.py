@@ -264,17 +264,9 @@ class AttnplugDSABackend(AttnplugMLABackend):
         an MHA layer of a short prefill (use_mha: MHA_ONE_SHOT, each
         request's keys given whole)."""
         if not self._is_mla_layer(layer):
-            path, why = "prefill", None
-            try:
-                path, out, why = self._run_mha(q, k, v, layer, forward_batch, save_kv_cache)
-                if out is not None:
-                    return out
-            except Exception as exc:
-                why = "the plugin's kernel failed: %s: %s" % (type(exc).__name__, exc)
             if topk_indices is not None:
                 kwargs["topk_indices"] = topk_indices
-            return self._fall_back(path, why, "forward_extend", q, k, v, layer, forward_batch, save_kv_cache, q_rope,
-                                   k_rope, kwargs)
+            return self._mha_layer(q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope, kwargs)
         return self._sparse_layer("forward_extend", q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope,
                                   topk_indices, kwargs)
 

@@ -773,22 +773,32 @@ class AttnplugMLABackend(_Base):
         extend through the MLA plan; MHA prefill without a prefix,
         MHA_ONE_SHOT and the new tokens of MHA_CHUNKED_KV through the MHA
         plan; the rest through the fallback."""
+        if not self._is_mla_layer(layer):
+            return self._mha_layer(q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope, kwargs)
         f = self._fwd
-        path, why, out = f.path, f.why, None
+        why = f.why
+        if f.prepared is not None:
+            why = self._layer_fits(layer)
+            if why is None:
+                try:
+                    return self._run_mla(f, q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope)
+                except Exception as exc:
+                    why = "the plugin's kernel failed: %s: %s" % (type(exc).__name__, exc)
+        return self._fall_back(f.path, why, "forward_extend", q, k, v, layer, forward_batch, save_kv_cache, q_rope,
+                               k_rope, kwargs)
+
+    def _mha_layer(self, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs):
+        """An MHA layer of an extend batch: the plugin's MHA plans
+        (_run_mha), else the fallback, counted."""
+        path = "chunked_prefix" if getattr(fb, "attn_attend_prefix_cache", None) else "prefill"
         try:
-            if self._is_mla_layer(layer):
-                if f.prepared is not None:
-                    why = self._layer_fits(layer)
-                    if why is None:
-                        return self._run_mla(f, q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope)
-            else:
-                path, out, why = self._run_mha(q, k, v, layer, forward_batch, save_kv_cache)
-                if out is not None:
-                    return out
+            path, out, why = self._run_mha(q, k, v, layer, fb, save_kv_cache)
+            if out is not None:
+                return out
         except Exception as exc:
             why = "the plugin's kernel failed: %s: %s" % (type(exc).__name__, exc)
-        return self._fall_back(path, why, "forward_extend", q, k, v, layer, forward_batch, save_kv_cache, q_rope,
-                               k_rope, kwargs)
+        return self._fall_back(path, why, "forward_extend", q, k, v, layer, fb, save_kv_cache, q_rope, k_rope,
+                               kwargs)
 
     def _fall_back(self, path, why, which, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs):
         c = self._counts[path]
