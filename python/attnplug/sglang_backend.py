@@ -48,13 +48,14 @@ import os
 
 from attnplug import _sglang
 from attnplug import sglang_dsa
-from attnplug.sglang_dsa import AttnplugDSABackend
+from attnplug.sglang_dsa import AttnplugDSABackend, AttnplugDSAMultiStepDraftBackend
 from attnplug.sglang_mla import (BACKEND_NAME, DEFAULT_KERNEL_BACKEND, ENV_FALLBACK_BACKEND, ENV_KERNEL_BACKEND,
                                  ENV_STRICT, PATHS, AttnplugMLABackend, AttnplugMLAMultiStepDraftBackend,
                                  FallbackRefused)
 
 __all__ = [
     "AttnplugDSABackend",
+    "AttnplugDSAMultiStepDraftBackend",
     "AttnplugMLABackend",
     "AttnplugMLAMultiStepDraftBackend",
     "BACKEND_NAME",
@@ -236,21 +237,16 @@ def _draft_backend(factory, sglang_map, decode, name, stamped):
         except Exception as exc:
             log.warning("attnplug: sglang's %s multi-step draft backend cannot be made here (%s: %s)", fb_name,
                         type(exc).__name__, exc)
-    why = None
-    if sparse:
-        why = ("attnplug: the draft decode steps of a DeepSeek sparse attention model run sglang's %s multi-step "
-               "draft backend: the plugin's draft decode runs dense MLA" % fb_name)
-    elif int(factory.topk) != 1:
+    if int(factory.topk) != 1:
         why = ("attnplug: a tree of drafts (--speculative-eagle-topk %d) runs sglang's %s multi-step draft backend: "
                "the plugin's draft decode runs chains (topk 1)" % (factory.topk, fb_name))
-    if why is not None:
         if os.environ.get(ENV_STRICT) == "1" or fallback is None:
             raise FallbackRefused("draft", why)
         log.warning(why)
         backend = fallback
     else:
-        backend = AttnplugMLAMultiStepDraftBackend(runner, factory.topk, factory.speculative_num_steps,
-                                                   fallback=fallback)
+        cls = sglang_dsa.AttnplugDSAMultiStepDraftBackend if sparse else AttnplugMLAMultiStepDraftBackend
+        backend = cls(runner, factory.topk, factory.speculative_num_steps, fallback=fallback)
     return (name, backend) if stamped else backend
 
 

@@ -36,10 +36,11 @@ work here beyond sglang's own metadata.
 
 import os
 
-from attnplug.sglang_mla import (ENV_FALLBACK_BACKEND, ENV_KERNEL_BACKEND, AttnplugMLABackend, _Forward,
-                                 _LONE_DRAFT, _ints, _mode_name, _query_tokens)
+from attnplug.sglang_mla import (ENV_FALLBACK_BACKEND, ENV_KERNEL_BACKEND, AttnplugMLABackend,
+                                 AttnplugMLAMultiStepDraftBackend, _Forward, _LONE_DRAFT, _ints, _mode_name,
+                                 _query_tokens)
 
-__all__ = ["AttnplugDSABackend", "DSA_KERNEL_BACKEND", "is_sparse_model"]
+__all__ = ["AttnplugDSABackend", "AttnplugDSAMultiStepDraftBackend", "DSA_KERNEL_BACKEND", "is_sparse_model"]
 
 #: The backend whose plugin runs a sparse model's kernels by default (the
 #: one sglang serves DeepSeek sparse attention under).
@@ -156,10 +157,16 @@ class AttnplugDSABackend(AttnplugMLABackend):
         if hook is not None and self._fwd.fallback == "graph":
             hook(forward_batch)
 
+    def _out_graph(self, fb, in_capture, eager):
+        # A draft step's preparation, as its multi-step container calls it.
+        self._sparse_step(fb, eager, in_capture)
+
     def _dsa_metadata(self, fb, eager, in_capture):
         """sglang's DSA backend's metadata of the batch: the indexer's, and
-        its use_mha."""
+        its use_mha (a draft step's: its container's call, made first)."""
         fallback = self.fallback
+        if self._draft is not None:
+            return "container"
         if fallback is None:
             return None
         if eager:
@@ -209,8 +216,9 @@ class AttnplugDSABackend(AttnplugMLABackend):
     def init_forward_metadata_capture_cuda_graph(self, bs, num_tokens, req_pool_indices, seq_lens, encoder_lens,
                                                  forward_mode, spec_info, *args, **kwargs):
         """Capture of a graph step (sglang before PR #26735): the DSA
-        backend's capture, and the plan of the batch's query tokens."""
-        if self.fallback is not None:
+        backend's capture (a draft step's: its container's), and the plan
+        of the batch's query tokens."""
+        if self.fallback is not None and self._draft is None:
             self.fallback.init_forward_metadata_capture_cuda_graph(bs, num_tokens, req_pool_indices, seq_lens,
                                                                    encoder_lens, forward_mode, spec_info, *args,
                                                                    **kwargs)
@@ -222,7 +230,7 @@ class AttnplugDSABackend(AttnplugMLABackend):
             f = self._plan_sparse(self._decode_path(forward_mode), forward_mode, bs,
                                   {"size": bs, "graph": True, "query_tokens": q})
             f.q = q
-        f.fallback = "legacy"
+        f.fallback = "legacy" if self._draft is None else "container"
         self._graph_paths[(bs, q)] = self._fwd = f
         if f.kind == "fallback":
             self._refused_at_capture(f)
@@ -230,8 +238,9 @@ class AttnplugDSABackend(AttnplugMLABackend):
     def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_sum, encoder_lens,
                                                 forward_mode, spec_info, seq_lens_cpu=None, *args, **kwargs):
         """Replay of a graph step (sglang before PR #26735): the DSA
-        backend's replay (the indexer's metadata); the captured plan."""
-        if self.fallback is not None:
+        backend's replay (the indexer's metadata; a draft step's: its
+        container's); the captured plan."""
+        if self.fallback is not None and self._draft is None:
             self.fallback.init_forward_metadata_replay_cuda_graph(bs, req_pool_indices, seq_lens, seq_lens_sum,
                                                                   encoder_lens, forward_mode, spec_info, seq_lens_cpu,
                                                                   *args, **kwargs)
@@ -240,7 +249,7 @@ class AttnplugDSABackend(AttnplugMLABackend):
         f = self._graph_paths.get((bs, q))
         if f is None:
             f = _Forward(self._decode_path(forward_mode), "fallback", bs, q, why="a batch size no graph was captured for")
-            f.fallback = "legacy"
+            f.fallback = "legacy" if self._draft is None else "container"
         self._fwd = f
 
     def on_after_cuda_graph_warmup(self):
@@ -384,3 +393,40 @@ class _ReplayBatch:
         self.spec_info = spec_info
         self.input_ids = self.positions = None
 
+
+class AttnplugDSAMultiStepDraftBackend(AttnplugMLAMultiStepDraftBackend):
+    """The multi-step draft backend of a DeepSeek sparse attention model
+    (DeepSeek-V3.2's MTP drafts): step i is an AttnplugDSABackend reading
+    each request's keys and its drafts 0 to i through the draft model's
+    indexer. fallback is sglang's multi-step DSA backend: its metadata is
+    the indexer's, so it gets every metadata call first, eager and in both
+    graph protocols, and step i's indexer reads its step i's. The arguments
+    are AttnplugMLAMultiStepDraftBackend's."""
+
+    step_class = AttnplugDSABackend
+
+    def init_forward_metadata(self, forward_batch):
+        if self.fallback is not None:
+            self.fallback.init_forward_metadata(forward_batch)
+            self._fallback_called = forward_batch
+        self._steps(lambda b: b._out_graph(forward_batch, in_capture=False, eager=True))
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
+        if self.fallback is not None:
+            self.fallback.init_forward_metadata_out_graph(forward_batch, in_capture=in_capture)
+        self._steps(lambda b: b._out_graph(forward_batch, in_capture=in_capture, eager=False))
+
+    def init_forward_metadata_in_graph(self, forward_batch):
+        hook = getattr(self.fallback, "init_forward_metadata_in_graph", None)
+        if hook is not None:
+            hook(forward_batch)
+
+    def init_forward_metadata_capture_cuda_graph(self, forward_batch):
+        if self.fallback is not None:
+            self.fallback.init_forward_metadata_capture_cuda_graph(forward_batch)
+        self._capture_steps(forward_batch)
+
+    def init_forward_metadata_replay_cuda_graph(self, forward_batch, bs):
+        if self.fallback is not None:
+            self.fallback.init_forward_metadata_replay_cuda_graph(forward_batch, bs)
+        self._replay_steps(forward_batch, bs)

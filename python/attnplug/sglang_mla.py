@@ -1025,6 +1025,8 @@ class AttnplugMLAMultiStepDraftBackend:
     # Read by sglang's decide_needs_cpu_seq_lens: no step reads the host's
     # lengths.
     needs_cpu_seq_lens = False
+    # The backend of each step.
+    step_class = AttnplugMLABackend
 
     def __init__(self, model_runner, topk, speculative_num_steps, *, fallback=None, **kwargs):
         topk, steps = int(topk), int(speculative_num_steps)
@@ -1041,8 +1043,8 @@ class AttnplugMLAMultiStepDraftBackend:
         self.attn_backends = []
         for i in range(steps - 1):
             owner = self.attn_backends[0] if self.attn_backends else None
-            b = AttnplugMLABackend(model_runner, skip_prefill=True, speculative_step_id=i, launcher_owner=owner,
-                                   fallback=kids[i] if i < len(kids) else None, **kwargs)
+            b = self.step_class(model_runner, skip_prefill=True, speculative_step_id=i, launcher_owner=owner,
+                                fallback=kids[i] if i < len(kids) else None, **kwargs)
             b._draft = self
             self.attn_backends.append(b)
         self._fallback_called = None  # the batch whose fallback metadata was made (eager)
@@ -1096,24 +1098,32 @@ class AttnplugMLAMultiStepDraftBackend:
 
     def init_forward_metadata_capture_cuda_graph(self, forward_batch):
         """Capture of the draft's graph (sglang before PR #26735)."""
+        if self._capture_steps(forward_batch) and self.fallback is not None:
+            self.fallback.init_forward_metadata_capture_cuda_graph(forward_batch)
+
+    def _capture_steps(self, forward_batch):
+        """Each step's capture; whether one has no plan."""
         bs = int(forward_batch.batch_size)
 
         def capture(b):
             b.init_forward_metadata_capture_cuda_graph(bs, bs * self.topk, forward_batch.req_pool_indices,
                                                        forward_batch.seq_lens, None, forward_batch.forward_mode,
                                                        forward_batch.spec_info)
-        if self._steps(capture) and self.fallback is not None:
-            self.fallback.init_forward_metadata_capture_cuda_graph(forward_batch)
+        return self._steps(capture)
 
     def init_forward_metadata_replay_cuda_graph(self, forward_batch, bs):
         """Replay of the draft's graph (sglang before PR #26735)."""
+        if self._replay_steps(forward_batch, bs) and self.fallback is not None:
+            self.fallback.init_forward_metadata_replay_cuda_graph(forward_batch, bs)
+
+    def _replay_steps(self, forward_batch, bs):
+        """Each step's replay preparation; whether one has no plan."""
 
         def replay(b):
             b.init_forward_metadata_replay_cuda_graph(bs, forward_batch.req_pool_indices, forward_batch.seq_lens, -1,
                                                       None, forward_batch.forward_mode, forward_batch.spec_info,
                                                       getattr(forward_batch, "seq_lens_cpu", None))
-        if self._steps(replay) and self.fallback is not None:
-            self.fallback.init_forward_metadata_replay_cuda_graph(forward_batch, bs)
+        return self._steps(replay)
 
     def stats(self):
         """The steps' counters added up (AttnplugMLABackend.stats; the

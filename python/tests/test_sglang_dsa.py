@@ -111,6 +111,23 @@ class _DSABase(unittest.TestCase):
             worst = max(worst, err)
         return worst
 
+    def check_draft(self, d, loop, fb, inputs, outs, rows):
+        """Step i's layers against float64 over the slots step i's
+        indexer picked; the worst relative error."""
+        pool = loop.mr.token_to_kv_pool
+        steps, worst = len(outs), 0.0
+        for i in range(steps):
+            topks = loop.forwards[len(loop.forwards) - steps + i]
+            for layer in range(2):
+                q = torch.cat(inputs[i][layer][:2], dim=-1)[:rows]
+                slots = d.fallback.attn_backends[i].slots(topks[layer], fb, q.shape[0])
+                want = dsa.reference(dsa.latent_rows(pool.get_key_buffer(layer)), slots, q, loop.mr.model_config.scaling)
+                self.assertFalse(torch.isnan(outs[i][layer][:rows]).any().item())
+                err = rel_error(outs[i][layer][:rows], want)
+                self.assertLess(err, TOLERANCE, "step %d layer %d" % (i, layer))
+                worst = max(worst, err)
+        return worst
+
     def paths(self, b):
         return {p: (c["plugin"], c["fallback"]) for p, c in b.stats()["paths"].items() if c["plugin"] or c["fallback"]}
 
@@ -259,6 +276,68 @@ class DSAFakeKernelTest(_DSABase):
         b = self.graph("2026", kv_dtype=torch.float8_e4m3fn)
         self.assertEqual(b.stats()["fp8_layers"], 2 * 6)
 
+    def draft(self, graph=None, kv_dtype=None):
+        """A chain draft of 4 tokens (3 steps) of a DeepSeek-V3.2 draft
+        model through AttnplugDSAMultiStepDraftBackend over sglang's
+        multi-step DSA backend (the stand-in's), eager or from the draft's
+        graph runner (graph: its protocol), each step checked."""
+        from attnplug_testing.fake_kernels import FakeLauncher
+        mr = dsa.dsa_runner(heads=16, layers=2, context_len=V32_CONTEXT, max_tokens=64 * 200, device=self.device,
+                            kv_dtype=kv_dtype)
+        launcher = FakeLauncher(self.client, "dsa")
+        self.addCleanup(launcher.close)
+        d = sd.AttnplugDSAMultiStepDraftBackend(mr, 1, 4, fallback=dsa.TorchDSAMultiStepBackend(mr, 1, 4),
+                                                kernel_backend="dsa", launcher=launcher)
+        loop = dsa.DSALoop(mr, seed=11)
+        loop.start([5, 3000, 2100])
+        if graph is None:
+            fb = loop.draft_batch(4)
+            d.init_forward_metadata(fb)
+            inputs = [[loop.inputs(3) for _ in loop.layers] for _ in range(3)]
+            outs = loop.draft_forward(d, fb, inputs, 4)
+            self.check_draft(d, loop, fb, inputs, outs, 3)
+            loop.advance()
+        else:
+            d.init_cuda_graph_state(4, 16)
+            static = [[loop.inputs(4) for _ in loop.layers] for _ in range(3)]
+            runner = st.GraphRunner(d, 4, protocol=graph, device=self.device, dry=True, draft_steps=4)
+            runner.capture(lambda fb: [o for step in loop.draft_forward(d, fb, static, 4) for o in step])
+            for _ in range(2):
+                fb = loop.draft_batch(4)
+                for step in static:
+                    loop.refresh(step, 3)
+                outs = runner.replay(fb)
+                self.check_draft(d, loop, runner.static_batch(), static, [outs[2 * i:2 * i + 2] for i in range(3)], 3)
+                loop.advance()
+        stats = d.stats()
+        self.assertEqual(stats["fallback_layers"], 0, stats)
+        return d
+
+    def test_draft_steps(self):
+        d = self.draft()
+        self.assertEqual(d.stats()["paths"]["draft"]["plugin"], 3 * 2)
+        for protocol in ("2026", "legacy"):
+            with self.subTest(protocol=protocol):
+                self.draft(graph=protocol)
+
+    def test_draft_factory_gives_the_sparse_draft_backend(self):
+        # sglang's DraftBackendFactory under the attnplug name, for a
+        # DeepSeek-V3.2 draft model: the sparse multi-step backend over
+        # sglang's dsa one (the map's), and an AttnplugDSABackend for the
+        # draft extend.
+        mr = dsa.dsa_runner(device=self.device, context_len=4096, max_tokens=4096)
+        factory = st.DraftBackendFactory(mr, 1, 4)
+        sglang_map = {"dsa": lambda: ("dsa", dsa.TorchDSAMultiStepBackend(mr, 1, 4))}
+        with mock.patch.dict(os.environ, {sb.ENV_KERNEL_BACKEND: "", sb.ENV_FALLBACK_BACKEND: ""}):
+            name, d = sb._draft_backend(factory, sglang_map, True, "attnplug", True)
+            _, e = sb._draft_backend(factory, {}, False, "attnplug", True)
+        self.assertEqual(name, "attnplug")
+        self.assertIsInstance(d, sd.AttnplugDSAMultiStepDraftBackend)
+        self.assertIsInstance(d.attn_backends[2], sd.AttnplugDSABackend)
+        self.assertIs(d.attn_backends[2].fallback, d.fallback.attn_backends[2])
+        self.assertEqual(d.attn_backends[0].kernel_backend, "dsa")
+        self.assertIsInstance(e, sd.AttnplugDSABackend)
+
     def test_without_sglangs_dsa_backend_nothing_runs(self):
         # No DSA backend of sglang's: the indexer is off (no metadata), no
         # top-k reaches a layer, and there is no fallback: refused.
@@ -364,6 +443,45 @@ class DSAGPUTest(_DSABase):
                 loop.advance()
             print("dsa graph %s q %d %s: rel err %.2e" % (protocol, q, kv or "bf16", worst))
             stats = b.stats()
+            self.assertEqual(stats["fallback_layers"], 0, stats)
+
+    def test_draft_steps_match_the_reference(self):
+        # DeepSeek-V3.2's MTP chain draft of 4 tokens (3 steps) through
+        # AttnplugDSAMultiStepDraftBackend, eager and replayed from the
+        # draft's CUDA graph in both protocols, outputs poisoned first.
+        for protocol, kv in ((None, None), ("2026", None), ("legacy", "fp8")):
+            mr = dsa.dsa_runner(heads=16, layers=2, context_len=V32_CONTEXT, max_tokens=32768, device="cuda",
+                                kv_dtype=torch.float8_e4m3fn if kv else None)
+            d = sd.AttnplugDSAMultiStepDraftBackend(mr, 1, 4, fallback=dsa.TorchDSAMultiStepBackend(mr, 1, 4),
+                                                    kernel_backend="dsa", client=self.client)
+            self.addCleanup(d.close)
+            loop = dsa.DSALoop(mr, seed=7)
+            loop.start([5, 3000, 2100, 700, 9000, 64])
+            worst = 0.0
+            if protocol is None:
+                fb = loop.draft_batch(4)
+                d.init_forward_metadata(fb)
+                inputs = [[loop.inputs(6) for _ in loop.layers] for _ in range(3)]
+                worst = self.check_draft(d, loop, fb, inputs, loop.draft_forward(d, fb, inputs, 4), 6)
+                loop.advance()
+            else:
+                d.init_cuda_graph_state(8, 32)
+                static = [[loop.inputs(8) for _ in loop.layers] for _ in range(3)]
+                runner = st.GraphRunner(d, 8, protocol=protocol, draft_steps=4)
+                runner.capture(lambda fb: [o for step in loop.draft_forward(d, fb, static, 4) for o in step])
+                for _ in range(3):
+                    fb = loop.draft_batch(4)
+                    for step in static:
+                        loop.refresh(step, 6)
+                    for o in runner.outputs:
+                        o.fill_(float("nan"))
+                    outs = runner.replay(fb)
+                    torch.cuda.synchronize()
+                    worst = max(worst, self.check_draft(d, loop, runner.static_batch(), static,
+                                                        [outs[2 * i:2 * i + 2] for i in range(3)], 6))
+                    loop.advance()
+            print("dsa draft steps %s %s: rel err %.2e" % (protocol or "eager", kv or "bf16", worst))
+            stats = d.stats()
             self.assertEqual(stats["fallback_layers"], 0, stats)
 
     def test_short_prefill_on_the_plugin(self):

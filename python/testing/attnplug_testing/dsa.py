@@ -26,7 +26,8 @@ names:
   topk_indices_offset), set_dsa_prefill_impl's use_mha, the graph hooks of
   both protocols over buffers of fixed address, get_topk_transform_method,
   get_indexer_metadata, and forward_decode/forward_extend as sparse
-  attention (and MHA for use_mha) in fp32.
+  attention (and MHA for use_mha) in fp32; TorchDSAMultiStepBackend,
+  sglang's DeepseekSparseAttnMultiStepBackend of a draft's steps.
 - dsa_runner() and DSALoop: a stand-in ModelRunner of DeepSeek-V3.2
   (index_topk 2048, page size 64) and a decode loop whose forward runs the
   indexer and then each layer as DeepSeek's model does under a backend
@@ -249,8 +250,10 @@ class TorchDSABackend:
     compute capability as sglang's get_device_sm gives it (default: the
     GPU's, 90 on the CPU)."""
 
-    def __init__(self, model_runner, skip_prefill=False, device_sm=None):
+    def __init__(self, model_runner, skip_prefill=False, device_sm=None, speculative_step_id=None):
         cfg = model_runner.model_config
+        # A draft step's decode reads the drafts 0 to speculative_step_id too.
+        self.speculative_step_id = speculative_step_id
         self.model_runner = model_runner
         self.device = model_runner.device
         self.dsa_index_topk = int(cfg.index_topk)
@@ -314,7 +317,7 @@ class TorchDSABackend:
         bs = int(fb.batch_size)
         seq = [int(x) for x in fb.seq_lens_cpu[:bs].tolist()]
         if mode.is_decode_or_idle():
-            return seq, [1] * bs
+            return [s + self._drafts() for s in seq], [1] * bs
         if mode.is_target_verify():
             n = int(fb.spec_info.draft_token_num)
             return [s + n for s in seq], [n] * bs
@@ -387,11 +390,15 @@ class TorchDSABackend:
         md.q = q
         return md
 
+    def _drafts(self):
+        """The draft tokens a draft step's decode reads beside the keys."""
+        return 0 if self.speculative_step_id is None else self.speculative_step_id + 1
+
     def _graph_fill(self, md, bs, req_pool_indices, seq_lens, mode):
         """What a graph step's metadata holds for these lengths, written in
         place (the replay's work of sglang's backend)."""
         q = md.q
-        kv = seq_lens[:bs].to(torch.int32) + (q if mode.is_target_verify() else 0)
+        kv = seq_lens[:bs].to(torch.int32) + (q if mode.is_target_verify() else self._drafts())
         md.cache_seqlens_int32.copy_(kv)
         steps = torch.arange(q, device=kv.device, dtype=torch.int32)
         expanded = (kv[:, None] - q + 1 + steps[None, :]).reshape(-1)
@@ -510,6 +517,48 @@ class TorchDSABackend:
         return torch.where(topk >= 0, table.gather(1, topk.clamp(min=0).long()), -1)
 
 
+class TorchDSAMultiStepBackend:
+    """sglang's DeepseekSparseAttnMultiStepBackend in torch: a
+    TorchDSABackend a draft step (speculative_step_id i, reading the drafts
+    0 to i), each getting every metadata call of the draft's batch."""
+
+    def __init__(self, model_runner, topk, speculative_num_steps):
+        self.topk, self.speculative_num_steps = topk, speculative_num_steps
+        self.attn_backends = [TorchDSABackend(model_runner, speculative_step_id=i)
+                              for i in range(speculative_num_steps - 1)]
+
+    def init_forward_metadata(self, forward_batch):
+        for b in self.attn_backends:
+            b.init_forward_metadata(forward_batch)
+
+    def init_cuda_graph_state(self, max_bs, max_num_tokens, *args, **kwargs):
+        for b in self.attn_backends:
+            b.init_cuda_graph_state(max_bs, max_num_tokens)
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
+        for b in self.attn_backends:
+            b.init_forward_metadata_out_graph(forward_batch, in_capture=in_capture)
+
+    def init_forward_metadata_in_graph(self, forward_batch):
+        pass
+
+    def init_forward_metadata_capture_cuda_graph(self, forward_batch):
+        bs = int(forward_batch.batch_size)
+        for b in self.attn_backends:
+            b.init_forward_metadata_capture_cuda_graph(bs, bs * self.topk, forward_batch.req_pool_indices,
+                                                       forward_batch.seq_lens, None, forward_batch.forward_mode,
+                                                       forward_batch.spec_info)
+
+    def init_forward_metadata_replay_cuda_graph(self, forward_batch, bs):
+        for b in self.attn_backends:
+            b.init_forward_metadata_replay_cuda_graph(bs, forward_batch.req_pool_indices, forward_batch.seq_lens, -1,
+                                                      None, forward_batch.forward_mode, forward_batch.spec_info,
+                                                      forward_batch.seq_lens_cpu)
+
+    def on_after_cuda_graph_warmup(self):
+        pass
+
+
 def _cumsum(xs):
     total = 0
     for x in xs:
@@ -533,6 +582,7 @@ class DSALoop(st.DecodeLoop):
             layer.use_dsa = True
         self.indexers = [Indexer(i, int(self.cfg.index_topk)) for i in range(len(self.layers))]
         self.topk = {}  # layer -> the topk_indices of the last forward
+        self.forwards = []  # each forward's topk_indices by layer (a draft's steps: one a step)
 
     def start(self, prefix_lens):
         pool = self.mr.token_to_kv_pool
@@ -559,11 +609,12 @@ class DSALoop(st.DecodeLoop):
         the index key of a new token its k nope's first."""
         outs = []
         pool = self.mr.token_to_kv_pool
+        self.forwards.append({})
         with st.forward_context(st.ForwardContext(backend)):
             for i, layer in enumerate(layers if layers is not None else self.layers):
                 q_nope, q_rope, k_nope, k_rope = inputs[i]
                 topk = self.indexers[layer.layer_id](q_rope[:, 0, 0], k_nope[:, 0, 0], fb, pool)
-                self.topk[layer.layer_id] = topk
+                self.topk[layer.layer_id] = self.forwards[-1][layer.layer_id] = topk
                 kw = {} if topk is None else {"topk_indices": topk}
                 if split:
                     q_out = q_nope.transpose(0, 1).contiguous().transpose(0, 1)
