@@ -36,6 +36,7 @@ work here beyond sglang's own metadata.
 
 import os
 
+from attnplug import _sglang
 from attnplug.sglang_mla import (ENV_FALLBACK_BACKEND, ENV_KERNEL_BACKEND, AttnplugMLABackend,
                                  AttnplugMLAMultiStepDraftBackend, _Forward, _LONE_DRAFT, _ints, _mode_name,
                                  _query_tokens)
@@ -133,6 +134,17 @@ class AttnplugDSABackend(AttnplugMLABackend):
     def get_cuda_graph_seq_len_fill_value(self):
         fill = getattr(self.fallback, "get_cuda_graph_seq_len_fill_value", None)
         return fill() if fill is not None else 1
+
+    def shared_read_ends(self, fm):
+        """Where the reads of the scheduler's shared tensors end: sglang's
+        DSA backend's answer (its metadata, which the indexer reads, is
+        made from them), else UNKNOWN, sglang's conservative default; this
+        backend's own reads end no later (it copies none)."""
+        ask = getattr(self.fallback, "shared_read_ends", None)
+        if ask is not None:
+            return ask(fm)
+        ends = _sglang.shared_read_ends()
+        return None if ends is None else ends.UNKNOWN
 
     # ------------------------------------------------------------ metadata
 

@@ -381,6 +381,21 @@ class DSAFakeKernelTest(_DSABase):
         self.assertEqual([r["name"] for r in rows], ["sparse_bf16_h16_b2_s300"])
         self.assertGreater(rows[0]["us"], 0)
 
+    def test_shared_read_ends_are_sglangs_dsa_backends(self):
+        import enum
+        import sys
+        import types
+        mod = types.ModuleType(sb._sglang.BACKEND_MODULE)
+        mod.SharedReadEnds = enum.Enum("SharedReadEnds", ["IN_REPLAY", "UNKNOWN"])
+        saved = sys.modules.get(sb._sglang.BACKEND_MODULE)
+        sys.modules[sb._sglang.BACKEND_MODULE] = mod
+        self.addCleanup(lambda: sys.modules.pop(sb._sglang.BACKEND_MODULE) if saved is None else
+                        sys.modules.__setitem__(sb._sglang.BACKEND_MODULE, saved))
+        _, b, _, _ = self.make()
+        self.assertIs(b.shared_read_ends(st.ForwardMode.DECODE), mod.SharedReadEnds.UNKNOWN)
+        b.fallback.shared_read_ends = lambda fm: mod.SharedReadEnds.IN_REPLAY
+        self.assertIs(b.shared_read_ends(st.ForwardMode.DECODE), mod.SharedReadEnds.IN_REPLAY)
+
     def test_create_backend(self):
         mr = dsa.dsa_runner(device=self.device, context_len=4096, max_tokens=4096)
         with mock.patch.dict(os.environ, {sb.ENV_KERNEL_BACKEND: ""}):
