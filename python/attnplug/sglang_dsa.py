@@ -205,8 +205,8 @@ class AttnplugDSABackend(AttnplugMLABackend):
                     self._graph_paths[(bs, q)] = f
                     if f.kind == "fallback":
                         self._refused_at_capture(f)
-        elif self.use_mha:
-            f = _Forward("prefill", "mha", bs)  # MHA layers: their plan at the layer (_run_mha)
+        elif self.use_mha:  # MHA layers: their plan at the layer (_run_mha)
+            f = _Forward("prefill", "mha", bs, why="an MLA layer in a batch sglang's DSA backend gave to MHA (use_mha)")
         else:
             path = "draft" if mode.is_draft_extend_v2() else "extend"
             new = _ints(getattr(fb, "extend_seq_lens_cpu", None))
@@ -270,44 +270,21 @@ class AttnplugDSABackend(AttnplugMLABackend):
             hook()
 
     # ------------------------------------------------------------ forward
+    #
+    # forward_decode and forward_extend are AttnplugMLABackend's: the
+    # indexer's topk_indices come among their keyword arguments, and an MLA
+    # layer runs the sparse plan (_run_mla) where they are given.
 
-    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
-                       topk_indices=None, **kwargs):
-        """A sparse MLA layer of a decode batch: q [tokens, heads * 512]
-        with q_rope [tokens, heads, 64], or 576 wide; topk_indices [tokens,
-        top-k] from the indexer. Returns [tokens, heads * 512]."""
-        return self._sparse_layer("forward_decode", q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope,
-                                  topk_indices, kwargs)
+    def _layer_why(self, layer, kwargs):
+        why = super()._layer_why(layer, kwargs)
+        if why is None and kwargs.get("topk_indices") is None:
+            why = _NO_TOPK
+        return why
 
-    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
-                       topk_indices=None, **kwargs):
-        """A sparse MLA layer of an extend, verify or draft-extend batch, or
-        an MHA layer of a short prefill (use_mha: MHA_ONE_SHOT, each
-        request's keys given whole)."""
-        if not self._is_mla_layer(layer):
-            if topk_indices is not None:
-                kwargs["topk_indices"] = topk_indices
-            return self._mha_layer(q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope, kwargs)
-        return self._sparse_layer("forward_extend", q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope,
-                                  topk_indices, kwargs)
-
-    def _sparse_layer(self, which, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, topk, kwargs):
-        f = self._fwd
-        why = f.why
-        if f.prepared is not None:
-            why = self._layer_fits(layer) or (_NO_TOPK if topk is None else None)
-            if why is None:
-                try:
-                    return self._run_sparse(f, q, k, layer, fb, save_kv_cache, q_rope, k_rope, topk)
-                except Exception as exc:
-                    why = "the plugin's kernel failed: %s: %s" % (type(exc).__name__, exc)
-        elif f.kind == "mha":
-            why = "an MLA layer in a batch sglang's DSA backend gave to MHA (use_mha)"
-        if topk is not None:
-            kwargs["topk_indices"] = topk
-        return self._fall_back(f.path, why, which, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs)
-
-    def _run_sparse(self, f, q, k, layer, fb, save_kv_cache, q_rope, k_rope, topk):
+    def _run_mla(self, f, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs):
+        """A sparse MLA layer over the indexer's top-k (kwargs'
+        topk_indices): each query token over its row of slots."""
+        topk = kwargs["topk_indices"]
         torch, facts = self._torch, self.facts
         heads, rank = facts.heads, facts.kv_lora_rank
         tokens = int(q.shape[0])

@@ -755,17 +755,7 @@ class AttnplugMLABackend(_Base):
         with k_rope [tokens, 1, 64] (DeepSeek's split form), or q 576 wide
         and k [tokens, 1, 576] with v its first 512 columns. Returns
         [tokens, heads * 512]."""
-        f = self._fwd
-        why = f.why
-        if f.prepared is not None:
-            why = self._layer_fits(layer)
-            if why is None:
-                try:
-                    return self._run_mla(f, q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope)
-                except Exception as exc:
-                    why = "the plugin's kernel failed: %s: %s" % (type(exc).__name__, exc)
-        return self._fall_back(f.path, why, "forward_decode", q, k, v, layer, forward_batch, save_kv_cache, q_rope,
-                               k_rope, kwargs)
+        return self._mla_layer("forward_decode", q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope, kwargs)
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
                        **kwargs):
@@ -775,17 +765,26 @@ class AttnplugMLABackend(_Base):
         plan; the rest through the fallback."""
         if not self._is_mla_layer(layer):
             return self._mha_layer(q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope, kwargs)
+        return self._mla_layer("forward_extend", q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope, kwargs)
+
+    def _mla_layer(self, which, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs):
+        """An MLA layer through the step's plan (_run_mla), else the
+        fallback's which, counted."""
         f = self._fwd
         why = f.why
         if f.prepared is not None:
-            why = self._layer_fits(layer)
+            why = self._layer_why(layer, kwargs)
             if why is None:
                 try:
-                    return self._run_mla(f, q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope)
+                    return self._run_mla(f, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs)
                 except Exception as exc:
                     why = "the plugin's kernel failed: %s: %s" % (type(exc).__name__, exc)
-        return self._fall_back(f.path, why, "forward_extend", q, k, v, layer, forward_batch, save_kv_cache, q_rope,
-                               k_rope, kwargs)
+        return self._fall_back(f.path, why, which, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs)
+
+    def _layer_why(self, layer, kwargs):
+        """Why the step's plan cannot run layer with the call's other
+        arguments, or None."""
+        return self._layer_fits(layer)
 
     def _mha_layer(self, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs):
         """An MHA layer of an extend batch: the plugin's MHA plans
@@ -851,7 +850,7 @@ class AttnplugMLABackend(_Base):
             else:
                 self.token_to_kv_pool.set_kv_buffer(layer, fb.out_cache_loc, k, v)
 
-    def _run_mla(self, f, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope):
+    def _run_mla(self, f, q, k, v, layer, fb, save_kv_cache, q_rope, k_rope, kwargs):
         torch, facts = self._torch, self.facts
         heads = facts.heads
         tokens = int(q.shape[0])

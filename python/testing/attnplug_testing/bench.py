@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from attnplug import sglang as aps
+from attnplug.bench import _graph, _timed
 from attnplug_testing import handlers as testing
 
 LAYERS = 61
@@ -127,27 +128,10 @@ def gpu_main(address, reps=20):
         torch.cuda.synchronize()
 
         def graph_of(body):
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                body()
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                body()
-            return g
+            return _graph(torch, body)
 
         def timed(g, n):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            g.replay()
-            ts = []
-            for _ in range(reps):
-                start.record()
-                g.replay()
-                end.record()
-                end.synchronize()
-                ts.append(start.elapsed_time(end) * 1000 / n)
-            return sorted(ts)[len(ts) // 2]
+            return _timed(torch, g, n, reps)
 
         layers = graph_of(lambda: [step.launch_layer(t) for _ in range(LAYERS)])
         layer_us = timed(layers, LAYERS)
