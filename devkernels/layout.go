@@ -40,9 +40,34 @@ type layouts map[string]int
 // Shared returns the dynamic shared memory of every entry of the set's
 // modules on a device of compute capability cc: the manifest's, when the
 // images are current; else from the PTX NVRTC builds of the current
-// sources for cc (compiled once, as Builder compiles them). The error wraps
+// sources for cc (compiled once, as Builder compiles them). It is read
+// once for each cc; the caller does not change the map. The error wraps
 // core.ErrNoPlan and says why neither serves.
 func (s *Set) Shared(cc int) (map[string]int, error) {
+	s.mu.Lock()
+	r, ok := s.sharedBy[cc]
+	s.mu.Unlock()
+	if ok {
+		return r.shared, r.err
+	}
+	shared, err := s.readShared(cc)
+	s.mu.Lock()
+	if s.sharedBy == nil {
+		s.sharedBy = map[int]sharedResult{}
+	}
+	s.sharedBy[cc] = sharedResult{shared, err}
+	s.mu.Unlock()
+	return shared, err
+}
+
+// sharedResult is what Shared read for a compute capability.
+type sharedResult struct {
+	shared map[string]int
+	err    error
+}
+
+// readShared is Shared's work, uncached.
+func (s *Set) readShared(cc int) (map[string]int, error) {
 	m, why := s.embedded()
 	if why == "" && len(m.Shared) > 0 {
 		return m.Shared, nil

@@ -38,7 +38,8 @@ type Set struct {
 	Virtual func(module string, cc int) string
 
 	mu       sync.Mutex
-	compiled map[int]result // NVRTC's builds, by compute capability
+	compiled map[int]result       // NVRTC's builds, by compute capability
+	sharedBy map[int]sharedResult // the entries' shared memory, by compute capability
 }
 
 // Stale returns why the images the plugins' kernels embed cannot serve
