@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -30,6 +31,10 @@ const MaxMessageBytes = 64 << 20
 // callTimeout bounds one call of a Client to a server, within the
 // caller's deadline, unless WithTimeout says otherwise.
 const callTimeout = 30 * time.Second
+
+// connectGrace is how much longer than a call a connection attempt of a
+// Client given WithTimeout may take.
+const connectGrace = 250 * time.Millisecond
 
 // SplitAddress splits an address of attnplug serve into its network and
 // address: unix:///path, unix:path and a path that starts with / or . are
@@ -123,7 +128,10 @@ func Dial(addr string, creds credentials.TransportCredentials, opts ...DialOptio
 	gopts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))}
 	if cfg.connect > 0 {
-		gopts = append(gopts, grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: cfg.connect}))
+		// A connection attempt outlasts the call waiting on it by
+		// connectGrace, so that the call ends at its own deadline and
+		// says so, rather than with the transport's closed connection.
+		gopts = append(gopts, grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: cfg.connect + connectGrace}))
 	}
 	if network == "unix" {
 		if address == "" {
@@ -170,11 +178,15 @@ func (c *Client) dialUnix(ctx context.Context, path string) (net.Conn, error) {
 	return conn, nil
 }
 
-// callError is the error of a failed call: a call that failed for want
-// of a server the peer check accepts says why the check refused it;
-// other errors wrap the core sentinel of their gRPC code
-// (grpcstatus.FromStatus).
-func (c *Client) callError(err error) error {
+// callError is the error of a failed call whose context was ctx: a call
+// that failed for want of a server the peer check accepts says why the
+// check refused it; one whose deadline passed (whatever the transport
+// reported as it gave up) says so; other errors wrap the core sentinel of
+// their gRPC code (grpcstatus.FromStatus).
+func (c *Client) callError(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && status.Code(err) != codes.DeadlineExceeded {
+		err = status.Errorf(codes.DeadlineExceeded, "the call's deadline of %s passed: %s", c.timeout, status.Convert(err).Message())
+	}
 	if status.Code(err) == codes.Unavailable {
 		if r := c.refused.Load(); r != nil {
 			return fmt.Errorf("server: %w", r)
@@ -216,7 +228,7 @@ func (c *Client) Dispatch(ctx context.Context, req *core.Request) (core.Answer, 
 	defer cancel()
 	resp, err := c.rpc.Dispatch(ctx, &dispatchv1.DispatchRequest{Request: convert.RequestToProto(req)})
 	if err != nil {
-		return core.Answer{}, c.callError(err)
+		return core.Answer{}, c.callError(ctx, err)
 	}
 	if resp.GetAnswer() == nil {
 		return core.Answer{}, fmt.Errorf("%w: server sent no answer", core.ErrProtocol)
@@ -241,7 +253,7 @@ func (c *Client) DispatchBatch(ctx context.Context, reqs []core.Request, out []c
 	defer cancel()
 	resp, err := c.rpc.DispatchBatch(ctx, in)
 	if err != nil {
-		return c.callError(err)
+		return c.callError(ctx, err)
 	}
 	if len(resp.GetAnswers()) != len(reqs) {
 		return fmt.Errorf("%w: server answered %d of %d requests", core.ErrProtocol, len(resp.GetAnswers()), len(reqs))
@@ -265,7 +277,7 @@ func (c *Client) KernelModules(ctx context.Context, backend string, dev core.Dev
 	defer cancel()
 	resp, err := c.kernels.KernelModules(ctx, &dispatchv1.KernelModulesRequest{Backend: backend, Device: convert.DeviceToProto(dev)})
 	if err != nil {
-		return nil, c.kernelError(err)
+		return nil, c.kernelError(ctx, err)
 	}
 	return convert.ModulesFromProto(resp.GetModules()), nil
 }
@@ -279,7 +291,7 @@ func (c *Client) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.P
 	defer cancel()
 	resp, err := c.kernels.PlanKernel(ctx, convert.PlanRequestToProto(req))
 	if err != nil {
-		return nil, c.kernelError(err)
+		return nil, c.kernelError(ctx, err)
 	}
 	return convert.PlanFromProto(resp.GetPlan())
 }
@@ -292,7 +304,7 @@ func (c *Client) PlanStep(ctx context.Context, s *core.StepRequest) (*core.StepP
 	defer cancel()
 	resp, err := c.kernels.PlanStep(ctx, convert.StepRequestToProto(s))
 	if err != nil {
-		return nil, c.kernelError(err)
+		return nil, c.kernelError(ctx, err)
 	}
 	return convert.StepPlanFromProto(resp)
 }
@@ -300,9 +312,9 @@ func (c *Client) PlanStep(ctx context.Context, s *core.StepRequest) (*core.StepP
 // kernelError is the error of a Kernels call: UNIMPLEMENTED is "no device
 // plan" (core.ErrNoPlan), with the server's message; other errors as
 // callError says.
-func (c *Client) kernelError(err error) error {
+func (c *Client) kernelError(ctx context.Context, err error) error {
 	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented {
 		return fmt.Errorf("server: %w: %s", core.ErrNoPlan, st.Message())
 	}
-	return c.callError(err)
+	return c.callError(ctx, err)
 }
