@@ -27,9 +27,19 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&g.targets, "targets", defaultTargets, "with --gpu: the targets the rows are judged against")
 	fs.StringVar(&g.dense, "dense-backend", "fa3", "with --gpu: the backend whose plugin plans the dense decode, FP8 decode and prefill shapes")
 	fs.StringVar(&g.sparse, "sparse-backend", "dsa", "with --gpu: the backend whose plugin plans the sparse (DeepSeek sparse attention) shapes")
+	fs.StringVar(&g.plot, "plot", "", "with --gpu: also draw every row against its floor (and torch) as an SVG chart into this file")
+	plotFrom := fs.String("plot-from", "", "with --plot and without --gpu: draw the chart of this earlier bench --gpu --json output")
 	logger, err := h.parse(fs, e, args, "attnplug bench [flags]", "")
 	if err != nil {
 		return err
+	}
+	switch {
+	case *plotFrom != "" && (*gpu || g.plot == ""):
+		return &usageError{"bench: --plot-from draws an earlier run's chart into --plot's file, without --gpu"}
+	case *plotFrom != "":
+		return plotEarlierRun(*plotFrom, g.plot)
+	case g.plot != "" && !*gpu:
+		return &usageError{"bench: --plot draws the chart of a --gpu run (or, with --plot-from, of an earlier one)"}
 	}
 	if *gpu {
 		reg, err := h.open(ctx, logger)

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"os/exec"
 
 	"github.com/attnplug/attnplug/devicecheck"
@@ -16,6 +18,7 @@ import (
 type gpuBenchFlags struct {
 	python, only, targets string
 	dense, sparse         string
+	plot                  string // the SVG chart's file, or ""
 }
 
 // runBenchGPU is attnplug bench --gpu: every shape checked against the
@@ -57,6 +60,11 @@ func runBenchGPU(ctx context.Context, e *env, reg *registry.Registry, f gpuBench
 	if err != nil {
 		return fmt.Errorf("bench --gpu: %w", err)
 	}
+	if f.plot != "" {
+		if err := writePlot(rep, f.plot); err != nil {
+			return err
+		}
+	}
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -69,3 +77,30 @@ func runBenchGPU(ctx context.Context, e *env, reg *registry.Registry, f gpuBench
 // defaultTargets is where bench --gpu looks for the targets without
 // --targets: the repository's, from its root.
 const defaultTargets = "docs/bench/targets.json"
+
+// plotEarlierRun draws the chart of an earlier bench --gpu --json output,
+// file from, into file to.
+func plotEarlierRun(from, to string) error {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("bench: --plot-from: %w", err)
+	}
+	var rep devicecheck.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return fmt.Errorf("bench: --plot-from %s: not the output of bench --gpu --json: %w", from, err)
+	}
+	return writePlot(&rep, to)
+}
+
+// writePlot writes rep's chart (devicecheck.Report.WriteSVG) into file
+// path, whole or not at all.
+func writePlot(rep *devicecheck.Report, path string) error {
+	var b bytes.Buffer
+	if err := rep.WriteSVG(&b); err != nil {
+		return fmt.Errorf("bench: --plot %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("bench: --plot: %w", err)
+	}
+	return nil
+}
