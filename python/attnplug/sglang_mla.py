@@ -58,6 +58,10 @@ PATHS = ("decode", "verify", "extend", "draft", "prefill", "chunked_prefix")
 _LONE_DRAFT = ("a draft model's decode outside attnplug's multi-step draft backend (its spec_info holds the "
                "draft tokens, which this backend does not know)")
 
+# The counters of stats() that are the launcher's (shared by a draft's
+# steps), not a backend's own.
+_LAUNCHER_STATS = frozenset(("plan_requests", "module_fetches", "route_changes", "module_loads"))
+
 # sglang's backend-specific calls the model makes on the attention backend
 # that this class leaves to its fallback (the fallback runs those batches).
 _FORWARDED = frozenset(("init_mha_chunk_metadata",))
@@ -1133,8 +1137,9 @@ class AttnplugMLAMultiStepDraftBackend:
                             "fallback": sum(s["paths"][p]["fallback"] for s in per),
                             "last_reason": next((s["paths"][p]["last_reason"] for s in per
                                                  if s["paths"][p]["last_reason"]), "")} for p in PATHS}
-        for k in ("steps_prepared", "refused_at_capture", "fp8_layers", "plugin_layers", "fallback_layers"):
-            out[k] = sum(s[k] for s in per)
+        for k, v in per[0].items():
+            if k != "paths" and k not in _LAUNCHER_STATS and isinstance(v, (int, float)):
+                out[k] = sum(s[k] for s in per)
         return out
 
     def close(self):

@@ -316,6 +316,7 @@ class DSAFakeKernelTest(_DSABase):
     def test_draft_steps(self):
         d = self.draft()
         self.assertEqual(d.stats()["paths"]["draft"]["plugin"], 3 * 2)
+        self.assertEqual(d.stats()["sparse_layers"], 3 * 2)
         for protocol in ("2026", "legacy"):
             with self.subTest(protocol=protocol):
                 self.draft(graph=protocol)
