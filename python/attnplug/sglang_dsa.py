@@ -295,19 +295,13 @@ class AttnplugDSABackend(AttnplugMLABackend):
             if k_rope is None:
                 k_rope, k = k[..., rank:], k[..., :rank]
             pool.set_mla_kv_buffer(layer, fb.out_cache_loc, k, k_rope)
-        if q_rope is not None:
-            qq = torch.cat([q.reshape(tokens, heads, rank), q_rope.reshape(tokens, heads, facts.qk_rope_head_dim)],
-                           dim=-1)
-        else:
-            qq = q.reshape(tokens, heads, facts.kv_cache_dim)
-            if not qq.is_contiguous():
-                qq = qq.contiguous()
-        if qq.dtype != torch.bfloat16:
-            qq = qq.to(torch.bfloat16)
+        qq = self._query(q, q_rope, tokens)
         cache = pool.get_key_buffer(layer.layer_id)
         kv = cache.view(-1, facts.page_size, cache.shape[-1])
         out = torch.empty(tokens, heads, rank, dtype=torch.bfloat16, device=qq.device)
-        t = {"q": qq, "kv_cache": kv, "topk_indices": self._slots(topk, fb, tokens), "out": out,
+        if f.space is None:  # the same for every layer of the batch's shape
+            f.space = self._index_space(fb.forward_mode)
+        t = {"q": qq, "kv_cache": kv, "topk_indices": self._slots(topk, fb, tokens, f.space), "out": out,
              "lse": self._buffer("lse", (tokens, heads), torch.float32)}
         f.prepared.launch(t)
         self._counts[f.path]["plugin"] += 1
@@ -339,15 +333,16 @@ class AttnplugDSABackend(AttnplugMLABackend):
         fused = getattr(fallback, "use_fused_topk", None)
         return method, _fused_from_env() if fused is None else bool(fused)
 
-    def _slots(self, topk, fb, tokens):
-        """topk (the indexer's, in its index space) as the KV pool's slots,
+    def _slots(self, topk, fb, tokens, space):
+        """topk (the indexer's, in its index space: space, as
+        _index_space gives it for the batch) as the KV pool's slots,
         [tokens, top-k] int32, -1 where a row has no key: rows missing at
         the end (a padded batch) are -1, as sglang's _pad_topk_indices."""
         torch = self._torch
         if topk.shape[0] < tokens:
             pad = topk.new_full((tokens - topk.shape[0], topk.shape[1]), -1)
             topk = torch.cat([topk, pad])
-        method, fused = self._index_space(fb.forward_mode)
+        method, fused = space
         md = self.forward_metadata
         if method == "RAGGED":
             if not fused:

@@ -238,11 +238,11 @@ class _Forward:
     call the fallback got ("eager", "graph", "legacy" or None)."""
 
     __slots__ = ("path", "kind", "prepared", "tables", "bs", "q", "q_lens", "why", "prepped", "first_layer", "fallback",
-                 "bound")
+                 "bound", "space")
 
     def __init__(self, path, kind, bs=0, q=1, why=None):
         self.path, self.kind, self.bs, self.q, self.why = path, kind, bs, q, why
-        self.prepared = self.tables = self.q_lens = self.bound = None
+        self.prepared = self.tables = self.q_lens = self.bound = self.space = None
         self.prepped = False
         self.first_layer = None
         self.fallback = None
@@ -867,16 +867,7 @@ class AttnplugMLABackend(_Base):
                 f.first_layer = layer.layer_id
             if layer.layer_id == f.first_layer:
                 self._prep(f, fb)
-        if q_rope is not None:
-            # DeepSeek's q nope is the transpose of a bmm: not contiguous.
-            qq = torch.cat([q.reshape(tokens, heads, facts.kv_lora_rank),
-                            q_rope.reshape(tokens, heads, facts.qk_rope_head_dim)], dim=-1)
-        else:
-            qq = q.reshape(tokens, heads, facts.kv_cache_dim)
-            if not qq.is_contiguous():
-                qq = qq.contiguous()
-        if qq.dtype != torch.bfloat16:
-            qq = qq.to(torch.bfloat16)
+        qq = self._query(q, q_rope, tokens)
         kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id).view(-1, facts.page_size, facts.kv_cache_dim)
         out = torch.empty(tokens, heads, facts.kv_lora_rank, dtype=torch.bfloat16, device=qq.device)
         t = f.bound
@@ -891,6 +882,22 @@ class AttnplugMLABackend(_Base):
         self._counts[f.path]["plugin"] += 1
         out = out.view(tokens, heads * facts.kv_lora_rank)
         return out if out.dtype == q.dtype else out.to(q.dtype)
+
+    def _query(self, q, q_rope, tokens):
+        """The layer's queries as the MLA plans bind them: [tokens, heads,
+        576] bf16, contiguous, from DeepSeek's split form (q nope, and
+        q_rope) or the 576-wide one."""
+        torch, facts = self._torch, self.facts
+        heads = facts.heads
+        if q_rope is not None:
+            # DeepSeek's q nope is the transpose of a bmm: not contiguous.
+            qq = torch.cat([q.reshape(tokens, heads, facts.kv_lora_rank),
+                            q_rope.reshape(tokens, heads, facts.qk_rope_head_dim)], dim=-1)
+        else:
+            qq = q.reshape(tokens, heads, facts.kv_cache_dim)
+            if not qq.is_contiguous():
+                qq = qq.contiguous()
+        return qq if qq.dtype == torch.bfloat16 else qq.to(torch.bfloat16)
 
     def _kv_scale(self, layer):
         """The layer's KV scale as the FP8 plan binds it: a float32 tensor
