@@ -63,8 +63,9 @@ func planMethods() []core.Method {
 // sparse attention over a top-2048, the pages its catalog lists); for the
 // MHA methods, prefills of fresh requests (MHA) or with prefixes; 16 and
 // 128 heads, batch sizes 1 to 64 with ragged lengths up to 16k, with and
-// without CUDA graphs; and, where the kernel takes an FP8 cache, every
-// other batch over one.
+// without CUDA graphs; where the kernel takes an FP8 cache, every other
+// batch over one; and, where it takes split queries (QuerySplit), half of
+// them split, across the FP8 ones.
 func planBatches(name string, m core.Method, k core.Kernel, dev core.DeviceInfo) []core.PlanRequest {
 	rng := rand.New(rand.NewPCG(23, 29))
 	dims := core.PlanDims{HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: 0.1352}
@@ -80,6 +81,7 @@ func planBatches(name string, m core.Method, k core.Kernel, dev core.DeviceInfo)
 		}
 	}
 	fp8 := m == core.MLA && slices.Contains(k.DTypes, "fp8_e4m3")
+	split := m == core.MLA && k.QuerySplit
 	var out []core.PlanRequest
 	for _, page := range pages {
 		for _, heads := range []int{16, 128} {
@@ -125,6 +127,7 @@ func planBatches(name string, m core.Method, k core.Kernel, dev core.DeviceInfo)
 					if fp8 && len(out)%2 == 1 {
 						r.KVDType = "fp8_e4m3"
 					}
+					r.QuerySplit = split && len(out)%4 >= 2
 					out = append(out, r)
 				}
 			}
@@ -550,6 +553,9 @@ func batchString(r *core.PlanRequest) string {
 	}
 	if r.Dims.TopK > 0 {
 		s += fmt.Sprintf(", top_k %d", r.Dims.TopK)
+	}
+	if r.QuerySplit {
+		s += ", query_split"
 	}
 	return s
 }

@@ -272,6 +272,14 @@ type PlanRequest struct {
 	// has no metadata at all and declares so in Plan.Reads; otherwise only
 	// its metadata changes with the lengths (launch's Prepared.Update).
 	Graph bool
+	// QuerySplit, of an MLA request, has the host bind the queries in
+	// two parts, where DeepSeek's absorbed attention leaves them: q_nope,
+	// the first HeadDimV columns of each query (the absorbing bmm's
+	// output), and q_rope, the other HeadDimQK - HeadDimV (the rotated
+	// part), each a strided view (TensorSpec.Strided), so that no copy
+	// puts them together (launch.Tensors). The host asks for it only a
+	// kernel whose catalog entry takes it (Kernel.QuerySplit).
+	QuerySplit bool
 }
 
 // CacheDType returns the KV cache's dtype: KVDType, or DType when it is
@@ -359,6 +367,11 @@ const (
 	// ArgStruct is a struct of Fields, for a ParamStruct: bytes not
 	// covered by a field are zero.
 	ArgStruct ArgKind = "struct"
+	// ArgStride is the stride, in elements, of dimension Dim of the
+	// host's tensor Name as bound at the launch: for a strided tensor
+	// (TensorSpec.Strided), what the kernel needs to find its rows; for
+	// another, the stride of its row-major shape. An i64.
+	ArgStride ArgKind = "stride"
 )
 
 // TensorMap describes the TMA descriptor of an ArgTensorMap: a tiled view
@@ -390,7 +403,7 @@ type Field struct {
 	// Size.
 	Offset uint32
 	// Size is its size: 8 for an address (ArgTensor, ArgMeta,
-	// ArgWorkspace), 4 or 8 for ArgInt and ArgFloat.
+	// ArgWorkspace) and an ArgStride, 4 or 8 for ArgInt and ArgFloat.
 	Size uint32
 	// Arg is its value: a tensor, metadata or workspace address, an
 	// integer or a float (Arg.Param unused).
@@ -403,8 +416,11 @@ type Arg struct {
 	Param string
 	// Kind says where the value comes from.
 	Kind ArgKind
-	// Name is the tensor or metadata buffer (ArgTensor, ArgMeta).
+	// Name is the tensor or metadata buffer (ArgTensor, ArgMeta,
+	// ArgTensorMap, ArgStride).
 	Name string
+	// Dim is the dimension of an ArgStride, outermost 0.
+	Dim int
 	// Offset is added to a metadata or workspace address, in bytes.
 	Offset int64
 	// Int is the value of an ArgInt.
@@ -460,6 +476,11 @@ type TensorSpec struct {
 	Shape []int64
 	// Output reports that the launches write it.
 	Output bool
+	// Strided reports a tensor the host may bind as a view of other
+	// memory: its last dimension contiguous, every other stride any
+	// non-negative multiple of 16 bytes, its address 16-byte aligned. Its
+	// launches read its strides (ArgStride); the others are contiguous.
+	Strided bool
 }
 
 // Bytes returns the tensor's size in bytes, or -1 for an unknown dtype or

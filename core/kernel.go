@@ -75,6 +75,11 @@ type Kernel struct {
 	// kernel without it is asked for none, since a planner that ignores
 	// the field would plan a causal pass.
 	PrefixChunks bool
+	// QuerySplit reports an MLA kernel whose planner takes the queries in
+	// two parts (PlanRequest.QuerySplit): a kernel without it is asked
+	// for none, and an engine that offers its queries split
+	// (StepRequest.QuerySplit) gets a plan of whole queries instead.
+	QuerySplit bool
 }
 
 // Covers reports whether k's catalog entry lists what the plan request
@@ -82,8 +87,9 @@ type Kernel struct {
 // of another dtype (req.KVDType, such as "fp8_e4m3"), that dtype too;
 // HeadDims lists req.Dims.HeadDimQK and HeadDimV; for the paged MLA
 // layout, PageSizes lists req.Shape.PageSize (empty: any); and k is
-// Sparse exactly when req is (Dims.TopK > 0); and k takes PrefixChunks
-// where req asks for one (Shape.PrefixChunk). An empty DTypes or HeadDims
+// Sparse exactly when req is (Dims.TopK > 0); k takes PrefixChunks where
+// req asks for one (Shape.PrefixChunk), and QuerySplit where req does. An
+// empty DTypes or HeadDims
 // lists nothing. The host asks a plugin for a plan only where its catalog
 // kernel for the method covers the request, and a planner may answer
 // with this error itself. The error wraps ErrNoPlan and names the field
@@ -112,6 +118,8 @@ func (k Kernel) Covers(req *PlanRequest) error {
 		return no("is sparse (DeepSeek sparse attention), and the request is dense (no dims.top_k)")
 	case req.Shape.PrefixChunk && !k.PrefixChunks:
 		return no("takes no prefix-chunk requests (shape.prefix_chunk: its catalog entry has no prefix_chunks)")
+	case req.QuerySplit && !k.QuerySplit:
+		return no("takes no split queries (query_split: its catalog entry has no query_split)")
 	}
 	return nil
 }

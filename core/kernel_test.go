@@ -43,8 +43,8 @@ func TestKernelDimsValidate(t *testing.T) {
 }
 
 // TestKernelCovers: a catalog kernel covers a plan request only where it
-// lists the request's dtype, cache dtype, head dims, page size and
-// sparsity; otherwise the error wraps ErrNoPlan and names the field and
+// lists the request's dtype, cache dtype, head dims, page size, sparsity
+// and split queries; otherwise the error wraps ErrNoPlan and names the field and
 // value it does not list.
 func TestKernelCovers(t *testing.T) {
 	dense := core.Kernel{Name: "acme_mla", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1, 64}}
@@ -54,6 +54,8 @@ func TestKernelCovers(t *testing.T) {
 	anyPage.PageSizes = nil
 	sparse := fp8
 	sparse.Sparse, sparse.PageSizes = true, []int{64}
+	split := dense
+	split.QuerySplit = true
 	prefill := core.Kernel{Name: "acme_prefill", Method: core.MHAOneShot, DTypes: []string{"bf16"}, HeadDims: []int{192, 128}, PageSizes: []int{1}}
 	req := func(edit func(*core.PlanRequest)) *core.PlanRequest {
 		r := &core.PlanRequest{Backend: "acme", Method: core.MLA, DType: "bf16",
@@ -82,6 +84,8 @@ func TestKernelCovers(t *testing.T) {
 		{"head dims 192/128", dense, req(func(r *core.PlanRequest) { r.Dims.HeadDimQK, r.Dims.HeadDimV = 192, 128 }), "takes head dims [576 512], not dims.head_dim_qk 192"},
 		{"head dim v 128", dense, req(func(r *core.PlanRequest) { r.Dims.HeadDimV = 128 }), "not dims.head_dim_v 128"},
 		{"another method", dense, req(func(r *core.PlanRequest) { r.Method = core.MHA }), "runs MLA, not method MHA"},
+		{"split queries", dense, req(func(r *core.PlanRequest) { r.QuerySplit = true }), "takes no split queries (query_split"},
+		{"split queries, listed", split, req(func(r *core.PlanRequest) { r.QuerySplit = true }), ""},
 		{"no dtypes listed", core.Kernel{Name: "bare", Method: core.MLA, HeadDims: []int{576, 512}}, req(nil), "kernel bare takes dtypes [], not dtype bf16"},
 		{"a prefill, whatever the page size", prefill, req(func(r *core.PlanRequest) {
 			r.Method, r.Dims.HeadDimQK, r.Dims.HeadDimV, r.Shape.PageSize = core.MHAOneShot, 192, 128, 0

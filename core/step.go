@@ -103,6 +103,12 @@ type StepRequest struct {
 	Batch  StepBatch
 	// Device is the device the plan runs on.
 	Device DeviceInfo
+	// QuerySplit offers, for an MLA step, to bind the queries in the two
+	// parts DeepSeek's absorbed attention leaves them in (q nope and q
+	// rope, PlanRequest.QuerySplit): the plan takes them so where the
+	// backend's kernel does (Kernel.QuerySplit), and whole otherwise. The
+	// plan's tensors say which.
+	QuerySplit bool
 }
 
 // The bounds of a step request: what no engine has.
@@ -238,7 +244,9 @@ func (s *StepRequest) check() error {
 // (or QLens) query tokens; a graph plan that holds for the batch size,
 // scheduled on the device, whose lengths are the bound (it reads none of
 // them); on a sparse layer the sparse kernel's top-k, over the step's
-// query tokens as requests of one token each. For an MHA method,
+// query tokens as requests of one token each; the queries split where the
+// step offers it (QuerySplit: the host keeps it only for a kernel that
+// takes it). For an MHA method,
 // the prefill dims (QKNopeHeadDim + QKRopeHeadDim, VHeadDim) over the
 // batch's own lengths. The error wraps ErrInvalidRequest and names the
 // field.
@@ -286,6 +294,7 @@ func (s *StepRequest) PlanRequest() (PlanRequest, int64, error) {
 		req.Shape = PlanShape{SeqLens: slices.Repeat([]int64{bound}, size), QLens: qlens, PageSize: p.PageSize,
 			NumPages: int(min(p.Slots/int64(p.PageSize), math.MaxInt32)), MaxSeqLen: bound}
 		req.Graph = true
+		req.QuerySplit = s.QuerySplit
 		return req, bound, nil
 	case MHA, MHAOneShot, MHAChunkedKV:
 		if b.Graph || len(b.SeqLens) == 0 {
@@ -349,6 +358,13 @@ func (r *PlanRequest) Key(reads PlanReads) PlanKey {
 			b = binary.AppendVarint(b, x)
 		}
 	}
+	flag := func(v bool) {
+		if v {
+			num(1)
+		} else {
+			num(0)
+		}
+	}
 	lens := func(xs []int64) {
 		num(int64(len(xs)))
 		num(xs...)
@@ -360,20 +376,13 @@ func (r *PlanRequest) Key(reads PlanReads) PlanKey {
 	str(r.KVDType)
 	num(int64(d.Heads), int64(d.HeadDimQK), int64(d.HeadDimV), int64(math.Float64bits(d.SoftmaxScale)), int64(d.TopK))
 	num(int64(len(s.SeqLens)), int64(s.PageSize), int64(s.NumPages), s.MaxSeqLen)
-	if s.PrefixChunk {
-		num(1)
-	} else {
-		num(0)
-	}
+	flag(s.PrefixChunk)
 	num(int64(dev.Platform))
 	str(dev.Name)
 	num(int64(dev.ComputeCapability), int64(dev.SMs), int64(dev.MaxThreadsPerBlock), int64(dev.MaxSharedPerBlock),
 		int64(dev.MaxGrid[0]), int64(dev.MaxGrid[1]), int64(dev.MaxGrid[2]))
-	if r.Graph {
-		num(1)
-	} else {
-		num(0)
-	}
+	flag(r.Graph)
+	flag(r.QuerySplit)
 	num(int64(reads))
 	if reads&PlanReadsSeqLens != 0 {
 		lens(s.SeqLens)

@@ -35,10 +35,10 @@ func WorkloadFor(req *core.PlanRequest) (Workload, error) {
 		}
 		if fp8 || d.TopK > 0 {
 			return Quant{Heads: d.Heads, PageSize: s.PageSize, SeqLens: s.SeqLens, QLens: s.QLens, TopK: d.TopK, FP8: fp8,
-				Seed: seed, Graph: req.Graph}, nil
+				Seed: seed, Graph: req.Graph, Split: req.QuerySplit}, nil
 		}
 		return MLA{Heads: d.Heads, PageSize: s.PageSize, SeqLens: s.SeqLens, QLens: s.QLens, Seed: seed, Graph: req.Graph,
-			MaxSeqLen: s.MaxSeqLen}, nil
+			MaxSeqLen: s.MaxSeqLen, Split: req.QuerySplit}, nil
 	case core.MHA, core.MHAOneShot, core.MHAChunkedKV:
 		if d.HeadDimQK != 192 || d.HeadDimV != 128 || req.CacheDType() != "bf16" {
 			return nil, ErrNotCovered

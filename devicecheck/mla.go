@@ -28,6 +28,10 @@ type MLA struct {
 	// the page table gives each request room for MaxSeqLen keys.
 	Graph     bool
 	MaxSeqLen int64
+	// Split binds the queries as the two tensors of a request with
+	// QuerySplit, q_nope and q_rope, as sglang's DeepSeek layers pass
+	// them.
+	Split bool
 }
 
 // Scale is the softmax scale of the MLA batches (DeepSeek-V3's,
@@ -37,7 +41,7 @@ const Scale = 0.1352337788608801
 // Describe returns a short description of c.
 func (c MLA) Describe() string {
 	lo, hi := slices.Min(c.SeqLens), slices.Max(c.SeqLens)
-	return fmt.Sprintf("heads %d page %d batch %d qlen %d seq %d..%d graph %t", c.Heads, c.PageSize, len(c.SeqLens), c.QLens[0], lo, hi, c.Graph)
+	return fmt.Sprintf("heads %d page %d batch %d qlen %d seq %d..%d graph %t split %t", c.Heads, c.PageSize, len(c.SeqLens), c.QLens[0], lo, hi, c.Graph, c.Split)
 }
 
 // Request returns the plan request of c over a cache of numPages pages,
@@ -47,7 +51,7 @@ func (c MLA) Request(dev core.DeviceInfo, numPages int) core.PlanRequest {
 		Method: core.MLA, DType: "bf16",
 		Dims:   core.PlanDims{Heads: c.Heads, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: Scale},
 		Shape:  core.PlanShape{SeqLens: c.SeqLens, QLens: c.QLens, PageSize: c.PageSize, NumPages: numPages, MaxSeqLen: c.MaxSeqLen},
-		Device: dev, Graph: c.Graph,
+		Device: dev, Graph: c.Graph, QuerySplit: c.Split,
 	}
 }
 
@@ -59,11 +63,12 @@ type MLABatch struct {
 	Pages    []int32 // kv_indices
 	Indptr   []int32
 	NumPages int
-	// Q, KV (a cache per layer), Indptr, Indices, SeqLens, QOIndptr, Out, LSE.
-	Q, Indp, Ind, Seq, QO, Out, LSE cudaexec.Buffer
-	KV                              []cudaexec.Buffer
-	qSeed, kvSeed                   uint64
-	env                             *Env
+	// Q (or, Split, QNope and QRope), KV (a cache per layer), Indptr,
+	// Indices, SeqLens, QOIndptr, Out, LSE.
+	Q, QNope, QRope, Indp, Ind, Seq, QO, Out, LSE cudaexec.Buffer
+	KV                                            []cudaexec.Buffer
+	qSeed, kvSeed                                 uint64
+	env                                           *Env
 }
 
 // Alloc puts c's tensors on the device: copies KV caches of the same
@@ -103,10 +108,7 @@ func (e *Env) AllocMLA(c MLA, copies int) (*MLABatch, error) {
 	h := int64(c.Heads)
 	err := e.Do(func(x *cuda.Ctx) error {
 		var err error
-		if b.Q, err = alloc(x, b.Tokens*h*576*2); err != nil {
-			return err
-		}
-		if err := e.Fill(x, b.Q.Ptr, b.Tokens*h*576, b.qSeed); err != nil {
+		if err := b.allocQueries(x); err != nil {
 			return err
 		}
 		kvElems := int64(b.NumPages) * int64(c.PageSize) * 576
@@ -146,6 +148,48 @@ func (e *Env) AllocMLA(c MLA, copies int) (*MLABatch, error) {
 	return b, nil
 }
 
+// allocQueries puts the queries on the device: q, or q_nope and q_rope,
+// whose rows hold what queryRow gives.
+func (b *MLABatch) allocQueries(x *cuda.Ctx) error {
+	type query struct {
+		name  string
+		dst   *cudaexec.Buffer
+		width int64
+	}
+	qs := []query{{"q", &b.Q, 576}}
+	if b.Case.Split {
+		qs = []query{{"q_nope", &b.QNope, 512}, {"q_rope", &b.QRope, 64}}
+	}
+	rows := b.Tokens * int64(b.Case.Heads)
+	for _, q := range qs {
+		var err error
+		if *q.dst, err = alloc(x, rows*q.width*2); err != nil {
+			return err
+		}
+		if err := b.env.Fill(x, q.dst.Ptr, rows*q.width, b.qSeed+querySeeds[q.name]-1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// querySeeds are the seeds of the query tensors of the MLA layout, less
+// one, off a batch's query seed: each query row is queryRow's.
+var querySeeds = map[string]uint64{"q": 1, "q_nope": 1, "q_rope": 2}
+
+// queryRow returns query row g (token-major: token*heads + head) of the
+// MLA batches of query seed seed: 576 values of the hash, or, split, 512
+// of q_nope's then 64 of q_rope's.
+func queryRow(seed uint64, split bool, g int64) []float64 {
+	q := make([]float64, 576)
+	if !split {
+		return hashRow(seed, g*576, q)
+	}
+	hashRow(seed, g*512, q[:512])
+	hashRow(seed+1, g*64, q[512:])
+	return q
+}
+
 // checkLens refuses lengths no batch can have: none, a request with fewer
 // keys than query tokens, or lists of different lengths.
 func checkLens(seq, q []int64) error {
@@ -171,13 +215,18 @@ func (b *MLABatch) Outputs() (cudaexec.Buffer, cudaexec.Buffer) { return b.Out, 
 
 // Free releases the batch's device memory.
 func (b *MLABatch) Free() {
-	b.env.free(append([]cudaexec.Buffer{b.Q, b.Indp, b.Ind, b.Seq, b.QO, b.Out, b.LSE}, b.KV...)...)
+	b.env.free(append([]cudaexec.Buffer{b.Q, b.QNope, b.QRope, b.Indp, b.Ind, b.Seq, b.QO, b.Out, b.LSE}, b.KV...)...)
 }
 
 // Tensors are the tensors of layer (KV cache) i, by the MLA layout's names.
 func (b *MLABatch) Tensors(i int) devicehost.Tensors {
-	return devicehost.Tensors{"q": b.Q, "kv_cache": b.KV[i%len(b.KV)], "kv_indptr": b.Indp, "kv_indices": b.Ind,
+	t := devicehost.Tensors{"q": b.Q, "kv_cache": b.KV[i%len(b.KV)], "kv_indptr": b.Indp, "kv_indices": b.Ind,
 		"seq_lens": b.Seq, "qo_indptr": b.QO, "out": b.Out, "lse": b.LSE}
+	if b.Case.Split {
+		delete(t, "q")
+		t["q_nope"], t["q_rope"] = b.QNope, b.QRope
+	}
+	return t
 }
 
 // Advance queues, on the Env's stream, the kernel that adds one to every
@@ -246,7 +295,7 @@ func (b *MLABatch) Verify(layer, maxRows int) (Check, error) {
 	return compareRows(out, lse, len(rows), func(k int) rowRef {
 		r := rows[k]
 		tok := qStart[r.req] + int64(r.t)
-		q := hashRow(b.qSeed, (tok*h+int64(r.head))*576, make([]float64, 576))
+		q := queryRow(b.qSeed, c.Split, tok*h+int64(r.head))
 		seen := c.SeqLens[r.req] - c.QLens[r.req] + int64(r.t) + 1 // keys the token sees
 		pages := b.Pages[b.Indptr[r.req]:b.Indptr[r.req+1]]
 		ps := int64(c.PageSize)

@@ -33,6 +33,8 @@ type Quant struct {
 	Pad   float64
 	Seed  uint64
 	Graph bool
+	// Split binds the queries as q_nope and q_rope (MLA.Split).
+	Split bool
 }
 
 // KVScale is the layer scale of the dense FP8 batches.
@@ -44,8 +46,8 @@ func (c Quant) Describe() string {
 	if c.FP8 {
 		kv = "fp8"
 	}
-	return fmt.Sprintf("heads %d page %d batch %d qlen %d seq %d..%d topk %d kv %s graph %t", c.Heads, c.PageSize, len(c.SeqLens), c.QLens[0],
-		slices.Min(c.SeqLens), slices.Max(c.SeqLens), c.TopK, kv, c.Graph)
+	return fmt.Sprintf("heads %d page %d batch %d qlen %d seq %d..%d topk %d kv %s graph %t split %t", c.Heads, c.PageSize, len(c.SeqLens), c.QLens[0],
+		slices.Min(c.SeqLens), slices.Max(c.SeqLens), c.TopK, kv, c.Graph, c.Split)
 }
 
 // QuantBatch is a Quant batch's tensors on the device and what the
@@ -125,7 +127,7 @@ func (c Quant) Request(dev core.DeviceInfo, numPages int) core.PlanRequest {
 		Method: core.MLA, DType: "bf16", KVDType: kvd,
 		Dims:   core.PlanDims{Heads: c.Heads, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: Scale, TopK: c.TopK},
 		Shape:  core.PlanShape{SeqLens: c.SeqLens, QLens: c.QLens, PageSize: c.PageSize, NumPages: numPages},
-		Device: dev, Graph: c.Graph,
+		Device: dev, Graph: c.Graph, QuerySplit: c.Split,
 	}
 }
 
@@ -196,8 +198,8 @@ func (e *Env) AllocQuant(c Quant, copies int) (*QuantBatch, error) {
 			buf.Bytes = s.Bytes()
 			b.Buffers[s.Name] = buf
 			switch {
-			case s.Name == "q":
-				err = e.Fill(x, buf.Ptr, s.Bytes()/2, b.qSeed)
+			case querySeeds[s.Name] != 0:
+				err = e.Fill(x, buf.Ptr, s.Bytes()/2, b.qSeed+querySeeds[s.Name]-1)
 			case s.Name == "kv_scale":
 				err = x.CopyIn(buf.Ptr, binary.LittleEndian.AppendUint32(nil, math.Float32bits(KVScale)))
 			case host[s.Name] != nil:
@@ -315,7 +317,7 @@ func (b *QuantBatch) Verify(layer, maxRows int) (Check, error) {
 	return compareRows(out, lse, len(rows), func(k int) rowRef {
 		g := rows[k]
 		tok, head := int64(g)/h, int64(g)%h
-		q := hashRow(b.qSeed, (tok*h+head)*576, make([]float64, 576))
+		q := queryRow(b.qSeed, c.Split, tok*h+head)
 		var slots []int64
 		if c.TopK > 0 {
 			for _, s := range b.TopK[tok*int64(c.TopK) : (tok+1)*int64(c.TopK)] {

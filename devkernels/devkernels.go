@@ -185,11 +185,14 @@ func decodeParams(f decodeForm) []core.Param {
 	i32 := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamI32} }
 	common := []core.Param{p("out"), p("lse"), p("schedule"), p("requests"), p("counts"), p("slots"), p("part_o"), p("part_lse"), i32("heads")}
 	f32 := core.Param{Name: "scale_log2", Kind: core.ParamF32}
+	i64 := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamI64} }
+	// The queries (MLA_Q_PARAMS: QView's fields).
+	q := []core.Param{p("q_nope"), p("q_rope"), i64("q_nope_t"), i64("q_nope_h"), i64("q_rope_t"), i64("q_rope_h"), i32("q_rope_col")}
 	if f.sparse() {
-		ps := append([]core.Param{p("q"), p("kv_cache"), p("topk_indices")}, common...)
-		return append(ps, i32("topk"), core.Param{Name: "num_slots", Kind: core.ParamI64}, f32, i32("head_blocks"))
+		ps := slices.Concat(q, []core.Param{p("kv_cache"), p("topk_indices")}, common)
+		return append(ps, i32("topk"), i64("num_slots"), f32, i32("head_blocks"))
 	}
-	ps := []core.Param{p("q"), p("kv_cache"), p("kv_indptr"), p("kv_indices")}
+	ps := append(q, p("kv_cache"), p("kv_indptr"), p("kv_indices"))
 	if f == formDenseFP8 {
 		ps = append(ps, p("kv_scale"))
 	}
@@ -570,11 +573,29 @@ func intArg(param string, v int) core.Arg {
 	return core.Arg{Param: param, Kind: core.ArgInt, Int: int64(v)}
 }
 
+// queryArgs bind the decode's queries (QView in mla_common.cuh): q_nope
+// and q_rope with their strides where req splits them, else q as both,
+// its rope columns from head_dim_v on.
+func queryArgs(req *core.PlanRequest) []core.Arg {
+	nope, rope, col := "q_nope", "q_rope", 0
+	if !req.QuerySplit {
+		nope, rope, col = "q", "q", req.Dims.HeadDimV
+	}
+	stride := func(param, tensor string, dim int) core.Arg {
+		return core.Arg{Param: param, Kind: core.ArgStride, Name: tensor, Dim: dim}
+	}
+	return []core.Arg{
+		{Param: "q_nope", Kind: core.ArgTensor, Name: nope}, {Param: "q_rope", Kind: core.ArgTensor, Name: rope},
+		stride("q_nope_t", nope, 0), stride("q_nope_h", nope, 1), stride("q_rope_t", rope, 0), stride("q_rope_h", rope, 1),
+		intArg("q_rope_col", col),
+	}
+}
+
 // decodeLaunch is the launch of ds's decode variant, in its form, over
 // slots item slots of ds.hb head blocks each.
 func decodeLaunch(ds decodeShape, slots int, req *core.PlanRequest, buf decodeBuffers) core.Launch {
 	d, s := req.Dims, req.Shape
-	args := []core.Arg{tensorArg("q"), tensorArg("kv_cache")}
+	args := append(queryArgs(req), tensorArg("kv_cache"))
 	if ds.form.sparse() {
 		args = append(args, tensorArg("topk_indices"))
 	} else {

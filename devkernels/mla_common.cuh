@@ -5,8 +5,8 @@
 // dequantisation, and the entry points' parameters. Compiled after
 // tile.cuh and before the module's own source.
 //
-// Layout (see launch.Tensors): q [tokens, heads, 576], out [tokens, heads,
-// 512], lse [tokens, heads] (natural log of the sum of exp(scale * q.k)),
+// Layout (see launch.Tensors): q [tokens, heads, 576] (or its two parts:
+// QView), out [tokens, heads, 512], lse [tokens, heads] (natural log of the sum of exp(scale * q.k)),
 // and the cache kv_cache [pages*page_size, row] in one of three formats:
 //   FMT_BF16  576 bf16 (the first 512 columns are also the values);
 //   FMT_FP8   576 e4m3, the value stored times the layer's kv_scale (sglang's
@@ -33,6 +33,26 @@
 // Bytes of one cached token in format fmt.
 __host__ __device__ constexpr int row_bytes(int fmt) {
     return fmt == FMT_BF16 ? DQK * 2 : fmt == FMT_FP8 ? DQK : DV + 4 * (DV / 128) + 2 * (DQK - DV);
+}
+
+// The queries of a layer: row g (token-major, g = t*heads + h) is the
+// DV columns of q nope at nope + t*nope_t + h*nope_h, then the DQK - DV of
+// q rope at rope + t*rope_t + h*rope_h + rope_col, each contiguous. The
+// plan binds either the two parts DeepSeek's absorbed attention leaves
+// (launch.Tensors' q_nope and q_rope, any strides, rope_col 0) or one
+// [tokens, heads, DQK] q as both (rope_col DV).
+struct QView {
+    const bf16* nope;
+    const bf16* rope;
+    long long nope_t, nope_h, rope_t, rope_h;
+    int rope_col;
+};
+
+// The address of 16-byte chunk ch (of DQK / 8) of query row g.
+__device__ __forceinline__ const bf16* q_chunk(const QView& q, int g, int heads, int ch) {
+    const int t = g / heads, h = g - t * heads;
+    return ch < DV / 8 ? q.nope + t * q.nope_t + h * q.nope_h + ch * 8
+                       : q.rope + t * q.rope_t + h * q.rope_h + q.rope_col + (ch - DV / 8) * 8;
 }
 
 // Per-request metadata (the plan's "requests" buffer), 8 int32 each.
@@ -251,9 +271,16 @@ __device__ __forceinline__ void pdl_launch_dependents() {
     const Item own = ((const Item*)schedule)[slot];                                                            \
     for (int idx = first; idx < last && idx < count; idx++) {                                                  \
         if (idx > first) __syncthreads(); /* the previous item is done with shared memory */                  \
-        BODY(q, KS, out, lse, idx == slot ? own : ((const Item*)schedule)[idx], (const ReqInfo*)requests,       \
+        BODY(qv, KS, out, lse, idx == slot ? own : ((const Item*)schedule)[idx], (const ReqInfo*)requests,       \
              part_o, part_lse, heads, scale_log2, hb);                                                          \
     }
+
+// The queries' parameters (QView's fields), and the view an entry makes of
+// them.
+#define MLA_Q_PARAMS                                                                                           \
+    const bf16 *__restrict__ q_nope, const bf16 *__restrict__ q_rope, long long q_nope_t, long long q_nope_h,  \
+        long long q_rope_t, long long q_rope_h, int q_rope_col
+#define MLA_Q_VIEW const QView qv = {q_nope, q_rope, q_nope_t, q_nope_h, q_rope_t, q_rope_h, q_rope_col};
 
 #define MLA_COMMON_PARAMS                                                                                      \
     bf16 *__restrict__ out, float *__restrict__ lse, const int *__restrict__ schedule,                        \
@@ -278,9 +305,10 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #define MLA_DECODE_ENTRY(NAME, BLOCKS, BODY, LAYOUT, ARGS)                                                     \
     MLA_SHARED(NAME, LAYOUT, ARGS)                                                                             \
     extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
-        NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
+        NAME(MLA_Q_PARAMS, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,               \
              const int* __restrict__ kv_indices, MLA_COMMON_PARAMS, int page_shift, float scale_log2,           \
              int head_blocks) {                                                                                 \
+        MLA_Q_VIEW                                                                                              \
         const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, 1.f};        \
         MLA_ITEMS((BODY<MLA_ARGS ARGS, false>), ks)                                                             \
     }
@@ -289,9 +317,10 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #define MLA_DECODE_FP8_ENTRY(NAME, BLOCKS, BODY, LAYOUT, ARGS)                                                 \
     MLA_SHARED(NAME, LAYOUT, ARGS)                                                                             \
     extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
-        NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,  \
+        NAME(MLA_Q_PARAMS, const void* __restrict__ kv_cache, const int* __restrict__ kv_indptr,               \
              const int* __restrict__ kv_indices, const float* __restrict__ kv_scale, MLA_COMMON_PARAMS,         \
              int page_shift, float scale_log2, int head_blocks) {                                               \
+        MLA_Q_VIEW                                                                                              \
         const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, kv_scale[0]}; \
         MLA_ITEMS((BODY<MLA_ARGS ARGS, false>), ks)                                                             \
     }
@@ -300,9 +329,9 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #define MLA_SPARSE_ENTRY(NAME, BLOCKS, BODY, LAYOUT, ARGS)                                                     \
     MLA_SHARED(NAME, LAYOUT, ARGS)                                                                             \
     extern "C" __global__ void __launch_bounds__(NTHREADS, BLOCKS)                                             \
-        NAME(const bf16* __restrict__ q, const void* __restrict__ kv_cache,                                    \
-             const int* __restrict__ topk_indices, MLA_COMMON_PARAMS, int topk, long long num_slots,           \
-             float scale_log2, int head_blocks) {                                                               \
+        NAME(MLA_Q_PARAMS, const void* __restrict__ kv_cache, const int* __restrict__ topk_indices,             \
+             MLA_COMMON_PARAMS, int topk, long long num_slots, float scale_log2, int head_blocks) {             \
+        MLA_Q_VIEW                                                                                              \
         const Keys ks = {(const unsigned char*)kv_cache, nullptr, topk_indices, 0, topk, num_slots, 1.f};      \
         MLA_ITEMS((BODY<MLA_ARGS ARGS, true>), ks)                                                              \
     }

@@ -44,7 +44,7 @@ struct NarrowLayout {
 };
 
 template <int M, int STAGES, int FMT, bool SPARSE>
-__device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
+__device__ __forceinline__ void mla_decode_body(const QView& q, const Keys& ks, bf16* __restrict__ out,
                                                 float* __restrict__ lse, const Item it,
                                                 const ReqInfo* __restrict__ reqs,
                                                 float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
@@ -92,14 +92,14 @@ __device__ __forceinline__ void mla_decode_body(const bf16* __restrict__ q, cons
     // Queries: M rows starting at row0 (zero past the request's rows).
     {
         const u32 base = smem_addr(sq);
-        const bf16* qsrc = q + ((long long)rq.q_start * heads + row0) * DQK;
+        const int g0 = rq.q_start * heads + row0; // the block's first query row
 #pragma unroll
         for (int i = 0; i < (M * (DQK / 8) + NTHREADS - 1) / NTHREADS; i++) {
             int c = tid + i * NTHREADS;
             if (c >= M * (DQK / 8)) break;
             int r = c / (DQK / 8), ch = c - r * (DQK / 8);
             bool ok = row0 + r < rows;
-            cp_async16(base + (r * QSTRIDE + ch * 8) * 2, ok ? qsrc + (long long)r * DQK + ch * 8 : qsrc, ok ? 16 : 0);
+            cp_async16(base + (r * QSTRIDE + ch * 8) * 2, ok ? q_chunk(q, g0 + r, heads, ch) : q.nope, ok ? 16 : 0);
         }
     }
     const int ntiles = (it.kv_end - it.kv_begin + BN - 1) / BN;
@@ -343,7 +343,7 @@ struct WideLayout {
 };
 
 template <int FMT, bool SPARSE>
-__device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
+__device__ __forceinline__ void mla_decode_wide(const QView& q, const Keys& ks, bf16* __restrict__ out,
                                                 float* __restrict__ lse, const Item it,
                                                 const ReqInfo* __restrict__ reqs,
                                                 float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
@@ -382,13 +382,13 @@ __device__ __forceinline__ void mla_decode_wide(const bf16* __restrict__ q, cons
     auto tile_dst = [](int r, int ch) -> u32 { return swz(r, ch, RB); };
 
     {
-        const bf16* qsrc = q + ((long long)rq.q_start * heads + row0) * DQK;
+        const int g0 = rq.q_start * heads + row0; // the block's first query row
 #pragma unroll
         for (int i = 0; i < (M * (DQK / 8)) / NTHREADS; i++) {
             int c = tid + i * NTHREADS;
             int r = c / (DQK / 8), ch = c - r * (DQK / 8);
             bool ok = row0 + r < rows;
-            cp_async16(sq_a + swz(r, ch, RB), ok ? qsrc + (long long)r * DQK + ch * 8 : qsrc, ok ? 16 : 0);
+            cp_async16(sq_a + swz(r, ch, RB), ok ? q_chunk(q, g0 + r, heads, ch) : q.nope, ok ? 16 : 0);
         }
     }
     if (tid < M) m_row[tid] = NEG_INF;

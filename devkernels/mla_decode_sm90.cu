@@ -183,7 +183,7 @@ struct WgLayout {
 };
 
 template <int FMT, bool SPARSE>
-__device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
+__device__ __forceinline__ void mla_decode_wg(const QView& q, const Keys& ks, bf16* __restrict__ out,
                                               float* __restrict__ lse, const Item it,
                                               const ReqInfo* __restrict__ reqs,
                                               float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
@@ -220,13 +220,13 @@ __device__ __forceinline__ void mla_decode_wg(const bf16* __restrict__ q, const 
     auto tile_dst = [](int r, int ch) -> u32 { return wsw(r, ch); };
 
     {
-        const bf16* qsrc = q + ((long long)rq.q_start * heads + row0) * DQK;
+        const int g0 = rq.q_start * heads + row0; // the block's first query row
 #pragma unroll
         for (int i = 0; i < (M * (DQK / 8)) / NTHREADS; i++) {
             const int c = tid + i * NTHREADS;
             const int r = c / (DQK / 8), ch = c - r * (DQK / 8);
             const bool ok = row0 + r < rows;
-            cp_async16(sq_a + wsw(r, ch), ok ? qsrc + (long long)r * DQK + ch * 8 : qsrc, ok ? 16 : 0);
+            cp_async16(sq_a + wsw(r, ch), ok ? q_chunk(q, g0 + r, heads, ch) : q.nope, ok ? 16 : 0);
         }
     }
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
@@ -495,7 +495,7 @@ struct WgnLayout {
 };
 
 template <int FMT, bool SPARSE>
-__device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const Keys& ks, bf16* __restrict__ out,
+__device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, bf16* __restrict__ out,
                                                float* __restrict__ lse, const Item it,
                                                const ReqInfo* __restrict__ reqs,
                                                float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
@@ -541,11 +541,11 @@ __device__ __forceinline__ void mla_decode_wgn(const bf16* __restrict__ q, const
 
     if (RS) __syncthreads(); // a block's last item is done with its queries
     {
-        const bf16* qsrc = q + ((long long)rq.q_start * heads + row0) * DQK;
+        const int g0 = rq.q_start * heads + row0; // the block's first query row
         for (int c = tid; c < M * (DQK / 8); c += NTHREADS) {
             const int r = c / (DQK / 8), ch = c - r * (DQK / 8);
             const bool ok = row0 + r < rows;
-            cp_async16(sq_a + qsw(r, ch), ok ? qsrc + (long long)r * DQK + ch * 8 : qsrc, ok ? 16 : 0);
+            cp_async16(sq_a + qsw(r, ch), ok ? q_chunk(q, g0 + r, heads, ch) : q.nope, ok ? 16 : 0);
         }
     }
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ import (
 // a grid the device does not have.
 type gpuBackend struct{ lie bool }
 
-var gpuKernel = core.Kernel{Name: "flash_attn_with_kvcache", Library: "fa3", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1, 64}}
+var gpuKernel = core.Kernel{Name: "flash_attn_with_kvcache", Library: "fa3", Method: core.MLA, DTypes: []string{"bf16"}, HeadDims: []int{576, 512}, PageSizes: []int{1, 64}, QuerySplit: true}
 
 func (b *gpuBackend) Describe(context.Context) (*core.Description, error) {
 	return &core.Description{Name: "gpu", Version: "1.0.0", DeviceCode: true, Handlers: []core.HandlerInfo{{
@@ -128,7 +129,8 @@ func TestKernelsOverTheEngineAPI(t *testing.T) {
 // on the server, with the bound a graph plan holds for (the pool's, not the
 // context length), the page table's room and the plan's key, the plan the
 // registry's for that request; a step no engine sends is refused naming
-// the field.
+// the field. Queries offered split are planned split where the catalog's
+// kernel takes them so.
 func TestPlanStepOverTheEngineAPI(t *testing.T) {
 	c, reg := kernelServer(t, &gpuBackend{})
 	ctx := testContext(t)
@@ -156,6 +158,14 @@ func TestPlanStepOverTheEngineAPI(t *testing.T) {
 	if err != nil || p.Reads != sp.Plan.Reads {
 		t.Fatalf("PlanKernel of the step's request: %v", err)
 	}
+	// Queries offered split, to a kernel that takes them so: a plan of
+	// q_nope and q_rope, under another key.
+	split := step
+	split.QuerySplit = true
+	ss, err := c.PlanStep(ctx, &split)
+	if err != nil || !ss.Request.QuerySplit || ss.Key == sp.Key || slices.ContainsFunc(ss.Plan.Tensors, func(s core.TensorSpec) bool { return s.Name == "q" }) {
+		t.Errorf("a step offering split queries: %v", err)
+	}
 	bad := step
 	bad.Pool.ContextLen = 0
 	if _, err := c.PlanStep(ctx, &bad); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "pool.context_len") {
@@ -170,11 +180,13 @@ func TestPlanStepOverTheEngineAPI(t *testing.T) {
 
 // TestKernelsPlanOnlyForWhatPlansWereMadeFor runs serve's Kernels
 // service over the real liar plugin told to ignore the cache dtype (or
-// the top-k) of a plan request: an FP8 (a sparse) request, asked as a
-// plan request (PlanKernel) or as an engine's step (PlanStep), gets no
-// plan, naming what the catalog lacks when it lists a bf16 cache (a dense
-// kernel), and the tensor the plan never reads when the catalog claims
-// it; the bf16 dense step still gets its plan.
+// the top-k, the split queries) of a plan request: an FP8 (a sparse, a
+// split) request, asked as a plan request (PlanKernel) or as an engine's
+// step (PlanStep), gets no plan, naming what the catalog lacks when it
+// lists a bf16 cache (a dense kernel), and the tensor the plan never reads
+// (or reads undeclared) when the catalog claims it; the bf16 dense step
+// still gets its plan, and a step that offers split queries to a kernel
+// without them gets the plan of whole ones.
 func TestKernelsPlanOnlyForWhatPlansWereMadeFor(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := testbin.BuildTestPlugin(dir, "liar"); err != nil {
@@ -194,6 +206,8 @@ func TestKernelsPlanOnlyForWhatPlansWereMadeFor(t *testing.T) {
 	fp8Plan.KVDType, fp8Step.Pool.KVDType = "fp8_e4m3", "fp8_e4m3"
 	sparsePlan, sparseStep := *plan, step
 	sparsePlan.Dims.TopK, sparseStep.Model.IndexTopK = 2048, 2048
+	splitPlan, splitStep := *plan, step
+	splitPlan.QuerySplit, splitStep.QuerySplit = true, true
 	for _, tc := range []struct {
 		lies string
 		plan *core.PlanRequest
@@ -204,6 +218,7 @@ func TestKernelsPlanOnlyForWhatPlansWereMadeFor(t *testing.T) {
 		{"ignores_top_k", &sparsePlan, &sparseStep, "kernel liar_mla_decode is dense, and the request is sparse (dims.top_k 2048)"},
 		{"ignores_kv_dtype,catalog_fp8", &fp8Plan, &fp8Step, `no launch binds tensor "kv_scale", and the request's KV cache is kv_dtype fp8_e4m3`},
 		{"ignores_top_k,catalog_sparse", &sparsePlan, &sparseStep, `no launch binds tensor "topk_indices", and the request is sparse (dims.top_k 2048)`},
+		{"ignores_query_split,catalog_split", &splitPlan, &splitStep, `binds tensor "q", which the plan does not declare`},
 	} {
 		t.Run(tc.lies, func(t *testing.T) {
 			t.Setenv("ATTNPLUG_LIE", tc.lies)
@@ -225,6 +240,14 @@ func TestKernelsPlanOnlyForWhatPlansWereMadeFor(t *testing.T) {
 			}
 			if sp, err := c.PlanStep(ctx, &step); err != nil || sp.Plan.Kernel != "liar_mla_decode" {
 				t.Errorf("the bf16 dense step: %v", err)
+			}
+			if strings.Contains(tc.lies, "catalog_split") {
+				return
+			}
+			// Queries offered split to a kernel that takes them whole: the
+			// plan of whole queries.
+			if sp, err := c.PlanStep(ctx, &splitStep); err != nil || sp.Request.QuerySplit || !slices.ContainsFunc(sp.Plan.Tensors, func(s core.TensorSpec) bool { return s.Name == "q" }) {
+				t.Errorf("a step offering split queries to a kernel without query_split: %v", err)
 			}
 		})
 	}

@@ -80,6 +80,11 @@ func checkValue(a core.Arg, p core.Param, b bindings) error {
 			return fmt.Errorf("is %s, bound to a struct", p.Kind)
 		}
 		return checkStruct(a.Fields, p.Size, b)
+	case core.ArgStride:
+		if p.Kind != core.ParamI64 {
+			return fmt.Errorf("is %s, bound to a stride (an i64)", p.Kind)
+		}
+		return checkStride(a, b)
 	}
 	return fmt.Errorf("unknown argument kind %q", a.Kind)
 }
@@ -103,6 +108,19 @@ func checkAddress(a core.Arg, b bindings) error {
 		if a.Offset < 0 || a.Offset > b.workspace {
 			return fmt.Errorf("offset %d is outside the workspace of %d bytes", a.Offset, b.workspace)
 		}
+	}
+	return nil
+}
+
+// checkStride checks an ArgStride: a dimension of a tensor the plan
+// declares.
+func checkStride(a core.Arg, b bindings) error {
+	t, ok := b.tensors[a.Name]
+	switch {
+	case !ok:
+		return fmt.Errorf("a stride of tensor %q, which the plan does not declare", a.Name)
+	case a.Dim < 0 || a.Dim >= len(t.Shape):
+		return fmt.Errorf("the stride of dimension %d of tensor %q, which has %d", a.Dim, a.Name, len(t.Shape))
 	}
 	return nil
 }
@@ -138,12 +156,14 @@ func checkStruct(fields []core.Field, size int, b bindings) error {
 		switch {
 		case (a.Kind == core.ArgTensor || a.Kind == core.ArgMeta || a.Kind == core.ArgWorkspace) && f.Size == 8:
 			kind = core.ParamPtr
+		case a.Kind == core.ArgStride && f.Size == 8:
+			kind = core.ParamI64
 		case a.Kind == core.ArgInt && (f.Size == 4 || f.Size == 8):
 			kind = map[uint32]core.ParamKind{4: core.ParamI32, 8: core.ParamI64}[f.Size]
 		case a.Kind == core.ArgFloat && (f.Size == 4 || f.Size == 8):
 			kind = core.ParamF32
 		default:
-			return fmt.Errorf("field %d: a %s field of %d bytes (addresses take 8, integers and floats 4 or 8)", k, a.Kind, f.Size)
+			return fmt.Errorf("field %d: a %s field of %d bytes (addresses and strides take 8, integers and floats 4 or 8)", k, a.Kind, f.Size)
 		}
 		if uint64(f.Offset)+uint64(f.Size) > uint64(size) || f.Offset%f.Size != 0 {
 			return fmt.Errorf("field %d: %d bytes at offset %d, outside the struct of %d bytes or not aligned", k, f.Size, f.Offset, size)
@@ -160,6 +180,12 @@ func checkStruct(fields []core.Field, size int, b bindings) error {
 			err = checkAddress(a, b)
 		case core.ParamF32:
 			err = checkFloat(a.Float)
+		case core.ParamI64:
+			if a.Kind == core.ArgStride {
+				err = checkStride(a, b)
+			} else {
+				err = checkInt(a.Int, kind)
+			}
 		default:
 			err = checkInt(a.Int, kind)
 		}
@@ -206,6 +232,9 @@ func checkTensorMap(a core.Arg, b bindings) error {
 	}
 	if _, ok := TensorMapDType(t.DType); !ok {
 		return fmt.Errorf("a TMA descriptor over %q, whose dtype %s TMA does not load", a.Name, t.DType)
+	}
+	if t.Strided {
+		return fmt.Errorf("a TMA descriptor over %q, a strided tensor (its descriptor is encoded for the row-major shape)", a.Name)
 	}
 	view := TensorMapView(m, t)
 	count := func(dims []int64) int64 {

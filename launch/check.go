@@ -111,7 +111,8 @@ func Check(p *core.Plan, req *core.PlanRequest, modules []core.KernelModule, dev
 }
 
 // boundTensors returns the tensors some launch of p binds: by address
-// (ArgTensor, or a struct field of one) or through a TMA descriptor.
+// (ArgTensor, or a struct field of one) or through a TMA descriptor. (An
+// ArgStride reads a tensor's strides, not its data.)
 func boundTensors(p *core.Plan) map[string]bool {
 	bound := map[string]bool{}
 	for _, l := range p.Launches {
@@ -241,6 +242,9 @@ func checkTensors(p *core.Plan, req *core.PlanRequest) error {
 		g, ok := got[w.Name]
 		if !ok {
 			return refuse(-1, "tensor %q is not declared%s", w.Name, because(w.Name))
+		}
+		if g.Strided != w.Strided {
+			return refuse(-1, "tensor %q declared strided %t, the layout's is strided %t", w.Name, g.Strided, w.Strided)
 		}
 		if g.DType != w.DType || !slices.Equal(g.Shape, w.Shape) || g.Output != w.Output {
 			note := because(w.Name)

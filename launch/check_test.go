@@ -63,10 +63,10 @@ func TestCheckRefusesLyingPlans(t *testing.T) {
 			p.Launches[0].Args = append(p.Launches[0].Args, core.Arg{Param: "evil", Kind: core.ArgInt})
 		}},
 		{"undeclared tensor", "does not declare", func(p *core.Plan, r *core.PlanRequest) {
-			setArg(p, "q", func(a *core.Arg) { a.Name = "weights" })
+			setArg(p, "q_nope", func(a *core.Arg) { a.Name = "weights" })
 		}},
 		{"pointer as integer", "bound to an integer", func(p *core.Plan, r *core.PlanRequest) {
-			setArg(p, "q", func(a *core.Arg) { *a = core.Arg{Param: "q", Kind: core.ArgInt, Int: 0xdead} })
+			setArg(p, "q_nope", func(a *core.Arg) { *a = core.Arg{Param: "q_nope", Kind: core.ArgInt, Int: 0xdead} })
 		}},
 		{"integer overflow", "does not fit an i32", func(p *core.Plan, r *core.PlanRequest) {
 			setArg(p, "heads", func(a *core.Arg) { a.Int = 1 << 40 })

@@ -121,7 +121,7 @@ func TestCheckHopperLaunches(t *testing.T) {
 		{"field of an undeclared tensor", "does not declare", func(p *core.Plan, dev *core.DeviceInfo, m *core.KernelModule) {
 			arg(p, "params").Fields[0].Arg.Name = "weights"
 		}},
-		{"address field of 4 bytes", "addresses take 8", func(p *core.Plan, dev *core.DeviceInfo, m *core.KernelModule) {
+		{"address field of 4 bytes", "addresses and strides take 8", func(p *core.Plan, dev *core.DeviceInfo, m *core.KernelModule) {
 			arg(p, "params").Fields[0].Size = 4
 		}},
 		{"parameters beyond 4 KiB", "more than 4096", func(p *core.Plan, dev *core.DeviceInfo, m *core.KernelModule) {

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/attnplug/attnplug/core"
 )
@@ -61,6 +62,10 @@ func CheckRequest(req *core.PlanRequest) error {
 		return bad("device.sms %d is outside [0, %d]", req.Device.SMs, MaxSMs)
 	case s.PrefixChunk && req.Method != core.MHAChunkedKV:
 		return bad("shape.prefix_chunk: a prefix chunk is a pass of MHA_CHUNKED_KV, the method is %s", req.Method)
+	case req.QuerySplit && req.Method != core.MLA:
+		return bad("query_split: queries split into q_nope and q_rope are MLA's, the method is %s", req.Method)
+	case req.QuerySplit && d.HeadDimV >= d.HeadDimQK:
+		return bad("query_split: dims.head_dim_v %d leaves no rope columns of dims.head_dim_qk %d to split off", d.HeadDimV, d.HeadDimQK)
 	}
 	paged := req.Method == core.MLA
 	if paged {
@@ -172,6 +177,13 @@ func PagesPerRequest(req *core.PlanRequest) int64 {
 //	out        [tokens, heads, head_dim_v]     dtype   output
 //	lse        [tokens, heads]                 f32     natural log-sum-exp of the scaled scores
 //
+// A request with QuerySplit binds, instead of q, its two parts as
+// DeepSeek's absorbed attention leaves them, each strided
+// (core.TensorSpec.Strided: any row strides, read through ArgStride):
+//
+//	q_nope     [tokens, heads, head_dim_v]     dtype   the first head_dim_v columns of q
+//	q_rope     [tokens, heads, head_dim_qk-head_dim_v] dtype the rest (the rotated part)
+//
 // tokens is the sum of the query lengths; kv_indptr[i+1]-kv_indptr[i] is
 // ceil(seq_lens[i]/page_size), the layout of sglang's triton and
 // flashinfer backends (with page size 1, one index per token). pages is
@@ -222,7 +234,13 @@ func Tensors(req *core.PlanRequest) ([]core.TensorSpec, error) {
 	}
 	kvd := req.CacheDType()
 	cache := core.TensorSpec{Name: "kv_cache", DType: kvd, Shape: []int64{int64(s.NumPages), int64(s.PageSize), int64(d.HeadDimQK)}}
-	q := core.TensorSpec{Name: "q", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimQK)}}
+	qs := []core.TensorSpec{{Name: "q", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimQK)}}}
+	if req.QuerySplit {
+		qs = []core.TensorSpec{
+			{Name: "q_nope", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimV)}, Strided: true},
+			{Name: "q_rope", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimQK - d.HeadDimV)}, Strided: true},
+		}
+	}
 	outs := []core.TensorSpec{
 		{Name: "out", DType: req.DType, Shape: []int64{tokens, h, int64(d.HeadDimV)}, Output: true},
 		{Name: "lse", DType: "f32", Shape: []int64{tokens, h}, Output: true},
@@ -231,14 +249,14 @@ func Tensors(req *core.PlanRequest) ([]core.TensorSpec, error) {
 		if core.DTypeSize(kvd) == 1 {
 			cache.Shape[2] = SparseFP8RowBytes(d)
 		}
-		return append([]core.TensorSpec{q, cache, {Name: "topk_indices", DType: "i32", Shape: []int64{tokens, int64(d.TopK)}}}, outs...), nil
+		return slices.Concat(qs, []core.TensorSpec{cache, {Name: "topk_indices", DType: "i32", Shape: []int64{tokens, int64(d.TopK)}}}, outs), nil
 	}
-	ts := []core.TensorSpec{q, cache,
-		{Name: "kv_indptr", DType: "i32", Shape: []int64{b + 1}},
-		{Name: "kv_indices", DType: "i32", Shape: []int64{pages}},
-		{Name: "seq_lens", DType: "i32", Shape: []int64{b}},
-		{Name: "qo_indptr", DType: "i32", Shape: []int64{b + 1}},
-	}
+	ts := append(qs, cache,
+		core.TensorSpec{Name: "kv_indptr", DType: "i32", Shape: []int64{b + 1}},
+		core.TensorSpec{Name: "kv_indices", DType: "i32", Shape: []int64{pages}},
+		core.TensorSpec{Name: "seq_lens", DType: "i32", Shape: []int64{b}},
+		core.TensorSpec{Name: "qo_indptr", DType: "i32", Shape: []int64{b + 1}},
+	)
 	if core.DTypeSize(kvd) == 1 {
 		ts = append(ts, core.TensorSpec{Name: "kv_scale", DType: "f32", Shape: []int64{1}})
 	}

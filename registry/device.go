@@ -495,14 +495,26 @@ func (c *planCache) put(k core.PlanKey, o planOutcome) {
 // (core.StepRequest.PlanRequest: the one place an engine's facts become a
 // plan request), planned and checked as PlanKernel plans and checks, with
 // the bound the plan holds for, the page table's room per request and the
-// plan's key. The errors are PlanKernel's, and core.ErrInvalidRequest,
+// plan's key. Queries the step offers split (core.StepRequest.QuerySplit)
+// are asked split of a kernel whose catalog entry takes them, and whole of
+// another. The errors are PlanKernel's, and core.ErrInvalidRequest,
 // naming the field, for a step no engine sends.
 func (r *Registry) PlanStep(ctx context.Context, s *core.StepRequest) (*core.StepPlan, error) {
 	req, bound, err := s.PlanRequest()
 	if err != nil {
 		return nil, err
 	}
-	plan, err := r.PlanKernel(ctx, &req)
+	if err := launch.CheckRequest(&req); err != nil {
+		return nil, err
+	}
+	rt, err := r.deviceBackend(req.Backend)
+	if err != nil {
+		return nil, err
+	}
+	if k, ok := rt.handler.Kernel(req.Method); req.QuerySplit && (!ok || !k.QuerySplit) {
+		req.QuerySplit = false // offered, and the kernel takes its queries whole
+	}
+	plan, err := r.planKernel(ctx, &req, rt)
 	if err != nil {
 		return nil, err
 	}

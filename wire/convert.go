@@ -448,6 +448,7 @@ func kernelsToProto(ks []core.Kernel) []*pb.Kernel {
 			CudaGraph:    k.CUDAGraph,
 			Sparse:       k.Sparse,
 			PrefixChunks: k.PrefixChunks,
+			QuerySplit:   k.QuerySplit,
 		}
 		for _, d := range k.HeadDims {
 			pk.HeadDims = append(pk.HeadDims, int32(d))
@@ -480,6 +481,7 @@ func kernelsFromProto(ks []*pb.Kernel) ([]core.Kernel, error) {
 			CUDAGraph:    pk.GetCudaGraph(),
 			Sparse:       pk.GetSparse(),
 			PrefixChunks: pk.GetPrefixChunks(),
+			QuerySplit:   pk.GetQuerySplit(),
 		}
 		for _, d := range pk.GetHeadDims() {
 			k.HeadDims = append(k.HeadDims, int(d))

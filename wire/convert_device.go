@@ -137,9 +137,10 @@ func planRequestToProto(r *core.PlanRequest) *pb.PlanKernelRequest {
 			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages), ChunkCapacity: int64(r.Shape.ChunkCapacity),
 			MaxSeqLen: r.Shape.MaxSeqLen, PrefixChunk: r.Shape.PrefixChunk,
 		},
-		Device:  deviceToProto(r.Device),
-		Graph:   r.Graph,
-		KvDtype: r.KVDType,
+		Device:     deviceToProto(r.Device),
+		Graph:      r.Graph,
+		KvDtype:    r.KVDType,
+		QuerySplit: r.QuerySplit,
 	}
 }
 
@@ -181,16 +182,17 @@ func planRequestFromProto(r *pb.PlanKernelRequest) (core.PlanRequest, error) {
 			PageSize: int(s.GetPageSize()), NumPages: int(s.GetNumPages()), ChunkCapacity: int(s.GetChunkCapacity()),
 			MaxSeqLen: s.GetMaxSeqLen(), PrefixChunk: s.GetPrefixChunk(),
 		},
-		Device:  dev,
-		Graph:   r.GetGraph(),
-		KVDType: r.GetKvDtype(),
+		Device:     dev,
+		Graph:      r.GetGraph(),
+		KVDType:    r.GetKvDtype(),
+		QuerySplit: r.GetQuerySplit(),
 	}, nil
 }
 
 func planToProto(p *core.Plan) *pb.Plan {
 	out := &pb.Plan{Kernel: p.Kernel, WorkspaceBytes: p.WorkspaceBytes, Note: p.Note, Reads: uint32(p.Reads)}
 	for _, t := range p.Tensors {
-		out.Tensors = append(out.Tensors, &pb.TensorSpec{Name: t.Name, Dtype: t.DType, Shape: t.Shape, Output: t.Output})
+		out.Tensors = append(out.Tensors, &pb.TensorSpec{Name: t.Name, Dtype: t.DType, Shape: t.Shape, Output: t.Output, Strided: t.Strided})
 	}
 	for _, m := range p.Metadata {
 		out.Metadata = append(out.Metadata, &pb.MetaBuffer{Name: m.Name, Int32S: m.Int32s})
@@ -223,7 +225,7 @@ func planFromProto(p *pb.Plan) (*core.Plan, error) {
 	}
 	out := &core.Plan{Kernel: p.GetKernel(), WorkspaceBytes: p.GetWorkspaceBytes(), Note: p.GetNote(), Reads: core.PlanReads(p.GetReads())}
 	for _, t := range p.GetTensors() {
-		out.Tensors = append(out.Tensors, core.TensorSpec{Name: t.GetName(), DType: t.GetDtype(), Shape: t.GetShape(), Output: t.GetOutput()})
+		out.Tensors = append(out.Tensors, core.TensorSpec{Name: t.GetName(), DType: t.GetDtype(), Shape: t.GetShape(), Output: t.GetOutput(), Strided: t.GetStrided()})
 	}
 	for _, m := range p.GetMetadata() {
 		out.Metadata = append(out.Metadata, core.MetaBuffer{Name: m.GetName(), Int32s: m.GetInt32S()})
@@ -255,7 +257,7 @@ func planFromProto(p *pb.Plan) (*core.Plan, error) {
 // argToProto returns the wire form of a launch argument, its TMA map and
 // struct fields included.
 func argToProto(a core.Arg) *pb.LaunchArg {
-	out := &pb.LaunchArg{Param: a.Param, Kind: string(a.Kind), Name: a.Name, Offset: a.Offset, IntValue: a.Int, FloatValue: a.Float}
+	out := &pb.LaunchArg{Param: a.Param, Kind: string(a.Kind), Name: a.Name, Offset: a.Offset, IntValue: a.Int, FloatValue: a.Float, Dim: int32(a.Dim)}
 	if m := a.Map; m != nil {
 		out.Map = &pb.TensorMap{View: m.View, Box: m.Box, Swizzle: m.Swizzle, L2Promotion: m.L2Promotion, OobNan: m.OOBNaN}
 	}
@@ -270,7 +272,7 @@ func argToProto(a core.Arg) *pb.LaunchArg {
 // host refuses any other).
 func argFromProto(a *pb.LaunchArg, fields bool) core.Arg {
 	out := core.Arg{Param: a.GetParam(), Kind: core.ArgKind(a.GetKind()), Name: a.GetName(), Offset: a.GetOffset(),
-		Int: a.GetIntValue(), Float: a.GetFloatValue()}
+		Int: a.GetIntValue(), Float: a.GetFloatValue(), Dim: int(a.GetDim())}
 	if m := a.GetMap(); m != nil {
 		out.Map = &core.TensorMap{View: m.GetView(), Box: m.GetBox(), Swizzle: m.GetSwizzle(), L2Promotion: m.GetL2Promotion(), OOBNaN: m.GetOobNan()}
 	}

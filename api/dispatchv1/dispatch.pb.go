@@ -2428,7 +2428,12 @@ type PlanKernelRequest struct {
 	Graph bool `protobuf:"varint,7,opt,name=graph,proto3" json:"graph,omitempty"`
 	// The KV cache's dtype when it differs from dtype ("fp8_e4m3"); empty:
 	// dtype.
-	KvDtype       string `protobuf:"bytes,8,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
+	KvDtype string `protobuf:"bytes,8,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
+	// MLA only: the host binds the queries in two strided parts, q_nope
+	// (the first head_dim_v columns) and q_rope (the rest), as DeepSeek's
+	// absorbed attention leaves them. Asked only of a kernel whose catalog
+	// entry has query_split.
+	QuerySplit    bool `protobuf:"varint,9,opt,name=query_split,json=querySplit,proto3" json:"query_split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2519,6 +2524,13 @@ func (x *PlanKernelRequest) GetKvDtype() string {
 	return ""
 }
 
+func (x *PlanKernelRequest) GetQuerySplit() bool {
+	if x != nil {
+		return x.QuerySplit
+	}
+	return false
+}
+
 // TensorSpec is a tensor the host binds to a plan.
 type TensorSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2527,7 +2539,11 @@ type TensorSpec struct {
 	Dtype string  `protobuf:"bytes,2,opt,name=dtype,proto3" json:"dtype,omitempty"`
 	Shape []int64 `protobuf:"varint,3,rep,packed,name=shape,proto3" json:"shape,omitempty"`
 	// Whether the launches write it.
-	Output        bool `protobuf:"varint,4,opt,name=output,proto3" json:"output,omitempty"`
+	Output bool `protobuf:"varint,4,opt,name=output,proto3" json:"output,omitempty"`
+	// A view the host may bind with any row strides (the last dimension
+	// contiguous, the others multiples of 16 bytes): the launches read its
+	// strides through "stride" arguments.
+	Strided       bool `protobuf:"varint,5,opt,name=strided,proto3" json:"strided,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2586,6 +2602,13 @@ func (x *TensorSpec) GetShape() []int64 {
 func (x *TensorSpec) GetOutput() bool {
 	if x != nil {
 		return x.Output
+	}
+	return false
+}
+
+func (x *TensorSpec) GetStrided() bool {
+	if x != nil {
+		return x.Strided
 	}
 	return false
 }
@@ -2717,7 +2740,8 @@ type LaunchArg struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Param string                 `protobuf:"bytes,1,opt,name=param,proto3" json:"param,omitempty"`
 	// "tensor", "meta", "workspace", "int", "float", "tensormap" (a TMA
-	// descriptor the host encodes over tensor name) or "struct" (fields).
+	// descriptor the host encodes over tensor name), "struct" (fields) or
+	// "stride" (of tensor name's dimension dim).
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// The tensor or metadata buffer, for "tensor", "meta" and "tensormap".
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
@@ -2728,7 +2752,10 @@ type LaunchArg struct {
 	// A "tensormap"'s descriptor.
 	Map *TensorMap `protobuf:"bytes,7,opt,name=map,proto3" json:"map,omitempty"`
 	// A "struct"'s fields.
-	Fields        []*StructField `protobuf:"bytes,8,rep,name=fields,proto3" json:"fields,omitempty"`
+	Fields []*StructField `protobuf:"bytes,8,rep,name=fields,proto3" json:"fields,omitempty"`
+	// The dimension of a "stride" argument (the element stride of tensor
+	// name's dimension dim as bound at the launch), outermost 0.
+	Dim           int32 `protobuf:"varint,9,opt,name=dim,proto3" json:"dim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2817,6 +2844,13 @@ func (x *LaunchArg) GetFields() []*StructField {
 		return x.Fields
 	}
 	return nil
+}
+
+func (x *LaunchArg) GetDim() int32 {
+	if x != nil {
+		return x.Dim
+	}
+	return 0
 }
 
 // TensorMap is a TMA descriptor's tiled view of a tensor.
@@ -3540,12 +3574,17 @@ type PlanStepRequest struct {
 	// The name whose plugin's kernels run the step.
 	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
 	// The batch's forward mode, and the method the dispatch answered for it.
-	Mode          ForwardMode `protobuf:"varint,2,opt,name=mode,proto3,enum=attnplug.dispatch.v1.ForwardMode" json:"mode,omitempty"`
-	Method        Method      `protobuf:"varint,3,opt,name=method,proto3,enum=attnplug.dispatch.v1.Method" json:"method,omitempty"`
-	Model         *StepModel  `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
-	Pool          *StepPool   `protobuf:"bytes,5,opt,name=pool,proto3" json:"pool,omitempty"`
-	Batch         *StepBatch  `protobuf:"bytes,6,opt,name=batch,proto3" json:"batch,omitempty"`
-	Device        *DeviceInfo `protobuf:"bytes,7,opt,name=device,proto3" json:"device,omitempty"`
+	Mode   ForwardMode `protobuf:"varint,2,opt,name=mode,proto3,enum=attnplug.dispatch.v1.ForwardMode" json:"mode,omitempty"`
+	Method Method      `protobuf:"varint,3,opt,name=method,proto3,enum=attnplug.dispatch.v1.Method" json:"method,omitempty"`
+	Model  *StepModel  `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	Pool   *StepPool   `protobuf:"bytes,5,opt,name=pool,proto3" json:"pool,omitempty"`
+	Batch  *StepBatch  `protobuf:"bytes,6,opt,name=batch,proto3" json:"batch,omitempty"`
+	Device *DeviceInfo `protobuf:"bytes,7,opt,name=device,proto3" json:"device,omitempty"`
+	// The engine offers to bind an MLA step's queries split (q_nope and
+	// q_rope, where DeepSeek's absorbed attention leaves them): the plan
+	// takes them so where the backend's kernel does, and whole otherwise;
+	// the plan's tensors say which.
+	QuerySplit    bool `protobuf:"varint,8,opt,name=query_split,json=querySplit,proto3" json:"query_split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3627,6 +3666,13 @@ func (x *PlanStepRequest) GetDevice() *DeviceInfo {
 		return x.Device
 	}
 	return nil
+}
+
+func (x *PlanStepRequest) GetQuerySplit() bool {
+	if x != nil {
+		return x.QuerySplit
+	}
+	return false
 }
 
 type PlanStepResponse struct {
@@ -3867,7 +3913,7 @@ const file_dispatch_proto_rawDesc = "" +
 	"\n" +
 	"head_dim_v\x18\x03 \x01(\x05R\bheadDimV\x12#\n" +
 	"\rsoftmax_scale\x18\x04 \x01(\x01R\fsoftmaxScale\x12\x13\n" +
-	"\x05top_k\x18\x05 \x01(\x05R\x04topK\"\xcf\x02\n" +
+	"\x05top_k\x18\x05 \x01(\x05R\x04topK\"\xf0\x02\n" +
 	"\x11PlanKernelRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x124\n" +
 	"\x06method\x18\x02 \x01(\x0e2\x1c.attnplug.dispatch.v1.MethodR\x06method\x12\x14\n" +
@@ -3876,13 +3922,16 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x05shape\x18\x05 \x01(\v2\x1f.attnplug.dispatch.v1.PlanShapeR\x05shape\x128\n" +
 	"\x06device\x18\x06 \x01(\v2 .attnplug.dispatch.v1.DeviceInfoR\x06device\x12\x14\n" +
 	"\x05graph\x18\a \x01(\bR\x05graph\x12\x19\n" +
-	"\bkv_dtype\x18\b \x01(\tR\akvDtype\"d\n" +
+	"\bkv_dtype\x18\b \x01(\tR\akvDtype\x12\x1f\n" +
+	"\vquery_split\x18\t \x01(\bR\n" +
+	"querySplit\"~\n" +
 	"\n" +
 	"TensorSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12\x14\n" +
 	"\x05shape\x18\x03 \x03(\x03R\x05shape\x12\x16\n" +
-	"\x06output\x18\x04 \x01(\bR\x06output\"8\n" +
+	"\x06output\x18\x04 \x01(\bR\x06output\x12\x18\n" +
+	"\astrided\x18\x05 \x01(\bR\astrided\"8\n" +
 	"\n" +
 	"MetaBuffer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -3891,7 +3940,7 @@ const file_dispatch_proto_rawDesc = "" +
 	"\arequest\x18\x01 \x01(\x05R\arequest\x12\x19\n" +
 	"\bkv_begin\x18\x02 \x01(\x05R\akvBegin\x12\x15\n" +
 	"\x06kv_end\x18\x03 \x01(\x05R\x05kvEnd\x12\x14\n" +
-	"\x05split\x18\x04 \x01(\x05R\x05split\"\x8d\x02\n" +
+	"\x05split\x18\x04 \x01(\x05R\x05split\"\x9f\x02\n" +
 	"\tLaunchArg\x12\x14\n" +
 	"\x05param\x18\x01 \x01(\tR\x05param\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -3901,7 +3950,8 @@ const file_dispatch_proto_rawDesc = "" +
 	"\vfloat_value\x18\x06 \x01(\x01R\n" +
 	"floatValue\x121\n" +
 	"\x03map\x18\a \x01(\v2\x1f.attnplug.dispatch.v1.TensorMapR\x03map\x129\n" +
-	"\x06fields\x18\b \x03(\v2!.attnplug.dispatch.v1.StructFieldR\x06fields\"\x87\x01\n" +
+	"\x06fields\x18\b \x03(\v2!.attnplug.dispatch.v1.StructFieldR\x06fields\x12\x10\n" +
+	"\x03dim\x18\t \x01(\x05R\x03dim\"\x87\x01\n" +
 	"\tTensorMap\x12\x12\n" +
 	"\x04view\x18\x01 \x03(\x03R\x04view\x12\x10\n" +
 	"\x03box\x18\x02 \x03(\rR\x03box\x12\x18\n" +
@@ -3961,7 +4011,7 @@ const file_dispatch_proto_rawDesc = "" +
 	"\bseq_lens\x18\x04 \x03(\x03R\aseqLens\x12\x15\n" +
 	"\x06q_lens\x18\x05 \x03(\x03R\x05qLens\x12%\n" +
 	"\x0echunk_capacity\x18\x06 \x01(\x03R\rchunkCapacity\x12!\n" +
-	"\fprefix_chunk\x18\a \x01(\bR\vprefixChunk\"\xf4\x02\n" +
+	"\fprefix_chunk\x18\a \x01(\bR\vprefixChunk\"\x95\x03\n" +
 	"\x0fPlanStepRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x125\n" +
 	"\x04mode\x18\x02 \x01(\x0e2!.attnplug.dispatch.v1.ForwardModeR\x04mode\x124\n" +
@@ -3969,7 +4019,9 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x05model\x18\x04 \x01(\v2\x1f.attnplug.dispatch.v1.StepModelR\x05model\x122\n" +
 	"\x04pool\x18\x05 \x01(\v2\x1e.attnplug.dispatch.v1.StepPoolR\x04pool\x125\n" +
 	"\x05batch\x18\x06 \x01(\v2\x1f.attnplug.dispatch.v1.StepBatchR\x05batch\x128\n" +
-	"\x06device\x18\a \x01(\v2 .attnplug.dispatch.v1.DeviceInfoR\x06device\"\xd1\x01\n" +
+	"\x06device\x18\a \x01(\v2 .attnplug.dispatch.v1.DeviceInfoR\x06device\x12\x1f\n" +
+	"\vquery_split\x18\b \x01(\bR\n" +
+	"querySplit\"\xd1\x01\n" +
 	"\x10PlanStepResponse\x12A\n" +
 	"\arequest\x18\x01 \x01(\v2'.attnplug.dispatch.v1.PlanKernelRequestR\arequest\x12.\n" +
 	"\x04plan\x18\x02 \x01(\v2\x1a.attnplug.dispatch.v1.PlanR\x04plan\x12\x1e\n" +

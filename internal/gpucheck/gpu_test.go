@@ -113,6 +113,11 @@ func TestMLADecodeRandom(t *testing.T) {
 		{Name: "extend 1000 over 300", Heads: 16, PageSize: 64, SeqLens: []int64{1300, 300, 4097}, QLens: []int64{1000, 2, 129}, Seed: 12},
 		{Name: "extend 300, graph", Heads: 128, PageSize: 1, SeqLens: []int64{2300, 65, 9000}, QLens: []int64{300, 65, 64}, Seed: 13, Graph: true, MaxSeqLen: 10000},
 		{Name: "extend 8192 over 3000", Heads: 16, PageSize: 64, SeqLens: []int64{11192}, QLens: []int64{8192}, Seed: 14},
+		// Queries in two parts, q_nope and q_rope (QuerySplit), as
+		// sglang's DeepSeek layers leave them.
+		{Name: "split decode", Heads: 128, PageSize: 64, SeqLens: []int64{5000, 33, 4097}, QLens: []int64{1, 1, 1}, Seed: 15, Split: true},
+		{Name: "split verify, graph", Heads: 16, PageSize: 1, SeqLens: []int64{700, 9000}, QLens: []int64{4, 4}, Seed: 16, Split: true, Graph: true, MaxSeqLen: 10000},
+		{Name: "split extend 300", Heads: 64, PageSize: 64, SeqLens: []int64{2300, 65}, QLens: []int64{300, 65}, Seed: 17, Split: true},
 	}
 	for _, c := range fixed {
 		backend := dense

@@ -104,7 +104,7 @@ func Source(ctx context.Context, b *Backends) (*registry.Registry, error) {
 
 // RandomCase draws an MLA batch: heads, page size, batch size and query
 // length from the given choices, lengths ragged in [qlen, maxLen] with keys
-// totalling at most maxKeys.
+// totalling at most maxKeys, its queries whole or split (MLA.Split).
 func RandomCase(rng *rand.Rand, name string, heads, pageSizes, batches []int, maxQ int, maxLen, maxKeys int64) devicecheck.MLA {
 	c := devicecheck.MLA{Name: name, Heads: heads[rng.IntN(len(heads))], PageSize: pageSizes[rng.IntN(len(pageSizes))], Seed: rng.Uint64()}
 	n := batches[rng.IntN(len(batches))]
@@ -119,6 +119,7 @@ func RandomCase(rng *rand.Rand, name string, heads, pageSizes, batches []int, ma
 		c.SeqLens = append(c.SeqLens, l)
 		c.QLens = append(c.QLens, q)
 	}
+	c.Split = rng.IntN(2) == 0
 	return c
 }
 

@@ -49,6 +49,8 @@ func TestSparseAndFP8(t *testing.T) {
 		{Name: "fp8 128 heads", Heads: 128, PageSize: 64, SeqLens: []int64{16384, 5}, QLens: []int64{1, 1}, FP8: true, Seed: 13},
 		{Name: "fp8 64 heads page 1", Heads: 64, PageSize: 1, SeqLens: []int64{5000, 17}, QLens: []int64{2, 2}, FP8: true, Seed: 14},
 		{Name: "fp8 graph", Heads: 32, PageSize: 64, SeqLens: []int64{3000, 9000}, QLens: []int64{2, 2}, FP8: true, Seed: 15, Graph: true},
+		{Name: "sparse fp8 split", Heads: 64, PageSize: 64, SeqLens: []int64{7000, 300}, QLens: []int64{2, 2}, TopK: 2048, FP8: true, Seed: 16, Split: true},
+		{Name: "fp8 split graph", Heads: 128, PageSize: 64, SeqLens: []int64{3000, 9000}, QLens: []int64{1, 1}, FP8: true, Seed: 17, Graph: true, Split: true},
 	}
 	for _, c := range fixed {
 		ch := runCase(t, e, quantBackend(c), c, 48)
@@ -62,7 +64,8 @@ func TestSparseAndFP8(t *testing.T) {
 	t.Logf("random cases from seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	for i := range n {
-		c := devicecheck.Quant{Name: "random", Heads: []int{16, 32, 64, 128}[rng.IntN(4)], PageSize: []int{1, 64}[rng.IntN(2)], FP8: rng.IntN(2) == 0, Seed: rng.Uint64(), Graph: rng.IntN(3) == 0}
+		c := devicecheck.Quant{Name: "random", Heads: []int{16, 32, 64, 128}[rng.IntN(4)], PageSize: []int{1, 64}[rng.IntN(2)], FP8: rng.IntN(2) == 0, Seed: rng.Uint64(), Graph: rng.IntN(3) == 0,
+			Split: rng.IntN(2) == 0}
 		if i%3 != 2 {
 			c.TopK = []int{2048, 2048, 512, 77}[rng.IntN(4)]
 			c.Pad = []float64{0, 0, 0.05, 0.5}[rng.IntN(4)]

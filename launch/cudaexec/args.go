@@ -58,6 +58,10 @@ func (pr *Prepared) put(st *step, off, size int, a core.Arg, index map[string]in
 		} else {
 			binary.LittleEndian.PutUint64(buf, math.Float64bits(a.Float))
 		}
+	case core.ArgStride:
+		// This host's buffers hold their tensors row-major (Buffer: an
+		// address and a size), a strided one too.
+		binary.LittleEndian.PutUint64(buf, uint64(rowMajorStride(pr.specs[index[a.Name]].Shape, a.Dim)))
 	case core.ArgStruct:
 		for _, f := range a.Fields {
 			if err := pr.put(st, off+int(f.Offset), int(f.Size), f.Arg, index); err != nil {
@@ -76,6 +80,16 @@ func (pr *Prepared) put(st *step, off, size int, a core.Arg, index map[string]in
 		return fmt.Errorf("unknown argument kind %q", a.Kind)
 	}
 	return nil
+}
+
+// rowMajorStride is the element stride of dimension dim of a row-major
+// tensor of shape.
+func rowMajorStride(shape []int64, dim int) int64 {
+	n := int64(1)
+	for _, d := range shape[dim+1:] {
+		n *= d
+	}
+	return n
 }
 
 // mapArg is a TMA descriptor at byte off of a step's args, over tensor

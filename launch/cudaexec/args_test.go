@@ -61,7 +61,8 @@ func TestAligned(t *testing.T) {
 
 // TestPut: each kind of argument is written where the kernel reads it,
 // in its width: addresses with their offsets, integers and floats of 4
-// and 8 bytes, a struct's fields at their offsets; tensors and TMA
+// and 8 bytes, strides of the row-major buffers, a struct's fields at
+// their offsets; tensors and TMA
 // descriptors are recorded for each launch to write.
 func TestPut(t *testing.T) {
 	pr := &Prepared{
@@ -90,6 +91,9 @@ func TestPut(t *testing.T) {
 			{Offset: 16, Size: 8, Arg: core.Arg{Kind: core.ArgFloat, Float: 1.5}},
 			{Offset: 24, Size: 8, Arg: core.Arg{Kind: core.ArgTensor, Name: "q"}},
 		}}},
+		{80, 8, core.Arg{Kind: core.ArgStride, Name: "q", Dim: 0}},
+		{88, 8, core.Arg{Kind: core.ArgStride, Name: "kv_cache", Dim: 1}},
+		{96, 8, core.Arg{Kind: core.ArgStride, Name: "kv_cache", Dim: 2}},
 		{128, 128, core.Arg{Kind: core.ArgTensorMap, Name: "kv_cache", Map: &core.TensorMap{
 			View: []int64{512, 576}, Box: []uint32{64, 64}, Swizzle: "128B", L2Promotion: "256B"}}},
 	}
@@ -112,6 +116,9 @@ func TestPut(t *testing.T) {
 		{"struct: the workspace", u64(48), 0x20000},
 		{"struct: i32 7", uint64(u32(56)), 7},
 		{"struct: f64 1.5", u64(64), math.Float64bits(1.5)},
+		{"q's token stride", u64(80), 16 * 576},
+		{"the cache's page-row stride", u64(88), 576},
+		{"the innermost stride", u64(96), 1},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: got %#x, want %#x", c.name, c.got, c.want)

@@ -458,7 +458,8 @@ class Client:
         sparse attention), shape (seq_lens, q_lens, page_size,
         num_pages, chunk_capacity, max_seq_len, prefix_chunk: the pass of
         MHA_CHUNKED_KV over one prefix chunk), device (as kernel_modules
-        takes it) and graph. Raises NoPlan when the kernel has no device plan
+        takes it), graph and query_split (MLA's queries bound as q_nope and
+        q_rope, strided; only of a kernel that takes them so). Raises NoPlan when the kernel has no device plan
         for it, ServerError (INVALID_ARGUMENT) for a malformed request."""
         resp = self._call(_KERNELS, "PlanKernel", plan_request_to_proto(request), timeout=max(self.timeout, 30.0))
         return plan_from_proto(resp.plan)
@@ -474,8 +475,11 @@ class Client:
         (page_size, slots, max_tokens, row_width, context_len, kv_dtype:
         "bf16" or "fp8_e4m3"), batch (size, query_tokens, graph, seq_lens,
         q_lens, chunk_capacity, prefix_chunk: MHA_CHUNKED_KV's pass over one
-        prefix chunk, seq_lens its keys in the chunk) and device (as
-        kernel_modules takes it).
+        prefix chunk, seq_lens its keys in the chunk), device (as
+        kernel_modules takes it) and query_split (the engine offers an MLA
+        step's queries in two parts, q_nope and q_rope, where DeepSeek
+        leaves them: the plan takes them so where its kernel does, and
+        whole otherwise; its tensors say which).
         Raises NoPlan when the kernel has no device plan for it,
         ServerError (INVALID_ARGUMENT, naming the field) for a malformed
         step."""
@@ -711,12 +715,15 @@ class KernelModule:
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
-    """A tensor a plan binds: name, dtype (bf16, f32, i32...), shape, and
-    whether the launches write it."""
+    """A tensor a plan binds: name, dtype (bf16, f32, i32...), shape,
+    whether the launches write it, and whether it may be bound as a view
+    (strided: the last dimension contiguous, the other strides multiples of
+    16 bytes; the launches read its strides)."""
     name: str
     dtype: str
     shape: tuple
     output: bool
+    strided: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -744,8 +751,10 @@ class LaunchArg:
     """One parameter's value: kind is tensor (name), meta (name + offset),
     workspace (offset), int (int_value), float (float_value), tensormap (a
     TMA descriptor over tensor name, as map says, encoded at each launch
-    over the tensor bound then) or struct (fields: StructFields, each an
-    address, integer or float; bytes no field covers are zero)."""
+    over the tensor bound then), struct (fields: StructFields, each an
+    address, integer, float or stride; bytes no field covers are zero) or
+    stride (the element stride of dimension dim of tensor name as bound at
+    the launch, an i64)."""
     param: str
     kind: str
     name: str
@@ -754,6 +763,7 @@ class LaunchArg:
     float_value: float
     map: TensorMap = None
     fields: tuple = ()
+    dim: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -819,7 +829,7 @@ def device_to_proto(d):
 
 
 def plan_request_to_proto(r):
-    _check_keys(r, ("backend", "method", "dtype", "kv_dtype", "dims", "shape", "device", "graph"), "plan request")
+    _check_keys(r, ("backend", "method", "dtype", "kv_dtype", "dims", "shape", "device", "graph", "query_split"), "plan request")
     method = r.get("method")
     if method not in METHODS:
         raise _field_error("method", "%r is not one of %s" % (method, ", ".join(METHODS)))
@@ -846,7 +856,8 @@ def plan_request_to_proto(r):
             max_seq_len=_int(shape.get("max_seq_len", 0), "shape.max_seq_len"),
             prefix_chunk=_bool(shape.get("prefix_chunk"), "shape.prefix_chunk")),
         device=device_to_proto(r.get("device") or {}),
-        graph=_bool(r.get("graph"), "graph"))
+        graph=_bool(r.get("graph"), "graph"),
+        query_split=_bool(r.get("query_split"), "query_split"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -864,7 +875,7 @@ class StepPlan:
 
 
 def step_request_to_proto(s):
-    _check_keys(s, ("backend", "mode", "method", "model", "pool", "batch", "device"), "step")
+    _check_keys(s, ("backend", "mode", "method", "model", "pool", "batch", "device", "query_split"), "step")
     method, mode = s.get("method"), s.get("mode")
     if method not in METHODS:
         raise _field_error("method", "%r is not one of %s" % (method, ", ".join(METHODS)))
@@ -892,7 +903,8 @@ def step_request_to_proto(s):
             q_lens=_lens(batch.get("q_lens") or [], "batch.q_lens"),
             chunk_capacity=_int(batch.get("chunk_capacity", 0), "batch.chunk_capacity"),
             prefix_chunk=_bool(batch.get("prefix_chunk"), "batch.prefix_chunk")),
-        device=device_to_proto(s.get("device") or {}))
+        device=device_to_proto(s.get("device") or {}),
+        query_split=_bool(s.get("query_split"), "query_split"))
 
 
 def module_from_proto(m):
@@ -910,13 +922,13 @@ def launch_arg_from_proto(a):
     if a.kind == "tensormap":
         m = TensorMap(tuple(a.map.view), tuple(a.map.box), a.map.swizzle, a.map.l2_promotion, a.map.oob_nan)
     return LaunchArg(a.param, a.kind, a.name, a.offset, a.int_value, a.float_value, m,
-                     tuple(StructField(f.offset, f.size, launch_arg_from_proto(f.value)) for f in a.fields))
+                     tuple(StructField(f.offset, f.size, launch_arg_from_proto(f.value)) for f in a.fields), a.dim)
 
 
 def plan_from_proto(p):
     return Plan(
         kernel=p.kernel,
-        tensors=tuple(TensorSpec(t.name, t.dtype, tuple(t.shape), t.output) for t in p.tensors),
+        tensors=tuple(TensorSpec(t.name, t.dtype, tuple(t.shape), t.output, t.strided) for t in p.tensors),
         metadata={m.name: tuple(m.int32s) for m in p.metadata},
         schedule=tuple((w.request, w.kv_begin, w.kv_end, w.split) for w in p.schedule),
         workspace_bytes=p.workspace_bytes,

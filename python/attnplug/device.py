@@ -660,14 +660,25 @@ class _Step:
             self.config = _LaunchConfig(grid=(ctypes.c_uint32 * 3)(*launch.grid), block=(ctypes.c_uint32 * 3)(*launch.block),
                                         shared=launch.shared_bytes, attrs=ctypes.pointer(self.attr), num_attrs=1)
         # tensor_slots: (ctypes scalar, tensor index); struct_tensors:
-        # (bytes, offset, size, tensor index); maps: the TMA descriptors.
+        # (bytes, offset, size, tensor index); stride_slots: (ctypes
+        # scalar, tensor index, dimension); struct_strides: (bytes, offset,
+        # size, tensor index, dimension); maps: the TMA descriptors.
         self.tensor_slots, self.struct_tensors, self.maps = [], [], []
+        self.stride_slots, self.struct_strides = [], []
         self._keep, pointers = [], []
 
         def tensor(name, what):
             i = index.get(name)
             if i is None:
                 raise CudaError("entry %s: %s names tensor %s, which the plan does not declare" % (launch.entry, what, name))
+            return i
+
+        def stride(a, what):
+            """The index of the tensor whose stride a reads, checked."""
+            i = tensor(a.name, what)
+            if not 0 <= a.dim < len(specs[i].shape):
+                raise CudaError("entry %s: %s is the stride of dimension %d of tensor %s, which has %d"
+                                % (launch.entry, what, a.dim, a.name, len(specs[i].shape)))
             return i
 
         def scalar(a, what):
@@ -691,6 +702,10 @@ class _Step:
                 slot = ctype[kind]()
                 if a.kind == "tensor":
                     self.tensor_slots.append((slot, tensor(a.name, what)))
+                elif a.kind == "stride":
+                    if kind != "i64":
+                        raise CudaError("entry %s: parameter %s is a %s, bound to a stride (an i64)" % (launch.entry, name, kind))
+                    self.stride_slots.append((slot, stride(a, what), a.dim))
                 else:
                     slot.value = scalar(a, what)
                 self._keep.append(slot)
@@ -719,6 +734,8 @@ class _Step:
                     fw = "%s's field at offset %d" % (what, off)
                     if f.kind == "tensor":
                         self.struct_tensors.append((buf, off, n, tensor(f.name, fw)))
+                    elif f.kind == "stride" and n == 8:
+                        self.struct_strides.append((buf, off, n, stride(f, fw), f.dim))
                     else:
                         buf.put(off, n, scalar(f, fw), f.kind == "float")
                 self._keep.append(buf)
@@ -734,15 +751,24 @@ class _Step:
                                    launch.module, launch.entry)
 
     def tensors(self):
-        """The indexes of the tensors the launch reads or writes."""
+        """The indexes of the tensors the launch reads or writes, or whose
+        strides it reads."""
         return ({i for _, i in self.tensor_slots} | {i for _, _, _, i in self.struct_tensors}
-                | {m.tensor for m in self.maps})
+                | {m.tensor for m in self.maps} | self.strided())
 
-    def run(self, drv, tensors, stream):
+    def strided(self):
+        """The indexes of the tensors whose strides the launch reads."""
+        return {i for _, i, _ in self.stride_slots} | {i for _, _, _, i, _ in self.struct_strides}
+
+    def run(self, drv, tensors, strides, stream):
         for slot, i in self.tensor_slots:
             slot.value = tensors[i]
         for buf, off, n, i in self.struct_tensors:
             buf.put(off, n, tensors[i])
+        for slot, i, d in self.stride_slots:
+            slot.value = strides[i][d]
+        for buf, off, n, i, d in self.struct_strides:
+            buf.put(off, n, strides[i][d])
         for m in self.maps:
             m.encode(drv, tensors[m.tensor])
         if self.config is not None:
@@ -766,6 +792,8 @@ class Prepared:
     scheduler reads seq_lens and qo_indptr, not q). Not safe for concurrent
     use."""
 
+    _strided = ()  # the indexes of the tensors whose strides a launch reads
+
     def __init__(self, launcher, plan, request, mods):
         torch = _import_torch()
         self.plan = plan
@@ -783,6 +811,8 @@ class Prepared:
         self._raw_stream = (lambda: raw(index)) if raw is not None else None
         meta = {n: t.data_ptr() for n, t in self.metadata.items()}
         self._steps = [_Step(self._drv, mods, l, self.workspace.data_ptr(), meta, self.specs) for l in plan.launches]
+        # The tensors whose strides a launch reads: read from each bound.
+        self._strided = sorted(set().union(*(st.strided() for st in self._steps)))
         self._torch = torch
         self._reads = {}
         for which, pick in (("all", lambda l: True), ("batch", lambda l: l.per_batch),
@@ -807,6 +837,11 @@ class Prepared:
         self._want = [(t.name, dtypes[t.name], tuple(t.shape)) for t in specs]
         self._seen = [None] * len(specs)
 
+    def declares(self, name):
+        """Whether the plan binds tensor name (such as q_nope: a plan that
+        takes an MLA layer's queries split)."""
+        return name in self._dtypes
+
     def tensors_read(self, which="all"):
         """The names of the tensors the launches read: of all of them, the
         PerBatch ones (which="batch") or the others ("layer")."""
@@ -826,11 +861,12 @@ class Prepared:
         the plan's order), the others are neither checked nor bound
         (address 0)."""
         pick = range(len(self._want)) if only is None else sorted(only)
-        return self._bind(tensors, [(i,) + self._want[i] for i in pick])
+        return self._bind(tensors, [(i,) + self._want[i] for i in pick])[0]
 
     def _bind(self, tensors, want):
         """check's work over want, (index, name, dtype, shape) of the
-        tensors to bind."""
+        tensors to bind: their addresses, and the strides of those whose
+        strides a launch reads (by index, None for the others)."""
         if not tensors.keys() <= self._dtypes.keys():
             for name in tensors:
                 if name not in self._dtypes:
@@ -843,24 +879,40 @@ class Prepared:
             if t is None:
                 raise TensorMismatch("tensor %s: not bound (the plan binds %s)" % (name, ", ".join(s.name for s in self.specs)))
             if t is not seen[i] or t.shape != shape:
-                self._check_one(t, name, want, shape, self.specs[i].dtype)
+                self._check_one(t, name, want, shape, self.specs[i])
                 seen[i] = t
             ptrs[i] = t.data_ptr()
-        return ptrs
+        strides = None
+        if self._strided:
+            strides = [None] * len(self._want)
+            for i in self._strided:
+                t = tensors.get(self._want[i][0])
+                if t is not None:
+                    strides[i] = t.stride()
+        return ptrs, strides
 
-    def _check_one(self, t, name, want, shape, dtype_name):
+    def _check_one(self, t, name, want, shape, spec):
         if want is None or t.dtype != want:
-            raise TensorMismatch("tensor %s: dtype %s, the plan wants %s" % (name, t.dtype, dtype_name))
+            raise TensorMismatch("tensor %s: dtype %s, the plan wants %s" % (name, t.dtype, spec.dtype))
         if tuple(t.shape) != shape:
             raise TensorMismatch("tensor %s: shape %s, the plan wants %s" % (name, tuple(t.shape), shape))
         if t.device != self._device:
             raise TensorMismatch("tensor %s: on %s, the plan runs on %s" % (name, t.device, self._device))
-        if not t.is_contiguous():
-            raise TensorMismatch("tensor %s: not contiguous" % name)
+        if not getattr(spec, "strided", False):
+            if not t.is_contiguous():
+                raise TensorMismatch("tensor %s: not contiguous" % name)
+            return
+        # A strided view: rows of contiguous elements, 16-byte aligned.
+        size = t.element_size()
+        if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise TensorMismatch("tensor %s: strides %s, its last dimension not contiguous" % (name, tuple(t.stride())))
+        if t.data_ptr() % 16 or any(st * size % 16 for st, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1):
+            raise TensorMismatch("tensor %s: strides %s (%d-byte elements) at address %#x: a strided tensor's rows "
+                                 "start at multiples of 16 bytes" % (name, tuple(t.stride()), size, t.data_ptr()))
 
     def _run(self, tensors, stream, which):
         pick, used, want = self._reads[which]
-        ptrs = self._bind(tensors, want)
+        ptrs, strides = self._bind(tensors, want)
         if stream is None:
             stream = self._raw_stream() if self._raw_stream is not None else \
                 self._torch.cuda.current_stream(self._device).cuda_stream
@@ -869,7 +921,7 @@ class Prepared:
         s = ctypes.c_void_p(stream)
         for st in self._steps:
             if pick(st.launch):
-                st.run(self._drv, ptrs, s)
+                st.run(self._drv, ptrs, strides, s)
 
     def launch(self, tensors, stream=None):
         """Runs every launch of the plan, in order."""

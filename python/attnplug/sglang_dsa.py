@@ -295,14 +295,14 @@ class AttnplugDSABackend(AttnplugMLABackend):
             if k_rope is None:
                 k_rope, k = k[..., rank:], k[..., :rank]
             pool.set_mla_kv_buffer(layer, fb.out_cache_loc, k, k_rope)
-        qq = self._query(q, q_rope, tokens)
         cache = pool.get_key_buffer(layer.layer_id)
         kv = cache.view(-1, facts.page_size, cache.shape[-1])
-        out = torch.empty(tokens, heads, rank, dtype=torch.bfloat16, device=qq.device)
+        out = torch.empty(tokens, heads, rank, dtype=torch.bfloat16, device=kv.device)
         if f.space is None:  # the same for every layer of the batch's shape
             f.space = self._index_space(fb.forward_mode)
-        t = {"q": qq, "kv_cache": kv, "topk_indices": self._slots(topk, fb, tokens, f.space), "out": out,
+        t = {"kv_cache": kv, "topk_indices": self._slots(topk, fb, tokens, f.space), "out": out,
              "lse": self._buffer("lse", (tokens, heads), torch.float32)}
+        self._queries(t, f.prepared, q, q_rope, tokens)
         f.prepared.launch(t)
         self._counts[f.path]["plugin"] += 1
         self._extra["sparse_layers"] += 1

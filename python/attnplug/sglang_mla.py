@@ -192,9 +192,11 @@ class _Facts:
 
     def step(self, mode, method, batch):
         """The step of a batch (a dict as Client.plan_step takes it,
-        without backend and device)."""
+        without backend and device). An MLA step offers its queries split,
+        as DeepSeek's layers pass them (q nope, q_rope): the plan takes
+        them so where the kernel does (_Base._queries)."""
         return {
-            "mode": mode, "method": method,
+            "mode": mode, "method": method, "query_split": method == "MLA",
             "model": {"heads": self.heads, "kv_lora_rank": self.kv_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
                       "qk_nope_head_dim": self.qk_nope_head_dim, "v_head_dim": self.v_head_dim,
                       "softmax_scale": self.scaling, "index_topk": self.index_topk},
@@ -867,13 +869,13 @@ class AttnplugMLABackend(_Base):
                 f.first_layer = layer.layer_id
             if layer.layer_id == f.first_layer:
                 self._prep(f, fb)
-        qq = self._query(q, q_rope, tokens)
         kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id).view(-1, facts.page_size, facts.kv_cache_dim)
-        out = torch.empty(tokens, heads, facts.kv_lora_rank, dtype=torch.bfloat16, device=qq.device)
+        out = torch.empty(tokens, heads, facts.kv_lora_rank, dtype=torch.bfloat16, device=kv.device)
         t = f.bound
         if t is None:  # the step's tensors, then each layer's in the same dict
             t = f.bound = f.tables.tensors()
-        t["q"], t["kv_cache"], t["out"] = qq, kv, out
+        self._queries(t, f.prepared, q, q_rope, tokens)
+        t["kv_cache"], t["out"] = kv, out
         t["lse"] = self._buffer("lse", (tokens, heads), torch.float32)
         if facts.kv_dtype == "fp8_e4m3":
             t["kv_scale"] = self._kv_scale(layer)
@@ -883,10 +885,30 @@ class AttnplugMLABackend(_Base):
         out = out.view(tokens, heads * facts.kv_lora_rank)
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
+    def _queries(self, t, prepared, q, q_rope, tokens):
+        """Puts the layer's queries in t as prepared's MLA plan binds them:
+        where it takes them split, q_nope [tokens, heads, 512] and q_rope
+        [tokens, heads, 64], views of DeepSeek's split form (q nope, the
+        transpose of the absorbing bmm, and q_rope) or of the 576-wide one,
+        with no copy; else one contiguous q (_query)."""
+        if not prepared.declares("q_nope"):
+            t["q"] = self._query(q, q_rope, tokens)
+            return
+        facts = self.facts
+        heads, rank = facts.heads, facts.kv_lora_rank
+        if q_rope is not None:
+            nope, rope = q.reshape(tokens, heads, rank), q_rope.reshape(tokens, heads, facts.qk_rope_head_dim)
+        else:
+            whole = q.reshape(tokens, heads, facts.kv_cache_dim)
+            nope, rope = whole[..., :rank], whole[..., rank:]
+        bf = self._torch.bfloat16
+        t["q_nope"] = nope if nope.dtype == bf else nope.to(bf)
+        t["q_rope"] = rope if rope.dtype == bf else rope.to(bf)
+
     def _query(self, q, q_rope, tokens):
-        """The layer's queries as the MLA plans bind them: [tokens, heads,
-        576] bf16, contiguous, from DeepSeek's split form (q nope, and
-        q_rope) or the 576-wide one."""
+        """The layer's queries as a plan of whole queries binds them:
+        [tokens, heads, 576] bf16, contiguous, from DeepSeek's split form
+        (q nope, and q_rope) or the 576-wide one."""
         torch, facts = self._torch, self.facts
         heads = facts.heads
         if q_rope is not None:

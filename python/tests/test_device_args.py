@@ -89,7 +89,7 @@ class ParamsTest(unittest.TestCase):
                                 arg("ws", "workspace", offset=256)], structs=(("k", "p", 32),))
         self.assertEqual(st.tensors(), {0, 1, 2})
         drv.sizes = [8, 4, 4, 128, 32, 8]
-        st.run(drv, [0x1000, 0x2000, 0x3000], None)
+        st.run(drv, [0x1000, 0x2000, 0x3000], None, None)
         q, heads, scale, desc, p, ws = drv.launched[0]
         self.assertEqual(struct.unpack("<Q", q)[0], 0x1000)
         self.assertEqual(struct.unpack("<i", heads)[0], 16)
@@ -106,11 +106,11 @@ class ParamsTest(unittest.TestCase):
         self.assertEqual((e["interleave"], e["swizzle"], e["l2"], e["oob"]), (0, 3, 3, 0))
         self.assertEqual(desc, struct.pack("<Q", 0x2000) * 16)
         # The same tensor again: no new encoding; another one: encoded over it.
-        st.run(drv, [0x1100, 0x2000, 0x3300], None)
+        st.run(drv, [0x1100, 0x2000, 0x3300], None, None)
         self.assertEqual(len(drv.encoded), 1)
         self.assertEqual(struct.unpack("<Q", drv.launched[1][0])[0], 0x1100)
         self.assertEqual(struct.unpack("<Q", drv.launched[1][4][:8])[0], 0x3300)
-        st.run(drv, [0x1100, 0x2400, 0x3300], None)
+        st.run(drv, [0x1100, 0x2400, 0x3300], None, None)
         self.assertEqual([x["addr"] for x in drv.encoded], [0x2000, 0x2400])
         self.assertEqual(drv.launched[2][3], struct.pack("<Q", 0x2400) * 16)
 
@@ -119,7 +119,7 @@ class ParamsTest(unittest.TestCase):
         m = TensorMap(view=(), box=(1, 64, 32), swizzle="64B", oob_nan=True)
         st = step(drv, (("map", "tensormap"),), [arg("map", "tensormap", "q", m=m)])
         drv.sizes = [128]
-        st.run(drv, [0x5000, 0, 0], None)
+        st.run(drv, [0x5000, 0, 0], None, None)
         e = drv.encoded[0]
         self.assertEqual((e["rank"], e["dims"], e["strides"], e["box"]), (3, [576, 16, 4], [1152, 1152 * 16], [32, 64, 1]))
         self.assertEqual((e["swizzle"], e["l2"], e["oob"]), (2, 0, 1))
@@ -143,12 +143,41 @@ class ParamsTest(unittest.TestCase):
                 step(drv, params, args, structs)
             self.assertIn(want, str(cm.exception))
 
+    def test_strides_of_the_tensors_bound_reach_the_kernel(self):
+        # Queries split as DeepSeek leaves them (QuerySplit): each launch
+        # passes the strides of the views bound then, as i64 parameters
+        # and as a struct's fields.
+        drv = FakeDriver()
+        params = (("q", "ptr"), ("q_t", "i64"), ("q_h", "i64"), ("p", "struct"))
+        fields = (StructField(0, 8, arg("", "tensor", "out")), StructField(8, 8, LaunchArg("", "stride", "out", 0, 0, 0.0, dim=1)))
+        st = step(drv, params, [arg("q", "tensor", "q"), LaunchArg("q_t", "stride", "q", 0, 0, 0.0, dim=0),
+                                LaunchArg("q_h", "stride", "q", 0, 0, 0.0, dim=1), arg("p", "struct", fields=fields)],
+                  structs=(("k", "p", 16),))
+        self.assertEqual((st.tensors(), st.strided()), ({0, 2}, {0, 2}))
+        drv.sizes = [8, 8, 8, 16]
+        st.run(drv, [0x1000, 0, 0x3000], [(512, 4 * 512, 1), None, (16 * 512, 512, 1)], None)
+        st.run(drv, [0x1000, 0, 0x3000], [(16 * 576, 576, 1), None, (16 * 512, 512, 1)], None)
+        q, t, h, p = drv.launched[0]
+        self.assertEqual([struct.unpack("<q", x)[0] for x in (q, t, h)], [0x1000, 512, 2048])
+        self.assertEqual(struct.unpack("<Qq", p), (0x3000, 512))
+        self.assertEqual([struct.unpack("<q", x)[0] for x in drv.launched[1][1:3]], [16 * 576, 576])
+
+    def test_what_cannot_be_passed_is_refused_strides(self):
+        for params, args, want in [
+            ((("x", "i32"),), [LaunchArg("x", "stride", "q", 0, 0, 0.0, dim=0)], "bound to a stride"),
+            ((("x", "i64"),), [LaunchArg("x", "stride", "q", 0, 0, 0.0, dim=3)], "dimension 3 of tensor q, which has 3"),
+            ((("x", "i64"),), [LaunchArg("x", "stride", "k", 0, 0, 0.0, dim=0)], "does not declare"),
+        ]:
+            with self.subTest(want=want), self.assertRaises(CudaError) as cm:
+                step(FakeDriver(), params, args)
+            self.assertIn(want, str(cm.exception))
+
     def test_a_cluster_launches_through_cuLaunchKernelEx(self):
         drv = FakeDriver()
         launch = Launch("m", "k", (8, 3, 1), (256, 1, 1), 170048, (arg("x", "int", i=7),), False, cluster=(8, 1, 1))
         st = _Step(drv, {"m": FakeModule(module((("x", "i32"),)))}, launch, 0, {}, SPECS)
         drv.sizes = [4]
-        st.run(drv, [0x1000, 0x2000, 0x3000], ctypes.c_void_p(0x77))
+        st.run(drv, [0x1000, 0x2000, 0x3000], None, ctypes.c_void_p(0x77))
         self.assertEqual(drv.configs, [dict(grid=(8, 3, 1), block=(256, 1, 1), shared=170048, stream=0x77, attrs=[(4, (8, 1, 1))])])
         self.assertEqual(drv.launched, [[struct.pack("<i", 7)]])
 
@@ -160,16 +189,34 @@ class ParamsTest(unittest.TestCase):
 
 
 class FakeTensor:
-    """What Prepared.check reads of a torch tensor."""
+    """What Prepared.check reads of a torch tensor: contiguous, or of the
+    given strides (in elements of elem bytes)."""
 
-    def __init__(self, spec, ptr, device="cuda:0"):
+    def __init__(self, spec, ptr, device="cuda:0", strides=None, elem=2):
         self.dtype, self.shape, self.device, self.ptr = spec.dtype, spec.shape, device, ptr
+        self.strides, self.elem = strides, elem
 
     def is_contiguous(self):
-        return True
+        return self.strides is None
 
     def data_ptr(self):
         return self.ptr
+
+    def dim(self):
+        return len(self.shape)
+
+    def element_size(self):
+        return self.elem
+
+    def stride(self, d=None):
+        s = self.strides
+        if s is None:
+            s, n = [], 1
+            for x in reversed(self.shape):
+                s.insert(0, n)
+                n *= x
+            s = tuple(s)
+        return s if d is None else s[d]
 
 
 def prepared(specs):
@@ -232,6 +279,31 @@ class CheckTest(unittest.TestCase):
         t["kv_cache"] = FakeTensor(TensorSpec("kv_cache", "fp8_e4m3", (8, 64, 576), False), 0x2000)
         with self.assertRaisesRegex(TensorMismatch, "tensor kv_cache: dtype fp8_e4m3, the plan wants bf16"):
             prepared(self.BF16).check(t)
+
+
+    def test_a_strided_tensor_binds_as_a_view(self):
+        # q nope as DeepSeek's bmm leaves it: [tokens, heads, 512], the
+        # transpose of [heads, tokens, 512]; q rope a slice of [tokens,
+        # heads, 192]. Another tensor stays contiguous.
+        specs = (TensorSpec("q_nope", "bf16", (4, 16, 512), False, True), TensorSpec("q_rope", "bf16", (4, 16, 64), False, True),
+                 TensorSpec("out", "bf16", (4, 16, 512), True))
+        t = {"q_nope": FakeTensor(specs[0], 0x1000, strides=(512, 4 * 512, 1)),
+             "q_rope": FakeTensor(specs[1], 0x2100, strides=(16 * 192, 192, 1)),
+             "out": FakeTensor(specs[2], 0x3000)}
+        p = prepared(specs)
+        p._strided = [0, 1]
+        self.assertEqual(p._bind(t, [(i,) + p._want[i] for i in range(3)]),
+                         ([0x1000, 0x2100, 0x3000], [(512, 2048, 1), (3072, 192, 1), None]))
+        for name, tensor, want in [
+            ("q_rope", FakeTensor(specs[1], 0x2108, strides=(16 * 192, 192, 1)), "rows start at multiples of 16 bytes"),
+            ("q_rope", FakeTensor(specs[1], 0x2100, strides=(16 * 196, 196, 1)), r"strides \(3136, 196, 1\)"),
+            ("q_nope", FakeTensor(specs[0], 0x1000, strides=(512, 1, 16)), "its last dimension not contiguous"),
+            ("out", FakeTensor(specs[2], 0x3000, strides=(512, 4 * 512, 1)), "tensor out: not contiguous"),
+        ]:
+            with self.subTest(want=want):
+                bad = dict(t, **{name: tensor})
+                with self.assertRaisesRegex(TensorMismatch, want):
+                    prepared(specs).check(bad)
 
 
 class DecodeTest(unittest.TestCase):

@@ -468,6 +468,10 @@ class FakeKernelTest(unittest.TestCase):
                                                                             {"size": 5, "graph": True, "query_tokens": 1}))
             self.assertNotIn("seq_lens", step["batch"], "an MLA step sends no lengths")
             p = next(iter(lch.prepared.values()))
+            # Queries offered split, and fa3's kernel takes them so: views of
+            # DeepSeek's q nope and q rope (or of a 576-wide q), no copy.
+            self.assertTrue(step["query_split"])
+            self.assertTrue(p.declares("q_nope") and p.declares("q_rope") and not p.declares("q"))
             self.assertEqual(p.max_seq_len, 1024)  # min(context_len, the pool's tokens, req_to_token's row)
             self.assertEqual(p.pages_per_request, -(-1024 // page))
             for n in (2, 4):

@@ -161,6 +161,9 @@ class AcmeFakeKernelTest(unittest.TestCase):
             self.assertEqual([(l.module, l.entry, l.grid, l.block) for l in p.plan.launches],
                              [("acme_decode", "acme_decode", (5, heads, 1), (128, 1, 1))])
             self.assertTrue(p.plan.holds_for_batch())
+            # The queries offered split; acme's catalog takes them whole.
+            self.assertTrue(lch.steps[0]["query_split"])
+            self.assertTrue(p.declares("q") and not p.declares("q_nope"))
             for n in (2, 4):
                 fb = loop.verify_batch(n)
                 b.init_forward_metadata(fb)

@@ -841,7 +841,11 @@ type Kernel struct {
 	Sparse bool `protobuf:"varint,9,opt,name=sparse,proto3" json:"sparse,omitempty"`
 	// Whether its planner takes MHA_CHUNKED_KV's prefix-chunk requests
 	// (PlanShape.prefix_chunk); a kernel without it is asked for none.
-	PrefixChunks  bool `protobuf:"varint,10,opt,name=prefix_chunks,json=prefixChunks,proto3" json:"prefix_chunks,omitempty"`
+	PrefixChunks bool `protobuf:"varint,10,opt,name=prefix_chunks,json=prefixChunks,proto3" json:"prefix_chunks,omitempty"`
+	// An MLA kernel whose planner takes the queries split
+	// (PlanKernelRequest.query_split); a kernel without it is asked for
+	// none, and a step that offers them split gets whole ones.
+	QuerySplit    bool `protobuf:"varint,11,opt,name=query_split,json=querySplit,proto3" json:"query_split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -942,6 +946,13 @@ func (x *Kernel) GetSparse() bool {
 func (x *Kernel) GetPrefixChunks() bool {
 	if x != nil {
 		return x.PrefixChunks
+	}
+	return false
+}
+
+func (x *Kernel) GetQuerySplit() bool {
+	if x != nil {
+		return x.QuerySplit
 	}
 	return false
 }
@@ -3148,7 +3159,12 @@ type PlanKernelRequest struct {
 	Graph bool `protobuf:"varint,7,opt,name=graph,proto3" json:"graph,omitempty"`
 	// The KV cache's dtype when it differs from dtype ("fp8_e4m3"); empty:
 	// dtype.
-	KvDtype       string `protobuf:"bytes,8,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
+	KvDtype string `protobuf:"bytes,8,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
+	// MLA only: the host binds the queries in two strided parts, q_nope
+	// (the first head_dim_v columns) and q_rope (the rest), as DeepSeek's
+	// absorbed attention leaves them. Asked only of a kernel whose catalog
+	// entry has query_split.
+	QuerySplit    bool `protobuf:"varint,9,opt,name=query_split,json=querySplit,proto3" json:"query_split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3239,6 +3255,13 @@ func (x *PlanKernelRequest) GetKvDtype() string {
 	return ""
 }
 
+func (x *PlanKernelRequest) GetQuerySplit() bool {
+	if x != nil {
+		return x.QuerySplit
+	}
+	return false
+}
+
 // TensorSpec is a tensor the host binds to a plan.
 type TensorSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3247,7 +3270,11 @@ type TensorSpec struct {
 	Dtype string  `protobuf:"bytes,2,opt,name=dtype,proto3" json:"dtype,omitempty"`
 	Shape []int64 `protobuf:"varint,3,rep,packed,name=shape,proto3" json:"shape,omitempty"`
 	// Whether the launches write it.
-	Output        bool `protobuf:"varint,4,opt,name=output,proto3" json:"output,omitempty"`
+	Output bool `protobuf:"varint,4,opt,name=output,proto3" json:"output,omitempty"`
+	// A view the host may bind with any row strides (the last dimension
+	// contiguous, the others multiples of 16 bytes): the launches read its
+	// strides through "stride" arguments.
+	Strided       bool `protobuf:"varint,5,opt,name=strided,proto3" json:"strided,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3306,6 +3333,13 @@ func (x *TensorSpec) GetShape() []int64 {
 func (x *TensorSpec) GetOutput() bool {
 	if x != nil {
 		return x.Output
+	}
+	return false
+}
+
+func (x *TensorSpec) GetStrided() bool {
+	if x != nil {
+		return x.Strided
 	}
 	return false
 }
@@ -3437,7 +3471,8 @@ type LaunchArg struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Param string                 `protobuf:"bytes,1,opt,name=param,proto3" json:"param,omitempty"`
 	// "tensor", "meta", "workspace", "int", "float", "tensormap" (a TMA
-	// descriptor the host encodes over tensor name) or "struct" (fields).
+	// descriptor the host encodes over tensor name), "struct" (fields) or
+	// "stride" (of tensor name's dimension dim).
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// The tensor or metadata buffer, for "tensor", "meta" and "tensormap".
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
@@ -3448,7 +3483,10 @@ type LaunchArg struct {
 	// A "tensormap"'s descriptor.
 	Map *TensorMap `protobuf:"bytes,7,opt,name=map,proto3" json:"map,omitempty"`
 	// A "struct"'s fields.
-	Fields        []*StructField `protobuf:"bytes,8,rep,name=fields,proto3" json:"fields,omitempty"`
+	Fields []*StructField `protobuf:"bytes,8,rep,name=fields,proto3" json:"fields,omitempty"`
+	// The dimension of a "stride" argument (the element stride of tensor
+	// name's dimension dim as bound at the launch), outermost 0.
+	Dim           int32 `protobuf:"varint,9,opt,name=dim,proto3" json:"dim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3537,6 +3575,13 @@ func (x *LaunchArg) GetFields() []*StructField {
 		return x.Fields
 	}
 	return nil
+}
+
+func (x *LaunchArg) GetDim() int32 {
+	if x != nil {
+		return x.Dim
+	}
+	return 0
 }
 
 // TensorMap is a TMA descriptor's tiled view of a tensor.
@@ -3974,7 +4019,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\x05reads\x18\x04 \x01(\v2\x19.attnplug.plugin.v1.ReadsR\x05reads\x124\n" +
 	"\amethods\x18\x05 \x03(\x0e2\x1a.attnplug.plugin.v1.MethodR\amethods\x128\n" +
 	"\bhardware\x18\x06 \x03(\v2\x1c.attnplug.plugin.v1.HardwareR\bhardware\x124\n" +
-	"\akernels\x18\a \x03(\v2\x1a.attnplug.plugin.v1.KernelR\akernels\"\xd4\x02\n" +
+	"\akernels\x18\a \x03(\v2\x1a.attnplug.plugin.v1.KernelR\akernels\"\xf5\x02\n" +
 	"\x06Kernel\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\alibrary\x18\x02 \x01(\tR\alibrary\x122\n" +
@@ -3988,7 +4033,9 @@ const file_plugin_proto_rawDesc = "" +
 	"\bhardware\x18\b \x03(\v2\x1c.attnplug.plugin.v1.HardwareR\bhardware\x12\x16\n" +
 	"\x06sparse\x18\t \x01(\bR\x06sparse\x12#\n" +
 	"\rprefix_chunks\x18\n" +
-	" \x01(\bR\fprefixChunks\"\xa5\x02\n" +
+	" \x01(\bR\fprefixChunks\x12\x1f\n" +
+	"\vquery_split\x18\v \x01(\bR\n" +
+	"querySplit\"\xa5\x02\n" +
 	"\bHardware\x12:\n" +
 	"\tplatforms\x18\x01 \x03(\x0e2\x1c.attnplug.plugin.v1.PlatformR\tplatforms\x12%\n" +
 	"\x0emin_capability\x18\x02 \x01(\x05R\rminCapability\x12%\n" +
@@ -4158,7 +4205,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\n" +
 	"head_dim_v\x18\x03 \x01(\x05R\bheadDimV\x12#\n" +
 	"\rsoftmax_scale\x18\x04 \x01(\x01R\fsoftmaxScale\x12\x13\n" +
-	"\x05top_k\x18\x05 \x01(\x05R\x04topK\"\xc7\x02\n" +
+	"\x05top_k\x18\x05 \x01(\x05R\x04topK\"\xe8\x02\n" +
 	"\x11PlanKernelRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x122\n" +
 	"\x06method\x18\x02 \x01(\x0e2\x1a.attnplug.plugin.v1.MethodR\x06method\x12\x14\n" +
@@ -4167,13 +4214,16 @@ const file_plugin_proto_rawDesc = "" +
 	"\x05shape\x18\x05 \x01(\v2\x1d.attnplug.plugin.v1.PlanShapeR\x05shape\x126\n" +
 	"\x06device\x18\x06 \x01(\v2\x1e.attnplug.plugin.v1.DeviceInfoR\x06device\x12\x14\n" +
 	"\x05graph\x18\a \x01(\bR\x05graph\x12\x19\n" +
-	"\bkv_dtype\x18\b \x01(\tR\akvDtype\"d\n" +
+	"\bkv_dtype\x18\b \x01(\tR\akvDtype\x12\x1f\n" +
+	"\vquery_split\x18\t \x01(\bR\n" +
+	"querySplit\"~\n" +
 	"\n" +
 	"TensorSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12\x14\n" +
 	"\x05shape\x18\x03 \x03(\x03R\x05shape\x12\x16\n" +
-	"\x06output\x18\x04 \x01(\bR\x06output\"8\n" +
+	"\x06output\x18\x04 \x01(\bR\x06output\x12\x18\n" +
+	"\astrided\x18\x05 \x01(\bR\astrided\"8\n" +
 	"\n" +
 	"MetaBuffer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -4182,7 +4232,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\arequest\x18\x01 \x01(\x05R\arequest\x12\x19\n" +
 	"\bkv_begin\x18\x02 \x01(\x05R\akvBegin\x12\x15\n" +
 	"\x06kv_end\x18\x03 \x01(\x05R\x05kvEnd\x12\x14\n" +
-	"\x05split\x18\x04 \x01(\x05R\x05split\"\x89\x02\n" +
+	"\x05split\x18\x04 \x01(\x05R\x05split\"\x9b\x02\n" +
 	"\tLaunchArg\x12\x14\n" +
 	"\x05param\x18\x01 \x01(\tR\x05param\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -4192,7 +4242,8 @@ const file_plugin_proto_rawDesc = "" +
 	"\vfloat_value\x18\x06 \x01(\x01R\n" +
 	"floatValue\x12/\n" +
 	"\x03map\x18\a \x01(\v2\x1d.attnplug.plugin.v1.TensorMapR\x03map\x127\n" +
-	"\x06fields\x18\b \x03(\v2\x1f.attnplug.plugin.v1.StructFieldR\x06fields\"\x87\x01\n" +
+	"\x06fields\x18\b \x03(\v2\x1f.attnplug.plugin.v1.StructFieldR\x06fields\x12\x10\n" +
+	"\x03dim\x18\t \x01(\x05R\x03dim\"\x87\x01\n" +
 	"\tTensorMap\x12\x12\n" +
 	"\x04view\x18\x01 \x03(\x03R\x04view\x12\x10\n" +
 	"\x03box\x18\x02 \x03(\rR\x03box\x12\x18\n" +

@@ -151,9 +151,10 @@ func PlanRequestToProto(r *core.PlanRequest) *dispatchv1.PlanKernelRequest {
 			PageSize: int32(r.Shape.PageSize), NumPages: int64(r.Shape.NumPages), ChunkCapacity: int64(r.Shape.ChunkCapacity),
 			MaxSeqLen: r.Shape.MaxSeqLen, PrefixChunk: r.Shape.PrefixChunk,
 		},
-		Device:  DeviceToProto(r.Device),
-		Graph:   r.Graph,
-		KvDtype: r.KVDType,
+		Device:     DeviceToProto(r.Device),
+		Graph:      r.Graph,
+		KvDtype:    r.KVDType,
+		QuerySplit: r.QuerySplit,
 	}
 }
 
@@ -202,9 +203,10 @@ func PlanRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, er
 			PageSize: int(s.GetPageSize()), NumPages: int(s.GetNumPages()), ChunkCapacity: int(s.GetChunkCapacity()),
 			MaxSeqLen: s.GetMaxSeqLen(), PrefixChunk: s.GetPrefixChunk(),
 		},
-		Device:  dev,
-		Graph:   r.GetGraph(),
-		KVDType: r.GetKvDtype(),
+		Device:     dev,
+		Graph:      r.GetGraph(),
+		KVDType:    r.GetKvDtype(),
+		QuerySplit: r.GetQuerySplit(),
 	}, nil
 }
 
@@ -212,7 +214,7 @@ func PlanRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, er
 func PlanToProto(p *core.Plan) *dispatchv1.Plan {
 	out := &dispatchv1.Plan{Kernel: p.Kernel, WorkspaceBytes: p.WorkspaceBytes, Note: p.Note, Reads: uint32(p.Reads)}
 	for _, t := range p.Tensors {
-		out.Tensors = append(out.Tensors, &dispatchv1.TensorSpec{Name: t.Name, Dtype: t.DType, Shape: t.Shape, Output: t.Output})
+		out.Tensors = append(out.Tensors, &dispatchv1.TensorSpec{Name: t.Name, Dtype: t.DType, Shape: t.Shape, Output: t.Output, Strided: t.Strided})
 	}
 	for _, m := range p.Metadata {
 		out.Metadata = append(out.Metadata, &dispatchv1.MetaBuffer{Name: m.Name, Int32S: m.Int32s})
@@ -245,7 +247,7 @@ func PlanFromProto(p *dispatchv1.Plan) (*core.Plan, error) {
 	}
 	out := &core.Plan{Kernel: p.GetKernel(), WorkspaceBytes: p.GetWorkspaceBytes(), Note: p.GetNote(), Reads: core.PlanReads(p.GetReads())}
 	for _, t := range p.GetTensors() {
-		out.Tensors = append(out.Tensors, core.TensorSpec{Name: t.GetName(), DType: t.GetDtype(), Shape: t.GetShape(), Output: t.GetOutput()})
+		out.Tensors = append(out.Tensors, core.TensorSpec{Name: t.GetName(), DType: t.GetDtype(), Shape: t.GetShape(), Output: t.GetOutput(), Strided: t.GetStrided()})
 	}
 	for _, m := range p.GetMetadata() {
 		out.Metadata = append(out.Metadata, core.MetaBuffer{Name: m.GetName(), Int32s: m.GetInt32S()})
@@ -277,7 +279,7 @@ func PlanFromProto(p *dispatchv1.Plan) (*core.Plan, error) {
 // argToProto returns the wire form of a launch argument, its TMA map and
 // struct fields included.
 func argToProto(a core.Arg) *dispatchv1.LaunchArg {
-	out := &dispatchv1.LaunchArg{Param: a.Param, Kind: string(a.Kind), Name: a.Name, Offset: a.Offset, IntValue: a.Int, FloatValue: a.Float}
+	out := &dispatchv1.LaunchArg{Param: a.Param, Kind: string(a.Kind), Name: a.Name, Offset: a.Offset, IntValue: a.Int, FloatValue: a.Float, Dim: int32(a.Dim)}
 	if m := a.Map; m != nil {
 		out.Map = &dispatchv1.TensorMap{View: m.View, Box: m.Box, Swizzle: m.Swizzle, L2Promotion: m.L2Promotion, OobNan: m.OOBNaN}
 	}
@@ -292,7 +294,7 @@ func argToProto(a core.Arg) *dispatchv1.LaunchArg {
 // host refuses any other).
 func argFromProto(a *dispatchv1.LaunchArg, fields bool) core.Arg {
 	out := core.Arg{Param: a.GetParam(), Kind: core.ArgKind(a.GetKind()), Name: a.GetName(), Offset: a.GetOffset(),
-		Int: a.GetIntValue(), Float: a.GetFloatValue()}
+		Int: a.GetIntValue(), Float: a.GetFloatValue(), Dim: int(a.GetDim())}
 	if m := a.GetMap(); m != nil {
 		out.Map = &core.TensorMap{View: m.GetView(), Box: m.GetBox(), Swizzle: m.GetSwizzle(), L2Promotion: m.GetL2Promotion(), OOBNaN: m.GetOobNan()}
 	}
@@ -338,6 +340,7 @@ func StepRequestFromProto(r *dispatchv1.PlanStepRequest) (core.StepRequest, erro
 			ContextLen: p.GetContextLen(), KVDType: p.GetKvDtype()},
 		Batch: core.StepBatch{Size: int(b.GetSize()), QueryTokens: int(b.GetQueryTokens()), Graph: b.GetGraph(),
 			SeqLens: b.GetSeqLens(), QLens: b.GetQLens(), ChunkCapacity: int(min(b.GetChunkCapacity(), math.MaxInt32)), PrefixChunk: b.GetPrefixChunk()},
+		QuerySplit: r.GetQuerySplit(),
 	}, nil
 }
 
@@ -352,6 +355,7 @@ func StepRequestToProto(s *core.StepRequest) *dispatchv1.PlanStepRequest {
 			ContextLen: p.ContextLen, KvDtype: p.KVDType},
 		Batch: &dispatchv1.StepBatch{Size: int32(b.Size), QueryTokens: int32(b.QueryTokens), Graph: b.Graph,
 			SeqLens: b.SeqLens, QLens: b.QLens, ChunkCapacity: int64(b.ChunkCapacity), PrefixChunk: b.PrefixChunk},
+		QuerySplit: s.QuerySplit,
 	}
 }
 

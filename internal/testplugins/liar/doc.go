@@ -38,10 +38,15 @@
 //	ignores_top_k   never read Dims.TopK: a sparse request gets the dense
 //	                plan, over the sparse layout's tensors (topk_indices,
 //	                no page table), binding the page table
+//	ignores_query_split never read PlanRequest.QuerySplit: a split request
+//	                gets the plan of whole queries, over the split layout
+//	                (q_nope and q_rope), binding q
 //	catalog_fp8     the catalog's kernel lists fp8_e4m3 too, whatever the
 //	                plans do (with ignores_kv_dtype: a catalog that claims
 //	                what the kernels do not do, so that the host asks)
 //	catalog_sparse  the catalog's kernel is sparse, whatever the plans do
+//	catalog_split   the catalog's kernel takes split queries, whatever the
+//	                plans do
 //	image_mib=N     make the module image N MiB
 //	variant=V       build the image with V in it (a rebuilt plugin)
 //

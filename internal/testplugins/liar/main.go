@@ -36,7 +36,7 @@ func parse(spec, log string) (lies, error) {
 		case "":
 		case "unknown_entry", "unknown_module", "grid", "block", "shared", "unbound", "schedule", "shape",
 			"wrong_kernel", "hash", "no_plan", "no_modules", "crash_plan", "holds_for_batch", "swapped_params", "example_plan",
-			"ignores_kv_dtype", "ignores_top_k", "catalog_fp8", "catalog_sparse":
+			"ignores_kv_dtype", "ignores_top_k", "ignores_query_split", "catalog_fp8", "catalog_sparse", "catalog_split":
 			l.set[key] = true
 		case "image_mib":
 			l.imageMiB, err = strconv.Atoi(val)
@@ -89,6 +89,9 @@ func (l lies) catalog() []core.Kernel {
 	}
 	if l.set["catalog_sparse"] {
 		k.Sparse = true
+	}
+	if l.set["catalog_split"] {
+		k.QuerySplit = true
 	}
 	return []core.Kernel{k}
 }
@@ -210,6 +213,9 @@ func (b *backend) PlanKernel(_ context.Context, req *core.PlanRequest) (*core.Pl
 	}
 	if b.l.set["ignores_top_k"] {
 		read.Dims.TopK = 0
+	}
+	if b.l.set["ignores_query_split"] {
+		read.QuerySplit = false
 	}
 	if err := kernel().Covers(&read); err != nil {
 		return nil, fmt.Errorf("liar: %w", err)

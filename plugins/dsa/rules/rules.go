@@ -134,7 +134,7 @@ func Kernels() []core.Kernel {
 	return []core.Kernel{
 		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention3, Method: core.MHAOneShot, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{192, 128}, PageSizes: []int{1},
 			Hardware: []core.Hardware{{Platforms: []core.Platform{core.PlatformCUDA}, MinCapability: 90, MaxCapability: 109}}},
-		{Name: "flash_mla_sparse_fwd", Library: core.LibDSA, Method: core.MLA, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{576, 512}, PageSizes: []int{64}, CUDAGraph: true,
+		{Name: "flash_mla_sparse_fwd", Library: core.LibDSA, Method: core.MLA, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: []int{576, 512}, PageSizes: []int{64}, CUDAGraph: true, QuerySplit: true,
 			Hardware: dsaHardware(), Sparse: true},
 	}
 }

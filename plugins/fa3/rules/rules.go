@@ -59,7 +59,7 @@ func FA3Kernels() []core.Kernel {
 	return append([]core.Kernel{
 		{Name: "flash_attn_varlen_func", Library: core.LibFlashAttention3, Method: core.MHAOneShot, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware()},
 		{Name: "flash_attn_varlen_func+merge_state", Library: core.LibFlashAttention3, Method: core.MHAChunkedKV, DTypes: dt, HeadDims: mha, PageSizes: []int{1}, Hardware: fa3Hardware(), PrefixChunks: true},
-		{Name: "flash_attn_with_kvcache", Library: core.LibFlashAttention3, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1, 16, 64}, CUDAGraph: true, Hardware: fa3Hardware()},
+		{Name: "flash_attn_with_kvcache", Library: core.LibFlashAttention3, Method: core.MLA, DTypes: dt, HeadDims: []int{576, 512}, PageSizes: []int{1, 16, 64}, CUDAGraph: true, QuerySplit: true, Hardware: fa3Hardware()},
 	}, backendkit.FusedRoPEKernels()...)
 }
 

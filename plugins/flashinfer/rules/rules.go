@@ -79,9 +79,9 @@ func Kernels(name string) []core.Kernel {
 	var ks []core.Kernel
 	switch name {
 	case "flashinfer":
-		ks = append(ragged(cuda(80, 0)), core.Kernel{Name: "BatchMLAPagedAttentionWrapper", Library: core.LibFlashInfer, Method: core.MLA, DTypes: dt, HeadDims: mla, PageSizes: []int{1}, CUDAGraph: true, Hardware: cuda(80, 0)})
+		ks = append(ragged(cuda(80, 0)), core.Kernel{Name: "BatchMLAPagedAttentionWrapper", Library: core.LibFlashInfer, Method: core.MLA, DTypes: dt, HeadDims: mla, PageSizes: []int{1}, CUDAGraph: true, QuerySplit: true, Hardware: cuda(80, 0)})
 	case "flashmla":
-		ks = append(ragged(cuda(90, 109)), core.Kernel{Name: "flash_mla_with_kvcache", Library: core.LibFlashMLA, Method: core.MLA, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: mla, PageSizes: []int{64}, CUDAGraph: true, Hardware: cuda(90, 109)})
+		ks = append(ragged(cuda(90, 109)), core.Kernel{Name: "flash_mla_with_kvcache", Library: core.LibFlashMLA, Method: core.MLA, DTypes: []string{"bf16", "fp8_e4m3"}, HeadDims: mla, PageSizes: []int{64}, CUDAGraph: true, QuerySplit: true, Hardware: cuda(90, 109)})
 	case "cutlass_mla":
 		ks = []core.Kernel{
 			ragged(cuda(100, 109))[1],

@@ -3,7 +3,7 @@ code: FakeLauncher asks a real ``attnplug serve`` for every step's plan
 through attnplug.device.PlanSource (the plan request, its bound, its page
 table's room and its key are the server's, as on the GPU), and its
 FakePrepared checks the tensors bound against the plan's own tensor specs
-(name, dtype, shape, contiguity) before computing what the plan's kernels
+(name, dtype, shape, contiguity or a strided view's rows) before computing what the plan's kernels
 compute from them, in the layout of docs/device.md: the MLA plans' paged
 latent cache, page table, lengths and query offsets, their scheduler
 reading seq_lens and qo_indptr when the step launches it (later layers read
@@ -57,7 +57,18 @@ class FakePrepared:
             assert t.dtype == _DTYPES.get(spec.dtype), "tensor %s: dtype %s, the plan wants %s" % (n, t.dtype, spec.dtype)
             assert tuple(t.shape) == tuple(spec.shape), "tensor %s: shape %s, the plan wants %s" % (
                 n, tuple(t.shape), tuple(spec.shape))
-            assert t.is_contiguous(), "tensor %s not contiguous" % n
+            if spec.strided:
+                # A view, as the Launcher binds it: rows of contiguous
+                # elements, 16-byte aligned.
+                size = t.element_size()
+                assert t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(
+                    st * size % 16 == 0 for st in t.stride()[:-1]), "tensor %s: strides %s" % (n, t.stride())
+            else:
+                assert t.is_contiguous(), "tensor %s not contiguous" % n
+
+    def declares(self, name):
+        """Whether the plan binds tensor name."""
+        return name in self.specs
 
     def launch_batch(self, tensors, stream=None):
         if not self.batch_reads:
@@ -96,6 +107,7 @@ class FakePrepared:
         kv_scale = float(t["kv_scale"].item()) if "kv_scale" in t else 1.0
         indptr, indices = t["kv_indptr"].tolist(), t["kv_indices"]
         dev = flat.device
+        q = _queries(t)
         for i, L in enumerate(seq_lens.tolist()):
             a, b = qo_indptr[i].item(), qo_indptr[i + 1].item()
             m = b - a
@@ -103,7 +115,7 @@ class FakePrepared:
             pos = torch.arange(L, device=dev)
             rows = pages[pos // page] * page + pos % page
             keys = flat[rows].float() * kv_scale
-            s = torch.einsum("thd,kd->thk", t["q"][a:b].float(), keys) * scale
+            s = torch.einsum("thd,kd->thk", q[a:b].float(), keys) * scale
             limit = L - m + torch.arange(m, device=dev)
             s = s.masked_fill(~(pos[None, :] <= limit[:, None])[:, None, :], float("-inf"))
             t["lse"][a:b] = torch.logsumexp(s, -1)
@@ -118,6 +130,7 @@ class FakePrepared:
         scale = self.step["model"]["softmax_scale"]
         cache = t["kv_cache"]
         keys = latent_rows(cache.reshape(-1, 1, cache.shape[-1]))
+        q = _queries(t)
         for i, row in enumerate(t["topk_indices"]):
             sl = row[(row >= 0) & (row < keys.shape[0])].long()
             if sl.numel() == 0:
@@ -125,7 +138,7 @@ class FakePrepared:
                 t["lse"][i] = float("-inf")
                 continue
             kt = keys[sl]
-            s = torch.einsum("hd,kd->hk", t["q"][i].float(), kt) * scale
+            s = torch.einsum("hd,kd->hk", q[i].float(), kt) * scale
             t["lse"][i] = torch.logsumexp(s, -1)
             t["out"][i] = (torch.softmax(s, -1) @ kt[:, :t["out"].shape[-1]]).to(t["out"].dtype)
 
@@ -152,6 +165,14 @@ class FakePrepared:
             t["out"][row:row + m] = torch.einsum("htk,khd->thd", torch.softmax(s, -1), v).to(t["out"].dtype)
             row += m
             key += L
+
+
+def _queries(t):
+    """An MLA plan's queries, [tokens, heads, 576]: q, or q_nope and q_rope
+    put together (a plan that takes them split)."""
+    if "q" in t:
+        return t["q"]
+    return torch.cat([t["q_nope"], t["q_rope"]], dim=-1)
 
 
 class FakeLauncher:
