@@ -48,11 +48,52 @@ struct QView {
     int rope_col;
 };
 
-// The address of 16-byte chunk ch (of DQK / 8) of query row g.
-__device__ __forceinline__ const bf16* q_chunk(const QView& q, int g, int heads, int ch) {
-    const int t = g / heads, h = g - t * heads;
-    return ch < DV / 8 ? q.nope + t * q.nope_t + h * q.nope_h + ch * 8
-                       : q.rope + t * q.rope_t + h * q.rope_h + q.rope_col + (ch - DV / 8) * 8;
+// Issues the cp.async copies of a block's M query rows, rows g0 + r of the
+// batch (token-major), into shared memory at base: chunk ch (of DQK / 8) of
+// row r to base + dst(r, ch), zero for r >= n (past the request's rows).
+// Where one token holds the M rows (h0 + M <= heads, the head block of a
+// decode), row r is r head strides past the first: the q nope chunks
+// (64 a row) and the q rope ones (8) go in two loops in which a thread
+// keeps its chunk column and steps its source by a fixed stride. Otherwise (a verify or an extend over few heads) each
+// row's token and head come of a float quotient (exact here: h0 + r <
+// 2048), in a loop kept rolled.
+template <int M, class Dst>
+__device__ __forceinline__ void load_queries(u32 base, Dst dst, const QView& q, int g0, int n, int heads, int tid) {
+    constexpr int NC = DV / 8, RC = (DQK - DV) / 8; // chunks a row: 64 of q nope, 8 of q rope
+    static_assert(NC == 64 && RC == 8, "the row chunks are found by shifts");
+    const int t0 = g0 / heads, h0 = g0 - t0 * heads;
+    const bf16* nope = q.nope + t0 * q.nope_t + h0 * q.nope_h; // the block's first row
+    const bf16* rope = q.rope + t0 * q.rope_t + h0 * q.rope_h + q.rope_col;
+    if (h0 + M <= heads) {
+        // A thread's chunk column is the same in every pass, its row
+        // NTHREADS / 64 (q nope) or NTHREADS / 8 (q rope) rows further on.
+        static_assert(NTHREADS % NC == 0, "a pass covers whole rows");
+        const int cn = tid & (NC - 1), cr = tid & (RC - 1);
+        const bf16* pn = nope + (tid / NC) * q.nope_h + cn * 8;
+        const bf16* pr = rope + (tid / RC) * q.rope_h + cr * 8;
+        const long long sn = (NTHREADS / NC) * q.nope_h, sr = (NTHREADS / RC) * q.rope_h;
+#pragma unroll
+        for (int i = 0; i < (M * NC + NTHREADS - 1) / NTHREADS; i++) {
+            const int r = tid / NC + i * (NTHREADS / NC);
+            if (r < M) cp_async16(base + dst(r, cn), r < n ? pn + i * sn : q.nope, r < n ? 16 : 0);
+        }
+#pragma unroll
+        for (int i = 0; i < (M * RC + NTHREADS - 1) / NTHREADS; i++) {
+            const int r = tid / RC + i * (NTHREADS / RC);
+            if (r < M) cp_async16(base + dst(r, NC + cr), r < n ? pr + i * sr : q.nope, r < n ? 16 : 0);
+        }
+        return;
+    }
+    const float rcp = 1.f / heads;
+#pragma unroll 1
+    for (int c = tid; c < M * (NC + RC); c += NTHREADS) {
+        const int r = c / (NC + RC), ch = c - r * (NC + RC);
+        const int hh = h0 + r, dt = __float2int_rz(((float)hh + 0.5f) * rcp), h = hh - dt * heads - h0;
+        const bool ok = r < n;
+        const bf16* src = ch < NC ? nope + (long long)dt * q.nope_t + (long long)h * q.nope_h + ch * 8
+                                  : rope + (long long)dt * q.rope_t + (long long)h * q.rope_h + (ch - NC) * 8;
+        cp_async16(base + dst(r, ch), ok ? src : q.nope, ok ? 16 : 0);
+    }
 }
 
 // Per-request metadata (the plan's "requests" buffer), 8 int32 each.

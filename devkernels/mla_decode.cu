@@ -90,18 +90,8 @@ __device__ __forceinline__ void mla_decode_body(const QView& q, const Keys& ks, 
     auto tile_dst = [](int r, int ch) -> u32 { return (r * QSTRIDE + ch * 8) * 2; };
 
     // Queries: M rows starting at row0 (zero past the request's rows).
-    {
-        const u32 base = smem_addr(sq);
-        const int g0 = rq.q_start * heads + row0; // the block's first query row
-#pragma unroll
-        for (int i = 0; i < (M * (DQK / 8) + NTHREADS - 1) / NTHREADS; i++) {
-            int c = tid + i * NTHREADS;
-            if (c >= M * (DQK / 8)) break;
-            int r = c / (DQK / 8), ch = c - r * (DQK / 8);
-            bool ok = row0 + r < rows;
-            cp_async16(base + (r * QSTRIDE + ch * 8) * 2, ok ? q_chunk(q, g0 + r, heads, ch) : q.nope, ok ? 16 : 0);
-        }
-    }
+    load_queries<M>(smem_addr(sq), [](int r, int ch) -> u32 { return (r * QSTRIDE + ch * 8) * 2; }, q,
+                    rq.q_start * heads + row0, rows - row0, heads, tid);
     const int ntiles = (it.kv_end - it.kv_begin + BN - 1) / BN;
     int pg[ITERS];
 #pragma unroll
@@ -381,16 +371,8 @@ __device__ __forceinline__ void mla_decode_wide(const QView& q, const Keys& ks, 
     auto stage_dst = [](int r, int ch) -> u32 { return FMT == FMT_BF16 ? swz(r, ch, RB) : r * KB + ch * 16; };
     auto tile_dst = [](int r, int ch) -> u32 { return swz(r, ch, RB); };
 
-    {
-        const int g0 = rq.q_start * heads + row0; // the block's first query row
-#pragma unroll
-        for (int i = 0; i < (M * (DQK / 8)) / NTHREADS; i++) {
-            int c = tid + i * NTHREADS;
-            int r = c / (DQK / 8), ch = c - r * (DQK / 8);
-            bool ok = row0 + r < rows;
-            cp_async16(sq_a + swz(r, ch, RB), ok ? q_chunk(q, g0 + r, heads, ch) : q.nope, ok ? 16 : 0);
-        }
-    }
+    load_queries<M>(sq_a, [](int r, int ch) -> u32 { return swz(r, ch, RB); }, q, rq.q_start * heads + row0, rows - row0,
+                    heads, tid);
     if (tid < M) m_row[tid] = NEG_INF;
     const int ntiles = (it.kv_end - it.kv_begin + WBN - 1) / WBN;
     int pg[ITERS];

@@ -219,16 +219,8 @@ __device__ __forceinline__ void mla_decode_wg(const QView& q, const Keys& ks, bf
     auto stage = [&](int t) -> u32 { return H ? smem_addr(sraw) : skv_a + (t & 1) * WG_TILE; };
     auto tile_dst = [](int r, int ch) -> u32 { return wsw(r, ch); };
 
-    {
-        const int g0 = rq.q_start * heads + row0; // the block's first query row
-#pragma unroll
-        for (int i = 0; i < (M * (DQK / 8)) / NTHREADS; i++) {
-            const int c = tid + i * NTHREADS;
-            const int r = c / (DQK / 8), ch = c - r * (DQK / 8);
-            const bool ok = row0 + r < rows;
-            cp_async16(sq_a + wsw(r, ch), ok ? q_chunk(q, g0 + r, heads, ch) : q.nope, ok ? 16 : 0);
-        }
-    }
+    load_queries<M>(sq_a, [](int r, int ch) -> u32 { return wsw(r, ch); }, q, rq.q_start * heads + row0, rows - row0, heads,
+                    tid);
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
     // This thread's key rows of every tile (lr and lr + 32, eight threads
     // a row) and its chunks (lk); what the index tensors hold for its keys
@@ -540,14 +532,8 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
     auto q_dst = [](int r, int ch) -> u32 { return qsw(r, ch); };
 
     if (RS) __syncthreads(); // a block's last item is done with its queries
-    {
-        const int g0 = rq.q_start * heads + row0; // the block's first query row
-        for (int c = tid; c < M * (DQK / 8); c += NTHREADS) {
-            const int r = c / (DQK / 8), ch = c - r * (DQK / 8);
-            const bool ok = row0 + r < rows;
-            cp_async16(sq_a + qsw(r, ch), ok ? q_chunk(q, g0 + r, heads, ch) : q.nope, ok ? 16 : 0);
-        }
-    }
+    load_queries<M>(sq_a, [](int r, int ch) -> u32 { return qsw(r, ch); }, q, rq.q_start * heads + row0, rows - row0, heads,
+                    tid);
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
 
     // The consumer's place in the accumulators (64 x 16, rows = keys of S^T

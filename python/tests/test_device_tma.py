@@ -91,7 +91,7 @@ class TMATest(unittest.TestCase):
         with torch.cuda.graph(graph):
             s = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
             for cache, out, lse in layers:
-                step.run(drv, [cache.data_ptr(), out.data_ptr(), lse.data_ptr()], s)
+                step.run(drv, [cache.data_ptr(), out.data_ptr(), lse.data_ptr()], None, s)
         graph.replay()
         torch.cuda.synchronize()
         for l, (cache, out, lse) in enumerate(layers):
