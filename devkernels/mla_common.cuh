@@ -6,8 +6,8 @@
 // tile.cuh and before the module's own source.
 //
 // Layout (see launch.Tensors): q [tokens, heads, 576] (or its two parts:
-// QView), out [tokens, heads, 512], lse [tokens, heads] (natural log of the sum of exp(scale * q.k)),
-// and the cache kv_cache [pages*page_size, row] in one of three formats:
+// QView), out [tokens, heads, 512], lse [tokens, heads] (natural log of
+// the sum of exp(scale * q.k)), and the cache kv_cache [pages*page_size, row] in one of three formats:
 //   FMT_BF16  576 bf16 (the first 512 columns are also the values);
 //   FMT_FP8   576 e4m3, the value stored times the layer's kv_scale (sglang's
 //             --kv-cache-dtype fp8_e4m3 for the MLA pool);
@@ -52,11 +52,13 @@ struct QView {
 // batch (token-major), into shared memory at base: chunk ch (of DQK / 8) of
 // row r to base + dst(r, ch), zero for r >= n (past the request's rows).
 // Where one token holds the M rows (h0 + M <= heads, the head block of a
-// decode), row r is r head strides past the first: the q nope chunks
-// (64 a row) and the q rope ones (8) go in two loops in which a thread
-// keeps its chunk column and steps its source by a fixed stride. Otherwise (a verify or an extend over few heads) each
-// row's token and head come of a float quotient (exact here: h0 + r <
-// 2048), in a loop kept rolled.
+// decode), row r is r head strides past the first: the q nope chunks (64 a
+// row) and the q rope ones (8) go in two loops in which a thread keeps its
+// chunk column and steps its source by a fixed stride. Otherwise (a verify
+// or an extend over few heads) each row's token and head come of a float
+// quotient (exact here: h0 + r < 2048), in a loop kept rolled. (Whole
+// queries through it cost 5-7% more at batch 1 than a loader of contiguous
+// rows alone: docs/bench/h100-2026-12-05-qsplit.md.)
 template <int M, class Dst>
 __device__ __forceinline__ void load_queries(u32 base, Dst dst, const QView& q, int g0, int n, int heads, int tid) {
     constexpr int NC = DV / 8, RC = (DQK - DV) / 8; // chunks a row: 64 of q nope, 8 of q rope
@@ -312,7 +314,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
     const Item own = ((const Item*)schedule)[slot];                                                            \
     for (int idx = first; idx < last && idx < count; idx++) {                                                  \
         if (idx > first) __syncthreads(); /* the previous item is done with shared memory */                  \
-        BODY(qv, KS, out, lse, idx == slot ? own : ((const Item*)schedule)[idx], (const ReqInfo*)requests,       \
+        BODY(qv, KS, out, lse, idx == slot ? own : ((const Item*)schedule)[idx], (const ReqInfo*)requests,      \
              part_o, part_lse, heads, scale_log2, hb);                                                          \
     }
 
