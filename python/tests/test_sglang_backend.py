@@ -849,6 +849,42 @@ class FakeKernelTest(unittest.TestCase):
         self.assertIs(b.shared_read_ends(st.ForwardMode.TARGET_VERIFY), mod.SharedReadEnds.IN_REPLAY)
         self.assertIs(b.shared_read_ends(st.ForwardMode.EXTEND), mod.SharedReadEnds.UNKNOWN)
 
+    def test_split_queries_are_bound_in_place(self):
+        # DeepSeek's q nope (the transpose of the absorbing bmm) and q rope
+        # (a slice of the projected queries) reach a plan that takes them
+        # split as views of the same memory, strides and all; a 576-wide q
+        # as two views of itself; a plan of whole queries gets one
+        # contiguous q of both.
+        heads, tokens = 16, 3
+        _, b, _ = self.make(heads=heads)
+
+        class Split:
+            @staticmethod
+            def declares(name):
+                return name in ("q_nope", "q_rope")
+
+        class Whole:
+            @staticmethod
+            def declares(name):
+                return name == "q"
+
+        bf = torch.bfloat16
+        q_nope = torch.randn(heads, tokens, 512, dtype=bf).transpose(0, 1)
+        q_rope = torch.randn(tokens, heads, 192, dtype=bf)[..., 128:]
+        t = {}
+        b._queries(t, Split, q_nope, q_rope, tokens)
+        self.assertEqual((t["q_nope"].data_ptr(), t["q_nope"].stride()), (q_nope.data_ptr(), (512, tokens * 512, 1)))
+        self.assertEqual((t["q_rope"].data_ptr(), t["q_rope"].stride()), (q_rope.data_ptr(), (heads * 192, 192, 1)))
+        self.assertNotIn("q", t)
+        whole = torch.randn(tokens, heads * 576, dtype=bf)
+        t = {}
+        b._queries(t, Split, whole, None, tokens)
+        self.assertEqual((t["q_nope"].data_ptr(), t["q_rope"].data_ptr()), (whole.data_ptr(), whole.data_ptr() + 512 * 2))
+        t = {}
+        b._queries(t, Whole, q_nope, q_rope, tokens)
+        self.assertTrue(t["q"].is_contiguous())
+        self.assertTrue(torch.equal(t["q"], torch.cat([q_nope, q_rope], dim=-1)))
+
     @unittest.skipUnless(torch is not None and hasattr(torch, "float8_e4m3fn"), "needs torch with float8_e4m3fn")
     def test_fp8_pool(self):
         mr = st.ModelRunner.make(heads=16, layers=2, page_size=64, context_len=1024, max_requests=8,
