@@ -146,7 +146,9 @@ type BenchResult struct {
 // DecodeShapes are the benchmark's DeepSeek-V3 decode shapes: heads 16
 // and 128 (per GPU under tensor parallelism 8, and without it), batch 1,
 // 16, 64, 128, cached 4096 and 16384 tokens, page size 64, plus a ragged
-// batch of each head count, and absorbed-MLA extends of 130 to 8192 query
+// batch of each head count, batch 1 and 16 over 4096 cached tokens with
+// the queries split as sglang's DeepSeek layers pass them (MLA.Split, the
+// rows named _split), and absorbed-MLA extends of 130 to 8192 query
 // tokens a request over a cached prefix. Each is planned as a serving loop
 // plans it: a graph plan for the batch size (and query lengths) with a
 // bound on the lengths, scheduled on the device.
@@ -167,6 +169,10 @@ func DecodeShapes() []MLA {
 		}
 		c.MaxSeqLen = slices.Max(c.SeqLens)
 		cs = append(cs, c)
+		for _, b := range []int{1, 16} {
+			cs = append(cs, MLA{Name: fmt.Sprintf("h%d_b%d_s4096_split", h, b), Heads: h, PageSize: 64, SeqLens: repeatLen(b, 4096), QLens: repeatLen(b, 1),
+				Seed: uint64(h*1000 + b + 4096), Graph: true, MaxSeqLen: 4096, Split: true})
+		}
 	}
 	// Absorbed-MLA extends over a cached prefix (sglang's MLA for an extend
 	// under the chunked-prefix threshold): a prefix-cache hit's short
