@@ -166,16 +166,16 @@ func (b *MLABatch) allocQueries(x *cuda.Ctx) error {
 		if *q.dst, err = alloc(x, rows*q.width*2); err != nil {
 			return err
 		}
-		if err := b.env.Fill(x, q.dst.Ptr, rows*q.width, b.qSeed+querySeeds[q.name]-1); err != nil {
+		if err := b.env.Fill(x, q.dst.Ptr, rows*q.width, b.qSeed+querySeeds[q.name]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// querySeeds are the seeds of the query tensors of the MLA layout, less
-// one, off a batch's query seed: each query row is queryRow's.
-var querySeeds = map[string]uint64{"q": 1, "q_nope": 1, "q_rope": 2}
+// querySeeds are the seeds of the query tensors of the MLA layout, as
+// offsets from a batch's query seed: each query row is queryRow's.
+var querySeeds = map[string]uint64{"q": 0, "q_nope": 0, "q_rope": 1}
 
 // queryRow returns query row g (token-major: token*heads + head) of the
 // MLA batches of query seed seed: 576 values of the hash, or, split, 512
@@ -185,8 +185,8 @@ func queryRow(seed uint64, split bool, g int64) []float64 {
 	if !split {
 		return hashRow(seed, g*576, q)
 	}
-	hashRow(seed, g*512, q[:512])
-	hashRow(seed+1, g*64, q[512:])
+	hashRow(seed+querySeeds["q_nope"], g*512, q[:512])
+	hashRow(seed+querySeeds["q_rope"], g*64, q[512:])
 	return q
 }
 

@@ -197,9 +197,10 @@ func (e *Env) AllocQuant(c Quant, copies int) (*QuantBatch, error) {
 			}
 			buf.Bytes = s.Bytes()
 			b.Buffers[s.Name] = buf
+			seed, query := querySeeds[s.Name]
 			switch {
-			case querySeeds[s.Name] != 0:
-				err = e.Fill(x, buf.Ptr, s.Bytes()/2, b.qSeed+querySeeds[s.Name]-1)
+			case query:
+				err = e.Fill(x, buf.Ptr, s.Bytes()/2, b.qSeed+seed)
 			case s.Name == "kv_scale":
 				err = x.CopyIn(buf.Ptr, binary.LittleEndian.AppendUint32(nil, math.Float32bits(KVScale)))
 			case host[s.Name] != nil:

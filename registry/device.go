@@ -293,14 +293,20 @@ func (r *Registry) noPlan(rt *route, why backend.Outcome) error {
 // why the kernel has no device plan (see KernelModules; the plugin's own
 // "no plan"; a refused plan, which also wraps the *launch.PlanError).
 func (r *Registry) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
-	if err := launch.CheckRequest(req); err != nil {
-		return nil, err
-	}
-	rt, err := r.deviceBackend(req.Backend)
+	rt, err := r.planRoute(req)
 	if err != nil {
 		return nil, err
 	}
 	return r.planKernel(ctx, req, rt)
+}
+
+// planRoute checks req (launch.CheckRequest) and returns the route of
+// its backend, which must run device code.
+func (r *Registry) planRoute(req *core.PlanRequest) (*route, error) {
+	if err := launch.CheckRequest(req); err != nil {
+		return nil, err
+	}
+	return r.deviceBackend(req.Backend)
 }
 
 // planKernel is PlanKernel by rt, the route of req.Backend.
@@ -504,10 +510,7 @@ func (r *Registry) PlanStep(ctx context.Context, s *core.StepRequest) (*core.Ste
 	if err != nil {
 		return nil, err
 	}
-	if err := launch.CheckRequest(&req); err != nil {
-		return nil, err
-	}
-	rt, err := r.deviceBackend(req.Backend)
+	rt, err := r.planRoute(&req)
 	if err != nil {
 		return nil, err
 	}
