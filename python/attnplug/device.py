@@ -824,7 +824,8 @@ class Prepared:
             # launch binds every tensor of the plan, launch_batch and
             # launch_layer only those their launches read.
             bind = range(len(self.specs)) if which == "all" else sorted(used)
-            self._reads[which] = (pick, used, [(i,) + self._want[i] for i in bind])
+            self._reads[which] = ([st for st in self._steps if pick(st.launch)], used,
+                                  [(i,) + self._want[i] for i in bind])
 
     def _declare(self, specs, dtypes, device):
         """The plan's tensors as check reads them: the specs, each one's
@@ -894,7 +895,7 @@ class Prepared:
     def _check_one(self, t, name, want, shape, spec):
         if want is None or t.dtype != want:
             raise TensorMismatch("tensor %s: dtype %s, the plan wants %s" % (name, t.dtype, spec.dtype))
-        if tuple(t.shape) != shape:
+        if t.shape != shape:
             raise TensorMismatch("tensor %s: shape %s, the plan wants %s" % (name, tuple(t.shape), shape))
         if t.device != self._device:
             raise TensorMismatch("tensor %s: on %s, the plan runs on %s" % (name, t.device, self._device))
@@ -903,15 +904,19 @@ class Prepared:
                 raise TensorMismatch("tensor %s: not contiguous" % name)
             return
         # A strided view: rows of contiguous elements, 16-byte aligned.
-        size = t.element_size()
-        if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise TensorMismatch("tensor %s: strides %s, its last dimension not contiguous" % (name, tuple(t.stride())))
-        if t.data_ptr() % 16 or any(st * size % 16 for st, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1):
+        size, strides, dims = t.element_size(), t.stride(), t.shape
+        if dims and dims[-1] > 1 and strides[-1] != 1:
+            raise TensorMismatch("tensor %s: strides %s, its last dimension not contiguous" % (name, tuple(strides)))
+        rows = t.data_ptr() % 16
+        for d in range(len(dims) - 1):
+            if dims[d] > 1:
+                rows |= strides[d] * size % 16
+        if rows:
             raise TensorMismatch("tensor %s: strides %s (%d-byte elements) at address %#x: a strided tensor's rows "
                                  "start at multiples of 16 bytes" % (name, tuple(t.stride()), size, t.data_ptr()))
 
     def _run(self, tensors, stream, which):
-        pick, used, want = self._reads[which]
+        steps, used, want = self._reads[which]
         ptrs, strides = self._bind(tensors, want)
         if stream is None:
             stream = self._raw_stream() if self._raw_stream is not None else \
@@ -919,9 +924,8 @@ class Prepared:
         elif hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
         s = ctypes.c_void_p(stream)
-        for st in self._steps:
-            if pick(st.launch):
-                st.run(self._drv, ptrs, strides, s)
+        for st in steps:
+            st.run(self._drv, ptrs, strides, s)
 
     def launch(self, tensors, stream=None):
         """Runs every launch of the plan, in order."""

@@ -295,8 +295,7 @@ class AttnplugDSABackend(AttnplugMLABackend):
             if k_rope is None:
                 k_rope, k = k[..., rank:], k[..., :rank]
             pool.set_mla_kv_buffer(layer, fb.out_cache_loc, k, k_rope)
-        cache = pool.get_key_buffer(layer.layer_id)
-        kv = cache.view(-1, facts.page_size, cache.shape[-1])
+        kv = self._kv_view(layer.layer_id)
         out = torch.empty(tokens, heads, rank, dtype=torch.bfloat16, device=kv.device)
         if f.space is None:  # the same for every layer of the batch's shape
             f.space = self._index_space(fb.forward_mode)

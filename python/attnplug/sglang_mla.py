@@ -343,6 +343,7 @@ class AttnplugMLABackend(_Base):
         self._eager_tables = {}  # (bs, room) -> _Tables
         self._scratch = {}  # name -> a buffer every layer writes and none reads
         self._views = {}  # (name, shape) -> a view of a scratch buffer
+        self._kv_views = {}  # layer id -> (the pool's buffer, its view as the plan binds it)
         self._counts = {p: {"plugin": 0, "fallback": 0, "last_reason": ""} for p in PATHS}
         self._extra = {"steps_prepared": 0, "refused_at_capture": 0, "fp8_layers": 0}
         self._fwd = _Forward("decode", "idle")
@@ -869,7 +870,7 @@ class AttnplugMLABackend(_Base):
                 f.first_layer = layer.layer_id
             if layer.layer_id == f.first_layer:
                 self._prep(f, fb)
-        kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id).view(-1, facts.page_size, facts.kv_cache_dim)
+        kv = self._kv_view(layer.layer_id)
         out = torch.empty(tokens, heads, facts.kv_lora_rank, dtype=torch.bfloat16, device=kv.device)
         t = f.bound
         if t is None:  # the step's tensors, then each layer's in the same dict
@@ -885,6 +886,20 @@ class AttnplugMLABackend(_Base):
         out = out.view(tokens, heads * facts.kv_lora_rank)
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
+    def _kv_view(self, layer_id):
+        """The layer's cache as the plan binds it, [pages, page_size,
+        row] (row: the pool's, 576 elements, or a DSA pool's 656 bytes):
+        the view made once for each buffer the pool hands (a bf16 pool
+        hands the same tensor at every call; an FP8 one a view of its own
+        each time, which gets a view each time)."""
+        buf = self.token_to_kv_pool.get_key_buffer(layer_id)
+        kept = self._kv_views.get(layer_id)
+        if kept is not None and kept[0] is buf:
+            return kept[1]
+        kv = buf.view(-1, self.facts.page_size, buf.shape[-1])
+        self._kv_views[layer_id] = (buf, kv)
+        return kv
+
     def _queries(self, t, prepared, q, q_rope, tokens):
         """Puts the layer's queries in t as prepared's MLA plan binds them:
         where it takes them split, q_nope [tokens, heads, 512] and q_rope
@@ -897,7 +912,10 @@ class AttnplugMLABackend(_Base):
         facts = self.facts
         heads, rank = facts.heads, facts.kv_lora_rank
         if q_rope is not None:
-            nope, rope = q.reshape(tokens, heads, rank), q_rope.reshape(tokens, heads, facts.qk_rope_head_dim)
+            # DeepSeek's are [tokens, heads, 512] and [tokens, heads, 64]
+            # already (bound as they are: the plan checks their shapes).
+            nope = q if q.dim() == 3 else q.reshape(tokens, heads, rank)
+            rope = q_rope if q_rope.dim() == 3 else q_rope.reshape(tokens, heads, facts.qk_rope_head_dim)
         else:
             whole = q.reshape(tokens, heads, facts.kv_cache_dim)
             nope, rope = whole[..., :rank], whole[..., rank:]

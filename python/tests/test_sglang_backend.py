@@ -876,6 +876,14 @@ class FakeKernelTest(unittest.TestCase):
         self.assertEqual((t["q_nope"].data_ptr(), t["q_nope"].stride()), (q_nope.data_ptr(), (512, tokens * 512, 1)))
         self.assertEqual((t["q_rope"].data_ptr(), t["q_rope"].stride()), (q_rope.data_ptr(), (heads * 192, 192, 1)))
         self.assertNotIn("q", t)
+        # DeepSeek's three-dimensional tensors are bound as they are (no
+        # view made at each layer); a q nope of [tokens, heads * 512] gets
+        # a view of its memory.
+        self.assertIs(t["q_nope"], q_nope)
+        self.assertIs(t["q_rope"], q_rope)
+        flat = torch.randn(tokens, heads * 512, dtype=bf)
+        b._queries(t, Split, flat, q_rope, tokens)
+        self.assertEqual((t["q_nope"].shape, t["q_nope"].data_ptr()), ((tokens, heads, 512), flat.data_ptr()))
         whole = torch.randn(tokens, heads * 576, dtype=bf)
         t = {}
         b._queries(t, Split, whole, None, tokens)
@@ -884,6 +892,23 @@ class FakeKernelTest(unittest.TestCase):
         b._queries(t, Whole, q_nope, q_rope, tokens)
         self.assertTrue(t["q"].is_contiguous())
         self.assertTrue(torch.equal(t["q"], torch.cat([q_nope, q_rope], dim=-1)))
+
+    def test_the_cache_view_is_made_once_a_buffer(self):
+        # The pool hands a bf16 layer's buffer as the same tensor at every
+        # call: its [pages, page_size, 576] view is made once; a buffer of
+        # another object (an FP8 pool's view of its storage, a pool
+        # replaced) gets a view of its own.
+        mr, b, _ = self.make(heads=16)
+        pool = mr.token_to_kv_pool
+        kv = b._kv_view(0)
+        self.assertEqual((kv.shape[1:], kv.data_ptr()), ((64, 576), pool.get_key_buffer(0).data_ptr()))
+        self.assertIs(b._kv_view(0), kv)
+        self.assertIsNot(b._kv_view(1), kv)
+        buf = pool.get_key_buffer(0)
+        pool.get_key_buffer = lambda layer_id: buf.view(buf.shape)
+        other = b._kv_view(0)
+        self.assertIsNot(other, kv)
+        self.assertEqual((other.shape, other.data_ptr()), (kv.shape, kv.data_ptr()))
 
     @unittest.skipUnless(torch is not None and hasattr(torch, "float8_e4m3fn"), "needs torch with float8_e4m3fn")
     def test_fp8_pool(self):

@@ -453,7 +453,8 @@ def eager_main(address, kernel_us, reps=20, layers=8, passes=50):
     out = []
     print("\neager decode layers through AttnplugMLABackend.forward_decode (%d layers a pass, %d passes, median of %d)"
           % (layers, passes, reps))
-    print("%-16s %9s %13s %9s %14s" % ("shape", "eager us", "kernel us", "write us", "over kernel us"))
+    print("%-16s %9s %13s %9s %14s %9s %17s" % ("shape", "eager us", "kernel us", "write us", "over kernel us",
+                                                "class us", "class - kernel us"))
 
     def timed(run):
         run()
@@ -494,9 +495,14 @@ def eager_main(address, kernel_us, reps=20, layers=8, passes=50):
         k = kernel_us.get(name, 0.0)
         stats = backend.stats()
         assert stats["fallback_layers"] == 0, stats
+        # The layer is host-bound at batch 1 (its kernel runs under the
+        # next layer's host work), so the class's own host time is the
+        # layer's less the write's, and the goal (kernel + 25 us) is
+        # judged on it: the write is sglang's, every backend's.
+        ours = eager - write
         out.append({"name": name + "_eager", "eager_layer_us": eager, "layer_us": k, "pool_write_us": write,
-                    "host_us": eager - k})
-        print("%-16s %9.1f %13.1f %9.1f %14.1f" % (name, eager, k, write, eager - k))
+                    "host_us": eager - k, "class_us": ours, "class_over_kernel_us": ours - k})
+        print("%-16s %9.1f %13.1f %9.1f %14.1f %9.1f %17.1f" % (name, eager, k, write, eager - k, ours, ours - k))
         backend.close()
         client.close()
     return out
