@@ -476,8 +476,8 @@ func shapeOf(req *core.PlanRequest, form decodeForm, shared layouts) (decodeShap
 // work requests (splitQueries) by mla_schedule_split, which also writes
 // each work request's page-table offset for the decode to read as its
 // kv_indptr. Such a plan is made for any request that needs it, a graph
-// one or not; one that is not a graph's also reads the key lengths (its
-// page table's size follows them).
+// one or not; one without a graph's bound (launch.PagesPerRequest) also
+// reads the key lengths (its page table's size follows them).
 func planDecodeGraph(req *core.PlanRequest, form decodeForm, shared layouts) (*core.Plan, error) {
 	split, workQ := splitQueries(req.Shape.QLens)
 	work := req
@@ -520,7 +520,8 @@ func planDecodeGraph(req *core.PlanRequest, form decodeForm, shared layouts) (*c
 		sched.Args = append(sched.Args, tensorArg("kv_indptr"), core.Arg{Param: "split", Kind: core.ArgMeta, Name: "split"}, wsArg("work_indptr", offWork))
 		p.Metadata = []core.MetaBuffer{{Name: "split", Int32s: split}}
 		note = fmt.Sprintf(", %d work request(s) of at most %d query tokens", ds.batch, launch.MaxQLen)
-		if !req.Graph {
+		if launch.PagesPerRequest(req) == 0 {
+			// The page table's size follows the lengths (no bound given).
 			p.Reads |= core.PlanReadsSeqLens
 		}
 	}

@@ -542,9 +542,12 @@ func TestLongExtendsAreCutIntoWorkRequests(t *testing.T) {
 		}
 	}
 	for _, heads := range []int{16, 128} {
-		for _, graph := range []bool{false, true} {
+		// eager, a graph's without a bound (its page table follows the
+		// lengths) and a graph's with one.
+		for _, mode := range []string{"eager", "graph", "graph_bound"} {
+			graph := mode != "eager"
 			req := request(heads, 64, seq, q, graph)
-			if graph {
+			if mode == "graph_bound" {
 				req.Shape.MaxSeqLen = 8192
 				req.Shape.NumPages = 8192/64 + 1
 			}
@@ -553,17 +556,17 @@ func TestLongExtendsAreCutIntoWorkRequests(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err := launch.Check(p, req, Spec(), h200); err != nil {
-				t.Fatalf("%d heads graph %v (%s): %v", heads, graph, p.Note, err)
+				t.Fatalf("%d heads %s (%s): %v", heads, mode, p.Note, err)
 			}
 			want := core.PlanReadsDeclared | core.PlanReadsQLens
-			if !graph {
+			if mode != "graph_bound" {
 				want |= core.PlanReadsSeqLens
 			}
 			if p.Reads != want {
-				t.Errorf("%d heads graph %v: reads %v, want %v", heads, graph, p.Reads, want)
+				t.Errorf("%d heads %s: reads %v, want %v", heads, mode, p.Reads, want)
 			}
 			if len(p.Metadata) != 1 || p.Metadata[0].Name != "split" || !slices.Equal(p.Metadata[0].Int32s, wantSplit) {
-				t.Fatalf("%d heads graph %v: metadata %+v, want the split map %v", heads, graph, p.Metadata, wantSplit)
+				t.Fatalf("%d heads %s: metadata %+v, want the split map %v", heads, mode, p.Metadata, wantSplit)
 			}
 			s, d := p.Launches[0], p.Launches[1]
 			var work, kvIndptr core.Arg
@@ -580,13 +583,13 @@ func TestLongExtendsAreCutIntoWorkRequests(t *testing.T) {
 			works := int64(len(wantSplit) / 3)
 			switch {
 			case s.Entry != EntryScheduleSplit || !s.PerBatch:
-				t.Errorf("%d heads graph %v: first launch %s (per batch %v), want %s", heads, graph, s.Entry, s.PerBatch, EntryScheduleSplit)
+				t.Errorf("%d heads %s: first launch %s (per batch %v), want %s", heads, mode, s.Entry, s.PerBatch, EntryScheduleSplit)
 			case work.Kind != core.ArgWorkspace || !reflect.DeepEqual(kvIndptr, core.Arg{Param: "kv_indptr", Kind: core.ArgWorkspace, Offset: work.Offset}):
-				t.Errorf("%d heads graph %v: the decode reads kv_indptr %+v, the schedule writes %+v", heads, graph, kvIndptr, work)
+				t.Errorf("%d heads %s: the decode reads kv_indptr %+v, the schedule writes %+v", heads, mode, kvIndptr, work)
 			case work.Offset+4*works > p.WorkspaceBytes:
-				t.Errorf("%d heads graph %v: %d work requests' offsets at %d past the workspace of %d bytes", heads, graph, works, work.Offset, p.WorkspaceBytes)
+				t.Errorf("%d heads %s: %d work requests' offsets at %d past the workspace of %d bytes", heads, mode, works, work.Offset, p.WorkspaceBytes)
 			case !strings.Contains(p.Note, fmt.Sprintf("%d work request(s) of at most %d query tokens", works, launch.MaxQLen)):
-				t.Errorf("%d heads graph %v: note %q", heads, graph, p.Note)
+				t.Errorf("%d heads %s: note %q", heads, mode, p.Note)
 			}
 		}
 	}
@@ -658,5 +661,36 @@ func TestPrefixChunkPlans(t *testing.T) {
 			t.Errorf("a kernel without prefix_chunks: %v", err)
 		}
 		k.PrefixChunks = true
+	}
+}
+
+// TestSparseStepsAtDeepSeekContext: a DeepSeek-V3.2 step of sglang's
+// chunked prefill (8192 new tokens) and a 256-request verify graph, at
+// the model's context length over a larger pool, make sparse requests
+// the host accepts and the planner plans: a sparse request's keys are
+// its tokens' top-k, whatever bound the step gives its lengths.
+func TestSparseStepsAtDeepSeekContext(t *testing.T) {
+	step := core.StepRequest{
+		Backend: "dsa", Mode: core.ModeExtend, Method: core.MLA,
+		Model: core.StepModel{Heads: 16, KVLoraRank: 512, QKRopeHeadDim: 64, QKNopeHeadDim: 128, VHeadDim: 128,
+			SoftmaxScale: 0.1352, IndexTopK: 2048},
+		Pool:   core.StepPool{PageSize: 64, Slots: 200064, MaxTokens: 200000, RowWidth: 163844, ContextLen: 163840},
+		Batch:  core.StepBatch{Size: 1, QLens: []int64{8192}, Graph: true},
+		Device: h200,
+	}
+	verify := step
+	verify.Mode, verify.Batch = core.ModeTargetVerify, core.StepBatch{Size: 256, QueryTokens: 4, Graph: true}
+	for name, s := range map[string]core.StepRequest{"extend of 8192": step, "verify of 256 x 4": verify} {
+		req, _, err := s.PlanRequest()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		p, err := Plan(dsaSparse, &req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := launch.Check(p, &req, Spec(), h200); err != nil {
+			t.Fatalf("%s (%s): %v", name, p.Note, err)
+		}
 	}
 }

@@ -233,6 +233,13 @@ func TestCheckRefusesPlansMadeForAnotherRequest(t *testing.T) {
 			return plan(dense, decode(nil)), devkernels.Spec()
 		}, `tensor "kv_cache" declared as bf16 [300 64 576] (output false), the batch gives bf16 [301 64 576] (output false)`},
 		{"an output no launch writes", decode(nil), noLSE, `no launch binds tensor "lse", an output the kernels never write`},
+		// MHA's keys are ragged: a graph request's max_seq_len bounds no
+		// tensor of it, so its plans read the lengths.
+		{"an MHA plan claiming to hold for any lengths", mhaGraph(), func() (*core.Plan, []core.KernelModule) {
+			p := plan(chunkKernel, chunkReq(false))
+			p.Reads = core.PlanReadsDeclared | core.PlanReadsQLens
+			return p, devkernels.Spec()
+		}, `the plan declares it does not read the lengths (reads batch+q_lens), but its tensors' shapes follow them`},
 		{"a causal MHA_CHUNKED_KV plan for a prefix chunk", chunkReq(true), func() (*core.Plan, []core.KernelModule) {
 			return plan(chunkKernel, chunkReq(false)), devkernels.Spec()
 		}, `tensor "k" declared as bf16 [150 16 192] (output false), the batch gives bf16 [700 16 192]`},
@@ -260,6 +267,14 @@ func chunkReq(prefixChunk bool) *core.PlanRequest {
 		Dims:   core.PlanDims{Heads: 16, HeadDimQK: 192, HeadDimV: 128, SoftmaxScale: 0.0722},
 		Shape:  core.PlanShape{SeqLens: []int64{500, 200}, QLens: []int64{100, 50}, PrefixChunk: prefixChunk},
 		Device: h200}
+}
+
+// mhaGraph is chunkReq's batch as a graph request with a declared bound
+// and a page size, which bound nothing of MHA's ragged keys.
+func mhaGraph() *core.PlanRequest {
+	r := chunkReq(false)
+	r.Graph, r.Shape.MaxSeqLen, r.Shape.PageSize = true, 1024, 1
+	return r
 }
 
 // madeForKernels returns the catalog kernels of a dense and a sparse MLA

@@ -80,13 +80,17 @@ func CheckRequest(req *core.PlanRequest) error {
 	if err != nil {
 		return err
 	}
+	// A sparse request's keys are its tokens' top-k (bounded below), not
+	// its lengths: a step's sparse request gives each token the step's
+	// bound, which at a long context adds up to more than any dense batch.
+	sparse := d.TopK > 0
 	switch {
-	case keys > maxTotalKeys:
+	case keys > maxTotalKeys && !sparse:
 		return bad("shape.seq_lens add up to %d keys, more than %d", keys, int64(maxTotalKeys))
 	case s.PrefixChunk && keys == 0:
 		return bad("shape.seq_lens are all 0: a prefix chunk without a key")
 	}
-	if d.TopK > 0 {
+	if sparse {
 		var tokens int64
 		for _, q := range s.QLens {
 			tokens += q
@@ -107,7 +111,7 @@ func CheckRequest(req *core.PlanRequest) error {
 			return bad("shape.max_seq_len %d is below the longest of shape.seq_lens, %d", m, longest)
 		case paged && (m+int64(s.PageSize)-1)/int64(s.PageSize) > int64(s.NumPages):
 			return bad("shape.max_seq_len %d needs %d pages of %d tokens, the cache has %d", m, (m+int64(s.PageSize)-1)/int64(s.PageSize), s.PageSize, s.NumPages)
-		case paged && int64(len(s.SeqLens))*m > maxTotalKeys:
+		case paged && !sparse && int64(len(s.SeqLens))*m > maxTotalKeys:
 			return bad("shape.max_seq_len %d for %d requests is more than %d keys", m, len(s.SeqLens), int64(maxTotalKeys))
 		}
 	}
@@ -155,10 +159,12 @@ func checkLens(s core.PlanShape, paged bool) (keys int64, err error) {
 
 // PagesPerRequest is the page-table room a graph plan gives each request
 // (kv_indices holds batch times as many): ceil(MaxSeqLen/PageSize). 0 when
-// req is not a graph request with a declared MaxSeqLen.
+// req is not a graph request with a declared MaxSeqLen of the paged dense
+// MLA layout, the one layout with a page table (MHA's keys are ragged, a
+// sparse request's are its top-k).
 func PagesPerRequest(req *core.PlanRequest) int64 {
 	s := req.Shape
-	if !req.Graph || s.MaxSeqLen == 0 || s.PageSize < 1 {
+	if !req.Graph || s.MaxSeqLen == 0 || s.PageSize < 1 || req.Method != core.MLA || req.Dims.TopK > 0 {
 		return 0
 	}
 	return (s.MaxSeqLen + int64(s.PageSize) - 1) / int64(s.PageSize)

@@ -322,8 +322,14 @@ func (r *Registry) planKernel(ctx context.Context, req *core.PlanRequest, rt *ro
 	if err != nil {
 		return nil, err
 	}
-	key := plans.keyOf(req)
-	if e, ok := plans.get(key); ok {
+	// A plan is kept by what it reads; a refusal by the whole request (what
+	// made the plugin refuse is not known to be what its plans read).
+	whole := req.Key(core.PlanReadsAll)
+	e, ok := plans.get(plans.keyOf(req))
+	if !ok {
+		e, ok = plans.get(whole)
+	}
+	if ok {
 		if e.why != nil {
 			r.fellBack(rt.name, rt, *e.why, noDeviceCode, false)
 		}
@@ -343,7 +349,7 @@ func (r *Registry) planKernel(ctx context.Context, req *core.PlanRequest, rt *ro
 		// The backend has no plan for this request: an expected answer.
 		rt.be.Log().Debug("no device plan", "backend", req.Backend, "method", req.Method.String(), "error", s.o.Err)
 		err = noPlanAnswer(s.o)
-		plans.put(key, planOutcome{err: err})
+		plans.put(whole, planOutcome{err: err})
 		return nil, err
 	case s.verdict == failed:
 		return nil, r.noPlan(rt, *s.o)
@@ -353,7 +359,7 @@ func (r *Registry) planKernel(ctx context.Context, req *core.PlanRequest, rt *ro
 		why := ReasonBadPlan.Unavailable(fmt.Errorf("%s: %w", rt.family, err))
 		rt.be.Log().Warn("launch plan refused", "backend", req.Backend, "method", req.Method.String(), "error", err)
 		err := r.noPlan(rt, why)
-		plans.put(key, planOutcome{err: err, why: &why})
+		plans.put(whole, planOutcome{err: err, why: &why})
 		return nil, err
 	}
 	plans.putPlan(req, plan)

@@ -400,14 +400,20 @@ func (p *Prepared) Update(s cuda.Stream, req *core.PlanRequest, np *core.Plan) e
 // against the modules this Executor loaded and its device, as
 // registry.PlanKernel checks every plan it hands (the plan of a
 // PrepareChecked, updated): np is not checked a second time. It must still
-// have the prepared plan's launches and fit its metadata buffers and
-// workspace, or it is refused and nothing is copied.
+// have the prepared plan's launches and tensors and fit its metadata
+// buffers and workspace, or it is refused and nothing is copied.
 func (p *Prepared) UpdateChecked(s cuda.Stream, req *core.PlanRequest, np *core.Plan) error {
 	if req == nil || np == nil {
 		return errNoPlan
 	}
 	if len(np.Launches) != len(p.plan.Launches) || np.WorkspaceBytes > p.ws.Bytes {
 		return fmt.Errorf("launch: update: the plan's launches or workspace differ from the prepared plan's")
+	}
+	// The tensors bound at each launch are checked against the prepared
+	// specs: a plan of other tensors (more query rows) would run on
+	// buffers sized for the old ones.
+	if !reflect.DeepEqual(np.Tensors, p.specs) {
+		return fmt.Errorf("launch: update: the plan's tensors differ from the prepared plan's")
 	}
 	for i, l := range np.Launches {
 		o := p.plan.Launches[i]

@@ -323,14 +323,15 @@ func TestUpdate(t *testing.T) {
 		t.Errorf("after Update: plan replaced %t, copies on streams %v, want one on %#x", pr.Plan() == np, d.streams, stream)
 	}
 
-	// A plan launch.Check refuses (its tensors are not the batch's) but
-	// that fits what was prepared: Update refuses it, UpdateChecked,
-	// trusting its source's check, takes it.
+	// A plan launch.Check refuses (it claims to read no query lengths,
+	// though its tensors have a row per query token) but that fits what
+	// was prepared: Update refuses it, UpdateChecked, trusting its
+	// source's check, takes it.
 	unchecked := testPlan(t, next, []int32{9, 10, 11, 12})
-	unchecked.Tensors = unchecked.Tensors[1:]
+	unchecked.Reads = core.PlanReadsDeclared
 	var pe *launch.PlanError
 	if err := pr.Update(stream, next, unchecked); !errors.As(err, &pe) {
-		t.Fatalf("Update of a plan with a tensor missing: %v, want a *launch.PlanError", err)
+		t.Fatalf("Update of a plan that reads no query lengths: %v, want a *launch.PlanError", err)
 	}
 	if got := d.bytesAt(meta.Ptr, 16); string(got) != string(int32Bytes([]int32{5, 6, 7, 8})) {
 		t.Errorf("a refused Update copied its metadata: % x", got)
@@ -349,6 +350,9 @@ func TestUpdate(t *testing.T) {
 		"other_grid":     func(p *core.Plan) { p.Launches[0].Grid[0]++ },
 		"other_argument": func(p *core.Plan) { p.Launches[0].Args[4].Int++ },
 		"more_launches":  func(p *core.Plan) { p.Launches = append(p.Launches, p.Launches[0]) },
+		"other_tensors": func(p *core.Plan) {
+			p.Tensors[0].Shape = append([]int64{p.Tensors[0].Shape[0] + 1}, p.Tensors[0].Shape[1:]...)
+		},
 	}
 	copies := d.calls["copy_async"]
 	for name, spoil := range misfits {

@@ -29,8 +29,8 @@ seq_lens on the device replays in a CUDA graph with no host work.
 Launcher.plan takes a plan request as Client.plan_kernel does (without the
 device: the launcher fills in the current torch device), for callers that
 make their own. A plan with metadata (one that reads the lengths) uploads
-it into buffers of fixed address; Prepared.update puts a new plan's
-metadata there before a replay.
+it into buffers of fixed address when prepared; a batch of other lengths
+gets a plan (and a Prepared) of its own.
 
 torch is imported when a Launcher is made: the dispatch-only package does
 not need it.
@@ -939,19 +939,3 @@ class Prepared:
     def launch_layer(self, tensors, stream=None):
         """Runs the launches that are not PerBatch: once per layer."""
         self._run(tensors, stream, "layer")
-
-    def update(self, plan):
-        """Puts the metadata of plan (for the same batch size, with the same
-        launches) into this Prepared's buffers, on the current stream, so
-        that a graph captured with it replays the new lengths. Raises
-        ValueError when plan's launches or buffer sizes differ."""
-        if [(l.module, l.entry, l.grid, l.block, l.args) for l in plan.launches] != \
-                [(l.module, l.entry, l.grid, l.block, l.args) for l in self.plan.launches]:
-            raise ValueError("update: the plan's launches differ from the prepared plan's")
-        for name, values in plan.metadata.items():
-            buf = self.metadata.get(name)
-            if buf is None or len(values) > buf.numel():
-                raise ValueError("update: metadata %s does not fit the prepared buffer" % name)
-            src = self._torch.tensor(list(values), dtype=self._torch.int32).pin_memory()
-            buf[:len(values)].copy_(src, non_blocking=True)
-        self.plan = plan
