@@ -41,6 +41,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 
 from attnplug.client import NoPlan, ServerError, ServerUnavailable
 
@@ -830,10 +831,12 @@ class Prepared:
     def _declare(self, specs, dtypes, device):
         """The plan's tensors as check reads them: the specs, each one's
         dtype (torch's) and the device; (name, dtype, shape) of each in the
-        plan's order; and the tensor objects last found to match, by
-        identity (a tensor object keeps its dtype and device, and its shape
-        and layout unless resized in place: it is checked again for its
-        shape only)."""
+        plan's order; and, of the tensor objects last found to match, a
+        weak reference (a kept plan keeps no tensor alive) and the version
+        of their data then. A tensor object keeps its dtype and device, and
+        its layout but through an in-place change (set_, t_, resize_),
+        which bumps its version: the same object of the same version is
+        checked again for its shape only."""
         self.specs, self._dtypes, self._device = specs, dtypes, device
         self._want = [(t.name, dtypes[t.name], tuple(t.shape)) for t in specs]
         self._seen = [None] * len(specs)
@@ -879,9 +882,10 @@ class Prepared:
             t = tensors.get(name)
             if t is None:
                 raise TensorMismatch("tensor %s: not bound (the plan binds %s)" % (name, ", ".join(s.name for s in self.specs)))
-            if t is not seen[i] or t.shape != shape:
+            r = seen[i]
+            if r is None or r[0]() is not t or r[1] != t._version or t.shape != shape:
                 self._check_one(t, name, want, shape, self.specs[i])
-                seen[i] = t
+                seen[i] = (weakref.ref(t), t._version)
             ptrs[i] = t.data_ptr()
         strides = None
         if self._strided:
@@ -901,7 +905,10 @@ class Prepared:
             raise TensorMismatch("tensor %s: on %s, the plan runs on %s" % (name, t.device, self._device))
         if not getattr(spec, "strided", False):
             if not t.is_contiguous():
-                raise TensorMismatch("tensor %s: not contiguous" % name)
+                raise TensorMismatch("tensor %s: strides %s, not contiguous" % (name, tuple(t.stride())))
+            if spec.dtype != "i32" and t.data_ptr() % 16:
+                # The kernels copy rows of data in 16-byte pieces.
+                raise TensorMismatch("tensor %s: at address %#x, not a multiple of 16 bytes" % (name, t.data_ptr()))
             return
         # A strided view: rows of contiguous elements, 16-byte aligned.
         size, strides, dims = t.element_size(), t.stride(), t.shape

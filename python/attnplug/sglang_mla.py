@@ -240,11 +240,11 @@ class _Forward:
     call the fallback got ("eager", "graph", "legacy" or None)."""
 
     __slots__ = ("path", "kind", "prepared", "tables", "bs", "q", "q_lens", "why", "prepped", "first_layer", "fallback",
-                 "bound", "space")
+                 "bound", "space", "mha")
 
     def __init__(self, path, kind, bs=0, q=1, why=None):
         self.path, self.kind, self.bs, self.q, self.why = path, kind, bs, q, why
-        self.prepared = self.tables = self.q_lens = self.bound = self.space = None
+        self.prepared = self.tables = self.q_lens = self.bound = self.space = self.mha = None
         self.prepped = False
         self.first_layer = None
         self.fallback = None
@@ -515,7 +515,9 @@ class AttnplugMLABackend(_Base):
             batch["q_lens"] = list(q_lens)
         else:
             batch["query_tokens"] = q
-        prepared, why = self._step(path, mode, "MLA", batch)
+        # An extend's plan is of its query lengths, seldom seen twice: its
+        # Prepared (workspace, metadata) lives with the batch, not kept.
+        prepared, why = self._step(path, mode, "MLA", batch, keep=q_lens is None)
         f = _Forward(path, "plugin" if prepared is not None else "fallback", bs, q, why)
         if prepared is not None:
             f.prepared, f.q_lens = prepared, q_lens
@@ -615,12 +617,27 @@ class AttnplugMLABackend(_Base):
             # (A draft step prepares at its first layer: the steps of a
             # draft share their plan's scheduler buffers, and the container
             # prepares every step before the first runs.)
-            self._prep(f, forward_batch)
-            f.prepped = True
+            try:
+                self._prep(f, forward_batch)
+                f.prepped = True
+            except Exception as exc:
+                self._prep_failed(f, forward_batch, exc)
         if f.fallback == "graph" and self._draft is None:
             hook = getattr(self.fallback, "init_forward_metadata_in_graph", None)
             if hook is not None:
                 hook(forward_batch)
+
+    def _prep_failed(self, f, fb, exc):
+        """A step whose preparation (its tables, its scheduler) failed:
+        refused loudly in a capture, else the fallback's, with the reason
+        its layers count."""
+        why = "the plugin's step preparation failed: %s: %s" % (type(exc).__name__, exc)
+        if _capturing(self._torch):
+            self._counts[f.path]["last_reason"] = why
+            self._extra["refused_at_capture"] += 1
+            raise FallbackRefused(f.path, "captured step of batch %d: %s" % (f.bs, why))
+        f.prepared, f.kind, f.why = None, "fallback", why
+        self._fallback_metadata(fb, eager=True, in_capture=False)
 
     def _prep(self, f, fb):
         torch = self._torch
@@ -814,8 +831,14 @@ class AttnplugMLABackend(_Base):
         if self.fallback is None:
             raise FallbackRefused(path, "%s, and there is no fallback (sglang's %s backend could not be made)"
                                   % (c["last_reason"], self.kernel_backend))
-        self._warn(("fallback", path, why), "attnplug: the fallback runs %s layers: %s", path, why)
         f = self._fwd
+        if f.fallback is None and _capturing(self._torch):
+            # A captured plugin step whose layer cannot run the plugin's
+            # kernel: the fallback's metadata made now would be the
+            # capture's, replayed stale at every step. Refused loudly.
+            self._extra["refused_at_capture"] += 1
+            raise FallbackRefused(path, "a layer of a captured step of batch %d: %s" % (f.bs, c["last_reason"]))
+        self._warn(("fallback", path, why), "attnplug: the fallback runs %s layers: %s", path, why)
         if f.fallback is None:
             # The plugin path could not run a batch it was planned for: the
             # fallback's metadata, now (eager batches only reach this); a
@@ -976,6 +999,19 @@ class AttnplugMLABackend(_Base):
         view = self._views[(name, shape)] = buf[:n].view(*shape)
         return view
 
+    def _mha_step(self, path, method, batch):
+        """The (Prepared, why) of an MHA pass of the extend batch: made at
+        its first layer, kept with the batch for the others (not kept past
+        it: its lengths are the batch's)."""
+        f = self._fwd
+        key = (method, tuple(batch["seq_lens"]), tuple(batch["q_lens"]))
+        if f.mha is None:
+            f.mha = {}
+        got = f.mha.get(key)
+        if got is None:
+            got = f.mha[key] = self._step(path, "EXTEND", method, batch, keep=False)
+        return got
+
     def _run_mha(self, q, k, v, layer, fb, save_kv_cache):
         """(path, output or None, why) of an MHA layer of an extend batch:
         the plugin's MHA plan for MHA (the new tokens over themselves),
@@ -1007,7 +1043,7 @@ class AttnplugMLABackend(_Base):
             if k.shape[0] != sum(keys):
                 return path, None, "%d key rows for the %d keys of prefix chunk %d" % (k.shape[0], sum(keys), fb.prefix_chunk_idx)
             batch = {"size": len(new), "seq_lens": keys, "q_lens": new, "prefix_chunk": True}
-            prepared, why = self._step(path, "EXTEND", "MHA_CHUNKED_KV", batch, keep=False)
+            prepared, why = self._mha_step(path, "MHA_CHUNKED_KV", batch)
         else:
             seq = [p + n for p, n in zip(prefix or [0] * len(new), new)]
             if k.shape[0] == sum(seq):
@@ -1021,7 +1057,7 @@ class AttnplugMLABackend(_Base):
             # MHA_CHUNKED_KV plan also runs the prefix chunks, which sglang
             # gives in calls of their own).
             batch = {"size": len(new), "seq_lens": keys, "q_lens": new}
-            prepared, why = self._step(path, "EXTEND", "MHA_ONE_SHOT", batch, keep=False)
+            prepared, why = self._mha_step(path, "MHA_ONE_SHOT", batch)
         if prepared is None:
             return path, None, why
         dqk, dv = int(layer.head_dim), int(layer.v_head_dim)

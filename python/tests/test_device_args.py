@@ -192,6 +192,8 @@ class FakeTensor:
     """What Prepared.check reads of a torch tensor: contiguous, or of the
     given strides (in elements of elem bytes)."""
 
+    _version = 0  # torch's count of in-place changes
+
     def __init__(self, spec, ptr, device="cuda:0", strides=None, elem=2):
         self.dtype, self.shape, self.device, self.ptr = spec.dtype, spec.shape, device, ptr
         self.strides, self.elem = strides, elem
@@ -270,6 +272,29 @@ class CheckTest(unittest.TestCase):
         with self.assertRaisesRegex(TensorMismatch, "tensor out: dtype f32, the plan wants bf16"):
             p.check(t)
 
+    def test_an_in_place_change_is_checked_again(self):
+        # set_, t_ or resize_ of a tensor object already bound bump its
+        # version: it is checked again in full.
+        p = prepared(self.BF16)
+        t = self.tensors(self.BF16)
+        p.check(t)
+        t["q"].strides, t["q"]._version = (576, 4 * 576, 1), 1
+        with self.assertRaisesRegex(TensorMismatch, "tensor q: strides"):
+            p.check(t)
+
+    def test_a_plan_keeps_no_tensor_alive(self):
+        # A kept plan remembers the tensors it checked by weak reference:
+        # a layer's queries and output are freed with the layer.
+        import gc
+        import weakref
+        p = prepared(self.BF16)
+        t = self.tensors(self.BF16)
+        p.check(t)
+        gone = weakref.ref(t["out"])
+        del t
+        gc.collect()
+        self.assertIsNone(gone())
+
     def test_a_missing_or_wrong_tensor_is_refused(self):
         t = self.tensors(self.BF16)
         del t["kv_indices"]
@@ -298,7 +323,8 @@ class CheckTest(unittest.TestCase):
             ("q_rope", FakeTensor(specs[1], 0x2108, strides=(16 * 192, 192, 1)), "rows start at multiples of 16 bytes"),
             ("q_rope", FakeTensor(specs[1], 0x2100, strides=(16 * 196, 196, 1)), r"strides \(3136, 196, 1\)"),
             ("q_nope", FakeTensor(specs[0], 0x1000, strides=(512, 1, 16)), "its last dimension not contiguous"),
-            ("out", FakeTensor(specs[2], 0x3000, strides=(512, 4 * 512, 1)), "tensor out: not contiguous"),
+            ("out", FakeTensor(specs[2], 0x3000, strides=(512, 4 * 512, 1)), r"tensor out: strides \(512, 2048, 1\), not contiguous"),
+            ("out", FakeTensor(specs[2], 0x3002), "tensor out: at address 0x3002, not a multiple of 16 bytes"),
         ]:
             with self.subTest(want=want):
                 bad = dict(t, **{name: tensor})

@@ -28,10 +28,12 @@ import sys
 import tempfile
 import types
 import unittest
+from unittest import mock
 
 import serve
 from attnplug import Client
 from attnplug import sglang_backend as sb
+from attnplug import sglang_mla as sb_mla
 from attnplug_testing import handlers
 from attnplug_testing import standins as st
 
@@ -624,6 +626,61 @@ class FakeKernelTest(unittest.TestCase):
         b.init_cuda_graph_state(4, 4)
         with self.assertRaises(sb.FallbackRefused):
             st.GraphRunner(b, 4, device=self.device, dry=True).capture(lambda fb: [])
+
+    def test_a_step_that_fails_to_prepare_falls_back_counted(self):
+        # The scheduler's launch fails (a module that does not load, a
+        # tensor refused): an eager step runs the fallback with the
+        # reason its layers count; inside a capture the step is refused
+        # loudly, for the fallback's metadata of that moment would be
+        # replayed stale.
+        from attnplug_testing.fake_kernels import FakePrepared
+
+        def broken(self, tensors, stream=None):
+            raise RuntimeError("the scheduler's module did not load")
+
+        mr, b, _ = self.make()
+        loop = st.DecodeLoop(mr, seed=3)
+        loop.start([5, 500])
+        fb = loop.decode_batch()
+        with mock.patch.object(FakePrepared, "launch_batch", broken):
+            b.init_forward_metadata(fb)
+        inputs = [loop.inputs(2) for _ in loop.layers]
+        outs = loop.forward(b, fb, inputs)
+        self.check(mr, fb, inputs, outs, 1, 0)
+        self.assertEqual(self.paths(b), {"decode": (0, 2)})
+        self.assertIn("step preparation failed: RuntimeError: the scheduler's module did not load",
+                      b.stats()["paths"]["decode"]["last_reason"])
+        mr, b, _ = self.make()
+        loop = st.DecodeLoop(mr, seed=3)
+        loop.start([5, 500])
+        fb = loop.decode_batch()
+        b._out_graph(fb, in_capture=True, eager=False)
+        with mock.patch.object(FakePrepared, "launch_batch", broken), mock.patch.object(sb_mla, "_capturing", lambda torch: True):
+            with self.assertRaises(sb.FallbackRefused) as cm:
+                b.init_forward_metadata_in_graph(fb)
+        self.assertIn("captured step of batch 2", cm.exception.reason)
+        self.assertEqual(b.stats()["refused_at_capture"], 1)
+
+    def test_a_layer_that_fails_in_a_capture_is_refused(self):
+        # A captured plugin step whose layer cannot run the kernel raises,
+        # counted, instead of making the fallback's metadata inside the
+        # capture.
+        from attnplug_testing.fake_kernels import FakePrepared
+
+        def broken(self, tensors, stream=None):
+            raise RuntimeError("launch failed")
+
+        mr, b, _ = self.make()
+        loop = st.DecodeLoop(mr, seed=4)
+        loop.start([5, 500])
+        fb = loop.decode_batch()
+        b.init_forward_metadata(fb)
+        with mock.patch.object(FakePrepared, "launch_layer", broken), mock.patch.object(sb_mla, "_capturing", lambda torch: True):
+            with self.assertRaises(sb.FallbackRefused) as cm:
+                loop.forward(b, fb, [loop.inputs(2) for _ in loop.layers])
+        self.assertIn("a layer of a captured step of batch 2: the plugin's kernel failed: RuntimeError: launch failed",
+                      cm.exception.reason)
+        self.assertEqual((self.paths(b), b.stats()["refused_at_capture"]), ({}, 1))
 
     def test_strict_from_the_environment(self):
         os.environ[sb.ENV_STRICT] = "1"
