@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 )
 
 // Device execution: a plugin owns the device code of its kernels and the
@@ -185,6 +186,45 @@ type DeviceInfo struct {
 	MaxSharedPerBlock int
 	// MaxGrid is the largest grid, per dimension.
 	MaxGrid [3]int
+}
+
+// The bounds of a device's description (DeviceInfo.Check, with
+// MaxComputeCapability): far above any GPU's, within what the protocols
+// carry (int32 fields).
+const (
+	MaxDeviceNameBytes      = 256
+	MaxDeviceSMs            = 4096
+	MaxDeviceThreads        = 1 << 16
+	MaxDeviceSharedPerBlock = 1 << 30
+	MaxDeviceGrid           = 1<<31 - 1
+)
+
+// Check verifies d's fields against the bounds above, naming the field
+// (device.compute_capability, ...) and its value: a host checks every
+// device a caller describes before it asks a plugin for its modules or a
+// plan, and an engine client before it sends one.
+func (d DeviceInfo) Check() error {
+	bad := func(field string, v, most int) error {
+		return NewFieldError("device."+field, fmt.Sprintf("%d is outside [0, %d]", v, most))
+	}
+	switch {
+	case len(d.Name) > MaxDeviceNameBytes:
+		return NewFieldError("device.name", fmt.Sprintf("%d bytes, more than %d", len(d.Name), MaxDeviceNameBytes))
+	case d.ComputeCapability < 0 || d.ComputeCapability > MaxComputeCapability:
+		return bad("compute_capability", d.ComputeCapability, MaxComputeCapability)
+	case d.SMs < 0 || d.SMs > MaxDeviceSMs:
+		return bad("sms", d.SMs, MaxDeviceSMs)
+	case d.MaxThreadsPerBlock < 0 || d.MaxThreadsPerBlock > MaxDeviceThreads:
+		return bad("max_threads_per_block", d.MaxThreadsPerBlock, MaxDeviceThreads)
+	case d.MaxSharedPerBlock < 0 || d.MaxSharedPerBlock > MaxDeviceSharedPerBlock:
+		return bad("max_shared_per_block", d.MaxSharedPerBlock, MaxDeviceSharedPerBlock)
+	}
+	for i, g := range d.MaxGrid {
+		if g < 0 || g > MaxDeviceGrid {
+			return bad(fmt.Sprintf("max_grid[%d]", i), g, MaxDeviceGrid)
+		}
+	}
+	return nil
 }
 
 // PlanShape is the batch a plan is for: request i has SeqLens[i] tokens of

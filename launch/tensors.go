@@ -17,8 +17,8 @@ const (
 	MaxHeadDim   = 1024
 	MaxPageSize  = 4096
 	MaxNumPages  = 1 << 28
-	MaxTopK      = 1 << 16 // keys per query token of a sparse plan
-	MaxSMs       = 4096    // multiprocessors of the device (132 on an H100)
+	MaxTopK      = 1 << 16           // keys per query token of a sparse plan
+	MaxSMs       = core.MaxDeviceSMs // multiprocessors of the device (132 on an H100)
 	maxTotalKeys = 1 << 30
 )
 
@@ -33,6 +33,9 @@ const (
 func CheckRequest(req *core.PlanRequest) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", core.ErrInvalidRequest, fmt.Sprintf(format, args...))
+	}
+	if err := req.Device.Check(); err != nil {
+		return err
 	}
 	d, s := req.Dims, req.Shape
 	switch {
@@ -58,8 +61,6 @@ func CheckRequest(req *core.PlanRequest) error {
 		return bad("shape.q_lens has %d entries, shape.seq_lens %d", len(s.QLens), len(s.SeqLens))
 	case s.ChunkCapacity < 0 || s.ChunkCapacity > MaxSeqLen*64:
 		return bad("shape.chunk_capacity %d is outside [0, %d]", s.ChunkCapacity, MaxSeqLen*64)
-	case req.Device.SMs < 0 || req.Device.SMs > MaxSMs:
-		return bad("device.sms %d is outside [0, %d]", req.Device.SMs, MaxSMs)
 	case s.PrefixChunk && req.Method != core.MHAChunkedKV:
 		return bad("shape.prefix_chunk: a prefix chunk is a pass of MHA_CHUNKED_KV, the method is %s", req.Method)
 	case req.QuerySplit && req.Method != core.MLA:

@@ -83,8 +83,12 @@ type moduleFetch struct {
 // that does not run on this host, declares no device code, has none for
 // dev, hands images that fail their checks, or failed during the call
 // (which retires its process, as a failed dispatch does). It wraps
-// ErrNotPinned too for an image the lock file does not pin.
+// ErrNotPinned too for an image the lock file does not pin. A device
+// described out of core's bounds (DeviceInfo.Check) is an invalid request.
 func (r *Registry) KernelModules(ctx context.Context, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	if err := dev.Check(); err != nil {
+		return nil, err
+	}
 	rt, err := r.deviceBackend(backend)
 	if err != nil {
 		return nil, err

@@ -273,6 +273,9 @@ func (c *Client) Close() error { return c.conn.Close() }
 // server's lock file). "No device code" is an error wrapping
 // core.ErrNoPlan.
 func (c *Client) KernelModules(ctx context.Context, backend string, dev core.DeviceInfo) ([]core.KernelModule, error) {
+	if err := dev.Check(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.kernels.KernelModules(ctx, &dispatchv1.KernelModulesRequest{Backend: backend, Device: convert.DeviceToProto(dev)})
@@ -287,6 +290,12 @@ func (c *Client) KernelModules(ctx context.Context, backend string, dev core.Dev
 // host checks plans (launch.Check). "No device plan" is an error wrapping
 // core.ErrNoPlan; a malformed request, core.ErrInvalidRequest.
 func (c *Client) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.Plan, error) {
+	if req == nil {
+		return nil, core.NewFieldError("request", "missing")
+	}
+	if err := req.Device.Check(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.kernels.PlanKernel(ctx, convert.PlanRequestToProto(req))
@@ -300,6 +309,12 @@ func (c *Client) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core.P
 // server from the engine's facts (core.StepRequest) and checked there,
 // with the bound it holds for and its key. Errors as PlanKernel's.
 func (c *Client) PlanStep(ctx context.Context, s *core.StepRequest) (*core.StepPlan, error) {
+	if s == nil {
+		return nil, core.NewFieldError("step", "missing")
+	}
+	if err := s.Device.Check(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.kernels.PlanStep(ctx, convert.StepRequestToProto(s))

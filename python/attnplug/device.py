@@ -253,6 +253,11 @@ def _route_key(desc, backend):
 # The most plans and refusals a PlanSource keeps, of each kind.
 _KEPT = 1024
 
+#: How many times a plan is asked again when the route of its backend
+#: moved between the modules and the plan (a hot swap in between).
+_ROUTE_TRIES = 3
+_ROUTE_MOVED = "the route of backend %s moved under every plan asked: a plan and its modules are of one route"
+
 
 class PlanSource:
     """The device code and plans of the plugin that serves backend, for
@@ -457,6 +462,11 @@ class PlanSource:
         while not self._closed.is_set():
             try:
                 self._watch = self.client.watch()
+                if self._closed.is_set():
+                    # close() ran between the check above and the watch:
+                    # it cancelled the one before (or none).
+                    self._watch.cancel()
+                    return
                 for d in self._watch:
                     self._apply(d)
                     backoff = 0.05
@@ -481,9 +491,11 @@ class Launcher:
     turns it off): after a hot swap of the plugin serving backend, the next
     plan asks the server again and loads the new plugin's modules. Modules
     loaded before stay loaded, so that a CUDA graph captured with them
-    still replays. A Launcher is safe to use from several threads; its
-    Prepared plans are not shared between threads. close() stops following
-    the server."""
+    still replays. A Launcher is safe to use from several threads, but the
+    Prepared plans it keeps are shared by every caller of the same plan
+    (their launch parameters and workspace are the plan's): step and plan
+    with keep=False give a caller a Prepared of its own, for another thread
+    or stream. close() stops following the server."""
 
     def __init__(self, client, backend, device=None, follow=True):
         torch = _import_torch()
@@ -494,7 +506,7 @@ class Launcher:
         self.source = PlanSource(client, backend, self.device, follow=follow)
         self._drv = _Driver.get()
         self._lock = threading.Lock()
-        self._version = None
+        self._version = -1
         self._modules = None
         self._loaded = []  # every module loaded, of every version: never unloaded
         self._prepared = {}  # plan key -> Prepared, for self._version
@@ -505,25 +517,37 @@ class Launcher:
         self.source.close()
 
     def _sync(self, version):
-        # _lock held: forget what belongs to an older route
+        """_lock held: forgets what belongs to an older route than version;
+        False when version is older than the route in force (an answer
+        that raced a hot swap: not taken)."""
+        if version < self._version:
+            return False
         if version != self._version:
             self._version = version
             self._modules = None
             self._prepared = {}
+        return True
 
     def modules(self):
         """The loaded modules, fetched from the server at the first call and
         after every change of the route of backend."""
-        mods, version = self.source.modules()
-        with self._lock:
-            self._sync(version)
-            if self._modules is None:
-                self._drv.use_primary(self.ordinal)
-                loaded = {m.name: _Module(self._drv, m) for m in mods}
-                self._loaded.extend(loaded.values())
-                self.stats["module_loads"] += 1
-                self._modules = loaded
-            return self._modules
+        return self._modules_of()[0]
+
+    def _modules_of(self):
+        """(the loaded modules, the version of the route they are of)."""
+        for _ in range(_ROUTE_TRIES):
+            mods, version = self.source.modules()
+            with self._lock:
+                if not self._sync(version):
+                    continue
+                if self._modules is None:
+                    self._drv.use_primary(self.ordinal)
+                    loaded = {m.name: _Module(self._drv, m) for m in mods}
+                    self._loaded.extend(loaded.values())
+                    self.stats["module_loads"] += 1
+                    self._modules = loaded
+                return self._modules, version
+        raise RuntimeError(_ROUTE_MOVED % self.backend)
 
     def step(self, step, keep=True):
         """The Prepared plan of step (a step as Client.plan_step takes it,
@@ -535,9 +559,12 @@ class Launcher:
         NoPlan when the kernel has no device plan for it, ServerUnavailable
         when the server cannot be reached and no kept plan answers."""
         req = self.source.request(step)
-        mods = self.modules()
-        sp, version = self.source.step(req)
-        return self._prepare(sp.plan, req, mods, version, keep, sp.max_seq_len, sp.pages_per_request)
+        for _ in range(_ROUTE_TRIES):
+            mods, at = self._modules_of()
+            sp, version = self.source.step(req)
+            if version == at:  # the plan and the modules are of one route
+                return self._prepare(sp.plan, req, mods, version, keep, sp.max_seq_len, sp.pages_per_request)
+        raise RuntimeError(_ROUTE_MOVED % self.backend)
 
     def plan(self, request, keep=True):
         """The Prepared plan of request (a plan request without its device,
@@ -545,23 +572,26 @@ class Launcher:
         step's: the server's plan, kept for an equal request. Raises as step
         does."""
         req = self.source.request(request)
-        mods = self.modules()
-        plan, version = self.source.plan(req)
-        return self._prepare(plan, req, mods, version, keep, 0, 0)
+        for _ in range(_ROUTE_TRIES):
+            mods, at = self._modules_of()
+            plan, version = self.source.plan(req)
+            if version == at:
+                return self._prepare(plan, req, mods, version, keep, 0, 0)
+        raise RuntimeError(_ROUTE_MOVED % self.backend)
 
     def _prepare(self, plan, req, mods, version, keep, max_seq_len, pages_per_request):
         key = plan.key or id(plan)
         with self._lock:
-            self._sync(version)
-            p = self._prepared.get(key)
+            # (A plan of a route older than the one in force is prepared,
+            # not kept, and finds nothing kept of the newer one.)
+            p = self._prepared.get(key) if self._sync(version) else None
             self.stats["plan_requests"] = self.source.stats["plan_requests"]
             if p is not None:
                 return p
         prepared = Prepared(self, plan, req, mods)
         prepared.max_seq_len, prepared.pages_per_request = max_seq_len, pages_per_request
         with self._lock:
-            self._sync(version)
-            if not keep:
+            if not self._sync(version) or not keep:
                 return prepared
             if len(self._prepared) > _KEPT:
                 self._prepared.clear()

@@ -338,7 +338,7 @@ class AttnplugMLABackend(_Base):
         self._warned = set()
         self._down = False
         self._max_bs = 0
-        self._graph_tables = {}  # room -> _Tables of init_cuda_graph_state's max_bs
+        self._graph_tables = {}  # (room, q) -> _Tables of init_cuda_graph_state's max_bs
         self._graph_paths = {}  # (bs, q) -> _Forward captured
         self._eager_tables = {}  # (bs, room) -> _Tables
         self._scratch = {}  # name -> a buffer every layer writes and none reads
@@ -488,14 +488,18 @@ class AttnplugMLABackend(_Base):
             log.warning("attnplug: the server answers again; the plugin's kernels run new batch shapes again")
         return p, None
 
-    def _tables(self, prepared, bs, graph):
+    def _tables(self, prepared, bs, graph, q=1):
+        """The step's buffers: a graph's are views of buffers of fixed
+        address kept by the page table's room and the query tokens a
+        request (its qo_indptr is written once, at capture: graphs of other
+        query counts keep their own)."""
         room = int(prepared.pages_per_request)
         if graph:
-            base = self._graph_tables.get(room)
+            base = self._graph_tables.get((room, q))
             if base is None or self._max_bs < bs:
                 self._max_bs = max(self._max_bs, bs)
                 base = _Tables(self._torch, self.device, self._max_bs, room, self.facts.page_size)
-                self._graph_tables[room] = base
+                self._graph_tables[(room, q)] = base
             return _Tables(self._torch, self.device, bs, room, self.facts.page_size, base)
         key = (bs, room)
         t = self._eager_tables.get(key)
@@ -521,7 +525,7 @@ class AttnplugMLABackend(_Base):
         f = _Forward(path, "plugin" if prepared is not None else "fallback", bs, q, why)
         if prepared is not None:
             f.prepared, f.q_lens = prepared, q_lens
-            f.tables = self._tables(prepared, bs, graph)
+            f.tables = self._tables(prepared, bs, graph, q)
             if q_lens is None:
                 qo = self._torch.arange(0, (bs + 1) * q, q, dtype=self._torch.int32, device=self.device)
                 f.tables.qo_indptr.copy_(qo)

@@ -353,3 +353,44 @@ class DecodeTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RouteTest(unittest.TestCase):
+    def test_a_plan_and_its_modules_are_of_one_route(self):
+        # A hot swap between the modules and the plan of a step: the plan
+        # is asked again, and prepared with the modules of its own route.
+        import threading
+        from types import SimpleNamespace
+        from unittest import mock
+        from attnplug import device
+        from attnplug.device import Launcher
+
+        class Source:
+            stats = {"plan_requests": 0}
+
+            def __init__(self):
+                self.v, self.asked = 1, []
+
+            def request(self, r):
+                return r
+
+            def modules(self):
+                return [SimpleNamespace(name="m%d" % self.v)], self.v
+
+            def step(self, req):
+                self.v = 2  # a swap after the first modules: the plans are of route 2
+                self.asked.append(self.v)
+                return SimpleNamespace(plan=SimpleNamespace(key="k%d" % self.v), max_seq_len=0, pages_per_request=0), self.v
+
+        lch = Launcher.__new__(Launcher)
+        lch.source, lch.backend, lch.ordinal = Source(), "fa3", 0
+        lch._drv = SimpleNamespace(use_primary=lambda ordinal: None)
+        lch._lock, lch._version, lch._modules, lch._loaded, lch._prepared = threading.Lock(), -1, None, [], {}
+        lch.stats = {"plan_requests": 0, "plans_cached": 0, "module_loads": 0}
+        made = lambda launcher, plan, req, mods: SimpleNamespace(plan=plan, mods=sorted(mods))
+        with mock.patch.object(device, "_Module", lambda drv, m: m), mock.patch.object(device, "Prepared", made):
+            p = lch.step({})
+            self.assertEqual((p.plan.key, p.mods, lch.source.asked), ("k2", ["m2"], [2, 2]))
+            # An answer of an older route than the one in force is not taken.
+            self.assertFalse(lch._sync(1))
+            self.assertEqual(lch._version, 2)
