@@ -68,7 +68,11 @@ func (h *Host) Device() core.DeviceInfo { return h.exec.Device() }
 // Load asks the Source for the modules of the plugin serving backend, for
 // this device, and loads them, once per backend: a later call returns
 // the first call's outcome. "No device code" is an error wrapping
-// core.ErrNoPlan.
+// core.ErrNoPlan. A Host serves the routes of its Source as they were at
+// the first Load: after the Source moves backend to another plugin (a
+// registry's Reload, a hot swap of attnplug serve), a host makes a new
+// Host (the Executor refuses other images of the same module names, and
+// refuses at Plan any argument the loaded entries cannot hold).
 func (h *Host) Load(ctx context.Context, backend string) error {
 	if h.src == nil {
 		return fmt.Errorf("%w: this host has no source of device code", core.ErrNoPlan)

@@ -36,8 +36,16 @@ func aligned(n int) []byte {
 
 // put writes argument a (of size bytes) at byte off of st.args, or
 // records what each launch writes there: the layer's tensor addresses and
-// TMA descriptors. launch.Check has checked a against its parameter.
+// TMA descriptors. launch.Check has checked a against its parameter, in
+// the modules the plan's Source checked it with; put still refuses an
+// argument that does not fit the slot of the entry loaded here (a plan
+// checked against other modules of the same names), rather than write
+// past it.
 func (pr *Prepared) put(st *step, off, size int, a core.Arg, index map[string]int) error {
+	if off < 0 || off+size > len(st.args) || !slotFits(a, size) {
+		return fmt.Errorf("a %s argument does not fit the loaded entry's %d-byte parameter at byte %d of %d (was the plan checked against other modules?)",
+			a.Kind, size, off, len(st.args))
+	}
 	buf := st.args[off : off+size]
 	switch a.Kind {
 	case core.ArgTensor:
@@ -64,6 +72,9 @@ func (pr *Prepared) put(st *step, off, size int, a core.Arg, index map[string]in
 		binary.LittleEndian.PutUint64(buf, uint64(rowMajorStride(pr.specs[index[a.Name]].Shape, a.Dim)))
 	case core.ArgStruct:
 		for _, f := range a.Fields {
+			if f.Offset < 0 || int(f.Offset)+int(f.Size) > size {
+				return fmt.Errorf("a field of %d bytes at byte %d of a %d-byte struct", f.Size, f.Offset, size)
+			}
 			if err := pr.put(st, off+int(f.Offset), int(f.Size), f.Arg, index); err != nil {
 				return err
 			}
@@ -80,6 +91,21 @@ func (pr *Prepared) put(st *step, off, size int, a core.Arg, index map[string]in
 		return fmt.Errorf("unknown argument kind %q", a.Kind)
 	}
 	return nil
+}
+
+// slotFits reports whether an argument of a's kind fits a parameter slot
+// of size bytes: an address or a stride 8, a number 4 or 8, a TMA
+// descriptor a tensormap's; a struct's fields are bounded by put.
+func slotFits(a core.Arg, size int) bool {
+	switch a.Kind {
+	case core.ArgTensor, core.ArgMeta, core.ArgWorkspace, core.ArgStride:
+		return size == 8
+	case core.ArgInt, core.ArgFloat:
+		return size == 4 || size == 8
+	case core.ArgTensorMap:
+		return size == core.ParamTensorMap.Size()
+	}
+	return size > 0
 }
 
 // rowMajorStride is the element stride of dimension dim of a row-major

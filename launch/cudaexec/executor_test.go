@@ -296,6 +296,36 @@ func TestPrepareRefusals(t *testing.T) {
 	d.check(t, true)
 }
 
+// TestPrepareCheckedRefusesArgumentsTheLoadedEntryCannotHold: a plan
+// checked against other modules of the same names (a plugin swapped
+// after this host loaded its modules) binds a TMA descriptor to a
+// pointer parameter, an address to a 4-byte one, a struct field past its
+// struct: each is an error naming the parameter, nothing written past a
+// slot, nothing left allocated.
+func TestPrepareCheckedRefusesArgumentsTheLoadedEntryCannotHold(t *testing.T) {
+	e, d := loadedExecutor(t)
+	req := testRequest(e.Device())
+	m := &core.TensorMap{Box: []uint32{64, 64}}
+	for want, spoil := range map[string]func(p *core.Plan){
+		`parameter "q": a tensormap argument does not fit the loaded entry's 8-byte parameter`: func(p *core.Plan) {
+			p.Launches[0].Args[0] = core.Arg{Param: "q", Kind: core.ArgTensorMap, Name: "q", Map: m}
+		},
+		`parameter "n": a workspace argument does not fit the loaded entry's 4-byte parameter`: func(p *core.Plan) {
+			p.Launches[0].Args[4] = core.Arg{Param: "n", Kind: core.ArgWorkspace}
+		},
+	} {
+		p := testPlan(t, req, []int32{1, 2, 3, 4})
+		spoil(p)
+		if pr, err := e.PrepareChecked(req, p); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want an error naming %q", err, want)
+			if pr != nil {
+				pr.Close()
+			}
+		}
+	}
+	d.check(t, true)
+}
+
 // TestUpdate: Update checks the new plan as Prepare does; UpdateChecked
 // takes a plan its source checked as it is. Both refuse a plan that does
 // not fit what was prepared, and copy the new metadata on the stream given.
