@@ -257,7 +257,7 @@ class AttnplugDSABackend(AttnplugMLABackend):
                                                                   encoder_lens, forward_mode, spec_info, seq_lens_cpu,
                                                                   *args, **kwargs)
         bs = int(bs)
-        q = _query_tokens(_ReplayBatch(forward_mode, spec_info), bs) if forward_mode.is_target_verify() else 1
+        q = self._replay_q(bs, forward_mode, spec_info)
         f = self._graph_paths.get((bs, q))
         if f is None:
             f = _Forward(self._decode_path(forward_mode), "fallback", bs, q, why="a batch size no graph was captured for")
@@ -366,15 +366,6 @@ class AttnplugDSABackend(AttnplugMLABackend):
         if slots.dtype != torch.int32:
             slots = slots.to(torch.int32)
         return slots if slots.is_contiguous() else slots.contiguous()
-
-
-class _ReplayBatch:
-    """What _query_tokens reads of a replay's arguments."""
-
-    def __init__(self, mode, spec_info):
-        self.forward_mode = mode
-        self.spec_info = spec_info
-        self.input_ids = self.positions = None
 
 
 class AttnplugDSAMultiStepDraftBackend(AttnplugMLAMultiStepDraftBackend):

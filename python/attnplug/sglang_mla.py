@@ -325,6 +325,7 @@ class AttnplugMLABackend(_Base):
         self.data_type = getattr(model_runner, "dtype", torch.bfloat16)
         self.kv_cache_dtype = getattr(model_runner, "kv_cache_dtype", None)
         self._address, self._client, self._timeout = address, client, timeout
+        self._owns_client = False
         self._launcher = launcher
         self._launcher_error = None
         self._launcher_owner = launcher_owner
@@ -403,9 +404,12 @@ class AttnplugMLABackend(_Base):
         return self._get_launcher()
 
     def close(self):
-        """Stops following the server (the backend runs on, from its plans)."""
+        """Stops following the server (the backend runs on, from its
+        plans), and closes the client it made (not one it was given)."""
         if self._launcher is not None:
             self._launcher.close()
+        if self._owns_client and self._client is not None:
+            self._client.close()
 
     def _get_launcher(self):
         if self._launcher_owner is not None:
@@ -416,8 +420,10 @@ class AttnplugMLABackend(_Base):
             if self._launcher is None and self._launcher_error is None:
                 try:
                     from attnplug.device import Launcher
-                    cl = self._client or _client.Client(self._address, timeout=self._timeout)
-                    self._client = cl
+                    cl = self._client
+                    if cl is None:
+                        cl = self._client = _client.Client(self._address, timeout=self._timeout)
+                        self._owns_client = True
                     ordinal = self.device.index if self.device.type == "cuda" else None
                     self._launcher = Launcher(cl, self.kernel_backend, ordinal)
                 except Exception as exc:
@@ -714,12 +720,7 @@ class AttnplugMLABackend(_Base):
         host for a plugin step (the graph rebuilds the page table from the
         runner's tensors); the fallback's replay for a fallback step."""
         bs = int(bs)
-        q = 1
-        if forward_mode.is_target_verify():
-            q = int(getattr(spec_info, "draft_token_num", 0) or 0)
-            if not q:
-                qs = [qq for (b, qq) in self._graph_paths if b == bs and qq > 1]
-                q = qs[0] if qs else 1
+        q = self._replay_q(bs, forward_mode, spec_info)
         captured = self._graph_paths.get((bs, q))
         if captured is not None and captured.kind == "plugin":
             self._fwd = captured
@@ -733,6 +734,18 @@ class AttnplugMLABackend(_Base):
             self.fallback.init_forward_metadata_replay_cuda_graph(bs, req_pool_indices, seq_lens, seq_lens_sum,
                                                                   encoder_lens, forward_mode, spec_info, seq_lens_cpu,
                                                                   *args, **kwargs)
+
+    def _replay_q(self, bs, mode, spec_info):
+        """The query tokens a request of a legacy replay of batch size bs:
+        1 for a decode; a verify's draft_token_num, else those of the
+        verify graph captured for bs."""
+        if not mode.is_target_verify():
+            return 1
+        q = int(getattr(spec_info, "draft_token_num", 0) or 0)
+        if not q:
+            qs = [qq for (b, qq) in self._graph_paths if b == bs and qq > 1]
+            q = qs[0] if qs else 1
+        return q
 
     def on_after_cuda_graph_warmup(self):
         """Between the warm-up runs and the capture (sglang main): the next
