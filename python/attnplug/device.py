@@ -936,8 +936,9 @@ class Prepared:
         if not getattr(spec, "strided", False):
             if not t.is_contiguous():
                 raise TensorMismatch("tensor %s: strides %s, not contiguous" % (name, tuple(t.stride())))
-            if spec.dtype != "i32" and t.data_ptr() % 16:
-                # The kernels copy rows of data in 16-byte pieces.
+            if spec.dtype != "i32" and shape and shape[-1] * t.element_size() >= 16 and t.data_ptr() % 16:
+                # The kernels copy rows of data in 16-byte pieces (a
+                # scalar, such as an FP8 layer's kv_scale, may lie anywhere).
                 raise TensorMismatch("tensor %s: at address %#x, not a multiple of 16 bytes" % (name, t.data_ptr()))
             return
         # A strided view: rows of contiguous elements, 16-byte aligned.
