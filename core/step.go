@@ -205,6 +205,8 @@ func (s *StepRequest) check() error {
 		return invalid("model.index_topk", fmt.Sprintf("%d is outside [0, 65536]", m.IndexTopK))
 	case p.KVDType != "" && p.KVDType != "bf16" && p.KVDType != "fp8_e4m3":
 		return invalid("pool.kv_dtype", fmt.Sprintf("%q: want bf16 or fp8_e4m3", p.KVDType))
+	case p.Slots < int64(p.PageSize):
+		return invalid("pool.slots", fmt.Sprintf("%d hold no page of pool.page_size %d", p.Slots, p.PageSize))
 	case b.QueryTokens < 0 || b.QueryTokens > maxStepLen:
 		return invalid("batch.query_tokens", fmt.Sprintf("%d is outside [0, %d]", b.QueryTokens, maxStepLen))
 	case b.Graph && len(b.SeqLens) > 0:

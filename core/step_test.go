@@ -98,6 +98,11 @@ func TestStepKinds(t *testing.T) {
 	if _, _, err := s.PlanRequest(); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "batch.q_lens: [1] 0 is outside [1, ") {
 		t.Errorf("a request of no query tokens: %v", err)
 	}
+	small := v3Step()
+	small.Pool.Slots = 63
+	if _, _, err := small.PlanRequest(); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "pool.slots: 63 hold no page of pool.page_size 64") {
+		t.Errorf("a pool of less than a page: %v", err)
+	}
 	s.Batch.QLens = []int64{1 << 24, 1 << 24}
 	if _, _, err := s.PlanRequest(); !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "query tokens on a sparse layer") {
 		t.Errorf("a sparse step of 2^25 query tokens: %v", err)
