@@ -606,6 +606,10 @@ type Plan struct {
 	Reads PlanReads
 	// Note describes the plan's choices (tile, splits), for people.
 	Note string
+	// ModuleSHA256 is, by module name, the SHA-256 of each module image
+	// the host's registry checked the plan against (set there, not by a
+	// plugin): a host prepares the plan only with those images loaded.
+	ModuleSHA256 map[string]string
 }
 
 // ErrNoPlan marks a plan request the backend cannot answer: a backend

@@ -71,8 +71,9 @@ func (h *Host) Device() core.DeviceInfo { return h.exec.Device() }
 // core.ErrNoPlan. A Host serves the routes of its Source as they were at
 // the first Load: after the Source moves backend to another plugin (a
 // registry's Reload, a hot swap of attnplug serve), a host makes a new
-// Host (the Executor refuses other images of the same module names, and
-// refuses at Plan any argument the loaded entries cannot hold).
+// Host: the Executor refuses other images of the same module names, and
+// Plan refuses a plan checked against other images than those loaded
+// (core.Plan.ModuleSHA256).
 func (h *Host) Load(ctx context.Context, backend string) error {
 	if h.src == nil {
 		return fmt.Errorf("%w: this host has no source of device code", core.ErrNoPlan)

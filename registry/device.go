@@ -366,6 +366,7 @@ func (r *Registry) planKernel(ctx context.Context, req *core.PlanRequest, rt *ro
 		plans.put(whole, planOutcome{err: err, why: &why})
 		return nil, err
 	}
+	plan.ModuleSHA256 = moduleHashes(plan, mods)
 	plans.putPlan(req, plan)
 	return plan, nil
 }
@@ -404,6 +405,21 @@ func CheckPlan(plan *core.Plan, req *core.PlanRequest, h core.HandlerInfo, mods 
 		return &launch.PlanError{Launch: -1, Reason: fmt.Sprintf("the plan runs kernel %q, but %s's catalog runs %q for %s", plan.Kernel, h.Name, k.Name, req.Method)}
 	}
 	return nil
+}
+
+// moduleHashes are the SHA-256 of the modules plan's launches name, of
+// mods (the modules it was checked against): what a host must have
+// loaded to prepare it.
+func moduleHashes(plan *core.Plan, mods []core.KernelModule) map[string]string {
+	out := map[string]string{}
+	for _, l := range plan.Launches {
+		for _, m := range mods {
+			if m.Name == l.Module {
+				out[m.Name] = m.SHA256
+			}
+		}
+	}
+	return out
 }
 
 // planOutcome is what a plan request got: a plan, or an error; why is

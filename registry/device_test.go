@@ -106,6 +106,10 @@ func TestPlansCachedByRequest(t *testing.T) {
 		if err := launch.Check(first, planReq("liar", i), mods, h200()); err != nil {
 			t.Fatalf("step %d: the registry passed a plan that fails the check: %v", i, err)
 		}
+		// The plan names the image it was checked against.
+		if got := first.ModuleSHA256; len(got) != 1 || got[mods[0].Name] != mods[0].SHA256 {
+			t.Fatalf("step %d: module hashes %v, want %s: %s", i, got, mods[0].Name, mods[0].SHA256)
+		}
 	}
 	for i := 0; i < 5; i++ {
 		step(i)

@@ -3132,7 +3132,12 @@ type Plan struct {
 	// request that every plan depends on and those the plan reads. Requests
 	// whose plans share a key share the plan; a client keeps what it
 	// prepares of a plan by it.
-	Key           string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	// The SHA-256 (hex) of each module the plan's launches name, as the
+	// server checked the plan against it: a client prepares the plan only
+	// with those images loaded (after a hot swap, the modules of the plugin
+	// now serving).
+	ModuleSha256  map[string]string `protobuf:"bytes,10,rep,name=module_sha256,json=moduleSha256,proto3" json:"module_sha256,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3228,6 +3233,13 @@ func (x *Plan) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *Plan) GetModuleSha256() map[string]string {
+	if x != nil {
+		return x.ModuleSha256
+	}
+	return nil
 }
 
 type PlanKernelResponse struct {
@@ -3971,7 +3983,7 @@ const file_dispatch_proto_rawDesc = "" +
 	"\x04args\x18\x06 \x03(\v2\x1f.attnplug.dispatch.v1.LaunchArgR\x04args\x12\x1b\n" +
 	"\tper_batch\x18\a \x01(\bR\bperBatch\x12\x18\n" +
 	"\acluster\x18\b \x03(\rR\acluster\x12\"\n" +
-	"\fprogrammatic\x18\t \x01(\bR\fprogrammatic\"\xf3\x02\n" +
+	"\fprogrammatic\x18\t \x01(\bR\fprogrammatic\"\x87\x04\n" +
 	"\x04Plan\x12\x16\n" +
 	"\x06kernel\x18\x01 \x01(\tR\x06kernel\x12:\n" +
 	"\atensors\x18\x02 \x03(\v2 .attnplug.dispatch.v1.TensorSpecR\atensors\x12<\n" +
@@ -3981,7 +3993,12 @@ const file_dispatch_proto_rawDesc = "" +
 	"\blaunches\x18\x06 \x03(\v2\x1c.attnplug.dispatch.v1.LaunchR\blaunches\x12\x12\n" +
 	"\x04note\x18\a \x01(\tR\x04note\x12\x14\n" +
 	"\x05reads\x18\b \x01(\rR\x05reads\x12\x10\n" +
-	"\x03key\x18\t \x01(\tR\x03key\"D\n" +
+	"\x03key\x18\t \x01(\tR\x03key\x12Q\n" +
+	"\rmodule_sha256\x18\n" +
+	" \x03(\v2,.attnplug.dispatch.v1.Plan.ModuleSha256EntryR\fmoduleSha256\x1a?\n" +
+	"\x11ModuleSha256Entry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
 	"\x12PlanKernelResponse\x12.\n" +
 	"\x04plan\x18\x01 \x01(\v2\x1a.attnplug.dispatch.v1.PlanR\x04plan\"\xf7\x01\n" +
 	"\tStepModel\x12\x14\n" +
@@ -4096,7 +4113,7 @@ func file_dispatch_proto_rawDescGZIP() []byte {
 }
 
 var file_dispatch_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_dispatch_proto_goTypes = []any{
 	(ErrorCode)(0),                // 0: attnplug.dispatch.v1.ErrorCode
 	(ForwardMode)(0),              // 1: attnplug.dispatch.v1.ForwardMode
@@ -4146,6 +4163,7 @@ var file_dispatch_proto_goTypes = []any{
 	(*StepBatch)(nil),             // 45: attnplug.dispatch.v1.StepBatch
 	(*PlanStepRequest)(nil),       // 46: attnplug.dispatch.v1.PlanStepRequest
 	(*PlanStepResponse)(nil),      // 47: attnplug.dispatch.v1.PlanStepResponse
+	nil,                           // 48: attnplug.dispatch.v1.Plan.ModuleSha256Entry
 }
 var file_dispatch_proto_depIdxs = []int32{
 	21, // 0: attnplug.dispatch.v1.DispatchRequest.request:type_name -> attnplug.dispatch.v1.Request
@@ -4184,38 +4202,39 @@ var file_dispatch_proto_depIdxs = []int32{
 	35, // 33: attnplug.dispatch.v1.Plan.metadata:type_name -> attnplug.dispatch.v1.MetaBuffer
 	36, // 34: attnplug.dispatch.v1.Plan.schedule:type_name -> attnplug.dispatch.v1.WorkItem
 	40, // 35: attnplug.dispatch.v1.Plan.launches:type_name -> attnplug.dispatch.v1.Launch
-	41, // 36: attnplug.dispatch.v1.PlanKernelResponse.plan:type_name -> attnplug.dispatch.v1.Plan
-	1,  // 37: attnplug.dispatch.v1.PlanStepRequest.mode:type_name -> attnplug.dispatch.v1.ForwardMode
-	2,  // 38: attnplug.dispatch.v1.PlanStepRequest.method:type_name -> attnplug.dispatch.v1.Method
-	43, // 39: attnplug.dispatch.v1.PlanStepRequest.model:type_name -> attnplug.dispatch.v1.StepModel
-	44, // 40: attnplug.dispatch.v1.PlanStepRequest.pool:type_name -> attnplug.dispatch.v1.StepPool
-	45, // 41: attnplug.dispatch.v1.PlanStepRequest.batch:type_name -> attnplug.dispatch.v1.StepBatch
-	25, // 42: attnplug.dispatch.v1.PlanStepRequest.device:type_name -> attnplug.dispatch.v1.DeviceInfo
-	33, // 43: attnplug.dispatch.v1.PlanStepResponse.request:type_name -> attnplug.dispatch.v1.PlanKernelRequest
-	41, // 44: attnplug.dispatch.v1.PlanStepResponse.plan:type_name -> attnplug.dispatch.v1.Plan
-	4,  // 45: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
-	7,  // 46: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
-	9,  // 47: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
-	10, // 48: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
-	29, // 49: attnplug.dispatch.v1.Kernels.KernelModules:input_type -> attnplug.dispatch.v1.KernelModulesRequest
-	33, // 50: attnplug.dispatch.v1.Kernels.PlanKernel:input_type -> attnplug.dispatch.v1.PlanKernelRequest
-	46, // 51: attnplug.dispatch.v1.Kernels.PlanStep:input_type -> attnplug.dispatch.v1.PlanStepRequest
-	15, // 52: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
-	18, // 53: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
-	6,  // 54: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
-	8,  // 55: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
-	14, // 56: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
-	14, // 57: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
-	30, // 58: attnplug.dispatch.v1.Kernels.KernelModules:output_type -> attnplug.dispatch.v1.KernelModulesResponse
-	42, // 59: attnplug.dispatch.v1.Kernels.PlanKernel:output_type -> attnplug.dispatch.v1.PlanKernelResponse
-	47, // 60: attnplug.dispatch.v1.Kernels.PlanStep:output_type -> attnplug.dispatch.v1.PlanStepResponse
-	17, // 61: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
-	20, // 62: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
-	54, // [54:63] is the sub-list for method output_type
-	45, // [45:54] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	48, // 36: attnplug.dispatch.v1.Plan.module_sha256:type_name -> attnplug.dispatch.v1.Plan.ModuleSha256Entry
+	41, // 37: attnplug.dispatch.v1.PlanKernelResponse.plan:type_name -> attnplug.dispatch.v1.Plan
+	1,  // 38: attnplug.dispatch.v1.PlanStepRequest.mode:type_name -> attnplug.dispatch.v1.ForwardMode
+	2,  // 39: attnplug.dispatch.v1.PlanStepRequest.method:type_name -> attnplug.dispatch.v1.Method
+	43, // 40: attnplug.dispatch.v1.PlanStepRequest.model:type_name -> attnplug.dispatch.v1.StepModel
+	44, // 41: attnplug.dispatch.v1.PlanStepRequest.pool:type_name -> attnplug.dispatch.v1.StepPool
+	45, // 42: attnplug.dispatch.v1.PlanStepRequest.batch:type_name -> attnplug.dispatch.v1.StepBatch
+	25, // 43: attnplug.dispatch.v1.PlanStepRequest.device:type_name -> attnplug.dispatch.v1.DeviceInfo
+	33, // 44: attnplug.dispatch.v1.PlanStepResponse.request:type_name -> attnplug.dispatch.v1.PlanKernelRequest
+	41, // 45: attnplug.dispatch.v1.PlanStepResponse.plan:type_name -> attnplug.dispatch.v1.Plan
+	4,  // 46: attnplug.dispatch.v1.Dispatcher.Dispatch:input_type -> attnplug.dispatch.v1.DispatchRequest
+	7,  // 47: attnplug.dispatch.v1.Dispatcher.DispatchBatch:input_type -> attnplug.dispatch.v1.DispatchBatchRequest
+	9,  // 48: attnplug.dispatch.v1.Dispatcher.Describe:input_type -> attnplug.dispatch.v1.DescribeRequest
+	10, // 49: attnplug.dispatch.v1.Dispatcher.Watch:input_type -> attnplug.dispatch.v1.WatchRequest
+	29, // 50: attnplug.dispatch.v1.Kernels.KernelModules:input_type -> attnplug.dispatch.v1.KernelModulesRequest
+	33, // 51: attnplug.dispatch.v1.Kernels.PlanKernel:input_type -> attnplug.dispatch.v1.PlanKernelRequest
+	46, // 52: attnplug.dispatch.v1.Kernels.PlanStep:input_type -> attnplug.dispatch.v1.PlanStepRequest
+	15, // 53: attnplug.dispatch.v1.Admin.Reload:input_type -> attnplug.dispatch.v1.ReloadRequest
+	18, // 54: attnplug.dispatch.v1.Admin.ListPlugins:input_type -> attnplug.dispatch.v1.ListPluginsRequest
+	6,  // 55: attnplug.dispatch.v1.Dispatcher.Dispatch:output_type -> attnplug.dispatch.v1.DispatchResponse
+	8,  // 56: attnplug.dispatch.v1.Dispatcher.DispatchBatch:output_type -> attnplug.dispatch.v1.DispatchBatchResponse
+	14, // 57: attnplug.dispatch.v1.Dispatcher.Describe:output_type -> attnplug.dispatch.v1.DescribeResponse
+	14, // 58: attnplug.dispatch.v1.Dispatcher.Watch:output_type -> attnplug.dispatch.v1.DescribeResponse
+	30, // 59: attnplug.dispatch.v1.Kernels.KernelModules:output_type -> attnplug.dispatch.v1.KernelModulesResponse
+	42, // 60: attnplug.dispatch.v1.Kernels.PlanKernel:output_type -> attnplug.dispatch.v1.PlanKernelResponse
+	47, // 61: attnplug.dispatch.v1.Kernels.PlanStep:output_type -> attnplug.dispatch.v1.PlanStepResponse
+	17, // 62: attnplug.dispatch.v1.Admin.Reload:output_type -> attnplug.dispatch.v1.ReloadResponse
+	20, // 63: attnplug.dispatch.v1.Admin.ListPlugins:output_type -> attnplug.dispatch.v1.ListPluginsResponse
+	55, // [55:64] is the sub-list for method output_type
+	46, // [46:55] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_dispatch_proto_init() }
@@ -4231,7 +4250,7 @@ func file_dispatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dispatch_proto_rawDesc), len(file_dispatch_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -231,7 +231,9 @@ func (e *Executor) Prepare(req *core.PlanRequest, p *core.Plan) (*Prepared, erro
 // against the modules this Executor loaded and its device, as
 // registry.PlanKernel checks every plan it hands: the plan is not checked
 // a second time; only its modules and entries are looked up, and one that
-// is not loaded is an error. On an error nothing stays allocated.
+// is not loaded is an error, as is one loaded with another image than the
+// plan's ModuleSHA256 names (the registry's: the images it checked the
+// plan against). On an error nothing stays allocated.
 func (e *Executor) PrepareChecked(req *core.PlanRequest, p *core.Plan) (*Prepared, error) {
 	if req == nil || p == nil {
 		return nil, errNoPlan
@@ -247,6 +249,10 @@ func (e *Executor) PrepareChecked(req *core.PlanRequest, p *core.Plan) (*Prepare
 		}
 		if _, ok := ld.mod.Entry(l.Entry); !ok {
 			return nil, fmt.Errorf("launch: launch %d: module %s declares no entry %s", i, l.Module, l.Entry)
+		}
+		if want, ok := p.ModuleSHA256[l.Module]; p.ModuleSHA256 != nil && (!ok || want != ld.mod.SHA256) {
+			return nil, fmt.Errorf("launch: launch %d: module %s is loaded with image %s, the plan was checked against %q: the plugin serving it changed since its modules were loaded",
+				i, l.Module, ld.mod.SHA256, want)
 		}
 	}
 	return e.prepare(req, p, loadedBy)

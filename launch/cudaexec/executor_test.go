@@ -282,6 +282,13 @@ func TestPrepareRefusals(t *testing.T) {
 			t.Errorf("PrepareChecked naming %s.%s: %v, want %q", tt.module, tt.entry, err, tt.want)
 		}
 	}
+	// A plan its source checked against another image of module m (the
+	// plugin was swapped after this host loaded m).
+	swapped := testPlan(t, req, []int32{1, 2, 3, 4})
+	swapped.ModuleSHA256 = map[string]string{"m": strings.Repeat("0", 64)}
+	if _, err := e.PrepareChecked(req, swapped); err == nil || !strings.Contains(err.Error(), "the plugin serving it changed since its modules were loaded") {
+		t.Errorf("PrepareChecked of a plan checked against another image: %v", err)
+	}
 	for _, prep := range []func(*core.PlanRequest, *core.Plan) (*Prepared, error){e.Prepare, e.PrepareChecked} {
 		if _, err := prep(req, nil); err == nil {
 			t.Error("a nil plan was prepared")

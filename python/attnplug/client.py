@@ -792,8 +792,11 @@ class Plan:
     """The launches that run a kernel on a batch: kernel, tensors,
     metadata (name -> tuple of int32), schedule, workspace_bytes,
     launches, reads (what of the request's shape it depends on; 0 is
-    everything), note, and key: the server's key of the plan (what of the
-    request it holds for, in hex; plans of equal keys are one plan)."""
+    everything), note, key: the server's key of the plan (what of the
+    request it holds for, in hex; plans of equal keys are one plan), and
+    module_sha256: the images of its modules the server checked it
+    against, by module name (a launcher prepares it only with those
+    loaded)."""
     kernel: str
     tensors: tuple
     metadata: dict
@@ -803,6 +806,7 @@ class Plan:
     reads: int
     note: str
     key: str = ""
+    module_sha256: tuple = ()  # ((module, SHA-256 of the image the server checked the plan against), ...)
 
     def holds_for_batch(self):
         """Whether the plan depends on the batch size and query lengths only
@@ -938,4 +942,5 @@ def plan_from_proto(p):
                        for l in p.launches),
         reads=p.reads,
         note=p.note,
-        key=p.key)
+        key=p.key,
+        module_sha256=tuple(sorted(p.module_sha256.items())))

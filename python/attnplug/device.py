@@ -588,6 +588,7 @@ class Launcher:
             self.stats["plan_requests"] = self.source.stats["plan_requests"]
             if p is not None:
                 return p
+        _check_images(plan, mods)
         prepared = Prepared(self, plan, req, mods)
         prepared.max_seq_len, prepared.pages_per_request = max_seq_len, pages_per_request
         with self._lock:
@@ -597,6 +598,20 @@ class Launcher:
                 self._prepared.clear()
             self._prepared[key] = prepared
         return prepared
+
+
+def _check_images(plan, mods):
+    """Raises CudaError where a module plan launches is loaded with
+    another image than the one the server checked plan against (its
+    module_sha256): the plugin serving it changed since it was loaded."""
+    hashes = dict(plan.module_sha256)
+    if not hashes:
+        return
+    for l in plan.launches:
+        m = mods.get(l.module)
+        if m is not None and hashes.get(l.module) != m.mod.sha256:
+            raise CudaError("module %s is loaded with image %s, the plan was checked against %s: the plugin serving it "
+                            "changed since its modules were loaded" % (l.module, m.mod.sha256, hashes.get(l.module)))
 
 
 class _Bytes:

@@ -380,7 +380,8 @@ class RouteTest(unittest.TestCase):
             def step(self, req):
                 self.v = 2  # a swap after the first modules: the plans are of route 2
                 self.asked.append(self.v)
-                return SimpleNamespace(plan=SimpleNamespace(key="k%d" % self.v), max_seq_len=0, pages_per_request=0), self.v
+                plan = SimpleNamespace(key="k%d" % self.v, module_sha256=(), launches=())
+                return SimpleNamespace(plan=plan, max_seq_len=0, pages_per_request=0), self.v
 
         lch = Launcher.__new__(Launcher)
         lch.source, lch.backend, lch.ordinal = Source(), "fa3", 0
@@ -394,3 +395,18 @@ class RouteTest(unittest.TestCase):
             # An answer of an older route than the one in force is not taken.
             self.assertFalse(lch._sync(1))
             self.assertEqual(lch._version, 2)
+
+    def test_a_plan_runs_only_on_the_images_it_was_checked_against(self):
+        # The server names the image of each module it checked the plan
+        # against; a module loaded with another one is refused by name.
+        from types import SimpleNamespace
+        from attnplug.device import _check_images
+        launch = Launch("m", "k", (1, 1, 1), (32, 1, 1), 0, (), False)
+        plan = SimpleNamespace(launches=(launch,), module_sha256=(("m", "aa" * 32),))
+        loaded = lambda sha: {"m": SimpleNamespace(mod=SimpleNamespace(sha256=sha))}
+        _check_images(plan, loaded("aa" * 32))
+        with self.assertRaisesRegex(CudaError, "module m is loaded with image b+, the plan was checked against a+: the plugin"):
+            _check_images(plan, loaded("bb" * 32))
+        _check_images(SimpleNamespace(launches=(launch,), module_sha256=()), loaded("bb" * 32))  # a plan made here
+        p = plan_from_proto(dispatch_pb2.Plan(module_sha256={"m": "aa" * 32, "c": "cc" * 32}))
+        self.assertEqual(p.module_sha256, (("c", "cc" * 32), ("m", "aa" * 32)))

@@ -212,7 +212,7 @@ func PlanRequestFromProto(r *dispatchv1.PlanKernelRequest) (core.PlanRequest, er
 
 // PlanToProto returns the engine API's form of p.
 func PlanToProto(p *core.Plan) *dispatchv1.Plan {
-	out := &dispatchv1.Plan{Kernel: p.Kernel, WorkspaceBytes: p.WorkspaceBytes, Note: p.Note, Reads: uint32(p.Reads)}
+	out := &dispatchv1.Plan{Kernel: p.Kernel, WorkspaceBytes: p.WorkspaceBytes, Note: p.Note, Reads: uint32(p.Reads), ModuleSha256: p.ModuleSHA256}
 	for _, t := range p.Tensors {
 		out.Tensors = append(out.Tensors, &dispatchv1.TensorSpec{Name: t.Name, Dtype: t.DType, Shape: t.Shape, Output: t.Output, Strided: t.Strided})
 	}
@@ -245,7 +245,8 @@ func PlanFromProto(p *dispatchv1.Plan) (*core.Plan, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: plan kernel: no plan in the answer", core.ErrProtocol)
 	}
-	out := &core.Plan{Kernel: p.GetKernel(), WorkspaceBytes: p.GetWorkspaceBytes(), Note: p.GetNote(), Reads: core.PlanReads(p.GetReads())}
+	out := &core.Plan{Kernel: p.GetKernel(), WorkspaceBytes: p.GetWorkspaceBytes(), Note: p.GetNote(), Reads: core.PlanReads(p.GetReads()),
+		ModuleSHA256: p.GetModuleSha256()}
 	for _, t := range p.GetTensors() {
 		out.Tensors = append(out.Tensors, core.TensorSpec{Name: t.GetName(), DType: t.GetDtype(), Shape: t.GetShape(), Output: t.GetOutput(), Strided: t.GetStrided()})
 	}
