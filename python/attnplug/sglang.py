@@ -15,8 +15,9 @@ AttentionBackendRegistry whose handlers ask a running ``attnplug serve``:
   misses of other threads that wait at the same time;
 - a hot swap on the server (Watch) drops the cached answers of the names it
   changed, so that the new plugin answers from the next call on;
-- when the server cannot be reached, sglang's triton rules answer in
-  process, with one warning, and the handler never raises.
+- when the server cannot be reached, sglang's own handler of the name
+  (install() hands them) or else its triton rules answer in process, with
+  one warning, and the handler never raises.
 """
 
 import enum
@@ -520,7 +521,8 @@ class AttentionBackendRegistry:
 
     The registry connects at once and waits up to timeout seconds for the
     server's description; until it has one, and whenever the server is
-    unreachable, handlers answer by the triton rules in process. It follows
+    unreachable, handlers answer in process: by sglang's own handler of
+    their name (set_sglang_handlers), else by the triton rules. It follows
     the server's reloads from a background thread. Safe for concurrent use;
     close() ends the thread and the connection.
     """
@@ -585,11 +587,12 @@ class AttentionBackendRegistry:
         """Gives the registry sglang's own handlers (name -> function, those
         of sglang's handler module; install() passes them). A name the
         server has no route for (decided there by the triton rules, as a
-        name nobody serves) is answered by sglang's own handler of that
-        name when there is one, as sglang would; and a batch the server
-        would refuse as malformed is answered by sglang's handler of its
-        name, which is what sglang runs on it. Names the server routes are
-        answered by the server."""
+        name nobody serves) or routes to the triton rules for now (its
+        plugin missing or not running here: the route's fallback) is
+        answered by sglang's own handler of that name when there is one, as
+        sglang would; so is a batch the server would refuse as malformed,
+        and every call while the server is unreachable. Names the server
+        routes to a plugin are answered by the server."""
         with self._lock:
             self._native = dict(handlers)
             for name, s in list(self._slots.items()):
@@ -612,7 +615,8 @@ class AttentionBackendRegistry:
 
     def stats(self):
         """Counters: rpcs (calls to the server), rpc_requests (requests in
-        them), local_answers (answered by the triton rules in process),
+        them), local_answers (answered in process: by sglang's own
+        handlers or the triton rules),
         generation (of the description in use, 0 without one), connected."""
         d = self._desc
         return {"rpcs": self._rpcs, "rpc_requests": self._rpc_requests, "local_answers": self._local_answers,
@@ -641,9 +645,10 @@ class AttentionBackendRegistry:
         route = d.route(name) if d is not None and isinstance(name, str) else None
         s = _Slot(name, route, d.generation if d is not None else 0)
         native = self._native.get(name)
-        if d is not None and native is not None and name not in d.routes and name != "triton":
+        if d is not None and native is not None and name != "triton" and (name not in d.routes or route.fallback):
             # sglang has rules of its own for a name the server does not
-            # route (it would answer it by the triton rules): sglang's answer.
+            # route, or routes to the triton rules for now (its plugin
+            # missing, or not running here): sglang's answer.
             s.route = None
             s.cache = _NeverCache()
             s.handle = native
@@ -675,13 +680,13 @@ class AttentionBackendRegistry:
         try:
             if exc is not None:
                 self._warn_once(("read", slot.name, type(exc).__name__),
-                                "reading the layer, batch or runtime of %r failed (%s: %s); the triton rules answer",
-                                slot.name, type(exc).__name__, exc)
-                return self._triton(attn, fb)
+                                "reading the layer, batch or runtime of %r failed (%s: %s); %s answer",
+                                slot.name, type(exc).__name__, exc, self._local_rules(slot.name))
+                return self._answer_here(slot.name, attn, fb)
             if slot.retired:
                 return self.get_handler(slot.name)(attn, fb)
             if self._down:
-                return self._triton(attn, fb)
+                return self._answer_here(slot.name, attn, fb)
             sends = slot.sends_for(key)
             answer = self._ask(self._request(slot.name, attn, fb, sends))
             if answer is not None and answer.error_code == "INVALID_REQUEST":
@@ -689,27 +694,38 @@ class AttentionBackendRegistry:
                 if answer is not None and answer.error_code == "INVALID_REQUEST":
                     return self._malformed(slot, attn, fb, answer.error)
             if answer is None:
-                return self._triton(attn, fb)
+                return self._answer_here(slot.name, attn, fb)
             if answer.error:
                 self._warn_once(("answer", slot.name), "the server could not decide a request for %r (%s); "
-                                "the triton rules answer such requests", slot.name, answer.error)
-                return self._triton(attn, fb)
+                                "%s answer such requests", slot.name, answer.error, self._local_rules(slot.name))
+                return self._answer_here(slot.name, attn, fb)
             member = self._members[answer.method]
             if key is not None and slot.keeps(answer) and len(slot.cache) < _CACHE_LIMIT and not slot.retired:
                 slot.cache[key] = member
             return member
         except Exception as err:  # never into the forward pass
-            self._warn_once(("internal", type(err).__name__), "attnplug handler failed (%s: %s); the triton rules answer",
-                            type(err).__name__, err)
+            self._warn_once(("internal", type(err).__name__), "attnplug handler failed (%s: %s); %s answer",
+                            type(err).__name__, err, self._local_rules(slot.name))
+            return self._answer_here(slot.name, attn, fb)
+
+    def _local_rules(self, name):
+        return "sglang's own rules" if self._native.get(name) is not None else "the triton rules"
+
+    def _answer_here(self, name, attn, fb):
+        """An answer made in process, when the server gives none: sglang's
+        own handler of name where install() handed one (the reference's
+        answer), else sglang's triton rules. Never raises."""
+        self._local_answers += 1
+        native = self._native.get(name)
+        try:
+            if native is not None:
+                return native(attn, fb)
+            return self._members[triton_method(self.runtime, attn, fb)]
+        except Exception:
             try:
-                return self._triton(attn, fb)
+                return self._members[triton_method(self.runtime, attn, fb)]
             except Exception:
                 return self._members["MLA"]
-
-    def _triton(self, attn, fb):
-        """sglang's triton rules, in process."""
-        self._local_answers += 1
-        return self._members[triton_method(self.runtime, attn, fb)]
 
     def _ask_valid(self, slot, attn, fb, key, sends, refused):
         """The server's answer to the valid batch with the facts of a batch
@@ -729,20 +745,9 @@ class AttentionBackendRegistry:
         answered as sglang answers it, by sglang's own handler of the name
         when the registry has it (set_sglang_handlers), else by the triton
         rules; never cached. Never raises."""
-        native = self._native.get(slot.name)
         self._warn_once(("malformed", slot.name), "a batch for %r is one the server refuses (%s); %s answer such "
-                        "batches", slot.name, why,
-                        "sglang's own rules" if native is not None else "the triton rules")
-        self._local_answers += 1
-        try:
-            if native is not None:
-                return native(attn, fb)
-            return self._members[triton_method(self.runtime, attn, fb)]
-        except Exception:
-            try:
-                return self._members[triton_method(self.runtime, attn, fb)]
-            except Exception:
-                return self._members["MLA"]
+                        "batches", slot.name, why, self._local_rules(slot.name))
+        return self._answer_here(slot.name, attn, fb)
 
     # The server.
 
@@ -876,7 +881,7 @@ class AttentionBackendRegistry:
             was_down = self._down
             self._down = False
         if was_down:
-            log.warning("attnplug server %s answering again (generation %d); its answers replace the triton rules",
+            log.warning("attnplug server %s answering again (generation %d); its answers replace the local ones",
                         self._client.address, desc.generation)
         self._described.set()
 
@@ -897,7 +902,8 @@ class AttentionBackendRegistry:
             self._down = True
             for s in self._slots.values():
                 s.cache.clear()
-        log.warning("attnplug server unreachable (%s); sglang's triton rules answer in process until it is back", why)
+        log.warning("attnplug server unreachable (%s); sglang's own rules (or its triton rules, for a name it has "
+                    "none of) answer in process until it is back", why)
 
     def _warn_once(self, key, msg, *args):
         if key in self._warned or len(self._warned) > 1024:

@@ -508,6 +508,7 @@ class ServerKilledTest(unittest.TestCase):
         s = serve.Server().start()
         self.addCleanup(s.cleanup)
         mod = standins.sglang_module(None)
+        native, _ = aps.sglang_registrations(mod)  # sglang's own handlers, if the module registered any
         reg = aps.install(s.address, module=mod, timeout=1.0)
         self.addCleanup(aps.uninstall, mod)
         cls = mod.AttentionBackendRegistry
@@ -536,7 +537,9 @@ class ServerKilledTest(unittest.TestCase):
         for i, m in after:
             name, attn, fb = standins.apply(reqs[i], mod)
             self.assertIsInstance(m, mod.AttnForwardMethod)
-            self.assertEqual(m.name, aps.triton_method(reg.runtime, attn, fb), "request %d after the kill" % i)
+            # Answered in process: sglang's own handler, else the triton rules.
+            want = native[name](attn, fb).name if name in native else aps.triton_method(reg.runtime, attn, fb)
+            self.assertEqual(m.name, want, "request %d after the kill" % i)
         self.assertEqual(len(rec.warnings("unreachable")), 1, [r.getMessage() for r in rec.records])
         self.assertGreater(reg.stats()["local_answers"], 0)
 
@@ -567,6 +570,54 @@ class UnreachableTest(unittest.TestCase):
         self.assertEqual(len(rec.warnings("unreachable")), 1)
         self.assertFalse(reg.stats()["connected"])
         self.assertEqual(reg.stats()["rpcs"], 0)
+
+
+class LocalAnswersTest(unittest.TestCase):
+    """Where the server gives no answer of a plugin's rules (it cannot be
+    reached, or the name's plugin is missing there), sglang's own handler
+    of the name answers: the reference's answer, not the triton rules'."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.reference = standins.reference_path()
+
+    def setUp(self):
+        if self.reference is None:
+            self.skipTest("needs sglang's handler file (shared/reference or $ATTNPLUG_REFERENCE)")
+
+    def agree(self, address, seed, timeout=2.0):
+        mod = standins.sglang_module(self.reference)
+        own = mod.AttentionBackendRegistry.get_handler  # sglang's own, bound before install
+        reg = aps.install(address, module=mod, timeout=timeout)
+        self.addCleanup(aps.uninstall, mod)
+        cls = mod.AttentionBackendRegistry
+        differ = 0
+        for r in standins.requests(400, seed=seed):
+            name, attn, fb = standins.apply(r, mod)
+            try:
+                want = own(name)(attn, fb)
+            except Exception:  # sglang's handler raises (the handler never does)
+                cls.get_handler(name)(attn, fb)
+                continue
+            self.assertEqual(cls.get_handler(name)(attn, fb), want, r)
+            differ += want.name != aps.triton_method(reg.runtime, attn, fb)
+        self.assertGreater(differ, 0, "no request where the triton rules would have answered otherwise")
+        return reg
+
+    def test_an_unreachable_server(self):
+        rec = record_logs(self)
+        d = tempfile.mkdtemp(prefix="ap-none-")
+        self.addCleanup(shutil.rmtree, d, True)
+        reg = self.agree("unix://" + os.path.join(d, "nobody.sock"), seed=11, timeout=0.3)
+        self.assertGreater(reg.stats()["local_answers"], 0)
+        self.assertEqual(len(rec.warnings("unreachable")), 1)
+
+    def test_plugins_missing_on_the_server(self):
+        d = tempfile.mkdtemp(prefix="ap-empty-")
+        self.addCleanup(shutil.rmtree, d, True)
+        s = serve.Server(args=["--plugin-dir", d]).start()
+        self.addCleanup(s.cleanup)
+        self.agree(s.address, seed=12)
 
 
 if __name__ == "__main__":
