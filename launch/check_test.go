@@ -152,6 +152,7 @@ func TestCheckRequestBounds(t *testing.T) {
 		{"a prefix chunk of MHA_ONE_SHOT", "shape.prefix_chunk", chunk(core.MHAOneShot, 4, 4)},
 		{"a prefix chunk of no key", "shape.seq_lens are all 0", chunk(core.MHAChunkedKV, 0, 0)},
 		{"a prefix chunk of -1 keys", "shape.seq_lens[1] -1", chunk(core.MHAChunkedKV, 4, -1)},
+		{"a sparse cache of more slots than i32 name", "more than topk_indices (i32) name", bigSparse(decode)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := launch.CheckRequest(tc.req)
@@ -352,4 +353,13 @@ func TestCheckLeavesIndexTensorsAndEmptyTensorsUnbound(t *testing.T) {
 	if err := launch.Check(p, chunked, devkernels.Spec(), h200); err != nil {
 		t.Errorf("MHA_CHUNKED_KV without a prefix: %v", err)
 	}
+}
+
+// bigSparse is decode, sparse, over a cache of 2^32 slots (2^26 pages of
+// 64 tokens).
+func bigSparse(decode *core.PlanRequest) *core.PlanRequest {
+	r := *decode
+	r.Dims.TopK, r.Shape.NumPages, r.Shape.PageSize = 2048, 1<<26, 64
+	r.Shape.SeqLens, r.Shape.QLens = []int64{4096}, []int64{1}
+	return &r
 }

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/attnplug/attnplug/core"
@@ -92,6 +93,10 @@ func CheckRequest(req *core.PlanRequest) error {
 		return bad("shape.seq_lens are all 0: a prefix chunk without a key")
 	}
 	if sparse {
+		// topk_indices are i32 slots (page * page_size + offset).
+		if slots := int64(s.NumPages) * int64(s.PageSize); slots > math.MaxInt32 {
+			return bad("shape.num_pages %d of %d tokens make %d slots, more than topk_indices (i32) name", s.NumPages, s.PageSize, slots)
+		}
 		var tokens int64
 		for _, q := range s.QLens {
 			tokens += q
