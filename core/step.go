@@ -204,7 +204,7 @@ func (s *StepRequest) check() error {
 	case m.IndexTopK < 0 || m.IndexTopK > 1<<16:
 		return invalid("model.index_topk", fmt.Sprintf("%d is outside [0, 65536]", m.IndexTopK))
 	case p.KVDType != "" && p.KVDType != "bf16" && p.KVDType != "fp8_e4m3":
-		return invalid("pool.kv_dtype", fmt.Sprintf("%q: want bf16 or fp8_e4m3", p.KVDType))
+		return invalid("pool.kv_dtype", fmt.Sprintf("%q: want bf16 or fp8_e4m3", shortText(p.KVDType)))
 	case p.Slots < int64(p.PageSize):
 		return invalid("pool.slots", fmt.Sprintf("%d hold no page of pool.page_size %d", p.Slots, p.PageSize))
 	case b.QueryTokens < 0 || b.QueryTokens > maxStepLen:

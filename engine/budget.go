@@ -51,6 +51,8 @@ func maxRequestBytes(v any) (int, string) {
 		return maxDispatchRequestBytes, "Dispatch request"
 	case *dispatchv1.PlanKernelRequest:
 		return maxPlanRequestBytes, "PlanKernel request"
+	case *dispatchv1.PlanStepRequest:
+		return maxPlanRequestBytes, "PlanStep request"
 	case *dispatchv1.KernelModulesRequest:
 		return maxModulesRequestBytes, "KernelModules request"
 	}

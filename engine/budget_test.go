@@ -267,7 +267,18 @@ func TestLargestValidRequestsFitTheirSize(t *testing.T) {
 		Device: &dispatchv1.DeviceInfo{Platform: dispatchv1.Platform(core.PlatformCUDA), Name: strings.Repeat("n", convert.MaxDeviceNameLen), ComputeCapability: math.MaxInt32, Sms: math.MaxInt32, MaxThreadsPerBlock: math.MaxInt32, MaxSharedPerBlock: math.MaxInt64, MaxGrid: []int64{1 << 32, 1 << 32, 1 << 32}},
 		Graph:  true}
 	modules := &dispatchv1.KernelModulesRequest{Backend: plan.Backend, Device: plan.Device}
-	for _, m := range []gproto.Message{dispatch, plan, modules} {
+	step := &dispatchv1.PlanStepRequest{Backend: plan.Backend, Mode: dispatchv1.ForwardMode(core.ModeExtend), Method: dispatchv1.Method(core.MLA),
+		Model: &dispatchv1.StepModel{Heads: math.MaxInt32, KvLoraRank: math.MaxInt32, QkRopeHeadDim: math.MaxInt32, QkNopeHeadDim: math.MaxInt32,
+			VHeadDim: math.MaxInt32, SoftmaxScale: math.MaxFloat64, IndexTopk: math.MaxInt32},
+		Pool: &dispatchv1.StepPool{PageSize: math.MaxInt32, Slots: math.MaxInt64, MaxTokens: math.MaxInt64, RowWidth: math.MaxInt64,
+			ContextLen: math.MaxInt64, KvDtype: strings.Repeat("k", convert.MaxDTypeLen)},
+		Batch: &dispatchv1.StepBatch{Size: math.MaxInt32, QueryTokens: math.MaxInt32, Graph: true, SeqLens: plens, QLens: plens,
+			ChunkCapacity: math.MaxInt64, PrefixChunk: true},
+		Device: plan.Device, QuerySplit: true}
+	if _, err := convert.StepRequestFromProto(step); err != nil {
+		t.Fatalf("the largest step does not convert: %v", err)
+	}
+	for _, m := range []gproto.Message{dispatch, plan, modules, step} {
 		max, what := maxRequestBytes(m)
 		if n := gproto.Size(m); n > max {
 			t.Errorf("the largest valid %s has %d bytes, more than the %d refused", what, n, max)

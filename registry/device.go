@@ -47,7 +47,8 @@ const (
 // binary), kept by the registry (Registry.devices) for the backend's life.
 type deviceState struct {
 	mu      sync.Mutex
-	modules map[core.DeviceInfo]*moduleFetch
+	modules map[core.DeviceInfo]*moduleFetch // at most maxModuleDevices, the least recently used evicted
+	tick    uint64
 	plans   planCache
 	gate    chan struct{} // the plan calls running (call, admit); made by planGate
 }
@@ -68,7 +69,8 @@ type moduleFetch struct {
 	done chan struct{} // closed when the fields below are set
 	mods []core.KernelModule
 	err  error
-	keep bool // the outcome stands for the binary; else fetch again
+	keep bool   // the outcome stands for the binary; else fetch again
+	used uint64 // deviceState.tick at its last use: the least recent goes first
 }
 
 // KernelModules returns the device code of the plugin serving backend,
@@ -129,15 +131,17 @@ func (r *Registry) modules(ctx context.Context, rt *route, dev core.DeviceInfo) 
 	s := r.device(rt.be)
 	for {
 		s.mu.Lock()
+		s.tick++
 		f := s.modules[dev]
 		if f == nil {
-			f = &moduleFetch{done: make(chan struct{})}
+			f = &moduleFetch{done: make(chan struct{}), used: s.tick}
 			if s.modules == nil {
 				s.modules = map[core.DeviceInfo]*moduleFetch{}
 			}
-			if len(s.modules) < maxModuleDevices {
-				s.modules[dev] = f
+			if len(s.modules) >= maxModuleDevices {
+				s.evictModules()
 			}
+			s.modules[dev] = f
 			s.mu.Unlock()
 			var now *route
 			f.mods, f.keep, now, f.err = r.fetchModules(ctx, rt, dev)
@@ -157,6 +161,7 @@ func (r *Registry) modules(ctx context.Context, rt *route, dev core.DeviceInfo) 
 			}
 			return r.pinnedModules(rt, f.mods)
 		}
+		f.used = s.tick
 		s.mu.Unlock()
 		select {
 		case <-f.done:
@@ -171,6 +176,20 @@ func (r *Registry) modules(ctx context.Context, rt *route, dev core.DeviceInfo) 
 		}
 		return r.pinnedModules(rt, f.mods)
 	}
+}
+
+// evictModules drops the least recently used device's modules; s.mu
+// held. A fetch in flight is dropped too (its callers keep waiting on it;
+// the next caller for its device fetches again).
+func (s *deviceState) evictModules() {
+	var oldest core.DeviceInfo
+	var least *moduleFetch
+	for d, f := range s.modules {
+		if least == nil || f.used < least.used {
+			oldest, least = d, f
+		}
+	}
+	delete(s.modules, oldest)
 }
 
 // fetchModules asks rt's backend for its modules for dev and checks them;

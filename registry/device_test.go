@@ -182,6 +182,40 @@ func TestKernelModulesOncePerDevice(t *testing.T) {
 	}
 }
 
+// TestKernelModulesKeepTheDevicesInUse: the modules of at most 16
+// devices are kept, the least recently used one dropped for a new one, so
+// that devices described by a client one after the other cannot push out
+// the device an engine asks for at every step.
+func TestKernelModulesKeepTheDevicesInUse(t *testing.T) {
+	l := openLiar(t, "", registry.Config{})
+	ctx := testContext(t)
+	dev := func(i int) core.DeviceInfo {
+		d := h200()
+		d.SMs = 100 + i
+		return d
+	}
+	ask := func(i int) {
+		t.Helper()
+		if _, err := l.r.KernelModules(ctx, "liar", dev(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 16 {
+		ask(i)
+	}
+	ask(0)  // kept; now the most recent
+	ask(16) // a 17th device: device 1, the least recent, goes
+	ask(0)
+	ask(16)
+	if got := l.calls(t, "modules"); got != 17 {
+		t.Errorf("%d module requests, want 17 (16 devices, then the 17th)", got)
+	}
+	ask(1)
+	if got := l.calls(t, "modules"); got != 18 {
+		t.Errorf("%d module requests after the evicted device came back, want 18", got)
+	}
+}
+
 // TestLyingPlansRefused checks that the registry refuses each lie with an
 // error wrapping core.ErrNoPlan that names it, logs it as a fallback, and
 // does not ask again for the same request.

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/attnplug/attnplug/detect"
 	"github.com/attnplug/attnplug/engine"
@@ -83,9 +87,30 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	var ecfg engine.Config // the ready line's backends, set once chosen below
+	// SIGHUP asks a serving server to reload; before it serves (binding,
+	// describing the plugins) one must not end the process, as its
+	// default action would: it is logged, and the plugins are those found
+	// at start.
+	var serving atomic.Bool
+	early := make(chan os.Signal, 1)
+	signal.Notify(early, syscall.SIGHUP)
+	defer signal.Stop(early)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-early:
+				if !serving.Load() {
+					logger.Named("serve").Info("SIGHUP before the server serves: the plugins are those found at start; send it again to reload")
+				}
+			}
+		}
+	}()
 	// Bind before a plugin starts: an address that cannot be served on
 	// fails at once, not after the plugins' start lines.
 	lo.Ready = func(addr, metrics string) {
+		serving.Store(true)
 		// The ready line on stderr tells scripts and tests where to connect.
 		fmt.Fprintf(e.stderr, "attnplug serve: listening on %s, metrics %s (prefill %s, decode %s)\n", addr, metrics, ecfg.Prefill, ecfg.Decode)
 	}

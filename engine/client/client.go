@@ -185,7 +185,8 @@ func (c *Client) dialUnix(ctx context.Context, path string) (net.Conn, error) {
 // their gRPC code (grpcstatus.FromStatus).
 func (c *Client) callError(ctx context.Context, err error) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) && status.Code(err) != codes.DeadlineExceeded {
-		err = status.Errorf(codes.DeadlineExceeded, "the call's deadline of %s passed: %s", c.timeout, status.Convert(err).Message())
+		err = status.Errorf(codes.DeadlineExceeded, "the call's deadline passed (the client's timeout of %s, or the caller's earlier one): %s",
+			c.timeout, status.Convert(err).Message())
 	}
 	if status.Code(err) == codes.Unavailable {
 		if r := c.refused.Load(); r != nil {

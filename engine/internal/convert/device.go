@@ -328,6 +328,9 @@ func StepRequestFromProto(r *dispatchv1.PlanStepRequest) (core.StepRequest, erro
 	if len(b.GetSeqLens()) > MaxPlanBatch || len(b.GetQLens()) > MaxPlanBatch {
 		return out, core.NewFieldError("batch.seq_lens", fmt.Sprintf("%d and %d lengths: at most %d", len(b.GetSeqLens()), len(b.GetQLens()), MaxPlanBatch))
 	}
+	if err := checkText("pool.kv_dtype", r.GetPool().GetKvDtype(), MaxDTypeLen); err != nil {
+		return out, err
+	}
 	dev, err := DeviceFromProto(r.GetDevice(), "device")
 	if err != nil {
 		return out, err

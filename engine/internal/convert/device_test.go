@@ -1,7 +1,10 @@
 package convert
 
 import (
+	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/attnplug/attnplug/api/dispatchv1"
@@ -49,5 +52,16 @@ func TestPlansAndModulesRoundTrip(t *testing.T) {
 	back, err := PlanRequestFromProto(overTheWire(t, PlanRequestToProto(&req), &dispatchv1.PlanKernelRequest{}))
 	if err != nil || !reflect.DeepEqual(back, req) {
 		t.Fatalf("plan request: %v\n got %+v\nwant %+v", err, back, req)
+	}
+}
+
+// TestStepFromProtoBoundsItsText: a step's kv_dtype longer than any dtype
+// is refused naming the field, quoted short.
+func TestStepFromProtoBoundsItsText(t *testing.T) {
+	s := &dispatchv1.PlanStepRequest{Backend: "fa3", Mode: dispatchv1.ForwardMode(core.ModeDecode), Method: dispatchv1.Method(core.MLA),
+		Pool: &dispatchv1.StepPool{KvDtype: strings.Repeat("k", 1<<20)}}
+	_, err := StepRequestFromProto(s)
+	if !errors.Is(err, core.ErrInvalidRequest) || !strings.Contains(err.Error(), "pool.kv_dtype") || len(err.Error()) > 200 {
+		t.Fatalf("got %d bytes of error: %.200v", len(fmt.Sprint(err)), err)
 	}
 }
