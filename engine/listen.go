@@ -228,15 +228,13 @@ func listenUnix(path string, pol localsock.Policy, group string) (net.Listener, 
 	mode := os.FileMode(0o600)
 	if pol.Group >= 0 {
 		mode = 0o660
-		if err := os.Chown(path, -1, pol.Group); err != nil {
-			sock.remove()
-			lis.Close()
-			return nil, nil, fmt.Errorf("serve: --socket-group %s: %w", group, err)
-		}
 	}
-	if err := os.Chmod(path, mode); err != nil {
+	if err := setSocketMode(path, made, mode, pol.Group); err != nil {
 		sock.remove()
 		lis.Close()
+		if pol.Group >= 0 {
+			return nil, nil, fmt.Errorf("serve: listen unix://%s (--socket-group %s): %w", path, group, err)
+		}
 		return nil, nil, fmt.Errorf("serve: listen unix://%s: %w", path, err)
 	}
 	return lis, sock, nil
