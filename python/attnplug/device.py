@@ -559,12 +559,8 @@ class Launcher:
         NoPlan when the kernel has no device plan for it, ServerUnavailable
         when the server cannot be reached and no kept plan answers."""
         req = self.source.request(step)
-        for _ in range(_ROUTE_TRIES):
-            mods, at = self._modules_of()
-            sp, version = self.source.step(req)
-            if version == at:  # the plan and the modules are of one route
-                return self._prepare(sp.plan, req, mods, version, keep, sp.max_seq_len, sp.pages_per_request)
-        raise RuntimeError(_ROUTE_MOVED % self.backend)
+        mods, sp, version = self._of_one_route(lambda: self.source.step(req))
+        return self._prepare(sp.plan, req, mods, version, keep, sp.max_seq_len, sp.pages_per_request)
 
     def plan(self, request, keep=True):
         """The Prepared plan of request (a plan request without its device,
@@ -572,11 +568,18 @@ class Launcher:
         step's: the server's plan, kept for an equal request. Raises as step
         does."""
         req = self.source.request(request)
+        mods, plan, version = self._of_one_route(lambda: self.source.plan(req))
+        return self._prepare(plan, req, mods, version, keep, 0, 0)
+
+    def _of_one_route(self, ask):
+        """(modules, answer, version): ask's answer (answer, version) and
+        the loaded modules, of one route, asked again while a hot swap
+        came between the two."""
         for _ in range(_ROUTE_TRIES):
             mods, at = self._modules_of()
-            plan, version = self.source.plan(req)
+            got, version = ask()
             if version == at:
-                return self._prepare(plan, req, mods, version, keep, 0, 0)
+                return mods, got, version
         raise RuntimeError(_ROUTE_MOVED % self.backend)
 
     def _prepare(self, plan, req, mods, version, keep, max_seq_len, pages_per_request):
