@@ -118,14 +118,15 @@ func weighed(v any) bool {
 // admit waits until the weight of wire bytes n fits the budget, and
 // records it for msg; an error says why it does not.
 func (b *budget) admit(msg any, n int64) error {
-	return b.acquire(msg, min(n*expansion, b.limit), n, "a request")
+	return b.acquire(context.Background(), msg, min(n*expansion, b.limit), n, "a request")
 }
 
 // acquire waits until w fits the budget, and records it for key; an
 // error says why it does not. queued is what the caller holds while it
 // waits (a request's wire bytes), counted against the share of the
-// budget that waiting may hold; what names the caller in errors.
-func (b *budget) acquire(key any, w, queued int64, what string) error {
+// budget that waiting may hold; what names the caller in errors. The
+// wait ends with ctx too (a call cancelled or past its deadline).
+func (b *budget) acquire(ctx context.Context, key any, w, queued int64, what string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.used+w > b.limit {
@@ -134,16 +135,22 @@ func (b *budget) acquire(key any, w, queued int64, what string) error {
 		}
 		b.waiting += queued
 		deadline := time.Now().Add(b.wait)
-		timer := time.AfterFunc(b.wait, func() {
+		wake := func() {
 			b.mu.Lock()
 			b.cond.Broadcast()
 			b.mu.Unlock()
-		})
-		for b.used+w > b.limit && time.Now().Before(deadline) {
+		}
+		timer := time.AfterFunc(b.wait, wake)
+		stop := context.AfterFunc(ctx, wake)
+		for b.used+w > b.limit && time.Now().Before(deadline) && ctx.Err() == nil {
 			b.cond.Wait()
 		}
 		timer.Stop()
+		stop()
 		b.waiting -= queued
+		if err := ctx.Err(); err != nil && b.used+w > b.limit {
+			return wire.ToStatus(fmt.Errorf("%s of %d bytes waited for room in the server's %d request bytes: %w", what, w, b.limit, err))
+		}
 		if b.used+w > b.limit {
 			return wire.ToStatus(fmt.Errorf("%w: %s of %d bytes waited %s for room in the server's %d request bytes: retry later", core.ErrOverloaded, what, w, b.wait, b.limit))
 		}
@@ -172,7 +179,7 @@ func (b *budget) holdAnswer(ctx context.Context, n int64) error {
 	if !ok {
 		return nil
 	}
-	return b.acquire(h, min(n, b.limit), 0, "an answer")
+	return b.acquire(ctx, h, min(n, b.limit), 0, "an answer")
 }
 
 // budgetStats tags each KernelModules call with its answerHold, and

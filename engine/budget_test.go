@@ -348,3 +348,27 @@ func TestBudgetGivesMemoryBackWhenIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerHoldEndsWithItsCall: a KernelModules answer waiting for room
+// stops waiting when its call is cancelled, not at the budget's wait.
+func TestAnswerHoldEndsWithItsCall(t *testing.T) {
+	b := newBudget(1600, 10*time.Second)
+	held := new(int)
+	if err := b.admit(held, 100); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), answerHoldKey{}, &answerHold{}))
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	err := b.holdAnswer(ctx, 1000)
+	if status.Code(err) != codes.Canceled || time.Since(start) > 5*time.Second {
+		t.Errorf("an answer whose call was cancelled: %v after %s, want CANCELED at once", err, time.Since(start))
+	}
+	b.mu.Lock()
+	waiting := b.waiting
+	b.mu.Unlock()
+	if waiting != 0 {
+		t.Errorf("%d bytes still counted as waiting", waiting)
+	}
+	b.release(held)
+}
