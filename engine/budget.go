@@ -184,10 +184,22 @@ func (b *budget) holdAnswer(ctx context.Context, n int64) error {
 
 // budgetStats tags each KernelModules call with its answerHold, and
 // releases it when the call ends: after its answer was sent, or it
-// failed.
+// failed. It also keeps the requests each call decoded (rpcRequests) and
+// releases them at its end, with the codec's refusal of them: the
+// interceptor does so when it runs, but an interceptor a caller put ahead
+// of the server's (ServerOptions) may answer without it.
 type budgetStats struct{ b *budget }
 
+// rpcRequests are the requests one call decoded.
+type rpcRequests struct {
+	mu   sync.Mutex
+	msgs []any
+}
+
+type rpcRequestsKey struct{}
+
 func (h budgetStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	ctx = context.WithValue(ctx, rpcRequestsKey{}, &rpcRequests{})
 	if info.FullMethodName == dispatchv1.Kernels_KernelModules_FullMethodName {
 		return context.WithValue(ctx, answerHoldKey{}, &answerHold{})
 	}
@@ -195,9 +207,27 @@ func (h budgetStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context
 }
 
 func (h budgetStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	if _, ok := s.(*stats.End); ok {
+	reqs, _ := ctx.Value(rpcRequestsKey{}).(*rpcRequests)
+	switch s := s.(type) {
+	case *stats.InPayload:
+		if reqs != nil && s.Payload != nil {
+			reqs.mu.Lock()
+			reqs.msgs = append(reqs.msgs, s.Payload)
+			reqs.mu.Unlock()
+		}
+	case *stats.End:
 		if hold, ok := ctx.Value(answerHoldKey{}).(*answerHold); ok {
 			h.b.release(hold)
+		}
+		if reqs != nil {
+			reqs.mu.Lock()
+			msgs := reqs.msgs
+			reqs.msgs = nil
+			reqs.mu.Unlock()
+			for _, m := range msgs {
+				h.b.release(m)
+				h.b.takeRefusal(m)
+			}
 		}
 	}
 }

@@ -372,3 +372,50 @@ func TestAnswerHoldEndsWithItsCall(t *testing.T) {
 	}
 	b.release(held)
 }
+
+// TestBudgetReleasedWhenAnInterceptorAheadAnswers: an interceptor a
+// caller puts ahead of the server's options answers a request itself; what
+// the codec admitted of it is released at the call's end all the same.
+func TestBudgetReleasedWhenAnInterceptorAheadAnswers(t *testing.T) {
+	ctx := testContext(t)
+	reg, err := registry.New(ctx, registry.Config{PluginDirs: []string{t.TempDir()}, Platform: core.PlatformCUDA, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(reg, Config{})
+	deny := grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+		return nil, status.Error(codes.PermissionDenied, "not this caller")
+	})
+	g := grpc.NewServer(append([]grpc.ServerOption{deny}, s.ServerOptions()...)...)
+	s.Register(g)
+	go g.Serve(lis)
+	t.Cleanup(func() { s.Stop(); g.Stop() })
+	c, err := client.Dial("unix://"+sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 20 {
+		req := core.NewRequest("fa3", core.ModeDecode)
+		if _, err := c.Dispatch(ctx, &req); err == nil || !strings.Contains(err.Error(), "not this caller") {
+			t.Fatalf("the interceptor ahead: %v", err)
+		}
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s.budget.mu.Lock()
+		used, held, refused := s.budget.used, len(s.budget.held), len(s.budget.refused)
+		s.budget.mu.Unlock()
+		if used == 0 && held == 0 && refused == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after 20 answered calls: %d bytes used, %d held, %d refusals kept", used, held, refused)
+		}
+	}
+}
