@@ -23,16 +23,19 @@ type instance struct {
 	// end is then no news for the log (pluginLogger).
 	stopping *atomic.Bool
 
-	// calls are held shared by every call in flight; retire takes it
-	// exclusively, so that the process ends only after they finish.
+	// calls are held shared by every call in flight; retire waits to take
+	// it exclusively, so that the process ends after they finish.
 	calls   sync.RWMutex
-	retired bool // guarded by calls
+	retired atomic.Bool // no call enters once set
 }
 
 // enter admits a call; false means the instance was retired.
 func (i *instance) enter() bool {
+	if i.retired.Load() {
+		return false
+	}
 	i.calls.RLock()
-	if i.retired {
+	if i.retired.Load() {
 		i.calls.RUnlock()
 		return false
 	}
@@ -41,14 +44,38 @@ func (i *instance) enter() bool {
 
 func (i *instance) leave() { i.calls.RUnlock() }
 
-// retire waits for the calls in flight, then ends the process: within
-// grace in good order, else by SIGKILL (stop). A call in flight ends at
-// its deadline at the latest.
+// retireWait bounds how long a retired instance waits for its calls in
+// flight: a call runs under its caller's deadline (a LongCall), which
+// must not hold a reload or a restart longer than a call without one may
+// run.
+const retireWait = backend.KernelCallTimeout
+
+// retire admits no call any more, waits for those in flight (drain, at
+// most retireWait), then ends the process: within grace in good order,
+// else by SIGKILL (stop). A call still in flight then fails with it.
 func (i *instance) retire(grace time.Duration) {
-	i.calls.Lock()
-	i.retired = true
-	i.calls.Unlock()
+	i.drain(retireWait)
 	i.stop(grace)
+}
+
+// drain marks i retired and waits at most wait for its calls in flight
+// to end; it reports whether they did.
+func (i *instance) drain(wait time.Duration) bool {
+	i.retired.Store(true)
+	drained := make(chan struct{})
+	go func() {
+		i.calls.Lock() // no call enters now: this waits for those in flight
+		i.calls.Unlock()
+		close(drained)
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-drained:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // stop ends the process: in good order within grace, else by SIGKILL of
