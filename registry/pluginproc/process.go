@@ -270,22 +270,14 @@ func (p *Plugin) start(a *startAttempt) {
 	}
 
 	p.proc.mu.Lock()
-	defer func() {
-		p.proc.starting = nil
-		p.proc.mu.Unlock()
-		close(a.done)
-	}()
+	var unwanted *instance // a process started for nothing, stopped outside the lock
 	switch {
 	case p.proc.closed:
-		if inst != nil {
-			inst.stop(p.cfg.StopGrace)
-		}
+		unwanted = inst
 		o := p.closedOutcome()
 		a.err = &o
 	case err != nil:
-		if inst != nil {
-			inst.stop(p.cfg.StopGrace)
-		}
+		unwanted = inst
 		o := p.startFailed(err)
 		a.err = &o
 	default:
@@ -293,6 +285,17 @@ func (p *Plugin) start(a *startAttempt) {
 		p.proc.running.Store(inst)
 		p.logger.Debug("plugin started", "pid", inst.pid, "path", p.path)
 	}
+	if unwanted != nil {
+		// Stopping takes up to StopGrace and the kill's wait: Info and
+		// fail do not wait for it. The attempt stays the one in progress
+		// (starting) until the process is gone.
+		p.proc.mu.Unlock()
+		unwanted.stop(p.cfg.StopGrace)
+		p.proc.mu.Lock()
+	}
+	p.proc.starting = nil
+	p.proc.mu.Unlock()
+	close(a.done)
 }
 
 // startFailed records the failed start err and returns its outcome.
