@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -180,16 +178,7 @@ func TestServerCountsModulesAnswersInTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
-	sock := filepath.Join(t.TempDir(), "s.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer(reg, Config{MaxInflightBytes: size + size/2, MaxInflightWait: 300 * time.Millisecond})
-	g := grpc.NewServer(s.ServerOptions()...)
-	s.Register(g)
-	go g.Serve(lis)
-	t.Cleanup(func() { s.Stop(); g.Stop() })
+	s, sock := startServer(t, reg, Config{MaxInflightBytes: size + size/2, MaxInflightWait: 300 * time.Millisecond})
 	c, err := client.Dial("unix://"+sock, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -383,19 +372,10 @@ func TestBudgetReleasedWhenAnInterceptorAheadAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
-	sock := filepath.Join(t.TempDir(), "s.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer(reg, Config{})
 	deny := grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
 		return nil, status.Error(codes.PermissionDenied, "not this caller")
 	})
-	g := grpc.NewServer(append([]grpc.ServerOption{deny}, s.ServerOptions()...)...)
-	s.Register(g)
-	go g.Serve(lis)
-	t.Cleanup(func() { s.Stop(); g.Stop() })
+	s, sock := startServer(t, reg, Config{}, deny)
 	c, err := client.Dial("unix://"+sock, nil)
 	if err != nil {
 		t.Fatal(err)

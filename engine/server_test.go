@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -37,16 +38,7 @@ func serve(t *testing.T, strict bool, cfg Config) (*Client, *grpc.ClientConn) {
 // plain connection of it.
 func serveRegistry(t *testing.T, reg *registry.Registry, cfg Config) (*Client, *grpc.ClientConn) {
 	t.Helper()
-	sock := t.TempDir() + "/s.sock"
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer(reg, cfg)
-	g := grpc.NewServer(s.ServerOptions()...)
-	s.Register(g)
-	go g.Serve(lis)
-	t.Cleanup(func() { s.Stop(); g.Stop() })
+	_, sock := startServer(t, reg, cfg)
 	c, err := client.Dial("unix://"+sock, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +50,24 @@ func serveRegistry(t *testing.T, reg *registry.Registry, cfg Config) (*Client, *
 	}
 	t.Cleanup(func() { conn.Close() })
 	return c, conn
+}
+
+// startServer serves reg with cfg on a unix socket, with the server
+// options ahead put before the server's own, until the test ends; it
+// returns the Server and the socket's path.
+func startServer(t *testing.T, reg *registry.Registry, cfg Config, ahead ...grpc.ServerOption) (*Server, string) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(reg, cfg)
+	g := grpc.NewServer(append(ahead, s.ServerOptions()...)...)
+	s.Register(g)
+	go g.Serve(lis)
+	t.Cleanup(func() { s.Stop(); g.Stop() })
+	return s, sock
 }
 
 func testContext(t *testing.T) context.Context {
