@@ -6,7 +6,11 @@
 // checked, and prepares it without a second check; a Step then launches
 // the plan as a serving loop runs a batch, its per-batch launches once and
 // every layer's on that layer's tensors, bound by name (Tensors), with no
-// RPC, no host copy and no allocation.
+// RPC, no host copy and no allocation. When the Source moves a backend to
+// another plugin (a registry's Reload, a hot swap of attnplug serve), the
+// next plan names other images (core.Plan.ModuleSHA256) and the Host loads
+// them; plans prepared before keep running the images they were made on,
+// which stay loaded until the last of them closes.
 //
 // Start with OpenHost and Host.Plan. Checking kernels against the float64
 // reference and timing them is the verification layer's, package

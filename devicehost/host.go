@@ -68,12 +68,9 @@ func (h *Host) Device() core.DeviceInfo { return h.exec.Device() }
 // Load asks the Source for the modules of the plugin serving backend, for
 // this device, and loads them, once per backend: a later call returns
 // the first call's outcome. "No device code" is an error wrapping
-// core.ErrNoPlan. A Host serves the routes of its Source as they were at
-// the first Load: after the Source moves backend to another plugin (a
-// registry's Reload, a hot swap of attnplug serve), a host makes a new
-// Host: the Executor refuses other images of the same module names, and
-// Plan refuses a plan checked against other images than those loaded
-// (core.Plan.ModuleSHA256).
+// core.ErrNoPlan. After the Source moves backend to another plugin (a
+// registry's Reload, a hot swap of attnplug serve), Plan loads the new
+// plugin's modules when a plan names images other than those loaded.
 func (h *Host) Load(ctx context.Context, backend string) error {
 	if h.src == nil {
 		return fmt.Errorf("%w: this host has no source of device code", core.ErrNoPlan)
@@ -83,19 +80,34 @@ func (h *Host) Load(ctx context.Context, backend string) error {
 	if err, ok := h.loaded[backend]; ok {
 		return err
 	}
-	mods, err := h.src.KernelModules(ctx, backend, h.Device())
-	if err == nil {
-		err = h.exec.Load(mods)
-	}
+	err := h.load(ctx, backend)
 	h.loaded[backend] = err
 	return err
 }
 
+// load asks the Source for backend's modules and loads them.
+func (h *Host) load(ctx context.Context, backend string) error {
+	mods, err := h.src.KernelModules(ctx, backend, h.Device())
+	if err != nil {
+		return err
+	}
+	return h.exec.Load(mods)
+}
+
+// routeTries bounds how often Plan asks again when the plan it got names
+// images other than the modules it then loaded: each try sees the Source
+// move backend to another plugin once more.
+const routeTries = 3
+
 // Plan loads the modules of req.Backend (Load), asks the Source for the
 // plan of req, which it checks, and prepares it on this device without
 // checking it again: its metadata uploaded, its workspace allocated.
-// req.Device must be this device (Device). "No device plan" is an error
-// wrapping core.ErrNoPlan. The caller closes the Prepared.
+// A plan checked against other images than those loaded (the Source's
+// route for the backend changed since Load) has the Source's modules
+// loaded again, and the plan asked again; the Prepareds made before keep
+// running the images they were made on. req.Device must be this device
+// (Device). "No device plan" is an error wrapping core.ErrNoPlan. The
+// caller closes the Prepared.
 func (h *Host) Plan(ctx context.Context, req *core.PlanRequest) (*cudaexec.Prepared, error) {
 	if req.Device != h.Device() {
 		return nil, fmt.Errorf("%w: the plan request is for %s, this host's device is %s", core.ErrInvalidRequest, req.Device.Name, h.Device().Name)
@@ -103,11 +115,18 @@ func (h *Host) Plan(ctx context.Context, req *core.PlanRequest) (*cudaexec.Prepa
 	if err := h.Load(ctx, req.Backend); err != nil {
 		return nil, err
 	}
-	p, err := h.src.PlanKernel(ctx, req)
-	if err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		p, err := h.src.PlanKernel(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if try == routeTries || h.exec.Holds(p.ModuleSHA256) {
+			return h.exec.PrepareChecked(req, p)
+		}
+		if err := h.load(ctx, req.Backend); err != nil {
+			return nil, err
+		}
 	}
-	return h.exec.PrepareChecked(req, p)
 }
 
 // Close unloads the modules and closes the device.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -30,7 +31,8 @@ type Executor struct {
 	dev device
 
 	mu      sync.Mutex
-	modules map[string]*loaded // by module name
+	modules map[string]*loaded // by module name: the image loaded last
+	older   []*loaded          // images replaced under their name, until no Prepared uses them
 }
 
 type loaded struct {
@@ -38,6 +40,7 @@ type loaded struct {
 	handle cuda.Module
 	funcs  map[string]cuda.Function
 	shared map[string]int // dynamic shared memory granted per entry
+	users  int            // the open Prepareds launching its entries
 }
 
 // NewExecutor returns an Executor for dev. Close unloads its modules; dev
@@ -97,8 +100,11 @@ func DeviceInfo(i cuda.Info) core.DeviceInfo {
 // Load checks each module (its SHA-256 matches its image, its format is one
 // CUDA loads, the driver is not older than its image needs:
 // launch.CheckDriver, its entries exist) and loads it once; a module
-// already loaded under the same name must have the same hash. It returns
-// the first problem. A module whose image needs a newer driver (a PTX ISA
+// already loaded under its name is loaded once. Another image under a
+// loaded name (the plugin serving a backend changed: a registry's Reload,
+// a hot swap of attnplug serve) replaces it for what is prepared from then
+// on; the Prepareds made on the image it replaces keep it loaded until the
+// last of them closes. It returns the first problem. A module whose image needs a newer driver (a PTX ISA
 // newer than the driver reads) is refused before loading, the error
 // naming the module, its PTX ISA or cubin architecture, the CUDA release
 // and driver it needs and the driver found; when the driver refuses a
@@ -110,10 +116,8 @@ func (e *Executor) Load(mods []core.KernelModule) error {
 		if got := core.ImageSHA256(m.Image); got != m.SHA256 {
 			return fmt.Errorf("launch: module %s: image hash %s, declared %s", m.Name, got, m.SHA256)
 		}
-		if old, ok := e.modules[m.Name]; ok {
-			if old.mod.SHA256 != m.SHA256 {
-				return fmt.Errorf("launch: module %s is loaded with hash %s, refusing a different image %s", m.Name, old.mod.SHA256, m.SHA256)
-			}
+		old := e.modules[m.Name]
+		if old != nil && old.mod.SHA256 == m.SHA256 {
 			continue
 		}
 		if m.Platform != core.PlatformCUDA || (m.Format != core.FormatPTX && m.Format != core.FormatCUBIN) {
@@ -143,8 +147,28 @@ func (e *Executor) Load(mods []core.KernelModule) error {
 			return loadError(m, err)
 		}
 		e.modules[m.Name] = l
+		if old != nil {
+			e.older = append(e.older, old)
+			e.unloadUnused()
+		}
 	}
 	return nil
+}
+
+// unloadUnused unloads the replaced images no Prepared uses. e.mu is held.
+func (e *Executor) unloadUnused() error {
+	var errs []error
+	keep := e.older[:0]
+	for _, l := range e.older {
+		if l.users > 0 {
+			keep = append(keep, l)
+			continue
+		}
+		errs = append(errs, e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) }))
+	}
+	clear(e.older[len(keep):])
+	e.older = keep
+	return errors.Join(errs...)
 }
 
 // loadError is the error of module m's failed load: when the driver
@@ -171,7 +195,8 @@ func (e *Executor) Modules() []core.KernelModule {
 	return out
 }
 
-// Close unloads the modules.
+// Close unloads the modules, the replaced images included. Close the
+// Prepareds first: their launches run the modules' code.
 func (e *Executor) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -180,7 +205,25 @@ func (e *Executor) Close() error {
 		errs = append(errs, e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) }))
 		delete(e.modules, name)
 	}
+	for _, l := range e.older {
+		errs = append(errs, e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) }))
+	}
+	e.older = nil
 	return errors.Join(errs...)
+}
+
+// Holds reports whether the images a plan was checked against
+// (core.Plan.ModuleSHA256: module name to image hash) are the ones loaded
+// under their names, so that PrepareChecked takes it.
+func (e *Executor) Holds(images map[string]string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name, sha := range images {
+		if l := e.modules[name]; l == nil || l.mod.SHA256 != sha {
+			return false
+		}
+	}
+	return true
 }
 
 // Prepared is a checked plan with its metadata on the device and its
@@ -196,6 +239,7 @@ type Prepared struct {
 	ws     Buffer
 	steps  []step
 	pinner runtime.Pinner
+	mods   []*loaded // the modules its launches run, kept loaded until Close
 }
 
 type step struct {
@@ -220,11 +264,11 @@ func (e *Executor) Prepare(req *core.PlanRequest, p *core.Plan) (*Prepared, erro
 	if req == nil || p == nil {
 		return nil, errNoPlan
 	}
-	mods, loadedBy := e.snapshot()
+	mods, loadedBy, used := e.snapshot(p)
 	if err := launch.Check(p, req, mods, e.Device()); err != nil {
-		return nil, err
+		return nil, errors.Join(err, e.release(used))
 	}
-	return e.prepare(req, p, loadedBy)
+	return e.prepare(req, p, loadedBy, used)
 }
 
 // PrepareChecked is Prepare for a plan already checked by launch.Check
@@ -233,36 +277,48 @@ func (e *Executor) Prepare(req *core.PlanRequest, p *core.Plan) (*Prepared, erro
 // a second time; only its modules and entries are looked up, and one that
 // is not loaded is an error, as is one loaded with another image than the
 // plan's ModuleSHA256 names (the registry's: the images it checked the
-// plan against). On an error nothing stays allocated.
+// plan against; Holds says whether they are loaded). On an error nothing
+// stays allocated.
 func (e *Executor) PrepareChecked(req *core.PlanRequest, p *core.Plan) (*Prepared, error) {
 	if req == nil || p == nil {
 		return nil, errNoPlan
 	}
-	_, loadedBy := e.snapshot()
+	_, loadedBy, used := e.snapshot(p)
+	if err := checkLoaded(p, loadedBy); err != nil {
+		return nil, errors.Join(err, e.release(used))
+	}
+	return e.prepare(req, p, loadedBy, used)
+}
+
+// checkLoaded checks that the modules and entries of a checked plan's
+// launches are among those loaded, with the images it was checked against.
+func checkLoaded(p *core.Plan, loadedBy map[string]*loaded) error {
 	for i, l := range p.Launches {
 		ld := loadedBy[l.Module]
 		if ld == nil {
-			return nil, fmt.Errorf("launch: launch %d: module %s is not loaded", i, l.Module)
+			return fmt.Errorf("launch: launch %d: module %s is not loaded", i, l.Module)
 		}
 		if _, ok := ld.funcs[l.Entry]; !ok {
-			return nil, fmt.Errorf("launch: launch %d: module %s has no entry %s loaded", i, l.Module, l.Entry)
+			return fmt.Errorf("launch: launch %d: module %s has no entry %s loaded", i, l.Module, l.Entry)
 		}
 		if _, ok := ld.mod.Entry(l.Entry); !ok {
-			return nil, fmt.Errorf("launch: launch %d: module %s declares no entry %s", i, l.Module, l.Entry)
+			return fmt.Errorf("launch: launch %d: module %s declares no entry %s", i, l.Module, l.Entry)
 		}
 		if want, ok := p.ModuleSHA256[l.Module]; p.ModuleSHA256 != nil && (!ok || want != ld.mod.SHA256) {
-			return nil, fmt.Errorf("launch: launch %d: module %s is loaded with image %s, the plan was checked against %q: the plugin serving it changed since its modules were loaded",
+			return fmt.Errorf("launch: launch %d: module %s is loaded with image %s, the plan was checked against %q: the plugin serving it changed since its modules were loaded",
 				i, l.Module, ld.mod.SHA256, want)
 		}
 	}
-	return e.prepare(req, p, loadedBy)
+	return nil
 }
 
 // errNoPlan is the error of a call given no plan request or no plan.
 var errNoPlan = errors.New("launch: no plan request or no plan")
 
-// snapshot returns the loaded modules, and each by name.
-func (e *Executor) snapshot() ([]core.KernelModule, map[string]*loaded) {
+// snapshot returns the loaded modules, each by name, and those the
+// launches of p run, taken for a Prepared (release gives them back): an
+// image replaced meanwhile stays loaded while a Prepared launches it.
+func (e *Executor) snapshot(p *core.Plan) ([]core.KernelModule, map[string]*loaded, []*loaded) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	mods := make([]core.KernelModule, 0, len(e.modules))
@@ -271,14 +327,35 @@ func (e *Executor) snapshot() ([]core.KernelModule, map[string]*loaded) {
 		mods = append(mods, l.mod)
 		loadedBy[n] = l
 	}
-	return mods, loadedBy
+	var used []*loaded
+	for _, l := range p.Launches {
+		if ld := loadedBy[l.Module]; ld != nil && !slices.Contains(used, ld) {
+			ld.users++
+			used = append(used, ld)
+		}
+	}
+	return mods, loadedBy, used
+}
+
+// release gives back the modules snapshot took, unloading the replaced
+// images no Prepared uses any more.
+func (e *Executor) release(used []*loaded) error {
+	if len(used) == 0 {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range used {
+		l.users--
+	}
+	return e.unloadUnused()
 }
 
 // prepare uploads the metadata of a checked plan, allocates its workspace
 // and binds its launches' arguments. Whatever fails after the first
 // allocation frees what was allocated and unpins what was pinned.
-func (e *Executor) prepare(req *core.PlanRequest, p *core.Plan, loadedBy map[string]*loaded) (*Prepared, error) {
-	pr := &Prepared{e: e, req: *req, plan: p, specs: p.Tensors, meta: map[string]Buffer{}}
+func (e *Executor) prepare(req *core.PlanRequest, p *core.Plan, loadedBy map[string]*loaded, used []*loaded) (*Prepared, error) {
+	pr := &Prepared{e: e, req: *req, plan: p, specs: p.Tensors, meta: map[string]Buffer{}, mods: used}
 	index := map[string]int{}
 	for i, t := range p.Tensors {
 		index[t.Name] = i
@@ -423,6 +500,9 @@ func (p *Prepared) UpdateChecked(s cuda.Stream, req *core.PlanRequest, np *core.
 	}
 	for i, l := range np.Launches {
 		o := p.plan.Launches[i]
+		if want, ok := np.ModuleSHA256[l.Module]; np.ModuleSHA256 != nil && (!ok || want != p.image(l.Module)) {
+			return fmt.Errorf("launch: update: launch %d: the plan was checked against module %s's image %q, the prepared plan runs %s", i, l.Module, want, p.image(l.Module))
+		}
 		if l.Module != o.Module || l.Entry != o.Entry || l.Grid != o.Grid || l.Block != o.Block || l.SharedBytes != o.SharedBytes || l.Cluster != o.Cluster || l.Programmatic != o.Programmatic || !reflect.DeepEqual(l.Args, o.Args) {
 			return fmt.Errorf("launch: update: launch %d differs from the prepared plan's", i)
 		}
@@ -506,11 +586,22 @@ func (p *Prepared) launch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer, which fu
 	return nil
 }
 
-// Close frees the metadata and the workspace and unpins the launches'
-// arguments; a second Close frees nothing.
+// image is the hash of the image of module name that p's launches run.
+func (p *Prepared) image(name string) string {
+	for _, l := range p.mods {
+		if l.mod.Name == name {
+			return l.mod.SHA256
+		}
+	}
+	return ""
+}
+
+// Close frees the metadata and the workspace, unpins the launches'
+// arguments and gives back the modules (an image replaced since is
+// unloaded with the last Prepared using it); a second Close frees nothing.
 func (p *Prepared) Close() error {
 	p.pinner.Unpin()
-	return p.e.dev.Do(func(c deviceCtx) error {
+	err := p.e.dev.Do(func(c deviceCtx) error {
 		var errs []error
 		for n, b := range p.meta {
 			errs = append(errs, c.Free(b.Ptr))
@@ -520,6 +611,9 @@ func (p *Prepared) Close() error {
 		p.ws = Buffer{}
 		return errors.Join(errs...)
 	})
+	used := p.mods
+	p.mods = nil
+	return errors.Join(err, p.e.release(used))
 }
 
 func int32Bytes(v []int32) []byte {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -49,12 +50,6 @@ func TestLoad(t *testing.T) {
 		}
 		if d.calls["load"] != 1 || len(e.Modules()) != 1 || e.Modules()[0].SHA256 != m.SHA256 {
 			t.Errorf("loaded %d times, modules %d; want once, one", d.calls["load"], len(e.Modules()))
-		}
-		other := testModule("m")
-		other.Image = append(other.Image, '\n')
-		other.SHA256 = core.ImageSHA256(other.Image)
-		if err := e.Load([]core.KernelModule{other}); err == nil || !strings.Contains(err.Error(), "refusing a different image") {
-			t.Errorf("another image under a loaded name: %v", err)
 		}
 		if err := e.Close(); err != nil {
 			t.Fatal(err)
@@ -101,6 +96,97 @@ func TestLoad(t *testing.T) {
 			d.check(t, true)
 		})
 	}
+}
+
+// otherImage is module m with an image of another hash (one byte more).
+func otherImage(m core.KernelModule) core.KernelModule {
+	m.Image = append(slices.Clip(m.Image), '\n')
+	m.SHA256 = core.ImageSHA256(m.Image)
+	return m
+}
+
+// TestReplacedImage: another image under a loaded name (the plugin serving
+// a backend swapped) replaces it for what is prepared from then on, while
+// a plan prepared before keeps launching the image it was made on, loaded
+// until that plan closes. A plan checked against an image that is not the
+// one loaded under its name is refused, by PrepareChecked and by
+// UpdateChecked, and Holds says which images are loaded.
+func TestReplacedImage(t *testing.T) {
+	d := newFakeDevice()
+	e := newExecutor(d)
+	v1 := testModule("m")
+	v2 := otherImage(v1)
+	if err := e.Load([]core.KernelModule{v1}); err != nil {
+		t.Fatal(err)
+	}
+	req := testRequest(e.Device())
+	stamped := func(sha string) *core.Plan {
+		p := testPlan(t, req, []int32{1, 2})
+		p.ModuleSHA256 = map[string]string{"m": sha}
+		return p
+	}
+	old, err := e.PrepareChecked(req, stamped(v1.SHA256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldFn := old.steps[0].fn
+	if err := e.Load([]core.KernelModule{v2}); err != nil {
+		t.Fatalf("another image under a loaded name: %v", err)
+	}
+	if mods := e.Modules(); len(mods) != 1 || mods[0].SHA256 != v2.SHA256 {
+		t.Errorf("Modules lists %v, want the new image alone", mods)
+	}
+	if len(d.modules) != 2 {
+		t.Errorf("%d modules on the device, want 2: the old image stays while a plan launches it", len(d.modules))
+	}
+	if e.Holds(map[string]string{"m": v1.SHA256}) || !e.Holds(map[string]string{"m": v2.SHA256}) || e.Holds(map[string]string{"n": v2.SHA256}) {
+		t.Errorf("Holds does not tell the loaded image from the replaced one and a name not loaded")
+	}
+	if _, err := e.PrepareChecked(req, stamped(v1.SHA256)); err == nil || !strings.Contains(err.Error(), "the plugin serving it changed") {
+		t.Errorf("a plan checked against the replaced image: %v", err)
+	}
+	cur, err := e.PrepareChecked(req, stamped(v2.SHA256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.steps[0].fn == oldFn || old.steps[0].fn != oldFn {
+		t.Errorf("the new plan runs the old image's entry, or the old plan lost it")
+	}
+	if err := old.UpdateChecked(0, req, stamped(v2.SHA256)); err == nil || !strings.Contains(err.Error(), "the prepared plan runs "+v1.SHA256) {
+		t.Errorf("an update checked against the new image, of a plan running the old: %v", err)
+	}
+	if err := old.UpdateChecked(0, req, stamped(v1.SHA256)); err != nil {
+		t.Errorf("an update of the same image: %v", err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.modules) != 1 {
+		t.Errorf("%d modules on the device after the last plan on the old image closed, want 1", len(d.modules))
+	}
+	// An image no plan launches is unloaded as it is replaced.
+	if err := e.Load([]core.KernelModule{v1}); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.modules) != 2 {
+		t.Errorf("%d modules on the device, want 2 (the open plan keeps the replaced one)", len(d.modules))
+	}
+	if err := cur.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Load([]core.KernelModule{v2}); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.modules) != 1 || d.calls["load"] != 4 {
+		t.Errorf("%d modules on the device after %d loads, want 1 after 4", len(d.modules), d.calls["load"])
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.modules) != 0 {
+		t.Errorf("%d modules left on the device after Close", len(d.modules))
+	}
+	d.check(t, true)
 }
 
 // TestLoadRefusesAnOldDriver: a module whose image needs a newer driver
