@@ -148,8 +148,9 @@ func TestGPUFailedPrepareFreesMemory(t *testing.T) {
 
 // TestGPUPrepareLaunchUpdate: a plan of the stub module is prepared on the
 // device and launched; Update copies a checked plan's metadata on the
-// stream and refuses one launch.Check refuses, which UpdateChecked takes
-// as it is; Close gives every byte back.
+// stream and refuses one launch.Check refuses; UpdateChecked, which does
+// not check the plan again, still refuses one of other tensors (a tensor
+// missing) and takes the checked one; Close gives every byte back.
 func TestGPUPrepareLaunchUpdate(t *testing.T) {
 	dev := openGPU(t)
 	cd := &countingDevice{device: cudaDevice{dev}, live: map[uint64]int64{}}
@@ -199,7 +200,13 @@ func TestGPUPrepareLaunchUpdate(t *testing.T) {
 	if got := meta(); !slices.Equal(got, []int32{5, 6, 7, 8}) {
 		t.Errorf("a refused Update changed the metadata: %v", got)
 	}
-	if err := pr.UpdateChecked(stream, next, unchecked); err != nil {
+	if err := pr.UpdateChecked(stream, next, unchecked); err == nil || !strings.Contains(err.Error(), "tensors differ") {
+		t.Fatalf("UpdateChecked of a plan with a tensor missing: %v, want a refusal", err)
+	}
+	if got := meta(); !slices.Equal(got, []int32{5, 6, 7, 8}) {
+		t.Errorf("a refused UpdateChecked changed the metadata: %v", got)
+	}
+	if err := pr.UpdateChecked(stream, next, testPlan(t, next, []int32{9, 10, 11, 12})); err != nil {
 		t.Fatal(err)
 	}
 	if got := meta(); !slices.Equal(got, []int32{9, 10, 11, 12}) {
