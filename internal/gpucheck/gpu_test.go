@@ -38,6 +38,13 @@ const dense = "fa3"
 // openEnv opens the GPU or skips the test, saying why.
 func openEnv(t *testing.T) *rig {
 	t.Helper()
+	return openEnvOver(t, func(r *registry.Registry) devicehost.Source { return r })
+}
+
+// openEnvOver is openEnv with the Env's Source made of the registry by
+// source (a stand-in over it).
+func openEnvOver(t *testing.T, source func(*registry.Registry) devicehost.Source) *rig {
+	t.Helper()
 	be, err := NewBackends()
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +54,7 @@ func openEnv(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
-	e, err := devicecheck.Open(reg)
+	e, err := devicecheck.Open(source(reg))
 	needGPU(t, err)
 	t.Cleanup(func() { e.Close() })
 	return &rig{e, reg, be}

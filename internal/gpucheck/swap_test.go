@@ -10,6 +10,7 @@ import (
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/devicecheck"
 	"github.com/attnplug/attnplug/devicehost"
+	"github.com/attnplug/attnplug/registry"
 )
 
 // swapping is a Source over the tests' registry that moves every backend
@@ -64,19 +65,11 @@ func (s *swapping) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 // the plan on them; a plan prepared before the swap keeps launching the
 // images it was made on. Both decode the batch as float64 does.
 func TestHostAcrossASwap(t *testing.T) {
-	be, err := NewBackends()
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := Source(t.Context(), be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	src := &swapping{Source: reg}
-	e, err := devicecheck.Open(src)
-	needGPU(t, err)
-	defer e.Close()
+	var src *swapping
+	e := openEnvOver(t, func(r *registry.Registry) devicehost.Source {
+		src = &swapping{Source: r}
+		return src
+	})
 	c := devicecheck.MLA{Heads: 16, PageSize: 64, Seed: 11, SeqLens: []int64{300, 1000}, QLens: []int64{1, 1}}
 	before, err := e.Run(t.Context(), dense, c, 1, 64)
 	if err != nil {
