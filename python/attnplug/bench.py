@@ -22,7 +22,10 @@ events (the median of --reps replays, per launch); torch's column is the
 same attention on the same tensors as a user would write it (the keys
 gathered, FP8 rows dequantised, bf16 matmuls and softmax in float32;
 torch's scaled_dot_product_attention for the prefills), in a CUDA graph
-too. Outputs are compared with torch's (relative error), so that a row
+too. Where sglang is importable, the decode row also times sglang's own
+MLA decode kernel, its triton backend's ``decode_attention_fwd``, on the
+same pool and queries (the pages as its per-token slots, its default of 8
+KV splits), in a CUDA graph: the sglang column. Outputs are compared with torch's (relative error), so that a row
 times a plan that computes the right thing. --json prints the rows as
 JSON. It needs torch with CUDA and a running ``attnplug serve``
 (--address, default $ATTNPLUG_ADDRESS, else serve's socket) whose
@@ -50,6 +53,8 @@ class _Case:
         self.tensors = {}
         self.torch = None  # () -> torch's output, from the same tensors
         self.out = "out"
+        self.sglang = None  # (run, its output): sglang's own kernel on the same tensors
+        self.sglang_why = ""  # why there is none, for a row that would have it
 
 
 def _model(heads, topk=0):
@@ -108,6 +113,8 @@ def _bind_mla(torch, c, prepared, pages, per, cached, dev):
         t["kv_cache"] = kv.to(torch.bfloat16)
     c.tensors = t
     rows = (table[:, :per].long()[:, :, None] * PAGE + torch.arange(PAGE, device=dev)).view(bs, -1)[:, :lens[0]]
+    if c.name == "decode":
+        c.sglang, c.sglang_why = _sglang_decode(torch, t, rows, heads)
     causal = torch.arange(lens[0], device=dev)[None, :] <= (lens[0] - q + torch.arange(q, device=dev))[:, None]
     mask = causal.repeat_interleave(heads, 0)[None]  # [1, q*heads, keys]: rows token-major
 
@@ -122,6 +129,48 @@ def _bind_mla(torch, c, prepared, pages, per, cached, dev):
         s = s.masked_fill(~mask, float("-inf"))
         return torch.bmm(torch.softmax(s, -1).to(torch.bfloat16), k[:, :, :512]).view(tokens, heads, 512)
     c.torch = torch_layer
+
+
+#: sglang's own MLA decode kernel: its triton backend's, called as that
+#: backend calls it, followed at sgl-project/sglang
+#: python/sglang/srt/layers/attention/triton_ops/decode_attention.py
+#: 03cd2ec4af85b66be8ef025238bc73c165416bdb.
+SGLANG_DECODE = "sglang.srt.layers.attention.triton_ops.decode_attention"
+SGLANG_KV_SPLITS = 8  # sglang's --triton-attention-num-kv-splits default
+
+
+def _sglang_decode(torch, t, rows, heads):
+    """sglang's own decode kernel over the decode row's tensors t (rows: each
+    request's token slots), or (None, why) where sglang is not importable
+    or its kernel takes arguments this bench does not know."""
+    import importlib
+    import inspect
+    try:
+        fwd = importlib.import_module(SGLANG_DECODE).decode_attention_fwd
+    except Exception as exc:  # sglang absent, or broken here
+        return None, "sglang's decode kernel is not importable (%s)" % type(exc).__name__
+    bs, keys = rows.shape
+    dev = t["q"].device
+    k = t["kv_cache"].view(-1, 1, 576)
+    args = {"q": t["q"].view(bs, heads, 576), "k_buffer": k, "v_buffer": k[..., :512],
+            "o": torch.empty(bs, heads, 512, dtype=torch.bfloat16, device=dev),
+            "kv_indptr": torch.arange(0, (bs + 1) * keys, keys, dtype=torch.int32, device=dev),
+            "kv_indices": rows.reshape(-1).to(torch.int32).contiguous(),
+            "attn_logits": torch.empty(bs, heads, SGLANG_KV_SPLITS, 512, dtype=torch.float32, device=dev),
+            "attn_lse": torch.empty(bs, heads, SGLANG_KV_SPLITS, dtype=torch.float32, device=dev),
+            "num_kv_splits": torch.full((bs,), SGLANG_KV_SPLITS, dtype=torch.int32, device=dev),
+            "max_kv_splits": SGLANG_KV_SPLITS, "sm_scale": SCALE, "k_scale": 1.0, "v_scale": 1.0}
+    try:
+        params = inspect.signature(fwd).parameters.values()
+    except (TypeError, ValueError):
+        return None, "sglang's decode_attention_fwd has no signature to read"
+    unknown = [p.name for p in params if p.default is p.empty and p.name not in args
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if unknown:
+        return None, "sglang's decode_attention_fwd takes %s, which this bench does not know" % ", ".join(unknown)
+    takes = {p.name for p in params}
+    call = {n: v for n, v in args.items() if n in takes}
+    return (lambda: fwd(**call), args["o"]), None
 
 
 def _sparse_case(torch, heads, bs, cached, dev):
@@ -226,7 +275,8 @@ def _cases(torch, heads, bs, cached, dev):
 
 def run(client, backend="fa3", heads=(16, 128), batch=16, cached=4096, reps=20, out=sys.stdout):
     """Times every path for each of heads; returns the rows (dicts: path,
-    shape, plan, us, torch_us, rel_err)."""
+    shape, plan, us, torch_us, rel_err; sglang_us and sglang_rel_err on the
+    decode rows where sglang is importable)."""
     import torch
     from attnplug.device import Launcher
     if not torch.cuda.is_available():
@@ -236,8 +286,9 @@ def run(client, backend="fa3", heads=(16, 128), batch=16, cached=4096, reps=20, 
     rows = []
     print("attnplug.bench --gpu: each path's plan through attnplug.device on %s, beside torch on the same tensors "
           "(us a launch)" % torch.cuda.get_device_name(), file=out)
-    print("%-15s %-22s %12s %10s %9s %9s" % ("path", "shape", "attnplug us", "torch us", "vs torch", "rel err"),
-          file=out)
+    print("%-15s %-22s %12s %10s %9s %9s %10s %10s" % ("path", "shape", "attnplug us", "torch us", "vs torch", "rel err",
+                                                       "sglang us", "vs sglang"), file=out)
+    why = ""
     for h in heads:
         for c, bind in _cases(torch, h, batch, cached, dev):
             name = getattr(c, "backend", backend)
@@ -266,16 +317,37 @@ def run(client, backend="fa3", heads=(16, 128), batch=16, cached=4096, reps=20, 
             torch_us = _timed(torch, _graph(torch, lambda: [c.torch() for _ in range(2)]), 2, reps)
             row = {"path": c.name, "shape": c.shape, "backend": name, "plan": prepared.plan.note, "us": us,
                    "torch_us": torch_us, "rel_err": err}
+            sg = ""
+            if c.sglang is not None:
+                row["sglang_us"], row["sglang_rel_err"] = _time_sglang(torch, c.sglang, want, reps)
+                sg = " %10.1f %9.2fx" % (row["sglang_us"], row["sglang_us"] / us)
+            why = why or c.sglang_why
             rows.append(row)
-            print("%-15s %-22s %12.1f %10.1f %8.2fx %9.2e" % (c.name, c.shape, us, torch_us, torch_us / us, err),
+            print("%-15s %-22s %12.1f %10.1f %8.2fx %9.2e%s" % (c.name, c.shape, us, torch_us, torch_us / us, err, sg),
                   file=out)
             if not math.isfinite(err) or err > 2e-2:
                 print("  %s %s: attnplug and torch disagree (relative error %.2e)" % (c.name, c.shape, err), file=out)
-            c.tensors = {}
+            if "sglang_rel_err" in row and not row["sglang_rel_err"] <= 2e-2:
+                print("  %s %s: sglang's kernel and torch disagree (relative error %.2e)" % (c.name, c.shape,
+                                                                                        row["sglang_rel_err"]), file=out)
+            c.tensors, c.sglang = {}, None
             torch.cuda.empty_cache()
     for lch in launchers.values():
         lch.close()
+    if why:
+        print("(no sglang column: %s)" % why, file=out)
     return rows
+
+
+def _time_sglang(torch, sglang, want, reps):
+    """sglang's kernel timed as the rows are (a graph of LAUNCHES launches),
+    and its output's relative error against torch's."""
+    run, o = sglang
+    o.fill_(float("nan"))
+    us = _timed(torch, _graph(torch, lambda: [run() for _ in range(LAUNCHES)]), LAUNCHES, reps)
+    torch.cuda.synchronize()
+    got = o.double().reshape(want.shape)
+    return us, (torch.linalg.norm(got - want.double()) / torch.linalg.norm(want.double())).item()
 
 
 def main(argv=None):
