@@ -95,8 +95,8 @@ func (h *Host) load(ctx context.Context, backend string) error {
 }
 
 // routeTries bounds how often Plan asks again when the plan it got names
-// images other than the modules it then loaded: each try sees the Source
-// move backend to another plugin once more.
+// images other than those of the modules it then asked for: each try saw
+// the Source move backend to another plugin between the two answers.
 const routeTries = 3
 
 // Plan loads the modules of req.Backend (Load), asks the Source for the
@@ -104,8 +104,9 @@ const routeTries = 3
 // checking it again: its metadata uploaded, its workspace allocated.
 // A plan checked against other images than those loaded (the Source's
 // route for the backend changed since Load) has the Source's modules
-// loaded again, and the plan asked again; the Prepareds made before keep
-// running the images they were made on. req.Device must be this device
+// loaded again (the plan is asked again only if they are not its
+// images either); the Prepareds made before keep running the images they
+// were made on. req.Device must be this device
 // (Device). "No device plan" is an error wrapping core.ErrNoPlan. The
 // caller closes the Prepared.
 func (h *Host) Plan(ctx context.Context, req *core.PlanRequest) (*cudaexec.Prepared, error) {
@@ -120,11 +121,13 @@ func (h *Host) Plan(ctx context.Context, req *core.PlanRequest) (*cudaexec.Prepa
 		if err != nil {
 			return nil, err
 		}
+		if !h.exec.Holds(p.ModuleSHA256) {
+			if err := h.load(ctx, req.Backend); err != nil {
+				return nil, err
+			}
+		}
 		if try == routeTries || h.exec.Holds(p.ModuleSHA256) {
 			return h.exec.PrepareChecked(req, p)
-		}
-		if err := h.load(ctx, req.Backend); err != nil {
-			return nil, err
 		}
 	}
 }
