@@ -99,12 +99,12 @@ func DeviceInfo(i cuda.Info) core.DeviceInfo {
 
 // Load checks each module (its SHA-256 matches its image, its format is one
 // CUDA loads, the driver is not older than its image needs:
-// launch.CheckDriver, its entries exist) and loads it once; a module
-// already loaded under its name is loaded once. Another image under a
-// loaded name (the plugin serving a backend changed: a registry's Reload,
-// a hot swap of attnplug serve) replaces it for what is prepared from then
-// on; the Prepareds made on the image it replaces keep it loaded until the
-// last of them closes. It returns the first problem. A module whose image needs a newer driver (a PTX ISA
+// launch.CheckDriver, its entries exist) and loads each image once.
+// Another image under a loaded name (the plugin serving a backend changed:
+// a registry's Reload, a hot swap of attnplug serve) replaces it for what
+// is prepared from then on; the Prepareds made on the image it replaces
+// keep that image loaded until the last of them closes. It returns the
+// first problem. A module whose image needs a newer driver (a PTX ISA
 // newer than the driver reads) is refused before loading, the error
 // naming the module, its PTX ISA or cubin architecture, the CUDA release
 // and driver it needs and the driver found; when the driver refuses a
@@ -149,7 +149,9 @@ func (e *Executor) Load(mods []core.KernelModule) error {
 		e.modules[m.Name] = l
 		if old != nil {
 			e.older = append(e.older, old)
-			e.unloadUnused()
+			if err := e.unloadUnused(); err != nil {
+				return fmt.Errorf("launch: module %s is loaded; unloading the image it replaced: %w", m.Name, err)
+			}
 		}
 	}
 	return nil
@@ -184,7 +186,7 @@ func loadError(m core.KernelModule, err error) error {
 	return fmt.Errorf("launch: loading module %s (%s for %s), %s, which needs %s: %w", m.Name, m.Format, m.Arch, f.Describe(), f.Needs(), err)
 }
 
-// Modules returns the modules loaded.
+// Modules returns the modules loaded, the last image under each name.
 func (e *Executor) Modules() []core.KernelModule {
 	e.mu.Lock()
 	defer e.mu.Unlock()
