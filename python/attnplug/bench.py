@@ -319,8 +319,12 @@ def run(client, backend="fa3", heads=(16, 128), batch=16, cached=4096, reps=20, 
                    "torch_us": torch_us, "rel_err": err}
             sg = ""
             if c.sglang is not None:
-                row["sglang_us"], row["sglang_rel_err"] = _time_sglang(torch, c.sglang, want, reps)
-                sg = " %10.1f %9.2fx" % (row["sglang_us"], row["sglang_us"] / us)
+                try:
+                    row["sglang_us"], row["sglang_rel_err"] = _time_sglang(torch, c.sglang, want, reps)
+                    sg = " %10.1f %9.2fx" % (row["sglang_us"], row["sglang_us"] / us)
+                except Exception as exc:  # sglang's kernel, not this bench's: reported, not fatal
+                    c.sglang_why = "sglang's decode_attention_fwd failed on %s: %s" % (c.shape, exc)
+                    torch.cuda.synchronize()
             why = why or c.sglang_why
             rows.append(row)
             print("%-15s %-22s %12.1f %10.1f %8.2fx %9.2e%s" % (c.name, c.shape, us, torch_us, torch_us / us, err, sg),
