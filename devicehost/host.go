@@ -22,7 +22,8 @@ type Source interface {
 }
 
 // Host is the device side of a Go host, FlashInfer's plan-then-run
-// object: it asks its Source for a backend's modules once per device and
+// object on one device: it asks its Source for a backend's modules once
+// (and again after the Source moved the backend to another plugin) and
 // loads them (Load), asks for a batch's plan and prepares it, checked
 // once, by the Source (Plan), and the Prepared it returns launches a
 // layer with no RPC, no host copy and no allocation. It is safe for
@@ -33,7 +34,8 @@ type Host struct {
 	src  Source
 
 	mu     sync.Mutex
-	loaded map[string]error // by backend: nil when its modules are loaded
+	loaded map[string]error               // by backend: nil when its modules are loaded
+	held   map[string][]core.KernelModule // by backend: the modules loaded for it last
 }
 
 // OpenHost opens CUDA device 0 as a Host whose device code and plans come
@@ -51,7 +53,7 @@ func OpenHost(src Source) (*Host, error) {
 // closes it), whose device code and plans come from src (nil: none; the
 // caller loads modules and prepares plans it made itself).
 func NewHost(dev *cuda.Device, src Source) *Host {
-	return &Host{dev: dev, exec: cudaexec.NewExecutor(dev), src: src, loaded: map[string]error{}}
+	return &Host{dev: dev, exec: cudaexec.NewExecutor(dev), src: src, loaded: map[string]error{}, held: map[string][]core.KernelModule{}}
 }
 
 // CUDA is the Host's device, for the launches and the memory of its
@@ -85,30 +87,38 @@ func (h *Host) Load(ctx context.Context, backend string) error {
 	return err
 }
 
-// load asks the Source for backend's modules and loads them.
+// load asks the Source for backend's modules, loads them, and gives back
+// those loaded for it before (the executor unloads an image no backend
+// holds and no plan runs). h.mu is held.
 func (h *Host) load(ctx context.Context, backend string) error {
 	mods, err := h.src.KernelModules(ctx, backend, h.Device())
 	if err != nil {
 		return err
 	}
-	return h.exec.Load(mods)
+	if err := h.exec.Load(mods); err != nil {
+		return err
+	}
+	h.exec.Drop(h.held[backend])
+	h.held[backend] = mods
+	return nil
 }
 
-// routeTries bounds how often Plan asks again when the plan it got names
-// images other than those of the modules it then asked for: each try saw
-// the Source move backend to another plugin between the two answers.
+// routeTries bounds how often Plan asks again for a plan it could not
+// prepare on the modules it then loaded: each try saw the Source move the
+// backend to another plugin between its answers.
 const routeTries = 3
 
 // Plan loads the modules of req.Backend (Load), asks the Source for the
 // plan of req, which it checks, and prepares it on this device without
 // checking it again: its metadata uploaded, its workspace allocated.
-// A plan checked against other images than those loaded (the Source's
-// route for the backend changed since Load) has the Source's modules
-// loaded again (the plan is asked again only if they are not its
-// images either); the Prepareds made before keep running the images they
-// were made on. req.Device must be this device
-// (Device). "No device plan" is an error wrapping core.ErrNoPlan. The
-// caller closes the Prepared.
+// A plan checked against images that are not loaded (the Source's route
+// for the backend changed since Load; core.Plan.ModuleSHA256, which the
+// registry stamps) has the Source's modules for the backend loaded again,
+// those of before given back, and is prepared on them; the plan is asked
+// again only when they are not its images either. The Prepareds made
+// before keep running the images they were made on. req.Device must be
+// this device (Device). "No device plan" is an error wrapping
+// core.ErrNoPlan. The caller closes the Prepared.
 func (h *Host) Plan(ctx context.Context, req *core.PlanRequest) (*cudaexec.Prepared, error) {
 	if req.Device != h.Device() {
 		return nil, fmt.Errorf("%w: the plan request is for %s, this host's device is %s", core.ErrInvalidRequest, req.Device.Name, h.Device().Name)
@@ -122,12 +132,16 @@ func (h *Host) Plan(ctx context.Context, req *core.PlanRequest) (*cudaexec.Prepa
 			return nil, err
 		}
 		if !h.exec.Holds(p.ModuleSHA256) {
-			if err := h.load(ctx, req.Backend); err != nil {
+			h.mu.Lock()
+			err = h.load(ctx, req.Backend)
+			h.mu.Unlock()
+			if err != nil {
 				return nil, err
 			}
 		}
-		if try == routeTries || h.exec.Holds(p.ModuleSHA256) {
-			return h.exec.PrepareChecked(req, p)
+		pr, err := h.exec.PrepareChecked(req, p)
+		if err == nil || try == routeTries || !errors.Is(err, cudaexec.ErrOtherImages) {
+			return pr, err
 		}
 	}
 }

@@ -64,8 +64,9 @@ func (s *swapping) PlanKernel(ctx context.Context, req *core.PlanRequest) (*core
 
 // TestHostAcrossASwap: a Host whose Source moved a backend to other images
 // loads them at its next plan (asking for the modules and the plan once)
-// and prepares the plan on them; a plan prepared before the swap keeps launching the
-// images it was made on. Both decode the batch as float64 does.
+// and prepares the plan on them; a plan prepared before the swap keeps
+// launching the images it was made on, which are unloaded when it closes.
+// Both decode the batch as float64 does.
 func TestHostAcrossASwap(t *testing.T) {
 	var src *swapping
 	e := openEnvOver(t, func(r *registry.Registry) devicehost.Source {
@@ -77,7 +78,12 @@ func TestHostAcrossASwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer before.Close()
+	open := true
+	defer func() {
+		if open {
+			before.Close()
+		}
+	}()
 	src.swapped.Store(true)
 	after, err := e.Run(t.Context(), dense, c, 1, 64)
 	if err != nil {
@@ -89,8 +95,8 @@ func TestHostAcrossASwap(t *testing.T) {
 		t.Fatalf("the plans name images %v before the swap and %v after", old, now)
 	}
 	ex := e.Host.Executor()
-	if src.asked.Load() != 1 || src.plans.Load() != 1 || !ex.Holds(now) || ex.Holds(old) {
-		t.Errorf("after the swap: modules asked %d times, the plan %d times (want 1, 1); the new images loaded: %v, the old: %v",
+	if src.asked.Load() != 1 || src.plans.Load() != 1 || !ex.Holds(now) || !ex.Holds(old) {
+		t.Errorf("after the swap: modules asked %d times, the plan %d times (want 1, 1); the new images loaded: %v, the old (its plan open): %v",
 			src.asked.Load(), src.plans.Load(), ex.Holds(now), ex.Holds(old))
 	}
 	if err := before.Launch(); err != nil {
@@ -100,4 +106,9 @@ func TestHostAcrossASwap(t *testing.T) {
 		t.Errorf("the plan prepared before the swap, launched after it: %v %v", ch, err)
 	}
 	t.Logf("before the swap: %v; after: %v", before.Check, after.Check)
+	before.Close()
+	open = false
+	if ex.Holds(old) || !ex.Holds(now) {
+		t.Errorf("after the last plan on the old images closed: old images loaded %v (want false), new %v", ex.Holds(old), ex.Holds(now))
+	}
 }

@@ -27,20 +27,33 @@ type Buffer struct {
 // one a framework in the same process shares) and prepares checked plans
 // for launch. It is safe for concurrent use; the launches themselves run
 // inside Device.Do, on the device's thread.
+//
+// An image is loaded once, whoever loads it, and stays loaded while a Load
+// holds it (until Drop) or an open Prepared launches it. Images of one
+// module name may be loaded side by side: each plugin serving a backend
+// hands its own (a swapped plugin, fa3 and dsa of other builds), and a plan
+// checked against images names them (core.Plan.ModuleSHA256).
 type Executor struct {
 	dev device
 
 	mu      sync.Mutex
-	modules map[string]*loaded // by module name: the image loaded last
-	older   []*loaded          // images replaced under their name, until no Prepared uses them
+	images  map[image]*loaded  // every image loaded, by module name and hash
+	current map[string]*loaded // by module name: the image loaded or held last
+	seq     int                // loads and holds so far: which image of a name is the last
+	failed  []error            // unloads that failed, for Close to report
 }
+
+// image names one image of a module.
+type image struct{ name, sha string }
 
 type loaded struct {
 	mod    core.KernelModule
 	handle cuda.Module
 	funcs  map[string]cuda.Function
 	shared map[string]int // dynamic shared memory granted per entry
+	holds  int            // Load calls holding it, less the Drop calls
 	users  int            // the open Prepareds launching its entries
+	seq    int            // when it was last loaded or held
 }
 
 // NewExecutor returns an Executor for dev. Close unloads its modules; dev
@@ -48,7 +61,7 @@ type loaded struct {
 func NewExecutor(dev *cuda.Device) *Executor { return newExecutor(cudaDevice{dev}) }
 
 func newExecutor(dev device) *Executor {
-	return &Executor{dev: dev, modules: map[string]*loaded{}}
+	return &Executor{dev: dev, images: map[image]*loaded{}, current: map[string]*loaded{}}
 }
 
 // device is what an Executor asks of a GPU outside the launches: its
@@ -99,78 +112,123 @@ func DeviceInfo(i cuda.Info) core.DeviceInfo {
 
 // Load checks each module (its SHA-256 matches its image, its format is one
 // CUDA loads, the driver is not older than its image needs:
-// launch.CheckDriver, its entries exist) and loads each image once.
-// Another image under a loaded name (the plugin serving a backend changed:
-// a registry's Reload, a hot swap of attnplug serve) replaces it for what
-// is prepared from then on; the Prepareds made on the image it replaces
-// keep that image loaded until the last of them closes. It returns the
-// first problem. A module whose image needs a newer driver (a PTX ISA
-// newer than the driver reads) is refused before loading, the error
-// naming the module, its PTX ISA or cubin architecture, the CUDA release
-// and driver it needs and the driver found; when the driver refuses a
-// PTX image anyway (cuda.ErrUnsupportedPTX), the error says the same.
+// launch.CheckDriver, its entries exist), loads each image not loaded
+// yet, and holds every one until a Drop of it: the images of a plugin,
+// held while it serves a backend. The last image loaded or held under a
+// name is the one Prepare checks plans against. On an error, what this
+// call loaded or held is given back, and the error is the first problem.
+// A module whose image needs a newer driver (a PTX ISA newer than the
+// driver reads) is refused before loading, the error naming the module,
+// its PTX ISA or cubin architecture, the CUDA release and driver it needs
+// and the driver found; when the driver refuses a PTX image anyway
+// (cuda.ErrUnsupportedPTX), the error says the same.
 func (e *Executor) Load(mods []core.KernelModule) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	var held []core.KernelModule
 	for _, m := range mods {
-		if got := core.ImageSHA256(m.Image); got != m.SHA256 {
-			return fmt.Errorf("launch: module %s: image hash %s, declared %s", m.Name, got, m.SHA256)
+		if err := e.loadOne(m); err != nil {
+			e.Drop(held)
+			return err
 		}
-		old := e.modules[m.Name]
-		if old != nil && old.mod.SHA256 == m.SHA256 {
-			continue
-		}
-		if m.Platform != core.PlatformCUDA || (m.Format != core.FormatPTX && m.Format != core.FormatCUBIN) {
-			return fmt.Errorf("launch: module %s is %s %s; this host loads CUDA ptx or cubin", m.Name, m.Platform, m.Format)
-		}
-		if err := launch.CheckDriver(m, e.dev.Info().DriverVersion); err != nil {
-			return fmt.Errorf("launch: %w", err)
-		}
-		l := &loaded{mod: m, funcs: map[string]cuda.Function{}, shared: map[string]int{}}
-		err := e.dev.Do(func(c deviceCtx) error {
-			h, err := c.LoadModule(m.Image)
-			if err != nil {
-				return err
-			}
-			l.handle = h
-			for _, en := range m.Entries {
-				f, err := c.Function(h, en.Name)
-				if err != nil {
-					c.UnloadModule(h)
-					return err
-				}
-				l.funcs[en.Name] = f
-			}
-			return nil
-		})
-		if err != nil {
-			return loadError(m, err)
-		}
-		e.modules[m.Name] = l
-		if old != nil {
-			e.older = append(e.older, old)
-			if err := e.unloadUnused(); err != nil {
-				return fmt.Errorf("launch: module %s is loaded; unloading the image it replaced: %w", m.Name, err)
-			}
-		}
+		held = append(held, m)
 	}
 	return nil
 }
 
-// unloadUnused unloads the replaced images no Prepared uses. e.mu is held.
-func (e *Executor) unloadUnused() error {
-	var errs []error
-	keep := e.older[:0]
-	for _, l := range e.older {
-		if l.users > 0 {
-			keep = append(keep, l)
-			continue
-		}
-		errs = append(errs, e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) }))
+// loadOne checks module m, and holds its image, loading it first when it
+// is not loaded. The driver compiles a PTX image outside e.mu, so that
+// Prepareds close meanwhile.
+func (e *Executor) loadOne(m core.KernelModule) error {
+	if got := core.ImageSHA256(m.Image); got != m.SHA256 {
+		return fmt.Errorf("launch: module %s: image hash %s, declared %s", m.Name, got, m.SHA256)
 	}
-	clear(e.older[len(keep):])
-	e.older = keep
-	return errors.Join(errs...)
+	if m.Platform != core.PlatformCUDA || (m.Format != core.FormatPTX && m.Format != core.FormatCUBIN) {
+		return fmt.Errorf("launch: module %s is %s %s; this host loads CUDA ptx or cubin", m.Name, m.Platform, m.Format)
+	}
+	if err := launch.CheckDriver(m, e.dev.Info().DriverVersion); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	key := image{m.Name, m.SHA256}
+	if e.hold(key, nil) {
+		return nil
+	}
+	l := &loaded{mod: m, funcs: map[string]cuda.Function{}, shared: map[string]int{}}
+	err := e.dev.Do(func(c deviceCtx) error {
+		h, err := c.LoadModule(m.Image)
+		if err != nil {
+			return err
+		}
+		l.handle = h
+		for _, en := range m.Entries {
+			f, err := c.Function(h, en.Name)
+			if err != nil {
+				c.UnloadModule(h)
+				return err
+			}
+			l.funcs[en.Name] = f
+		}
+		return nil
+	})
+	if err != nil {
+		return loadError(m, err)
+	}
+	if e.hold(key, l) { // loaded meanwhile by another call: ours goes
+		return e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) })
+	}
+	return nil
+}
+
+// hold holds the image of key when it is loaded, and says so; else it
+// installs l, held, when l is not nil.
+func (e *Executor) hold(key image, l *loaded) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seq++
+	if have := e.images[key]; have != nil {
+		have.holds++
+		have.seq = e.seq
+		e.current[key.name] = have
+		return true
+	}
+	if l != nil {
+		l.holds, l.seq = 1, e.seq
+		e.images[key] = l
+		e.current[key.name] = l
+	}
+	return false
+}
+
+// Drop gives back a hold of each module's image that a Load took: an image
+// no Load holds any more is unloaded once no Prepared launches it. An
+// unload that fails is reported by Close.
+func (e *Executor) Drop(mods []core.KernelModule) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, m := range mods {
+		if l := e.images[image{m.Name, m.SHA256}]; l != nil && l.holds > 0 {
+			l.holds--
+			e.unloadIfUnused(l)
+		}
+	}
+}
+
+// unloadIfUnused unloads l when nothing holds or uses it, making the last
+// other image of its name the current one. e.mu is held.
+func (e *Executor) unloadIfUnused(l *loaded) {
+	if l.holds > 0 || l.users > 0 {
+		return
+	}
+	delete(e.images, image{l.mod.Name, l.mod.SHA256})
+	if e.current[l.mod.Name] == l {
+		delete(e.current, l.mod.Name)
+		for k, o := range e.images {
+			if k.name == l.mod.Name && (e.current[k.name] == nil || o.seq > e.current[k.name].seq) {
+				e.current[k.name] = o
+			}
+		}
+	}
+	if err := e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) }); err != nil {
+		e.failed = append(e.failed, fmt.Errorf("launch: unloading module %s (image %s): %w", l.mod.Name, l.mod.SHA256, err))
+	}
 }
 
 // loadError is the error of module m's failed load: when the driver
@@ -186,47 +244,52 @@ func loadError(m core.KernelModule, err error) error {
 	return fmt.Errorf("launch: loading module %s (%s for %s), %s, which needs %s: %w", m.Name, m.Format, m.Arch, f.Describe(), f.Needs(), err)
 }
 
-// Modules returns the modules loaded, the last image under each name.
+// Modules returns the modules Prepare checks plans against: the last
+// image loaded or held under each name.
 func (e *Executor) Modules() []core.KernelModule {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make([]core.KernelModule, 0, len(e.modules))
-	for _, l := range e.modules {
+	out := make([]core.KernelModule, 0, len(e.current))
+	for _, l := range e.current {
 		out = append(out, l.mod)
 	}
 	return out
 }
 
-// Close unloads the modules, the replaced images included. Close the
-// Prepareds first: their launches run the modules' code.
+// Close unloads every image, and reports the unloads that failed before.
+// Close the Prepareds first: their launches run the images' code.
 func (e *Executor) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var errs []error
-	for name, l := range e.modules {
+	errs := e.failed
+	for key, l := range e.images {
 		errs = append(errs, e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) }))
-		delete(e.modules, name)
+		delete(e.images, key)
 	}
-	for _, l := range e.older {
-		errs = append(errs, e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) }))
-	}
-	e.older = nil
+	clear(e.current)
+	e.failed = nil
 	return errors.Join(errs...)
 }
 
 // Holds reports whether the images a plan was checked against
-// (core.Plan.ModuleSHA256: module name to image hash) are the ones loaded
-// under their names, so that PrepareChecked takes it.
+// (core.Plan.ModuleSHA256: module name to image hash) are loaded, so that
+// PrepareChecked takes it. A plan that names none (a Source that stamps no
+// hashes) is taken on the last image of each name.
 func (e *Executor) Holds(images map[string]string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for name, sha := range images {
-		if l := e.modules[name]; l == nil || l.mod.SHA256 != sha {
+		if e.images[image{name, sha}] == nil {
 			return false
 		}
 	}
 	return true
 }
+
+// ErrOtherImages marks a plan refused because it was checked against images
+// other than those loaded under its modules' names: the plugin serving its
+// backend changed since they were loaded (load the Source's modules again).
+var ErrOtherImages = errors.New("launch: the plan was checked against other images than those loaded")
 
 // Prepared is a checked plan with its metadata on the device and its
 // workspace allocated: launch it once per layer with that layer's tensors.
@@ -266,9 +329,10 @@ func (e *Executor) Prepare(req *core.PlanRequest, p *core.Plan) (*Prepared, erro
 	if req == nil || p == nil {
 		return nil, errNoPlan
 	}
-	mods, loadedBy, used := e.snapshot(p)
+	mods, loadedBy, used := e.snapshot(p, false)
 	if err := launch.Check(p, req, mods, e.Device()); err != nil {
-		return nil, errors.Join(err, e.release(used))
+		e.release(used)
+		return nil, err
 	}
 	return e.prepare(req, p, loadedBy, used)
 }
@@ -276,18 +340,20 @@ func (e *Executor) Prepare(req *core.PlanRequest, p *core.Plan) (*Prepared, erro
 // PrepareChecked is Prepare for a plan already checked by launch.Check
 // against the modules this Executor loaded and its device, as
 // registry.PlanKernel checks every plan it hands: the plan is not checked
-// a second time; only its modules and entries are looked up, and one that
-// is not loaded is an error, as is one loaded with another image than the
-// plan's ModuleSHA256 names (the registry's: the images it checked the
-// plan against; Holds says whether they are loaded). On an error nothing
-// stays allocated.
+// a second time; only its modules and entries are looked up: the images
+// its ModuleSHA256 names (the registry's: the images it checked the plan
+// against), or without it the last image of each name. A module that is
+// not loaded is an error, and one of which the plan's image is not loaded
+// an error wrapping ErrOtherImages (Holds says whether they are loaded).
+// On an error nothing stays allocated.
 func (e *Executor) PrepareChecked(req *core.PlanRequest, p *core.Plan) (*Prepared, error) {
 	if req == nil || p == nil {
 		return nil, errNoPlan
 	}
-	_, loadedBy, used := e.snapshot(p)
+	_, loadedBy, used := e.snapshot(p, true)
 	if err := checkLoaded(p, loadedBy); err != nil {
-		return nil, errors.Join(err, e.release(used))
+		e.release(used)
+		return nil, err
 	}
 	return e.prepare(req, p, loadedBy, used)
 }
@@ -307,8 +373,8 @@ func checkLoaded(p *core.Plan, loadedBy map[string]*loaded) error {
 			return fmt.Errorf("launch: launch %d: module %s declares no entry %s", i, l.Module, l.Entry)
 		}
 		if want, ok := p.ModuleSHA256[l.Module]; p.ModuleSHA256 != nil && (!ok || want != ld.mod.SHA256) {
-			return fmt.Errorf("launch: launch %d: module %s is loaded with image %s, the plan was checked against %q: the plugin serving it changed since its modules were loaded",
-				i, l.Module, ld.mod.SHA256, want)
+			return fmt.Errorf("%w: launch %d: module %s is loaded with image %s, the plan was checked against %q: the plugin serving it changed since its modules were loaded",
+				ErrOtherImages, i, l.Module, ld.mod.SHA256, want)
 		}
 	}
 	return nil
@@ -317,20 +383,28 @@ func checkLoaded(p *core.Plan, loadedBy map[string]*loaded) error {
 // errNoPlan is the error of a call given no plan request or no plan.
 var errNoPlan = errors.New("launch: no plan request or no plan")
 
-// snapshot returns the loaded modules, each by name, and those the
-// launches of p run, taken for a Prepared (release gives them back): an
-// image replaced meanwhile stays loaded while a Prepared launches it.
-func (e *Executor) snapshot(p *core.Plan) ([]core.KernelModule, map[string]*loaded, []*loaded) {
+// snapshot returns the modules Prepare checks plans against (the last
+// image of each name), and by name the images the launches of p run: with
+// byHash, those its ModuleSHA256 names where they are loaded (else the
+// last image, which checkLoaded refuses), without it the last image of
+// each name. The images p runs are taken for a Prepared (release gives
+// them back), so that none is unloaded while it launches them.
+func (e *Executor) snapshot(p *core.Plan, byHash bool) ([]core.KernelModule, map[string]*loaded, []*loaded) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	mods := make([]core.KernelModule, 0, len(e.modules))
+	mods := make([]core.KernelModule, 0, len(e.current))
 	loadedBy := map[string]*loaded{}
-	for n, l := range e.modules {
+	for n, l := range e.current {
 		mods = append(mods, l.mod)
 		loadedBy[n] = l
 	}
 	var used []*loaded
 	for _, l := range p.Launches {
+		if sha, ok := p.ModuleSHA256[l.Module]; byHash && ok {
+			if ld := e.images[image{l.Module, sha}]; ld != nil {
+				loadedBy[l.Module] = ld
+			}
+		}
 		if ld := loadedBy[l.Module]; ld != nil && !slices.Contains(used, ld) {
 			ld.users++
 			used = append(used, ld)
@@ -339,18 +413,15 @@ func (e *Executor) snapshot(p *core.Plan) ([]core.KernelModule, map[string]*load
 	return mods, loadedBy, used
 }
 
-// release gives back the modules snapshot took, unloading the replaced
-// images no Prepared uses any more.
-func (e *Executor) release(used []*loaded) error {
-	if len(used) == 0 {
-		return nil
-	}
+// release gives back the images snapshot took, unloading those no Load
+// holds and no Prepared uses any more.
+func (e *Executor) release(used []*loaded) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, l := range used {
 		l.users--
+		e.unloadIfUnused(l)
 	}
-	return e.unloadUnused()
 }
 
 // prepare uploads the metadata of a checked plan, allocates its workspace
@@ -468,14 +539,14 @@ func (p *Prepared) Tensors() []core.TensorSpec { return p.specs }
 // launches must not change, when a batch of the same size comes with other
 // lengths (a plan asked with PlanRequest.Graph). np must have the same
 // launches and metadata sizes and fit the workspace; it is checked as
-// Prepare checks. The new metadata is copied on stream s, so launches
+// Prepare checks, against the images p runs. The new metadata is copied on stream s, so launches
 // queued on s before it still read the old metadata and launches (or a
 // graph replay) queued after it read the new. Call it outside Device.Do.
 func (p *Prepared) Update(s cuda.Stream, req *core.PlanRequest, np *core.Plan) error {
 	if req == nil || np == nil {
 		return errNoPlan
 	}
-	if err := launch.Check(np, req, p.e.Modules(), p.e.Device()); err != nil {
+	if err := launch.Check(np, req, p.modules(), p.e.Device()); err != nil {
 		return err
 	}
 	return p.UpdateChecked(s, req, np)
@@ -588,6 +659,15 @@ func (p *Prepared) launch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer, which fu
 	return nil
 }
 
+// modules are the modules of the images p's launches run.
+func (p *Prepared) modules() []core.KernelModule {
+	out := make([]core.KernelModule, len(p.mods))
+	for i, l := range p.mods {
+		out[i] = l.mod
+	}
+	return out
+}
+
 // image is the hash of the image of module name that p's launches run.
 func (p *Prepared) image(name string) string {
 	for _, l := range p.mods {
@@ -599,7 +679,7 @@ func (p *Prepared) image(name string) string {
 }
 
 // Close frees the metadata and the workspace, unpins the launches'
-// arguments and gives back the modules (an image replaced since is
+// arguments and gives back its images (one no Load holds any more is
 // unloaded with the last Prepared using it); a second Close frees nothing.
 func (p *Prepared) Close() error {
 	p.pinner.Unpin()
@@ -613,9 +693,9 @@ func (p *Prepared) Close() error {
 		p.ws = Buffer{}
 		return errors.Join(errs...)
 	})
-	used := p.mods
+	p.e.release(p.mods)
 	p.mods = nil
-	return errors.Join(err, p.e.release(used))
+	return err
 }
 
 func int32Bytes(v []int32) []byte {

@@ -105,27 +105,28 @@ func otherImage(m core.KernelModule) core.KernelModule {
 	return m
 }
 
-// TestReplacedImage: another image under a loaded name (the plugin serving
-// a backend swapped) replaces it for what is prepared from then on, while
-// a plan prepared before keeps launching the image it was made on, loaded
-// until that plan closes. A plan checked against an image that is not the
-// one loaded under its name is refused, by PrepareChecked and by
-// UpdateChecked, and Holds says which images are loaded.
+// TestReplacedImage: a plugin swapped under a backend, as a Host sees it:
+// the new image of a module is loaded beside the old one and the backend's
+// hold of the old one given back (Drop). A plan prepared before keeps
+// launching the old image, loaded until that plan closes; new plans run
+// the new one. A plan checked against an image that is not loaded is
+// refused by PrepareChecked (ErrOtherImages) and by UpdateChecked, and
+// Holds says which images are loaded.
 func TestReplacedImage(t *testing.T) {
 	d := newFakeDevice()
 	e := newExecutor(d)
 	v1 := testModule("m")
-	v2 := otherImage(v1)
+	v2, v3 := otherImage(v1), otherImage(otherImage(v1))
 	if err := e.Load([]core.KernelModule{v1}); err != nil {
 		t.Fatal(err)
 	}
 	req := testRequest(e.Device())
-	stamped := func(sha string) *core.Plan {
+	stamped := func(m core.KernelModule) *core.Plan {
 		p := testPlan(t, req, []int32{1, 2})
-		p.ModuleSHA256 = map[string]string{"m": sha}
+		p.ModuleSHA256 = map[string]string{"m": m.SHA256}
 		return p
 	}
-	old, err := e.PrepareChecked(req, stamped(v1.SHA256))
+	old, err := e.PrepareChecked(req, stamped(v1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,58 +134,110 @@ func TestReplacedImage(t *testing.T) {
 	if err := e.Load([]core.KernelModule{v2}); err != nil {
 		t.Fatalf("another image under a loaded name: %v", err)
 	}
+	e.Drop([]core.KernelModule{v1})
 	if mods := e.Modules(); len(mods) != 1 || mods[0].SHA256 != v2.SHA256 {
 		t.Errorf("Modules lists %v, want the new image alone", mods)
 	}
-	if len(d.modules) != 2 {
+	if len(d.modules) != 2 || !e.Holds(map[string]string{"m": v1.SHA256}) {
 		t.Errorf("%d modules on the device, want 2: the old image stays while a plan launches it", len(d.modules))
 	}
-	if e.Holds(map[string]string{"m": v1.SHA256}) || !e.Holds(map[string]string{"m": v2.SHA256}) || e.Holds(map[string]string{"n": v2.SHA256}) {
-		t.Errorf("Holds does not tell the loaded image from the replaced one and a name not loaded")
+	if !e.Holds(map[string]string{"m": v2.SHA256}) || e.Holds(map[string]string{"m": v3.SHA256}) || e.Holds(map[string]string{"n": v2.SHA256}) {
+		t.Errorf("Holds does not tell the loaded images from one that is not and a name not loaded")
 	}
-	if _, err := e.PrepareChecked(req, stamped(v1.SHA256)); err == nil || !strings.Contains(err.Error(), "the plugin serving it changed") {
-		t.Errorf("a plan checked against the replaced image: %v", err)
+	if _, err := e.PrepareChecked(req, stamped(v3)); !errors.Is(err, ErrOtherImages) || !strings.Contains(err.Error(), "the plugin serving it changed") {
+		t.Errorf("a plan checked against an image not loaded: %v", err)
 	}
-	cur, err := e.PrepareChecked(req, stamped(v2.SHA256))
+	cur, err := e.PrepareChecked(req, stamped(v2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cur.steps[0].fn == oldFn || old.steps[0].fn != oldFn {
 		t.Errorf("the new plan runs the old image's entry, or the old plan lost it")
 	}
-	if err := old.UpdateChecked(0, req, stamped(v2.SHA256)); err == nil || !strings.Contains(err.Error(), "the prepared plan runs "+v1.SHA256) {
+	if err := old.UpdateChecked(0, req, stamped(v2)); err == nil || !strings.Contains(err.Error(), "the prepared plan runs "+v1.SHA256) {
 		t.Errorf("an update checked against the new image, of a plan running the old: %v", err)
 	}
-	if err := old.UpdateChecked(0, req, stamped(v1.SHA256)); err != nil {
+	if err := old.UpdateChecked(0, req, stamped(v1)); err != nil {
 		t.Errorf("an update of the same image: %v", err)
 	}
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if len(d.modules) != 1 {
+	if len(d.modules) != 1 || e.Holds(map[string]string{"m": v1.SHA256}) {
 		t.Errorf("%d modules on the device after the last plan on the old image closed, want 1", len(d.modules))
-	}
-	// An image no plan launches is unloaded as it is replaced.
-	if err := e.Load([]core.KernelModule{v1}); err != nil {
-		t.Fatal(err)
-	}
-	if len(d.modules) != 2 {
-		t.Errorf("%d modules on the device, want 2 (the open plan keeps the replaced one)", len(d.modules))
 	}
 	if err := cur.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Load([]core.KernelModule{v2}); err != nil {
+	if len(d.modules) != 1 {
+		t.Errorf("the image a Load holds was unloaded with its last plan")
+	}
+	e.Drop([]core.KernelModule{v2})
+	if len(d.modules) != 0 || len(e.Modules()) != 0 {
+		t.Errorf("%d modules on the device, %d listed, after the last hold was given back", len(d.modules), len(e.Modules()))
+	}
+	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if len(d.modules) != 1 || d.calls["load"] != 4 {
-		t.Errorf("%d modules on the device after %d loads, want 1 after 4", len(d.modules), d.calls["load"])
+	d.check(t, true)
+}
+
+// TestImagesOfOneNameSideBySide: two backends served by plugins of other
+// builds hold their own images of one module name; each plan runs the
+// image it names, an image is loaded once however many hold it, and the
+// last image loaded or held is the one Prepare checks against, the other
+// taking its place when it is given back. A Load that fails gives back
+// what it held.
+func TestImagesOfOneNameSideBySide(t *testing.T) {
+	d := newFakeDevice()
+	e := newExecutor(d)
+	v1 := testModule("m")
+	v2 := otherImage(v1)
+	for _, m := range []core.KernelModule{v1, v2, v1} {
+		if err := e.Load([]core.KernelModule{m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d.calls["load"] != 2 || len(d.modules) != 2 {
+		t.Errorf("%d loads, %d modules on the device; want each image loaded once", d.calls["load"], len(d.modules))
+	}
+	if mods := e.Modules(); len(mods) != 1 || mods[0].SHA256 != v1.SHA256 {
+		t.Errorf("Modules lists %v, want the image held last", mods)
+	}
+	req := testRequest(e.Device())
+	fns := map[string]cuda.Function{}
+	for _, m := range []core.KernelModule{v1, v2} {
+		p := testPlan(t, req, []int32{1})
+		p.ModuleSHA256 = map[string]string{"m": m.SHA256}
+		pr, err := e.PrepareChecked(req, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fns[m.SHA256] = pr.steps[0].fn
+		if err := pr.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fns[v1.SHA256] == fns[v2.SHA256] {
+		t.Errorf("the plans of both images run one entry")
+	}
+	e.Drop([]core.KernelModule{v1, v1})
+	if mods := e.Modules(); len(d.modules) != 1 || len(mods) != 1 || mods[0].SHA256 != v2.SHA256 {
+		t.Errorf("after v1's holds were given back: %d modules on the device, Modules %v; want v2 alone", len(d.modules), mods)
+	}
+	bad := testModule("n")
+	bad.SHA256 = strings.Repeat("0", 64)
+	if err := e.Load([]core.KernelModule{v1, bad}); err == nil {
+		t.Fatal("a Load of a module with a wrong hash succeeded")
+	}
+	if len(d.modules) != 1 || e.Holds(map[string]string{"m": v1.SHA256}) {
+		t.Errorf("a failed Load kept what it loaded: %d modules on the device", len(d.modules))
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if len(d.modules) != 0 {
-		t.Errorf("%d modules left on the device after Close", len(d.modules))
+		t.Errorf("%d modules left after Close", len(d.modules))
 	}
 	d.check(t, true)
 }

@@ -5,6 +5,7 @@ timed beside torch through a real attnplug serve, each row's output within
 2e-2 of torch's, the decode row beside the stand-in's kernel too."""
 
 import contextlib
+import functools
 import io
 import json
 import sys
@@ -63,6 +64,27 @@ class BenchGPUTest(unittest.TestCase):
         self.assertGreater(rows[0]["sglang_us"], 0)
         self.assertLess(rows[0]["sglang_rel_err"], 2e-2)
         self.assertEqual(tuple(calls[0]["o"].shape), (4, 16, 512))
+
+    def test_sglang_kernel_failing_is_reported(self):
+        """sglang's kernel raising on the decode row: the row keeps its
+        attnplug and torch figures, a line says what failed, the bench
+        ends well."""
+        server = serve.Server().start()
+        self.addCleanup(server.cleanup)
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("out of shared memory (stand-in)")
+        mod = sglang_decode_module(torch, [])
+        mod.decode_attention_fwd = functools.wraps(mod.decode_attention_fwd)(broken)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()), \
+                unittest.mock.patch.dict(sys.modules, {bench.SGLANG_DECODE: mod}):
+            rc = bench.main(["--gpu", "--address", server.address, "--heads", "16", "--batch", "2", "--cached", "2048",
+                             "--reps", "2"])
+        self.assertEqual(rc, 0, out.getvalue())
+        text = out.getvalue()
+        self.assertIn("sglang's decode_attention_fwd failed (RuntimeError: out of shared memory (stand-in))", text)
+        self.assertIn("chunked_prefix", text)
 
 
 def sglang_decode_module(torch, calls, extra=None):
