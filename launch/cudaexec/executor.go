@@ -171,8 +171,12 @@ func (e *Executor) loadOne(m core.KernelModule) error {
 	if err != nil {
 		return loadError(m, err)
 	}
-	if e.hold(key, l) { // loaded meanwhile by another call: ours goes
-		return e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) })
+	if e.hold(key, l) { // loaded meanwhile by another call, and held: ours goes
+		if err := e.dev.Do(func(c deviceCtx) error { return c.UnloadModule(l.handle) }); err != nil {
+			e.mu.Lock()
+			e.failed = append(e.failed, fmt.Errorf("launch: unloading a second copy of module %s: %w", m.Name, err))
+			e.mu.Unlock()
+		}
 	}
 	return nil
 }
@@ -214,10 +218,11 @@ func (e *Executor) Drop(mods []core.KernelModule) {
 // unloadIfUnused unloads l when nothing holds or uses it, making the last
 // other image of its name the current one. e.mu is held.
 func (e *Executor) unloadIfUnused(l *loaded) {
-	if l.holds > 0 || l.users > 0 {
+	key := image{l.mod.Name, l.mod.SHA256}
+	if l.holds > 0 || l.users > 0 || e.images[key] != l { // (not there: Close unloaded it)
 		return
 	}
-	delete(e.images, image{l.mod.Name, l.mod.SHA256})
+	delete(e.images, key)
 	if e.current[l.mod.Name] == l {
 		delete(e.current, l.mod.Name)
 		for k, o := range e.images {
