@@ -578,3 +578,29 @@ func TestLaunchRefusesTensors(t *testing.T) {
 	}
 	d.check(t, false)
 }
+
+// TestPreparedClosedAfterTheExecutor: a Prepared closed after its Executor
+// (which unloaded every image) frees its buffers and unloads nothing a
+// second time.
+func TestPreparedClosedAfterTheExecutor(t *testing.T) {
+	e, d := loadedExecutor(t)
+	req := testRequest(e.Device())
+	pr, err := e.Prepare(req, testPlan(t, req, []int32{1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Drop([]core.KernelModule{testModule("m")})
+	if len(d.modules) != 1 {
+		t.Fatalf("%d modules on the device, want the one the open plan runs", len(d.modules))
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.modules) != 0 || d.calls["unload"] != 1 {
+		t.Errorf("%d modules left, %d unloads; want none left, one unload", len(d.modules), d.calls["unload"])
+	}
+	d.check(t, true)
+}
