@@ -25,8 +25,9 @@ torch's scaled_dot_product_attention for the prefills), in a CUDA graph
 too. Where sglang is importable, the decode row also times sglang's own
 MLA decode kernel, its triton backend's ``decode_attention_fwd``, on the
 same pool and queries (the pages as its per-token slots, its default of 8
-KV splits), in a CUDA graph: the sglang column. Outputs are compared with torch's (relative error), so that a row
-times a plan that computes the right thing. --json prints the rows as
+KV splits), in a CUDA graph: the sglang column. Outputs are compared with
+torch's (relative error), so that a row times a plan that computes the
+right thing. --json prints the rows as
 JSON. It needs torch with CUDA and a running ``attnplug serve``
 (--address, default $ATTNPLUG_ADDRESS, else serve's socket) whose
 plugins serve --backend (default fa3) and dsa.
