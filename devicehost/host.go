@@ -113,7 +113,8 @@ const routeTries = 3
 // checking it again: its metadata uploaded, its workspace allocated.
 // A plan checked against images that are not loaded (the Source's route
 // for the backend changed since Load; core.Plan.ModuleSHA256, which the
-// registry stamps) has the Source's modules for the backend loaded again,
+// registry stamps; a plan that names none runs on the images its backend
+// holds) has the Source's modules for the backend loaded again,
 // those of before given back, and is prepared on them; the plan is asked
 // again only when they are not its images either. The Prepareds made
 // before keep running the images they were made on. req.Device must be
@@ -131,6 +132,11 @@ func (h *Host) Plan(ctx context.Context, req *core.PlanRequest) (*cudaexec.Prepa
 		if err != nil {
 			return nil, err
 		}
+		if p.ModuleSHA256 == nil {
+			h.mu.Lock()
+			p = stamped(p, h.held[req.Backend])
+			h.mu.Unlock()
+		}
 		if !h.exec.Holds(p.ModuleSHA256) {
 			h.mu.Lock()
 			err = h.load(ctx, req.Backend)
@@ -144,6 +150,27 @@ func (h *Host) Plan(ctx context.Context, req *core.PlanRequest) (*cudaexec.Prepa
 			return pr, err
 		}
 	}
+}
+
+// stamped is p naming the images of mods its launches run, for a plan
+// from a Source that names none (core.Plan.ModuleSHA256): the images the
+// plan's backend holds, not the last of each name another backend loaded.
+// p itself is not changed.
+func stamped(p *core.Plan, mods []core.KernelModule) *core.Plan {
+	images := map[string]string{}
+	for _, l := range p.Launches {
+		for _, m := range mods {
+			if m.Name == l.Module {
+				images[m.Name] = m.SHA256
+			}
+		}
+	}
+	if len(images) == 0 {
+		return p
+	}
+	q := *p
+	q.ModuleSHA256 = images
+	return &q
 }
 
 // Close unloads the modules and closes the device.

@@ -1,6 +1,7 @@
 package devicehost
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -44,5 +45,23 @@ func TestStepBinds(t *testing.T) {
 	}
 	if _, err := s.bind(Tensors{"q": {Ptr: 1}}); err == nil || !strings.Contains(err.Error(), `"kv_cache"`) {
 		t.Errorf("a layer without its cache: %v", err)
+	}
+}
+
+// TestStamped: a plan that names no images is given those its backend
+// holds, for its launches' modules alone, on a copy; one that names no
+// module the backend holds is left as it is.
+func TestStamped(t *testing.T) {
+	p := &core.Plan{Launches: []core.Launch{{Module: "mla_decode"}, {Module: "mla_combine"}, {Module: "mla_decode"}}}
+	mods := []core.KernelModule{{Name: "mla_decode", SHA256: "aa"}, {Name: "mla_combine", SHA256: "bb"}, {Name: "mha_prefill", SHA256: "cc"}}
+	q := stamped(p, mods)
+	if want := map[string]string{"mla_decode": "aa", "mla_combine": "bb"}; !maps.Equal(q.ModuleSHA256, want) {
+		t.Errorf("stamped with %v, want %v", q.ModuleSHA256, want)
+	}
+	if p.ModuleSHA256 != nil || q == p {
+		t.Errorf("the plan itself was changed")
+	}
+	if r := stamped(p, nil); r != p {
+		t.Errorf("a plan with no module held was copied")
 	}
 }
