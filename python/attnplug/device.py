@@ -37,6 +37,7 @@ not need it.
 """
 
 import ctypes
+import hashlib
 import json
 import logging
 import threading
@@ -209,16 +210,16 @@ def device_info(ordinal=None):
 
 class _Module:
     def __init__(self, drv, m):
+        self.mod = m
+        self.handle = ctypes.c_void_p()
+        self.funcs = {}
+        self.shared = {}
         image = m.image
         if m.format == "ptx" and not image.endswith(b"\0"):
             image += b"\0"  # the driver reads PTX as a C string
         elif m.format not in ("ptx", "cubin"):
             raise CudaError("module %s: format %r is not one the CUDA driver loads" % (m.name, m.format))
-        self.mod = m
-        self.handle = ctypes.c_void_p()
         drv.check(drv.cuModuleLoadData(ctypes.byref(self.handle), image), "cuModuleLoadData(%s)" % m.name)
-        self.funcs = {}
-        self.shared = {}
 
     def function(self, drv, entry):
         f = self.funcs.get(entry)
@@ -479,6 +480,34 @@ class PlanSource:
             backoff = min(backoff * 2, 2.0)
 
 
+class _Images:
+    """The images this process has loaded, one module per (device
+    ordinal, name, SHA-256 of the image): each image is loaded into a
+    device's primary context once, however many Launchers (an engine's
+    target and draft runners) and route changes ask for it, and is never
+    unloaded, so that a CUDA graph captured with it still replays after
+    its plugin was swapped out."""
+
+    _lock = threading.Lock()
+    _loaded = {}
+
+    @classmethod
+    def load(cls, drv, ordinal, m):
+        """(the loaded module of m on device ordinal, whether this call
+        loaded it). Raises CudaError where m's image is not the one its
+        sha256 names."""
+        digest = hashlib.sha256(m.image).hexdigest()
+        if m.sha256 and m.sha256 != digest:
+            raise CudaError("module %s: its image's SHA-256 is %s, the server named %s" % (m.name, digest, m.sha256))
+        key = (ordinal, m.name, digest)
+        with cls._lock:
+            got = cls._loaded.get(key)
+            if got is None:
+                got = cls._loaded[key] = _Module(drv, m)
+                return got, True
+            return got, False
+
+
 class Launcher:
     """Launches the kernels of the plugin that serves backend, on torch
     CUDA device ``device`` (default: the current one), with plans from
@@ -491,7 +520,9 @@ class Launcher:
     turns it off): after a hot swap of the plugin serving backend, the next
     plan asks the server again and loads the new plugin's modules. Modules
     loaded before stay loaded, so that a CUDA graph captured with them
-    still replays. A Launcher is safe to use from several threads, but the
+    still replays; an image is loaded once per process and device, however
+    many Launchers use it (stats: module_loads counts the module sets this
+    Launcher took, images_loaded the images it loaded itself). A Launcher is safe to use from several threads, but the
     Prepared plans it keeps are shared by every caller of the same plan
     (their launch parameters and workspace are the plan's): step and plan
     with keep=False give a caller a Prepared of its own, for another thread
@@ -508,9 +539,8 @@ class Launcher:
         self._lock = threading.Lock()
         self._version = -1
         self._modules = None
-        self._loaded = []  # every module loaded, of every version: never unloaded
         self._prepared = {}  # plan key -> Prepared, for self._version
-        self.stats = {"plan_requests": 0, "plans_cached": 0, "module_loads": 0}
+        self.stats = {"plan_requests": 0, "module_loads": 0, "images_loaded": 0}
 
     def close(self):
         """Stops following the server's routes."""
@@ -542,8 +572,10 @@ class Launcher:
                     continue
                 if self._modules is None:
                     self._drv.use_primary(self.ordinal)
-                    loaded = {m.name: _Module(self._drv, m) for m in mods}
-                    self._loaded.extend(loaded.values())
+                    loaded = {}
+                    for m in mods:
+                        loaded[m.name], new = _Images.load(self._drv, self.ordinal, m)
+                        self.stats["images_loaded"] += new
                     self.stats["module_loads"] += 1
                     self._modules = loaded
                 return self._modules, version

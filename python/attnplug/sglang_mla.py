@@ -60,7 +60,7 @@ _LONE_DRAFT = ("a draft model's decode outside attnplug's multi-step draft backe
 
 # The counters of stats() that are the launcher's (shared by a draft's
 # steps), not a backend's own.
-_LAUNCHER_STATS = frozenset(("plan_requests", "module_fetches", "route_changes", "module_loads"))
+_LAUNCHER_STATS = frozenset(("plan_requests", "module_fetches", "route_changes", "module_loads", "images_loaded"))
 
 # sglang's backend-specific calls the model makes on the attention backend
 # that this class leaves to its fallback (the fallback runs those batches).
@@ -385,7 +385,8 @@ class AttnplugMLABackend(_Base):
         a layer of it fell back; steps_prepared (batch shapes planned),
         refused_at_capture (CUDA-graph captures whose step the plugin has no
         plan for), fp8_layers (plugin layers over an FP8 cache), and the launcher's plan_requests,
-        module_fetches, route_changes and module_loads; plugin_layers and
+        module_fetches, route_changes, module_loads (module sets taken) and images_loaded (images
+        it loaded; one another Launcher of the process loaded is shared); plugin_layers and
         fallback_layers add up the paths."""
         out = {"paths": {p: dict(c) for p, c in self._counts.items()}}
         out.update(self._extra)
@@ -394,7 +395,8 @@ class AttnplugMLABackend(_Base):
         lch = self._launcher
         if lch is not None:
             out.update(plan_requests=lch.source.stats["plan_requests"], module_fetches=lch.source.stats["module_fetches"],
-                       route_changes=lch.source.stats["route_changes"], module_loads=lch.stats["module_loads"])
+                       route_changes=lch.source.stats["route_changes"], module_loads=lch.stats["module_loads"],
+                       images_loaded=lch.stats["images_loaded"])
         return out
 
     @property

@@ -103,8 +103,15 @@ class LauncherTest(unittest.TestCase):
 
     def test_decode_matches_the_reference_and_replays_in_a_graph(self):
         from attnplug.device import Launcher
+        first = None
         for heads, page_size, b in ((16, 64, 16), (128, 1, 4), (128, 64, 64)):
             launcher = Launcher(self.client, "fa3")
+            if first is None:
+                first = launcher
+            else:  # the images the first Launcher loaded, not loaded again
+                self.assertEqual({n: id(m) for n, m in launcher.modules().items()},
+                                 {n: id(m) for n, m in first.modules().items()})
+                self.assertEqual(launcher.stats["images_loaded"], 0)
             seq = [100 + 37 * i for i in range(b)]
             t, req, table = self.batch(heads, page_size, seq, 4096, seed=heads + b)
             st = self.step_of(req)

@@ -375,7 +375,7 @@ class RouteTest(unittest.TestCase):
                 return r
 
             def modules(self):
-                return [SimpleNamespace(name="m%d" % self.v)], self.v
+                return [SimpleNamespace(name="m%d" % self.v, image=b"image", sha256="")], self.v
 
             def step(self, req):
                 self.v = 2  # a swap after the first modules: the plans are of route 2
@@ -387,14 +387,49 @@ class RouteTest(unittest.TestCase):
         lch.source, lch.backend, lch.ordinal = Source(), "fa3", 0
         lch._drv = SimpleNamespace(use_primary=lambda ordinal: None)
         lch._lock, lch._version, lch._modules, lch._loaded, lch._prepared = threading.Lock(), -1, None, [], {}
-        lch.stats = {"plan_requests": 0, "plans_cached": 0, "module_loads": 0}
+        lch.stats = {"plan_requests": 0, "module_loads": 0, "images_loaded": 0}
         made = lambda launcher, plan, req, mods: SimpleNamespace(plan=plan, mods=sorted(mods))
-        with mock.patch.object(device, "_Module", lambda drv, m: m), mock.patch.object(device, "Prepared", made):
+        with mock.patch.object(device, "_Module", lambda drv, m: m), mock.patch.object(device, "Prepared", made), \
+                mock.patch.object(device._Images, "_loaded", {}):
             p = lch.step({})
             self.assertEqual((p.plan.key, p.mods, lch.source.asked), ("k2", ["m2"], [2, 2]))
             # An answer of an older route than the one in force is not taken.
             self.assertFalse(lch._sync(1))
             self.assertEqual(lch._version, 2)
+
+    def test_an_image_is_loaded_once_per_process_and_device(self):
+        # Two Launchers (an engine's target and draft runners) and a route
+        # that comes back to an image share one loaded module; another
+        # image of the name, or another device, loads its own.
+        import hashlib
+        from types import SimpleNamespace
+        from unittest import mock
+        from attnplug import device
+
+        loads = []
+
+        def module(drv, m):
+            loads.append(m.name)
+            return SimpleNamespace(mod=m)
+
+        def mod(name, image, sha=None):
+            return SimpleNamespace(name=name, image=image, sha256=hashlib.sha256(image).hexdigest() if sha is None else sha)
+
+        with mock.patch.object(device, "_Module", module), mock.patch.object(device._Images, "_loaded", {}):
+            a, new_a = device._Images.load(None, 0, mod("fa3_mla", b"one"))
+            b, new_b = device._Images.load(None, 0, mod("fa3_mla", b"one"))
+            self.assertIs(a, b)
+            self.assertEqual((new_a, new_b, loads), (True, False, ["fa3_mla"]))
+            c, new_c = device._Images.load(None, 0, mod("fa3_mla", b"two"))
+            d, new_d = device._Images.load(None, 1, mod("fa3_mla", b"one"))
+            self.assertEqual((new_c, new_d, len({id(a), id(c), id(d)})), (True, True, 3))
+            # A module from a server older than sha256 is keyed by its image.
+            e, new_e = device._Images.load(None, 0, mod("fa3_mla", b"one", sha=""))
+            self.assertEqual((e is a, new_e), (True, False))
+            with self.assertRaisesRegex(CudaError, "module fa3_mla: its image's SHA-256 is [0-9a-f]{64}, the server named "
+                                                   "b{64}"):
+                device._Images.load(None, 0, mod("fa3_mla", b"one", sha="bb" * 32))
+            self.assertEqual(len(loads), 3)
 
     def test_a_plan_runs_only_on_the_images_it_was_checked_against(self):
         # The server names the image of each module it checked the plan

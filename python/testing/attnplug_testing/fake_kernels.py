@@ -183,7 +183,7 @@ class FakeLauncher:
 
     def __init__(self, client, backend="fa3", device=None, follow=False):
         self.source = PlanSource(client, backend, device or H200, follow=follow)
-        self.stats = {"module_loads": 1}
+        self.stats = {"module_loads": 1, "images_loaded": 0}  # loads nothing
         self.prepared = {}
         self.version = 0
         self.steps = []  # every step asked, as sent
