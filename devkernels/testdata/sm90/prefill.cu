@@ -88,11 +88,11 @@ int main(int argc, char** argv) {
                                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (rc != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled: %d\n", (int)rc); exit(1); }
-        PwMap p;
+        TmaMap p;
         memcpy(&p, &m, sizeof p);
         return p;
     };
-    const PwMap qm = encode(dq, heads * 192), km = encode(dk, heads * 192), vm = encode(dv, heads * 128);
+    const TmaMap qm = encode(dq, heads * 192), km = encode(dk, heads * 192), vm = encode(dv, heads * 128);
     auto run_wg = [&] { mha_prefill_wg<<<grid, PW_THREADS, wg_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2); };
     auto run_tma = [&] { mha_prefill_tma<<<grid, PW_THREADS, wg_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2, qm, km, vm); };
 
