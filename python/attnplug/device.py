@@ -210,16 +210,16 @@ def device_info(ordinal=None):
 
 class _Module:
     def __init__(self, drv, m):
-        self.mod = m
-        self.handle = ctypes.c_void_p()
-        self.funcs = {}
-        self.shared = {}
         image = m.image
         if m.format == "ptx" and not image.endswith(b"\0"):
             image += b"\0"  # the driver reads PTX as a C string
         elif m.format not in ("ptx", "cubin"):
             raise CudaError("module %s: format %r is not one the CUDA driver loads" % (m.name, m.format))
+        self.mod = m
+        self.handle = ctypes.c_void_p()
         drv.check(drv.cuModuleLoadData(ctypes.byref(self.handle), image), "cuModuleLoadData(%s)" % m.name)
+        self.funcs = {}
+        self.shared = {}
 
     def function(self, drv, entry):
         f = self.funcs.get(entry)
@@ -522,11 +522,12 @@ class Launcher:
     loaded before stay loaded, so that a CUDA graph captured with them
     still replays; an image is loaded once per process and device, however
     many Launchers use it (stats: module_loads counts the module sets this
-    Launcher took, images_loaded the images it loaded itself). A Launcher is safe to use from several threads, but the
-    Prepared plans it keeps are shared by every caller of the same plan
-    (their launch parameters and workspace are the plan's): step and plan
-    with keep=False give a caller a Prepared of its own, for another thread
-    or stream. close() stops following the server."""
+    Launcher took, images_loaded the images it loaded itself). A Launcher
+    is safe to use from several threads, but the Prepared plans it keeps
+    are shared by every caller of the same plan (their launch parameters
+    and workspace are the plan's): step and plan with keep=False give a
+    caller a Prepared of its own, for another thread or stream. close()
+    stops following the server."""
 
     def __init__(self, client, backend, device=None, follow=True):
         torch = _import_torch()
