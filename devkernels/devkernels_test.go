@@ -339,6 +339,36 @@ func TestPlansPickByArchitecture(t *testing.T) {
 	}
 }
 
+// checkPrefillGrid checks a prefill pass's grid: on Hopper one block an
+// SM, each taking the (schedule block, head) items in turn (the entries'
+// parameter blocks says how many schedule blocks), or one block an item
+// where there are fewer items than SMs or the device gives no count;
+// elsewhere one block an item, the heads the grid's y.
+func checkPrefillGrid(p *core.Plan, l core.Launch, req *core.PlanRequest) error {
+	var blocks int
+	for _, m := range p.Metadata {
+		if m.Name == "blocks" {
+			blocks = len(m.Int32s) / 4
+		}
+	}
+	items, heads := blocks*req.Dims.Heads, req.Dims.Heads
+	want := [3]uint32{uint32(blocks), uint32(heads), 1}
+	if l.Module == ModuleMHAPrefillSM90 {
+		want = [3]uint32{uint32(items), 1, 1}
+		if sms := req.Device.SMs; sms > 0 && sms < items {
+			want[0] = uint32(sms)
+		}
+		i := slices.IndexFunc(l.Args, func(a core.Arg) bool { return a.Param == "blocks" })
+		if i < 0 || l.Args[i].Int != int64(blocks) {
+			return fmt.Errorf("%s binds blocks %v, want the schedule's %d", l.Entry, l.Args, blocks)
+		}
+	}
+	if l.Grid != want {
+		return fmt.Errorf("%s: grid %v for %d schedule blocks x %d heads on %d SMs, want %v", l.Entry, l.Grid, blocks, heads, req.Device.SMs, want)
+	}
+	return nil
+}
+
 // TestPrefillPicksByArchitecture: on compute capability 9.0 every prefill
 // pass (the causal one and the prefix chunks') runs the Hopper module's
 // mha_prefill_tma, with descriptors over its own q, keys and values that
@@ -349,6 +379,8 @@ func TestPlansPickByArchitecture(t *testing.T) {
 func TestPrefillPicksByArchitecture(t *testing.T) {
 	a100 := h200
 	a100.Name, a100.ComputeCapability, a100.SMs, a100.MaxSharedPerBlock = "NVIDIA A100", 80, 108, 166912
+	uncounted := h200 // a device that gives no count of its SMs
+	uncounted.SMs = 0
 	mha := core.Kernel{Name: "flash_attn_varlen_func+merge_state", Method: core.MHAChunkedKV, DTypes: []string{"bf16"}, HeadDims: []int{192, 128}}
 	for _, tc := range []struct {
 		dev           core.DeviceInfo
@@ -357,6 +389,7 @@ func TestPrefillPicksByArchitecture(t *testing.T) {
 		threads       uint32
 	}{
 		{h200, []int64{3000, 1000}, []int64{300, 1000}, ModuleMHAPrefillSM90, EntryPrefillTMA, 384},
+		{uncounted, []int64{3000, 1000}, []int64{300, 1000}, ModuleMHAPrefillSM90, EntryPrefillTMA, 384},
 		{h200, []int64{3000, 90}, []int64{30, 90}, ModuleMHAPrefillSM90, EntryPrefillWG, 384}, // 120 new tokens
 		{h200, []int64{40, 300}, []int64{10, 290}, ModuleMHAPrefillSM90, "", 384},             // 40 prefix rows: the chunks' passes by cp.async
 		{a100, []int64{3000, 1000}, []int64{300, 1000}, ModuleMHAPrefill, EntryPrefill, 256},
@@ -402,6 +435,9 @@ func TestPrefillPicksByArchitecture(t *testing.T) {
 			}
 			if (l.Entry == EntryPrefillTMA) != (maps == 3) {
 				t.Errorf("%s %v: pass %d (%s) binds %d descriptors", tc.dev.Name, tc.q, i, l.Entry, maps)
+			}
+			if err := checkPrefillGrid(p, l, req); err != nil {
+				t.Errorf("%s %v: pass %d: %v", tc.dev.Name, tc.q, i, err)
 			}
 			if !strings.Contains(p.Note, l.Entry) {
 				t.Errorf("%s: the note does not name %s: %s", tc.dev.Name, l.Entry, p.Note)

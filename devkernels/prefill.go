@@ -78,14 +78,21 @@ func prefillSpec() core.KernelModule {
 	}
 }
 
+// prefillSM90Params are the Hopper entries' parameters: mha_prefill's,
+// then the schedule's block count and the work counters their blocks
+// claim items from (their grid is persistent: prefillGrid).
+func prefillSM90Params() []core.Param {
+	return append(prefillParams(), core.Param{Name: "blocks", Kind: core.ParamI32}, core.Param{Name: "work", Kind: core.ParamPtr})
+}
+
 // prefillSM90Spec is the Hopper prefill module without its image.
 func prefillSM90Spec() core.KernelModule {
 	maps := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamTensorMap} }
 	return core.KernelModule{
 		Name: ModuleMHAPrefillSM90, Platform: core.PlatformCUDA,
 		Entries: []core.Entry{
-			{Name: EntryPrefillWG, Params: prefillParams()},
-			{Name: EntryPrefillTMA, Params: append(prefillParams(), maps("q_map"), maps("k_map"), maps("v_map"))},
+			{Name: EntryPrefillWG, Params: prefillSM90Params()},
+			{Name: EntryPrefillTMA, Params: append(prefillSM90Params(), maps("q_map"), maps("k_map"), maps("v_map"))},
 		},
 		Kernels: slices.Clone(mhaKernelNames),
 	}
@@ -126,7 +133,9 @@ func prefillMap(param, name string, ts []core.TensorSpec) (core.Arg, bool) {
 // first (their causal work), so the long blocks start in the first wave.
 // On compute capability 9.0 the passes run mha_prefill_tma (wgmma, TMA
 // loads), or mha_prefill_wg (cp.async) over tensors of fewer rows than a
-// box; else mha_prefill (mma.sync).
+// box, on a persistent grid (prefillGrid) whose blocks claim these blocks
+// x the heads as work items from the plan's work counters, in the same
+// order; else mha_prefill (mma.sync).
 func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec, shared layouts) (*core.Plan, error) {
 	s, d := req.Shape, req.Dims
 	entries := []string{EntryPrefill}
@@ -145,6 +154,11 @@ func planPrefill(req *core.PlanRequest, tensors []core.TensorSpec, shared layout
 	p := &core.Plan{
 		Tensors:  tensors,
 		Metadata: []core.MetaBuffer{{Name: "cu_q", Int32s: cuQ}, {Name: "k_ranges", Int32s: keys}, {Name: "blocks", Int32s: sched}},
+	}
+	if req.Device.ComputeCapability == hopperCC {
+		// The Hopper passes' work counters, zero at each launch: the kernel
+		// zeroes them as it ends, so a plan's passes run one at a time.
+		p.Metadata = append(p.Metadata, core.MetaBuffer{Name: "work", Int32s: []int32{0, 0}})
 	}
 	if s.PrefixChunk {
 		p.Launches = []core.Launch{pl.pass("k", "v", prefillTensor("out", "out"), prefillTensor("lse", "lse"), "k_ranges", 0)}
@@ -242,6 +256,8 @@ func (pl *prefillPasses) pass(k, v string, out, lse core.Arg, ranges string, cau
 			{Param: "scale_log2", Kind: core.ArgFloat, Float: d.SoftmaxScale * math.Log2E}}}
 	if pl.req.Device.ComputeCapability == hopperCC {
 		l.Module, l.Entry, l.Block, l.SharedBytes = ModuleMHAPrefillSM90, EntryPrefillWG, [3]uint32{prefillSM90Threads, 1, 1}, uint32(pl.shared[EntryPrefillWG])
+		l.Grid = [3]uint32{prefillGrid(pl.blocks, d.Heads, pl.req.Device.SMs), 1, 1}
+		l.Args = append(l.Args, i32("blocks", pl.blocks), meta("work", "work"))
 		qm, okq := prefillMap("q_map", "q", pl.tensors)
 		km, okk := prefillMap("k_map", k, pl.tensors)
 		vm, okv := prefillMap("v_map", v, pl.tensors)
@@ -251,6 +267,20 @@ func (pl *prefillPasses) pass(k, v string, out, lse core.Arg, ranges string, cau
 	}
 	pl.entries[l.Entry]++
 	return l
+}
+
+// prefillGrid is a Hopper pass's grid: one block an SM (the entries hold
+// 208 KB of shared memory), each running the pass's blocks x heads work
+// items in turn, claimed from the plan's work counters in the order a grid
+// of one block an item would start them (mha_prefill_sm90.cu's pw_claim);
+// one block a work item when there are fewer, or when the device gives no
+// count of its SMs.
+func prefillGrid(blocks, heads, sms int) uint32 {
+	items := int64(blocks) * int64(heads)
+	if sms <= 0 {
+		return uint32(items)
+	}
+	return uint32(min(items, int64(sms)))
 }
 
 // note names the entries the passes run, sorted.

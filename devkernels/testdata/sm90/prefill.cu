@@ -93,8 +93,19 @@ int main(int argc, char** argv) {
         return p;
     };
     const TmaMap qm = encode(dq, heads * 192), km = encode(dk, heads * 192), vm = encode(dv, heads * 128);
-    auto run_wg = [&] { mha_prefill_wg<<<grid, PW_THREADS, wg_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2); };
-    auto run_tma = [&] { mha_prefill_tma<<<grid, PW_THREADS, wg_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2, qm, km, vm); };
+    // The Hopper entries' grid is persistent: a block an SM, each claiming
+    // the blocks x heads work items in turn from two counters, zero before
+    // the first launch (the kernels zero them as they end), as devkernels'
+    // prefillGrid and the plan's work buffer.
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int nb = (int)bl.size();
+    const unsigned pgrid = (unsigned)std::min((long long)nb * heads, (long long)sms);
+    int* dwork;
+    CK(cudaMalloc(&dwork, 2 * sizeof(int)));
+    CK(cudaMemset(dwork, 0, 2 * sizeof(int)));
+    auto run_wg = [&] { mha_prefill_wg<<<pgrid, PW_THREADS, wg_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2, nb, dwork); };
+    auto run_tma = [&] { mha_prefill_tma<<<pgrid, PW_THREADS, wg_smem>>>(dq, dk, dv, dout, dlse, dcu, dkr, dsch, heads, causal, scale_log2, nb, dwork, qm, km, vm); };
 
     // Sampled rows: the first and last of every request, then random ones.
     std::vector<std::pair<long long, int>> rows; // (token, head)
