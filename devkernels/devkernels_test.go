@@ -340,20 +340,33 @@ func TestPlansPickByArchitecture(t *testing.T) {
 }
 
 // checkPrefillGrid checks a prefill pass's grid: on Hopper one block an
-// SM, each taking the (schedule block, head) items in turn (the entries'
-// parameter blocks says how many schedule blocks), or one block an item
-// where there are fewer items than SMs or the device gives no count;
-// elsewhere one block an item, the heads the grid's y.
+// SM, each claiming the (schedule block, head) items in turn from the
+// plan's work counters, uploaded as zeros (the entries' parameter blocks
+// says how many schedule blocks), or one block an item where there are
+// fewer items than SMs or the device gives no count; elsewhere one block
+// an item, the heads the grid's y.
 func checkPrefillGrid(p *core.Plan, l core.Launch, req *core.PlanRequest) error {
 	var blocks int
+	var work []int32
 	for _, m := range p.Metadata {
-		if m.Name == "blocks" {
+		switch m.Name {
+		case "blocks":
 			blocks = len(m.Int32s) / 4
+		case "work":
+			work = m.Int32s
 		}
+	}
+	hopper := l.Module == ModuleMHAPrefillSM90
+	var bound *core.Arg
+	if w := slices.IndexFunc(l.Args, func(a core.Arg) bool { return a.Param == "work" }); w >= 0 {
+		bound = &l.Args[w]
+	}
+	if hopper != (bound != nil) || hopper && (bound.Kind != core.ArgMeta || bound.Name != "work" || !slices.Equal(work, []int32{0, 0})) {
+		return fmt.Errorf("%s binds work %+v (the plan's work buffer: %v), want the plan's buffer of two zeros on Hopper alone", l.Entry, bound, work)
 	}
 	items, heads := blocks*req.Dims.Heads, req.Dims.Heads
 	want := [3]uint32{uint32(blocks), uint32(heads), 1}
-	if l.Module == ModuleMHAPrefillSM90 {
+	if hopper {
 		want = [3]uint32{uint32(items), 1, 1}
 		if sms := req.Device.SMs; sms > 0 && sms < items {
 			want[0] = uint32(sms)
