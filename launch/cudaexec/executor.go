@@ -298,7 +298,10 @@ var ErrOtherImages = errors.New("launch: the plan was checked against other imag
 
 // Prepared is a checked plan with its metadata on the device and its
 // workspace allocated: launch it once per layer with that layer's tensors.
-// Launch is not safe for concurrent use of one Prepared.
+// Launch is not safe for concurrent use of one Prepared, and its launches
+// must not overlap on the device (queue them on one stream): they share its
+// workspace and metadata, which a kernel may write (the Hopper prefill's
+// work counters).
 type Prepared struct {
 	e      *Executor
 	req    core.PlanRequest

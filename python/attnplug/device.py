@@ -872,7 +872,9 @@ class Prepared:
     launches on torch's current stream (or ``stream``). launch_batch and
     launch_layer check and bind only the tensors their launches read (a
     scheduler reads seq_lens and qo_indptr, not q). Not safe for concurrent
-    use."""
+    use, and its launches must not overlap on the device (one stream): they
+    share its workspace and metadata, which a kernel may write (the Hopper
+    prefill's work counters)."""
 
     _strided = ()  # the indexes of the tensors whose strides a launch reads
 
