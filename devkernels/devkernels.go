@@ -96,16 +96,34 @@ var hopperVariant = decodeVariant{"wg64", 64, 2, 1, true, true}
 // heads and batch 16 (4096 and 16384 cached), 1.25x with an FP8 cache.
 var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true}
 
+// hopperSeesaw is the 64-row body as a seesaw (mla_decode_ss): each
+// warpgroup the whole S of every other tile and half of O, its own P
+// straight from registers into its P V, one warpgroup's softmax under the
+// other's products. It runs the bf16 cache's two forms, dense and sparse,
+// of batches of two requests or more; the FP8 forms and a single request
+// keep hopperVariant. Measured on an H100 at 128 heads (2026-12-06, NVRTC
+// builds of both, best of two): 0.83-0.93x hopperVariant's time at batch
+// 16-128 and on the ragged batch, 0.95x at batch 1 with 16384 keys, but
+// 1.05-1.09x at batch 1 with 4096, whose items are a tile or two: one pair
+// of tiles is the seesaw's step, and a single one runs padded.
+var hopperSeesaw = decodeVariant{"ss64", 64, 2, 1, true, true}
+
+// seesawForms are the forms hopperSeesaw has entries for.
+var seesawForms = []decodeForm{formDense, formSparse}
+
 // hopperCC is the compute capability whose own instructions (sm_90a) the
 // Hopper module uses: its code runs on no other.
 const hopperCC = 90
 
 // variantsFor returns the decode variants of form f on a device of compute
-// capability cc.
-func variantsFor(f decodeForm, cc int) [len(decodeVariants)]decodeVariant {
+// capability cc for a batch of the given requests.
+func variantsFor(f decodeForm, cc, batch int) [len(decodeVariants)]decodeVariant {
 	vs := variants(f)
 	if cc == hopperCC {
 		vs[len(vs)-1] = hopperVariant
+		if batch > 1 && slices.Contains(seesawForms, f) {
+			vs[len(vs)-1] = hopperSeesaw
+		}
 		vs[0] = hopperNarrow
 	}
 	return vs
@@ -232,11 +250,14 @@ func Spec() []core.KernelModule {
 	entries = append(entries, core.Entry{Name: EntryCombine, Params: combineParams()},
 		core.Entry{Name: EntryCombineRows, Params: append(combineParams(), core.Param{Name: "max_rows", Kind: core.ParamI32})},
 		core.Entry{Name: EntrySchedule, Params: scheduleParams()}, core.Entry{Name: EntryScheduleSplit, Params: scheduleSplitParams()})
-	hopper := make([]core.Entry, 0, 2*int(numForms))
+	hopper := make([]core.Entry, 0, 2*int(numForms)+len(seesawForms))
 	for _, v := range []decodeVariant{hopperVariant, hopperNarrow} {
 		for f := range numForms {
 			hopper = append(hopper, core.Entry{Name: v.entry(f), Params: decodeParams(f)})
 		}
+	}
+	for _, f := range seesawForms {
+		hopper = append(hopper, core.Entry{Name: hopperSeesaw.entry(f), Params: decodeParams(f)})
 	}
 	kernels := slices.Concat(mlaKernelNames, sparseKernelNames)
 	return []core.KernelModule{
@@ -436,7 +457,7 @@ func shapeOf(req *core.PlanRequest, form decodeForm, shared layouts) (decodeShap
 	for _, q := range s.QLens {
 		maxQ = max(maxQ, q)
 	}
-	vs := variantsFor(form, req.Device.ComputeCapability)
+	vs := variantsFor(form, req.Device.ComputeCapability, len(s.SeqLens))
 	ds := decodeShape{maxRows: int(maxQ) * d.Heads, batch: len(s.SeqLens), v: vs[0], form: form}
 	// The narrowest variant that holds a request's rows, of those whose
 	// shared memory the device has (an A100's 164 KB hold no 64-row one,

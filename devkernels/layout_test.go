@@ -40,8 +40,10 @@ func TestEveryPlannedEntryHasItsSharedMemory(t *testing.T) {
 			entries = []string{EntryPrefillWG, EntryPrefillTMA}
 		}
 		for f := decodeForm(0); f < numForms; f++ {
-			for _, v := range variantsFor(f, cc) {
-				entries = append(entries, v.entry(f))
+			for _, batch := range []int{1, 2} {
+				for _, v := range variantsFor(f, cc, batch) {
+					entries = append(entries, v.entry(f))
+				}
 			}
 		}
 		for _, e := range entries {

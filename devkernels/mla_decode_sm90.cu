@@ -62,61 +62,36 @@ __device__ __forceinline__ void wgmma_s(float (&d)[16], u64 da, u64 db, int accu
                      : "l"(da), "l"(db), "r"(accumulate));
 }
 
+// wgmma's accumulator operands: N fp32 registers of d from index i on,
+// and their placeholders in the instruction's text.
+#define WG_F4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define WG_F16(d, i) WG_F4(d, i), WG_F4(d, i + 4), WG_F4(d, i + 8), WG_F4(d, i + 12)
+#define WG_F32(d, i) WG_F16(d, i), WG_F16(d, i + 16)
+#define WG_F128(d) WG_F32(d, 0), WG_F32(d, 32), WG_F32(d, 64), WG_F32(d, 96)
+#define WG_D32                                                                                           \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                              \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_D128                                                                                          \
+    WG_D32 ", "                                                                                          \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                    \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                    \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                    \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                    \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "        \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
 // O (+)= P V for one warpgroup: 64 x 256, k 16, P K-major and V MN-major
 // (transposed) in shared memory.
 // T is "bf16" or "f16"; accumulate 0 overwrites d.
-#define WGMMA_O_ASM(T)                                                         \
-    "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                  \
-    "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " {"                  \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
-    "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+#define WGMMA_O_ASM(T)                                                                                   \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                        \
+    "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " {" WG_D128 "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
 template <bool H>
 __device__ __forceinline__ void wgmma_o(float (&d)[128], u64 da, u64 db, int accumulate) {
     if constexpr (H)
-        asm volatile(WGMMA_O_ASM("f16")
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-                       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-                       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                     : "l"(da), "l"(db), "r"(accumulate));
+        asm volatile(WGMMA_O_ASM("f16") : WG_F128(d) : "l"(da), "l"(db), "r"(accumulate));
     else
-        asm volatile(WGMMA_O_ASM("bf16")
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-                       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-                       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                     : "l"(da), "l"(db), "r"(accumulate));
+        asm volatile(WGMMA_O_ASM("bf16") : WG_F128(d) : "l"(da), "l"(db), "r"(accumulate));
 }
 // The key-tile loaders: TPR threads per key row, thread k of a row copying
 // its chunks k, k + TPR, k + 2 TPR, ..., so that a row's place in the cache
@@ -410,6 +385,499 @@ MLA_SPARSE_ENTRY(mla_sparse_wg64, 1, mla_decode_wg, WgLayout, (FMT_BF16))
 MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, mla_decode_wg, WgLayout, (FMT_DSA))
 
 // ---------------------------------------------------------------------------
+// The 64-row body as a seesaw (FlashMLA's sm90 dense decode, re-derived; the
+// reading it follows: docs/bench/2026-12-05-flashmla-sm90-reading.md), for a
+// bf16 cache, dense or sparse. The block walks its keys two 64-key tiles at
+// a time: warpgroup 0 owns the even tile (buffer K0), warpgroup 1 the odd one
+// (K1). Each computes the whole S of its own tile (64 x 64, 36 k-steps of
+// m64n64k16: the 512 latent columns with both operands in shared memory, the
+// 64 rope columns with the queries' from registers), and each owns half of O
+// (warpgroup 0 columns 0-255, warpgroup 1 columns 256-511), so each runs the
+// P V of both tiles over its half of V: its own P straight from registers
+// (the A operand of m64n256k16), the other warpgroup's from shared memory.
+// One running maximum per row, in shared memory, passes from warpgroup 0 to
+// 1 and back once a pair of tiles; a warpgroup's softmax always runs while
+// the other's products are queued on the tensor cores:
+//
+//   warpgroup 0 (tile K0)                  warpgroup 1 (tile K1)
+//   softmax of S0: max m0, O_L *= a0       .
+//   arrive SCALE0                          sync SCALE0
+//   O_L += P0 V0_L (P0 in registers)       softmax of S1: max m1 >= m0,
+//   refill K0's blocks 0-3                   O_R *= a0 a1
+//   sync SCALE1                            arrive SCALE1
+//   P0 a1 -> shared memory (sP0)           P1 -> shared memory (sP1, the
+//   arrive P0                                queries' rope block)
+//   sync O1                                O_R += P1 V1_R (P1 in registers)
+//   O_L *= a1; O_L += sP1 V1_L             sync P0; O_R += sP0 V0_R; arrive O1
+//   S of the next K0, blocks 0-3 first     refill K1's blocks 4-8, then K0's
+//   refill K1's blocks 0-3                 S of the next K1, blocks 4-8 first
+//
+// Four one-way named barriers a pair of tiles and no __syncthreads in the
+// loop. The loads are cp.async, so that pages of any size (and a sparse
+// token's slots) are rows as they are: the warpgroup that last reads a half
+// of a buffer refills it (blocks 0-3, V's left half: warpgroup 0; blocks
+// 4-8: warpgroup 1), eight threads a key row, onto that half's mbarrier
+// (the copies' own arrivals; warpgroup 0's also one plain arrival of each
+// thread after it wrote the keys' validity). The keys' validity and the
+// causal limits mask every tile.
+
+// S (+)= Q K^T over one 64-key tile (m64n64k16), both operands K-major in
+// shared memory; accumulate 0 overwrites d.
+__device__ __forceinline__ void wgmma_s64(float (&d)[32], u64 da, u64 db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_D32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : WG_F32(d, 0)
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+// The same with A (16 columns of this warpgroup's 64 query rows) from
+// registers, in mma.sync's A layout: rows r0 and r0 + 8, columns 2 (lane & 3)
+// and 8 on.
+__device__ __forceinline__ void wgmma_s64_rs(float (&d)[32], const u32 (&a)[4], u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_D32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : WG_F32(d, 0)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+// O += P V over 16 keys with P from registers (m64n256k16, V MN-major).
+__device__ __forceinline__ void wgmma_o_rs(float (&d)[128], const u32* a, u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG_D128 "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                 : WG_F128(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+// Keeps the compiler from reusing the registers an asynchronous MMA reads
+// its A operand from before the wait that retires it.
+template <int N>
+__device__ __forceinline__ void reg_keep(u32 (&a)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
+}
+
+// Named barrier id of n threads: waits for it, or arrives without waiting.
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+// The seesaw's named barriers (0 is __syncthreads'), each 128 arrivals
+// and 128 waiters a pair of tiles.
+#define SS_SCALE0 1 /* warpgroup 0's maxima and scales are in shared memory */
+#define SS_SCALE1 2 /* warpgroup 1's */
+#define SS_P0 3     /* sP0 is written */
+#define SS_O1 4     /* sP1 is written, and warpgroup 1 has issued its products over sP0 */
+
+// The shared memory of mla_decode_ss, byte offsets from a start aligned to
+// 1024 bytes, and the 1024 bytes the alignment may take: the queries (their
+// rope block holds sP1 once both warpgroups have the rope columns in
+// registers), the two key buffers, sP0, the running maxima, each tile's
+// scales, the row sums of both warpgroups, the keys' validity of both
+// buffers (a byte a key) and four mbarriers (each buffer's blocks 0-3 and
+// 4-8).
+template <int FMT>
+struct SsLayout {
+    static_assert(FMT == FMT_BF16, "the seesaw reads a bf16 cache");
+    static constexpr int M = 64;
+    static constexpr int q = 0;
+    static constexpr int p1 = q + 8 * WG_BLOCK;
+    static constexpr int k0 = q + WG_TILE;
+    static constexpr int p0 = k0 + 2 * WG_TILE;
+    static constexpr int rmax = p0 + WG_BLOCK;
+    static constexpr int scale0 = rmax + 4 * M;
+    static constexpr int scale1 = scale0 + 4 * M;
+    static constexpr int rsum = scale1 + 4 * M;
+    static constexpr int kvalid = rsum + 4 * 2 * M;
+    static constexpr int bars = kvalid + 2 * WG_BN;
+    static constexpr int bytes = 1024 + bars + 4 * 8;
+};
+
+template <int FMT, bool SPARSE>
+__device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf16* __restrict__ out,
+                                              float* __restrict__ lse, const Item it,
+                                              const ReqInfo* __restrict__ reqs,
+                                              float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
+                                              float scale_log2, int hb) {
+    constexpr int M = 64;
+    using L = SsLayout<FMT>;
+    static_assert(L::M == M, "SsLayout follows the body");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); // the atoms' alignment
+    float* rmax = (float*)(smem + L::rmax);
+    float* scale0 = (float*)(smem + L::scale0);
+    float* scale1 = (float*)(smem + L::scale1);
+    float* rsum = (float*)(smem + L::rsum);
+    unsigned char* kvalid = smem + L::kvalid;
+    const u32 base = smem_addr(smem), sq_a = base + L::q, bars = base + L::bars;
+    auto kbuf = [&](int b) -> u32 { return base + L::k0 + b * WG_TILE; };
+    auto lo = [&](int b) -> u32 { return bars + 8 * b; };       // buffer b's blocks 0-3 (and its keys' validity)
+    auto hi = [&](int b) -> u32 { return bars + 16 + 8 * b; };  // its blocks 4-8
+
+    const ReqInfo rq = reqs[it.req];
+    const int* krows = key_rows<SPARSE>(ks, it.req); // read beside the request
+    const int rows = rq.q_len * heads;
+    const int row0 = hb * M;
+    if (row0 >= rows) return;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    // The warpgroup: tiles of parity wg, columns wg*256.. of O. Read from
+    // lane 0, so that the compiler sees a value uniform across the warp:
+    // branches on a per-thread value around the products make ptxas
+    // serialise every wgmma behind a wait of its own (C7520).
+    const int wg = __shfl_sync(0xffffffff, warp >> 2, 0);
+    const int r0 = (warp & 3) * 16 + (lane >> 2), r1 = r0 + 8, t4 = lane & 3;
+    const int causal0 = rq.seq_len - rq.q_len + (row0 + r0) / heads;
+    const int causal1 = rq.seq_len - rq.q_len + (row0 + r1) / heads;
+    const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
+    const int npairs = ntiles > 2 ? (ntiles + 1) / 2 : 1; // a missing odd tile is all padding
+
+    if (tid == 0) {
+        mbar_init(lo(0), 256);
+        mbar_init(lo(1), 256);
+        mbar_init(hi(0), 128);
+        mbar_init(hi(1), 128);
+        fence_async_smem();
+    }
+    if (tid < M) rmax[tid] = NEG_INF;
+    __syncthreads(); // the barriers, before any arrival
+
+    // This thread's key rows of a tile (lr + 16h, eight threads a row: a
+    // warp's copy is one 128-byte line of each of four rows) and its chunk
+    // of each column block (lk).
+    const int lr = (tid & 127) >> 3, lk = tid & 7;
+    auto keys = [&](int t, int (&key)[4]) {
+#pragma unroll
+        for (int h = 0; h < 4; h++) key[h] = wg_key<SPARSE>(ks, krows, it.kv_begin + t * WG_BN + lr + 16 * h, it.kv_end);
+    };
+    // Copies this warpgroup's half of tile t into buffer t & 1.
+    auto refill = [&](int t, const int (&key)[4]) {
+        const int b = t & 1;
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const int rr = lr + 16 * h;
+            const long long row = wg_row<SPARSE>(ks, key[h], it.kv_begin + t * WG_BN + rr);
+            const unsigned char* src = ks.kv + (row >= 0 ? row * (DQK * 2) : 0) + lk * 16;
+            const int bytes = row >= 0 ? 16 : 0;
+            const u32 dst = kbuf(b) + rr * 128 + (((lk ^ rr) & 7) << 4);
+            if (wg == 0) {
+#pragma unroll
+                for (int blk = 0; blk < 4; blk++) cp_async16(dst + blk * WG_BLOCK, src + blk * 128, bytes);
+                if (lk == 0) kvalid[b * WG_BN + rr] = row >= 0;
+            } else {
+#pragma unroll
+                for (int blk = 4; blk < 9; blk++) cp_async16(dst + blk * WG_BLOCK, src + blk * 128, bytes);
+            }
+        }
+        if (wg == 0) {
+            cp_arrive(lo(b));
+            mbar_arrive(lo(b)); // after this thread's keys' validity
+        } else {
+            cp_arrive(hi(b));
+        }
+    };
+
+    load_queries<M>(sq_a, [](int r, int ch) -> u32 { return wsw(r, ch); }, q, rq.q_start * heads + row0, rows - row0, heads,
+                    tid);
+    cp_commit();
+    {
+        int key[4];
+        keys(0, key);
+        refill(0, key);
+        keys(1, key);
+        refill(1, key);
+    }
+    cp_wait<0>(); // this thread's copies of the queries (the tiles' land on their mbarriers)
+    fence_async_smem();
+    __syncthreads(); // the queries, whole
+
+    // The rope columns of this thread's two rows of Q, the A operand of
+    // S's last four k-steps (their shared memory then holds sP1).
+    u32 q8[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const unsigned char* qr = smem + L::q + 8 * WG_BLOCK + 4 * t4;
+        q8[kk][0] = *(const u32*)(qr + r0 * 128 + (((2 * kk) ^ r0) & 7) * 16);
+        q8[kk][1] = *(const u32*)(qr + r1 * 128 + (((2 * kk) ^ r1) & 7) * 16);
+        q8[kk][2] = *(const u32*)(qr + r0 * 128 + (((2 * kk + 1) ^ r0) & 7) * 16);
+        q8[kk][3] = *(const u32*)(qr + r1 * 128 + (((2 * kk + 1) ^ r1) & 7) * 16);
+    }
+
+    // S of this warpgroup's tile: the k-steps of column blocks b0..b1-1
+    // (both operands in shared memory; the first overwrites s if zero),
+    // and those of the rope block (the queries from registers).
+    float s[32];
+    auto s_nope = [&](u32 sk, int b0, int b1, bool zero) {
+        const u64 dq = kmajor(sq_a), dk = kmajor(sk);
+#pragma unroll 1
+        for (int blk = b0; blk < b1; blk++)
+#pragma unroll
+            for (int k4 = 0; k4 < 4; k4++) {
+                const u32 off = (blk * WG_BLOCK + k4 * 32) >> 4;
+                wgmma_s64(s, dq + off, dk + off, !(zero && blk == b0 && k4 == 0));
+            }
+    };
+    auto s_rope = [&](u32 sk) {
+        const u64 dk = kmajor(sk + 8 * WG_BLOCK);
+#pragma unroll
+        for (int k4 = 0; k4 < 4; k4++) wgmma_s64_rs(s, q8[k4], dk + ((k4 * 32) >> 4));
+    };
+    // The whole S of buffer b's tile, each half once it has landed (phase
+    // ph): warpgroup 0 takes blocks 0-3 first (it refills them itself),
+    // warpgroup 1 blocks 4-8.
+    auto scores = [&](int b, int ph) {
+        const u32 sk = kbuf(b);
+        wg_fence();
+        if (wg == 0) {
+            mbar_wait(lo(b), ph);
+            fence_async_smem();
+            s_nope(sk, 0, 4, true);
+            wg_commit();
+            mbar_wait(hi(b), ph);
+            fence_async_smem();
+            wg_fence();
+            s_nope(sk, 4, 8, false);
+            s_rope(sk);
+            wg_commit();
+        } else {
+            mbar_wait(hi(b), ph);
+            fence_async_smem();
+            s_nope(sk, 4, 8, true);
+            s_rope(sk);
+            wg_commit();
+            mbar_wait(lo(b), ph);
+            fence_async_smem();
+            wg_fence();
+            s_nope(sk, 0, 4, false);
+            wg_commit();
+        }
+    };
+
+    // O: 64 x 256, columns wg*256 + 8j + 2 t4 + {0,1} in o[4j], o[4j+1]
+    // (row r0) and o[4j+2], o[4j+3] (row r1); l0, l1: this warpgroup's row
+    // sums at the running maximum.
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) o[i] = 0.f;
+    float l0 = 0.f, l1 = 0.f;
+    u32 p[16]; // this warpgroup's P, bf16, as the A operand of its P V (4 k-steps of 16 keys)
+
+    scores(wg, 0);
+    wg_wait<0>();
+    reg_fence(s);
+
+    for (int i = 0; i < npairs; i++) {
+        const bool more = i + 1 < npairs;
+        int nk0[4], nk1[4]; // the next pair's key rows, looked up now, copied later
+        if (more) {
+            keys(2 * i + 2, nk0);
+            keys(2 * i + 3, nk1);
+        }
+        // Mask and scale this warpgroup's S; its row maxima.
+        const int j0 = it.kv_begin + (2 * i + wg) * WG_BN;
+        float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int col = 8 * j + 2 * t4 + e, key = j0 + col;
+                const bool in = kvalid[wg * WG_BN + col] != 0;
+                s[4 * j + e] = (in && key <= causal0) ? s[4 * j + e] * scale_log2 : NEG_INF;
+                s[4 * j + 2 + e] = (in && key <= causal1) ? s[4 * j + 2 + e] * scale_log2 : NEG_INF;
+                mx0 = fmaxf(mx0, s[4 * j + e]);
+                mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+            }
+        mx0 = quad_max(mx0);
+        mx1 = quad_max(mx1);
+        if (wg == 1) named_sync(SS_SCALE0, 256); // warpgroup 0's maximum and scales
+        const float mo0 = rmax[r0], mo1 = rmax[r1];
+        const float mn0 = fmaxf(mo0, mx0), mn1 = fmaxf(mo1, mx1);
+        const float mu0 = mn0 == NEG_INF ? 0.f : mn0, mu1 = mn1 == NEG_INF ? 0.f : mn1;
+        const float a0 = fast_exp2(mo0 - mu0), a1 = fast_exp2(mo1 - mu1);
+        __syncwarp(); // the quad has read the maxima
+        if (t4 == 0) {
+            rmax[r0] = mn0;
+            rmax[r1] = mn1;
+            float* sc = wg == 0 ? scale0 : scale1;
+            sc[r0] = a0;
+            sc[r1] = a1;
+        }
+        // O's rescale: by a0 (warpgroup 0, then by warpgroup 1's scale
+        // before the second product), or by both tiles' scales at once.
+        float f0 = a0, f1 = a1;
+        if (wg == 1) {
+            f0 *= scale0[r0];
+            f1 *= scale0[r1];
+        }
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            o[4 * j] *= f0;
+            o[4 * j + 1] *= f0;
+            o[4 * j + 2] *= f1;
+            o[4 * j + 3] *= f1;
+        }
+        l0 *= f0;
+        l1 *= f1;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float e0 = fast_exp2(s[4 * j] - mu0), e1 = fast_exp2(s[4 * j + 1] - mu0);
+            const float e2 = fast_exp2(s[4 * j + 2] - mu1), e3 = fast_exp2(s[4 * j + 3] - mu1);
+            s[4 * j] = e0;
+            s[4 * j + 1] = e1;
+            s[4 * j + 2] = e2;
+            s[4 * j + 3] = e3;
+            l0 += e0 + e1;
+            l1 += e2 + e3;
+            // keys 8j + 2 t4: k-step j / 2, registers 0-1 (j even) or 2-3
+            p[4 * (j >> 1) + 2 * (j & 1)] = pack_bf16(e0, e1);
+            p[4 * (j >> 1) + 2 * (j & 1) + 1] = pack_bf16(e2, e3);
+        }
+        const u64 dv = mnmajor(kbuf(wg) + wg * 4 * WG_BLOCK); // this warpgroup's half of its own tile's V
+        if (wg == 0) {
+            named_arrive(SS_SCALE0, 256);
+            wg_fence();
+            reg_fence(o);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_o_rs(o, p + 4 * kk, dv + kk * 128);
+            wg_commit();
+            wg_wait<0>();
+            reg_keep(p);
+            reg_fence(o);
+            if (more) refill(2 * i + 2, nk0); // K0's blocks 0-3: this product was their last reader
+            named_sync(SS_SCALE1, 256);       // warpgroup 1's maxima and scales
+            const float c0 = scale1[r0], c1 = scale1[r1];
+            l0 *= c0;
+            l1 *= c1;
+            // P0 at warpgroup 1's maximum, for its half of O.
+            unsigned char* sp0 = smem + L::p0;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int col = 8 * j + 2 * t4;
+                *(u32*)(sp0 + wsw(r0, col >> 3) + (col & 7) * 2) = pack_bf16(s[4 * j] * c0, s[4 * j + 1] * c0);
+                *(u32*)(sp0 + wsw(r1, col >> 3) + (col & 7) * 2) = pack_bf16(s[4 * j + 2] * c1, s[4 * j + 3] * c1);
+            }
+            fence_async_smem();
+            named_arrive(SS_P0, 256);
+            named_sync(SS_O1, 256); // sP1
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                o[4 * j] *= c0;
+                o[4 * j + 1] *= c0;
+                o[4 * j + 2] *= c1;
+                o[4 * j + 3] *= c1;
+            }
+            wg_fence();
+            reg_fence(o);
+            const u64 dp1 = kmajor(base + L::p1), dv1 = mnmajor(kbuf(1));
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_o<false>(o, dp1 + kk * 2, dv1 + kk * 128, 1);
+            wg_commit();
+            if (more) {
+                const u32 sk = kbuf(0);
+                const int ph = (i + 1) & 1;
+                mbar_wait(lo(0), ph);
+                fence_async_smem();
+                wg_fence();
+                s_nope(sk, 0, 4, true);
+                wg_commit();
+                wg_wait<1>(); // the product over sP1: K1's blocks 0-3 are free
+                refill(2 * i + 3, nk1);
+                mbar_wait(hi(0), ph);
+                fence_async_smem();
+                wg_fence();
+                s_nope(sk, 4, 8, false);
+                s_rope(sk);
+                wg_commit();
+            }
+            wg_wait<0>();
+        } else {
+            named_arrive(SS_SCALE1, 256);
+            unsigned char* sp1 = smem + L::p1;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int col = 8 * j + 2 * t4;
+                *(u32*)(sp1 + wsw(r0, col >> 3) + (col & 7) * 2) = p[4 * (j >> 1) + 2 * (j & 1)];
+                *(u32*)(sp1 + wsw(r1, col >> 3) + (col & 7) * 2) = p[4 * (j >> 1) + 2 * (j & 1) + 1];
+            }
+            wg_fence();
+            reg_fence(o);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_o_rs(o, p + 4 * kk, dv + kk * 128);
+            wg_commit();
+            fence_async_smem(); // sP1, before warpgroup 0's product reads it
+            named_sync(SS_P0, 256);
+            wg_fence();
+            const u64 dp0 = kmajor(base + L::p0), dv0 = mnmajor(kbuf(0) + 4 * WG_BLOCK);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_o<false>(o, dp0 + kk * 2, dv0 + kk * 128, 1);
+            wg_commit();
+            named_arrive(SS_O1, 256);
+            wg_wait<1>(); // its own product: K1's blocks 4-8 are free
+            reg_keep(p);
+            if (more) refill(2 * i + 3, nk1);
+            wg_wait<0>(); // the product over sP0: K0's blocks 4-8 are free
+            if (more) {
+                refill(2 * i + 2, nk0);
+                scores(1, (i + 1) & 1);
+                wg_wait<0>();
+            }
+        }
+        reg_fence(s);
+        reg_fence(o);
+    }
+    reg_keep(q8[0]);
+    reg_keep(q8[1]);
+    reg_keep(q8[2]);
+    reg_keep(q8[3]);
+
+    // Row sums: this thread's keys, its quad's, then both warpgroups'; the
+    // final maxima are warpgroup 1's.
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
+    if (t4 == 0) {
+        rsum[wg * M + r0] = l0;
+        rsum[wg * M + r1] = l1;
+    }
+    __syncthreads();
+    l0 = rsum[r0] + rsum[M + r0];
+    l1 = rsum[r1] + rsum[M + r1];
+    const float m0 = rmax[r0], m1 = rmax[r1];
+
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const float lse0 = l0 > 0.f ? (m0 + __log2f(l0)) * 0.6931471805599453f : NEG_INF;
+    const float lse1 = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
+    const int gr0 = row0 + r0, gr1 = row0 + r1; // rows within the request
+    const bool ok0 = gr0 < rows, ok1 = gr1 < rows;
+    const int c0 = wg * 256 + t4 * 2;
+    if (rq.num_splits == 1) {
+        bf16* o0 = out + ((long long)rq.q_start * heads + gr0) * DV + c0;
+        bf16* o1 = out + ((long long)rq.q_start * heads + gr1) * DV + c0;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            if (ok0) *(u32*)(o0 + 8 * j) = pack_bf16(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            if (ok1) *(u32*)(o1 + 8 * j) = pack_bf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        }
+        if (wg == 0 && t4 == 0) {
+            if (ok0) lse[(long long)rq.q_start * heads + gr0] = lse0;
+            if (ok1) lse[(long long)rq.q_start * heads + gr1] = lse1;
+        }
+    } else {
+        const long long p0 = (long long)rq.part_base + (long long)it.split * rows + gr0;
+        const long long p1 = (long long)rq.part_base + (long long)it.split * rows + gr1;
+        float* o0 = part_o + p0 * DV + c0;
+        float* o1 = part_o + p1 * DV + c0;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            if (ok0) *(float2*)(o0 + 8 * j) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            if (ok1) *(float2*)(o1 + 8 * j) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        }
+        if (wg == 0 && t4 == 0) {
+            if (ok0) part_lse[p0] = lse0;
+            if (ok1) part_lse[p1] = lse1;
+        }
+    }
+}
+
+// The seesaw, over a bf16 cache (devkernels.go's hopperSeesaw).
+MLA_DECODE_ENTRY(mla_decode_ss64, 1, mla_decode_ss, SsLayout, (FMT_BF16))
+MLA_SPARSE_ENTRY(mla_sparse_ss64, 1, mla_decode_ss, SsLayout, (FMT_BF16))
+
+// ---------------------------------------------------------------------------
 // The narrow shapes (16 query rows of a request per block: 16 heads and one
 // query token, DeepSeek's tensor-parallel-8 decode), which are bound by
 // memory: the 64-row products above would waste three quarters of every
@@ -461,9 +929,6 @@ __device__ __forceinline__ u32 qsw(int r, int ch) {
 
 // The consumer warpgroup's own barrier (the loaders do not wait for it).
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
-// Named barrier id of n threads: waits for it, or arrives without waiting.
-__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 // The shared memory of mla_decode_wgn<FMT, *>, byte offsets from a start
 // aligned to 1024 bytes, and the 1024 bytes the alignment may take: 16
