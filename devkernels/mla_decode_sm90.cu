@@ -157,6 +157,52 @@ struct WgLayout {
     static constexpr int bytes = 1024 + raw + (FMT == FMT_BF16 ? 0 : WG_BN * row_bytes(FMT));
 };
 
+// Writes this thread's share of a 64-row body's output: its two rows (r0,
+// r0 + 8 of the block's rows from row0) of its warpgroup's 256 columns of O
+// (o: the m64n256 accumulator layout), divided by the rows' sums l0, l1
+// (times mul: an FP8 cache's scale) and their LSE from the maxima m0, m1
+// (log2 domain): into the output where the request is one item, else into
+// the item's partial rows.
+__device__ __forceinline__ void wg_store(const float (&o)[128], float l0, float l1, float m0, float m1, float mul,
+                                         bf16* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o,
+                                         float* __restrict__ part_lse, const ReqInfo& rq, const Item& it, int heads,
+                                         int rows, int row0, int r0, int wg, int t4) {
+    const int r1 = r0 + 8;
+    const float inv0 = l0 > 0.f ? mul / l0 : 0.f, inv1 = l1 > 0.f ? mul / l1 : 0.f;
+    const float lse0 = l0 > 0.f ? (m0 + __log2f(l0)) * 0.6931471805599453f : NEG_INF;
+    const float lse1 = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
+    const int gr0 = row0 + r0, gr1 = row0 + r1; // rows within the request
+    const bool ok0 = gr0 < rows, ok1 = gr1 < rows;
+    const int c0 = wg * 256 + t4 * 2;
+    if (rq.num_splits == 1) {
+        bf16* o0 = out + ((long long)rq.q_start * heads + gr0) * DV + c0;
+        bf16* o1 = out + ((long long)rq.q_start * heads + gr1) * DV + c0;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            if (ok0) *(u32*)(o0 + 8 * j) = pack_bf16(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            if (ok1) *(u32*)(o1 + 8 * j) = pack_bf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        }
+        if (wg == 0 && t4 == 0) {
+            if (ok0) lse[(long long)rq.q_start * heads + gr0] = lse0;
+            if (ok1) lse[(long long)rq.q_start * heads + gr1] = lse1;
+        }
+    } else {
+        const long long p0 = (long long)rq.part_base + (long long)it.split * rows + gr0;
+        const long long p1 = (long long)rq.part_base + (long long)it.split * rows + gr1;
+        float* o0 = part_o + p0 * DV + c0;
+        float* o1 = part_o + p1 * DV + c0;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            if (ok0) *(float2*)(o0 + 8 * j) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            if (ok1) *(float2*)(o1 + 8 * j) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        }
+        if (wg == 0 && t4 == 0) {
+            if (ok0) part_lse[p0] = lse0;
+            if (ok1) part_lse[p1] = lse1;
+        }
+    }
+}
+
 template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wg(const QView& q, const Keys& ks, bf16* __restrict__ out,
                                               float* __restrict__ lse, const Item it,
@@ -342,39 +388,7 @@ __device__ __forceinline__ void mla_decode_wg(const QView& q, const Keys& ks, bf
     l0 = red_sum[r0] + red_sum[M + r0];
     l1 = red_sum[r1] + red_sum[M + r1];
 
-    const float inv0 = l0 > 0.f ? kv_mul / l0 : 0.f, inv1 = l1 > 0.f ? kv_mul / l1 : 0.f;
-    const float lse0 = l0 > 0.f ? (m0 + __log2f(l0)) * 0.6931471805599453f : NEG_INF;
-    const float lse1 = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
-    const int gr0 = row0 + r0, gr1 = row0 + r1; // rows within the request
-    const bool ok0 = gr0 < rows, ok1 = gr1 < rows;
-    const int c0 = wg * 256 + (lane & 3) * 2;
-    if (rq.num_splits == 1) {
-        bf16* o0 = out + ((long long)rq.q_start * heads + gr0) * DV + c0;
-        bf16* o1 = out + ((long long)rq.q_start * heads + gr1) * DV + c0;
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            if (ok0) *(u32*)(o0 + 8 * j) = pack_bf16(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-            if (ok1) *(u32*)(o1 + 8 * j) = pack_bf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-        }
-        if (wg == 0 && (lane & 3) == 0) {
-            if (ok0) lse[(long long)rq.q_start * heads + gr0] = lse0;
-            if (ok1) lse[(long long)rq.q_start * heads + gr1] = lse1;
-        }
-    } else {
-        const long long p0 = (long long)rq.part_base + (long long)it.split * rows + gr0;
-        const long long p1 = (long long)rq.part_base + (long long)it.split * rows + gr1;
-        float* o0 = part_o + p0 * DV + c0;
-        float* o1 = part_o + p1 * DV + c0;
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            if (ok0) *(float2*)(o0 + 8 * j) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-            if (ok1) *(float2*)(o1 + 8 * j) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-        }
-        if (wg == 0 && (lane & 3) == 0) {
-            if (ok0) part_lse[p0] = lse0;
-            if (ok1) part_lse[p1] = lse1;
-        }
-    }
+    wg_store(o, l0, l1, m0, m1, kv_mul, out, lse, part_o, part_lse, rq, it, heads, rows, row0, r0, wg, lane & 3);
 }
 
 // One block of two warpgroups per multiprocessor (its shared memory), in
@@ -419,7 +433,9 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, mla_decode_wg, WgLayout, (FMT_DSA))
 // 4-8: warpgroup 1), eight threads a key row, onto that half's mbarrier
 // (the copies' own arrivals; warpgroup 0's also one plain arrival of each
 // thread after it wrote the keys' validity). The keys' validity and the
-// causal limits mask every tile.
+// causal limits mask the tiles that need it: an item's last ones, those
+// past a row's limit, and those with a key that is not a row (the loaders
+// mark them).
 
 // S (+)= Q K^T over one 64-key tile (m64n64k16), both operands K-major in
 // shared memory; accumulate 0 overwrites d.
@@ -469,8 +485,9 @@ __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.
 // rope block holds sP1 once both warpgroups have the rope columns in
 // registers), the two key buffers, sP0, the running maxima, each tile's
 // scales, the row sums of both warpgroups, the keys' validity of both
-// buffers (a byte a key) and four mbarriers (each buffer's blocks 0-3 and
-// 4-8).
+// buffers (a byte a key), the last tile of each buffer with a key that is
+// not a row (its index + 1) and four mbarriers (each buffer's blocks 0-3
+// and 4-8).
 template <int FMT>
 struct SsLayout {
     static_assert(FMT == FMT_BF16, "the seesaw reads a bf16 cache");
@@ -484,7 +501,8 @@ struct SsLayout {
     static constexpr int scale1 = scale0 + 4 * M;
     static constexpr int rsum = scale1 + 4 * M;
     static constexpr int kvalid = rsum + 4 * 2 * M;
-    static constexpr int bars = kvalid + 2 * WG_BN;
+    static constexpr int badt = kvalid + 2 * WG_BN;
+    static constexpr int bars = badt + 2 * 4;
     static constexpr int bytes = 1024 + bars + 4 * 8;
 };
 
@@ -504,6 +522,7 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     float* scale1 = (float*)(smem + L::scale1);
     float* rsum = (float*)(smem + L::rsum);
     unsigned char* kvalid = smem + L::kvalid;
+    int* badt = (int*)(smem + L::badt);
     const u32 base = smem_addr(smem), sq_a = base + L::q, bars = base + L::bars;
     auto kbuf = [&](int b) -> u32 { return base + L::k0 + b * WG_TILE; };
     auto lo = [&](int b) -> u32 { return bars + 8 * b; };       // buffer b's blocks 0-3 (and its keys' validity)
@@ -524,6 +543,7 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     const int r0 = (warp & 3) * 16 + (lane >> 2), r1 = r0 + 8, t4 = lane & 3;
     const int causal0 = rq.seq_len - rq.q_len + (row0 + r0) / heads;
     const int causal1 = rq.seq_len - rq.q_len + (row0 + r1) / heads;
+    const int causal_lo = rq.seq_len - rq.q_len + row0 / heads;
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
     const int npairs = ntiles > 2 ? (ntiles + 1) / 2 : 1; // a missing odd tile is all padding
 
@@ -535,6 +555,7 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
         fence_async_smem();
     }
     if (tid < M) rmax[tid] = NEG_INF;
+    if (tid < 2) badt[tid] = -1;
     __syncthreads(); // the barriers, before any arrival
 
     // This thread's key rows of a tile (lr + 16h, eight threads a row: a
@@ -558,7 +579,10 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
             if (wg == 0) {
 #pragma unroll
                 for (int blk = 0; blk < 4; blk++) cp_async16(dst + blk * WG_BLOCK, src + blk * 128, bytes);
-                if (lk == 0) kvalid[b * WG_BN + rr] = row >= 0;
+                if (lk == 0) {
+                    kvalid[b * WG_BN + rr] = row >= 0;
+                    if (row < 0) badt[b] = t + 1;
+                }
             } else {
 #pragma unroll
                 for (int blk = 4; blk < 9; blk++) cp_async16(dst + blk * WG_BLOCK, src + blk * 128, bytes);
@@ -668,20 +692,37 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
             keys(2 * i + 2, nk0);
             keys(2 * i + 3, nk1);
         }
-        // Mask and scale this warpgroup's S; its row maxima.
-        const int j0 = it.kv_begin + (2 * i + wg) * WG_BN;
+        // Scale this warpgroup's S, masked where the tile needs it (a key
+        // past the item, past a row's causal limit, or not a row: the
+        // block's first row has the lowest limit); its row maxima. Read
+        // from lane 0, so that ptxas sees a branch uniform across the warp.
+        const int t = 2 * i + wg, j0 = it.kv_begin + t * WG_BN;
+        const bool whole = __shfl_sync(0xffffffff, j0 + WG_BN <= it.kv_end && j0 + WG_BN - 1 <= causal_lo && badt[wg] != t + 1, 0);
         float mx0 = NEG_INF, mx1 = NEG_INF;
+        if (whole) {
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int col = 8 * j + 2 * t4 + e, key = j0 + col;
-                const bool in = kvalid[wg * WG_BN + col] != 0;
-                s[4 * j + e] = (in && key <= causal0) ? s[4 * j + e] * scale_log2 : NEG_INF;
-                s[4 * j + 2 + e] = (in && key <= causal1) ? s[4 * j + 2 + e] * scale_log2 : NEG_INF;
-                mx0 = fmaxf(mx0, s[4 * j + e]);
-                mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+            for (int j = 0; j < 16; j++) {
+                s[2 * j] *= scale_log2;
+                s[2 * j + 1] *= scale_log2;
             }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+                mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int col = 8 * j + 2 * t4 + e, key = j0 + col;
+                    const bool in = kvalid[wg * WG_BN + col] != 0;
+                    s[4 * j + e] = (in && key <= causal0) ? s[4 * j + e] * scale_log2 : NEG_INF;
+                    s[4 * j + 2 + e] = (in && key <= causal1) ? s[4 * j + 2 + e] * scale_log2 : NEG_INF;
+                    mx0 = fmaxf(mx0, s[4 * j + e]);
+                    mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+                }
+        }
         mx0 = quad_max(mx0);
         mx1 = quad_max(mx1);
         if (wg == 1) named_sync(SS_SCALE0, 256); // warpgroup 0's maximum and scales
@@ -838,39 +879,7 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     l1 = rsum[r1] + rsum[M + r1];
     const float m0 = rmax[r0], m1 = rmax[r1];
 
-    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-    const float lse0 = l0 > 0.f ? (m0 + __log2f(l0)) * 0.6931471805599453f : NEG_INF;
-    const float lse1 = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
-    const int gr0 = row0 + r0, gr1 = row0 + r1; // rows within the request
-    const bool ok0 = gr0 < rows, ok1 = gr1 < rows;
-    const int c0 = wg * 256 + t4 * 2;
-    if (rq.num_splits == 1) {
-        bf16* o0 = out + ((long long)rq.q_start * heads + gr0) * DV + c0;
-        bf16* o1 = out + ((long long)rq.q_start * heads + gr1) * DV + c0;
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            if (ok0) *(u32*)(o0 + 8 * j) = pack_bf16(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-            if (ok1) *(u32*)(o1 + 8 * j) = pack_bf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-        }
-        if (wg == 0 && t4 == 0) {
-            if (ok0) lse[(long long)rq.q_start * heads + gr0] = lse0;
-            if (ok1) lse[(long long)rq.q_start * heads + gr1] = lse1;
-        }
-    } else {
-        const long long p0 = (long long)rq.part_base + (long long)it.split * rows + gr0;
-        const long long p1 = (long long)rq.part_base + (long long)it.split * rows + gr1;
-        float* o0 = part_o + p0 * DV + c0;
-        float* o1 = part_o + p1 * DV + c0;
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            if (ok0) *(float2*)(o0 + 8 * j) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-            if (ok1) *(float2*)(o1 + 8 * j) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-        }
-        if (wg == 0 && t4 == 0) {
-            if (ok0) part_lse[p0] = lse0;
-            if (ok1) part_lse[p1] = lse1;
-        }
-    }
+    wg_store(o, l0, l1, m0, m1, 1.f, out, lse, part_o, part_lse, rq, it, heads, rows, row0, r0, wg, t4);
 }
 
 // The seesaw, over a bf16 cache (devkernels.go's hopperSeesaw).
