@@ -278,9 +278,9 @@ func TestSparseAndFP8Plans(t *testing.T) {
 // TestPlansPickByArchitecture: on compute capability 9.0 the 64-row shapes
 // run the Hopper module's wgmma entries, in every form, within the H200's
 // shared memory (a bf16 cache's batches of two or more the seesaw's), and
-// so do the 16-row ones; elsewhere, and for the other
-// shapes, mla_decode's, the widest that fits the device's shared memory (an
-// A100's 164 KB hold no 64-row variant and no bf16 32-row one).
+// so do the 16-row ones; elsewhere, and for the other shapes,
+// mla_decode's, the widest that fits the device's shared memory (an A100's
+// 164 KB hold no 64-row variant and no bf16 32-row one).
 func TestPlansPickByArchitecture(t *testing.T) {
 	a100 := h200
 	a100.Name, a100.ComputeCapability, a100.SMs, a100.MaxSharedPerBlock = "NVIDIA A100", 80, 108, 166912
