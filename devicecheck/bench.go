@@ -523,19 +523,34 @@ func (rep *Report) writePrefill(w io.Writer) {
 }
 
 // Shapes returns the decode, prefill and sparse/FP8 shapes of the
-// benchmark whose names contain only (all of them for "").
+// benchmark that only selects (Only: all of them for "").
 func Shapes(only string) ([]MLA, []Prefill, []Quant) {
 	var cases []MLA
 	for _, c := range DecodeShapes() {
-		if strings.Contains(c.Name, only) {
+		if Only(c.Name, only) {
 			cases = append(cases, c)
 		}
 	}
 	var prefill []Prefill
 	for _, c := range PrefillShapes() {
-		if strings.Contains(c.Name, only) {
+		if Only(c.Name, only) {
 			prefill = append(prefill, c)
 		}
 	}
 	return cases, prefill, QuantShapes(only)
+}
+
+// Only reports whether a shape's name is among those only selects: names
+// containing only, or any of its comma-separated parts ("" selects every
+// shape).
+func Only(name, only string) bool {
+	if only == "" {
+		return true
+	}
+	for part := range strings.SplitSeq(only, ",") {
+		if part != "" && strings.Contains(name, part) {
+			return true
+		}
+	}
+	return false
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 )
 
 // QuantResult is one row of the sparse and FP8 benchmark. Bytes count the
@@ -70,7 +69,7 @@ func QuantShapes(only string) []Quant {
 	}
 	out := cs[:0]
 	for _, c := range cs {
-		if strings.Contains(c.Name, only) {
+		if Only(c.Name, only) {
 			out = append(out, c)
 		}
 	}

@@ -23,7 +23,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	gpu := fs.Bool("gpu", false, "benchmark the plugins' device kernels on the CUDA GPU instead: DeepSeek-V3 decode, prefill, sparse and FP8 shapes against the copy bandwidth, the bf16 matmul peak and torch, measured in the same run (docs/device.md)")
 	var g gpuBenchFlags
 	fs.StringVar(&g.python, "python", "python3", "with --gpu: the python3 (with torch) to compare with; empty skips torch")
-	fs.StringVar(&g.only, "only", "", "with --gpu: run only the shapes whose name contains this")
+	fs.StringVar(&g.only, "only", "", "with --gpu: run only the shapes whose name contains this (or any of several, comma-separated)")
 	fs.StringVar(&g.targets, "targets", defaultTargets, "with --gpu: the targets the rows are judged against")
 	fs.StringVar(&g.dense, "dense-backend", "fa3", "with --gpu: the backend whose plugin plans the dense decode, FP8 decode and prefill shapes")
 	fs.StringVar(&g.sparse, "sparse-backend", "dsa", "with --gpu: the backend whose plugin plans the sparse (DeepSeek sparse attention) shapes")
