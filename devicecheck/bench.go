@@ -523,21 +523,11 @@ func (rep *Report) writePrefill(w io.Writer) {
 }
 
 // Shapes returns the decode, prefill and sparse/FP8 shapes of the
-// benchmark that only selects (Only: all of them for "").
+// benchmark that only selects (Only; all of them for "").
 func Shapes(only string) ([]MLA, []Prefill, []Quant) {
-	var cases []MLA
-	for _, c := range DecodeShapes() {
-		if Only(c.Name, only) {
-			cases = append(cases, c)
-		}
-	}
-	var prefill []Prefill
-	for _, c := range PrefillShapes() {
-		if Only(c.Name, only) {
-			prefill = append(prefill, c)
-		}
-	}
-	return cases, prefill, QuantShapes(only)
+	decode := slices.DeleteFunc(DecodeShapes(), func(c MLA) bool { return !Only(c.Name, only) })
+	prefill := slices.DeleteFunc(PrefillShapes(), func(c Prefill) bool { return !Only(c.Name, only) })
+	return decode, prefill, QuantShapes(only)
 }
 
 // Only reports whether a shape's name is among those only selects: names

@@ -67,13 +67,7 @@ func QuantShapes(only string) []Quant {
 		cs = append(cs, Quant{Name: fmt.Sprintf("sparse prefill %dk", n/1024), Heads: 128, PageSize: 64,
 			SeqLens: []int64{8192}, QLens: []int64{n}, TopK: 2048, Seed: 23})
 	}
-	out := cs[:0]
-	for _, c := range cs {
-		if Only(c.Name, only) {
-			out = append(out, c)
-		}
-	}
-	return out
+	return slices.DeleteFunc(cs, func(c Quant) bool { return !Only(c.Name, only) })
 }
 
 // benchQuant checks (8 sampled rows against the float64 reference) and
