@@ -416,8 +416,9 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, mla_decode_wg, WgLayout, (FMT_DSA))
 //   warpgroup 0 (tile K0)                  warpgroup 1 (tile K1)
 //   softmax of S0: max m0, O_L *= a0       .
 //   arrive SCALE0                          sync SCALE0
-//   O_L += P0 V0_L (P0 in registers)       softmax of S1: max m1 >= m0,
-//   refill K0's blocks 0-3                   O_R *= a0 a1
+//   O_L += P0 V0_L (P0 in registers),      softmax of S1: max m1 >= m0,
+//     refilling K0's blocks 0-3 16 keys      O_R *= a0 a1
+//     at a time as its k-steps retire
 //   sync SCALE1                            arrive SCALE1
 //   P0 a1 -> shared memory (sP0)           P1 -> shared memory (sP1, the
 //   arrive P0                                queries' rope block)
@@ -432,7 +433,14 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, mla_decode_wg, WgLayout, (FMT_DSA))
 // of a buffer refills it (blocks 0-3, V's left half: warpgroup 0; blocks
 // 4-8: warpgroup 1), eight threads a key row, onto that half's mbarrier
 // (the copies' own arrivals; warpgroup 0's also one plain arrival of each
-// thread after it wrote the keys' validity). The keys' validity and the
+// thread after it wrote the keys' validity). Warpgroup 0's own P V is four
+// commit groups, one a k-step of 16 keys, so that its refill of K0's
+// blocks 0-3 starts with the first: measured on an H100, 0.99x the time
+// of one refill after the whole product, where issuing it after the hand-
+// over of P0 instead took 1.08x, and the other halves refilled alike
+// 1.02x; TMA boxes in place of the copies (over pages of 32 keys or more)
+// took 1.03x, and asking L2 for the next pair's keys early 1.0x
+// (docs/bench/h100-2026-12-06-refills.md). The keys' validity and the
 // causal limits mask the tiles that need it: an item's last ones, those
 // past a row's limit, and those with a key that is not a row (the loaders
 // mark them).
@@ -567,33 +575,39 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
         for (int h = 0; h < 4; h++) key[h] = wg_key<SPARSE>(ks, krows, it.kv_begin + t * WG_BN + lr + 16 * h, it.kv_end);
     };
     // Copies this warpgroup's half of tile t into buffer t & 1.
-    auto refill = [&](int t, const int (&key)[4]) {
-        const int b = t & 1;
+    // Row h of this thread's (lr + 16h) copies, then its arrivals once all
+    // four are issued.
+    auto refill_row = [&](int t, const int (&key)[4], int h) {
+        const int b = t & 1, rr = lr + 16 * h;
+        const long long row = wg_row<SPARSE>(ks, key[h], it.kv_begin + t * WG_BN + rr);
+        const unsigned char* src = ks.kv + (row >= 0 ? row * (DQK * 2) : 0) + lk * 16;
+        const int bytes = row >= 0 ? 16 : 0;
+        const u32 dst = kbuf(b) + rr * 128 + (((lk ^ rr) & 7) << 4);
+        if (wg == 0) {
 #pragma unroll
-        for (int h = 0; h < 4; h++) {
-            const int rr = lr + 16 * h;
-            const long long row = wg_row<SPARSE>(ks, key[h], it.kv_begin + t * WG_BN + rr);
-            const unsigned char* src = ks.kv + (row >= 0 ? row * (DQK * 2) : 0) + lk * 16;
-            const int bytes = row >= 0 ? 16 : 0;
-            const u32 dst = kbuf(b) + rr * 128 + (((lk ^ rr) & 7) << 4);
-            if (wg == 0) {
-#pragma unroll
-                for (int blk = 0; blk < 4; blk++) cp_async16(dst + blk * WG_BLOCK, src + blk * 128, bytes);
-                if (lk == 0) {
-                    kvalid[b * WG_BN + rr] = row >= 0;
-                    if (row < 0) badt[b] = t + 1;
-                }
-            } else {
-#pragma unroll
-                for (int blk = 4; blk < 9; blk++) cp_async16(dst + blk * WG_BLOCK, src + blk * 128, bytes);
+            for (int blk = 0; blk < 4; blk++) cp_async16(dst + blk * WG_BLOCK, src + blk * 128, bytes);
+            if (lk == 0) {
+                kvalid[b * WG_BN + rr] = row >= 0;
+                if (row < 0) badt[b] = t + 1;
             }
+        } else {
+#pragma unroll
+            for (int blk = 4; blk < 9; blk++) cp_async16(dst + blk * WG_BLOCK, src + blk * 128, bytes);
         }
+    };
+    auto refill_arrive = [&](int t) {
+        const int b = t & 1;
         if (wg == 0) {
             cp_arrive(lo(b));
             mbar_arrive(lo(b)); // after this thread's keys' validity
         } else {
             cp_arrive(hi(b));
         }
+    };
+    auto refill = [&](int t, const int (&key)[4]) {
+#pragma unroll
+        for (int h = 0; h < 4; h++) refill_row(t, key, h);
+        refill_arrive(t);
     };
 
     load_queries<M>(sq_a, [](int r, int ch) -> u32 { return wsw(r, ch); }, q, rq.q_start * heads + row0, rows - row0, heads,
@@ -773,14 +787,29 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
             named_arrive(SS_SCALE0, 256);
             wg_fence();
             reg_fence(o);
+            // One group a k-step: each retired one frees 16 keys of K0's
+            // blocks 0-3 (their last reader), this thread's row h of them.
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_o_rs(o, p + 4 * kk, dv + kk * 128);
-            wg_commit();
-            wg_wait<0>();
+            for (int kk = 0; kk < 4; kk++) {
+                wgmma_o_rs(o, p + 4 * kk, dv + kk * 128);
+                wg_commit();
+            }
+            if (more) {
+                wg_wait<3>();
+                refill_row(2 * i + 2, nk0, 0);
+                wg_wait<2>();
+                refill_row(2 * i + 2, nk0, 1);
+                wg_wait<1>();
+                refill_row(2 * i + 2, nk0, 2);
+                wg_wait<0>();
+                refill_row(2 * i + 2, nk0, 3);
+                refill_arrive(2 * i + 2);
+            } else {
+                wg_wait<0>();
+            }
             reg_keep(p);
             reg_fence(o);
-            if (more) refill(2 * i + 2, nk0); // K0's blocks 0-3: this product was their last reader
-            named_sync(SS_SCALE1, 256);       // warpgroup 1's maxima and scales
+            named_sync(SS_SCALE1, 256); // warpgroup 1's maxima and scales
             const float c0 = scale1[r0], c1 = scale1[r1];
             l0 *= c0;
             l1 *= c1;
