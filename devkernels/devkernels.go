@@ -99,18 +99,20 @@ var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true}
 // hopperSeesaw is the 64-row body as a seesaw (mla_decode_ss): each
 // warpgroup the whole S of every other tile and half of O, its own P
 // straight from registers into its P V, one warpgroup's softmax under the
-// other's products, masks only on the tiles that need them. It runs the
-// bf16 cache's two forms, dense and sparse, of batches of two requests or
-// more; the FP8 forms and a single request keep hopperVariant. Measured on
-// an H100 at 128 heads (2026-12-06, NVRTC builds of both, best of two):
-// 0.83-0.93x hopperVariant's time at batch 16-128 and on the ragged batch,
-// 0.95x at batch 1 with 16384 keys, but 1.05-1.09x at batch 1 with 4096,
-// whose items are a tile or two: one pair of tiles is the seesaw's step,
-// and a single one runs padded.
+// other's products, masks only on the tiles that need them. It runs every
+// form for batches of two requests or more (an FP8 tile converted in place
+// by the warpgroup that owns it); a single request keeps hopperVariant.
+// Measured on an H100 at 128 heads (2026-12-06, NVRTC builds of both, best
+// of two): 0.83-0.93x hopperVariant's time at batch 16-128 and on the
+// ragged batch, 0.95x at batch 1 with 16384 keys, but 1.05-1.09x at batch
+// 1 with 4096, whose items are a tile or two: one pair of tiles is the
+// seesaw's step, and a single one runs padded. Over an FP8 cache (best of
+// three): 0.79x its time on the dense batch of 64, 0.67-0.89x on the
+// sparse batches of 16-128 tokens.
 var hopperSeesaw = decodeVariant{"ss64", 64, 2, 1, true, true}
 
 // seesawForms are the forms hopperSeesaw has entries for.
-var seesawForms = []decodeForm{formDense, formSparse}
+var seesawForms = []decodeForm{formDense, formDenseFP8, formSparse, formSparseFP8}
 
 // hopperCC is the compute capability whose own instructions (sm_90a) the
 // Hopper module uses: its code runs on no other.

@@ -277,7 +277,7 @@ func TestSparseAndFP8Plans(t *testing.T) {
 
 // TestPlansPickByArchitecture: on compute capability 9.0 the 64-row shapes
 // run the Hopper module's wgmma entries, in every form, within the H200's
-// shared memory (a bf16 cache's batches of two or more the seesaw's), and
+// shared memory (batches of two or more the seesaw's, in every form), and
 // so do the 16-row ones; elsewhere, and for the other shapes,
 // mla_decode's, the widest that fits the device's shared memory (an A100's
 // 164 KB hold no 64-row variant and no bf16 32-row one).
@@ -293,12 +293,14 @@ func TestPlansPickByArchitecture(t *testing.T) {
 		lens        []int64
 	}{
 		{h200, 128, "", false, ModuleMLADecodeSM90, "mla_decode_ss64", nil},
-		{h200, 64, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg64", nil},
+		{h200, 64, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_ss64", nil},
+		{h200, 128, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg64", []int64{4096}},
 		{h200, 128, "", true, ModuleMLADecodeSM90, "mla_sparse_ss64", nil},
 		// A single request keeps the 64-row body of one tile a step.
 		{h200, 128, "", false, ModuleMLADecodeSM90, "mla_decode_wg64", []int64{4096}},
 		{h200, 128, "", true, ModuleMLADecodeSM90, "mla_sparse_wg64", []int64{9000}},
-		{h200, 128, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg64", nil},
+		{h200, 128, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_ss64", nil},
+		{h200, 128, "fp8_e4m3", true, ModuleMLADecodeSM90, "mla_sparse_fp8_wg64", []int64{9000}},
 		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", nil},
 		{h200, 16, "", false, ModuleMLADecodeSM90, "mla_decode_wg16", []int64{9000}},
 		{h200, 16, "fp8_e4m3", false, ModuleMLADecodeSM90, "mla_decode_fp8_wg16", []int64{9000}},

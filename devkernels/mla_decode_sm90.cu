@@ -400,8 +400,8 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, mla_decode_wg, WgLayout, (FMT_DSA))
 
 // ---------------------------------------------------------------------------
 // The 64-row body as a seesaw (FlashMLA's sm90 dense decode, re-derived; the
-// reading it follows: docs/bench/2026-12-05-flashmla-sm90-reading.md), for a
-// bf16 cache, dense or sparse. The block walks its keys two 64-key tiles at
+// reading it follows: docs/bench/2026-12-05-flashmla-sm90-reading.md), in
+// the four forms. The block walks its keys two 64-key tiles at
 // a time: warpgroup 0 owns the even tile (buffer K0), warpgroup 1 the odd one
 // (K1). Each computes the whole S of its own tile (64 x 64, 36 k-steps of
 // m64n64k16: the 512 latent columns with both operands in shared memory, the
@@ -444,30 +444,49 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_wg64, 1, mla_decode_wg, WgLayout, (FMT_DSA))
 // causal limits mask the tiles that need it: an item's last ones, those
 // past a row's limit, and those with a key that is not a row (the loaders
 // mark them).
+//
+// An FP8 cache (dense, or DeepSeek-V3.2's) needs no room of its own: each
+// half of a key lands raw at the start of the lines its f16 columns take,
+// and the warpgroup that owns the tile converts the half in place once it
+// has landed, before its first k-step over it (ss_convert), while the other
+// warpgroup's products run. The queries and P are then f16, and the MMAs
+// take f16, as in mla_decode_wg.
 
 // S (+)= Q K^T over one 64-key tile (m64n64k16), both operands K-major in
-// shared memory; accumulate 0 overwrites d.
+// shared memory; accumulate 0 overwrites d. T is "bf16" or "f16" (H).
+#define WGMMA_S64_ASM(T)                                                                                 \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                          \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" WG_D32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+template <bool H>
 __device__ __forceinline__ void wgmma_s64(float (&d)[32], u64 da, u64 db, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_D32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : WG_F32(d, 0)
-                 : "l"(da), "l"(db), "r"(accumulate));
+    if constexpr (H)
+        asm volatile(WGMMA_S64_ASM("f16") : WG_F32(d, 0) : "l"(da), "l"(db), "r"(accumulate));
+    else
+        asm volatile(WGMMA_S64_ASM("bf16") : WG_F32(d, 0) : "l"(da), "l"(db), "r"(accumulate));
 }
 // The same with A (16 columns of this warpgroup's 64 query rows) from
 // registers, in mma.sync's A layout: rows r0 and r0 + 8, columns 2 (lane & 3)
 // and 8 on.
+#define WGMMA_S64_RS_ASM(T)                                                                              \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                          \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" WG_D32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+template <bool H>
 __device__ __forceinline__ void wgmma_s64_rs(float (&d)[32], const u32 (&a)[4], u64 db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_D32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : WG_F32(d, 0)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+    if constexpr (H)
+        asm volatile(WGMMA_S64_RS_ASM("f16") : WG_F32(d, 0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+    else
+        asm volatile(WGMMA_S64_RS_ASM("bf16") : WG_F32(d, 0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 // O += P V over 16 keys with P from registers (m64n256k16, V MN-major).
+#define WGMMA_O_RS_ASM(T)                                                                                \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                                         \
+    "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " {" WG_D128 "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+template <bool H>
 __device__ __forceinline__ void wgmma_o_rs(float (&d)[128], const u32* a, u64 db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG_D128 "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-                 : WG_F128(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+    if constexpr (H)
+        asm volatile(WGMMA_O_RS_ASM("f16") : WG_F128(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+    else
+        asm volatile(WGMMA_O_RS_ASM("bf16") : WG_F128(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 // Keeps the compiler from reusing the registers an asynchronous MMA reads
 // its A operand from before the wait that retires it.
@@ -487,6 +506,72 @@ __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.
 #define SS_SCALE1 2 /* warpgroup 1's */
 #define SS_P0 3     /* sP0 is written */
 #define SS_O1 4     /* sP1 is written, and warpgroup 1 has issued its products over sP0 */
+#define SS_CONV0 5  /* an FP8 half is f16 (warpgroup 0's 128 threads; SS_CONV0 + 1: warpgroup 1's) */
+
+// An FP8 cache in the seesaw: each half of a cached key lands as raw 16-byte
+// chunks, chunk j = k + 8i at the start of the key's line in column block
+// 4 hf + i (k: its slot in the line), within the 128 bytes that key has in
+// each block of the half; ss_convert turns the half into f16 in place. The
+// raw chunks of half hf (0: columns 0-255, 1: columns 256-575) of a cached
+// key, and where chunk j starts in it: FMT_FP8, the e4m3 columns 256 hf +
+// 16 j on; FMT_DSA, its e4m3 columns, then its four scales (j 16), then
+// (hf 1) its bf16 rope values.
+template <int FMT>
+__device__ __forceinline__ int ss_raw_chunks(int hf) {
+    return FMT == FMT_FP8 ? (hf ? 20 : 16) : (hf ? 25 : 17);
+}
+template <int FMT>
+__device__ __forceinline__ int ss_raw_src(int hf, int j) {
+    if (FMT == FMT_FP8 || j < 16) return hf * 256 + 16 * j;
+    return j == 16 ? DV : DV + 4 * (DV / 128) + 16 * (j - 17);
+}
+
+// Makes half hf of an FP8 tile (kb: its buffer) f16 in place: this
+// thread's chunks (slot lk) of its four key rows (lr + 16 h), each row's
+// raw chunks read before any of its eight threads writes (a row's threads
+// are eight lanes of one warp, and a key's f16 columns overwrite only its
+// own lines). As dequant_tile: FMT_FP8's layer scale is applied to the
+// scores and the output, FMT_DSA's block scales multiply here in f16, and
+// its rope values are rounded to f16.
+template <int FMT>
+__device__ __forceinline__ void ss_convert(unsigned char* kb, int hf, int lr, int lk) {
+    const int n = ss_raw_chunks<FMT>(hf);
+#pragma unroll
+    for (int h = 0; h < 4; h++) {
+        const int rr = lr + 16 * h;
+        const unsigned char* line = kb + hf * 4 * WG_BLOCK + rr * 128;
+        uint4 raw[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (lk + 8 * i < n) raw[i] = *(const uint4*)(line + i * WG_BLOCK + lk * 16);
+        u32 sc[2] = {0u, 0u};
+        if (FMT == FMT_DSA) {
+            const float* s = (const float*)(line + 2 * WG_BLOCK); // chunk 16: the four scales
+            sc[0] = pack_f16(s[2 * hf], s[2 * hf]);
+            sc[1] = pack_f16(s[2 * hf + 1], s[2 * hf + 1]);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int j = lk + 8 * i;
+            if (j >= n) continue;
+            const uint4 v = raw[i];
+            if (FMT == FMT_FP8 || j < 16) { // 16 e4m3 values: f16 chunks 32 hf + 2 j and the next
+                uint4 a = make_uint4(e4m3x2_f16(v.x & 0xffff), e4m3x2_f16(v.x >> 16), e4m3x2_f16(v.y & 0xffff), e4m3x2_f16(v.y >> 16));
+                uint4 b = make_uint4(e4m3x2_f16(v.z & 0xffff), e4m3x2_f16(v.z >> 16), e4m3x2_f16(v.w & 0xffff), e4m3x2_f16(v.w >> 16));
+                if (FMT == FMT_DSA) {
+                    const u32 s2 = sc[i & 1];
+                    a = make_uint4(hmul2(a.x, s2), hmul2(a.y, s2), hmul2(a.z, s2), hmul2(a.w, s2));
+                    b = make_uint4(hmul2(b.x, s2), hmul2(b.y, s2), hmul2(b.z, s2), hmul2(b.w, s2));
+                }
+                *(uint4*)(kb + wsw(rr, 32 * hf + 2 * j)) = a;
+                *(uint4*)(kb + wsw(rr, 32 * hf + 2 * j + 1)) = b;
+            } else if (j > 16) { // FMT_DSA's rope, 8 bf16 values: f16 chunk 64 + j - 17
+                *(uint4*)(kb + wsw(rr, DV / 8 + j - 17)) = bf16x8_f16(v);
+            }
+        }
+    }
+}
 
 // The shared memory of mla_decode_ss, byte offsets from a start aligned to
 // 1024 bytes, and the 1024 bytes the alignment may take: the queries (their
@@ -495,10 +580,9 @@ __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.
 // scales, the row sums of both warpgroups, the keys' validity of both
 // buffers (a byte a key), the last tile of each buffer with a key that is
 // not a row (its index + 1) and four mbarriers (each buffer's blocks 0-3
-// and 4-8).
+// and 4-8). The same in every form: an FP8 tile is converted in place.
 template <int FMT>
 struct SsLayout {
-    static_assert(FMT == FMT_BF16, "the seesaw reads a bf16 cache");
     static constexpr int M = 64;
     static constexpr int q = 0;
     static constexpr int p1 = q + 8 * WG_BLOCK;
@@ -521,6 +605,8 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
                                               float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
                                               float scale_log2, int hb) {
     constexpr int M = 64;
+    constexpr bool H = FMT != FMT_BF16; // f16 tiles, queries and P, converted in place
+    constexpr int KB = row_bytes(FMT);  // cached bytes per key
     using L = SsLayout<FMT>;
     static_assert(L::M == M, "SsLayout follows the body");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -543,6 +629,8 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     if (row0 >= rows) return;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f; // FMT_FP8: scales every score and the output
+    scale_log2 *= kv_mul;
     // The warpgroup: tiles of parity wg, columns wg*256.. of O. Read from
     // lane 0, so that the compiler sees a value uniform across the warp:
     // branches on a per-thread value around the products make ptxas
@@ -580,8 +668,22 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     auto refill_row = [&](int t, const int (&key)[4], int h) {
         const int b = t & 1, rr = lr + 16 * h;
         const long long row = wg_row<SPARSE>(ks, key[h], it.kv_begin + t * WG_BN + rr);
-        const unsigned char* src = ks.kv + (row >= 0 ? row * (DQK * 2) : 0) + lk * 16;
         const int bytes = row >= 0 ? 16 : 0;
+        if constexpr (H) {
+            // The half's raw chunks j = lk + 8i, to the start of row rr's
+            // lines of the half (ss_convert makes them f16 in place).
+            const unsigned char* src = ks.kv + (row >= 0 ? row * KB : 0);
+            const u32 dst = kbuf(b) + wg * 4 * WG_BLOCK + rr * 128 + lk * 16;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (lk + 8 * i < ss_raw_chunks<FMT>(wg)) cp_async16(dst + i * WG_BLOCK, src + ss_raw_src<FMT>(wg, lk + 8 * i), bytes);
+            if (wg == 0 && lk == 0) {
+                kvalid[b * WG_BN + rr] = row >= 0;
+                if (row < 0) badt[b] = t + 1;
+            }
+            return;
+        }
+        const unsigned char* src = ks.kv + (row >= 0 ? row * KB : 0) + lk * 16;
         const u32 dst = kbuf(b) + rr * 128 + (((lk ^ rr) & 7) << 4);
         if (wg == 0) {
 #pragma unroll
@@ -623,6 +725,11 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     cp_wait<0>(); // this thread's copies of the queries (the tiles' land on their mbarriers)
     fence_async_smem();
     __syncthreads(); // the queries, whole
+    if constexpr (H) {
+        queries_f16<M>(smem + L::q, [](int r, int ch) -> u32 { return wsw(r, ch); }, tid);
+        fence_async_smem();
+        __syncthreads();
+    }
 
     // The rope columns of this thread's two rows of Q, the A operand of
     // S's last four k-steps (their shared memory then holds sP1).
@@ -647,13 +754,25 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
 #pragma unroll
             for (int k4 = 0; k4 < 4; k4++) {
                 const u32 off = (blk * WG_BLOCK + k4 * 32) >> 4;
-                wgmma_s64(s, dq + off, dk + off, !(zero && blk == b0 && k4 == 0));
+                wgmma_s64<H>(s, dq + off, dk + off, !(zero && blk == b0 && k4 == 0));
             }
     };
     auto s_rope = [&](u32 sk) {
         const u64 dk = kmajor(sk + 8 * WG_BLOCK);
 #pragma unroll
-        for (int k4 = 0; k4 < 4; k4++) wgmma_s64_rs(s, q8[k4], dk + ((k4 * 32) >> 4));
+        for (int k4 = 0; k4 < 4; k4++) wgmma_s64_rs<H>(s, q8[k4], dk + ((k4 * 32) >> 4));
+    };
+    // An FP8 tile's half hf (0: blocks 0-3, 1: blocks 4-8) of buffer b,
+    // landed: this warpgroup's owner of the tile makes it f16 in place,
+    // then it is whole for the products of both warpgroups.
+    auto landed = [&](int b, int hf, int ph) {
+        mbar_wait(hf ? hi(b) : lo(b), ph);
+        if constexpr (H) {
+            ss_convert<FMT>(smem + L::k0 + b * WG_TILE, hf, lr, lk);
+            fence_async_smem();
+            named_sync(SS_CONV0 + wg, 128);
+        }
+        fence_async_smem();
     };
     // The whole S of buffer b's tile, each half once it has landed (phase
     // ph): warpgroup 0 takes blocks 0-3 first (it refills them itself),
@@ -662,24 +781,20 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
         const u32 sk = kbuf(b);
         wg_fence();
         if (wg == 0) {
-            mbar_wait(lo(b), ph);
-            fence_async_smem();
+            landed(b, 0, ph);
             s_nope(sk, 0, 4, true);
             wg_commit();
-            mbar_wait(hi(b), ph);
-            fence_async_smem();
+            landed(b, 1, ph);
             wg_fence();
             s_nope(sk, 4, 8, false);
             s_rope(sk);
             wg_commit();
         } else {
-            mbar_wait(hi(b), ph);
-            fence_async_smem();
+            landed(b, 1, ph);
             s_nope(sk, 4, 8, true);
             s_rope(sk);
             wg_commit();
-            mbar_wait(lo(b), ph);
-            fence_async_smem();
+            landed(b, 0, ph);
             wg_fence();
             s_nope(sk, 0, 4, false);
             wg_commit();
@@ -779,8 +894,8 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
             l0 += e0 + e1;
             l1 += e2 + e3;
             // keys 8j + 2 t4: k-step j / 2, registers 0-1 (j even) or 2-3
-            p[4 * (j >> 1) + 2 * (j & 1)] = pack_bf16(e0, e1);
-            p[4 * (j >> 1) + 2 * (j & 1) + 1] = pack_bf16(e2, e3);
+            p[4 * (j >> 1) + 2 * (j & 1)] = pack_<H>(e0, e1);
+            p[4 * (j >> 1) + 2 * (j & 1) + 1] = pack_<H>(e2, e3);
         }
         const u64 dv = mnmajor(kbuf(wg) + wg * 4 * WG_BLOCK); // this warpgroup's half of its own tile's V
         if (wg == 0) {
@@ -791,7 +906,7 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
             // blocks 0-3 (their last reader), this thread's row h of them.
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
-                wgmma_o_rs(o, p + 4 * kk, dv + kk * 128);
+                wgmma_o_rs<H>(o, p + 4 * kk, dv + kk * 128);
                 wg_commit();
             }
             if (more) {
@@ -818,8 +933,8 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 const int col = 8 * j + 2 * t4;
-                *(u32*)(sp0 + wsw(r0, col >> 3) + (col & 7) * 2) = pack_bf16(s[4 * j] * c0, s[4 * j + 1] * c0);
-                *(u32*)(sp0 + wsw(r1, col >> 3) + (col & 7) * 2) = pack_bf16(s[4 * j + 2] * c1, s[4 * j + 3] * c1);
+                *(u32*)(sp0 + wsw(r0, col >> 3) + (col & 7) * 2) = pack_<H>(s[4 * j] * c0, s[4 * j + 1] * c0);
+                *(u32*)(sp0 + wsw(r1, col >> 3) + (col & 7) * 2) = pack_<H>(s[4 * j + 2] * c1, s[4 * j + 3] * c1);
             }
             fence_async_smem();
             named_arrive(SS_P0, 256);
@@ -835,20 +950,18 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
             reg_fence(o);
             const u64 dp1 = kmajor(base + L::p1), dv1 = mnmajor(kbuf(1));
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_o<false>(o, dp1 + kk * 2, dv1 + kk * 128, 1);
+            for (int kk = 0; kk < 4; kk++) wgmma_o<H>(o, dp1 + kk * 2, dv1 + kk * 128, 1);
             wg_commit();
             if (more) {
                 const u32 sk = kbuf(0);
                 const int ph = (i + 1) & 1;
-                mbar_wait(lo(0), ph);
-                fence_async_smem();
+                landed(0, 0, ph);
                 wg_fence();
                 s_nope(sk, 0, 4, true);
                 wg_commit();
                 wg_wait<1>(); // the product over sP1: K1's blocks 0-3 are free
                 refill(2 * i + 3, nk1);
-                mbar_wait(hi(0), ph);
-                fence_async_smem();
+                landed(0, 1, ph);
                 wg_fence();
                 s_nope(sk, 4, 8, false);
                 s_rope(sk);
@@ -867,14 +980,14 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
             wg_fence();
             reg_fence(o);
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_o_rs(o, p + 4 * kk, dv + kk * 128);
+            for (int kk = 0; kk < 4; kk++) wgmma_o_rs<H>(o, p + 4 * kk, dv + kk * 128);
             wg_commit();
             fence_async_smem(); // sP1, before warpgroup 0's product reads it
             named_sync(SS_P0, 256);
             wg_fence();
             const u64 dp0 = kmajor(base + L::p0), dv0 = mnmajor(kbuf(0) + 4 * WG_BLOCK);
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_o<false>(o, dp0 + kk * 2, dv0 + kk * 128, 1);
+            for (int kk = 0; kk < 4; kk++) wgmma_o<H>(o, dp0 + kk * 2, dv0 + kk * 128, 1);
             wg_commit();
             named_arrive(SS_O1, 256);
             wg_wait<1>(); // its own product: K1's blocks 4-8 are free
@@ -908,12 +1021,14 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     l1 = rsum[r1] + rsum[M + r1];
     const float m0 = rmax[r0], m1 = rmax[r1];
 
-    wg_store(o, l0, l1, m0, m1, 1.f, out, lse, part_o, part_lse, rq, it, heads, rows, row0, r0, wg, t4);
+    wg_store(o, l0, l1, m0, m1, kv_mul, out, lse, part_o, part_lse, rq, it, heads, rows, row0, r0, wg, t4);
 }
 
-// The seesaw, over a bf16 cache (devkernels.go's hopperSeesaw).
+// The seesaw in the four forms (devkernels.go's hopperSeesaw).
 MLA_DECODE_ENTRY(mla_decode_ss64, 1, mla_decode_ss, SsLayout, (FMT_BF16))
+MLA_DECODE_FP8_ENTRY(mla_decode_fp8_ss64, 1, mla_decode_ss, SsLayout, (FMT_FP8))
 MLA_SPARSE_ENTRY(mla_sparse_ss64, 1, mla_decode_ss, SsLayout, (FMT_BF16))
+MLA_SPARSE_ENTRY(mla_sparse_fp8_ss64, 1, mla_decode_ss, SsLayout, (FMT_DSA))
 
 // ---------------------------------------------------------------------------
 // The narrow shapes (16 query rows of a request per block: 16 heads and one
