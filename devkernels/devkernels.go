@@ -107,7 +107,7 @@ var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true}
 // ragged batch, 0.95x at batch 1 with 16384 keys, but 1.05-1.09x at batch
 // 1 with 4096, whose items are a tile or two: one pair of tiles is the
 // seesaw's step, and a single one runs padded. Over an FP8 cache (best of
-// three): 0.79x its time on the dense batch of 64, 0.67-0.89x on the
+// three): 0.78x its time on the dense batch of 64, 0.64-0.79x on the
 // sparse batches of 16-128 tokens.
 var hopperSeesaw = decodeVariant{"ss64", 64, 2, 1, true, true}
 

@@ -536,7 +536,7 @@ __device__ __forceinline__ int ss_raw_src(int hf, int j) {
 template <int FMT>
 __device__ __forceinline__ void ss_convert(unsigned char* kb, int hf, int lr, int lk) {
     const int n = ss_raw_chunks<FMT>(hf);
-#pragma unroll
+#pragma unroll 1
     for (int h = 0; h < 4; h++) {
         const int rr = lr + 16 * h;
         const unsigned char* line = kb + hf * 4 * WG_BLOCK + rr * 128;
