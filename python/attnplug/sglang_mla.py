@@ -345,6 +345,7 @@ class AttnplugMLABackend(_Base):
         self._scratch = {}  # name -> a buffer every layer writes and none reads
         self._views = {}  # (name, shape) -> a view of a scratch buffer
         self._kv_views = {}  # layer id -> (the pool's buffer, its view as the plan binds it)
+        self._fits = {}  # layer -> _layer_fits' answer (a layer's dims are set when it is made)
         self._counts = {p: {"plugin": 0, "fallback": 0, "last_reason": ""} for p in PATHS}
         self._extra = {"steps_prepared": 0, "refused_at_capture": 0, "fp8_layers": 0}
         self._fwd = _Forward("decode", "idle")
@@ -880,7 +881,14 @@ class AttnplugMLABackend(_Base):
 
     def _layer_fits(self, layer):
         """Why layer is not one the step's plan runs (its heads, head dims
-        and softmax scale), or None."""
+        and softmax scale), or None; found once a layer (sglang sets them
+        when it makes the layer)."""
+        why = self._fits.get(layer, self)
+        if why is self:
+            why = self._fits[layer] = self._layer_fits_now(layer)
+        return why
+
+    def _layer_fits_now(self, layer):
         facts = self.facts
         if not self._is_mla_layer(layer):
             return "head dims %s/%s" % (layer.head_dim, layer.v_head_dim)
