@@ -202,6 +202,27 @@ __device__ __forceinline__ u32 e4m3x2_f16(u32 pair16) {
 #endif
     return r;
 }
+// Eight e4m3 (w0's four bytes, then w1's, each word's first in its low
+// byte) as eight f16, exactly. On sm_89 and newer each word is split into
+// its two halves as registers (mov.b32), so that the conversions need no
+// masks or shifts.
+__device__ __forceinline__ uint4 e4m3x8_f16(u32 w0, u32 w1) {
+#if __CUDA_ARCH__ >= 890
+    uint4 r;
+    asm("{ .reg .b16 a, b, c, d;\n"
+        "mov.b32 {a, b}, %4;\n"
+        "mov.b32 {c, d}, %5;\n"
+        "cvt.rn.f16x2.e4m3x2 %0, a;\n"
+        "cvt.rn.f16x2.e4m3x2 %1, b;\n"
+        "cvt.rn.f16x2.e4m3x2 %2, c;\n"
+        "cvt.rn.f16x2.e4m3x2 %3, d;\n}"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "r"(w0), "r"(w1));
+    return r;
+#else
+    return make_uint4(e4m3x2_f16(w0 & 0xffff), e4m3x2_f16(w0 >> 16), e4m3x2_f16(w1 & 0xffff), e4m3x2_f16(w1 >> 16));
+#endif
+}
 __device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
     u32 r;
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
@@ -259,8 +280,7 @@ __device__ __forceinline__ void dequant_tile(const unsigned char* raw, unsigned 
             continue;
         }
         const uint4 v = *(const uint4*)(row + k * 16);
-        uint4 lo = make_uint4(e4m3x2_f16(v.x & 0xffff), e4m3x2_f16(v.x >> 16), e4m3x2_f16(v.y & 0xffff), e4m3x2_f16(v.y >> 16));
-        uint4 hi = make_uint4(e4m3x2_f16(v.z & 0xffff), e4m3x2_f16(v.z >> 16), e4m3x2_f16(v.w & 0xffff), e4m3x2_f16(v.w >> 16));
+        uint4 lo = e4m3x8_f16(v.x, v.y), hi = e4m3x8_f16(v.z, v.w);
         if (FMT == FMT_DSA) {
             const float sc = ((const float*)(row + DV))[k >> 3];
             const u32 s2 = pack_f16(sc, sc);

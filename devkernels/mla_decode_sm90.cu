@@ -557,8 +557,7 @@ __device__ __forceinline__ void ss_convert(unsigned char* kb, int hf, int lr, in
             if (j >= n) continue;
             const uint4 v = raw[i];
             if (FMT == FMT_FP8 || j < 16) { // 16 e4m3 values: f16 chunks 32 hf + 2 j and the next
-                uint4 a = make_uint4(e4m3x2_f16(v.x & 0xffff), e4m3x2_f16(v.x >> 16), e4m3x2_f16(v.y & 0xffff), e4m3x2_f16(v.y >> 16));
-                uint4 b = make_uint4(e4m3x2_f16(v.z & 0xffff), e4m3x2_f16(v.z >> 16), e4m3x2_f16(v.w & 0xffff), e4m3x2_f16(v.w >> 16));
+                uint4 a = e4m3x8_f16(v.x, v.y), b = e4m3x8_f16(v.z, v.w);
                 if (FMT == FMT_DSA) {
                     const u32 s2 = sc[i & 1];
                     a = make_uint4(hmul2(a.x, s2), hmul2(a.y, s2), hmul2(a.z, s2), hmul2(a.w, s2));
@@ -1307,10 +1306,7 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
                     for (int i = 0; i < E; i++) {
                         const uint4 x = r[CPR * h + i];
                         const int k = lk + 4 * i;
-                        uint4 lo = make_uint4(e4m3x2_f16(x.x & 0xffff), e4m3x2_f16(x.x >> 16), e4m3x2_f16(x.y & 0xffff),
-                                              e4m3x2_f16(x.y >> 16));
-                        uint4 hi = make_uint4(e4m3x2_f16(x.z & 0xffff), e4m3x2_f16(x.z >> 16), e4m3x2_f16(x.w & 0xffff),
-                                              e4m3x2_f16(x.w >> 16));
+                        uint4 lo = e4m3x8_f16(x.x, x.y), hi = e4m3x8_f16(x.z, x.w);
                         if constexpr (DSA) {
                             // Chunk k's 16 values share block scale k / 8 (= i / 2).
                             const uint4 sc = r[CPR * h + E];

@@ -1,0 +1,80 @@
+#!/bin/bash
+# Session 54, call 7: D, the e4m3 conversion with each word split into its
+# halves as registers (e4m3x8_f16: no masks or shifts before the cvt), in
+# every FP8 body (dequant_tile, the wg16 loader's registers, the seesaw's
+# in-place conversion). D's float64 checks (NVRTC, outputs poisoned),
+# compute-sanitizer memcheck and synccheck over the FP8 and sparse checks,
+# ptxas figures and D's images (gen), then A (the committed plugins,
+# 5a81e8a) and D interleaved over every FP8 row, NVRTC builds both.
+set -u
+S0=$(date +%s)
+left() { local x=$(( $1 - ($(date +%s) - S0) )); [ $x -lt 1 ] && x=1; echo $x; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+mkdir -p /tmp/e && tar -C /tmp/e -xJf .device/s54d.tar.xz || exit 1
+E=/tmp/e/s54d
+export ATTNPLUG_REQUIRE_GPU=1 ATTNPLUG_CACHE_DIR=/tmp/cache
+(cd devkernels && { cat tile.cuh; echo; cat sm90.cuh; echo; cat mla_common.cuh; echo; cat mla_decode_sm90.cu; } > /tmp/m.cu)
+(timeout 250 nvcc -arch=sm_90a -cubin -std=c++17 -lineinfo -Xptxas -v -o /tmp/m.cubin /tmp/m.cu > /tmp/ptxas.log 2>&1; echo "nvcc rc=$?") &
+NP=$!
+(cd internal/gpucheck && ATTNPLUG_DEVICE_CODE=nvrtc timeout 200 $E/gpucheck-D.test -test.v -test.count=1 -test.short \
+  -test.run 'TestSharedMemoryOfTheEntries|TestInProcessBackendOnDevice|TestMLADecodeRandom|TestSparseAndFP8|TestDecodeStepGraph' \
+  -test.timeout 195s > $OUT/checks-D.log 2>&1; echo "D checks (NVRTC) rc=$? at $(( $(date +%s) - S0 ))s")
+grep -hE "^(--- |FAIL|ok|PASS|panic)" $OUT/checks-D.log | cut -c1-160 | head -8
+grep -hE "fp8|sparse" $OUT/checks-D.log | cut -c1-200 | head -24
+grep -B2 -A14 -- "--- FAIL" $OUT/checks-D.log | cut -c1-300 | head -40
+grep -q "^PASS" $OUT/checks-D.log || { wait $NP; grep -E "error|C75" /tmp/ptxas.log | head; cp /tmp/ptxas.log $OUT/ptxas.log; echo "D failed its checks: no timing"; exit 0; }
+mkdir -p /tmp/img-D && (timeout 300 $E/gen-D -set kernels -out /tmp/img-D > /tmp/gen-D.log 2>&1; echo "gen D rc=$?" > /tmp/gen.rc) &
+GP=$!
+for tool in memcheck synccheck; do
+  (cd internal/gpucheck && ATTNPLUG_DEVICE_CODE=nvrtc timeout 170 compute-sanitizer --tool $tool $E/gpucheck-D.test -test.v -test.count=1 -test.short \
+    -test.run 'TestSparseAndFP8' -test.timeout 165s > /tmp/san-$tool.log 2>&1; echo "sanitizer $tool rc=$? at $(( $(date +%s) - S0 ))s") &
+done
+wait $NP
+for tool in memcheck synccheck; do while pgrep -f "tool $tool" > /dev/null; do sleep 2; done; done
+for tool in memcheck synccheck; do tail -3 /tmp/san-$tool.log; { echo "=== compute-sanitizer --tool $tool"; tail -30 /tmp/san-$tool.log; } >> $OUT/checks-D.log; done
+{ grep -A4 -E "Compiling entry function '(mla_decode_fp8_wg16|mla_sparse_fp8_wg16|mla_decode_fp8_ss64|mla_sparse_fp8_ss64)'" /tmp/ptxas.log; grep -E "C75[0-9][0-9].*ss64|error" /tmp/ptxas.log | sort | uniq -c | sort -rn | head -8
+  for f in mla_decode_fp8_wg16 mla_sparse_fp8_wg16 mla_decode_fp8_ss64 mla_sparse_fp8_ss64; do
+  cuobjdump -sass -fun $f /tmp/m.cubin > /tmp/$f.sass 2>/dev/null
+  echo "$f SASS lines $(wc -l < /tmp/$f.sass), WARPGROUP.DEPBAR $(grep -c 'WARPGROUP.DEPBAR' /tmp/$f.sass), HGMMA $(grep -c HGMMA /tmp/$f.sass), LDGSTS $(grep -c LDGSTS /tmp/$f.sass), local $(grep -cE 'STL|LDL' /tmp/$f.sass)"; done; } > $OUT/ptxas.log
+cut -c1-200 $OUT/ptxas.log
+wait $GP; cat /tmp/gen.rc; tail -2 /tmp/gen-D.log
+cp /tmp/gen-D.log /tmp/img-D/GEN.log; tar -C /tmp/img-D -czf $OUT/images-D.tar.gz .
+mkdir -p /tmp/ab
+ROWS="fp8"
+for round in 1 2 3; do
+  [ $(left 470) -gt 60 ] || break
+  for v in A D; do
+    ATTNPLUG_DEVICE_CODE=nvrtc timeout $(left 500) $E/attnplug bench --gpu --json --python "" --only "$ROWS" --plugin-dir $E/$v/plugins \
+      > /tmp/ab/ab-$v-$round.json 2> /tmp/err-$v; echo "$v $round rc=$? at $(( $(date +%s) - S0 ))s"
+    tail -1 /tmp/err-$v | cut -c1-200
+  done
+done
+tar -C /tmp/ab -czf $OUT/ab-json.tar.gz .
+python3 - <<'PY' > $OUT/ab.txt
+import json, glob, collections, os, statistics
+us = collections.defaultdict(list); plan = {}
+for f in sorted(glob.glob("/tmp/ab/ab-*.json")):
+    v = os.path.basename(f).split("-")[1]
+    try:
+        j = json.load(open(f))
+    except Exception as e:
+        print(f, e); continue
+    for sec, rows in j.items():
+        if isinstance(rows, list):
+            for r in rows:
+                if isinstance(r, dict) and "us" in r and "name" in r:
+                    us[(r["name"], v)].append(r["us"])
+                    plan[(r["name"], v)] = (r.get("plan") or r.get("note") or "")[:90]
+vs = ["A", "D"]
+print("%-24s%26s%26s  D/A   %s" % ("row", "A us", "D us", "D's plan"))
+rat = []
+for n in sorted({n for n, _ in us}):
+    m = {v: min(us[(n, v)]) if us.get((n, v)) else float("nan") for v in vs}
+    rat.append(m["D"] / m["A"])
+    print("%-24s" % n + "".join("%26s" % " ".join("%8.2f" % x for x in us.get((n, v), [])) for v in vs) + " %6.3f  %s" % (rat[-1], plan.get((n, "D"), "")))
+r = [x for x in rat if x == x]
+print("median D/A %.3f max %.3f min %.3f" % (statistics.median(r), max(r), min(r)) if r else "no rows")
+PY
+cat $OUT/ab.txt
+ls -la $OUT
+echo "done at $(( $(date +%s) - S0 ))s"
