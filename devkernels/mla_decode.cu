@@ -580,7 +580,64 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_m64, 1, mla_decode_wide, WideLayout, (FMT_DSA))
 // 128 rows, so that its few rows still spread over the GPU); its 8 warps
 // share the chunks, each lane owning 4 of every 128 columns, so a row cut
 // into many chunks is read with many loads in flight.
-extern "C" __global__ void __launch_bounds__(256)
+//
+// Each warp merges its chunks online (the largest LSE so far, and the
+// weighted sum and the weight under it, rescaled when a larger LSE comes),
+// J chunks at a time, their LSEs and partial outputs loaded together: a
+// merge of 8 J chunks takes one trip to memory, not one for the LSEs and one
+// for the outputs. J is 4 for ranges of 128 and 256 columns and 2 for whole
+// rows, so that a thread holds at most 32 registers of loads and four
+// blocks fit a multiprocessor (__launch_bounds__): a batch of 128 rows cut
+// into four ranges, 512 blocks, is one wave of an H100. The warps' sums
+// then merge the same way in shared memory.
+template <int NV, int J>
+__device__ __forceinline__ void combine_warp(const float* __restrict__ part_o, const float* __restrict__ part_lse,
+                                             long long base, int rows, int n, int col0, int warp, int lane,
+                                             float& mx, float& wsum, float (&acc)[16]) {
+    for (int s0 = warp; s0 < n; s0 += 8 * J) {
+        // Chunks s0, s0 + 8, ...: the LSE and this lane's columns of each,
+        // in flight together.
+        float ls[J];
+        float4 v[J][NV];
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int s = s0 + 8 * j;
+            ls[j] = NEG_INF;
+#pragma unroll
+            for (int i = 0; i < NV; i++) v[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (s < n) {
+                const long long p = base + (long long)s * rows;
+                ls[j] = part_lse[p];
+                const float4* src = (const float4*)(part_o + p * DV + col0);
+#pragma unroll
+                for (int i = 0; i < NV; i++) v[j][i] = src[lane + i * 32];
+            }
+        }
+        float m = mx;
+#pragma unroll
+        for (int j = 0; j < J; j++) m = fmaxf(m, ls[j]);
+        if (m == NEG_INF) continue; // every chunk so far empty
+        const float sc = __expf(mx - m); // 0 while mx is NEG_INF
+        mx = m;
+        wsum *= sc;
+#pragma unroll
+        for (int i = 0; i < 4 * NV; i++) acc[i] *= sc;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const float w = ls[j] == NEG_INF ? 0.f : __expf(ls[j] - mx);
+            wsum += w;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                acc[i * 4 + 0] += w * v[j][i].x;
+                acc[i * 4 + 1] += w * v[j][i].y;
+                acc[i * 4 + 2] += w * v[j][i].z;
+                acc[i * 4 + 3] += w * v[j][i].w;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 4)
     mla_combine(bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ requests,
                 const float* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch) {
     __shared__ float red[8][DV];
@@ -598,46 +655,34 @@ extern "C" __global__ void __launch_bounds__(256)
     if (rq.num_splits <= 1 || row >= rows) return;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const long long base = rq.part_base + row;
-    // The largest LSE, then each chunk's weight exp(lse - max).
-    float mx = NEG_INF;
-    for (int s = tid; s < rq.num_splits; s += 256) mx = fmaxf(mx, part_lse[base + (long long)s * rows]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
-    if (lane == 0) wred[0][warp] = mx;
-    __syncthreads();
-    mx = wred[0][0];
-#pragma unroll
-    for (int w = 1; w < 8; w++) mx = fmaxf(mx, wred[0][w]);
-    float acc[16];
+    float mx = NEG_INF, wsum = 0.f, acc[16];
 #pragma unroll
     for (int i = 0; i < 16; i++) acc[i] = 0.f;
-    float wsum = 0.f;
-#pragma unroll 4
-    for (int s = warp; s < rq.num_splits; s += 8) {
-        const long long p = base + (long long)s * rows;
-        const float ls = part_lse[p];
-        const float w = (ls == NEG_INF) ? 0.f : __expf(ls - mx);
-        wsum += w;
-        const float4* src = (const float4*)(part_o + p * DV + col0);
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            if (i < nv) {
-                const float4 v = src[lane + i * 32];
-                acc[i * 4 + 0] += w * v.x;
-                acc[i * 4 + 1] += w * v.y;
-                acc[i * 4 + 2] += w * v.z;
-                acc[i * 4 + 3] += w * v.w;
-            }
-    }
+    if (nv == 1)
+        combine_warp<1, 4>(part_o, part_lse, base, rows, rq.num_splits, col0, warp, lane, mx, wsum, acc);
+    else if (nv == 2)
+        combine_warp<2, 4>(part_o, part_lse, base, rows, rq.num_splits, col0, warp, lane, mx, wsum, acc);
+    else
+        combine_warp<4, 2>(part_o, part_lse, base, rows, rq.num_splits, col0, warp, lane, mx, wsum, acc);
 #pragma unroll
     for (int i = 0; i < 4; i++)
         if (i < nv)
             *(float4*)&red[warp][(lane + i * 32) * 4] = make_float4(acc[i * 4], acc[i * 4 + 1], acc[i * 4 + 2], acc[i * 4 + 3]);
-    if (lane == 0) wred[1][warp] = wsum;
+    if (lane == 0) {
+        wred[0][warp] = mx;
+        wred[1][warp] = wsum;
+    }
     __syncthreads();
+    // Each warp's sums, rescaled to the largest LSE of all.
+    float m = wred[0][0], f[8];
+#pragma unroll
+    for (int w = 1; w < 8; w++) m = fmaxf(m, wred[0][w]);
     float ws = 0.f;
 #pragma unroll
-    for (int w = 0; w < 8; w++) ws += wred[1][w];
+    for (int w = 0; w < 8; w++) {
+        f[w] = wred[0][w] == NEG_INF ? 0.f : __expf(wred[0][w] - m);
+        ws += f[w] * wred[1][w];
+    }
     const float inv = ws > 0.f ? 1.f / ws : 0.f;
     bf16* dst = out + ((long long)rq.q_start * heads + row) * DV + col0;
     // Two columns per thread.
@@ -645,12 +690,12 @@ extern "C" __global__ void __launch_bounds__(256)
         float a = 0.f, b = 0.f;
 #pragma unroll
         for (int w = 0; w < 8; w++) {
-            a += red[w][c];
-            b += red[w][c + 1];
+            a += f[w] * red[w][c];
+            b += f[w] * red[w][c + 1];
         }
         *(u32*)(dst + c) = pack_bf16(a * inv, b * inv);
     }
-    if (tid == 0 && blockIdx.z == 0) lse[(long long)rq.q_start * heads + row] = ws > 0.f ? mx + __logf(ws) : NEG_INF;
+    if (tid == 0 && blockIdx.z == 0) lse[(long long)rq.q_start * heads + row] = ws > 0.f ? m + __logf(ws) : NEG_INF;
 }
 
 // mla_combine for a batch of more than 1024 rows: a warp a query row, the grid's
