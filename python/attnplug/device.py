@@ -128,12 +128,18 @@ class _Driver:
             "cuModuleGetFunction": [ctypes.POINTER(vp), vp, ctypes.c_char_p],
             "cuModuleUnload": [vp],
             "cuFuncSetAttribute": [vp, i32, i32],
-            "cuLaunchKernel": [vp, u32, u32, u32, u32, u32, u32, u32, vp, ctypes.POINTER(vp), ctypes.POINTER(vp)],
+            # A launch's arguments are made once, as the C types they pass
+            # (_Step: the function and stream as c_void_p, the dimensions as
+            # ints under 2**31, the parameters as an array of pointers):
+            # no argtypes, whose conversion cost half the call's Python.
+            "cuLaunchKernel": None,
         }
         for name, args in sig.items():
             f = getattr(lib, name + "_v2", None) if name == "cuCtxGetCurrent" else None
             f = f or getattr(lib, name)
-            f.argtypes, f.restype = args, i32
+            if args is not None:
+                f.argtypes = args
+            f.restype = i32
             setattr(self, name, f)
         # CUDA 12's TMA descriptors and launches with attributes (clusters);
         # None on an older driver (a plan with either is then refused when
