@@ -687,8 +687,9 @@ func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers, dev core.
 // combineShortParts is the column ranges mla_combine cuts each row of a
 // short batch into (the kernel takes 1, 2 or 4); combineWarps is the
 // warps of a combine block, each merging a row in mla_combine_rows, and
-// combineBlocksPerSM the most of its blocks a multiprocessor holds at once
-// (2048 threads).
+// combineBlocksPerSM the blocks a multiprocessor is given: 2048 threads'
+// worth, of which four are resident at once (the kernel's 63-64 registers a
+// thread, read from the sm_90 image), the rest starting as those end.
 const combineShortParts, combineWarps, combineBlocksPerSM = 4, 8, 8
 
 // combineShortRows is the most rows a batch has for mla_combine to cut
