@@ -293,9 +293,11 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		if err == nil && l.policy.Allows(p) {
 			return c, nil
 		}
-		c.Close()
+		// Logged before the close: the refused peer, seeing its
+		// connection end, finds the reason already in the log.
 		if err != nil {
 			l.log.Warn("refused a connection whose peer is unknown", "error", err)
+			c.Close()
 			continue
 		}
 		// The first refusal of each user at Warn, the others at Debug: a
@@ -305,6 +307,7 @@ func (l *peerListener) Accept() (net.Conn, error) {
 			log = l.log.Warn
 		}
 		log("refused a connection of another user", "uid", p.UID, "pid", p.PID, "allowed", "this user, root"+groupNote(l.policy))
+		c.Close()
 	}
 }
 

@@ -141,8 +141,8 @@ func TestServeEndsWithAStoppedPlugin(t *testing.T) {
 				t.Fatal(err)
 			}
 			if twice {
-				for !strings.Contains(s.stderr.String(), "shutting down") {
-					time.Sleep(5 * time.Millisecond)
+				if !s.stderr.await(testContext(t), "shutting down", 0) {
+					t.Fatalf("no shutting down after SIGTERM:\n%s", s.stderr.String())
 				}
 				if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 					t.Fatal(err)

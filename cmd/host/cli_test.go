@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/attnplug/attnplug/jsonl"
 )
@@ -277,10 +276,7 @@ func TestLogsSayEachThingOnce(t *testing.T) {
 	if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	ctx := testContext(t)
-	for !strings.Contains(srv.stderr.String(), "plugin swapped") && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
+	srv.stderr.await(testContext(t), "plugin swapped", 0)
 	log := srv.stderr.String()
 	if !strings.Contains(log, "[INFO]  attnplug.registry: plugin swapped: plugin=fa3") {
 		t.Errorf("no swap logged at Info:\n%s", log)

@@ -168,6 +168,7 @@ func TestServeRefusesOtherUsers(t *testing.T) {
 	if err := reloadAs(t, exe, cred, name); err == nil {
 		t.Errorf("uid %d called Admin.Reload on the abstract socket", cred.Uid)
 	}
+	s.stderr.await(testContext(t), "refused a connection of another user", 0)
 	if log := s.stderr.String(); !strings.Contains(log, "refused a connection of another user") || !strings.Contains(log, fmt.Sprintf("uid=%d", cred.Uid)) {
 		t.Errorf("the refusal is not logged:\n%s", log)
 	}

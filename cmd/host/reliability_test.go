@@ -94,6 +94,20 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
+// await waits until the log holds more than n copies of line, or ctx
+// ends, and reports whether it does. The log comes through a pipe: a
+// line the process wrote before an event the test saw may land after it.
+func (s *syncBuf) await(ctx context.Context, line string, n int) bool {
+	for strings.Count(s.String(), line) <= n {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return true
+}
+
 func startHost(t *testing.T, tree *testbin.Bins, env []string, args ...string) *hostCmd {
 	t.Helper()
 	cmd := exec.CommandContext(testContext(t), tree.Host, args...)

@@ -35,24 +35,7 @@ type server struct {
 	socket  string
 	metrics string
 	conn    *grpc.ClientConn
-	stderr  *syncWriter
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
+	stderr  *syncBuf
 }
 
 var readyLine = regexp.MustCompile(`listening on unix://(\S+), metrics (\S+)`)
@@ -78,7 +61,7 @@ func startServer(t *testing.T, tree *testbin.Bins, env []string, args ...string)
 func startServerCmd(t *testing.T, cmd *exec.Cmd) *server {
 	t.Helper()
 	pr, pw := io.Pipe()
-	s := &server{cmd: cmd, stderr: &syncWriter{}}
+	s := &server{cmd: cmd, stderr: &syncBuf{}}
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -310,9 +293,7 @@ func TestHotSwapUnderLoadFailsNoRequest(t *testing.T) {
 	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	for !strings.Contains(s.stderr.String(), "new plugin binary rejected") && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
-	}
+	s.stderr.await(ctx, "new plugin binary rejected", 0)
 	waitFor(load.answered.Load() + 2000)
 	if p, sum := pid(); p != newPID || sum != newSum {
 		t.Errorf("after a refused swap fa3 is pid %d sha %s, want the running pid %d sha %s", p, sum, newPID, newSum)

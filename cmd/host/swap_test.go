@@ -177,14 +177,8 @@ func TestReloadOfABadPluginDirIsRefused(t *testing.T) {
 		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), tree.PluginDir) {
 			t.Errorf("Admin.Reload: %v, want FAILED_PRECONDITION naming %s and %q", err, tree.PluginDir, want)
 		}
-		// The log comes through a pipe: wait for the line.
-		ctx := testContext(t)
-		for strings.Count(s.stderr.String(), refusal) == logged {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("the refusal was not logged at Warn:\n%s", s.stderr.String())
-			case <-time.After(5 * time.Millisecond):
-			}
+		if !s.stderr.await(testContext(t), refusal, logged) {
+			t.Fatalf("the refusal was not logged at Warn:\n%s", s.stderr.String())
 		}
 		servedBy(t, s, "fa3", "fa3", "fa4")
 		servedBy(t, s, "aiter", "aiter")
