@@ -295,20 +295,24 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		}
 		// Logged before the close: the refused peer, seeing its
 		// connection end, finds the reason already in the log.
-		if err != nil {
-			l.log.Warn("refused a connection whose peer is unknown", "error", err)
-			c.Close()
-			continue
-		}
-		// The first refusal of each user at Warn, the others at Debug: a
-		// user that connects in a loop does not flood the log.
-		log := l.log.Debug
-		if _, seen := l.logged.LoadOrStore(p.UID, struct{}{}); !seen {
-			log = l.log.Warn
-		}
-		log("refused a connection of another user", "uid", p.UID, "pid", p.PID, "allowed", "this user, root"+groupNote(l.policy))
+		l.logRefusal(p, err)
 		c.Close()
 	}
+}
+
+// logRefusal logs a refused connection of peer p (err: why its peer is
+// unknown). The first refusal of each user at Warn, the others at Debug:
+// a user that connects in a loop does not flood the log.
+func (l *peerListener) logRefusal(p localsock.Peer, err error) {
+	if err != nil {
+		l.log.Warn("refused a connection whose peer is unknown", "error", err)
+		return
+	}
+	log := l.log.Debug
+	if _, seen := l.logged.LoadOrStore(p.UID, struct{}{}); !seen {
+		log = l.log.Warn
+	}
+	log("refused a connection of another user", "uid", p.UID, "pid", p.PID, "allowed", "this user, root"+groupNote(l.policy))
 }
 
 func groupNote(p localsock.Policy) string {
