@@ -61,7 +61,7 @@ for round in 1 2 3; do
   done
 done
 tar -C /tmp/ab -czf $OUT/ab-json.tar.gz .
-python3 docs/bench/h200-2026-12-06-fp8-prefetch/abtable.py A $ok > $OUT/ab.txt; cat $OUT/ab.txt
+python3 docs/bench/h100-2026-12-06-producer/abtable.py A $ok > $OUT/ab.txt; cat $OUT/ab.txt
 V=$(tail -1 $OUT/ab.txt | awk '/^fastest/ {print $2}'); V=${V:-${ok# }}; V=${V%% *}
 echo "profiled: $V"
 mkdir -p /tmp/img && (timeout $(left 560) $E/$V/gen -set kernels -out /tmp/img > /tmp/gen.log 2>&1; echo "gen $V rc=$?" > /tmp/gen.rc) &
