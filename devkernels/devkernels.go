@@ -702,14 +702,18 @@ const combineShortParts, combineWarps, combineBlocksPerSM = 4, 8, 8
 const combineShortRows, combineManyRows = 128, 1024
 
 // cutItems cuts every request of lens into work items of about an even
-// share of the batch's cost over ds.slots blocks (FlashMLA's tile
-// scheduler, on the CPU); with graph, the share grows until the items fit
-// the grid's capacity. Where that share leaves more items than slots (a
-// second, part-filled wave), it takes instead the least share that cuts
-// the batch into one wave, if the one wave is estimated no slower
-// (oneWave). It returns the items and the share, in key tiles.
-// mla_schedule (mla_decode.cu) cuts on the device exactly so.
-func cutItems(lens []int64, ds decodeShape, graph bool) ([]core.WorkItem, int) {
+// share of the batch's cost over ds.slots blocks, one item a block; with
+// graph, the share grows until the items fit the grid's capacity. Where
+// that share leaves more items than slots (a second, part-filled wave), it
+// takes instead the least share that cuts the batch into one wave, if the
+// one wave is estimated no slower (oneWave). Where one item a block is
+// estimated well over the packed cut's time (packs: a ragged batch, whose
+// short requests' items leave most blocks idle while its long ones run),
+// it packs the batch instead: every slot runs a share of it, item after
+// item (packItems, FlashMLA's tile scheduler). It returns the items, the
+// slot of each (in order) and the share, in key tiles. mla_schedule
+// (mla_decode.cu) cuts on the device exactly so.
+func cutItems(lens []int64, ds decodeShape, graph bool) (items []core.WorkItem, slotOf []int, share int) {
 	b, slots, cost := ds.batch, ds.slots, ds.itemCost
 	tiles := make([]int, b)
 	var total, most int
@@ -722,10 +726,7 @@ func cutItems(lens []int64, ds decodeShape, graph bool) ([]core.WorkItem, int) {
 	// even share of the batch's work over the blocks that fit the GPU at
 	// once, so that one wave runs it. Each chunk (item) is one block per
 	// head block; the hardware starts the next block on a multiprocessor as
-	// soon as one ends, which hides a block's start-up behind the others.
-	// (The kernels also take several items per block in a slot, FlashMLA's
-	// way; measured on an H200 it lost to one item per block, whose start
-	// overlaps another block's work.)
+	// soon as one ends.
 	target := max((total+slots-1)/slots, minTiles+cost)
 	capacity := math.MaxInt
 	if graph {
@@ -739,16 +740,79 @@ func cutItems(lens []int64, ds decodeShape, graph bool) ([]core.WorkItem, int) {
 		n, costliest = cutCount(tiles, target, cost)
 	}
 	target = oneWave(tiles, target, n, costliest, cost, slots, most)
-	var sched []core.WorkItem
+	n, costliest = cutCount(tiles, target, cost)
+	if share := packShare(total, slots, cost); packs(total, b, n, costliest, share, slots, cost) {
+		items, slotOf = packItems(lens, tiles, share, cost)
+		return items, slotOf, share
+	}
 	for i := range b {
 		chunks, per := cutRequest(tiles[i], target, cost)
 		for c := range chunks {
 			lo := c * per * mlaBN
 			hi := min((c+1)*per*mlaBN, int(lens[i]))
-			sched = append(sched, core.WorkItem{Request: int32(i), KVBegin: int32(lo), KVEnd: int32(hi), Split: int32(c)})
+			items = append(items, core.WorkItem{Request: int32(i), KVBegin: int32(lo), KVEnd: int32(hi), Split: int32(c)})
+			slotOf = append(slotOf, len(slotOf))
 		}
 	}
-	return sched, target
+	return items, slotOf, target
+}
+
+// packShare is a slot's share of a packed batch of total cost (its key
+// tiles plus cost a request): at least one tile beyond an item's cost, so
+// that every share holds a tile.
+func packShare(total, slots, cost int) int { return max((total+slots-1)/slots, minTiles+cost) }
+
+// packs reports whether a batch of total cost (its key tiles plus cost a
+// request, b requests) whose one-item-a-block cut leaves n items, the
+// costliest costing costliest, is packed at share instead: where there are
+// two slots or more and the packed cut's estimate (a share and one more
+// item's cost: a slot starts with the rest of a request at most once) is
+// at most packGain of the one-item cut's. That is its costliest item in
+// one wave; over several, the least of its waves times the costliest item
+// and an even share of its items' cost plus the costliest (the hardware
+// starts each block as one ends, so no slot runs past the average by more
+// than one item). Equal requests cut into one wave at about the share and
+// keep one item a block, which measured faster where both cuts balance
+// alike.
+func packs(total, b, n, costliest, share, slots, cost int) bool {
+	est := costliest
+	if n > slots {
+		items := total - b*cost + n*cost
+		est = min((n+slots-1)/slots*costliest, (items+slots-1)/slots+costliest)
+	}
+	return slots > 1 && packGainDen*(share+cost) <= packGainNum*est
+}
+
+// packGain (packGainNum / packGainDen) is the estimated time, over the
+// one-item cut's, at or under which a batch is packed.
+const packGainNum, packGainDen = 7, 8
+
+// packItems lays the batch's requests end to end in key tiles, each of at
+// least one tile after a fixed cost of cost tiles (empty requests take no
+// room), and cuts the line into shares of share tiles: slot s runs the
+// items of the tiles in [s*share, (s+1)*share), in order, each a request's
+// tiles within the share. A request split across shares is merged by the
+// combine; a share cuts at most one request, so the items number at most
+// the requests plus the slots less one. Every share holds a tile (share >
+// cost), so every slot up to the last used starts with an item.
+func packItems(lens []int64, tiles []int, share, cost int) (items []core.WorkItem, slotOf []int) {
+	at := 0 // the line's end so far
+	for i, t := range tiles {
+		if t == 0 {
+			continue
+		}
+		first := at + cost // the request's first tile on the line
+		at = first + t
+		for a, c := first, int32(0); a < at; c++ {
+			s := a / share
+			e := min(at, (s+1)*share)
+			items = append(items, core.WorkItem{Request: int32(i), KVBegin: int32((a - first) * mlaBN),
+				KVEnd: int32(min(int64(e-first)*mlaBN, lens[i])), Split: c})
+			slotOf = append(slotOf, s)
+			a = e
+		}
+	}
+	return items, slotOf
 }
 
 // The cost of an item, in key tiles: its tiles plus a fixed cost (the
@@ -813,11 +877,11 @@ func oneWave(tiles []int, target, n0, c0, cost, slots, most int) int {
 	return target
 }
 
-// planDecode cuts the batch into work items of balanced cost (FlashMLA's
-// tile scheduler, computed on the CPU): every head block of an item is one
-// thread block, one block per multiprocessor, so the items are sized to
-// fill the GPU once. A request whose keys span several items gets partial
-// results that mla_combine merges.
+// planDecode cuts the batch into work items of balanced cost on the CPU
+// (cutItems): every head block of a slot is one thread block, one block
+// per multiprocessor, running the slot's items (one, or a packed batch's
+// share), so the slots are sized to fill the GPU once. A request whose
+// keys span several items gets partial results that mla_combine merges.
 func planDecode(req *core.PlanRequest, form decodeForm, shared layouts) (*core.Plan, error) {
 	s, d := req.Shape, req.Dims
 	ds, err := shapeOf(req, form, shared)
@@ -827,18 +891,16 @@ func planDecode(req *core.PlanRequest, form decodeForm, shared layouts) (*core.P
 	b, v, hb := ds.batch, ds.v, ds.hb
 	m := v.rows
 
-	sched, target := cutItems(s.SeqLens, ds, req.Graph)
-	capacity := math.MaxInt
-	if req.Graph {
-		capacity = ds.capacity
-	}
+	sched, slotOf, target := cutItems(s.SeqLens, ds, req.Graph)
+	// The grid: a graph plan's capacity (the most items any lengths of the
+	// batch size leave), else the slots used.
+	capacity, gridSlots := ds.capacity, ds.capacity
 	if !req.Graph {
 		capacity = len(sched)
-	}
-	gridSlots := capacity
-	slotOf := make([]int, len(sched))
-	for k := range slotOf {
-		slotOf[k] = k
+		gridSlots = 0
+		if len(slotOf) > 0 {
+			gridSlots = slotOf[len(slotOf)-1] + 1
+		}
 	}
 	splits := make([]int, b)
 	for _, w := range sched {

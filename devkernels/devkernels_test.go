@@ -3,6 +3,7 @@ package devkernels
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -483,13 +484,13 @@ func TestPrefillPicksByArchitecture(t *testing.T) {
 
 // TestOneWave checks the cut of a batch whose even share leaves a second,
 // part-filled wave: equal requests are cut into one wave where it is
-// estimated faster, and on random batches the cut taken is never
-// estimated slower than the even share's, fits the slots when it differs
-// from it, and covers every key once.
+// estimated faster, and on random batches a cut of one item a block is
+// never estimated slower than the even share's, fits the slots when it
+// differs from it, and covers every key once.
 func TestOneWave(t *testing.T) {
 	ds := decodeShape{batch: 64, slots: 132, capacity: 64 + 132, itemCost: 1}
 	lens := slices.Repeat([]int64{4096}, 64)
-	items, target := cutItems(lens, ds, true)
+	items, _, target := cutItems(lens, ds, true)
 	if len(items) != 128 || target != 65 {
 		t.Errorf("64 requests of 4096 keys over 132 slots: %d items at %d tiles, want 128 at 65", len(items), target)
 	}
@@ -497,26 +498,19 @@ func TestOneWave(t *testing.T) {
 	// the whole batch's length; the even share stays.
 	lens = append(slices.Repeat([]int64{64}, 140), 1<<20)
 	ds = decodeShape{batch: len(lens), slots: 132, capacity: len(lens) + 132, itemCost: 1}
-	if _, target := cutItems(lens, ds, true); target >= 1<<15 {
+	if _, _, target := cutItems(lens, ds, true); target >= 1<<15 {
 		t.Errorf("one long request among short ones: cut at %d tiles", target)
 	}
 	rng := rand.New(rand.NewPCG(5, 9))
 	for range 2000 {
-		n := 1 + rng.IntN(300)
-		lens := make([]int64, n)
-		for i := range lens {
-			lens[i] = rng.Int64N(1 << uint(1+rng.IntN(17)))
+		lens, ds := randomCut(rng)
+		items, slotOf, target := cutItems(lens, ds, rng.IntN(2) == 0)
+		checkCover(t, lens, items)
+		if packed(slotOf) {
+			continue // TestPackedCut
 		}
-		slots := 1 + rng.IntN(300)
-		cost := 1 + rng.IntN(8)
-		ds := decodeShape{batch: n, slots: slots, capacity: n + slots, itemCost: cost}
-		items, target := cutItems(lens, ds, rng.IntN(2) == 0)
-		tiles := make([]int, n)
-		var total int
-		for i, l := range lens {
-			tiles[i] = int((l + mlaBN - 1) / mlaBN)
-			total += tiles[i] + cost
-		}
+		slots, cost := ds.slots, ds.itemCost
+		tiles, total := tilesOf(lens, cost)
 		even := max((total+slots-1)/slots, minTiles+cost)
 		for m, _ := cutCount(tiles, even, cost); m > ds.capacity; m, _ = cutCount(tiles, even, cost) {
 			even += even/4 + 1
@@ -530,16 +524,139 @@ func TestOneWave(t *testing.T) {
 			t.Fatalf("lens %v over %d slots: cut at %d (%d items, costliest %d) over the even share %d (%d items, costliest %d)",
 				lens, slots, target, n1, c1, even, n0, c0)
 		}
-		covered := make([]int64, n)
-		for _, w := range items {
-			if int64(w.KVBegin) != covered[w.Request] || w.KVEnd <= w.KVBegin {
-				t.Fatalf("lens %v: item %+v after %d keys", lens, w, covered[w.Request])
+		if packs(total, len(lens), n1, c1, packShare(total, slots, cost), slots, cost) {
+			t.Fatalf("lens %v over %d slots: one item a block, where the packed cut is estimated faster", lens, slots)
+		}
+	}
+}
+
+// TestPackedCut checks the packed cut (packItems): a ragged batch whose one
+// item a block would leave most blocks idle while its longest requests run
+// (the bench's h128_ragged64 over an H200's 66 slots of two head blocks) is
+// packed, equal requests are not, and on random batches a packed cut has
+// every slot up to its last start with an item, costs each slot at most a
+// share and one item's cost, fits the grid's capacity and the partial rows
+// the workspace has room for (decodeShape.partialRows), and covers every
+// key once.
+func TestPackedCut(t *testing.T) {
+	var ragged []int64
+	for i := range 64 {
+		ragged = append(ragged, int64(64*math.Pow(512, float64((i*37)%64)/63)))
+	}
+	for _, tc := range []struct {
+		name   string
+		lens   []int64
+		slots  int
+		packed bool
+	}{
+		{"ragged 64, 128 heads", ragged, 66, true},
+		{"ragged 64, 16 heads", ragged, 132, true},
+		{"64 x 4096, 16 heads", slices.Repeat([]int64{4096}, 64), 132, false},
+		{"128 x 4096, 128 heads", slices.Repeat([]int64{4096}, 128), 66, false},
+		{"128 x 16384, 128 heads", slices.Repeat([]int64{16384}, 128), 66, false},
+		{"16 x 4096, 128 heads", slices.Repeat([]int64{4096}, 16), 66, false},
+		{"one request", []int64{1 << 20}, 132, false},
+		{"one slot", ragged, 1, false},
+	} {
+		ds := decodeShape{batch: len(tc.lens), slots: tc.slots, capacity: len(tc.lens) + tc.slots, itemCost: itemCost}
+		items, slotOf, _ := cutItems(tc.lens, ds, true)
+		if packed(slotOf) != tc.packed {
+			t.Errorf("%s: packed %v, want %v", tc.name, packed(slotOf), tc.packed)
+		}
+		checkCover(t, tc.lens, items)
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	seen := 0
+	for range 4000 {
+		lens, ds := randomCut(rng)
+		items, slotOf, share := cutItems(lens, ds, true)
+		checkCover(t, lens, items)
+		if !packed(slotOf) {
+			continue
+		}
+		seen++
+		cost := ds.itemCost
+		if len(items) > ds.capacity {
+			t.Fatalf("lens %v over %d slots: %d items, capacity %d", lens, ds.slots, len(items), ds.capacity)
+		}
+		load := make([]int, ds.slots)
+		pieces := make([]int, ds.batch)
+		for k, w := range items {
+			s := slotOf[k]
+			if s < 0 || s >= ds.slots || k > 0 && s < slotOf[k-1] || k > 0 && s > slotOf[k-1]+1 || k == 0 && s != 0 {
+				t.Fatalf("lens %v over %d slots: item %d in slot %d after slot %d", lens, ds.slots, k, s, slotOf[max(k-1, 0)])
 			}
-			covered[w.Request] = int64(w.KVEnd)
+			load[s] += int(w.KVEnd-w.KVBegin+mlaBN-1)/mlaBN + cost
+			pieces[w.Request]++
 		}
-		if !slices.Equal(covered, lens) {
-			t.Fatalf("lens %v: items cover %v", lens, covered)
+		for s, l := range load {
+			if l > share+cost {
+				t.Fatalf("lens %v over %d slots: slot %d costs %d tiles, share %d", lens, ds.slots, s, l, share)
+			}
 		}
+		var rows int
+		for _, n := range pieces {
+			if n > 1 {
+				rows += n
+			}
+		}
+		if int64(rows) > ds.partialRows() {
+			t.Fatalf("lens %v over %d slots: %d partial items, room for %d", lens, ds.slots, rows, ds.partialRows())
+		}
+	}
+	if seen < 100 {
+		t.Errorf("%d random batches packed of 4000", seen)
+	}
+}
+
+// randomCut is a random batch of lengths from 0 to 2^17 keys, over 1 to
+// 300 slots, an item costing 1 to 8 tiles.
+func randomCut(rng *rand.Rand) ([]int64, decodeShape) {
+	n := 1 + rng.IntN(300)
+	lens := make([]int64, n)
+	for i := range lens {
+		lens[i] = rng.Int64N(1 << uint(1+rng.IntN(17)))
+	}
+	slots := 1 + rng.IntN(300)
+	return lens, decodeShape{batch: n, slots: slots, capacity: n + slots, itemCost: 1 + rng.IntN(8), maxRows: 1}
+}
+
+// tilesOf is each length's key tiles, and the batch's cost: its tiles and
+// cost an item.
+func tilesOf(lens []int64, cost int) (tiles []int, total int) {
+	tiles = make([]int, len(lens))
+	for i, l := range lens {
+		tiles[i] = int((l + mlaBN - 1) / mlaBN)
+		total += tiles[i] + cost
+	}
+	return tiles, total
+}
+
+// packed reports whether a cut's slots hold several items (packItems).
+func packed(slotOf []int) bool {
+	for k, s := range slotOf {
+		if s != k {
+			return true
+		}
+	}
+	return false
+}
+
+// checkCover fails t unless items cover every key of lens once, each
+// request's in order, split numbered from 0.
+func checkCover(t *testing.T, lens []int64, items []core.WorkItem) {
+	t.Helper()
+	covered := make([]int64, len(lens))
+	split := make([]int32, len(lens))
+	for _, w := range items {
+		if int64(w.KVBegin) != covered[w.Request] || w.KVEnd <= w.KVBegin || w.Split != split[w.Request] {
+			t.Fatalf("lens %v: item %+v after %d keys and %d items", lens, w, covered[w.Request], split[w.Request])
+		}
+		covered[w.Request] = int64(w.KVEnd)
+		split[w.Request]++
+	}
+	if !slices.Equal(covered, lens) {
+		t.Fatalf("lens %v: items cover %v", lens, covered)
 	}
 }
 

@@ -772,14 +772,17 @@ extern "C" __global__ void __launch_bounds__(256)
 // get_mla_metadata), for plans that hold for a batch size: one block reads
 // seq_lens and qo_indptr and writes, into the workspace, the work items,
 // the per-request metadata, the item count and the slot starts that the
-// host's planner (planDecode in devkernels.go) computes on the CPU, cutting
+// host's planner (cutItems in devkernels.go) computes on the CPU, cutting
 // the batch exactly as it does: every request into chunks of about
 // `target` key tiles (its tiles plus `item_cost` for the item), target being an
 // even share of the batch over `nslots` blocks, grown by a quarter until
 // the items fit the `capacity` the grid was sized for; where that share
 // leaves more items than slots, the least share that leaves at most
-// `nslots` if the one wave is estimated no slower (oneWave). Slot k runs
-// item k.
+// `nslots` if the one wave is estimated no slower (oneWave); slot k runs
+// item k. Where that cut is estimated well over the packed one (packs), the
+// batch is packed instead (packItems): its requests end to end, each after
+// item_cost, cut into `nslots` shares, slot s running the items of share s
+// one after the other.
 #define SCHED_THREADS 1024
 
 // The block-wide sum of a and maximum of b, both to every thread (red:
@@ -805,6 +808,54 @@ __device__ __forceinline__ void sched_block_sum_max(long long& a, long long& b, 
         a += red[w];
         b = max(b, red[W + w]);
     }
+}
+
+// The block-wide exclusive scan of a and b over the threads in order: on
+// return a and b are the sums of the threads before this one, ta and tb
+// the block's (sh: 2 x 65 values of shared memory: each value's warp
+// totals, their exclusive scan and the block's total).
+__device__ __forceinline__ void sched_block_scan(long long& a, long long& b, long long& ta, long long& tb,
+                                                 long long* sh) {
+    constexpr int W = SCHED_THREADS / 32;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    long long ia = a, ib = b; // inclusive within the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const long long x = __shfl_up_sync(0xffffffff, ia, o), y = __shfl_up_sync(0xffffffff, ib, o);
+        if (lane >= o) {
+            ia += x;
+            ib += y;
+        }
+    }
+    __syncthreads(); // sh is free
+    if (lane == 31) {
+        sh[warp] = ia;
+        sh[65 + warp] = ib;
+    }
+    __syncthreads();
+    if (warp == 0) { // exclusive scan of the warps' totals
+        const long long wa = lane < W ? sh[lane] : 0, wb = lane < W ? sh[65 + lane] : 0;
+        long long xa = wa, xb = wb;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const long long x = __shfl_up_sync(0xffffffff, xa, o), y = __shfl_up_sync(0xffffffff, xb, o);
+            if (lane >= o) {
+                xa += x;
+                xb += y;
+            }
+        }
+        sh[32 + lane] = xa - wa;
+        sh[65 + 32 + lane] = xb - wb;
+        if (lane == 31) {
+            sh[64] = xa;
+            sh[65 + 64] = xb;
+        }
+    }
+    __syncthreads();
+    a = sh[32 + warp] + ia - a;
+    b = sh[65 + 32 + warp] + ib - b;
+    ta = sh[64];
+    tb = sh[65 + 64];
 }
 
 // Items of a request of seq keys at target tiles per item, an item costing
@@ -847,13 +898,18 @@ struct SchedReqs {
     }
 };
 
+// packGain (devkernels.go): a batch is packed where the packed cut is
+// estimated at most PACK_NUM / PACK_DEN of the one-item cut's time.
+#define PACK_NUM 7
+#define PACK_DEN 8
+
 __device__ __forceinline__ void mla_schedule_body(const SchedReqs rs, const int* __restrict__ kv_indptr,
                                                   int* __restrict__ work_indptr, int* __restrict__ schedule,
                                                   int* __restrict__ requests, int* __restrict__ counts,
                                                   int* __restrict__ slots, int batch, int heads, int capacity,
                                                   int nslots, int item_cost) {
     __shared__ long long red[2 * SCHED_THREADS / 32];
-    __shared__ long long scan_items[65], scan_rows[64];
+    __shared__ long long sh[2 * 65];
     pdl_launch_dependents(); // the decode may start; it waits for this schedule
     const int tid = threadIdx.x;
     const int per_thread = (batch + SCHED_THREADS - 1) / SCHED_THREADS;
@@ -896,66 +952,89 @@ __device__ __forceinline__ void mla_schedule_body(const SchedReqs rs, const int*
                 else
                     lo_t = mid;
             }
-            items_at(hi_t, &c1);
-            if (c1 <= (n0 + nslots - 1) / nslots * c0) target = hi_t;
+            const long long n1 = items_at(hi_t, &c1);
+            if (c1 <= (n0 + nslots - 1) / nslots * c0) {
+                target = hi_t;
+                n0 = n1;
+                c0 = c1;
+            }
         }
     }
+    // packs (devkernels.go): one item a block, or the batch packed into
+    // shares of `share` tiles.
+    const long long share = max((total + nslots - 1) / nslots, 1LL + item_cost);
+    long long est = c0;
+    if (n0 > nslots) {
+        const long long items_cost = total - (long long)batch * item_cost + n0 * item_cost;
+        est = min((n0 + nslots - 1) / nslots * c0, (items_cost + nslots - 1) / nslots + c0);
+    }
+    const bool pack = nslots > 1 && PACK_DEN * (share + item_cost) <= PACK_NUM * est;
+
+    // Packed, where each of this thread's requests starts on the line
+    // (packItems): an exclusive scan of the requests' lengths on it.
+    long long at = 0, line = 0;
+    if (pack) {
+        long long mine = 0, none = 0, none_total;
+        for (int i = lo; i < hi; i++) {
+            const long long t = (rs.seq(i) + BN - 1) / BN;
+            if (t > 0) mine += t + item_cost;
+        }
+        at = mine;
+        sched_block_scan(at, none, line, none_total, sh);
+    }
+    // The items of request i (this thread's, in order): packed, its pieces
+    // from its first tile on the line, first, to its last (at, on return).
+    auto items_of = [&](int i, int* per, long long* first) -> int {
+        if (!pack) return sched_items(rs.seq(i), target, item_cost, per);
+        const long long t = (rs.seq(i) + BN - 1) / BN;
+        if (t == 0) return 0;
+        *first = at + item_cost;
+        at = *first + t;
+        return (int)((at - 1) / share - *first / share + 1);
+    };
 
     // Each thread's items and partial rows, then an exclusive scan over the
     // threads (their requests are contiguous and in order).
-    long long my_items = 0, my_rows = 0;
+    const long long at0 = at;
+    long long item = 0, part = 0;
     for (int i = lo; i < hi; i++) {
         int per;
-        const int n = sched_items(rs.seq(i), target, item_cost, &per);
-        my_items += n;
-        if (n > 1) my_rows += (long long)n * rs.q_len(i) * heads;
+        long long first;
+        const int n = items_of(i, &per, &first);
+        item += n;
+        if (n > 1) part += (long long)n * rs.q_len(i) * heads;
     }
-    const int warp = tid >> 5, lane = tid & 31;
-    long long inc_items = my_items, inc_rows = my_rows; // inclusive within the warp
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const long long a = __shfl_up_sync(0xffffffff, inc_items, o), b = __shfl_up_sync(0xffffffff, inc_rows, o);
-        if (lane >= o) {
-            inc_items += a;
-            inc_rows += b;
-        }
-    }
-    if (lane == 31) {
-        scan_items[warp] = inc_items;
-        scan_rows[warp] = inc_rows;
-    }
-    __syncthreads();
-    if (warp == 0) { // exclusive scan of the warps' totals
-        long long wi = lane < SCHED_THREADS / 32 ? scan_items[lane] : 0, wr = lane < SCHED_THREADS / 32 ? scan_rows[lane] : 0;
-        long long ii = wi, ir = wr;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const long long a = __shfl_up_sync(0xffffffff, ii, o), b = __shfl_up_sync(0xffffffff, ir, o);
-            if (lane >= o) {
-                ii += a;
-                ir += b;
-            }
-        }
-        scan_items[32 + lane] = ii - wi;
-        scan_rows[32 + lane] = ir - wr;
-        if (lane == 31) scan_items[64] = ii;
-    }
-    __syncthreads();
-    long long item = scan_items[32 + warp] + inc_items - my_items, part = scan_rows[32 + warp] + inc_rows - my_rows;
-    const int count = (int)scan_items[64];
+    at = at0;
+    long long count_all, rows_all;
+    sched_block_scan(item, part, count_all, rows_all, sh);
+    const int count = (int)count_all;
     for (int i = lo; i < hi; i++) {
-        int per;
+        int per = 1;
+        long long first = 0;
+        const long long start = at; // packed: the line before request i
+        const int n = items_of(i, &per, &first);
         const int seq = rs.seq(i);
-        const int n = sched_items(seq, target, item_cost, &per);
         const int q0 = rs.q_start(i), ql = rs.q_len(i);
         if (work_indptr) work_indptr[i] = kv_indptr[rs.real(i)];
-        for (int c = 0; c < n; c++, item++) {
-            int* it = schedule + 4 * item;
+        for (int c = 0; c < n; c++) {
+            int* it = schedule + 4 * (item + c);
             it[0] = i;
-            it[1] = c * per * BN;
-            it[2] = min((c + 1) * per * BN, seq);
             it[3] = c;
+            if (!pack) {
+                it[1] = c * per * BN;
+                it[2] = min((c + 1) * per * BN, seq);
+                continue;
+            }
+            // Piece c: the request's tiles in share s0 + c. Every share from
+            // the request's second on starts with its piece; its first
+            // share, unless the request before ends in it.
+            const long long s0 = first / share, sc = s0 + c;
+            const long long a = c == 0 ? first : sc * share, e = min(at, (sc + 1) * share);
+            it[1] = (int)((a - first) * BN);
+            it[2] = (int)min((e - first) * BN, (long long)seq);
+            if (c > 0 || start == 0 || (start - 1) / share < s0) slots[sc] = (int)(item + c);
         }
+        item += n;
         int* rq = requests + 8 * i;
         rq[0] = q0;
         rq[1] = ql;
@@ -969,7 +1048,11 @@ __device__ __forceinline__ void mla_schedule_body(const SchedReqs rs, const int*
         int* it = schedule + 4 * k;
         it[0] = it[1] = it[2] = it[3] = 0;
     }
-    for (int k = tid; k <= capacity; k += SCHED_THREADS) slots[k] = min(k, count);
+    // The slot starts: slot k's item k, or, packed, those written above up
+    // to the last share used, and the item count past it.
+    const int used = !pack ? 0 : line > 0 ? (int)((line - 1) / share) + 1 : 0;
+    for (int k = tid; k <= capacity; k += SCHED_THREADS)
+        if (k >= used) slots[k] = pack ? count : min(k, count);
     if (tid == 0) counts[0] = count;
 }
 

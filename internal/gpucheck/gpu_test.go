@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -79,6 +80,13 @@ func needGPU(t *testing.T, err error) {
 // plans of backend: allocated, planned, poisoned, launched and verified.
 func runCase(t *testing.T, e *rig, backend string, w devicecheck.Workload, rows int) devicecheck.Check {
 	t.Helper()
+	return runPlanned(t, e, backend, w, rows, nil)
+}
+
+// runPlanned is runCase, failing t also where plan (if not nil) finds
+// fault with the plan the workload ran.
+func runPlanned(t *testing.T, e *rig, backend string, w devicecheck.Workload, rows int, plan func(*core.Plan) error) devicecheck.Check {
+	t.Helper()
 	r, err := e.Run(t.Context(), backend, w, 1, rows)
 	if r == nil {
 		t.Fatalf("%s: %v", w.Describe(), err)
@@ -87,7 +95,42 @@ func runCase(t *testing.T, e *rig, backend string, w devicecheck.Workload, rows 
 	if err != nil {
 		t.Errorf("%s (%s): %v", w.Describe(), r.Prepared.Plan().Note, err)
 	}
+	if plan != nil {
+		if err := plan(r.Prepared.Plan()); err != nil {
+			t.Errorf("%s (%s): %v", w.Describe(), r.Prepared.Plan().Note, err)
+		}
+	}
 	return r.Check
+}
+
+// packedPlan faults a decode plan whose slot starts (metadata "slots")
+// give no slot more than one item: a ragged batch the planner packs has a
+// block run its slot's items one after the other. A plan scheduled on the
+// device has no such metadata (TestScheduleOnDevice compares the device's
+// schedule with the host's).
+func packedPlan(p *core.Plan) error {
+	for _, m := range p.Metadata {
+		if m.Name != "slots" {
+			continue
+		}
+		for k := 1; k < len(m.Int32s); k++ {
+			if m.Int32s[k]-m.Int32s[k-1] > 1 {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d slots of one item or none: not packed", len(m.Int32s)-1)
+	}
+	return nil
+}
+
+// logRagged is n lengths from lo to hi, log-uniform, in a scrambled order
+// (each once where n is prime to 37).
+func logRagged(n int, lo, hi float64) []int64 {
+	l := make([]int64, n)
+	for i := range l {
+		l[i] = int64(lo * math.Pow(hi/lo, float64((i*37)%n)/float64(max(n-1, 1))))
+	}
+	return l
 }
 
 // TestMLADecodeRandom checks the decode kernels against the fp64 reference
@@ -125,13 +168,23 @@ func TestMLADecodeRandom(t *testing.T) {
 		{Name: "split decode", Heads: 128, PageSize: 64, SeqLens: []int64{5000, 33, 4097}, QLens: []int64{1, 1, 1}, Seed: 15, Split: true},
 		{Name: "split verify, graph", Heads: 16, PageSize: 1, SeqLens: []int64{700, 9000}, QLens: []int64{4, 4}, Seed: 16, Split: true, Graph: true, MaxSeqLen: 10000},
 		{Name: "split extend 300", Heads: 64, PageSize: 64, SeqLens: []int64{2300, 65}, QLens: []int64{300, 65}, Seed: 17, Split: true},
+		// Ragged batches, packed: a block runs its slot's items one after
+		// the other (the 16-row and the seesaw bodies).
+		{Name: "packed, 16 heads", Heads: 16, PageSize: 64, SeqLens: logRagged(48, 64, 8192), QLens: repeat(48, 1), Seed: 18},
+		{Name: "packed, 128 heads", Heads: 128, PageSize: 1, SeqLens: logRagged(48, 64, 8192), QLens: repeat(48, 1), Seed: 19},
+		{Name: "packed verify, graph", Heads: 128, PageSize: 64, SeqLens: logRagged(48, 64, 8192), QLens: repeat(48, 2), Seed: 20, Graph: true, MaxSeqLen: 9000},
+		{Name: "packed, 16 heads, graph", Heads: 16, PageSize: 64, SeqLens: logRagged(48, 64, 8192), QLens: repeat(48, 1), Seed: 21, Graph: true, MaxSeqLen: 8192},
 	}
 	for _, c := range fixed {
 		backend := dense
 		if b, ok := backendOf[c.Name]; ok {
 			backend = b
 		}
-		ch := runCase(t, e, backend, c, 64)
+		var plan func(*core.Plan) error
+		if strings.HasPrefix(c.Name, "packed") {
+			plan = packedPlan
+		}
+		ch := runPlanned(t, e, backend, c, 64, plan)
 		t.Logf("%-18s %s: %v", c.Name, c.Describe(), ch)
 	}
 	n := 40
@@ -157,10 +210,18 @@ func TestMLADecodeRandom(t *testing.T) {
 // TestScheduleOnDevice runs mla_schedule on random batches and compares
 // what it writes into the workspace (items, per-request metadata, item
 // count, slot starts) with what the host's planner computes for the same
-// batch: the device cuts every batch exactly as the CPU does.
+// batch: the device cuts every batch exactly as the CPU does, one item a
+// block or packed.
 func TestScheduleOnDevice(t *testing.T) {
 	e := openEnv(t)
 	rng := rand.New(rand.NewPCG(31, 7))
+	packed := 0
+	defer func() {
+		if packed == 0 && !t.Failed() {
+			t.Error("no batch was packed")
+		}
+		t.Logf("%d of 60 batches packed", packed)
+	}()
 	for i := range 60 {
 		batches := []int{1, 2, 7, 16, 64, 133, 1024, 1500, 4096}
 		c := RandomCase(rng, "sched", []int{16, 128}, []int{1, 64}, batches, 4, 1<<17, 1<<26)
@@ -173,6 +234,10 @@ func TestScheduleOnDevice(t *testing.T) {
 			for j := range c.SeqLens {
 				c.SeqLens[j] = c.SeqLens[0]
 			}
+		}
+		if i%4 == 3 { // log-uniform lengths, which the packed cut takes
+			n := len(c.SeqLens)
+			c.SeqLens = logRagged(n, 64, float64(min(max(1<<24/n, 128), 1<<15)))
 		}
 		c.Graph, c.MaxSeqLen = true, slices.Max(c.SeqLens)
 		b, err := e.AllocMLA(c, 1)
@@ -190,6 +255,9 @@ func TestScheduleOnDevice(t *testing.T) {
 		want := map[string][]int32{}
 		for _, m := range cp.Metadata {
 			want[m.Name] = m.Int32s
+		}
+		if packedPlan(cp) == nil {
+			packed++
 		}
 		got, err := runSchedule(e, b, &onDev)
 		b.Free()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/devicecheck"
 )
 
@@ -51,9 +52,17 @@ func TestSparseAndFP8(t *testing.T) {
 		{Name: "fp8 graph", Heads: 32, PageSize: 64, SeqLens: []int64{3000, 9000}, QLens: []int64{2, 2}, FP8: true, Seed: 15, Graph: true},
 		{Name: "sparse fp8 split", Heads: 64, PageSize: 64, SeqLens: []int64{7000, 300}, QLens: []int64{2, 2}, TopK: 2048, FP8: true, Seed: 16, Split: true},
 		{Name: "fp8 split graph", Heads: 128, PageSize: 64, SeqLens: []int64{3000, 9000}, QLens: []int64{1, 1}, FP8: true, Seed: 17, Graph: true, Split: true},
+		// Ragged batches over an FP8 cache, packed (packedPlan).
+		{Name: "fp8 packed 16 heads", Heads: 16, PageSize: 64, SeqLens: logRagged(48, 64, 8192), QLens: repeat(48, 1), FP8: true, Seed: 18},
+		{Name: "fp8 packed 128 heads", Heads: 128, PageSize: 64, SeqLens: logRagged(48, 64, 8192), QLens: repeat(48, 1), FP8: true, Seed: 19},
+		{Name: "fp8 packed graph", Heads: 128, PageSize: 1, SeqLens: logRagged(48, 64, 8192), QLens: repeat(48, 1), FP8: true, Seed: 20, Graph: true},
 	}
 	for _, c := range fixed {
-		ch := runCase(t, e, quantBackend(c), c, 48)
+		var plan func(*core.Plan) error
+		if strings.Contains(c.Name, "packed") {
+			plan = packedPlan
+		}
+		ch := runPlanned(t, e, quantBackend(c), c, 48, plan)
 		t.Logf("%-22s %s: %v", c.Name, c.Describe(), ch)
 	}
 	n := 30
