@@ -739,8 +739,7 @@ func cutItems(lens []int64, ds decodeShape, graph bool) (items []core.WorkItem, 
 		target += target/4 + 1
 		n, costliest = cutCount(tiles, target, cost)
 	}
-	target = oneWave(tiles, target, n, costliest, cost, slots, most)
-	n, costliest = cutCount(tiles, target, cost)
+	target, n, costliest = oneWave(tiles, target, n, costliest, cost, slots, most)
 	if share := packShare(total, slots, cost); packs(total, b, n, costliest, share, slots, cost) {
 		items, slotOf = packItems(lens, tiles, share, cost)
 		return items, slotOf, share
@@ -845,8 +844,9 @@ func cutCount(tiles []int, target, cost int) (items, costliest int) {
 	return items, costliest
 }
 
-// oneWave returns the share a batch is cut at: target (which cuts it into
-// n0 items, the costliest costing c0), unless target leaves more items
+// oneWave returns the share a batch is cut at, with its item count and
+// the cost of its costliest item: target (which cuts it into n0 items, the
+// costliest costing c0), unless target leaves more items
 // than slots and the least share that leaves at most
 // slots (found by bisection: the count falls as the share grows) runs the
 // batch in no more time, estimated as the waves times the costliest item.
@@ -855,13 +855,13 @@ func cutCount(tiles []int, target, cost int) (items, costliest int) {
 // second wave as long as the first (at 16 heads, 64 requests of 4096 keys
 // over 132 slots: 192 items of 44 tiles, two waves; one wave of 128 items
 // of 65 tiles is estimated 1.35x faster).
-func oneWave(tiles []int, target, n0, c0, cost, slots, most int) int {
+func oneWave(tiles []int, target, n0, c0, cost, slots, most int) (share, n, costliest int) {
 	hi := most + cost // every request one item
 	if n0 <= slots || hi <= target {
-		return target
+		return target, n0, c0
 	}
 	if n, _ := cutCount(tiles, hi, cost); n > slots {
-		return target
+		return target, n0, c0
 	}
 	for lo := target; hi-lo > 1; {
 		mid := lo + (hi-lo)/2
@@ -871,10 +871,10 @@ func oneWave(tiles []int, target, n0, c0, cost, slots, most int) int {
 			lo = mid
 		}
 	}
-	if _, c1 := cutCount(tiles, hi, cost); c1 <= (n0+slots-1)/slots*c0 {
-		return hi
+	if n1, c1 := cutCount(tiles, hi, cost); c1 <= (n0+slots-1)/slots*c0 {
+		return hi, n1, c1
 	}
-	return target
+	return target, n0, c0
 }
 
 // planDecode cuts the batch into work items of balanced cost on the CPU
