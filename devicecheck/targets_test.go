@@ -95,7 +95,7 @@ func TestJudge(t *testing.T) {
 	var b bytes.Buffer
 	rep.writeGoals(&b)
 	for _, want := range []string{"missed by 32% (worst: h16_b16_s4096)", "11.5 us .. 11.5 us: met", "not judged: no figure for h16_prefill_1k",
-		"    limited by at short steps a layer's fixed cost"} {
+		"    limited by a layer's fixed cost"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, b.String())
 		}
