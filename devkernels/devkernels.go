@@ -73,18 +73,27 @@ type decodeVariant struct {
 	rows, stages, perSM int
 	wide                bool // mla_decode_wide: 64-key tiles, swizzled, unpadded
 	hopper              bool // mla_decode_wg (mla_decode_sm90.cu): the wide shapes on wgmma
+	// fullCost is an item's cost beyond its key tiles, in tiles, in the
+	// cut of a batch that fills the slots (decodeShape.costOf): the
+	// queries' load before the first tile and the epilogue after the last,
+	// which a slot of several items pays once each. Measured for the
+	// Hopper bodies (an H100 sweep of 1-24 at 16 and 128 heads,
+	// docs/bench/h100-2026-12-07-cm.md: the ragged batches ran fastest at
+	// 4 and 8-12, the batches of equal requests alike at any); the others
+	// keep itemCost.
+	fullCost int
 }
 
 var decodeVariants = [...]decodeVariant{
-	{"m16", 16, 2, 2, false, false},
-	{"m32", 32, 4, 1, false, false},
-	{"m64", 64, 2, 1, true, false},
+	{"m16", 16, 2, 2, false, false, itemCost},
+	{"m32", 32, 4, 1, false, false, itemCost},
+	{"m64", 64, 2, 1, true, false, itemCost},
 }
 
 // hopperVariant replaces the 64-row variant on a GPU of compute capability
 // 9.0: two warpgroups on wgmma, 64-key tiles in two stages (measured on an
 // H200 at 128 heads: 2.0x the mma.sync body's throughput).
-var hopperVariant = decodeVariant{"wg64", 64, 2, 1, true, true}
+var hopperVariant = decodeVariant{"wg64", 64, 2, 1, true, true, 8}
 
 // hopperNarrow is the 16-row body on wgmma: the transposed products
 // (S^T = K Q^T, O^T = V^T P^T), one computing warpgroup, 64-key tiles in
@@ -94,7 +103,7 @@ var hopperVariant = decodeVariant{"wg64", 64, 2, 1, true, true}
 // an H200 (2026-12-04 09:36 UTC, one build after the other in one run,
 // batches cut into one wave): 1.17x and 1.30x the mma.sync body at 16
 // heads and batch 16 (4096 and 16384 cached), 1.25x with an FP8 cache.
-var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true}
+var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true, 4}
 
 // hopperSeesaw is the 64-row body as a seesaw (mla_decode_ss): each
 // warpgroup the whole S of every other tile and half of O, its own P
@@ -109,7 +118,7 @@ var hopperNarrow = decodeVariant{"wg16", 16, 2, 1, false, true}
 // seesaw's step, and a single one runs padded. Over an FP8 cache (best of
 // three): 0.78x its time on the dense batch of 64, 0.64-0.79x on the
 // sparse batches of 16-128 tokens.
-var hopperSeesaw = decodeVariant{"ss64", 64, 2, 1, true, true}
+var hopperSeesaw = decodeVariant{"ss64", 64, 2, 1, true, true, 8}
 
 // seesawForms are the forms hopperSeesaw has entries for.
 var seesawForms = []decodeForm{formDense, formDenseFP8, formSparse, formSparseFP8}
@@ -225,7 +234,7 @@ func scheduleParams() []core.Param {
 	p := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamPtr} }
 	i := func(n string) core.Param { return core.Param{Name: n, Kind: core.ParamI32} }
 	return []core.Param{p("seq_lens"), p("qo_indptr"), p("schedule"), p("requests"), p("counts"), p("slots"),
-		i("batch"), i("heads"), i("capacity"), i("nslots"), i("item_cost")}
+		i("batch"), i("heads"), i("capacity"), i("nslots"), i("item_cost"), i("full_cost")}
 }
 
 func scheduleSplitParams() []core.Param {
@@ -440,7 +449,7 @@ type decodeShape struct {
 	shared             int // the entry's dynamic shared memory
 	maxRows, hb, slots int
 	capacity, batch    int
-	itemCost           int // an item's cost beyond its key tiles, in tiles
+	itemCost, fullCost int // an item's cost beyond its key tiles, in tiles (costOf)
 }
 
 // entry is the decode entry ds's launches run.
@@ -485,7 +494,7 @@ func shapeOf(req *core.PlanRequest, form decodeForm, shared layouts) (decodeShap
 	ds.hb = (ds.maxRows + ds.v.rows - 1) / ds.v.rows
 	ds.slots = max(max(req.Device.SMs, 1)*ds.v.perSM/ds.hb, 1)
 	ds.capacity = ds.batch + ds.slots
-	ds.itemCost = itemCost
+	ds.itemCost, ds.fullCost = itemCost, max(ds.v.fullCost, itemCost)
 	return ds, nil
 }
 
@@ -550,7 +559,8 @@ func planDecodeGraph(req *core.PlanRequest, form decodeForm, shared layouts) (*c
 		}
 	}
 	sched.Args = append(sched.Args, buf.schedule, buf.requests, buf.counts, buf.slots,
-		intArg("batch", ds.batch), intArg("heads", d.Heads), intArg("capacity", ds.capacity), intArg("nslots", ds.slots), intArg("item_cost", ds.itemCost))
+		intArg("batch", ds.batch), intArg("heads", d.Heads), intArg("capacity", ds.capacity), intArg("nslots", ds.slots), intArg("item_cost", ds.itemCost),
+		intArg("full_cost", ds.fullCost))
 	p.WorkspaceBytes = total
 	p.Launches = []core.Launch{sched, decodeLaunch(ds, ds.capacity, req, buf), combineLaunch(ds, d, buf, req.Device)}
 	p.Note = fmt.Sprintf("mla decode, scheduled on the device: %d rows per block (%s), %d head block(s), %d item slots, %d stages%s",
@@ -714,14 +724,16 @@ const combineShortRows, combineManyRows = 128, 1024
 // slot of each (in order) and the share, in key tiles. mla_schedule
 // (mla_decode.cu) cuts on the device exactly so.
 func cutItems(lens []int64, ds decodeShape, graph bool) (items []core.WorkItem, slotOf []int, share int) {
-	b, slots, cost := ds.batch, ds.slots, ds.itemCost
+	b, slots := ds.batch, ds.slots
 	tiles := make([]int, b)
 	var total, most int
 	for i, n := range lens {
 		tiles[i] = int((n + mlaBN - 1) / mlaBN)
-		total += tiles[i] + cost
+		total += tiles[i]
 		most = max(most, tiles[i])
 	}
+	cost := ds.costOf(total)
+	total += b * cost
 	// Cut each request into chunks of about target tiles, target being an
 	// even share of the batch's work over the blocks that fit the GPU at
 	// once, so that one wave runs it. Each chunk (item) is one block per
@@ -754,6 +766,21 @@ func cutItems(lens []int64, ds decodeShape, graph bool) (items []core.WorkItem, 
 		}
 	}
 	return items, slotOf, target
+}
+
+// costOf is an item's cost, in key tiles, in the cut of a batch of the
+// given key tiles: the body's fullCost where the batch at that cost fills
+// the slots (a share of at least an item of minTiles), since there a
+// slot's items run one after the other and each one's fixed work takes
+// the place of keys; else itemCost, since there the items run side by
+// side, a block each, and an item's fixed work adds to its own time only
+// (at 128 heads, batch 1 and 4096 keys, a cut at a cost of 8 took 1.12x
+// the time of one at 1; at 24, 1.9x). mla_schedule decides so too.
+func (ds decodeShape) costOf(tiles int) int {
+	if ds.fullCost > ds.itemCost && tiles+ds.batch*ds.fullCost >= ds.slots*(minTiles+ds.fullCost) {
+		return ds.fullCost
+	}
+	return ds.itemCost
 }
 
 // packShare is a slot's share of a packed batch of total cost (its key

@@ -509,7 +509,7 @@ func TestOneWave(t *testing.T) {
 		if packed(slotOf) {
 			continue // TestPackedCut
 		}
-		slots, cost := ds.slots, ds.itemCost
+		slots, cost := ds.slots, ds.costOf(keyTiles(lens))
 		tiles, total := tilesOf(lens, cost)
 		even := max((total+slots-1)/slots, minTiles+cost)
 		for m, _ := cutCount(tiles, even, cost); m > ds.capacity; m, _ = cutCount(tiles, even, cost) {
@@ -558,7 +558,11 @@ func TestPackedCut(t *testing.T) {
 		{"one request", []int64{1 << 20}, 132, false},
 		{"one slot", ragged, 1, false},
 	} {
-		ds := decodeShape{batch: len(tc.lens), slots: tc.slots, capacity: len(tc.lens) + tc.slots, itemCost: itemCost}
+		full := hopperNarrow.fullCost // 16 heads: the 16-row body over 132 slots
+		if tc.slots == 66 {
+			full = hopperSeesaw.fullCost // 128 heads: the 64-row body over two head blocks
+		}
+		ds := decodeShape{batch: len(tc.lens), slots: tc.slots, capacity: len(tc.lens) + tc.slots, itemCost: itemCost, fullCost: full}
 		items, slotOf, _ := cutItems(tc.lens, ds, true)
 		if packed(slotOf) != tc.packed {
 			t.Errorf("%s: packed %v, want %v", tc.name, packed(slotOf), tc.packed)
@@ -575,7 +579,7 @@ func TestPackedCut(t *testing.T) {
 			continue
 		}
 		seen++
-		cost := ds.itemCost
+		cost := ds.costOf(keyTiles(lens))
 		if len(items) > ds.capacity {
 			t.Fatalf("lens %v over %d slots: %d items, capacity %d", lens, ds.slots, len(items), ds.capacity)
 		}
@@ -609,8 +613,56 @@ func TestPackedCut(t *testing.T) {
 	}
 }
 
+// TestItemCostFollowsTheBatch checks costOf: a batch that fills the slots
+// at the body's full cost is cut at it, one that leaves them idle at
+// itemCost, so that batch 1 is cut as before (64 items of two tiles at 128
+// heads and 4096 keys); and the cut of a filling batch is the cut at the
+// full cost.
+func TestItemCostFollowsTheBatch(t *testing.T) {
+	var ragged []int64
+	for i := range 64 {
+		ragged = append(ragged, int64(64*math.Pow(512, float64((i*37)%64)/63)))
+	}
+	const h16, h128 = 132, 66 // the slots of an H100's 132 multiprocessors at 16 and 128 heads
+	for _, tc := range []struct {
+		name        string
+		lens        []int64
+		slots, full int
+		want        int
+	}{
+		{"128 heads, 1 x 4096", []int64{4096}, h128, 8, itemCost},
+		{"128 heads, 4 x 4096", slices.Repeat([]int64{4096}, 4), h128, 8, itemCost}, // 4 x 136 < 66 x 9
+		{"128 heads, 5 x 4096", slices.Repeat([]int64{4096}, 5), h128, 8, 8},
+		{"128 heads, 16 x 4096", slices.Repeat([]int64{4096}, 16), h128, 8, 8},
+		{"128 heads, ragged 64", ragged, h128, 8, 8},
+		{"16 heads, 1 x 16384", []int64{16384}, h16, 4, itemCost}, // 516 < 132 x 5
+		{"16 heads, 2 x 16384", []int64{16384, 16384}, h16, 4, 4},
+		{"16 heads, ragged 64", ragged, h16, 4, 4},
+		{"at the edge", []int64{(h16*5 - 4) * mlaBN}, h16, 4, 4},
+		{"a tile short of it", []int64{(h16*5 - 5) * mlaBN}, h16, 4, itemCost},
+		{"no full cost", ragged, h16, 0, itemCost},
+	} {
+		ds := decodeShape{batch: len(tc.lens), slots: tc.slots, capacity: len(tc.lens) + tc.slots, itemCost: itemCost, fullCost: tc.full}
+		if got := ds.costOf(keyTiles(tc.lens)); got != tc.want {
+			t.Errorf("%s: an item costs %d tiles, want %d", tc.name, got, tc.want)
+		}
+		flat := ds
+		flat.itemCost, flat.fullCost = tc.want, 0
+		items, slotOf, share := cutItems(tc.lens, ds, true)
+		fItems, fSlotOf, fShare := cutItems(tc.lens, flat, true)
+		if !slices.Equal(items, fItems) || !slices.Equal(slotOf, fSlotOf) || share != fShare {
+			t.Errorf("%s: the cut differs from the cut at %d tiles an item", tc.name, tc.want)
+		}
+	}
+	ds := decodeShape{batch: 1, slots: h128, capacity: 1 + h128, itemCost: itemCost, fullCost: 8}
+	if items, _, _ := cutItems([]int64{4096}, ds, true); len(items) != 64 {
+		t.Errorf("128 heads, 1 x 4096: %d items, want 64", len(items))
+	}
+}
+
 // randomCut is a random batch of lengths from 0 to 2^17 keys, over 1 to
-// 300 slots, an item costing 1 to 8 tiles.
+// 300 slots, an item costing 1 to 8 tiles, and 0 to 11 more where the
+// batch fills the slots.
 func randomCut(rng *rand.Rand) ([]int64, decodeShape) {
 	n := 1 + rng.IntN(300)
 	lens := make([]int64, n)
@@ -618,7 +670,14 @@ func randomCut(rng *rand.Rand) ([]int64, decodeShape) {
 		lens[i] = rng.Int64N(1 << uint(1+rng.IntN(17)))
 	}
 	slots := 1 + rng.IntN(300)
-	return lens, decodeShape{batch: n, slots: slots, capacity: n + slots, itemCost: 1 + rng.IntN(8), maxRows: 1}
+	cost := 1 + rng.IntN(8)
+	return lens, decodeShape{batch: n, slots: slots, capacity: n + slots, itemCost: cost, fullCost: cost + rng.IntN(12), maxRows: 1}
+}
+
+// keyTiles is the key tiles of lens.
+func keyTiles(lens []int64) int {
+	_, total := tilesOf(lens, 0)
+	return total
 }
 
 // tilesOf is each length's key tiles, and the batch's cost: its tiles and

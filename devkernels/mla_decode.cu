@@ -774,14 +774,15 @@ extern "C" __global__ void __launch_bounds__(256)
 // the per-request metadata, the item count and the slot starts that the
 // host's planner (cutItems in devkernels.go) computes on the CPU, cutting
 // the batch exactly as it does: every request into chunks of about
-// `target` key tiles (its tiles plus `item_cost` for the item), target being an
+// `target` key tiles (its tiles plus an item's cost: `full_cost` where the
+// batch at that cost fills the slots, else `item_cost`), target being an
 // even share of the batch over `nslots` blocks, grown by a quarter until
 // the items fit the `capacity` the grid was sized for; where that share
 // leaves more items than slots, the least share that leaves at most
 // `nslots` if the one wave is estimated no slower (oneWave); slot k runs
 // item k. Where that cut is estimated well over the packed one (packs), the
 // batch is packed instead (packItems): its requests end to end, each after
-// item_cost, cut into `nslots` shares, slot s running the items of share s
+// an item's cost, cut into `nslots` shares, slot s running the items of share s
 // one after the other.
 #define SCHED_THREADS 1024
 
@@ -814,19 +815,24 @@ __device__ __forceinline__ void sched_block_sum_max(long long& a, long long& b, 
 // return a and b are the sums of the threads before this one, ta and tb
 // the block's (sh: 2 x 65 values of shared memory: each value's warp
 // totals, their exclusive scan and the block's total).
+// The inclusive scan of a and b over a warp's lanes.
+__device__ __forceinline__ void sched_warp_scan(long long& a, long long& b, int lane) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const long long x = __shfl_up_sync(0xffffffff, a, o), y = __shfl_up_sync(0xffffffff, b, o);
+        if (lane >= o) {
+            a += x;
+            b += y;
+        }
+    }
+}
+
 __device__ __forceinline__ void sched_block_scan(long long& a, long long& b, long long& ta, long long& tb,
                                                  long long* sh) {
     constexpr int W = SCHED_THREADS / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     long long ia = a, ib = b; // inclusive within the warp
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const long long x = __shfl_up_sync(0xffffffff, ia, o), y = __shfl_up_sync(0xffffffff, ib, o);
-        if (lane >= o) {
-            ia += x;
-            ib += y;
-        }
-    }
+    sched_warp_scan(ia, ib, lane);
     __syncthreads(); // sh is free
     if (lane == 31) {
         sh[warp] = ia;
@@ -836,14 +842,7 @@ __device__ __forceinline__ void sched_block_scan(long long& a, long long& b, lon
     if (warp == 0) { // exclusive scan of the warps' totals
         const long long wa = lane < W ? sh[lane] : 0, wb = lane < W ? sh[65 + lane] : 0;
         long long xa = wa, xb = wb;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const long long x = __shfl_up_sync(0xffffffff, xa, o), y = __shfl_up_sync(0xffffffff, xb, o);
-            if (lane >= o) {
-                xa += x;
-                xb += y;
-            }
-        }
+        sched_warp_scan(xa, xb, lane);
         sh[32 + lane] = xa - wa;
         sh[65 + 32 + lane] = xb - wb;
         if (lane == 31) {
@@ -907,7 +906,7 @@ __device__ __forceinline__ void mla_schedule_body(const SchedReqs rs, const int*
                                                   int* __restrict__ work_indptr, int* __restrict__ schedule,
                                                   int* __restrict__ requests, int* __restrict__ counts,
                                                   int* __restrict__ slots, int batch, int heads, int capacity,
-                                                  int nslots, int item_cost) {
+                                                  int nslots, int item_cost, int full_cost) {
     __shared__ long long red[2 * SCHED_THREADS / 32];
     __shared__ long long sh[2 * 65];
     pdl_launch_dependents(); // the decode may start; it waits for this schedule
@@ -918,10 +917,15 @@ __device__ __forceinline__ void mla_schedule_body(const SchedReqs rs, const int*
     long long total = 0, longest = 0;
     for (int i = lo; i < hi; i++) {
         const long long t = (rs.seq(i) + BN - 1) / BN;
-        total += t + item_cost;
+        total += t;
         longest = max(longest, t);
     }
     sched_block_sum_max(total, longest, red);
+    // An item's cost (costOf in devkernels.go): full_cost where the batch
+    // at that cost fills the slots, else item_cost.
+    if (full_cost > item_cost && total + (long long)batch * full_cost >= (long long)nslots * (1 + full_cost))
+        item_cost = full_cost;
+    total += (long long)batch * item_cost;
     long long target = max((total + nslots - 1) / nslots, 1LL + item_cost);
     // The items at a share, and the cost of the costliest.
     auto items_at = [&](long long t, long long* costliest) {
@@ -1059,9 +1063,9 @@ __device__ __forceinline__ void mla_schedule_body(const SchedReqs rs, const int*
 extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     mla_schedule(const int* __restrict__ seq_lens, const int* __restrict__ qo_indptr, int* __restrict__ schedule,
                  int* __restrict__ requests, int* __restrict__ counts, int* __restrict__ slots, int batch, int heads,
-                 int capacity, int nslots, int item_cost) {
+                 int capacity, int nslots, int item_cost, int full_cost) {
     mla_schedule_body(SchedReqs{seq_lens, qo_indptr, nullptr}, nullptr, nullptr, schedule, requests, counts, slots,
-                      batch, heads, capacity, nslots, item_cost);
+                      batch, heads, capacity, nslots, item_cost, full_cost);
 }
 
 // mla_schedule over the work requests of a split map (batch of them): it
@@ -1071,7 +1075,8 @@ extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
     mla_schedule_split(const int* __restrict__ seq_lens, const int* __restrict__ qo_indptr,
                        const int* __restrict__ kv_indptr, const int* __restrict__ split, int* __restrict__ work_indptr,
                        int* __restrict__ schedule, int* __restrict__ requests, int* __restrict__ counts,
-                       int* __restrict__ slots, int batch, int heads, int capacity, int nslots, int item_cost) {
+                       int* __restrict__ slots, int batch, int heads, int capacity, int nslots, int item_cost,
+                       int full_cost) {
     mla_schedule_body(SchedReqs{seq_lens, qo_indptr, split}, kv_indptr, work_indptr, schedule, requests, counts,
-                      slots, batch, heads, capacity, nslots, item_cost);
+                      slots, batch, heads, capacity, nslots, item_cost, full_cost);
 }
