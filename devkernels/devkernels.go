@@ -494,7 +494,7 @@ func shapeOf(req *core.PlanRequest, form decodeForm, shared layouts) (decodeShap
 	ds.hb = (ds.maxRows + ds.v.rows - 1) / ds.v.rows
 	ds.slots = max(max(req.Device.SMs, 1)*ds.v.perSM/ds.hb, 1)
 	ds.capacity = ds.batch + ds.slots
-	ds.itemCost, ds.fullCost = itemCost, max(ds.v.fullCost, itemCost)
+	ds.itemCost, ds.fullCost = itemCost, ds.v.fullCost
 	return ds, nil
 }
 

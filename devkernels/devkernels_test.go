@@ -543,26 +543,25 @@ func TestPackedCut(t *testing.T) {
 	for i := range 64 {
 		ragged = append(ragged, int64(64*math.Pow(512, float64((i*37)%64)/63)))
 	}
+	// 16 heads: the 16-row body over 132 slots; 128 heads: the 64-row body
+	// over two head blocks.
+	h16, h128 := hopperNarrow.fullCost, hopperSeesaw.fullCost
 	for _, tc := range []struct {
-		name   string
-		lens   []int64
-		slots  int
-		packed bool
+		name        string
+		lens        []int64
+		slots, full int
+		packed      bool
 	}{
-		{"ragged 64, 128 heads", ragged, 66, true},
-		{"ragged 64, 16 heads", ragged, 132, true},
-		{"64 x 4096, 16 heads", slices.Repeat([]int64{4096}, 64), 132, false},
-		{"128 x 4096, 128 heads", slices.Repeat([]int64{4096}, 128), 66, false},
-		{"128 x 16384, 128 heads", slices.Repeat([]int64{16384}, 128), 66, false},
-		{"16 x 4096, 128 heads", slices.Repeat([]int64{4096}, 16), 66, false},
-		{"one request", []int64{1 << 20}, 132, false},
-		{"one slot", ragged, 1, false},
+		{"ragged 64, 128 heads", ragged, 66, h128, true},
+		{"ragged 64, 16 heads", ragged, 132, h16, true},
+		{"64 x 4096, 16 heads", slices.Repeat([]int64{4096}, 64), 132, h16, false},
+		{"128 x 4096, 128 heads", slices.Repeat([]int64{4096}, 128), 66, h128, false},
+		{"128 x 16384, 128 heads", slices.Repeat([]int64{16384}, 128), 66, h128, false},
+		{"16 x 4096, 128 heads", slices.Repeat([]int64{4096}, 16), 66, h128, false},
+		{"one request", []int64{1 << 20}, 132, h16, false},
+		{"one slot", ragged, 1, h16, false},
 	} {
-		full := hopperNarrow.fullCost // 16 heads: the 16-row body over 132 slots
-		if tc.slots == 66 {
-			full = hopperSeesaw.fullCost // 128 heads: the 64-row body over two head blocks
-		}
-		ds := decodeShape{batch: len(tc.lens), slots: tc.slots, capacity: len(tc.lens) + tc.slots, itemCost: itemCost, fullCost: full}
+		ds := decodeShape{batch: len(tc.lens), slots: tc.slots, capacity: len(tc.lens) + tc.slots, itemCost: itemCost, fullCost: tc.full}
 		items, slotOf, _ := cutItems(tc.lens, ds, true)
 		if packed(slotOf) != tc.packed {
 			t.Errorf("%s: packed %v, want %v", tc.name, packed(slotOf), tc.packed)
