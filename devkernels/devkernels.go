@@ -63,6 +63,9 @@ const (
 	mlaDV      = 512
 	qStride    = mlaDQK + 8
 	pStride    = mlaBN + 8
+	// partBytes is the size of an element of a split item's partial output
+	// (part_o: bf16, tile.cuh's part_put2); its LSE (part_lse) is fp32.
+	partBytes = 2
 )
 
 // decodeVariant is one decode body: rows per block, pipeline stages and
@@ -526,7 +529,7 @@ func planDecodeGraph(req *core.PlanRequest, form decodeForm, shared layouts) (*c
 	d := req.Dims
 	align := func(n int64) int64 { return (n + 255) &^ 255 }
 	partRows := ds.partialRows()
-	partO := partRows * mlaDV * 4
+	partO := partRows * mlaDV * partBytes
 	offLSE := align(partO)
 	offSched := align(offLSE + partRows*4)
 	offReqs := align(offSched + int64(ds.capacity)*16)
@@ -975,7 +978,7 @@ func planDecode(req *core.PlanRequest, form decodeForm, shared layouts) (*core.P
 	for _, w := range sched {
 		schedule = append(schedule, w.Request, w.KVBegin, w.KVEnd, w.Split)
 	}
-	partO := partRows * mlaDV * 4
+	partO := partRows * mlaDV * partBytes
 	meta := func(param string) core.Arg { return core.Arg{Param: param, Kind: core.ArgMeta, Name: param} }
 	buf := decodeBuffers{
 		schedule: meta("schedule"), requests: meta("requests"), counts: meta("counts"), slots: meta("slots"),

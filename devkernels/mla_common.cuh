@@ -348,7 +348,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #define MLA_COMMON_PARAMS                                                                                      \
     bf16 *__restrict__ out, float *__restrict__ lse, const int *__restrict__ schedule,                        \
         const int *__restrict__ requests, const int *__restrict__ counts, const int *__restrict__ slots,       \
-        float *__restrict__ part_o, float *__restrict__ part_lse, int heads
+        bf16 *__restrict__ part_o, float *__restrict__ part_lse, int heads
 
 // An entry's dynamic shared memory, in bytes: the layout of its body
 // (LAYOUT<ARGS>::bytes, the carve-up the body itself uses), exported beside

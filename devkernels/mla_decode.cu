@@ -47,7 +47,7 @@ template <int M, int STAGES, int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_body(const QView& q, const Keys& ks, bf16* __restrict__ out,
                                                 float* __restrict__ lse, const Item it,
                                                 const ReqInfo* __restrict__ reqs,
-                                                float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
+                                                bf16* __restrict__ part_o, float* __restrict__ part_lse, int heads,
                                                 float scale_log2, int hb) {
     constexpr int RG = M / 16;                   // row groups of 16
     constexpr int CG = 8 / RG;                   // column groups
@@ -274,32 +274,23 @@ __device__ __forceinline__ void mla_decode_body(const QView& q, const Keys& ks, 
     const float lse1 = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
     const int gr0 = row0 + lr0, gr1 = row0 + lr1; // rows within the request
     const bool ok0 = gr0 < rows, ok1 = gr1 < rows;
-    if (rq.num_splits == 1) {
-        bf16* o0 = out + ((long long)rq.q_start * heads + gr0) * DV + cg * VC + (lane & 3) * 2;
-        bf16* o1 = out + ((long long)rq.q_start * heads + gr1) * DV + cg * VC + (lane & 3) * 2;
+    const bool whole = rq.num_splits == 1;
+    const long long p0 = whole ? (long long)rq.q_start * heads + gr0 : (long long)rq.part_base + (long long)it.split * rows + gr0;
+    const long long p1 = whole ? (long long)rq.q_start * heads + gr1 : (long long)rq.part_base + (long long)it.split * rows + gr1;
+    bf16* o0 = (whole ? out : part_o) + p0 * DV + cg * VC;
+    bf16* o1 = (whole ? out : part_o) + p1 * DV + cg * VC;
+    static_assert(NTV % 2 == 0, "quad_store16 takes groups in pairs");
 #pragma unroll
-        for (int n = 0; n < NTV; n++) {
-            if (ok0) *(u32*)(o0 + n * 8) = pack_bf16(o[n][0] * inv0, o[n][1] * inv0);
-            if (ok1) *(u32*)(o1 + n * 8) = pack_bf16(o[n][2] * inv1, o[n][3] * inv1);
-        }
-        if (cg == 0 && (lane & 3) == 0) {
-            if (ok0) lse[(long long)rq.q_start * heads + gr0] = lse0;
-            if (ok1) lse[(long long)rq.q_start * heads + gr1] = lse1;
-        }
-    } else {
-        long long p0 = (long long)rq.part_base + (long long)it.split * rows + gr0;
-        long long p1 = (long long)rq.part_base + (long long)it.split * rows + gr1;
-        float* o0 = part_o + p0 * DV + cg * VC + (lane & 3) * 2;
-        float* o1 = part_o + p1 * DV + cg * VC + (lane & 3) * 2;
-#pragma unroll
-        for (int n = 0; n < NTV; n++) {
-            if (ok0) *(float2*)(o0 + n * 8) = make_float2(o[n][0] * inv0, o[n][1] * inv0);
-            if (ok1) *(float2*)(o1 + n * 8) = make_float2(o[n][2] * inv1, o[n][3] * inv1);
-        }
-        if (cg == 0 && (lane & 3) == 0) {
-            if (ok0) part_lse[p0] = lse0;
-            if (ok1) part_lse[p1] = lse1;
-        }
+    for (int n = 0; n < NTV; n += 2) {
+        quad_store16(o0 + n * 8, pack_bf16(o[n][0] * inv0, o[n][1] * inv0), pack_bf16(o[n + 1][0] * inv0, o[n + 1][1] * inv0),
+                     lane & 3, ok0);
+        quad_store16(o1 + n * 8, pack_bf16(o[n][2] * inv1, o[n][3] * inv1), pack_bf16(o[n + 1][2] * inv1, o[n + 1][3] * inv1),
+                     lane & 3, ok1);
+    }
+    if (cg == 0 && (lane & 3) == 0) {
+        float* l = whole ? lse : part_lse;
+        if (ok0) l[p0] = lse0;
+        if (ok1) l[p1] = lse1;
     }
 }
 
@@ -336,7 +327,7 @@ template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wide(const QView& q, const Keys& ks, bf16* __restrict__ out,
                                                 float* __restrict__ lse, const Item it,
                                                 const ReqInfo* __restrict__ reqs,
-                                                float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
+                                                bf16* __restrict__ part_o, float* __restrict__ part_lse, int heads,
                                                 float scale_log2, int hb) {
     constexpr int M = 64;
     constexpr int RB = DQK * 2;       // bytes per Q/K row: 1152 = 9 lines
@@ -533,22 +524,18 @@ __device__ __forceinline__ void mla_decode_wide(const QView& q, const Keys& ks, 
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int gr = row0 + pr[k];
-        if (gr >= rows) continue;
+        const bool ok = gr < rows; // the same across a quad (quad_store16)
         const float inv = l[k] > 0.f ? kv_mul / l[k] : 0.f;
         const float ls = l[k] > 0.f ? (mo[k] + __log2f(l[k])) * 0.6931471805599453f : NEG_INF;
         const int mt = k >> 1, h = (k & 1) * 2;
-        if (rq.num_splits == 1) {
-            bf16* dst = out + ((long long)rq.q_start * heads + gr) * DV + oc * 128 + (lane & 3) * 2;
+        const bool whole = rq.num_splits == 1;
+        const long long p = whole ? (long long)rq.q_start * heads + gr : (long long)rq.part_base + (long long)it.split * rows + gr;
+        bf16* dst = (whole ? out : part_o) + p * DV + oc * 128;
 #pragma unroll
-            for (int n = 0; n < 16; n++) *(u32*)(dst + n * 8) = pack_bf16(o[mt][n][h] * inv, o[mt][n][h + 1] * inv);
-            if (oc == 0 && (lane & 3) == 0) lse[(long long)rq.q_start * heads + gr] = ls;
-        } else {
-            long long p = (long long)rq.part_base + (long long)it.split * rows + gr;
-            float* dst = part_o + p * DV + oc * 128 + (lane & 3) * 2;
-#pragma unroll
-            for (int n = 0; n < 16; n++) *(float2*)(dst + n * 8) = make_float2(o[mt][n][h] * inv, o[mt][n][h + 1] * inv);
-            if (oc == 0 && (lane & 3) == 0) part_lse[p] = ls;
-        }
+        for (int n = 0; n < 16; n += 2)
+            quad_store16(dst + n * 8, pack_bf16(o[mt][n][h] * inv, o[mt][n][h + 1] * inv),
+                         pack_bf16(o[mt][n + 1][h] * inv, o[mt][n + 1][h + 1] * inv), lane & 3, ok);
+        if (ok && oc == 0 && (lane & 3) == 0) (whole ? lse : part_lse)[p] = ls;
     }
 }
 
@@ -591,7 +578,7 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_m64, 1, mla_decode_wide, WideLayout, (FMT_DSA))
 // into four ranges, 512 blocks, is one wave of an H100. The warps' sums
 // then merge the same way in shared memory.
 template <int NV, int J>
-__device__ __forceinline__ void combine_warp(const float* __restrict__ part_o, const float* __restrict__ part_lse,
+__device__ __forceinline__ void combine_warp(const bf16* __restrict__ part_o, const float* __restrict__ part_lse,
                                              long long base, int rows, int n, int col0, int warp, int lane,
                                              float& mx, float& wsum, float (&acc)[16]) {
     for (int s0 = warp; s0 < n; s0 += 8 * J) {
@@ -608,9 +595,9 @@ __device__ __forceinline__ void combine_warp(const float* __restrict__ part_o, c
             if (s < n) {
                 const long long p = base + (long long)s * rows;
                 ls[j] = part_lse[p];
-                const float4* src = (const float4*)(part_o + p * DV + col0);
+                const bf16* src = part_o + p * DV + col0;
 #pragma unroll
-                for (int i = 0; i < NV; i++) v[j][i] = src[lane + i * 32];
+                for (int i = 0; i < NV; i++) v[j][i] = part_get4(src + (lane + i * 32) * 4);
             }
         }
         float m = mx;
@@ -639,7 +626,7 @@ __device__ __forceinline__ void combine_warp(const float* __restrict__ part_o, c
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     mla_combine(bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ requests,
-                const float* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch) {
+                const bf16* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch) {
     __shared__ float red[8][DV];
     __shared__ float wred[2][8];
     const int r = blockIdx.x, row = blockIdx.y;
@@ -708,7 +695,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 // crosses the warp by shuffle.
 extern "C" __global__ void __launch_bounds__(256)
     mla_combine_rows(bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ requests,
-                     const float* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch,
+                     const bf16* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch,
                      int max_rows) {
     pdl_wait(); // the decode's partial outputs
     pdl_launch_dependents();
@@ -742,10 +729,10 @@ extern "C" __global__ void __launch_bounds__(256)
 #pragma unroll 4
             for (int j = 0; j < m; j++) {
                 const float w = __shfl_sync(0xffffffff, wl, j);
-                const float4* src = (const float4*)(part_o + (base + (long long)(s0 + j) * rows) * DV);
+                const bf16* src = part_o + (base + (long long)(s0 + j) * rows) * DV;
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    const float4 v = src[lane + 32 * i];
+                    const float4 v = part_get4(src + (lane + 32 * i) * 4);
                     acc[i].x += w * v.x;
                     acc[i].y += w * v.y;
                     acc[i].z += w * v.z;
@@ -811,10 +798,6 @@ __device__ __forceinline__ void sched_block_sum_max(long long& a, long long& b, 
     }
 }
 
-// The block-wide exclusive scan of a and b over the threads in order: on
-// return a and b are the sums of the threads before this one, ta and tb
-// the block's (sh: 2 x 65 values of shared memory: each value's warp
-// totals, their exclusive scan and the block's total).
 // The inclusive scan of a and b over a warp's lanes.
 __device__ __forceinline__ void sched_warp_scan(long long& a, long long& b, int lane) {
 #pragma unroll
@@ -827,6 +810,10 @@ __device__ __forceinline__ void sched_warp_scan(long long& a, long long& b, int 
     }
 }
 
+// The block-wide exclusive scan of a and b over the threads in order: on
+// return a and b are the sums of the threads before this one, ta and tb
+// the block's (sh: 2 x 65 values of shared memory: each value's warp
+// totals, their exclusive scan and the block's total).
 __device__ __forceinline__ void sched_block_scan(long long& a, long long& b, long long& ta, long long& tb,
                                                  long long* sh) {
     constexpr int W = SCHED_THREADS / 32;

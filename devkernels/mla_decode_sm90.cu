@@ -164,7 +164,7 @@ struct WgLayout {
 // (log2 domain): into the output where the request is one item, else into
 // the item's partial rows.
 __device__ __forceinline__ void wg_store(const float (&o)[128], float l0, float l1, float m0, float m1, float mul,
-                                         bf16* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o,
+                                         bf16* __restrict__ out, float* __restrict__ lse, bf16* __restrict__ part_o,
                                          float* __restrict__ part_lse, const ReqInfo& rq, const Item& it, int heads,
                                          int rows, int row0, int r0, int wg, int t4) {
     const int r1 = r0 + 8;
@@ -173,33 +173,22 @@ __device__ __forceinline__ void wg_store(const float (&o)[128], float l0, float 
     const float lse1 = l1 > 0.f ? (m1 + __log2f(l1)) * 0.6931471805599453f : NEG_INF;
     const int gr0 = row0 + r0, gr1 = row0 + r1; // rows within the request
     const bool ok0 = gr0 < rows, ok1 = gr1 < rows;
-    const int c0 = wg * 256 + t4 * 2;
-    if (rq.num_splits == 1) {
-        bf16* o0 = out + ((long long)rq.q_start * heads + gr0) * DV + c0;
-        bf16* o1 = out + ((long long)rq.q_start * heads + gr1) * DV + c0;
+    const bool whole = rq.num_splits == 1;
+    const long long p0 = whole ? (long long)rq.q_start * heads + gr0 : (long long)rq.part_base + (long long)it.split * rows + gr0;
+    const long long p1 = whole ? (long long)rq.q_start * heads + gr1 : (long long)rq.part_base + (long long)it.split * rows + gr1;
+    bf16* o0 = (whole ? out : part_o) + p0 * DV + wg * 256;
+    bf16* o1 = (whole ? out : part_o) + p1 * DV + wg * 256;
 #pragma unroll
-        for (int j = 0; j < 32; j++) {
-            if (ok0) *(u32*)(o0 + 8 * j) = pack_bf16(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-            if (ok1) *(u32*)(o1 + 8 * j) = pack_bf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-        }
-        if (wg == 0 && t4 == 0) {
-            if (ok0) lse[(long long)rq.q_start * heads + gr0] = lse0;
-            if (ok1) lse[(long long)rq.q_start * heads + gr1] = lse1;
-        }
-    } else {
-        const long long p0 = (long long)rq.part_base + (long long)it.split * rows + gr0;
-        const long long p1 = (long long)rq.part_base + (long long)it.split * rows + gr1;
-        float* o0 = part_o + p0 * DV + c0;
-        float* o1 = part_o + p1 * DV + c0;
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            if (ok0) *(float2*)(o0 + 8 * j) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-            if (ok1) *(float2*)(o1 + 8 * j) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-        }
-        if (wg == 0 && t4 == 0) {
-            if (ok0) part_lse[p0] = lse0;
-            if (ok1) part_lse[p1] = lse1;
-        }
+    for (int j = 0; j < 32; j += 2) {
+        quad_store16(o0 + 8 * j, pack_bf16(o[4 * j] * inv0, o[4 * j + 1] * inv0),
+                     pack_bf16(o[4 * j + 4] * inv0, o[4 * j + 5] * inv0), t4, ok0);
+        quad_store16(o1 + 8 * j, pack_bf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1),
+                     pack_bf16(o[4 * j + 6] * inv1, o[4 * j + 7] * inv1), t4, ok1);
+    }
+    if (wg == 0 && t4 == 0) {
+        float* l = whole ? lse : part_lse;
+        if (ok0) l[p0] = lse0;
+        if (ok1) l[p1] = lse1;
     }
 }
 
@@ -207,7 +196,7 @@ template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wg(const QView& q, const Keys& ks, bf16* __restrict__ out,
                                               float* __restrict__ lse, const Item it,
                                               const ReqInfo* __restrict__ reqs,
-                                              float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
+                                              bf16* __restrict__ part_o, float* __restrict__ part_lse, int heads,
                                               float scale_log2, int hb) {
     constexpr int M = 64;
     constexpr bool H = FMT != FMT_BF16;          // f16 tiles, queries and P
@@ -601,7 +590,7 @@ template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf16* __restrict__ out,
                                               float* __restrict__ lse, const Item it,
                                               const ReqInfo* __restrict__ reqs,
-                                              float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
+                                              bf16* __restrict__ part_o, float* __restrict__ part_lse, int heads,
                                               float scale_log2, int hb) {
     constexpr int M = 64;
     constexpr bool H = FMT != FMT_BF16; // f16 tiles, queries and P, converted in place
@@ -1107,7 +1096,7 @@ template <int FMT, bool SPARSE>
 __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, bf16* __restrict__ out,
                                                float* __restrict__ lse, const Item it,
                                                const ReqInfo* __restrict__ reqs,
-                                               float* __restrict__ part_o, float* __restrict__ part_lse, int heads,
+                                               bf16* __restrict__ part_o, float* __restrict__ part_lse, int heads,
                                                float scale_log2, int hb) {
     constexpr int M = WN_ROWS;
     constexpr bool H = FMT != FMT_BF16;
@@ -1437,33 +1426,33 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
         for (int x = 0; x < 4; x++) red_sum[w * M + 8 * (x >> 1) + qc + (x & 1)] = l[x];
     }
     consumer_sync();
+    // A row's 16 value columns 16w.. of block i are a 32-byte sector:
+    // lanes g = lane >> 2 of the warp hold columns 16w + g and 16w + g + 8
+    // (of the row lane & 3 picks). Even lanes trade the second for their
+    // odd neighbour's first (lanes 4 apart), so each lane writes two
+    // adjacent columns and the warp's lanes of a row the whole sector (see
+    // quad_store16).
+    const int g = lane >> 2;
+    const bool even = (g & 1) == 0;
 #pragma unroll
     for (int x = 0; x < 4; x++) {
         const int c = 8 * (x >> 1) + qc + (x & 1);
         const float lt = red_sum[c] + red_sum[M + c] + red_sum[2 * M + c] + red_sum[3 * M + c];
         const int gr = row0 + c; // the row within the request
-        if (gr >= rows) continue;
+        const bool ok = gr < rows; // the same for lanes 4 apart
         const float inv = lt > 0.f ? kv_mul / lt : 0.f;
         const float ls = lt > 0.f ? (m[x] + __log2f(lt)) * 0.6931471805599453f : NEG_INF;
         const int a = 4 * (x >> 1) + (x & 1);
-        if (rq.num_splits == 1) {
-            bf16* dst = out + ((long long)rq.q_start * heads + gr) * DV + kr;
+        const bool whole = rq.num_splits == 1;
+        const long long p = whole ? (long long)rq.q_start * heads + gr : (long long)rq.part_base + (long long)it.split * rows + gr;
+        bf16* dst = (whole ? out : part_o) + p * DV + w * 16 + (even ? g : g + 7);
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                dst[64 * i] = (bf16)(pack_bf16(o[i][a] * inv, 0.f) & 0xffff);
-                dst[64 * i + 8] = (bf16)(pack_bf16(o[i][a + 2] * inv, 0.f) & 0xffff);
-            }
-            if (w == 0 && lane < 4) lse[(long long)rq.q_start * heads + gr] = ls;
-        } else {
-            const long long p = (long long)rq.part_base + (long long)it.split * rows + gr;
-            float* dst = part_o + p * DV + kr;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                dst[64 * i] = o[i][a] * inv;
-                dst[64 * i + 8] = o[i][a + 2] * inv;
-            }
-            if (w == 0 && lane < 4) part_lse[p] = ls;
+        for (int i = 0; i < 8; i++) {
+            const float x0 = o[i][a] * inv, x8 = o[i][a + 2] * inv;
+            const float r = __shfl_xor_sync(0xffffffff, even ? x8 : x0, 4);
+            if (ok) *(u32*)(dst + 64 * i) = even ? pack_bf16(x0, r) : pack_bf16(r, x8);
         }
+        if (ok && w == 0 && lane < 4) (whole ? lse : part_lse)[p] = ls;
     }
 }
 

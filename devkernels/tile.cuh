@@ -47,6 +47,28 @@ __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+// A body's output rows, and a split item's partial output rows (part_o; its
+// LSE, part_lse, is fp32), are bf16. In the accumulators of mma.sync and
+// wgmma, lane q4 of a quad holds columns 2 q4 and 2 q4 + 1 of each 8-column
+// group of a row: 16 bytes of a group a store, half of a 32-byte sector,
+// which the DRAM must read back to write (measured on an H100: 1.18x the
+// time of a 128-head batch 1 whose partials took half stores). quad_store16
+// writes groups j and j + 1 (g: the row at group j's first column; a, b:
+// this lane's packed pair of each) as one whole sector: the quad's even
+// lanes trade their pair of group j + 1 for the odd ones' pair of group j,
+// then each lane writes four columns. The exchange is the quad's own, so
+// ok (the row exists) may differ between quads, not within one.
+__device__ __forceinline__ void quad_store16(bf16* g, u32 a, u32 b, int q4, bool ok) {
+    const bool even = (q4 & 1) == 0;
+    const u32 r = __shfl_xor_sync(0xffffffff, even ? b : a, 1);
+    if (ok) *(uint2*)(g + (even ? 0 : 8) + 4 * (q4 >> 1)) = even ? make_uint2(a, r) : make_uint2(r, b);
+}
+// Columns p[0..3] of a partial output row (8-byte aligned), as floats.
+__device__ __forceinline__ float4 part_get4(const bf16* p) {
+    const uint2 u = *(const uint2*)p;
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
 // The sum and the maximum of x over the four lanes of a quad (the lanes
 // that hold one row of an MMA accumulator).
 __device__ __forceinline__ float quad_sum(float x) {
