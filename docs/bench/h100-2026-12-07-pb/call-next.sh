@@ -5,7 +5,10 @@
 # (TestMMASyncWideOnHopper: the 64-row body other GPUs run;
 # TestNarrowWGMMAOnHopper), compute-sanitizer memcheck of the graph step
 # and the wide body; then, on an H200, the whole bench --gpu --json --plot
-# (issue 39's figures). .device/nx.tar.xz (bundle-next.sh).
+# (issue 39's figures), elsewhere a sweep of the full cost of an item now
+# that the partials are half the bytes (S: fullcost-sweep.patch; the
+# committed costs are 8 tiles for the 64-row bodies and 4 for the 16-row
+# one), two interleaved rounds. .device/nx.tar.xz (bundle-next.sh).
 # call-next.sh [T] (420 unless given).
 set -u
 T=${1:-420}
@@ -35,5 +38,19 @@ cat $OUT/checks.log
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && [ $(left $((T - 10))) -gt 150 ]; then
   timeout $(left $((T - 5))) $E/attnplug bench --gpu --json --plot $OUT/bench.svg --plugin-dir $E/plugins > $OUT/bench.json 2> $OUT/bench.err
   echo "bench rc=$? at $(at)"
+else
+  ROWS="_ragged64,h128_b16_s4096,h16_b16_s4096,h128_b64_s4096,h16_b64_s4096,sparse fp8 h128 b16"
+  rm -rf /tmp/ab && mkdir -p /tmp/ab
+  for round in 1 2; do
+    for c in "A 8 4" "C2 2 1" "C4 4 2" "C12 12 6" "C16 16 8"; do
+      set -- $c
+      [ $(left $((T - 10))) -gt 30 ] || break 2
+      dir=S/plugins; [ $1 = A ] && dir=plugins
+      ATTNPLUG_EXP_FULL_COST_64=$2 ATTNPLUG_EXP_FULL_COST_16=$3 timeout $(left $((T - 5))) $E/attnplug bench --gpu --json --python "" \
+        --only "$ROWS" --plugin-dir $E/$dir > /tmp/ab/ab-$1-$round.json 2> /tmp/err-$1; echo "$1 $round rc=$? at $(at)"
+    done
+  done
+  tar -C /tmp/ab -czf $OUT/sweep-json.tar.gz .
+  python3 docs/bench/h100-2026-12-06-producer/abtable.py A C2 C4 C12 C16 > $OUT/sweep.txt; cat $OUT/sweep.txt
 fi
 echo "done at $(at)"
