@@ -64,7 +64,8 @@ const (
 	qStride    = mlaDQK + 8
 	pStride    = mlaBN + 8
 	// partBytes is the size of an element of a split item's partial output
-	// (part_o: bf16, tile.cuh's part_put2); its LSE (part_lse) is fp32.
+	// (part_o: bf16, written by tile.cuh's quad_store16 and read by its
+	// part_get4); its LSE (part_lse) is fp32.
 	partBytes = 2
 )
 
