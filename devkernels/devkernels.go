@@ -65,7 +65,7 @@ const (
 	pStride    = mlaBN + 8
 	// partBytes is the size of an element of a split item's partial output
 	// (part_o: bf16, written by tile.cuh's quad_store16 and read by its
-	// part_get4); its LSE (part_lse) is fp32.
+	// part_load4); its LSE (part_lse) is fp32.
 	partBytes = 2
 )
 
@@ -702,7 +702,7 @@ func combineLaunch(ds decodeShape, d core.PlanDims, buf decodeBuffers, dev core.
 // short batch into (the kernel takes 1, 2 or 4); combineWarps is the
 // warps of a combine block, each merging a row in mla_combine_rows, and
 // combineBlocksPerSM the blocks a multiprocessor is given: 2048 threads'
-// worth, of which four are resident at once (the kernel's 63-64 registers a
+// worth, of which three are resident at once (the kernel's 80 registers a
 // thread, read from the sm_90 image), the rest starting as those end.
 const combineShortParts, combineWarps, combineBlocksPerSM = 4, 8, 8
 

@@ -572,11 +572,39 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_m64, 1, mla_decode_wide, WideLayout, (FMT_DSA))
 // weighted sum and the weight under it, rescaled when a larger LSE comes),
 // J chunks at a time, their LSEs and partial outputs loaded together: a
 // merge of 8 J chunks takes one trip to memory, not one for the LSEs and one
-// for the outputs. J is 4 for ranges of 128 and 256 columns and 2 for whole
-// rows, so that a thread holds at most 32 registers of loads and four
-// blocks fit a multiprocessor (__launch_bounds__): a batch of 128 rows cut
-// into four ranges, 512 blocks, is one wave of an H100. The warps' sums
-// then merge the same way in shared memory.
+// for the outputs. Two ways, by the range's width:
+// - Whole rows (a batch of 129 to 1024 rows, a few chunks a row):
+//   combine_warp, J 2, every lane loading the LSE of each chunk.
+// - Ranges of 128 or 256 columns (the plan's batches of at most 128 rows,
+//   whose rows are cut into the most chunks: 64 to 133 at batch 1):
+//   combine_warp_lanes, J 16 or 8, lane j loading the LSE of the warp's
+//   chunk j and every lane holding its columns of the J chunks as loaded,
+//   bf16 pairs, until their weights are known. A row of batch 1 cut into
+//   133 chunks takes two trips, not five (16 heads, 16384 keys: 0.91-0.93x
+//   the layer's time on an H100); whole rows merged this way, J 4, took
+//   1.03x the time of a 16-head batch of 16
+//   (docs/bench/h100-2026-12-07-cb.md).
+// Either holds at most 34 registers of loads and LSEs, so that four blocks
+// fit a multiprocessor (__launch_bounds__): a batch of 128 rows cut into
+// four ranges, 512 blocks, is one wave of an H100. The warps' sums then
+// merge the same way in shared memory.
+//
+// A larger LSE m rescales the warp's running sums to it.
+template <int NV>
+__device__ __forceinline__ void combine_rescale(float m, float& mx, float& wsum, float (&acc)[16]) {
+    const float sc = __expf(mx - m); // 0 while mx is NEG_INF
+    mx = m;
+    wsum *= sc;
+#pragma unroll
+    for (int i = 0; i < 4 * NV; i++) acc[i] *= sc;
+}
+// Adds four columns of a chunk, weighted by w, to acc[0..3].
+__device__ __forceinline__ void combine_add(float* acc, float w, float4 f) {
+    acc[0] += w * f.x;
+    acc[1] += w * f.y;
+    acc[2] += w * f.z;
+    acc[3] += w * f.w;
+}
 template <int NV, int J>
 __device__ __forceinline__ void combine_warp(const bf16* __restrict__ part_o, const float* __restrict__ part_lse,
                                              long long base, int rows, int n, int col0, int warp, int lane,
@@ -597,29 +625,54 @@ __device__ __forceinline__ void combine_warp(const bf16* __restrict__ part_o, co
                 ls[j] = part_lse[p];
                 const bf16* src = part_o + p * DV + col0;
 #pragma unroll
-                for (int i = 0; i < NV; i++) v[j][i] = part_get4(src + (lane + i * 32) * 4);
+                for (int i = 0; i < NV; i++) v[j][i] = part_float4(part_load4(src + (lane + i * 32) * 4));
             }
         }
         float m = mx;
 #pragma unroll
         for (int j = 0; j < J; j++) m = fmaxf(m, ls[j]);
         if (m == NEG_INF) continue; // every chunk so far empty
-        const float sc = __expf(mx - m); // 0 while mx is NEG_INF
-        mx = m;
-        wsum *= sc;
-#pragma unroll
-        for (int i = 0; i < 4 * NV; i++) acc[i] *= sc;
+        combine_rescale<NV>(m, mx, wsum, acc);
 #pragma unroll
         for (int j = 0; j < J; j++) {
             const float w = ls[j] == NEG_INF ? 0.f : __expf(ls[j] - mx);
             wsum += w;
 #pragma unroll
-            for (int i = 0; i < NV; i++) {
-                acc[i * 4 + 0] += w * v[j][i].x;
-                acc[i * 4 + 1] += w * v[j][i].y;
-                acc[i * 4 + 2] += w * v[j][i].z;
-                acc[i * 4 + 3] += w * v[j][i].w;
-            }
+            for (int i = 0; i < NV; i++) combine_add(acc + 4 * i, w, v[j][i]);
+        }
+    }
+}
+template <int NV, int J>
+__device__ __forceinline__ void combine_warp_lanes(const bf16* __restrict__ part_o, const float* __restrict__ part_lse,
+                                                   long long base, int rows, int n, int col0, int warp, int lane,
+                                                   float& mx, float& wsum, float (&acc)[16]) {
+    static_assert(J <= 32, "a lane loads the LSE of one chunk");
+    for (int s0 = warp; s0 < n; s0 += 8 * J) {
+        // Chunks s0, s0 + 8, ..., s0 + 8 (J - 1): lane j's LSE of chunk j,
+        // and this lane's columns of each, in flight together.
+        float ls = NEG_INF;
+        if (lane < J && s0 + 8 * lane < n) ls = part_lse[base + (long long)(s0 + 8 * lane) * rows];
+        uint2 v[J][NV];
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int s = s0 + 8 * j;
+            const bf16* src = part_o + (base + (long long)s * rows) * DV + col0;
+#pragma unroll
+            for (int i = 0; i < NV; i++) v[j][i] = s < n ? part_load4(src + (lane + i * 32) * 4) : make_uint2(0u, 0u);
+        }
+        float m = ls;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+        m = fmaxf(m, mx);
+        if (m == NEG_INF) continue; // every chunk so far empty
+        combine_rescale<NV>(m, mx, wsum, acc);
+        const float wl = ls == NEG_INF ? 0.f : __expf(ls - mx);
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const float w = __shfl_sync(0xffffffff, wl, j);
+            wsum += w;
+#pragma unroll
+            for (int i = 0; i < NV; i++) combine_add(acc + 4 * i, w, part_float4(v[j][i]));
         }
     }
 }
@@ -646,9 +699,9 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 #pragma unroll
     for (int i = 0; i < 16; i++) acc[i] = 0.f;
     if (nv == 1)
-        combine_warp<1, 4>(part_o, part_lse, base, rows, rq.num_splits, col0, warp, lane, mx, wsum, acc);
+        combine_warp_lanes<1, 16>(part_o, part_lse, base, rows, rq.num_splits, col0, warp, lane, mx, wsum, acc);
     else if (nv == 2)
-        combine_warp<2, 4>(part_o, part_lse, base, rows, rq.num_splits, col0, warp, lane, mx, wsum, acc);
+        combine_warp_lanes<2, 8>(part_o, part_lse, base, rows, rq.num_splits, col0, warp, lane, mx, wsum, acc);
     else
         combine_warp<4, 2>(part_o, part_lse, base, rows, rq.num_splits, col0, warp, lane, mx, wsum, acc);
 #pragma unroll
@@ -690,27 +743,46 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 // + i), so that the grid is a wave of the GPU whatever the batch: a block a
 // row (mla_combine) pays every block's start even where the row's request
 // is unsplit and the block returns at once, 10 us at 128 heads and batch
-// 64 on an H200. Each lane owns 16 of the 512 columns (four float4 of each
-// chunk, 128 columns apart) and the weight of every 32nd chunk, which
-// crosses the warp by shuffle.
+// 64 on an H200. Each lane owns 16 of the 512 columns (four groups of four,
+// 128 columns apart) and the weight of every 32nd chunk, which crosses the
+// warp by shuffle. The request of a warp's first row is read before the
+// wait (as mla_combine's), and the chunks' LSEs together with the first
+// four chunks' columns (held as loaded, bf16 pairs, until their weights
+// are known), the rest four chunks a trip: a row of the 128-head batch of
+// 16 x 4096, five or six chunks, takes two trips after the wait, where it
+// took five (its request, the LSEs twice, the chunks four at a time):
+// 0.97-0.98x the layer's time on an H100. 80 registers a thread, three
+// blocks a multiprocessor (devkernels.go's combineBlocksPerSM).
 extern "C" __global__ void __launch_bounds__(256)
     mla_combine_rows(bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ requests,
                      const bf16* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch,
                      int max_rows) {
-    pdl_wait(); // the decode's partial outputs
-    pdl_launch_dependents();
     const int lane = threadIdx.x & 31;
     const long long total = (long long)batch * max_rows;
     const long long stride = (long long)gridDim.x * (blockDim.x >> 5);
-    for (long long g = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); g < total; g += stride) {
+    const long long g0 = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    ReqInfo rq = {};
+    if (g0 < total) rq = ((const ReqInfo*)requests)[g0 / max_rows];
+    pdl_wait(); // the decode's partial outputs
+    pdl_launch_dependents();
+    for (long long g = g0; g < total; g += stride) {
         const int r = (int)(g / max_rows), row = (int)(g - (long long)r * max_rows);
-        const ReqInfo rq = ((const ReqInfo*)requests)[r];
+        if (g != g0) rq = ((const ReqInfo*)requests)[r];
         const int rows = rq.q_len * heads;
         if (rq.num_splits <= 1 || row >= rows) continue;
         const long long base = rq.part_base + row;
         const int n = rq.num_splits;
-        float mx = NEG_INF;
-        for (int s = lane; s < n; s += 32) mx = fmaxf(mx, part_lse[base + (long long)s * rows]);
+        // Chunks 0..3's columns, and lane s's LSE of chunk s, together.
+        uint2 v[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const bf16* src = part_o + (base + (long long)j * rows) * DV;
+#pragma unroll
+            for (int i = 0; i < 4; i++) v[j][i] = j < n ? part_load4(src + (lane + 32 * i) * 4) : make_uint2(0u, 0u);
+        }
+        const float ls0 = lane < n ? part_lse[base + (long long)lane * rows] : NEG_INF;
+        float mx = ls0;
+        for (int s = lane + 32; s < n; s += 32) mx = fmaxf(mx, part_lse[base + (long long)s * rows]);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
         float4 acc[4];
@@ -719,24 +791,33 @@ extern "C" __global__ void __launch_bounds__(256)
         float wsum = 0.f;
         for (int s0 = 0; s0 < n; s0 += 32) {
             // The weights of chunks s0..s0+31, a lane each.
-            float wl = 0.f;
-            if (s0 + lane < n) {
-                const float ls = part_lse[base + (long long)(s0 + lane) * rows];
-                wl = ls == NEG_INF ? 0.f : __expf(ls - mx);
-            }
+            float ls = ls0;
+            if (s0 > 0) ls = s0 + lane < n ? part_lse[base + (long long)(s0 + lane) * rows] : NEG_INF;
+            const float wl = ls == NEG_INF ? 0.f : __expf(ls - mx);
             wsum += wl;
             const int m = min(32, n - s0);
-#pragma unroll 4
-            for (int j = 0; j < m; j++) {
-                const float w = __shfl_sync(0xffffffff, wl, j);
-                const bf16* src = part_o + (base + (long long)(s0 + j) * rows) * DV;
+            for (int j = 0; j < m; j += 4) {
+                // Chunks s0 + j.. s0 + j + 3 (a lane past the last has weight 0).
+                if (s0 + j > 0) {
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const float4 v = part_get4(src + (lane + 32 * i) * 4);
-                    acc[i].x += w * v.x;
-                    acc[i].y += w * v.y;
-                    acc[i].z += w * v.z;
-                    acc[i].w += w * v.w;
+                    for (int k = 0; k < 4; k++) {
+                        const bf16* src = part_o + (base + (long long)(s0 + j + k) * rows) * DV;
+#pragma unroll
+                        for (int i = 0; i < 4; i++)
+                            v[k][i] = j + k < m ? part_load4(src + (lane + 32 * i) * 4) : make_uint2(0u, 0u);
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const float w = __shfl_sync(0xffffffff, wl, j + k);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float4 f = part_float4(v[k][i]);
+                        acc[i].x += w * f.x;
+                        acc[i].y += w * f.y;
+                        acc[i].z += w * f.z;
+                        acc[i].w += w * f.w;
+                    }
                 }
             }
         }

@@ -63,9 +63,10 @@ __device__ __forceinline__ void quad_store16(bf16* g, u32 a, u32 b, int q4, bool
     const u32 r = __shfl_xor_sync(0xffffffff, even ? b : a, 1);
     if (ok) *(uint2*)(g + (even ? 0 : 8) + 4 * (q4 >> 1)) = even ? make_uint2(a, r) : make_uint2(r, b);
 }
-// Columns p[0..3] of a partial output row (8-byte aligned), as floats.
-__device__ __forceinline__ float4 part_get4(const bf16* p) {
-    const uint2 u = *(const uint2*)p;
+// Four bf16 columns of a partial output row, as loaded (8 bytes, held
+// packed until used), and as floats.
+__device__ __forceinline__ uint2 part_load4(const bf16* p) { return *(const uint2*)p; }
+__device__ __forceinline__ float4 part_float4(uint2 u) {
     return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
                        __uint_as_float(u.y & 0xffff0000u));
 }
