@@ -576,13 +576,13 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_m64, 1, mla_decode_wide, WideLayout, (FMT_DSA))
 // - Whole rows (a batch of 129 to 1024 rows, a few chunks a row):
 //   combine_warp, J 2, every lane loading the LSE of each chunk.
 // - Ranges of 128 or 256 columns (the plan's batches of at most 128 rows,
-//   whose rows are cut into the most chunks: 64 to 133 at batch 1):
-//   combine_warp_lanes, J 16 or 8, lane j loading the LSE of the warp's
-//   chunk j and every lane holding its columns of the J chunks as loaded,
-//   bf16 pairs, until their weights are known. A row of batch 1 cut into
-//   133 chunks takes two trips, not five (16 heads, 16384 keys: 0.91-0.93x
-//   the layer's time on an H100); whole rows merged this way, J 4, took
-//   1.03x the time of a 16-head batch of 16
+//   whose rows are cut into the most chunks: 64 or 128 at batch 1 on 132
+//   multiprocessors): combine_warp_lanes, J 16 or 8, lane j loading the
+//   LSE of the warp's chunk j and every lane holding its columns of the J
+//   chunks as loaded, bf16 pairs, until their weights are known. A row of
+//   batch 1 cut into 128 chunks takes one trip, not four (16 heads, 16384
+//   keys: 0.91-0.93x the layer's time on an H100); whole rows merged this
+//   way, J 4, took 1.03x the time of a 16-head batch of 16
 //   (docs/bench/h100-2026-12-07-cb.md).
 // Either holds at most 34 registers of loads and LSEs, so that four blocks
 // fit a multiprocessor (__launch_bounds__): a batch of 128 rows cut into
@@ -749,10 +749,10 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 // wait (as mla_combine's), and the chunks' LSEs together with the first
 // four chunks' columns (held as loaded, bf16 pairs, until their weights
 // are known), the rest four chunks a trip: a row of the 128-head batch of
-// 16 x 4096, five or six chunks, takes two trips after the wait, where it
-// took five (its request, the LSEs twice, the chunks four at a time):
-// 0.97-0.98x the layer's time on an H100. 80 registers a thread, three
-// blocks a multiprocessor (devkernels.go's combineBlocksPerSM).
+// 16 x 4096, four chunks, takes one trip after the wait where it took
+// four (its request, the LSEs twice, the chunks): 0.97-0.98x the layer's
+// time on an H100. 80 registers a thread, three blocks a multiprocessor
+// (devkernels.go's combineBlocksPerSM).
 extern "C" __global__ void __launch_bounds__(256)
     mla_combine_rows(bf16* __restrict__ out, float* __restrict__ lse, const int* __restrict__ requests,
                      const bf16* __restrict__ part_o, const float* __restrict__ part_lse, int heads, int batch,
