@@ -1,0 +1,54 @@
+#!/bin/bash
+# Prepared for the next session's first call, not run. .device/nx2.tar.xz
+# (bundle-next.sh). call-next.sh [T] (540 unless given).
+# - On an H200: the whole bench --gpu --json --plot (issue 39's figures,
+#   against floors and torch of the same run), then what time is left of
+#   the rest.
+# - Then, on any machine:
+#   1. A sweep of the 16-row body's item cost in the cut (S:
+#      itemcost-sweep.patch). At 0 a 16-head batch 1 of 4096 keys is cut
+#      into 128 items of 32 keys, a block each, not 64 of 64 (half the
+#      GPU idle), now that the combine merges 128 chunks in one trip. A
+#      (committed, 1), I0 and I2; three interleaved rounds over the short
+#      16-head rows and some others the cost also moves.
+#   2. The layer by parts (decode alone, no programmatic launches) and
+#      each block's timeline (NVRTC, timeline.patch) of the batch-1 and
+#      batch-16 rows at 16 and 128 heads, with the bf16 partials and this
+#      report's combine: where the short layers' time goes now.
+set -u
+T=${1:-540}
+S0=$(date +%s)
+at() { echo "$(( $(date +%s) - S0 ))s"; }
+left() { local x=$(( $1 - ($(date +%s) - S0) )); [ $x -lt 1 ] && x=1; echo $x; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $OUT/smi.txt
+rm -rf /tmp/nx2 && mkdir -p /tmp/nx2 && tar -C /tmp/nx2 -xJf .device/nx2.tar.xz || exit 1
+E=/tmp/nx2/nx2
+export ATTNPLUG_REQUIRE_GPU=1 ATTNPLUG_CACHE_DIR=/tmp/cache-nx2
+unset ATTNPLUG_DEVICE_CODE
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  timeout 380 $E/attnplug bench --gpu --json --plot $OUT/bench.svg --plugin-dir $E/plugins > $OUT/bench.json 2> $OUT/bench.err
+  echo "bench rc=$? at $(at)"
+fi
+# 1. The item cost.
+ROWS="h16_b1_s,h16_b16_s4096,h16_b64_s4096,h16_ragged64,h16_extend,sparse bf16 h16 b16,fp8 decode h16 b16,h128_b1_s4096"
+rm -rf /tmp/ab && mkdir -p /tmp/ab
+for round in 1 2 3; do
+  for c in "A 1" "I0 0" "I2 2"; do
+    set -- $c
+    [ $(left $((T - 120))) -gt 15 ] || break 2
+    dir=S/plugins; [ $1 = A ] && dir=plugins
+    ATTNPLUG_EXP_ITEM_COST_16=$2 timeout $(left $((T - 100))) $E/attnplug bench --gpu --json --python "" \
+      --only "$ROWS" --plugin-dir $E/$dir > /tmp/ab/ab-$1-$round.json 2> /tmp/err-$1; echo "$1 $round rc=$? at $(at)"
+  done
+done
+tar -C /tmp/ab -czf $OUT/sweep-json.tar.gz .
+python3 docs/bench/h100-2026-12-06-producer/abtable.py A I0 I2 > $OUT/sweep.txt; cat $OUT/sweep.txt
+# 2. The layer by parts (the committed images), then each block's timeline.
+SH=h16_b1_s4096,h128_b1_s4096,h16_b16_s4096,h128_b16_s4096
+(cd internal/gpucheck && EXP=1 EXP_SHAPES=$SH timeout $(left $((T - 60))) $E/gpucheck-exp.test -test.v -test.count=1 \
+  -test.run TestExpParts -test.timeout 200s > /tmp/exp.log 2>&1; echo "parts rc=$? at $(at)")
+grep -E "EXP|FAIL|panic|^ok|^PASS" /tmp/exp.log | sed 's/^ *//' | cut -c1-220 > $OUT/exp.log; cat $OUT/exp.log
+(cd internal/gpucheck && EXP=1 EXP_TL=1 EXP_SHAPES=$SH ATTNPLUG_DEVICE_CODE=nvrtc timeout $(left $((T - 5))) $E/gpucheck-tl.test \
+  -test.v -test.count=1 -test.run TestExpParts -test.timeout 300s > /tmp/tl.log 2>&1; echo "timeline rc=$? at $(at)")
+grep -E "EXP|TL |FAIL|panic|^ok|^PASS|rror" /tmp/tl.log | sed 's/^ *//' | cut -c1-260 > $OUT/tl.log; cat $OUT/tl.log
+echo "done at $(at)"
