@@ -11,7 +11,10 @@
 #      combine ends; the schedule no longer lets the decode start before it
 #      ends, which makes the early reads safe. gpucheck's checks through
 #      NVRTC on P's sources (memcheck of the graph step), then three
-#      interleaved rounds of bench --gpu, A (committed, NVRTC) and P.
+#      interleaved rounds of bench --gpu, A (committed, NVRTC), P and R2
+#      (rows-out.patch: the bodies' one helper for where their rows go, as
+#      this report's R but computed where main computes it; R ran 0.98x
+#      the 128-head batch 1 and 1.006x the 16-head batch of 16).
 #   1. A sweep of the 16-row body's item cost in the cut (S:
 #      itemcost-sweep.patch). At 0 a 16-head batch 1 of 4096 keys is cut
 #      into 128 items of 32 keys, a block each, not 64 of 64 (half the
@@ -54,15 +57,15 @@ cat $OUT/checks-P.log
 PROWS="_ragged64,h16_b1_s,h128_b1_s,h16_b16_s4096,h16_b16_s16384,h16_b64_s4096,h128_b16_s4096,h128_b64_s4096,_extend_b16,fp8 decode h16 b16,fp8 decode h128,sparse fp8 h128 b16,sparse bf16 h16 b16"
 rm -rf /tmp/ab && mkdir -p /tmp/ab
 for round in 1 2 3; do
-  for v in A P; do
+  for v in A P R2; do
     [ $(left $((T - 230))) -gt 15 ] || break 2
-    dir=P/plugins; [ $v = A ] && dir=plugins
+    dir=$v/plugins; [ $v = A ] && dir=plugins
     ATTNPLUG_DEVICE_CODE=nvrtc timeout $(left $((T - 220))) $E/attnplug bench --gpu --json --python "" --only "$PROWS" \
       --plugin-dir $E/$dir > /tmp/ab/ab-$v-$round.json 2> /tmp/err-$v; echo "$v $round rc=$? at $(at)"
   done
 done
 tar -C /tmp/ab -czf $OUT/prefetch-json.tar.gz .
-python3 docs/bench/h100-2026-12-06-producer/abtable.py A P > $OUT/prefetch.txt; cat $OUT/prefetch.txt
+python3 docs/bench/h100-2026-12-06-producer/abtable.py A P R2 > $OUT/prefetch.txt; cat $OUT/prefetch.txt
 # 1. The item cost.
 ROWS="h16_b1_s,h16_b16_s4096,h16_b64_s4096,h16_ragged64,h16_extend,sparse bf16 h16 b16,fp8 decode h16 b16,h128_b1_s4096"
 rm -rf /tmp/ab && mkdir -p /tmp/ab
