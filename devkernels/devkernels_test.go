@@ -653,9 +653,23 @@ func TestItemCostFollowsTheBatch(t *testing.T) {
 			t.Errorf("%s: the cut differs from the cut at %d tiles an item", tc.name, tc.want)
 		}
 	}
-	ds := decodeShape{batch: 1, slots: h128, capacity: 1 + h128, itemCost: itemCost, fullCost: 8}
-	if items, _, _ := cutItems([]int64{4096}, ds, true); len(items) != 64 {
-		t.Errorf("128 heads, 1 x 4096: %d items, want 64", len(items))
+	// Batch 1's items, the chunks a row of it has in the combine
+	// (mla_combine's comment): 64 at 128 heads; 64 or 128 at 16.
+	for _, tc := range []struct {
+		name        string
+		n           int64
+		slots, full int
+		want        int
+	}{
+		{"128 heads, 1 x 4096", 4096, h128, 8, 64},
+		{"128 heads, 1 x 16384", 16384, h128, 8, 64},
+		{"16 heads, 1 x 4096", 4096, h16, 4, 64},
+		{"16 heads, 1 x 16384", 16384, h16, 4, 128},
+	} {
+		ds := decodeShape{batch: 1, slots: tc.slots, capacity: 1 + tc.slots, itemCost: itemCost, fullCost: tc.full}
+		if items, _, _ := cutItems([]int64{tc.n}, ds, true); len(items) != tc.want {
+			t.Errorf("%s: %d items, want %d", tc.name, len(items), tc.want)
+		}
 	}
 }
 
