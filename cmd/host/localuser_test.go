@@ -226,7 +226,8 @@ func host2(t *testing.T, args ...string) result {
 // its socket's path leaves the next server's socket in place when it ends.
 func TestServeDrainingKeepsTheNextServersSocket(t *testing.T) {
 	plugins := t.TempDir()
-	if err := testbin.FaultScript(plugins, faultPlugin(t), "slow", "name=slow,names=slow,sleep=8s"); err != nil {
+	reached := filepath.Join(t.TempDir(), "reached") // the plugin creates it as the call comes in
+	if err := testbin.FaultScript(plugins, faultPlugin(t), "slow", "name=slow,names=slow,sleep=8s,mark="+reached); err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(t.TempDir(), "s.sock")
@@ -236,7 +237,10 @@ func TestServeDrainingKeepsTheNextServersSocket(t *testing.T) {
 		_, err := dispatchv1.NewDispatcherClient(a.conn).Dispatch(testContext(t), &dispatchv1.DispatchRequest{Request: pbRequest("slow", core.ModeDecode)})
 		held <- err
 	}()
-	for len(testbin.ProcessesUnder(filepath.Dir(faultPlugin(t)))) == 0 { // the call reached the plugin
+	for { // the call reached the plugin (a plugin process alone may be another test's, or started before the call)
+		if _, err := os.Stat(reached); err == nil {
+			break
+		}
 		select {
 		case err := <-held:
 			t.Fatalf("the call ended before it was held: %v", err)

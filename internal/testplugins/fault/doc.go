@@ -35,6 +35,8 @@
 //	alloc_mib=N      allocate N MiB more, every page written, at every
 //	                 dispatch, and keep it: memory that grows without end
 //	many_names=N     also serve N names, fault_0 to fault_N-1
+//	mark=PATH        create the file PATH at every dispatch, before any
+//	                 sleep: a test's sign that a call reached the plugin
 //
 // Without faults it answers MLA for every request, like a well-behaved
 // plugin.

@@ -26,7 +26,7 @@ type faults struct {
 	kernels, kernelCrash, parentPipe, hangAtStart, orphanChild        bool
 	crashAfter, hangAfter, protocol, describePad, allocMiB, manyNames int
 	sleep                                                             time.Duration
-	version, rules, name                                              string
+	version, rules, name, mark                                        string
 	names                                                             []string
 }
 
@@ -79,6 +79,8 @@ func parse(spec string) (faults, error) {
 			f.describePad, err = strconv.Atoi(val)
 		case "alloc_mib":
 			f.allocMiB, err = strconv.Atoi(val)
+		case "mark":
+			f.mark = val
 		case "many_names":
 			f.manyNames, err = strconv.Atoi(val)
 		default:
@@ -160,6 +162,11 @@ func (b *backend) Dispatch(ctx context.Context, req *core.Request) (core.Method,
 	if b.f.hangAfter > 0 && n >= b.f.hangAfter {
 		<-ctx.Done()
 		select {} // never answer, even after the caller gave up
+	}
+	if b.f.mark != "" {
+		if err := os.WriteFile(b.f.mark, nil, 0o644); err != nil {
+			return 0, err
+		}
 	}
 	if b.f.sleep > 0 {
 		time.Sleep(b.f.sleep)
