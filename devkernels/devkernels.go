@@ -989,7 +989,9 @@ func planDecode(req *core.PlanRequest, form decodeForm, shared layouts) (*core.P
 		Metadata: []core.MetaBuffer{
 			{Name: "schedule", Int32s: schedule},
 			{Name: "requests", Int32s: reqs},
-			{Name: "counts", Int32s: []int32{int32(count)}},
+			// counts[1] 0: the page table may still be written as the
+			// decode starts (MLA_ITEMS); mla_schedule writes 1.
+			{Name: "counts", Int32s: []int32{int32(count), 0}},
 			{Name: "slots", Int32s: slotStart},
 		},
 		Schedule:       sched,

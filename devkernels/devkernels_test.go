@@ -68,6 +68,11 @@ func TestPlansPassTheHostChecks(t *testing.T) {
 		for _, m := range p.Metadata {
 			switch m.Name {
 			case "counts":
+				// counts[1] 0: a planner's decode asks L2 for no keys before
+				// its wait (MLA_ITEMS); the page table may still be written.
+				if len(m.Int32s) != 2 || m.Int32s[1] != 0 {
+					t.Fatalf("case %d: counts %v, want the item count and 0", i, m.Int32s)
+				}
 				count = m.Int32s[0]
 			case "requests":
 				reqs = m.Int32s

@@ -319,24 +319,58 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// Asks L2 for the first n keys of item it of a dense cache (rows of RB
+// bytes), a 128-byte line at a time, every thread of the block its share.
+// A block does so before its wait, while the launch before it ends (at a
+// short step, the last layer's combine), so that its first copies after
+// the wait find their rows in L2. It reads the request's page table: only
+// where the step's schedule ran on the device (MLA_ITEMS), which started
+// after whatever wrote the table had ended.
+template <int RB>
+__device__ __forceinline__ void prefetch_keys(const Keys& ks, const Item& it, int n) {
+    constexpr int LINES = (RB + 127) / 128;
+    const int* krows = ks.kv_indices + ks.kv_indptr[it.req];
+    const int keys = min(it.kv_end, it.kv_begin + n) - it.kv_begin;
+    const int mask = (1 << ks.page_shift) - 1;
+    for (int u = threadIdx.x; u < keys * LINES; u += blockDim.x) {
+        const int k = u / LINES, l = u - k * LINES, j = it.kv_begin + k;
+        const long long row = ((long long)krows[j >> ks.page_shift] << ks.page_shift) | (j & mask);
+        asm volatile("prefetch.L2 [%0];" ::"l"(ks.kv + row * RB + l * 128));
+    }
+}
+
 // A block runs the items of its slot, one after the other: the plan gives
 // every slot about the same number of key tiles, FlashMLA's way of balancing
 // a ragged batch. blockIdx.x = slot * head_blocks + head block. The slot's
-// bounds, the item count and the slot's own item are read together (the
+// bounds, the counts and the slot's own item are read together (the
 // schedule has an item for every slot, and a block that runs one item, the
 // planner's way, runs its slot's), so that a block's first trip to memory
 // brings its item, and the next its request and first key rows.
-#define MLA_ITEMS(BODY, KS)                                                                                     \
-    pdl_wait();              /* the schedule, and the last layer's combine, are done */                       \
-    pdl_launch_dependents(); /* this layer's combine may take its place as blocks end */                      \
+// They are read before the block's wait, which only the queries and the
+// partial results need: the host uploads a planner's schedule before the
+// step, and mla_schedule lets no launch start before it ends (it does not
+// trigger its dependents, and fences its writes). counts[1] is set where
+// the schedule ran on the device: the page table was then complete when
+// the plan's launches began, and PREFETCH (dense caches) asks L2 for the
+// first keys of the slot's first item. A planner's decode is the plan's
+// first launch and may start while the launch before it ends, which may be
+// what writes the page table: counts[1] is 0 there.
+#define MLA_ITEMS(BODY, KS, PREFETCH)                                                                           \
     const int slot = blockIdx.x / head_blocks, hb = blockIdx.x - slot * head_blocks;                          \
     const int first = slots[slot], last = slots[slot + 1], count = counts[0];                                  \
     const Item own = ((const Item*)schedule)[slot];                                                            \
+    if (counts[1] != 0 && first < last && first < count)                                                       \
+        PREFETCH(KS, first == slot ? own : ((const Item*)schedule)[first]);                                    \
+    pdl_wait();              /* the last layer's combine is done */                                           \
+    pdl_launch_dependents(); /* this layer's combine may take its place as blocks end */                      \
     for (int idx = first; idx < last && idx < count; idx++) {                                                  \
         if (idx > first) __syncthreads(); /* the previous item is done with shared memory */                  \
         BODY(qv, KS, out, lse, idx == slot ? own : ((const Item*)schedule)[idx], (const ReqInfo*)requests,      \
              part_o, part_lse, heads, scale_log2, hb);                                                          \
     }
+#define MLA_PREFETCH_BF16(KS, IT) prefetch_keys<DQK * 2>(KS, IT, 128)
+#define MLA_PREFETCH_FP8(KS, IT) prefetch_keys<DQK>(KS, IT, 128)
+#define MLA_PREFETCH_NONE(KS, IT) ((void)0)
 
 // The queries' parameters (QView's fields), and the view an entry makes of
 // them.
@@ -373,7 +407,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
              int head_blocks) {                                                                                 \
         MLA_Q_VIEW                                                                                              \
         const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, 1.f};        \
-        MLA_ITEMS((BODY<MLA_ARGS ARGS, false>), ks)                                                             \
+        MLA_ITEMS((BODY<MLA_ARGS ARGS, false>), ks, MLA_PREFETCH_BF16)                                         \
     }
 
 // The dense decode over the paged FP8 cache, with the layer's scale.
@@ -385,7 +419,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
              int page_shift, float scale_log2, int head_blocks) {                                               \
         MLA_Q_VIEW                                                                                              \
         const Keys ks = {(const unsigned char*)kv_cache, kv_indptr, kv_indices, page_shift, 0, 0, kv_scale[0]}; \
-        MLA_ITEMS((BODY<MLA_ARGS ARGS, false>), ks)                                                             \
+        MLA_ITEMS((BODY<MLA_ARGS ARGS, false>), ks, MLA_PREFETCH_FP8)                                          \
     }
 
 // The sparse decode: query token t attends to the slots topk_indices[t, :].
@@ -396,6 +430,6 @@ __device__ __forceinline__ void pdl_launch_dependents() {
              MLA_COMMON_PARAMS, int topk, long long num_slots, float scale_log2, int head_blocks) {             \
         MLA_Q_VIEW                                                                                              \
         const Keys ks = {(const unsigned char*)kv_cache, nullptr, topk_indices, 0, topk, num_slots, 1.f};      \
-        MLA_ITEMS((BODY<MLA_ARGS ARGS, true>), ks)                                                              \
+        MLA_ITEMS((BODY<MLA_ARGS ARGS, true>), ks, MLA_PREFETCH_NONE)                                          \
     }
 

@@ -977,7 +977,9 @@ __device__ __forceinline__ void mla_schedule_body(const SchedReqs rs, const int*
                                                   int nslots, int item_cost, int full_cost) {
     __shared__ long long red[2 * SCHED_THREADS / 32];
     __shared__ long long sh[2 * 65];
-    pdl_launch_dependents(); // the decode may start; it waits for this schedule
+    // No pdl_launch_dependents: the decode reads what the schedule writes,
+    // and its first keys, before its own wait (MLA_ITEMS), so its launch
+    // starts once every thread here has ended, after the fence below.
     const int tid = threadIdx.x;
     const int per_thread = (batch + SCHED_THREADS - 1) / SCHED_THREADS;
     const int lo = min(tid * per_thread, batch), hi = min(lo + per_thread, batch);
@@ -1125,7 +1127,11 @@ __device__ __forceinline__ void mla_schedule_body(const SchedReqs rs, const int*
     const int used = !pack ? 0 : line > 0 ? (int)((line - 1) / share) + 1 : 0;
     for (int k = tid; k <= capacity; k += SCHED_THREADS)
         if (k >= used) slots[k] = pack ? count : min(k, count);
-    if (tid == 0) counts[0] = count;
+    if (tid == 0) {
+        counts[0] = count;
+        counts[1] = 1; // scheduled on the device: MLA_ITEMS may prefetch keys
+    }
+    __threadfence(); // this thread's writes are seen before it ends
 }
 
 extern "C" __global__ void __launch_bounds__(SCHED_THREADS)
