@@ -620,8 +620,10 @@ func (p *Prepared) Launch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer) error {
 // LaunchBatch queues the plan's PerBatch launches (a scheduler reading the
 // batch's lengths from the tensors every layer shares): the once-per-step
 // half of Launch, for a host that runs one batch through many layers. Run
-// it before the step's LaunchLayer calls, on the same stream; a plan
-// without PerBatch launches queues nothing.
+// it before the step's LaunchLayer calls, on the same stream, once the
+// step's shared tensors are written: a layer's launches may read what
+// they hold (devkernels' decode, the page table) before they wait for the
+// launch before them. A plan without PerBatch launches queues nothing.
 func (p *Prepared) LaunchBatch(c *cuda.Ctx, s cuda.Stream, tensors []Buffer) error {
 	return p.launch(c, s, tensors, func(st *step) bool { return st.l.PerBatch })
 }
