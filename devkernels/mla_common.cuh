@@ -59,7 +59,7 @@ struct QView {
 // quotient (exact here: h0 + r < 2048), in a loop kept rolled. (Whole
 // queries through it cost 5-7% more at batch 1 than a loader of contiguous
 // rows alone: docs/bench/h100-2026-12-05-qsplit.md.)
-template <int M, class Dst>
+template <int M, int T = NTHREADS, class Dst>
 __device__ __forceinline__ void load_queries(u32 base, Dst dst, const QView& q, int g0, int n, int heads, int tid) {
     constexpr int NC = DV / 8, RC = (DQK - DV) / 8; // chunks a row: 64 of q nope, 8 of q rope
     static_assert(NC == 64 && RC == 8, "the row chunks are found by shifts");
@@ -68,27 +68,27 @@ __device__ __forceinline__ void load_queries(u32 base, Dst dst, const QView& q, 
     const bf16* rope = q.rope + t0 * q.rope_t + h0 * q.rope_h + q.rope_col;
     if (h0 + M <= heads) {
         // A thread's chunk column is the same in every pass, its row
-        // NTHREADS / 64 (q nope) or NTHREADS / 8 (q rope) rows further on.
-        static_assert(NTHREADS % NC == 0, "a pass covers whole rows");
+        // T / 64 (q nope) or T / 8 (q rope) rows further on.
+        static_assert(T % NC == 0, "a pass covers whole rows");
         const int cn = tid & (NC - 1), cr = tid & (RC - 1);
         const bf16* pn = nope + (tid / NC) * q.nope_h + cn * 8;
         const bf16* pr = rope + (tid / RC) * q.rope_h + cr * 8;
-        const long long sn = (NTHREADS / NC) * q.nope_h, sr = (NTHREADS / RC) * q.rope_h;
+        const long long sn = (T / NC) * q.nope_h, sr = (T / RC) * q.rope_h;
 #pragma unroll
-        for (int i = 0; i < (M * NC + NTHREADS - 1) / NTHREADS; i++) {
-            const int r = tid / NC + i * (NTHREADS / NC);
+        for (int i = 0; i < (M * NC + T - 1) / T; i++) {
+            const int r = tid / NC + i * (T / NC);
             if (r < M) cp_async16(base + dst(r, cn), r < n ? pn + i * sn : q.nope, r < n ? 16 : 0);
         }
 #pragma unroll
-        for (int i = 0; i < (M * RC + NTHREADS - 1) / NTHREADS; i++) {
-            const int r = tid / RC + i * (NTHREADS / RC);
+        for (int i = 0; i < (M * RC + T - 1) / T; i++) {
+            const int r = tid / RC + i * (T / RC);
             if (r < M) cp_async16(base + dst(r, NC + cr), r < n ? pr + i * sr : q.nope, r < n ? 16 : 0);
         }
         return;
     }
     const float rcp = 1.f / heads;
 #pragma unroll 1
-    for (int c = tid; c < M * (NC + RC); c += NTHREADS) {
+    for (int c = tid; c < M * (NC + RC); c += T) {
         const int r = c / (NC + RC), ch = c - r * (NC + RC);
         const int hh = h0 + r, dt = __float2int_rz(((float)hh + 0.5f) * rcp), h = hh - dt * heads - h0;
         const bool ok = r < n;
@@ -359,9 +359,9 @@ __device__ __forceinline__ void prefetch_keys(const Keys& ks, const Item& it, in
     const int slot = blockIdx.x / head_blocks, hb = blockIdx.x - slot * head_blocks;                          \
     const int first = slots[slot], last = slots[slot + 1], count = counts[0];                                  \
     const Item own = ((const Item*)schedule)[slot];                                                            \
-    if (counts[1] != 0 && first < last && first < count)                                                       \
-        PREFETCH(KS, first == slot ? own : ((const Item*)schedule)[first]);                                    \
-    pdl_wait();              /* the last layer's combine is done */                                           \
+    const bool late = counts[1] != 0 && KS.kv_indptr != nullptr; /* dense, scheduled on the device */          \
+    if (late && first < last && first < count) PREFETCH(KS, first == slot ? own : ((const Item*)schedule)[first]); \
+    if (!late) pdl_wait();   /* else the body's own, once its first copies are ready to go */                 \
     pdl_launch_dependents(); /* this layer's combine may take its place as blocks end */                      \
     for (int idx = first; idx < last && idx < count; idx++) {                                                  \
         if (idx > first) __syncthreads(); /* the previous item is done with shared memory */                  \

@@ -76,6 +76,7 @@ __device__ __forceinline__ void mla_decode_body(const QView& q, const Keys& ks, 
     const int rows = rq.q_len * heads;
     const int row0 = hb * M;
     if (row0 >= rows) return;
+    pdl_wait(); // the queries, the cache, the partials (MLA_ITEMS)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int rg = warp / CG, cg = warp - rg * CG;
@@ -352,6 +353,7 @@ __device__ __forceinline__ void mla_decode_wide(const QView& q, const Keys& ks, 
     const int rows = rq.q_len * heads;
     const int row0 = hb * M;
     if (row0 >= rows) return;
+    pdl_wait(); // the queries, the cache, the partials (MLA_ITEMS)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const u32 sq_a = smem_addr(sq), skv_a = smem_addr(skv), sp_a = smem_addr(sp);
@@ -785,9 +787,9 @@ extern "C" __global__ void __launch_bounds__(256)
         for (int s = lane + 32; s < n; s += 32) mx = fmaxf(mx, part_lse[base + (long long)s * rows]);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
-        float4 acc[4];
+        float acc[16];
 #pragma unroll
-        for (int i = 0; i < 4; i++) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int i = 0; i < 16; i++) acc[i] = 0.f;
         float wsum = 0.f;
         for (int s0 = 0; s0 < n; s0 += 32) {
             // The weights of chunks s0..s0+31, a lane each.
@@ -811,13 +813,7 @@ extern "C" __global__ void __launch_bounds__(256)
                 for (int k = 0; k < 4; k++) {
                     const float w = __shfl_sync(0xffffffff, wl, j + k);
 #pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const float4 f = part_float4(v[k][i]);
-                        acc[i].x += w * f.x;
-                        acc[i].y += w * f.y;
-                        acc[i].z += w * f.z;
-                        acc[i].w += w * f.w;
-                    }
+                    for (int i = 0; i < 4; i++) combine_add(acc + 4 * i, w, part_float4(v[k][i]));
                 }
             }
         }
@@ -828,8 +824,8 @@ extern "C" __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             uint2 pk;
-            pk.x = pack_bf16(acc[i].x * inv, acc[i].y * inv);
-            pk.y = pack_bf16(acc[i].z * inv, acc[i].w * inv);
+            pk.x = pack_bf16(acc[4 * i] * inv, acc[4 * i + 1] * inv);
+            pk.y = pack_bf16(acc[4 * i + 2] * inv, acc[4 * i + 3] * inv);
             *(uint2*)(dst + (lane + 32 * i) * 4) = pk;
         }
         if (lane == 0) lse[(long long)rq.q_start * heads + row] = wsum > 0.f ? mx + __logf(wsum) : NEG_INF;

@@ -229,15 +229,17 @@ __device__ __forceinline__ void mla_decode_wg(const QView& q, const Keys& ks, bf
     auto stage = [&](int t) -> u32 { return H ? smem_addr(sraw) : skv_a + (t & 1) * WG_TILE; };
     auto tile_dst = [](int r, int ch) -> u32 { return wsw(r, ch); };
 
-    load_queries<M>(sq_a, [](int r, int ch) -> u32 { return wsw(r, ch); }, q, rq.q_start * heads + row0, rows - row0, heads,
-                    tid);
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
     // This thread's key rows of every tile (lr and lr + 32, eight threads
     // a row) and its chunks (lk); what the index tensors hold for its keys
-    // of the next tile (nkey), loaded a tile ahead.
+    // of the next tile (nkey), loaded a tile ahead: the first tile's before
+    // the wait where the block waits late (MLA_ITEMS).
     const int lr = tid >> 3, lk = tid & 7;
     int nkey[2] = {wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end),
                    wg_key<SPARSE>(ks, krows, it.kv_begin + lr + 32, it.kv_end)};
+    pdl_wait(); // the queries, the cache, the partials
+    load_queries<M>(sq_a, [](int r, int ch) -> u32 { return wsw(r, ch); }, q, rq.q_start * heads + row0, rows - row0, heads,
+                    tid);
     // Issues tile t's copies (and its keys' validity), then loads tile t+1's keys.
     auto load = [&](int t) {
 #pragma unroll
@@ -615,6 +617,7 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     const int rows = rq.q_len * heads;
     const int row0 = hb * M;
     if (row0 >= rows) return;
+    pdl_wait(); // the queries, the cache, the partials (MLA_ITEMS)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f; // FMT_FP8: scales every score and the output
@@ -1137,9 +1140,12 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
     scale_log2 *= kv_mul;
     auto q_dst = [](int r, int ch) -> u32 { return qsw(r, ch); };
 
-    if (RS) __syncthreads(); // a block's last item is done with its queries
-    load_queries<M>(sq_a, [](int r, int ch) -> u32 { return qsw(r, ch); }, q, rq.q_start * heads + row0, rows - row0, heads,
-                    tid);
+    const int g0 = rq.q_start * heads + row0; // the block's first query row
+    if constexpr (RS) {
+        __syncthreads(); // a block's last item is done with its queries
+        pdl_wait();      // the queries, the cache, the partials
+        load_queries<M>(sq_a, q_dst, q, g0, rows - row0, heads, tid);
+    }
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
 
     // The consumer's place in the accumulators (64 x 16, rows = keys of S^T
@@ -1366,10 +1372,13 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
         }
         __syncthreads(); // the barriers, before any arrival
         if (!consumer) {
+            // The first tile's keys are looked up before the wait where the
+            // block waits late (MLA_ITEMS), and its copies go out first.
             const int ltid = tid - 128, pr = ltid >> 3, pk = ltid & 7;
             int nk[4];
 #pragma unroll
             for (int h = 0; h < 4; h++) nk[h] = wg_key<SPARSE>(ks, krows, it.kv_begin + pr + 16 * h, it.kv_end);
+            pdl_wait(); // the cache
             for (int t = 0; t < ntiles; t++) {
                 if (t >= 2) mbar_wait(empty(t), ((t >> 1) - 1) & 1); // tile t-2's products are done with the stage
 #pragma unroll
@@ -1379,7 +1388,7 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
                     wg_issue<FMT, 8>(skv_a + (t & 1) * WG_TILE, ks, row, rr, pk);
                     if (pk == 0) kvalid[(t & 1) * WG_BN + rr] = row >= 0;
                 }
-                cp_arrive(full(t)); // also the queries' copies, before tile 0's
+                cp_arrive(full(t));
                 mbar_arrive(full(t));
 #pragma unroll
                 for (int h = 0; h < 4; h++)
@@ -1387,8 +1396,10 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
             }
             return;
         }
+        pdl_wait(); // the queries, the partials
+        load_queries<M, 128>(sq_a, q_dst, q, g0, rows - row0, heads, tid); // the consumer's alone
         cp_commit();
-        cp_wait<0>(); // this thread's copies of the queries (the loaders' land with tile 0)
+        cp_wait<0>(); // this thread's copies of the queries
         fence_async_smem();
         consumer_sync();
         for (int t = 0; t < ntiles; t++) {
