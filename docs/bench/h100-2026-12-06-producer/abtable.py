@@ -1,5 +1,5 @@
-"""abtable.py A V...: the best of each row's rounds, per variant, from /tmp/ab/ab-<V>-<round>.json,
-as times and ratios to A; the last line names the variant of the lowest median ratio."""
+"""abtable.py BASE V...: the best of each row's rounds, per variant, from /tmp/ab/ab-<V>-<round>.json,
+as times and ratios to BASE; the last line names the variant of the lowest median ratio."""
 import collections
 import glob
 import json
@@ -24,13 +24,13 @@ for f in sorted(glob.glob("/tmp/ab/ab-*.json")):
                     us[(r["name"], v)].append(r["us"])
                     plan[(r["name"], v)] = (r.get("plan") or r.get("note") or "")[:70]
 names = sorted({n for n, _ in us})
-print("%-22s" % "row" + "".join("%24s" % (v + " us") for v in vs) + "".join("%8s" % (v + "/A") for v in vs[1:]))
+print("%-22s" % "row" + "".join("%24s" % (v + " us") for v in vs) + "".join("%8s" % (v + "/" + vs[0]) for v in vs[1:]))
 ratios = collections.defaultdict(list)
 for n in names:
     best = {v: min(us[(n, v)]) if us.get((n, v)) else float("nan") for v in vs}
     line = "%-22s" % n + "".join("%24s" % " ".join("%7.2f" % x for x in us.get((n, v), [])) for v in vs)
     for v in vs[1:]:
-        r = best[v] / best["A"]
+        r = best[v] / best[vs[0]]
         if r == r:
             ratios[v].append(r)
         line += "%8.3f" % r
@@ -39,6 +39,6 @@ for v in vs[1:]:
     print("%s's plans: %s" % (v, "; ".join(sorted({plan.get((n, v), "") for n in names if (n, v) in plan}))[:300]))
 med = {v: statistics.median(r) for v, r in ratios.items() if r}
 for v, m in med.items():
-    print("%s/A median %.3f min %.3f max %.3f" % (v, m, min(ratios[v]), max(ratios[v])))
+    print("%s/%s median %.3f min %.3f max %.3f" % (v, vs[0], m, min(ratios[v]), max(ratios[v])))
 if med:
     print("fastest %s" % min(med, key=med.get))

@@ -81,6 +81,6 @@ for round in 1 2 3 4; do
   done
 done
 cp -r /tmp/ab $R/ab
-python3 docs/bench/h100-2026-12-07-wl/abtable.py N Q C > $OUT/ab.txt; cat $OUT/ab.txt
+python3 docs/bench/h100-2026-12-06-producer/abtable.py N Q C > $OUT/ab.txt; cat $OUT/ab.txt
 tar -C $R -czf $OUT/out.tar.gz .
 echo "done at $(at)"

@@ -52,7 +52,7 @@ for round in 1 2 3 4; do
   done
 done
 tar -C /tmp/ab -czf $OUT/ab-json.tar.gz .
-python3 docs/bench/h100-2026-12-07-wl/abtable.py N W C > $OUT/ab.txt; cat $OUT/ab.txt
+python3 docs/bench/h100-2026-12-06-producer/abtable.py N W C > $OUT/ab.txt; cat $OUT/ab.txt
 for row in h16_b1_s4096 h128_b1_s4096; do
   [ $(left $((T - 5))) -gt 30 ] || break
   timeout $(left $((T - 5))) ncu --clock-control none --target-processes all -k regex:mla_decode --launch-skip 20 --launch-count 1 \
