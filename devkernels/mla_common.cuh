@@ -58,7 +58,8 @@ struct QView {
 // or an extend over few heads) each row's token and head come of a float
 // quotient (exact here: h0 + r < 2048), in a loop kept rolled. (Whole
 // queries through it cost 5-7% more at batch 1 than a loader of contiguous
-// rows alone: docs/bench/h100-2026-12-05-qsplit.md.)
+// rows alone: docs/bench/h100-2026-12-05-qsplit.md.) T threads issue them,
+// tid 0 to T - 1: the block's, or the 16-row body's consumer warpgroup.
 template <int M, int T = NTHREADS, class Dst>
 __device__ __forceinline__ void load_queries(u32 base, Dst dst, const QView& q, int g0, int n, int heads, int tid) {
     constexpr int NC = DV / 8, RC = (DQK - DV) / 8; // chunks a row: 64 of q nope, 8 of q rope
@@ -68,21 +69,28 @@ __device__ __forceinline__ void load_queries(u32 base, Dst dst, const QView& q, 
     const bf16* rope = q.rope + t0 * q.rope_t + h0 * q.rope_h + q.rope_col;
     if (h0 + M <= heads) {
         // A thread's chunk column is the same in every pass, its row
-        // T / 64 (q nope) or T / 8 (q rope) rows further on.
+        // T / 64 (q nope) or T / 8 (q rope) rows further on, its source a
+        // stride further: a pointer stepped, not a product, and a select
+        // of the source, not a branch (a copy past the request's rows reads
+        // nothing, from the first row). Where the passes cover the rows
+        // exactly, no pass asks whether its row is one of the M.
         static_assert(T % NC == 0, "a pass covers whole rows");
+        constexpr int PN = (M * NC + T - 1) / T, PR = (M * RC + T - 1) / T;
         const int cn = tid & (NC - 1), cr = tid & (RC - 1);
         const bf16* pn = nope + (tid / NC) * q.nope_h + cn * 8;
         const bf16* pr = rope + (tid / RC) * q.rope_h + cr * 8;
         const long long sn = (T / NC) * q.nope_h, sr = (T / RC) * q.rope_h;
 #pragma unroll
-        for (int i = 0; i < (M * NC + T - 1) / T; i++) {
+        for (int i = 0; i < PN; i++, pn += sn) {
             const int r = tid / NC + i * (T / NC);
-            if (r < M) cp_async16(base + dst(r, cn), r < n ? pn + i * sn : q.nope, r < n ? 16 : 0);
+            const bool ok = r < n;
+            if (PN * T == M * NC || r < M) cp_async16(base + dst(r, cn), ok ? pn : q.nope, ok ? 16 : 0);
         }
 #pragma unroll
-        for (int i = 0; i < (M * RC + T - 1) / T; i++) {
+        for (int i = 0; i < PR; i++, pr += sr) {
             const int r = tid / RC + i * (T / RC);
-            if (r < M) cp_async16(base + dst(r, NC + cr), r < n ? pr + i * sr : q.nope, r < n ? 16 : 0);
+            const bool ok = r < n;
+            if (PR * T == M * RC || r < M) cp_async16(base + dst(r, NC + cr), ok ? pr : q.nope, ok ? 16 : 0);
         }
         return;
     }
@@ -346,22 +354,29 @@ __device__ __forceinline__ void prefetch_keys(const Keys& ks, const Item& it, in
 // schedule has an item for every slot, and a block that runs one item, the
 // planner's way, runs its slot's), so that a block's first trip to memory
 // brings its item, and the next its request and first key rows.
-// They are read before the block's wait, which only the queries and the
-// partial results need: the host uploads a planner's schedule before the
-// step, and mla_schedule lets no launch start before it ends (it does not
-// trigger its dependents, and fences its writes). counts[1] is set where
-// the schedule ran on the device: the page table was then complete when
-// the plan's launches began, and PREFETCH (dense caches) asks L2 for the
-// first keys of the slot's first item. A planner's decode is the plan's
-// first launch and may start while the launch before it ends, which may be
-// what writes the page table: counts[1] is 0 there.
+// They are read before the block's wait, which the queries, the cache and
+// the partial results need: the host uploads a planner's schedule before
+// the step, and mla_schedule lets no launch start before it ends (it does
+// not trigger its dependents, and fences its writes). counts[1] is set
+// where the schedule ran on the device: the page table was then complete
+// when the plan's launches began. A dense plan's block then waits late:
+// PREFETCH asks L2 for the first keys of the slot's first item, and the
+// body reads its request, its key rows and (the 64-row wgmma body, and the
+// 16-row one's loader over a bf16 cache) its first tile's page-table
+// entries before its own pdl_wait, which comes just before its first
+// copies. Elsewhere the block waits here, and the body's
+// wait returns at once: a planner's decode is the plan's first launch and
+// may start while the launch before it ends, which may be what writes the
+// page table (counts[1] is 0 there), and a sparse plan's key rows are the
+// indexer's output.
 #define MLA_ITEMS(BODY, KS, PREFETCH)                                                                           \
     const int slot = blockIdx.x / head_blocks, hb = blockIdx.x - slot * head_blocks;                          \
     const int first = slots[slot], last = slots[slot + 1], count = counts[0];                                  \
     const Item own = ((const Item*)schedule)[slot];                                                            \
     const bool late = counts[1] != 0 && KS.kv_indptr != nullptr; /* dense, scheduled on the device */          \
-    if (late && first < last && first < count) PREFETCH(KS, first == slot ? own : ((const Item*)schedule)[first]); \
-    if (!late) pdl_wait();   /* else the body's own, once its first copies are ready to go */                 \
+    if (late && first < last && first < count)                                                                 \
+        PREFETCH(KS, first == slot ? own : ((const Item*)schedule)[first]);                                    \
+    if (!late) pdl_wait();   /* the last layer's combine is done */                                           \
     pdl_launch_dependents(); /* this layer's combine may take its place as blocks end */                      \
     for (int idx = first; idx < last && idx < count; idx++) {                                                  \
         if (idx > first) __syncthreads(); /* the previous item is done with shared memory */                  \

@@ -238,8 +238,7 @@ __device__ __forceinline__ void mla_decode_wg(const QView& q, const Keys& ks, bf
     int nkey[2] = {wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end),
                    wg_key<SPARSE>(ks, krows, it.kv_begin + lr + 32, it.kv_end)};
     pdl_wait(); // the queries, the cache, the partials
-    load_queries<M>(sq_a, [](int r, int ch) -> u32 { return wsw(r, ch); }, q, rq.q_start * heads + row0, rows - row0, heads,
-                    tid);
+    load_queries<M>(sq_a, tile_dst, q, rq.q_start * heads + row0, rows - row0, heads, tid);
     // Issues tile t's copies (and its keys' validity), then loads tile t+1's keys.
     auto load = [&](int t) {
 #pragma unroll
@@ -1025,23 +1024,24 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_ss64, 1, mla_decode_ss, SsLayout, (FMT_DSA))
 // The narrow shapes (16 query rows of a request per block: 16 heads and one
 // query token, DeepSeek's tensor-parallel-8 decode), which are bound by
 // memory: the 64-row products above would waste three quarters of every
-// wgmma. Here the products are transposed (A and B swapped), so that the
-// 64 rows of a wgmma are the tile's 64 keys and its 16 columns the query
-// rows: S^T = K Q^T (36 wgmma.m64n16k16, K K-major, Q K-major) and O^T +=
-// V^T P^T (8 column blocks x 4 key steps of wgmma.m64n16k16, V^T through the
-// transposed-A form over the same tile, P^T K-major). One warpgroup
-// computes; the other loads. The softmax runs down the columns of S^T: each
-// column's maximum crosses the consumer's four warps through shared memory,
-// and P^T (16 rows x 64 keys, bf16 or f16) is written to shared memory for
-// the second product. Shared memory holds the queries (18 KB) and two 72 KB
-// key tiles, both in flight from the start in every form. A bf16 tile
-// lands by the loader's cp.async (eight threads a row) onto the stage's
-// FULL mbarrier, and the consumer frees it on its EMPTY one. The FP8 caches (dense, and DeepSeek-V3.2's) are staged
-// in the loader's registers (two tiles in flight, 144 or 176 registers a
-// thread) and converted into whichever f16 tile the consumer is not
-// computing; named barriers (FULL, EMPTY) pass the tiles between them, and
-// the consumer issues a tile's S^T while the last tile's O^T product still
-// runs.
+// wgmma. Here the products are transposed (A and B swapped), so that the 64
+// rows of a wgmma are the tile's 64 keys and its 16 columns the query rows:
+// S^T = K Q^T (36 wgmma.m64n16k16, K K-major, Q K-major) and O^T += V^T P^T
+// (8 column blocks x 4 key steps of wgmma.m64n16k16, V^T through the
+// transposed-A form over the same tile, P^T K-major). One warpgroup computes;
+// the other loads. The softmax runs down the columns of S^T: each column's
+// maximum crosses the consumer's four warps through shared memory, and P^T
+// (16 rows x 64 keys, bf16 or f16) is written to shared memory for the second
+// product. Shared memory holds the queries (18 KB) and two 72 KB key tiles,
+// both in flight from the start in every form; over a bf16 cache the consumer
+// alone copies the queries, so that the loader's first copies go out first. A
+// bf16 tile lands by the loader's cp.async (eight threads a row) onto the
+// stage's FULL mbarrier, and the consumer frees it on its EMPTY one. The FP8
+// caches (dense, and DeepSeek-V3.2's) are staged in the loader's registers
+// (two tiles in flight, 144 or 176 registers a thread) and converted into
+// whichever f16 tile the consumer is not computing; named barriers (FULL,
+// EMPTY) pass the tiles between them, and the consumer issues a tile's S^T
+// while the last tile's O^T product still runs.
 
 // D (+)= A B for one warpgroup, m64 n16 k16: A (64 x 16) K-major, or MN-major
 // with TA = 1; B (16 x 16) K-major; both in shared memory. T is "bf16" or
