@@ -361,8 +361,8 @@ __device__ __forceinline__ void prefetch_keys(const Keys& ks, const Item& it, in
 // where the schedule ran on the device: the page table was then complete
 // when the plan's launches began. A dense plan's block then waits late:
 // PREFETCH asks L2 for the first keys of the slot's first item, and the
-// body reads its request, its key rows and (the 64-row wgmma body, and the
-// 16-row one's loader over a bf16 cache) its first tile's page-table
+// body reads its request, its key rows and (the 64-row bodies, and the
+// 16-row one's loader over a bf16 cache) its first tiles' page-table
 // entries before its own pdl_wait, which comes just before its first
 // copies. Elsewhere the block waits here, and the body's
 // wait returns at once: a planner's decode is the plan's first launch and

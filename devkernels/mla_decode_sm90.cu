@@ -616,7 +616,6 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     const int rows = rq.q_len * heads;
     const int row0 = hb * M;
     if (row0 >= rows) return;
-    pdl_wait(); // the queries, the cache, the partials (MLA_ITEMS)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const float kv_mul = FMT == FMT_FP8 ? ks.kv_scale : 1.f; // FMT_FP8: scales every score and the output
@@ -702,16 +701,17 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
         refill_arrive(t);
     };
 
+    // The first two tiles' key rows, read before the wait where the block
+    // waits late (MLA_ITEMS): the page table is then complete.
+    int key0[4], key1[4];
+    keys(0, key0);
+    keys(1, key1);
+    pdl_wait(); // the queries, the cache, the partials
     load_queries<M>(sq_a, [](int r, int ch) -> u32 { return wsw(r, ch); }, q, rq.q_start * heads + row0, rows - row0, heads,
                     tid);
     cp_commit();
-    {
-        int key[4];
-        keys(0, key);
-        refill(0, key);
-        keys(1, key);
-        refill(1, key);
-    }
+    refill(0, key0);
+    refill(1, key1);
     cp_wait<0>(); // this thread's copies of the queries (the tiles' land on their mbarriers)
     fence_async_smem();
     __syncthreads(); // the queries, whole
