@@ -30,9 +30,14 @@ type Quant struct {
 	FP8 bool
 	// Pad is the share of each top-k row left -1 beyond the keys a token
 	// can see (a token that sees fewer keys than TopK pads the rest).
-	Pad   float64
-	Seed  uint64
-	Graph bool
+	Pad  float64
+	Seed uint64
+	// Graph asks for a plan that holds for the batch size; with MaxSeqLen,
+	// the bound of the lengths, a dense plan then schedules on the device
+	// (MLA.Graph), and the page table gives each request room for
+	// MaxSeqLen keys.
+	Graph     bool
+	MaxSeqLen int64
 	// Split binds the queries as q_nope and q_rope (MLA.Split).
 	Split bool
 }
@@ -46,8 +51,8 @@ func (c Quant) Describe() string {
 	if c.FP8 {
 		kv = "fp8"
 	}
-	return fmt.Sprintf("heads %d page %d batch %d qlen %d seq %d..%d topk %d kv %s graph %t split %t", c.Heads, c.PageSize, len(c.SeqLens), c.QLens[0],
-		slices.Min(c.SeqLens), slices.Max(c.SeqLens), c.TopK, kv, c.Graph, c.Split)
+	return fmt.Sprintf("heads %d page %d batch %d qlen %d seq %d..%d topk %d kv %s graph %t max %d split %t", c.Heads, c.PageSize, len(c.SeqLens), c.QLens[0],
+		slices.Min(c.SeqLens), slices.Max(c.SeqLens), c.TopK, kv, c.Graph, c.MaxSeqLen, c.Split)
 }
 
 // QuantBatch is a Quant batch's tensors on the device and what the
@@ -126,7 +131,7 @@ func (c Quant) Request(dev core.DeviceInfo, numPages int) core.PlanRequest {
 	return core.PlanRequest{
 		Method: core.MLA, DType: "bf16", KVDType: kvd,
 		Dims:   core.PlanDims{Heads: c.Heads, HeadDimQK: 576, HeadDimV: 512, SoftmaxScale: Scale, TopK: c.TopK},
-		Shape:  core.PlanShape{SeqLens: c.SeqLens, QLens: c.QLens, PageSize: c.PageSize, NumPages: numPages},
+		Shape:  core.PlanShape{SeqLens: c.SeqLens, QLens: c.QLens, PageSize: c.PageSize, NumPages: numPages, MaxSeqLen: c.MaxSeqLen},
 		Device: dev, Graph: c.Graph, QuerySplit: c.Split,
 	}
 }
@@ -147,6 +152,9 @@ func (e *Env) AllocQuant(c Quant, copies int) (*QuantBatch, error) {
 	var need int
 	for i, n := range c.SeqLens {
 		b.Tokens += c.QLens[i]
+		if c.Graph && c.MaxSeqLen > 0 {
+			n = c.MaxSeqLen // room for every step's keys
+		}
 		need += int((n + int64(c.PageSize) - 1) / int64(c.PageSize))
 		b.Indptr = append(b.Indptr, int32(need))
 		qo = append(qo, int32(b.Tokens))

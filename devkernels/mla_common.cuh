@@ -300,11 +300,12 @@ __device__ __forceinline__ void dequant_tile(const unsigned char* raw, unsigned 
     }
 }
 
-// Rounds the M staged query rows at sq to f16, in place (each thread its
-// own 16-byte chunks): chunk ch of row r at sq + dst(r, ch).
-template <int M, class Dst>
+// Rounds the M staged query rows at sq to f16, in place (each of T
+// threads, tid 0 to T - 1, its own 16-byte chunks): chunk ch of row r at
+// sq + dst(r, ch).
+template <int M, int T = NTHREADS, class Dst>
 __device__ __forceinline__ void queries_f16(unsigned char* sq, Dst dst, int tid) {
-    for (int c = tid; c < M * (DQK / 8); c += NTHREADS) {
+    for (int c = tid; c < M * (DQK / 8); c += T) {
         const int r = c / (DQK / 8), ch = c - r * (DQK / 8);
         uint4* p = (uint4*)(sq + dst(r, ch));
         *p = bf16x8_f16(*p);
@@ -362,13 +363,12 @@ __device__ __forceinline__ void prefetch_keys(const Keys& ks, const Item& it, in
 // when the plan's launches began. A dense plan's block then waits late:
 // PREFETCH asks L2 for the first keys of the slot's first item, and the
 // body reads its request, its key rows and (the 64-row bodies, and the
-// 16-row one's loader over a bf16 cache) its first tiles' page-table
-// entries before its own pdl_wait, which comes just before its first
-// copies. Elsewhere the block waits here, and the body's
-// wait returns at once: a planner's decode is the plan's first launch and
-// may start while the launch before it ends, which may be what writes the
-// page table (counts[1] is 0 there), and a sparse plan's key rows are the
-// indexer's output.
+// 16-row one's loader) its first tiles' page-table entries before its own
+// pdl_wait, which comes just before its first copies. Elsewhere the block
+// waits here, and the body's wait returns at once: a planner's decode is
+// the plan's first launch and may start while the launch before it ends,
+// which may be what writes the page table (counts[1] is 0 there), and a
+// sparse plan's key rows are the indexer's output.
 #define MLA_ITEMS(BODY, KS, PREFETCH)                                                                           \
     const int slot = blockIdx.x / head_blocks, hb = blockIdx.x - slot * head_blocks;                          \
     const int first = slots[slot], last = slots[slot + 1], count = counts[0];                                  \

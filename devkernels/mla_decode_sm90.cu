@@ -707,8 +707,8 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     keys(0, key0);
     keys(1, key1);
     pdl_wait(); // the queries, the cache, the partials
-    load_queries<M>(sq_a, [](int r, int ch) -> u32 { return wsw(r, ch); }, q, rq.q_start * heads + row0, rows - row0, heads,
-                    tid);
+    const auto tile_dst = [](int r, int ch) -> u32 { return wsw(r, ch); };
+    load_queries<M>(sq_a, tile_dst, q, rq.q_start * heads + row0, rows - row0, heads, tid);
     cp_commit();
     refill(0, key0);
     refill(1, key1);
@@ -716,7 +716,7 @@ __device__ __forceinline__ void mla_decode_ss(const QView& q, const Keys& ks, bf
     fence_async_smem();
     __syncthreads(); // the queries, whole
     if constexpr (H) {
-        queries_f16<M>(smem + L::q, [](int r, int ch) -> u32 { return wsw(r, ch); }, tid);
+        queries_f16<M>(smem + L::q, tile_dst, tid);
         fence_async_smem();
         __syncthreads();
     }
@@ -1033,15 +1033,15 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_ss64, 1, mla_decode_ss, SsLayout, (FMT_DSA))
 // maximum crosses the consumer's four warps through shared memory, and P^T
 // (16 rows x 64 keys, bf16 or f16) is written to shared memory for the second
 // product. Shared memory holds the queries (18 KB) and two 72 KB key tiles,
-// both in flight from the start in every form; over a bf16 cache the consumer
-// alone copies the queries, so that the loader's first copies go out first. A
-// bf16 tile lands by the loader's cp.async (eight threads a row) onto the
-// stage's FULL mbarrier, and the consumer frees it on its EMPTY one. The FP8
-// caches (dense, and DeepSeek-V3.2's) are staged in the loader's registers
-// (two tiles in flight, 144 or 176 registers a thread) and converted into
-// whichever f16 tile the consumer is not computing; named barriers (FULL,
-// EMPTY) pass the tiles between them, and the consumer issues a tile's S^T
-// while the last tile's O^T product still runs.
+// both in flight from the start in every form; the consumer alone copies the
+// queries (and over an FP8 cache makes them f16), so that the loader's first
+// copies go out first. A bf16 tile lands by the loader's cp.async (eight
+// threads a row) onto the stage's FULL mbarrier, and the consumer frees it on
+// its EMPTY one. The FP8 caches (dense, and DeepSeek-V3.2's) are staged in the
+// loader's registers (two tiles in flight, 144 or 176 registers a thread) and
+// converted into whichever f16 tile the consumer is not computing; named
+// barriers (FULL, EMPTY) pass the tiles between them, and the consumer issues
+// a tile's S^T while the last tile's O^T product still runs.
 
 // D (+)= A B for one warpgroup, m64 n16 k16: A (64 x 16) K-major, or MN-major
 // with TA = 1; B (16 x 16) K-major; both in shared memory. T is "bf16" or
@@ -1141,11 +1141,7 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
     auto q_dst = [](int r, int ch) -> u32 { return qsw(r, ch); };
 
     const int g0 = rq.q_start * heads + row0; // the block's first query row
-    if constexpr (RS) {
-        __syncthreads(); // a block's last item is done with its queries
-        pdl_wait();      // the queries, the cache, the partials
-        load_queries<M>(sq_a, q_dst, q, g0, rows - row0, heads, tid);
-    }
+    if constexpr (RS) __syncthreads(); // a block's last item is done with its queries and f16 tiles
     const int ntiles = (it.kv_end - it.kv_begin + WG_BN - 1) / WG_BN;
 
     // The consumer's place in the accumulators (64 x 16, rows = keys of S^T
@@ -1252,13 +1248,8 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
         // Named barriers between the warpgroups: FULL(b) when the loader has
         // converted a tile into f16 tile b, EMPTY(b) when the consumer's
         // products are done with it (2 + b and 4 + b; 0 is __syncthreads,
-        // 1 the consumer's own).
-        cp_commit();
-        cp_wait<0>(); // the queries
-        __syncthreads();
-        queries_f16<M>(sq, q_dst, tid);
-        fence_async_smem();
-        __syncthreads();
+        // 1 the consumer's own). The consumer alone copies the queries and
+        // makes them f16, while the loader's first rows are on their way.
         if (!consumer) {
             // Rows lr and lr + 32 of each tile, held in registers from their
             // load to their conversion (ra for even tiles, rb for odd ones):
@@ -1270,8 +1261,11 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
             constexpr int E = DSA ? 8 : 9; // e4m3 chunks a row
             constexpr int CPR = DSA ? E + 3 : E; // chunks a row
             const int ltid = tid - 128, lr = ltid >> 2, lk = ltid & 3;
+            // The first tile's keys, looked up before the wait where the
+            // block waits late (MLA_ITEMS).
             int nk[2] = {wg_key<SPARSE>(ks, krows, it.kv_begin + lr, it.kv_end),
                          wg_key<SPARSE>(ks, krows, it.kv_begin + lr + 32, it.kv_end)};
+            pdl_wait(); // the cache
             uint4 ra[2 * CPR], rb[2 * CPR];
             int va[2], vb[2];
             auto fetch = [&](uint4(&r)[2 * CPR], int (&v)[2], int t) {
@@ -1337,6 +1331,14 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
             }
             return;
         }
+        pdl_wait(); // the queries, the partials
+        load_queries<M, 128>(sq_a, q_dst, q, g0, rows - row0, heads, tid);
+        cp_commit();
+        cp_wait<0>(); // this thread's copies of the queries
+        consumer_sync();
+        queries_f16<M, 128>(sq, q_dst, tid);
+        fence_async_smem(); // before the products read them
+        consumer_sync();
         for (int t = 0; t < ntiles; t++) {
             const int b = t & 1;
             named_sync(2 + b, 256); // f16 tile b holds tile t

@@ -56,6 +56,12 @@ func TestSparseAndFP8(t *testing.T) {
 		{Name: "fp8 packed 16 heads", Heads: 16, PageSize: 64, SeqLens: logRagged(48, 64, 8192), QLens: repeat(48, 1), FP8: true, Seed: 18},
 		{Name: "fp8 packed 128 heads", Heads: 128, PageSize: 64, SeqLens: logRagged(48, 64, 8192), QLens: repeat(48, 1), FP8: true, Seed: 19},
 		{Name: "fp8 packed graph", Heads: 128, PageSize: 1, SeqLens: logRagged(48, 64, 8192), QLens: repeat(48, 1), FP8: true, Seed: 20, Graph: true},
+		// Scheduled on the device (mla_schedule), where the decode waits
+		// late: the 16-row body, the seesaw, and the 64-row wgmma body at
+		// batch 1.
+		{Name: "fp8 16 heads on the device", Heads: 16, PageSize: 64, SeqLens: []int64{4097, 33, 9000, 700}, QLens: []int64{1, 1, 1, 1}, FP8: true, Seed: 21, Graph: true, MaxSeqLen: 9000},
+		{Name: "fp8 128 heads on the device", Heads: 128, PageSize: 1, SeqLens: []int64{3000, 70, 6000}, QLens: []int64{2, 2, 2}, FP8: true, Seed: 22, Graph: true, MaxSeqLen: 8192, Split: true},
+		{Name: "fp8 128 heads batch 1 on the device", Heads: 128, PageSize: 64, SeqLens: []int64{5000}, QLens: []int64{1}, FP8: true, Seed: 23, Graph: true, MaxSeqLen: 5000},
 	}
 	for _, c := range fixed {
 		var plan func(*core.Plan) error
