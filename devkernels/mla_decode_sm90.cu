@@ -1035,13 +1035,15 @@ MLA_SPARSE_ENTRY(mla_sparse_fp8_ss64, 1, mla_decode_ss, SsLayout, (FMT_DSA))
 // product. Shared memory holds the queries (18 KB) and two 72 KB key tiles,
 // both in flight from the start in every form; the consumer alone copies the
 // queries (and over an FP8 cache makes them f16), so that the loader's first
-// copies go out first. A bf16 tile lands by the loader's cp.async (eight
-// threads a row) onto the stage's FULL mbarrier, and the consumer frees it on
-// its EMPTY one. The FP8 caches (dense, and DeepSeek-V3.2's) are staged in the
-// loader's registers (two tiles in flight, 144 or 176 registers a thread) and
-// converted into whichever f16 tile the consumer is not computing; named
-// barriers (FULL, EMPTY) pass the tiles between them, and the consumer issues
-// a tile's S^T while the last tile's O^T product still runs.
+// copies go out first. In every form the consumer issues a tile's S^T behind
+// the last tile's O^T product, before it waits for either. A bf16 tile lands
+// by the loader's cp.async (eight threads a row) onto the stage's FULL
+// mbarrier, and the consumer frees it on its EMPTY one once the tile's O^T
+// product is done (wgmma.wait_group 1: the next S^T may still run). The FP8
+// caches (dense, and DeepSeek-V3.2's) are staged in the loader's registers
+// (two tiles in flight, 144 or 176 registers a thread) and converted into
+// whichever f16 tile the consumer is not computing; named barriers (FULL,
+// EMPTY) pass the tiles between them.
 
 // D (+)= A B for one warpgroup, m64 n16 k16: A (64 x 16) K-major, or MN-major
 // with TA = 1; B (16 x 16) K-major; both in shared memory. T is "bf16" or
@@ -1407,16 +1409,16 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
         for (int t = 0; t < ntiles; t++) {
             const int j0 = it.kv_begin + t * WG_BN;
             const u32 sk_a = skv_a + (t & 1) * WG_TILE;
-            if (t >= 1) {
-                wg_wait<0>(); // tile t-1's O^T product is done with its stage and P^T
-#pragma unroll
-                for (int i = 0; i < 8; i++) reg_fence(o[i]);
-                mbar_arrive(empty(t - 1));
-            }
             mbar_wait(full(t), (t >> 1) & 1);
             fence_async_smem(); // the loaders' copies before the products read them
-            scores(sk_a);
-            wg_wait<0>();
+            scores(sk_a); // queued behind tile t-1's O^T product
+            if (t >= 1) {
+                wg_wait<1>(); // tile t-1's O^T product, committed before S^T, is done with its stage
+                mbar_arrive(empty(t - 1));
+            }
+            wg_wait<0>(); // S^T, and P^T free
+#pragma unroll
+            for (int i = 0; i < 8; i++) reg_fence(o[i]);
             reg_fence(s);
             softmax((t & 1) * WG_BN, j0);
             values(sk_a);
