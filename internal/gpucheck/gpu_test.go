@@ -123,6 +123,23 @@ func packedPlan(p *core.Plan) error {
 	return nil
 }
 
+// scheduledPlan faults a decode plan that is not scheduled on the device
+// (mla_schedule, then the decode, then the combine) or whose decode is not
+// body: a dense plan that holds for a batch size with a bound of the
+// lengths, where the decode waits late.
+func scheduledPlan(body string) func(*core.Plan) error {
+	return func(p *core.Plan) error {
+		var got []string
+		for _, l := range p.Launches {
+			got = append(got, l.Entry)
+		}
+		if len(got) != 3 || got[0] != "mla_schedule" || got[1] != body {
+			return fmt.Errorf("launches %v, want mla_schedule, %s and the combine", got, body)
+		}
+		return nil
+	}
+}
+
 // logRagged is n lengths from lo to hi, log-uniform, in a scrambled order
 // (each once where n is prime to 37).
 func logRagged(n int, lo, hi float64) []int64 {

@@ -31,7 +31,8 @@ func quantBackend(c devicecheck.Quant) string {
 // tokens for the sparse prefill), duplicate-free random top-k sets with -1
 // pads in random places, tokens that see fewer keys than the top-k. The
 // sparse batches run on dsa's plans, whose catalog takes pages of 64
-// tokens (sglang's NSA pool); the dense FP8 ones on fa3's.
+// tokens (sglang's NSA pool); the dense FP8 ones on fa3's, three of them
+// scheduled on the device (on Hopper each checked to run its own body).
 func TestSparseAndFP8(t *testing.T) {
 	e := openEnv(t)
 	fixed := []devicecheck.Quant{
@@ -63,10 +64,19 @@ func TestSparseAndFP8(t *testing.T) {
 		{Name: "fp8 128 heads on the device", Heads: 128, PageSize: 1, SeqLens: []int64{3000, 70, 6000}, QLens: []int64{2, 2, 2}, FP8: true, Seed: 22, Graph: true, MaxSeqLen: 8192, Split: true},
 		{Name: "fp8 128 heads batch 1 on the device", Heads: 128, PageSize: 64, SeqLens: []int64{5000}, QLens: []int64{1}, FP8: true, Seed: 23, Graph: true, MaxSeqLen: 5000},
 	}
+	// The body each batch scheduled on the device runs (sm_90a).
+	onDevice := map[string]string{
+		"fp8 16 heads on the device":          "mla_decode_fp8_wg16",
+		"fp8 128 heads on the device":         "mla_decode_fp8_ss64",
+		"fp8 128 heads batch 1 on the device": "mla_decode_fp8_wg64",
+	}
 	for _, c := range fixed {
 		var plan func(*core.Plan) error
 		if strings.Contains(c.Name, "packed") {
 			plan = packedPlan
+		}
+		if body, ok := onDevice[c.Name]; ok && e.Device().ComputeCapability == 90 {
+			plan = scheduledPlan(body)
 		}
 		ch := runPlanned(t, e, quantBackend(c), c, 48, plan)
 		t.Logf("%-22s %s: %v", c.Name, c.Describe(), ch)
