@@ -82,28 +82,9 @@ func (e *Env) AllocMLA(c MLA, copies int) (*MLABatch, error) {
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 7))
 	b := &MLABatch{Case: c, qSeed: c.Seed*2 + 1, kvSeed: c.Seed*2 + 2, env: e}
-	b.Indptr = []int32{0}
-	var need int
-	qo := []int32{0}
-	for i, n := range c.SeqLens {
-		b.Tokens += c.QLens[i]
-		if c.Graph && c.MaxSeqLen > 0 {
-			n = c.MaxSeqLen // room for every step's keys
-		}
-		need += int((n + int64(c.PageSize) - 1) / int64(c.PageSize))
-		b.Indptr = append(b.Indptr, int32(need))
-		qo = append(qo, int32(b.Tokens))
-	}
-	seq := make([]int32, len(c.SeqLens))
-	for i, n := range c.SeqLens {
-		seq[i] = int32(n)
-	}
-	b.NumPages = need + 3
-	perm := rng.Perm(b.NumPages)
-	b.Pages = make([]int32, need)
-	for i := range b.Pages {
-		b.Pages[i] = int32(perm[i])
-	}
+	pt := newPageTable(c.SeqLens, c.QLens, c.PageSize, c.Graph, c.MaxSeqLen, rng)
+	b.Tokens, b.Indptr, b.Pages, b.NumPages = pt.tokens, pt.indptr, pt.pages, pt.numPages
+	seq, qo := pt.seq, pt.qo
 	b.Req = c.Request(e.Device(), b.NumPages)
 	h := int64(c.Heads)
 	err := e.Do(func(x *cuda.Ctx) error {
@@ -188,6 +169,40 @@ func queryRow(seed uint64, split bool, g int64) []float64 {
 	hashRow(seed+querySeeds["q_nope"], g*512, q[:512])
 	hashRow(seed+querySeeds["q_rope"], g*64, q[512:])
 	return q
+}
+
+// pageTable is a batch's paged cache as the host lays it out: each
+// request's pages (room for MaxSeqLen keys where a graph plan has that
+// bound, for every step's keys), drawn at random from numPages (three more
+// than the table uses), and the lengths as int32 tensors.
+type pageTable struct {
+	tokens   int64
+	indptr   []int32 // kv_indptr
+	pages    []int32 // kv_indices
+	numPages int
+	seq, qo  []int32 // seq_lens, qo_indptr
+}
+
+func newPageTable(seqLens, qLens []int64, pageSize int, graph bool, maxSeqLen int64, rng *rand.Rand) pageTable {
+	pt := pageTable{indptr: []int32{0}, qo: []int32{0}, seq: make([]int32, len(seqLens))}
+	var need int
+	for i, n := range seqLens {
+		pt.seq[i] = int32(n)
+		pt.tokens += qLens[i]
+		if graph && maxSeqLen > 0 {
+			n = maxSeqLen // room for every step's keys
+		}
+		need += int((n + int64(pageSize) - 1) / int64(pageSize))
+		pt.indptr = append(pt.indptr, int32(need))
+		pt.qo = append(pt.qo, int32(pt.tokens))
+	}
+	pt.numPages = need + 3
+	perm := rng.Perm(pt.numPages)
+	pt.pages = make([]int32, need)
+	for i := range pt.pages {
+		pt.pages[i] = int32(perm[i])
+	}
+	return pt
 }
 
 // checkLens refuses lengths no batch can have: none, a request with fewer

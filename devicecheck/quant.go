@@ -147,28 +147,9 @@ func (e *Env) AllocQuant(c Quant, copies int) (*QuantBatch, error) {
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 9))
 	b := &QuantBatch{Case: c, qSeed: c.Seed*2 + 1, kvSeed: c.Seed*2 + 2, Buffers: map[string]cudaexec.Buffer{}, env: e}
-	b.Indptr = []int32{0}
-	qo := []int32{0}
-	var need int
-	for i, n := range c.SeqLens {
-		b.Tokens += c.QLens[i]
-		if c.Graph && c.MaxSeqLen > 0 {
-			n = c.MaxSeqLen // room for every step's keys
-		}
-		need += int((n + int64(c.PageSize) - 1) / int64(c.PageSize))
-		b.Indptr = append(b.Indptr, int32(need))
-		qo = append(qo, int32(b.Tokens))
-	}
-	numPages := need + 3
-	perm := rng.Perm(numPages)
-	b.Pages = make([]int32, need)
-	for i := range b.Pages {
-		b.Pages[i] = int32(perm[i])
-	}
-	seq := make([]int32, len(c.SeqLens))
-	for i, n := range c.SeqLens {
-		seq[i] = int32(n)
-	}
+	pt := newPageTable(c.SeqLens, c.QLens, c.PageSize, c.Graph, c.MaxSeqLen, rng)
+	b.Tokens, b.Indptr, b.Pages = pt.tokens, pt.indptr, pt.pages
+	numPages, seq, qo := pt.numPages, pt.seq, pt.qo
 	if c.TopK > 0 {
 		b.drawTopK(rng)
 	}
