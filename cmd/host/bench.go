@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
@@ -15,11 +16,11 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	var h hostFlags
 	h.register(fs, "no-cache")
 	backend := fs.String("backend", "fa3", "backend name to replay the trace through")
-	passes := fs.Int("passes", 2000, "forward passes in the trace")
-	rpcPasses := fs.Int("rpc-passes", 40, "forward passes replayed with one gRPC call per layer")
-	minTime := fs.Duration("min-time", 300*time.Millisecond, "least time to spend on each in-process measurement")
+	passes := fs.Int("passes", 2000, fmt.Sprintf("forward passes in the trace (1 to %d)", hostbench.MaxPasses))
+	rpcPasses := fs.Int("rpc-passes", 40, fmt.Sprintf("forward passes replayed with one gRPC call per layer (1 to %d)", hostbench.MaxPasses))
+	minTime := fs.Duration("min-time", 300*time.Millisecond, fmt.Sprintf("least time to spend on each in-process measurement (0 to %s)", hostbench.MaxMinTime))
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	stream := fs.Int("stream", 200000, "requests of a varied dispatch stream (every backend, mode and flag mixed) to time through the dispatch pipeline and, when python3 and the reference are found, through sglang's Python code; 0 skips it")
+	stream := fs.Int("stream", 200000, fmt.Sprintf("requests of a varied dispatch stream (every backend, mode and flag mixed) to time through the dispatch pipeline and, when python3 and the reference are found, through sglang's Python code (0 to %d; 0 skips it)", hostbench.MaxStream))
 	gpu := fs.Bool("gpu", false, "benchmark the plugins' device kernels on the CUDA GPU instead: DeepSeek-V3 decode, prefill, sparse and FP8 shapes against the copy bandwidth, the bf16 matmul peak and torch, measured in the same run (docs/device.md)")
 	var g gpuBenchFlags
 	fs.StringVar(&g.python, "python", "python3", "with --gpu: the python3 (with torch) to compare with; empty skips torch")
@@ -49,8 +50,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		defer reg.Close()
 		return runBenchGPU(ctx, e, reg, g, *asJSON)
 	}
-	if *passes <= 0 || *rpcPasses <= 0 {
-		return &usageError{"bench: --passes and --rpc-passes must be positive"}
+	o := hostbench.Options{Backend: *backend, Passes: *passes, RPCPasses: *rpcPasses, MinTime: *minTime,
+		Stream: *stream, Logger: logger}
+	if err := o.Check(); err != nil {
+		return &usageError{"bench: " + err.Error()}
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -60,12 +63,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	hostArgs, err := h.processArgs()
-	if err != nil {
+	if o.HostArgs, err = h.processArgs(); err != nil {
 		return err
 	}
-	o := hostbench.Options{Backend: *backend, Passes: *passes, RPCPasses: *rpcPasses, MinTime: *minTime,
-		Stream: *stream, Host: exe, HostArgs: hostArgs, Logger: logger}
+	o.Host = exe
 	// A progress line on a terminal; nothing when stderr is piped or the
 	// output is JSON. It is cleared before anything else is written.
 	p := newProgress(e, "attnplug bench", *asJSON)

@@ -446,6 +446,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dispatch", "--connect", "nohost"}, 2, "missing port in address"},
 		{[]string{"run", "--top-k", "-5"}, 2, "--top-k=-5 is negative"},
 		{[]string{"run", "--max-kv-tokens", "0"}, 2, "--max-kv-tokens=0 must be positive"},
+		{[]string{"bench", "--passes", "99999999999"}, 2, "--passes: 99999999999 is out of range (want 1 to 100000)"},
+		{[]string{"bench", "--rpc-passes", "0"}, 2, "--rpc-passes: 0 is out of range (want 1 to 100000)"},
+		{[]string{"bench", "--min-time", "-1s"}, 2, "--min-time: -1s is out of range (want 0 to 1h0m0s)"},
+		{[]string{"bench", "--stream", "-5"}, 2, "--stream: -5 is out of range (want 0 to 1000000; 0 skips the stream)"},
 		{[]string{"version", "extra"}, 2, "unexpected argument"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/kernelrun"
+	"github.com/attnplug/attnplug/shm"
 )
 
 func runRun(ctx context.Context, e *env, args []string) error {
@@ -28,7 +29,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&o.Dims.RopeBase, "rope-base", o.Dims.RopeBase, "RoPE base theta")
 	fs.IntVar(&o.TopK, "top-k", o.TopK, "DSA indexer top-k of DSA layers (DeepSeek-V3.2: 2048); 0 runs them dense")
 	fs.IntVar(&o.MaxKVTokens, "max-kv-tokens", o.MaxKVTokens, "refuse lines whose batch has more KV tokens (sum of seq_lens)")
-	fs.Int64Var(&o.MaxTensorBytes, "max-tensor-bytes", o.MaxTensorBytes, "refuse lines whose tensors (inputs and output), or the k and v that MHA_ONE_SHOT decompresses, take more bytes")
+	fs.Int64Var(&o.MaxTensorBytes, "max-tensor-bytes", o.MaxTensorBytes, "refuse lines whose tensors (inputs and output), or the k and v that MHA_ONE_SHOT decompresses, take more bytes (at most 64 GiB, and at most this machine's memory)")
 	maxLine := maxLineFlag(fs, o.MaxLine)
 	device := fs.String("device", "cpu", "where kernels run: cpu (the plugins' reference kernels over shared memory) or cuda (the plugins' device code, launched by this process on tensors it generates on the GPU; docs/device.md)")
 	pageSize := fs.Int("page-size", 64, "with --device cuda: the KV cache page size of MLA decode")
@@ -55,8 +56,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if o.Dims.SoftmaxScale == 0 {
 		o.Dims.SoftmaxScale = 1 / math.Sqrt(float64(o.Dims.QKNopeHeadDim+o.Dims.QKRopeHeadDim))
 	}
-	if o.MaxTensorBytes <= 0 {
-		return &usageError{fmt.Sprintf("run: --max-tensor-bytes=%d must be positive", o.MaxTensorBytes)}
+	if err := checkMaxTensorBytes(o.MaxTensorBytes, physicalMemory()); err != nil {
+		return err
 	}
 	if o.MaxKVTokens <= 0 {
 		return &usageError{fmt.Sprintf("run: --max-kv-tokens=%d must be positive", o.MaxKVTokens)}
@@ -97,6 +98,25 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	if refused > 0 {
 		return &refusedError{refused}
+	}
+	return nil
+}
+
+// checkMaxTensorBytes refuses a --max-tensor-bytes that is not positive,
+// or more than the largest shared-memory segment or than this machine's
+// memory (machine, when known): the tensors of a line the CPU runs (every
+// line with --device cpu, and those the GPU does not run with --device
+// cuda) live in a segment the plugins map, and a line allowed more than
+// the machine holds would be ended by the kernel's out-of-memory killer,
+// not refused.
+func checkMaxTensorBytes(n, machine int64) error {
+	switch {
+	case n <= 0:
+		return &usageError{fmt.Sprintf("run: --max-tensor-bytes=%d must be positive", n)}
+	case n > shm.MaxSize:
+		return &usageError{fmt.Sprintf("run: --max-tensor-bytes=%d is more than the largest tensor segment, %d bytes (64 GiB)", n, int64(shm.MaxSize))}
+	case machine > 0 && n > machine:
+		return &usageError{fmt.Sprintf("run: --max-tensor-bytes=%d is more than this machine's memory, %d bytes", n, machine)}
 	}
 	return nil
 }

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/attnplug/attnplug/core"
 	"github.com/attnplug/attnplug/kernelrun"
 	"github.com/attnplug/attnplug/kernels"
+	"github.com/attnplug/attnplug/shm"
 )
 
 // TestRunCommand runs attnplug run, the binary, on random and inline
@@ -390,10 +392,40 @@ func TestRunDimensionFlags(t *testing.T) {
 		{[]string{"--softmax-scale", "-1"}, "run: --softmax-scale: -1: want a finite number > 0"},
 		{[]string{"--rope-base", "0.5"}, "run: --rope-base: 0.5: want a finite number > 1"},
 		{[]string{"--top-k", "100000"}, "run: --top-k: 100000 is outside [0, 65536]"},
+		{[]string{"--max-tensor-bytes", "0"}, "run: --max-tensor-bytes=0 must be positive"},
+		{[]string{"--max-tensor-bytes", "99999999999999999"}, "run: --max-tensor-bytes=99999999999999999 is more than the largest tensor segment, 68719476736 bytes (64 GiB)"},
 	} {
 		r := host(t, bins, "", append([]string{"run", "--random-tensors", "--plugin-dir", bins.PluginDir}, tc.flags...)...)
 		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want a usage error %q", tc.flags, r.code, r.stdout, r.stderr, tc.want)
 		}
+	}
+}
+
+// TestCheckMaxTensorBytes: the limit of a line's tensors is positive, at
+// most the largest shared-memory segment and, where it is known, at most
+// the machine's memory; physicalMemory reads a size on Linux.
+func TestCheckMaxTensorBytes(t *testing.T) {
+	const gib = 1 << 30
+	for _, tc := range []struct {
+		n, machine int64
+		want       string
+	}{
+		{1, 0, ""},
+		{shm.MaxSize, 0, ""},
+		{shm.MaxSize, 128 * gib, ""},
+		{24 * gib, 24 * gib, ""},
+		{0, 24 * gib, "--max-tensor-bytes=0 must be positive"},
+		{-1, 0, "--max-tensor-bytes=-1 must be positive"},
+		{shm.MaxSize + 1, 0, "is more than the largest tensor segment"},
+		{24*gib + 1, 24 * gib, "--max-tensor-bytes=25769803777 is more than this machine's memory, 25769803776 bytes"},
+	} {
+		err := checkMaxTensorBytes(tc.n, tc.machine)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("checkMaxTensorBytes(%d, %d) = %v, want %q", tc.n, tc.machine, err, tc.want)
+		}
+	}
+	if runtime.GOOS == "linux" && physicalMemory() <= 0 {
+		t.Errorf("physicalMemory() = %d on Linux", physicalMemory())
 	}
 }

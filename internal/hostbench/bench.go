@@ -138,16 +138,27 @@ type Result struct {
 // firstAnswerRuns is how many times Run times the first answer.
 const firstAnswerRuns = 15
 
+// The bounds of Options: a trace pass holds its batch's lengths (about
+// 2 KB), a stream request its JSON line (about 300 bytes), so the largest
+// trace and stream stay within some hundreds of MB.
+const (
+	MaxPasses  = 100_000
+	MaxStream  = 1_000_000
+	MaxMinTime = time.Hour
+)
+
 // Options are what attnplug bench measures.
 type Options struct {
 	// Backend is the name the trace is replayed through.
 	Backend string
 	// Passes is the forward passes of the trace; RPCPasses those replayed
-	// with one gRPC call per layer. Both must be positive.
+	// with one gRPC call per layer. Both are in [1, MaxPasses].
 	Passes, RPCPasses int
-	// MinTime is the least time spent on each in-process measurement.
+	// MinTime is the least time spent on each in-process measurement, in
+	// [0, MaxMinTime].
 	MinTime time.Duration
-	// Stream is the requests of the varied dispatch stream; 0 skips it.
+	// Stream is the requests of the varied dispatch stream, in [0,
+	// MaxStream]; 0 skips it.
 	Stream int
 	// Host is the attnplug binary whose processes are timed, HostArgs the
 	// flags that make it load the plugins cfg loads.
@@ -159,6 +170,22 @@ type Options struct {
 	// it measures ("(b) one gRPC call per layer, 40 passes"), from the
 	// goroutine of Run; nil says nothing.
 	Progress func(step string)
+}
+
+// Check returns an error naming the first option out of its bounds
+// (flag names, as attnplug bench spells them), or nil.
+func (o *Options) Check() error {
+	switch {
+	case o.Passes < 1 || o.Passes > MaxPasses:
+		return fmt.Errorf("--passes: %d is out of range (want 1 to %d)", o.Passes, MaxPasses)
+	case o.RPCPasses < 1 || o.RPCPasses > MaxPasses:
+		return fmt.Errorf("--rpc-passes: %d is out of range (want 1 to %d)", o.RPCPasses, MaxPasses)
+	case o.MinTime < 0 || o.MinTime > MaxMinTime:
+		return fmt.Errorf("--min-time: %s is out of range (want 0 to %s)", o.MinTime, MaxMinTime)
+	case o.Stream < 0 || o.Stream > MaxStream:
+		return fmt.Errorf("--stream: %d is out of range (want 0 to %d; 0 skips the stream)", o.Stream, MaxStream)
+	}
+	return nil
 }
 
 // step tells o.Progress that the measurement what starts.
@@ -174,8 +201,13 @@ func (o *Options) step(format string, args ...any) {
 // answer of (b) and (c) checked against (a); the cold start of every
 // plugin; the first answer of a new attnplug dispatch process; and, when
 // o.Stream is set, a varied stream through the dispatch pipeline, a new
-// process and, when found, sglang's Python code.
+// process and, when found, sglang's Python code. Options out of their
+// bounds are refused (Check); once ctx ends, so does every measurement,
+// and Run returns ctx's error.
 func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
+	if err := o.Check(); err != nil {
+		return nil, err
+	}
 	trace := benchTrace(o.Passes, 1)
 	res := &Result{Backend: o.Backend, Passes: o.Passes, Layers: deepSeekV3Layers}
 	cfg.QuietDeprecated = true // every name is asked on purpose
@@ -184,7 +216,10 @@ func Run(ctx context.Context, cfg registry.Config, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer reg.Close()
-	want := benchInProcess(trace, &o, res)
+	want, err := benchInProcess(ctx, trace, &o, res)
+	if err != nil {
+		return nil, err
+	}
 	if err := benchRPC(ctx, cfg, trace, want, &o, res); err != nil {
 		return nil, err
 	}
@@ -247,7 +282,7 @@ func benchColdStart(ctx context.Context, cfg registry.Config, o *Options, res *R
 // benchInProcess is (a): the rules called in process, as sglang calls its
 // handler, the request of every layer built and decided afresh. It
 // returns the answer of each pass, which (b) and (c) are checked against.
-func benchInProcess(trace []benchPass, o *Options, res *Result) []core.Method {
+func benchInProcess(ctx context.Context, trace []benchPass, o *Options, res *Result) ([]core.Method, error) {
 	rules := inproc.Rules()
 	rule, ok := rules[o.Backend]
 	if !ok {
@@ -256,7 +291,7 @@ func benchInProcess(trace []benchPass, o *Options, res *Result) []core.Method {
 	layer := benchLayer()
 	want := make([]core.Method, len(trace))
 	o.step("(a) the rules in process, %d passes", len(trace))
-	inProc := measure(o.MinTime, func() {
+	inProc, err := measure(ctx, o.MinTime, func() {
 		for i := range trace {
 			p := &trace[i]
 			for l := 0; l < deepSeekV3Layers; l++ {
@@ -265,8 +300,11 @@ func benchInProcess(trace []benchPass, o *Options, res *Result) []core.Method {
 			}
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
 	res.InProcessNsPerPass = inProc / float64(len(trace))
-	return want
+	return want, nil
 }
 
 // benchRPC is (b): one gRPC call per layer, through a registry of its own
@@ -335,11 +373,14 @@ func benchProduction(ctx context.Context, reg *registry.Registry, trace []benchP
 		return err
 	}
 	var perr error
-	prod := measure(o.MinTime, func() {
+	prod, err := measure(ctx, o.MinTime, func() {
 		if err := production(false); err != nil {
 			perr = err
 		}
 	})
+	if err != nil {
+		return err
+	}
 	if perr != nil {
 		return perr
 	}
@@ -391,11 +432,15 @@ func (r *Result) WriteText(w io.Writer) error {
 }
 
 // measure runs f until minTime has passed (at least twice) and returns the
-// nanoseconds of one run, the best of the runs.
-func measure(minTime time.Duration, f func()) float64 {
+// nanoseconds of one run, the best of the runs; once ctx ends it runs f
+// no more and returns ctx's error.
+func measure(ctx context.Context, minTime time.Duration, f func()) (float64, error) {
 	best := 0.0
 	start := time.Now()
 	for runs := 0; runs < 2 || time.Since(start) < minTime; runs++ {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 		t0 := time.Now()
 		f()
 		ns := float64(time.Since(t0).Nanoseconds())
@@ -403,7 +448,7 @@ func measure(minTime time.Duration, f func()) float64 {
 			best = ns
 		}
 	}
-	return best
+	return best, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -3,6 +3,7 @@ package hostbench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os/exec"
 	"reflect"
 	"strings"
@@ -96,5 +97,72 @@ func TestRunReportsProgress(t *testing.T) {
 	}
 	if res.Mismatches != 0 {
 		t.Errorf("%d answers differ from the rules in process", res.Mismatches)
+	}
+}
+
+// TestOptionsCheck: each option out of its bounds is refused, named by its
+// flag with its value and the bounds; the bounds themselves pass.
+func TestOptionsCheck(t *testing.T) {
+	ok := Options{Passes: 1, RPCPasses: MaxPasses, MinTime: MaxMinTime, Stream: MaxStream}
+	if err := ok.Check(); err != nil {
+		t.Fatalf("options at their bounds: %v", err)
+	}
+	if err := (&Options{Passes: MaxPasses, RPCPasses: 1}).Check(); err != nil {
+		t.Fatalf("options at their other bounds: %v", err)
+	}
+	for _, tc := range []struct {
+		edit func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Passes = 0 }, "--passes: 0 is out of range (want 1 to 100000)"},
+		{func(o *Options) { o.Passes = MaxPasses + 1 }, "--passes: 100001 is out of range"},
+		{func(o *Options) { o.RPCPasses = -1 }, "--rpc-passes: -1 is out of range"},
+		{func(o *Options) { o.RPCPasses = 1 << 40 }, "--rpc-passes: 1099511627776 is out of range"},
+		{func(o *Options) { o.MinTime = -time.Nanosecond }, "--min-time: -1ns is out of range (want 0 to 1h0m0s)"},
+		{func(o *Options) { o.MinTime = MaxMinTime + 1 }, "--min-time: 1h0m0.000000001s is out of range"},
+		{func(o *Options) { o.Stream = -1 }, "--stream: -1 is out of range (want 0 to 1000000; 0 skips the stream)"},
+		{func(o *Options) { o.Stream = MaxStream + 1 }, "--stream: 1000001 is out of range"},
+	} {
+		o := ok
+		tc.edit(&o)
+		err := o.Check()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Check() = %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// TestRunEndsWithItsContext: a measurement asked to take an hour ends once
+// Run's context does, and Run returns the context's error. The context
+// ends as the rules in process start to be timed.
+func TestRunEndsWithItsContext(t *testing.T) {
+	exe, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip(err)
+	}
+	backends, err := inproc.Backends(hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, registry.Config{Backends: backends, Platform: core.PlatformCUDA, SocketDir: t.TempDir()},
+			Options{Backend: "fa3", Passes: 4, RPCPasses: 2, MinTime: MaxMinTime, Host: exe, Logger: hclog.NewNullLogger(),
+				Progress: func(s string) {
+					if strings.HasPrefix(s, "(a)") {
+						cancel()
+					}
+				}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v, want %v", err, context.Canceled)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run still measuring a minute after its context ended")
 	}
 }
