@@ -18,6 +18,11 @@ import (
 // sm_90 device); the plans it checks run on this machine's GPU, when it
 // has one and --arch is not given, and the report says why they did not
 // otherwise. It fails (exit status 1) when any check fails.
+// maxConformProbes bounds --probes: each base is varied in every quantity
+// and a name's requests are made before they are asked, so memory grows
+// with it (fa3's whole run peaked at some 600 MB at 4096).
+const maxConformProbes = 4096
+
 func runConform(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("conform", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -27,7 +32,7 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	maxP99 := fs.Duration("max-p99", 0, "fail when the p99 of a dispatch call is above this (0: no limit)")
 	budget := fs.Duration("latency-budget", conformance.DefaultLatencyBudget, "fail when the rules take longer than this a dispatch call: the median call less the round trip measured in the same run (0: no budget)")
 	seed := fs.Uint64("seed", 0, "seed of the random probes; a run with the seed a report gives asks the same requests (0: pick one)")
-	probes := fs.Int("probes", 24, "random base requests of each name to vary one quantity at a time (0: none)")
+	probes := fs.Int("probes", 24, fmt.Sprintf("random base requests of each name to vary one quantity at a time (0: none; at most %d)", maxConformProbes))
 	var dev deviceFlags
 	dev.register(fs)
 	pos, err := parseInterspersed(fs, e, args, "attnplug conform [flags] PLUGIN_BINARY [flags]")
@@ -39,6 +44,9 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	}
 	if *timeout <= 0 || *startTimeout <= 0 || *maxRequests < 0 || *maxP99 < 0 || *budget < 0 || *probes < 0 {
 		return &usageError{"conform: --timeout and --start-timeout must be positive; --max-requests, --max-p99, --latency-budget and --probes not negative"}
+	}
+	if *probes > maxConformProbes {
+		return &usageError{fmt.Sprintf("conform: --probes: %d is out of range (want 0 to %d)", *probes, maxConformProbes)}
 	}
 	if st, err := os.Stat(pos[0]); err != nil {
 		return &usageError{fmt.Sprintf("conform: plugin binary: %v", err)}

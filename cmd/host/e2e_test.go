@@ -443,6 +443,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"conform", "/nonexistent"}, 2, "conform: plugin binary: stat /nonexistent: no such file or directory"},
 		{[]string{"conform", "/"}, 2, "conform: plugin binary / is not a regular file"},
 		{[]string{"conform"}, 2, "want one plugin binary, got 0 arguments"},
+		{[]string{"conform", "--probes", "99999999999", "/"}, 2, "conform: --probes: 99999999999 is out of range (want 0 to 4096)"},
 		{[]string{"dispatch", "--connect", "nohost"}, 2, "missing port in address"},
 		{[]string{"run", "--top-k", "-5"}, 2, "--top-k=-5 is negative"},
 		{[]string{"run", "--max-kv-tokens", "0"}, 2, "--max-kv-tokens=0 must be positive"},
