@@ -11,6 +11,11 @@ import (
 	"github.com/attnplug/attnplug/conformance"
 )
 
+// maxConformProbes bounds --probes: each base is varied in every quantity
+// and a name's requests are made before they are asked, so memory grows
+// with it (fa3's whole run peaked at some 600 MB at 4096).
+const maxConformProbes = 4096
+
 // runConform is `attnplug conform PLUGIN_BINARY`: the conformance suite of
 // package conformance on one plugin binary, as a readable report or JSON.
 // Flags may come before or after the binary. The device-code check asks
@@ -18,11 +23,6 @@ import (
 // sm_90 device); the plans it checks run on this machine's GPU, when it
 // has one and --arch is not given, and the report says why they did not
 // otherwise. It fails (exit status 1) when any check fails.
-// maxConformProbes bounds --probes: each base is varied in every quantity
-// and a name's requests are made before they are asked, so memory grows
-// with it (fa3's whole run peaked at some 600 MB at 4096).
-const maxConformProbes = 4096
-
 func runConform(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("conform", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
