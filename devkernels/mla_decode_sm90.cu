@@ -1246,6 +1246,15 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
         wg_commit();
     };
 
+    // The consumer's queries, copied by its threads alone once the launch
+    // before has written them.
+    auto queries_in = [&] {
+        pdl_wait(); // the queries, the partials
+        load_queries<M, 128>(sq_a, q_dst, q, g0, rows - row0, heads, tid);
+        cp_commit();
+        cp_wait<0>(); // this thread's copies of the queries
+    };
+
     if constexpr (RS) {
         // Named barriers between the warpgroups: FULL(b) when the loader has
         // converted a tile into f16 tile b, EMPTY(b) when the consumer's
@@ -1333,10 +1342,7 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
             }
             return;
         }
-        pdl_wait(); // the queries, the partials
-        load_queries<M, 128>(sq_a, q_dst, q, g0, rows - row0, heads, tid);
-        cp_commit();
-        cp_wait<0>(); // this thread's copies of the queries
+        queries_in();
         consumer_sync();
         queries_f16<M, 128>(sq, q_dst, tid);
         fence_async_smem(); // before the products read them
@@ -1400,10 +1406,7 @@ __device__ __forceinline__ void mla_decode_wgn(const QView& q, const Keys& ks, b
             }
             return;
         }
-        pdl_wait(); // the queries, the partials
-        load_queries<M, 128>(sq_a, q_dst, q, g0, rows - row0, heads, tid); // the consumer's alone
-        cp_commit();
-        cp_wait<0>(); // this thread's copies of the queries
+        queries_in();
         fence_async_smem();
         consumer_sync();
         for (int t = 0; t < ntiles; t++) {
