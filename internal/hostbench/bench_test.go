@@ -69,10 +69,11 @@ func TestWriteTextListsPlugins(t *testing.T) {
 	}
 }
 
-// TestRunReportsProgress: Run tells Options.Progress as each measurement
-// starts, in order, over backends in process (no plugin binary; the
-// process timed is /bin/true).
-func TestRunReportsProgress(t *testing.T) {
+// inProcess returns the configuration of a Run over the backends in
+// process (no plugin binary) and its options: fa3's trace of 4 passes, 2
+// of them over gRPC, the process timed /bin/true.
+func inProcess(t *testing.T) (registry.Config, Options) {
+	t.Helper()
 	exe, err := exec.LookPath("true")
 	if err != nil {
 		t.Skip(err)
@@ -81,12 +82,19 @@ func TestRunReportsProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return registry.Config{Backends: backends, Platform: core.PlatformCUDA, SocketDir: t.TempDir()},
+		Options{Backend: "fa3", Passes: 4, RPCPasses: 2, MinTime: time.Millisecond, Host: exe, Logger: hclog.NewNullLogger()}
+}
+
+// TestRunReportsProgress: Run tells Options.Progress as each measurement
+// starts, in order.
+func TestRunReportsProgress(t *testing.T) {
+	cfg, o := inProcess(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var steps []string
-	res, err := Run(ctx, registry.Config{Backends: backends, Platform: core.PlatformCUDA, SocketDir: t.TempDir()},
-		Options{Backend: "fa3", Passes: 4, RPCPasses: 2, MinTime: time.Millisecond, Host: exe, Logger: hclog.NewNullLogger(),
-			Progress: func(s string) { steps = append(steps, s) }})
+	o.Progress = func(s string) { steps = append(steps, s) }
+	res, err := Run(ctx, cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,25 +144,18 @@ func TestOptionsCheck(t *testing.T) {
 // Run's context does, and Run returns the context's error. The context
 // ends as the rules in process start to be timed.
 func TestRunEndsWithItsContext(t *testing.T) {
-	exe, err := exec.LookPath("true")
-	if err != nil {
-		t.Skip(err)
-	}
-	backends, err := inproc.Backends(hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, o := inProcess(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	o.MinTime = MaxMinTime
+	o.Progress = func(s string) {
+		if strings.HasPrefix(s, "(a)") {
+			cancel()
+		}
+	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(ctx, registry.Config{Backends: backends, Platform: core.PlatformCUDA, SocketDir: t.TempDir()},
-			Options{Backend: "fa3", Passes: 4, RPCPasses: 2, MinTime: MaxMinTime, Host: exe, Logger: hclog.NewNullLogger(),
-				Progress: func(s string) {
-					if strings.HasPrefix(s, "(a)") {
-						cancel()
-					}
-				}})
+		_, err := Run(ctx, cfg, o)
 		done <- err
 	}()
 	select {
