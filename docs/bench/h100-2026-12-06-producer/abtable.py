@@ -1,5 +1,5 @@
 """abtable.py BASE V...: the best of each row's rounds, per variant, from /tmp/ab/ab-<V>-<round>.json,
-as times and ratios to BASE; the last line names the variant of the lowest median ratio."""
+as times and ratios to BASE; the last line names the variant of the lowest median ratio, the base's own being 1."""
 import collections
 import glob
 import json
@@ -41,4 +41,5 @@ med = {v: statistics.median(r) for v, r in ratios.items() if r}
 for v, m in med.items():
     print("%s/%s median %.3f min %.3f max %.3f" % (v, vs[0], m, min(ratios[v]), max(ratios[v])))
 if med:
+    med[vs[0]] = 1.0  # the base against itself: a variant slower than it is not the fastest
     print("fastest %s" % min(med, key=med.get))
