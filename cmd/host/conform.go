@@ -42,10 +42,10 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 1 {
 		return &usageError{fmt.Sprintf("conform: want one plugin binary, got %d arguments", len(pos))}
 	}
-	if *timeout <= 0 || *startTimeout <= 0 || *maxRequests < 0 || *maxP99 < 0 || *budget < 0 || *probes < 0 {
-		return &usageError{"conform: --timeout and --start-timeout must be positive; --max-requests, --max-p99, --latency-budget and --probes not negative"}
+	if *timeout <= 0 || *startTimeout <= 0 || *maxRequests < 0 || *maxP99 < 0 || *budget < 0 {
+		return &usageError{"conform: --timeout and --start-timeout must be positive; --max-requests, --max-p99 and --latency-budget not negative"}
 	}
-	if *probes > maxConformProbes {
+	if *probes < 0 || *probes > maxConformProbes {
 		return &usageError{fmt.Sprintf("conform: --probes: %d is out of range (want 0 to %d)", *probes, maxConformProbes)}
 	}
 	if st, err := os.Stat(pos[0]); err != nil {
