@@ -63,6 +63,13 @@ func (h *hostFlags) register(fs *flag.FlagSet, without ...string) {
 	})
 }
 
+// given reports whether the command line set the flag name.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // maxLineFlag adds --max-line-bytes to fs with the default def; the
 // command checks the value with checkMaxLine.
 func maxLineFlag(fs *flag.FlagSet, def int) *int {

@@ -54,11 +54,9 @@ func runDispatch(ctx context.Context, e *env, args []string) error {
 		// call to it; its default (one plugin call's) would cut off a
 		// request that waits for a plugin to start on the server.
 		var opts []client.DialOption
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "timeout" {
-				opts = append(opts, client.WithTimeout(h.callTimeout))
-			}
-		})
+		if given(fs, "timeout") {
+			opts = append(opts, client.WithTimeout(h.callTimeout))
+		}
 		if h.callTimeout <= 0 {
 			return &usageError{fmt.Sprintf("--timeout: %s is not a positive duration", h.callTimeout)}
 		}

@@ -43,6 +43,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		if *allowCPU {
 			return &usageError{"run: --allow-cpu needs --device cuda"}
 		}
+		if given(fs, "page-size") {
+			return &usageError{fmt.Sprintf("run: --page-size=%d needs --device cuda", *pageSize)}
+		}
 	case "cuda":
 		if *pageSize < 1 || *pageSize > 4096 {
 			return &usageError{fmt.Sprintf("run: --page-size=%d is outside [1, 4096]", *pageSize)}

@@ -378,6 +378,10 @@ func TestRunDeviceCUDAWithoutGPU(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "--allow-cpu needs --device cuda") {
 		t.Errorf("--allow-cpu alone: exit %d, stderr %q; want a usage error", r.code, r.stderr)
 	}
+	r = host(t, bins, line, "run", "--page-size", "64", "--plugin-dir", bins.PluginDir)
+	if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "run: --page-size=64 needs --device cuda") {
+		t.Errorf("--page-size without --device cuda: exit %d, stdout %q, stderr %q; want a usage error", r.code, r.stdout, r.stderr)
+	}
 }
 
 // TestRunDimensionFlags: a dimension flag out of range is a usage error
