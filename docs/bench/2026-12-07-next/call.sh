@@ -18,11 +18,14 @@
 #    under memcheck; the in-process backend under synccheck), N's code
 #    through NVRTC into the cache (an untimed run), then interleaved rounds
 #    of bench --gpu over the seesaw's rows, N (the committed plugins) and
-#    V, while more than 130 s are left.
+#    V, while more than 130 s are left (45 where only B runs).
 # A2. At least 100 s left: the committed build's 16-row body, graph step
 #    and sparse/FP8 under memcheck, the Python GPU suites, each path
 #    through a real attnplug serve, an eager layer by parts, the Python
 #    bench.
+# On an H100 only B runs: the committed kernels are those of the last full
+# H100 run (h100-2026-12-07-run3.md), whose A and A2 passed; A is for the
+# H200, whose last full run is older (ONLY_B=0 or 1 overrides).
 # Outputs: bench.json, bench.svg, out.tar.gz (A, A2); imagesV.tar.gz,
 # ab.txt, outV.tar.gz (B).
 set -u
@@ -40,10 +43,14 @@ export ATTNPLUG_REQUIRE_GPU=1
 unset ATTNPLUG_DEVICE_CODE
 mkdir -p bin && cp -r $B/* bin/
 
+ONLY_B=${ONLY_B:-$(grep -q H100 /tmp/res/smi.txt && echo 1 || echo 0)}
+echo "ONLY_B=$ONLY_B"
 # A. The committed build, from its images.
 R=/tmp/res
+if [ $ONLY_B = 0 ]; then
 timeout $(lim 300) $B/attnplug bench --gpu --json --plot $OUT/bench.svg --plugin-dir $B/plugins > $OUT/bench.json 2> $R/bench.err
 echo "bench rc=$? at $(at)"
+fi
 # V's images (gen, NVRTC on the CPU) and ptxas's figures of the seesaw, V
 # and the committed source (N), beside the untimed checks.
 rm -rf /tmp/imgV && mkdir -p /tmp/imgV
@@ -61,7 +68,7 @@ rm -rf /tmp/imgV && mkdir -p /tmp/imgV
  done) > /tmp/genV.txt 2>&1 &
 genV=$!
 export ATTNPLUG_FIRST_USE_PLUGINS=$B/plugins ATTNPLUG_ACME_BIN=$D/acme/attnplug-backend-acme_mla
-if [ $(left $T) -ge 120 ]; then
+if [ $ONLY_B = 0 ] && [ $(left $T) -ge 120 ]; then
   (cd launch/cudaexec && timeout $(lim 40) $D/cudaexec.test -test.count=1 > $R/cudaexec.log 2>&1; echo "cudaexec rc=$?")
   (cd cuda && timeout $(lim 40) $D/cuda.test -test.count=1 >> $R/cudaexec.log 2>&1; echo "cuda rc=$?")
   (cd internal/gpucheck && timeout $(lim 150) $D/gpucheck.test -test.v -test.count=1 -test.short \
@@ -95,9 +102,10 @@ if [ $(left $T) -ge 200 ]; then
   cat $R/checks-V.log
   ROWS="h128_b16,h128_b64,h128_b128,h128_ragged64,h16_extend_b16,h16_extend_b4,sparse bf16 h128,sparse fp8 h128 b16,fp8 decode h128"
   rm -rf /tmp/ab && mkdir -p /tmp/ab
+  rest=130; [ $ONLY_B = 1 ] && rest=45 # the seconds A2 wants, or the tail's
   for round in 1 2 3 4 5; do
     for v in N V; do
-      [ $(left $T) -gt 130 ] || break 2
+      [ $(left $T) -gt $rest ] || break 2
       dir=/tmp/e/$v/plugins; [ $v = V ] && dir=$E/V/plugins
       timeout $(lim 120) $B/attnplug bench --gpu --json --python "" --only "$ROWS" --plugin-dir $dir \
         > /tmp/ab/ab-$v-$round.json 2> /tmp/err-$v; echo "$v $round rc=$? at $(at)"
@@ -113,7 +121,7 @@ tar -C /tmp/resV -czf $OUT/outV.tar.gz .
 
 # A2. The committed build's other checks.
 R=/tmp/res
-if [ $(left $T) -lt 100 ]; then echo "A2 skipped, done at $(at)"; exit 0; fi
+if [ $ONLY_B = 1 ] || [ $(left $T) -lt 100 ]; then echo "A2 skipped, done at $(at)"; exit 0; fi
 (cd internal/gpucheck && timeout $(lim 150) compute-sanitizer --tool memcheck --error-exitcode 3 $D/gpucheck.test -test.v -test.count=1 -test.short \
   -test.run 'TestNarrowWGMMAOnHopper|TestDecodeStepGraph|TestSparseAndFP8' -test.timeout 145s > $R/memcheck.log 2>&1; echo "memcheck rc=$? at $(at)") &
 MP=$!
