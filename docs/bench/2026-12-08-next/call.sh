@@ -1,0 +1,98 @@
+#!/bin/bash
+# Prepared, not run. Q: the dense FP8 plans of flash_mla_with_kvcache in
+# sglang's FlashMLA numerics (q.patch): the entry rounds the queries to e4m3
+# as torch's cast does and applies no layer scale (sglang's descales are
+# 1), where the plan binds flashmla_fp8 1; the verification layer's
+# reference follows the kernel a plan runs. Carries .device/nq.tar.xz
+# (bundle.sh: nq/fr the committed build; nq/Q with q.patch; nq/VQ with
+# ../2026-12-07-next/v.patch, then q.patch). Its parts, each where the
+# seconds left of T allow (call.sh [T], T 480 by default), each stopped 15 s
+# before T:
+# 1. On the CPU, beside the rest: Q's and VQ's images (gen, nvcc) and
+#    cuobjdump's registers and stack of the dense FP8 entries, N (the
+#    committed images) and Q.
+# 2. Q's checks through NVRTC: TestSparseAndFP8 (its four batches on
+#    flashmla's plans, each plan checked to bind flashmla_fp8 1, the other
+#    dense FP8 plans 0) with the entries' shared memory; the mma.sync and
+#    16-row bodies on Hopper, the in-process backend and the graph step;
+#    TestSparseAndFP8 under memcheck. Meanwhile N's code through NVRTC into
+#    the cache (an untimed run), so that both sides of the A/B are NVRTC's.
+# 3. At least 150 s left: the Python GPU suite's FP8 tests through a real
+#    attnplug serve with Q's host and plugins: FlashMLA's numerics against
+#    torch's own cast (a layer k_scale of 0.5 left unapplied), and FA3's
+#    against float64 of the stored values.
+# 4. Rounds of bench --gpu over the dense FP8 rows while more than 30 s are
+#    left: N and Q planned by flashmla (Q's rounding: its cost), NA and QA
+#    by fa3 (unchanged but for the flag).
+# Outputs: imagesQ.tar.gz, imagesVQ.tar.gz, abQ.txt, outQ.tar.gz.
+set -u
+T=${1:-480}
+S0=$(date +%s)
+at() { echo "$(( $(date +%s) - S0 ))s"; }
+left() { local x=$(( $1 - ($(date +%s) - S0) )); [ $x -lt 1 ] && x=1; echo $x; }
+lim() { local x=$(left $((T - 15))); [ $x -gt $1 ] && x=$1; echo $x; } # at most $1 s, and 15 s before T
+R=/tmp/resQ; rm -rf $R && mkdir -p $R
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/smi.txt
+rm -rf /tmp/e && mkdir -p /tmp/e && tar -C /tmp/e -xJf .device/nq.tar.xz || exit 1
+E=/tmp/e/nq D=/tmp/e/nq/fr B=/tmp/e/nq/fr/bin; cp $E/rev $R/rev
+echo "unpacked at $(at)"
+export ATTNPLUG_REQUIRE_GPU=1
+
+# 1. Images, and the entries' registers.
+(for v in Q VQ; do rm -rf /tmp/img$v && mkdir -p /tmp/img$v
+   ATTNPLUG_CACHE_DIR=/tmp/cache-gen$v timeout $(lim 200) $E/$v/gen -set kernels -out /tmp/img$v > /tmp/gen$v.log 2>&1; echo "gen $v rc=$? at $(at)"
+   cp /tmp/gen$v.log /tmp/img$v/GEN.log; tar -C /tmp/img$v -czf $OUT/images$v.tar.gz .; done
+ for v in N Q; do img=devkernels/images; [ $v = Q ] && img=/tmp/imgQ
+   for m in mla_decode_sm90.sm_90a mla_decode.sm_90; do echo "== $v $m"
+     cuobjdump -res-usage $img/$m.cubin 2>&1 | grep -A1 -E "Function mla_decode_fp8_" | grep -o "Function [a-z0-9_]*\|REG:[0-9]*\|STACK:[0-9]*" | paste - - -; done; done) > $R/gen.txt 2>&1 &
+genP=$!
+
+# 2. Q's checks, and N compiled.
+export ATTNPLUG_CACHE_DIR=/tmp/cache-q ATTNPLUG_DEVICE_CODE=nvrtc
+runs=('TestSharedMemoryOfTheEntries|TestSparseAndFP8'
+      'TestMMASyncWideOnHopper|TestNarrowWGMMAOnHopper|TestInProcessBackendOnDevice|TestDecodeStepGraph'
+      'TestSparseAndFP8')
+pre=("" "" "compute-sanitizer --tool memcheck --error-exitcode 3")
+part() { (cd internal/gpucheck && timeout $(lim 220) ${pre[$1]} $E/Q/gpucheck-Q.test -test.v -test.count=1 -test.short \
+      -test.run "${runs[$1]}" -test.timeout 215s > /tmp/Q-$1.log 2>&1; echo "Q checks $1 rc=$? at $(at)"); }
+(timeout $(lim 150) $B/attnplug bench --gpu --python "" --only "fp8 decode h128 b64" --dense-backend flashmla --plugin-dir $B/plugins > /tmp/warmN.log 2>&1; echo "N compiled rc=$? at $(at)") &
+wN=$!
+part 0 & p0=$!; part 1 & p1=$!; part 2 & p2=$!
+wait $p0 $p1 $p2 $wN
+for p in 0 1 2; do echo "== ${pre[$p]} gpucheck Q ${runs[$p]}"
+  grep -hE "^(--- |FAIL|ok|PASS|panic)|ERROR SUMMARY" /tmp/Q-$p.log | cut -c1-300
+  grep -hE "flashmla fp8|fp8 (16|128) heads" /tmp/Q-$p.log | cut -c1-300
+  awk '{for(i=1;i<NF;i++) if($i=="rel_err") print $(i+1)}' /tmp/Q-$p.log | sort -g | tail -1 | sed 's/^/largest rel_err: /'; done > $R/checks-Q.log
+grep -h -B3 -A20 -- "--- FAIL" /tmp/Q-*.log | cut -c1-400 | head -60 >> $R/checks-Q.log
+cp /tmp/Q-*.log /tmp/warmN.log $R/
+cat $R/checks-Q.log
+
+# 3. The Python FP8 tests, through Q's serve.
+if [ $(left $T) -ge 150 ]; then
+  rm -rf /tmp/binQ /tmp/pyQ && mkdir -p /tmp/binQ/plugins
+  cp $B/plugins/* /tmp/binQ/plugins/ && cp $E/Q/plugins/* /tmp/binQ/plugins/ && cp $E/Q/attnplug /tmp/binQ/
+  cp -r python /tmp/pyQ && cp -r $E/Q/tree/python/. /tmp/pyQ/
+  (cd /tmp/pyQ && PYTHONUNBUFFERED=1 PYTHONPATH=testing:tests ATTNPLUG_BIN=/tmp/binQ timeout $(lim 150) python3 -m unittest -v \
+    test_sglang_backend.BackendGPUTest.test_fp8_pool_flashmla_rounds_the_queries test_sglang_backend.BackendGPUTest.test_fp8_pool_matches_the_reference \
+    > $R/python.log 2>&1; echo "python Q rc=$? at $(at)")
+  tail -12 $R/python.log
+fi
+
+# 4. N, Q (flashmla's plans) and NA, QA (fa3's), in rounds.
+rm -rf /tmp/ab && mkdir -p /tmp/ab
+for round in 1 2 3; do
+  for v in N Q NA QA; do
+    [ $(left $T) -gt 30 ] || break 2
+    bin=$B/attnplug dir=$B/plugins be=flashmla
+    case $v in Q) bin=$E/Q/attnplug dir=$E/Q/plugins;; NA) be=fa3;; QA) bin=$E/Q/attnplug dir=$E/Q/plugins be=fa3;; esac
+    timeout $(lim 90) $bin bench --gpu --json --python "" --only "fp8 decode" --dense-backend $be --plugin-dir $dir \
+      > /tmp/ab/ab-$v-$round.json 2> /tmp/ab/err-$v-$round; echo "$v $round rc=$? at $(at)"
+  done
+done
+cp -r /tmp/ab $R/ab
+{ python3 docs/bench/h100-2026-12-06-producer/abtable.py N Q; python3 docs/bench/h100-2026-12-06-producer/abtable.py NA QA; } > $OUT/abQ.txt 2>&1
+cat $OUT/abQ.txt
+unset ATTNPLUG_DEVICE_CODE ATTNPLUG_CACHE_DIR
+wait $genP; cat $R/gen.txt
+tar -C $R -czf $OUT/outQ.tar.gz .
+echo "done at $(at)"
