@@ -184,19 +184,6 @@ const (
 var formPrefixes = [numForms]string{"mla_decode_", "mla_decode_fp8_", "mla_sparse_", "mla_sparse_fp8_"}
 
 func (f decodeForm) sparse() bool { return f == formSparse || f == formSparseFP8 }
-func (f decodeForm) fp8() bool    { return f == formDenseFP8 || f == formSparseFP8 }
-
-// rowBytes is the size of one cached token in the form's cache (row_bytes
-// in mla_decode.cu).
-func (f decodeForm) rowBytes() int {
-	switch f {
-	case formDenseFP8:
-		return mlaDQK
-	case formSparseFP8:
-		return DSARowBytes
-	}
-	return 2 * mlaDQK
-}
 
 // DSARowBytes is the size of a token of DeepSeek-V3.2's FP8 latent cache
 // (sglang's NSA pool in fp8_e4m3, FlashMLA's sparse FP8 layout): 512 e4m3

@@ -29,7 +29,6 @@ const (
 
 // chunk is a run of consecutive input lines, decoded.
 type chunk struct {
-	first int // line number of items[0]
 	items []item
 	reqs  []core.Request // the valid requests, in order
 	out   []core.BatchAnswer

@@ -102,13 +102,8 @@ func exportData(dir string, pkgs []string) (map[string]string, error) {
 	return m, nil
 }
 
-// packageFeatures lists the exported features of p.
-func packageFeatures(p *types.Package) []string {
-	return packageFeaturesNaming(p, func(*types.Package) {})
-}
-
-// packageFeaturesNaming is packageFeatures, calling named with each other
-// package that a feature names.
+// packageFeaturesNaming lists the exported features of p, calling named
+// with each other package that a feature names.
 func packageFeaturesNaming(p *types.Package, named func(*types.Package)) []string {
 	prefix := "pkg " + p.Name() + ", "
 	qual := func(q *types.Package) string {

@@ -41,7 +41,6 @@ type agreeInputs struct {
 
 func TestMethodsAgreeWithMLA(t *testing.T) {
 	e := openEnv(t)
-	const heads, nope, rope, lora, dv = agreeHeads, agreeNope, agreeRope, agreeLora, agreeDV
 	seq := []int64{300, 517, 64}
 	ql := []int64{40, 64, 64}
 	var keys, tokens int64

@@ -72,7 +72,7 @@ func (pr *Prepared) put(st *step, off, size int, a core.Arg, index map[string]in
 		binary.LittleEndian.PutUint64(buf, uint64(rowMajorStride(pr.specs[index[a.Name]].Shape, a.Dim)))
 	case core.ArgStruct:
 		for _, f := range a.Fields {
-			if f.Offset < 0 || int(f.Offset)+int(f.Size) > size {
+			if int(f.Offset)+int(f.Size) > size {
 				return fmt.Errorf("a field of %d bytes at byte %d of a %d-byte struct", f.Size, f.Offset, size)
 			}
 			if err := pr.put(st, off+int(f.Offset), int(f.Size), f.Arg, index); err != nil {
