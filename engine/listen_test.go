@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -11,6 +14,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/attnplug/attnplug/core"
+	"github.com/attnplug/attnplug/engine/client"
+	"github.com/attnplug/attnplug/registry"
+	"github.com/hashicorp/go-hclog"
 )
 
 // TestListenSocketMode: the socket gets mode 0600 whatever the umask, and
@@ -130,4 +138,89 @@ func TestListenerRemovesOnlyItsSocket(t *testing.T) {
 		t.Fatalf("the next server's socket: %v", err)
 	}
 	c.Close()
+}
+
+// TestListenAndServe: the library's one-call server (what a Go host embeds
+// in place of attnplug serve) listens where its options say, serves
+// dispatches and its metrics once Ready is called, and when its context
+// ends returns nil and removes its socket. ServeMetrics alone serves the
+// same metrics until stopped.
+func TestListenAndServe(t *testing.T) {
+	reg, err := registry.New(testContext(t), registry.Config{PluginDirs: []string{t.TempDir()}, Platform: core.PlatformCUDA,
+		CallTimeout: 2 * time.Second, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	s := NewServer(reg, Config{})
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	type ready struct{ addr, metrics string }
+	readyc := make(chan ready, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.ListenAndServe(ctx, ListenOptions{Listen: "unix://" + sock, Metrics: "127.0.0.1:0",
+			Ready: func(addr, metrics string) { readyc <- ready{addr, metrics} }})
+	}()
+	var r ready
+	select {
+	case r = <-readyc:
+	case err := <-done:
+		t.Fatalf("ListenAndServe returned before it served: %v", err)
+	case <-ctx.Done():
+		t.Fatal("never ready")
+	}
+	if r.addr != "unix://"+sock || !strings.HasPrefix(r.metrics, "http://127.0.0.1:") {
+		t.Errorf("ready at %q, metrics %q", r.addr, r.metrics)
+	}
+	c, err := client.Dial(r.addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := core.NewRequest("triton", core.ModeDecode)
+	if a, err := c.Dispatch(ctx, &req); err != nil || a.Method != core.MLA {
+		t.Fatalf("dispatch: %+v, %v", a, err)
+	}
+	for _, url := range []string{r.metrics, ""} {
+		if url == "" {
+			var stop func() error
+			if url, stop, err = s.ServeMetrics("127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+		}
+		body := get(t, url)
+		if !strings.Contains(body, `attnplug_dispatches_total{backend="triton"`) {
+			t.Errorf("%s: no dispatch counted:\n%s", url, body)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ListenAndServe after its context ended: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("ListenAndServe did not return after its context ended")
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket is still there: %v", err)
+	}
+}
+
+// get returns the body of a GET of url, failing t on any error.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v", url, resp.Status, err)
+	}
+	return string(b)
 }
