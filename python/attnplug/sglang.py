@@ -23,7 +23,6 @@ AttentionBackendRegistry whose handlers ask a running ``attnplug serve``:
 import enum
 import importlib
 import logging
-import operator
 import threading
 
 from attnplug import _sglang

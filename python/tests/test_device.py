@@ -5,8 +5,6 @@ reference (outputs poisoned first), inside a captured CUDA graph over
 growing lengths. Skipped where torch or a CUDA GPU is missing (the
 dispatch-only package needs neither)."""
 
-import math
-import os
 import unittest
 
 import serve
