@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
-.PHONY: device-code all build plugins run check deps test test-short test-go test-python test-python-install test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
+.PHONY: device-code device-syntax all build plugins run check deps test test-short test-go test-python test-python-install test-gpu gpu-bins bench-python lint proto proto-python proto-check golden bench clean api-check api-snapshot
 
 all: build
 
@@ -106,6 +106,14 @@ device-code:
 		case $$s in kernels) out=devkernels/images;; fill) out=devkernels/fill/images;; *) echo "device-code: SET $$s: want kernels or fill"; exit 2;; esac; \
 		$(GO) run ./devkernels/gen -set $$s -out $$out || exit 1; \
 	done
+
+## device-syntax: check the device code's sources (both sets) with clang's
+## CUDA front end, where there is no nvcc and no GPU: their C++ as NVRTC
+## takes it, not the PTX of their asm (apt-get install clang-19; CLANG
+## names another clang++)
+CLANG ?= clang++-19
+device-syntax:
+	@for s in kernels fill; do $(GO) run ./devkernels/gen -set $$s -syntax $(CLANG) || exit 1; done
 
 ## gpu-bins: the GPU test binaries, for a GPU machine without Go:
 ## copy .device/ there and run .device/gpucheck.test -test.v (and

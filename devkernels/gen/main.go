@@ -4,7 +4,10 @@
 // architecture the set names (PTX for compute_XX, a cubin for sm_XX),
 // written with a manifest (devkernels.Manifest) into the images directory
 // that the set's package embeds. It needs nvcc (the CUDA toolkit), not a
-// GPU. Run it as `make device-code`, then commit the images.
+// GPU. Run it as `make device-code`, then commit the images. With -syntax
+// CLANG it builds nothing and checks the sources' C++ with clang's CUDA
+// front end instead (checkSyntax), where there is no nvcc: `make
+// device-syntax`.
 package main
 
 import (
@@ -38,12 +41,16 @@ func run() error {
 	out := flag.String("out", "devkernels/images", "directory the images and manifest.json are written to")
 	nvcc := flag.String("nvcc", "nvcc", "the nvcc to compile with")
 	setName := flag.String("set", "kernels", "the set of device code to build: kernels (the plugins') or fill (the verification layer's)")
-	parallel := flag.Int("j", runtime.NumCPU(), "nvcc runs at once")
+	parallel := flag.Int("j", runtime.NumCPU(), "nvcc (or clang) runs at once")
+	syntax := flag.String("syntax", "", "build nothing: check every module's source for each of its architectures with this clang++ (its CUDA front end, no CUDA toolkit), as a tree without nvcc can")
 	flag.Parse()
 	sets := map[string]*devkernels.Set{devkernels.Kernels.Name: devkernels.Kernels, fill.Set.Name: fill.Set}
 	set, ok := sets[*setName]
 	if !ok {
 		return fmt.Errorf("-set %q: want kernels or fill", *setName)
+	}
+	if *syntax != "" {
+		return checkSyntax(*syntax, set, max(*parallel, 1))
 	}
 	version, err := exec.Command(*nvcc, "--version").Output()
 	if err != nil {

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/attnplug/attnplug/devkernels"
+)
+
+// nvrtcBuiltins declares for clang what NVRTC gives every source.
+//
+//go:embed nvrtc_builtins.h
+var nvrtcBuiltins string
+
+// checkSyntax checks every module of set with clang's CUDA front end
+// (clang, a clang++ of CUDA support: clang 19 knows sm_90a), for each
+// architecture the module is built for (a compute_XX as its sm_XX), jobs at
+// once: the source exactly as nvcc and NVRTC take it (set.Sources, the
+// flags' C++ standard), after nvrtc_builtins.h, device code only, no
+// output. It needs no CUDA toolkit, so a change to the device code can be
+// checked where there is no GPU and no nvcc; the PTX inside the sources'
+// asm is not checked (ptxas, on a machine with nvcc, does that). The error
+// names each module and architecture that failed, with clang's messages.
+func checkSyntax(clang string, set *devkernels.Set, jobs int) error {
+	tmp, err := os.MkdirTemp("", "attnplug-gen-syntax")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	shim := filepath.Join(tmp, "nvrtc_builtins.h")
+	if err := os.WriteFile(shim, []byte(nvrtcBuiltins), 0o644); err != nil {
+		return err
+	}
+	sources := set.Sources()
+	names := make([]string, 0, len(sources))
+	for name := range sources {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	type job struct{ name, arch string }
+	var todo []job
+	for _, name := range names {
+		if err := os.WriteFile(filepath.Join(tmp, name+".cu"), []byte(sources[name]), 0o644); err != nil {
+			return err
+		}
+		var archs []string
+		for _, a := range set.Archs(name) {
+			if a = strings.Replace(a, "compute_", "sm_", 1); !slices.Contains(archs, a) {
+				archs = append(archs, a)
+				todo = append(todo, job{name, a})
+			}
+		}
+	}
+	errs := make([]error, len(todo))
+	sem := make(chan struct{}, jobs)
+	var wg sync.WaitGroup
+	for i, j := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			args := []string{"-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=" + j.arch, "-nocudainc", "-nocudalib",
+				"-fsyntax-only", "-include", shim}
+			for _, f := range devkernels.Flags {
+				if strings.HasPrefix(f, "-std=") {
+					args = append(args, f)
+				}
+			}
+			args = append(args, filepath.Join(tmp, j.name+".cu"))
+			var out bytes.Buffer
+			cmd := exec.Command(clang, args...)
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Run(); err != nil {
+				errs[i] = fmt.Errorf("%s for %s: %s %s: %w\n%s", j.name, j.arch, clang, strings.Join(args, " "), err, out.Bytes())
+				return
+			}
+			fmt.Fprintf(os.Stderr, "gen: %s for %s: the source checks (%s)\n", j.name, j.arch, clang)
+			os.Stderr.Write(out.Bytes())
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
