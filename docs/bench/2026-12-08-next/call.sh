@@ -38,7 +38,7 @@ lim() { local x=$(left $((T - 15))); [ $x -gt $1 ] && x=$1; echo $x; } # at most
 R=/tmp/resQ; rm -rf $R && mkdir -p $R
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/smi.txt
 rm -rf /tmp/e && mkdir -p /tmp/e && tar -C /tmp/e -xJf .device/nq.tar.xz || exit 1
-E=/tmp/e/nq D=/tmp/e/nq/fr B=/tmp/e/nq/fr/bin; cp $E/rev $R/rev
+E=/tmp/e/nq B=/tmp/e/nq/fr/bin; cp $E/rev $R/rev
 echo "unpacked at $(at)"
 export ATTNPLUG_REQUIRE_GPU=1
 
