@@ -22,10 +22,10 @@ import (
 var nvrtcBuiltins string
 
 // checkSyntax checks every module of set with clang's CUDA front end
-// (clang, a clang++ of CUDA support: clang 19 knows sm_90a), for each
-// architecture the module is built for (a compute_XX as its sm_XX), jobs at
-// once: the source exactly as nvcc and NVRTC take it (set.Sources, the
-// flags' C++ standard), after nvrtc_builtins.h, device code only, no
+// (clang: a clang++ with CUDA support; clang 19 and newer know sm_90a), for
+// each architecture the module is built for (a compute_XX as its sm_XX),
+// jobs at once: the source exactly as nvcc and NVRTC take it (set.Sources,
+// the flags' C++ standard), after nvrtc_builtins.h, device code only, no
 // output. It needs no CUDA toolkit, so a change to the device code can be
 // checked where there is no GPU and no nvcc; the PTX inside the sources'
 // asm is not checked (ptxas, on a machine with nvcc, does that). The error
