@@ -3,15 +3,14 @@
 # sglang's FlashMLA numerics (q.patch): the entry rounds the queries to e4m3
 # as torch's cast does and applies no layer scale (sglang's descales are
 # 1), where the plan binds flashmla_fp8 1; the verification layer's
-# reference follows the kernel a plan runs. Carries .device/nq.tar.xz
-# (bundle.sh: nq/fr the committed build; nq/Q with q.patch; nq/VQ with
-# ../2026-12-07-next/v.patch, then q.patch). Its parts, each where the
-# seconds left of T allow (call.sh [T], T 480 by default), each stopped 15 s
-# before T:
-# Checked where it was prepared: `make test` with Q's Go and Python changes
-# (its sources aside, whose images are stale until this call builds them);
-# Q's sources, and V's with Q's, with `make device-syntax` (clang 19's CUDA
-# front end: their C++, not the PTX of their asm).
+# reference follows the kernel a plan runs. Checked where it was prepared:
+# `make test` with Q's Go and Python changes (its sources aside, whose
+# images are stale until this call builds them); Q's sources, and V's with
+# Q's, with `make device-syntax` (clang 19's CUDA front end: their C++, not
+# the PTX of their asm). Carries .device/nq.tar.xz (bundle.sh: nq/fr the
+# committed build; nq/Q with q.patch; nq/VQ with ../2026-12-07-next/v.patch,
+# then q.patch). Its parts, each where the seconds left of T allow (call.sh
+# [T], T 480 by default), each stopped 15 s before T:
 # 1. On the CPU, beside the rest: Q's and VQ's images (gen, nvcc) and
 #    cuobjdump's registers and stack of the dense FP8 entries, N (the
 #    committed images) and Q.
