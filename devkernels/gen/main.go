@@ -50,7 +50,7 @@ func run() error {
 		return fmt.Errorf("-set %q: want kernels or fill", *setName)
 	}
 	if *syntax != "" {
-		return checkSyntax(*syntax, set, max(*parallel, 1))
+		return checkSyntax(*syntax, set, *parallel)
 	}
 	version, err := exec.Command(*nvcc, "--version").Output()
 	if err != nil {
@@ -66,45 +66,25 @@ func run() error {
 		return err
 	}
 	m := devkernels.Manifest{Compiler: strings.TrimSpace(lines[len(lines)-1]), Sources: map[string]string{}}
-	sources := set.Sources()
-	names := make([]string, 0, len(sources))
-	for name := range sources {
-		names = append(names, name)
+	names, sources, err := writeSources(set, tmp)
+	if err != nil {
+		return err
 	}
-	sort.Strings(names)
 	// Every (module, architecture) is one nvcc run, at most -j at once;
 	// the manifest lists them in order.
-	type job struct{ name, arch string }
 	var jobs []job
 	for _, name := range names {
-		src := filepath.Join(tmp, name+".cu")
-		if err := os.WriteFile(src, []byte(sources[name]), 0o644); err != nil {
-			return err
-		}
-		// The cubins' line tables record the source's modification time.
-		if err := os.Chtimes(src, sourceTime, sourceTime); err != nil {
-			return err
-		}
 		m.Sources[name] = devkernels.SourceSHA256(sources[name])
 		for _, arch := range set.Archs(name) {
 			jobs = append(jobs, job{name, arch})
 		}
 	}
 	images := make([]devkernels.ManifestImage, len(jobs))
-	errs := make([]error, len(jobs))
-	sem := make(chan struct{}, max(*parallel, 1))
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			images[i], errs[i] = compile(*nvcc, *out, filepath.Join(tmp, j.name+".cu"), j.name, j.arch)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = inParallel(len(jobs), *parallel, func(i int) (err error) {
+		images[i], err = compile(*nvcc, *out, filepath.Join(tmp, jobs[i].name+".cu"), jobs[i].name, jobs[i].arch)
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	m.Images = images
@@ -121,6 +101,51 @@ func run() error {
 // sourceTime is the modification time every source is given before it
 // is compiled.
 var sourceTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// job is one module's source compiled (or checked) for one architecture.
+type job struct{ name, arch string }
+
+// writeSources writes every module's source of set into dir as
+// <module>.cu, each with the modification time sourceTime (the cubins'
+// line tables record it), and returns the modules in name order and their
+// sources.
+func writeSources(set *devkernels.Set, dir string) ([]string, map[string]string, error) {
+	sources := set.Sources()
+	names := make([]string, 0, len(sources))
+	for name := range sources {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		src := filepath.Join(dir, name+".cu")
+		if err := os.WriteFile(src, []byte(sources[name]), 0o644); err != nil {
+			return nil, nil, err
+		}
+		if err := os.Chtimes(src, sourceTime, sourceTime); err != nil {
+			return nil, nil, err
+		}
+	}
+	return names, sources, nil
+}
+
+// inParallel runs f(0) to f(n-1), at most jobs at once (at least one), and
+// returns their errors joined.
+func inParallel(n, jobs int, f func(i int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, max(jobs, 1))
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
 
 // buildDir makes the one directory the sources are compiled in, at the
 // same path on every machine: nvcc writes the source's path into the

@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	_ "embed"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 
 	"github.com/attnplug/attnplug/devkernels"
 )
@@ -31,6 +28,9 @@ var nvrtcBuiltins string
 // asm is not checked (ptxas, on a machine with nvcc, does that). The error
 // names each module and architecture that failed, with clang's messages.
 func checkSyntax(clang string, set *devkernels.Set, jobs int) error {
+	if _, err := exec.LookPath(clang); err != nil {
+		return fmt.Errorf("-syntax %s: %w (a clang++ with CUDA support: apt-get install clang-19)", clang, err)
+	}
 	tmp, err := os.MkdirTemp("", "attnplug-gen-syntax")
 	if err != nil {
 		return err
@@ -40,18 +40,12 @@ func checkSyntax(clang string, set *devkernels.Set, jobs int) error {
 	if err := os.WriteFile(shim, []byte(nvrtcBuiltins), 0o644); err != nil {
 		return err
 	}
-	sources := set.Sources()
-	names := make([]string, 0, len(sources))
-	for name := range sources {
-		names = append(names, name)
+	names, _, err := writeSources(set, tmp)
+	if err != nil {
+		return err
 	}
-	sort.Strings(names)
-	type job struct{ name, arch string }
 	var todo []job
 	for _, name := range names {
-		if err := os.WriteFile(filepath.Join(tmp, name+".cu"), []byte(sources[name]), 0o644); err != nil {
-			return err
-		}
 		var archs []string
 		for _, a := range set.Archs(name) {
 			if a = strings.Replace(a, "compute_", "sm_", 1); !slices.Contains(archs, a) {
@@ -60,34 +54,24 @@ func checkSyntax(clang string, set *devkernels.Set, jobs int) error {
 			}
 		}
 	}
-	errs := make([]error, len(todo))
-	sem := make(chan struct{}, jobs)
-	var wg sync.WaitGroup
-	for i, j := range todo {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			args := []string{"-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=" + j.arch, "-nocudainc", "-nocudalib",
-				"-fsyntax-only", "-include", shim}
-			for _, f := range devkernels.Flags {
-				if strings.HasPrefix(f, "-std=") {
-					args = append(args, f)
-				}
+	return inParallel(len(todo), jobs, func(i int) error {
+		j := todo[i]
+		args := []string{"-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=" + j.arch, "-nocudainc", "-nocudalib",
+			"-fsyntax-only", "-include", shim}
+		for _, f := range devkernels.Flags {
+			if strings.HasPrefix(f, "-std=") {
+				args = append(args, f)
 			}
-			args = append(args, filepath.Join(tmp, j.name+".cu"))
-			var out bytes.Buffer
-			cmd := exec.Command(clang, args...)
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Run(); err != nil {
-				errs[i] = fmt.Errorf("%s for %s: %s %s: %w\n%s", j.name, j.arch, clang, strings.Join(args, " "), err, out.Bytes())
-				return
-			}
-			fmt.Fprintf(os.Stderr, "gen: %s for %s: the source checks (%s)\n", j.name, j.arch, clang)
-			os.Stderr.Write(out.Bytes())
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+		}
+		args = append(args, filepath.Join(tmp, j.name+".cu"))
+		var out bytes.Buffer
+		cmd := exec.Command(clang, args...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s for %s: %s %s: %w\n%s", j.name, j.arch, clang, strings.Join(args, " "), err, out.Bytes())
+		}
+		fmt.Fprintf(os.Stderr, "gen: %s for %s: the source checks (%s)\n", j.name, j.arch, clang)
+		os.Stderr.Write(out.Bytes())
+		return nil
+	})
 }
