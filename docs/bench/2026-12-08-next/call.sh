@@ -23,7 +23,8 @@
 # 3. At least 150 s left: the Python GPU suite's FP8 tests through a real
 #    attnplug serve with Q's host and plugins: FlashMLA's numerics against
 #    torch's own cast (a layer k_scale of 0.5 left unapplied), and FA3's
-#    against float64 of the stored values.
+#    against float64 of the stored values; then the Python bench's paths
+#    planned by flashmla (its fp8 row against torch in FlashMLA's numerics).
 # 4. Rounds of bench --gpu over the dense FP8 rows while more than 30 s are
 #    left: N and Q planned by flashmla (Q's rounding: its cost), NA and QA
 #    by fa3 (unchanged but for the flag).
@@ -79,6 +80,11 @@ if [ $(left $T) -ge 150 ]; then
     test_sglang_backend.BackendGPUTest.test_fp8_pool_flashmla_rounds_the_queries test_sglang_backend.BackendGPUTest.test_fp8_pool_matches_the_reference \
     > $R/python.log 2>&1; echo "python Q rc=$? at $(at)")
   tail -12 $R/python.log
+  /tmp/binQ/attnplug serve --listen unix:///tmp/apq.sock --metrics-listen "" --match-hardware=false 2> /tmp/serveQ.err &
+  SP=$!; sleep 3
+  (cd /tmp/pyQ && PYTHONUNBUFFERED=1 PYTHONPATH=. timeout $(lim 100) python3 -m attnplug.bench --gpu --address unix:///tmp/apq.sock \
+    --backend flashmla > $R/pybench-flashmla.txt 2>&1; echo "pybench flashmla rc=$? at $(at)")
+  kill $SP; grep -E "^fp8|^decode" $R/pybench-flashmla.txt
 fi
 
 # 4. N, Q (flashmla's plans) and NA, QA (fa3's), in rounds.
