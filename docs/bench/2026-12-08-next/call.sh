@@ -31,16 +31,9 @@
 # Outputs: imagesQ.tar.gz, imagesVQ.tar.gz, abQ.txt, outQ.tar.gz.
 set -u
 T=${1:-480}
-S0=$(date +%s)
-at() { echo "$(( $(date +%s) - S0 ))s"; }
-left() { local x=$(( $1 - ($(date +%s) - S0) )); [ $x -lt 1 ] && x=1; echo $x; }
-lim() { local x=$(left $((T - 15))); [ $x -gt $1 ] && x=$1; echo $x; } # at most $1 s, and 15 s before T
-R=/tmp/resQ; rm -rf $R && mkdir -p $R
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/smi.txt
-rm -rf /tmp/e && mkdir -p /tmp/e && tar -C /tmp/e -xJf .device/nq.tar.xz || exit 1
-E=/tmp/e/nq B=/tmp/e/nq/fr/bin; cp $E/rev $R/rev
-echo "unpacked at $(at)"
-export ATTNPLUG_REQUIRE_GPU=1
+. "$(dirname "$0")/../call-lib.sh"
+R=/tmp/resQ
+unpack nq $R # E, B
 
 # 1. Images, and the entries' registers.
 (for v in Q VQ; do rm -rf /tmp/img$v && mkdir -p /tmp/img$v
@@ -57,19 +50,11 @@ runs=('TestSharedMemoryOfTheEntries|TestSparseAndFP8'
       'TestMMASyncWideOnHopper|TestNarrowWGMMAOnHopper|TestInProcessBackendOnDevice|TestDecodeStepGraph'
       'TestSparseAndFP8')
 pre=("" "" "compute-sanitizer --tool memcheck --error-exitcode 3")
-part() { (cd internal/gpucheck && timeout $(lim 220) ${pre[$1]} $E/Q/gpucheck-Q.test -test.v -test.count=1 -test.short \
-      -test.run "${runs[$1]}" -test.timeout 215s > /tmp/Q-$1.log 2>&1; echo "Q checks $1 rc=$? at $(at)"); }
 (timeout $(lim 150) $B/attnplug bench --gpu --python "" --only "fp8 decode h128 b64" --dense-backend flashmla --plugin-dir $B/plugins > /tmp/warmN.log 2>&1; echo "N compiled rc=$? at $(at)") &
 wN=$!
-part 0 & p0=$!; part 1 & p1=$!; part 2 & p2=$!
-wait $p0 $p1 $p2 $wN
-for p in 0 1 2; do echo "== ${pre[$p]} gpucheck Q ${runs[$p]}"
-  grep -hE "^(--- |FAIL|ok|PASS|panic)|ERROR SUMMARY" /tmp/Q-$p.log | cut -c1-300
-  grep -hE "flashmla fp8|fp8 (16|128) heads" /tmp/Q-$p.log | cut -c1-300
-  awk '{for(i=1;i<NF;i++) if($i=="rel_err") print $(i+1)}' /tmp/Q-$p.log | sort -g | tail -1 | sed 's/^/largest rel_err: /'; done > $R/checks-Q.log
-grep -h -B3 -A20 -- "--- FAIL" /tmp/Q-*.log | cut -c1-400 | head -60 >> $R/checks-Q.log
+checks Q $E/Q/gpucheck-Q.test $R/checks-Q.log 220 "flashmla fp8|fp8 (16|128) heads"
+wait $wN
 cp /tmp/Q-*.log /tmp/warmN.log $R/
-cat $R/checks-Q.log
 
 # 3. The Python FP8 tests, through Q's serve.
 if [ $(left $T) -ge 150 ]; then
